@@ -1,0 +1,57 @@
+# Two commands a user needs: `make demo` and `make test` (each creates or reuses .venv).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# The torch build to install first. CPU machines: 2.13.0 (the CPU build); GPU users install
+# their CUDA build into .venv before running make, and set TORCH_SPEC to what they installed.
+TORCH_SPEC ?= torch==2.13.0
+# FAIRSEQ=ve (default, hash-pinned wheel) or FAIRSEQ=fallback (fairseq-fixed sdist build).
+FAIRSEQ ?= ve
+PKG_SOURCES := setup.py $(shell find lightcompress -name '*.py' 2>/dev/null)
+
+.PHONY: all install demo test lint format clean
+
+all: test
+
+$(VENV)/.stamp-deps: requirements/lock.txt requirements/fairseq.txt requirements/fairseq-fallback.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip setuptools wheel
+	$(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q -r requirements/lock.txt "$(TORCH_SPEC)"
+ifeq ($(FAIRSEQ),fallback)
+	$(PIP) install -q --no-deps --no-build-isolation -r requirements/fairseq-fallback.txt
+else
+	$(PIP) install -q --no-deps --require-hashes -r requirements/fairseq.txt
+endif
+	$(PY) -c "import torch, fairseq; print('torch', torch.__version__, 'fairseq', fairseq.__version__)"
+	touch $@
+
+# A regular (non-editable) install, so that `--user-dir lightcompress` resolves from any
+# directory (fairseq looks next to its own package); reinstalled whenever a source changes.
+$(VENV)/.stamp-pkg: $(VENV)/.stamp-deps $(PKG_SOURCES)
+	$(PIP) install -q --no-deps --no-build-isolation --force-reinstall .
+	rm -rf build lightcompress.egg-info
+	touch $@
+
+install: $(VENV)/.stamp-pkg
+
+demo: install
+	PATH="$(abspath $(VENV))/bin:$$PATH" bash examples/translation/demo.sh
+
+# Run from the checkout root: in-process imports and `--user-dir <checkout>/lightcompress` use the
+# sources; one test checks the installed copy with a bare `--user-dir lightcompress`.
+test: install
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -ra --durations=15 tests
+
+lint: install
+	$(VENV)/bin/ruff check lightcompress tests scripts examples
+	$(VENV)/bin/ruff format --check lightcompress tests scripts examples
+
+format: install
+	$(VENV)/bin/ruff format lightcompress tests scripts examples
+	$(VENV)/bin/ruff check --fix lightcompress tests scripts examples
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

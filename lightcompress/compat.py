@@ -1,0 +1,46 @@
+"""Compatibility shims applied when the plugin is imported.
+
+torch >= 2.6 loads checkpoints with ``weights_only=True`` by default, and fairseq's
+``checkpoint_utils.load_checkpoint_to_cpu`` calls ``torch.load`` without overriding it, so every
+fairseq checkpoint is rejected (``Unsupported global: GLOBAL argparse.Namespace``). Rather than
+turning the protection off, we allow-list exactly the types fairseq checkpoints hold:
+
+- ``argparse.Namespace`` (``args`` of checkpoints written from the command line),
+- numpy arrays, dtypes and scalars (``--eval-bleu`` stores numpy values in the meters / extra state),
+- ``collections.OrderedDict`` and ``defaultdict`` are already allowed by torch.
+
+fairseq imports ``--user-dir`` while parsing its arguments, before any checkpoint is loaded, so
+importing this module from the package ``__init__`` covers ``fairseq-generate``,
+``fairseq-interactive``, ``fairseq-train --restore-file`` / resume and
+``TransformerModel.from_pretrained(..., user_dir=...)``.
+"""
+
+import argparse
+
+import numpy as np
+import torch
+
+__all__ = ["fairseq_checkpoint_safe_globals", "allow_fairseq_checkpoints"]
+
+
+def fairseq_checkpoint_safe_globals():
+    """The list of non-tensor types that fairseq checkpoints contain."""
+    types = [argparse.Namespace]
+    try:  # numpy >= 2
+        from numpy._core.multiarray import _reconstruct, scalar
+    except ImportError:  # pragma: no cover - numpy 1.x
+        from numpy.core.multiarray import _reconstruct, scalar
+    types += [_reconstruct, scalar, np.ndarray, np.dtype]
+    # dtype classes (numpy.dtypes.Int64DType, Float32DType, ...) are what pickles of np.dtype
+    # objects reference under numpy >= 1.25.
+    for dt in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+               np.uint32, np.uint64, np.float16, np.float32, np.float64):
+        types.append(type(np.dtype(dt)))
+    return types
+
+
+def allow_fairseq_checkpoints():
+    """Register :func:`fairseq_checkpoint_safe_globals` with ``torch.serialization``."""
+    add = getattr(torch.serialization, "add_safe_globals", None)
+    if add is not None:  # torch < 2.4 has no weights_only default to worry about
+        add(fairseq_checkpoint_safe_globals())

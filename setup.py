@@ -1,0 +1,47 @@
+"""lightcompress: compressed Transformers for fairseq (a --user-dir plugin).
+
+torch and fairseq are installed separately (see README and Makefile):
+- torch first, pinned to a build that suits the machine (CPU: torch==2.13.0);
+- fairseq from requirements/fairseq.txt with --no-deps (its torchaudio pin would pull a CUDA
+  torch and is not needed for text models).
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="lightcompress",
+    version="0.1.0",
+    description="Compressed neural machine translation for fairseq: LightFormer, Hypoformer, "
+    "Subformer, Smartformer and DA-WID as a fairseq --user-dir plugin",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["lightcompress", "lightcompress.*"]),
+    install_requires=[
+        "torch>=2.0",
+        # fairseq itself (ve-fairseq==0.12.3, or the fallback fairseq-fixed==0.12.3.1) is not
+        # listed: both declare torchaudio, which must not be resolved by pip. The Makefile
+        # installs it with --no-deps; importing lightcompress without it raises a clear error.
+        "hydra-core>=1.3.2,<1.4",
+        "omegaconf>=2.3,<2.4",
+        "numpy>=1.24",
+        "regex",
+        "sacrebleu>=2.0",
+        "tqdm",
+        "bitarray",
+        "scikit-learn",
+        "packaging",
+        "cython",
+        "cffi",
+        "sentencepiece>=0.1.99",
+        "tensorly>=0.8",
+        "rouge-score>=0.1.2",
+        "matplotlib>=3.5",
+    ],
+    entry_points={
+        "console_scripts": [
+            "lightcompress-params=lightcompress.measure.params:cli_main",
+            "lightcompress-convert=lightcompress.convert.cli:cli_main",
+        ],
+    },
+)
