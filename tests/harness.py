@@ -1,0 +1,174 @@
+"""End-to-end helpers in the style of fairseq's tests/test_binaries.py.
+
+Everything happens in a temporary directory: a tiny synthetic parallel corpus, binarized with
+``fairseq-preprocess``; a short ``fairseq-train`` run through ``--user-dir``; ``fairseq-generate``
+with BLEU. Each command is a real subprocess of fairseq's console scripts, so the tests exercise
+exactly what users run.
+"""
+
+import os
+import random
+import re
+import subprocess
+import sys
+
+__all__ = [
+    "USER_DIR",
+    "REPO_ROOT",
+    "make_parallel_corpus",
+    "preprocess",
+    "train",
+    "generate",
+    "interactive",
+    "run_cli",
+    "tiny_arch_args",
+]
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+USER_DIR = os.path.join(REPO_ROOT, "lightcompress")
+
+_BIN = os.path.dirname(sys.executable)
+
+# A toy "translation": every source word maps to one target word, order kept,
+# so a tiny model learns something measurable within a few hundred updates.
+_SRC_WORDS = [f"s{i}" for i in range(24)]
+_TGT_WORDS = [f"t{i}" for i in range(24)]
+
+
+def make_parallel_corpus(directory, n_train=1000, n_valid=40, n_test=40, seed=1, src="de", tgt="en"):
+    """Write train/valid/test.{src,tgt} of a deterministic toy task into ``directory``."""
+    rng = random.Random(seed)
+    os.makedirs(directory, exist_ok=True)
+    for split, n in (("train", n_train), ("valid", n_valid), ("test", n_test)):
+        with (
+            open(os.path.join(directory, f"{split}.{src}"), "w") as fs,
+            open(os.path.join(directory, f"{split}.{tgt}"), "w") as ft,
+        ):
+            for _ in range(n):
+                length = rng.randint(3, 9)
+                ids = [rng.randrange(len(_SRC_WORDS)) for _ in range(length)]
+                fs.write(" ".join(_SRC_WORDS[i] for i in ids) + "\n")
+                ft.write(" ".join(_TGT_WORDS[i] for i in ids) + "\n")
+    return directory
+
+
+def run_cli(name, args, cwd=None, env=None, check=True, timeout=900):
+    """Run a console script of the venv (``fairseq-train``...) and return the CompletedProcess."""
+    exe = os.path.join(_BIN, name)
+    if not os.path.exists(exe):
+        exe = name
+    full_env = dict(os.environ)
+    full_env.setdefault("OMP_NUM_THREADS", "1")
+    full_env["PYTHONWARNINGS"] = "ignore"
+    if env:
+        full_env.update(env)
+    proc = subprocess.run(
+        [exe] + [str(a) for a in args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{name} failed with exit code {proc.returncode}\n"
+            f"args: {args}\n--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-6000:]}"
+        )
+    return proc
+
+
+def preprocess(raw_dir, dest_dir, src="de", tgt="en", joined=True):
+    """Binarize ``raw_dir`` with fairseq-preprocess into ``dest_dir``."""
+    args = [
+        "--source-lang", src, "--target-lang", tgt,
+        "--trainpref", os.path.join(raw_dir, "train"),
+        "--validpref", os.path.join(raw_dir, "valid"),
+        "--testpref", os.path.join(raw_dir, "test"),
+        "--destdir", dest_dir, "--workers", "1",
+    ]  # fmt: skip
+    if joined:
+        args.append("--joined-dictionary")
+    run_cli("fairseq-preprocess", args)
+    return dest_dir
+
+
+def tiny_arch_args(arch="transformer", layers=(2, 2), dim=32, ffn=64, heads=2):
+    """Model flags of a tiny model (a few 10k parameters)."""
+    return [
+        "--arch", arch,
+        "--encoder-layers", layers[0], "--decoder-layers", layers[1],
+        "--encoder-embed-dim", dim, "--decoder-embed-dim", dim,
+        "--encoder-ffn-embed-dim", ffn, "--decoder-ffn-embed-dim", ffn,
+        "--encoder-attention-heads", heads, "--decoder-attention-heads", heads,
+        "--share-all-embeddings",
+    ]  # fmt: skip
+
+
+def train(data_bin, save_dir, model_args, extra=(), max_epoch=1, max_update=None, user_dir=USER_DIR,
+          cwd=None, check=True):
+    """Train with fairseq-train on CPU; returns the CompletedProcess (log in stdout/stderr)."""
+    args = [
+        data_bin, "--user-dir", user_dir, "--cpu",
+        "--task", "translation",
+        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.003",
+        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "20",
+        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+        "--dropout", "0.0", "--max-tokens", "300",
+        "--save-dir", save_dir, "--no-progress-bar", "--log-format", "simple",
+        "--log-interval", "5", "--seed", "1", "--num-workers", "0",
+        "--no-epoch-checkpoints",
+    ]  # fmt: skip
+    args += list(model_args)
+    if max_epoch is not None:
+        args += ["--max-epoch", max_epoch]
+    if max_update is not None:
+        args += ["--max-update", max_update]
+    args += list(extra)
+    return run_cli("fairseq-train", args, cwd=cwd, check=check)
+
+
+_BLEU_RE = re.compile(r"BLEU4? = ([0-9.]+)")
+
+
+def generate(data_bin, checkpoint, extra=(), user_dir=USER_DIR, gen_subset="test", beam=2):
+    """Run fairseq-generate; returns (bleu, hypotheses ordered by sentence id, CompletedProcess)."""
+    args = [
+        data_bin, "--user-dir", user_dir, "--cpu", "--path", checkpoint,
+        "--gen-subset", gen_subset, "--beam", beam, "--batch-size", "16",
+        "--num-workers", "0",
+    ]  # fmt: skip
+    args += list(extra)
+    proc = run_cli("fairseq-generate", args)
+    return parse_generate_output(proc.stdout) + (proc,)
+
+
+def parse_generate_output(text):
+    """(BLEU score or None, list of hypotheses ordered by sentence id) from generate output."""
+    hyps = {}
+    for line in text.splitlines():
+        if line.startswith("H-"):
+            sid, _score, hyp = (line.split("\t") + ["", ""])[:3]
+            hyps[int(sid[2:])] = hyp
+    m = _BLEU_RE.search(text)
+    bleu = float(m.group(1)) if m else None
+    return bleu, [hyps[k] for k in sorted(hyps)]
+
+
+def interactive(data_bin, checkpoint, lines, extra=(), user_dir=USER_DIR, beam=2):
+    """Feed ``lines`` to fairseq-interactive; returns the hypotheses in input order."""
+    exe = os.path.join(_BIN, "fairseq-interactive")
+    args = [exe, data_bin, "--user-dir", user_dir, "--cpu", "--path", checkpoint, "--beam", str(beam)]
+    args += [str(a) for a in extra]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(
+        args, input="\n".join(lines) + "\n", capture_output=True, text=True, env=env, timeout=600
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"fairseq-interactive failed:\n{proc.stderr[-6000:]}")
+    hyps = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("H-"):
+            sid, _score, hyp = (line.split("\t") + ["", ""])[:3]
+            hyps[int(sid[2:])] = hyp
+    return [hyps[k] for k in sorted(hyps)]
