@@ -206,8 +206,8 @@ PACKAGES: tuple[Package, ...] = (
             "MIT", "MIT licensed", licence_file="roundup-2.6.0/COPYING.txt"),
 )  # fmt: skip
 
-DEFAULT_TEST_PACKAGES = ("roundup",)
-DEFAULT_VALID_PACKAGES = ("trac",)
+DEFAULT_TEST_PACKAGES = ("trac",)
+DEFAULT_VALID_PACKAGES = ("zope.app.locales",)
 
 COPYLEFT_RE = re.compile(
     r"\bA?L?GPL|General Public License|\bEUPL|\bMPL\b|\bCDDL\b", re.IGNORECASE
@@ -413,7 +413,33 @@ def entries_to_pairs(entries: Iterable[CatalogEntry]) -> Iterator[tuple[str, str
 _ENTITY_RE = re.compile(r"&(?:[A-Za-z][A-Za-z0-9]*|#[0-9]+|#[xX][0-9A-Fa-f]+);")
 _AMP_ACCEL_RE = re.compile(r"&(?=[^\W\d_])")
 _US_ACCEL_RE = re.compile(r"(?:(?<=\s)|^)_(?=[^\W\d_])")
-_TAG_RE = re.compile(r"</?[A-Za-z][A-Za-z0-9:-]*(?:\s[^<>]*)?/?>")
+_TAG_RE = re.compile(r"</?([A-Za-z][A-Za-z0-9:-]*)(?:\s[^<>]*)?/?>")
+_BLOCK_TAGS = frozenset(
+    [
+        "br",
+        "p",
+        "div",
+        "li",
+        "ul",
+        "ol",
+        "tr",
+        "td",
+        "th",
+        "table",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "dl",
+        "dt",
+        "dd",
+        "hr",
+        "pre",
+        "blockquote",
+    ]
+)
 _PLACEHOLDER_RE = re.compile(
     r"%\([^)]*\)[-#0 +]*\d*(?:\.\d+)?[a-zA-Z]"  # %(name)s
     r"|%\d+\$[-#0 +]*\d*(?:\.\d+)?[a-zA-Z]"  # %1$s
@@ -440,7 +466,7 @@ def strip_accelerators(s: str) -> str:
 def clean_text(s: str) -> str:
     """Normalize one side of a pair: accelerators, tags, entities, whitespace."""
     s = strip_accelerators(s)
-    s = _TAG_RE.sub(" ", s)
+    s = _TAG_RE.sub(lambda m: " " if m.group(1).lower() in _BLOCK_TAGS else "", s)
     s = html.unescape(s)
     s = s.replace("\u00ad", "")  # soft hyphen
     return " ".join(s.split())  # also turns \n, \t, \u00a0 ... into single spaces
@@ -916,7 +942,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="comma-separated packages forming the test split")  # fmt: skip
     ap.add_argument("--src", default="de", choices=("de", "en"), help="source language")
     ap.add_argument("--tgt", default="en", choices=("de", "en"), help="target language")
-    ap.add_argument("--vocab-size", type=int, default=6000,
+    ap.add_argument("--vocab-size", type=int, default=4000,
                     help="joint sentencepiece vocabulary size")  # fmt: skip
     ap.add_argument("--model-type", default="unigram", choices=("unigram", "bpe"),
                     help="sentencepiece model type")  # fmt: skip
