@@ -1,0 +1,78 @@
+"""Factorized layers, embeddings, layer sharing and the compression spec (plain PyTorch).
+
+Nothing in this package imports fairseq.
+"""
+
+from lightcompress.modules.cp import CPLinear, cp_factors, cp_to_dense
+from lightcompress.modules.embeddings import HTTEmbedding, LowRankEmbedding
+from lightcompress.modules.hybrid import HybridLinear, dense_columns
+from lightcompress.modules.lowrank import (
+    LowRankLinear,
+    energy_rank,
+    ratio_rank,
+    resolve_rank,
+    svd_factors,
+)
+from lightcompress.modules.sharing import (
+    all_except_last,
+    all_shared,
+    count_unique_params,
+    every_k,
+    group_schedule,
+    num_unique,
+    sandwich_schedule,
+    tie_layers,
+)
+from lightcompress.modules.spec import (
+    KINDS,
+    CompressionReport,
+    CompressionSpec,
+    ReplacementRecord,
+    Rule,
+    SpecError,
+    count_params,
+)
+from lightcompress.modules.tensor_train import (
+    TTLinear,
+    factorize_dim,
+    max_tt_ranks,
+    pad_factorize,
+    tt_svd,
+    tt_to_dense,
+)
+
+__all__ = [
+    "KINDS",
+    "CPLinear",
+    "CompressionReport",
+    "CompressionSpec",
+    "HTTEmbedding",
+    "HybridLinear",
+    "LowRankEmbedding",
+    "LowRankLinear",
+    "ReplacementRecord",
+    "Rule",
+    "SpecError",
+    "TTLinear",
+    "all_except_last",
+    "all_shared",
+    "count_params",
+    "count_unique_params",
+    "cp_factors",
+    "cp_to_dense",
+    "dense_columns",
+    "energy_rank",
+    "every_k",
+    "factorize_dim",
+    "group_schedule",
+    "max_tt_ranks",
+    "num_unique",
+    "pad_factorize",
+    "ratio_rank",
+    "resolve_rank",
+    "sandwich_schedule",
+    "svd_factors",
+    "tie_layers",
+    "tt_svd",
+    "tt_to_dense",
+]

@@ -1,0 +1,264 @@
+"""CP-factorized projection (Smartformer CPAC).
+
+The ``d``-dim input is viewed as ``(h, d_k)`` (head ``a``, feature ``c``; index ``a d_k + c``)
+and ``y[m] = sum_r W0[m, r] * sum_{a, c} x[a, c] W1[a, r] W2[c, r] + b[m]``, i.e. the dense
+weight reshaped to ``(out, h, d_k)`` is the rank-``R`` CP tensor ``[[W0, W1, W2]]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorly as tl
+import torch
+from tensorly.decomposition import parafac
+from torch import nn
+
+from lightcompress.modules.lowrank import init_bias_like_linear
+
+__all__ = ["CPLinear", "cp_factors", "cp_to_dense"]
+
+
+def _check(in_features: int, out_features: int, rank: int, heads: int) -> int:
+    if isinstance(rank, bool) or int(rank) != rank or rank < 1:
+        raise ValueError(
+            f"CP rank must be an integer >= 1, got {rank!r} for a {out_features}x{in_features} "
+            "layer"
+        )
+    if heads < 1 or in_features % heads:
+        raise ValueError(
+            f"in_features={in_features} must be divisible by heads={heads} to view the input "
+            "as (heads, d_k)"
+        )
+    return in_features // heads
+
+
+def cp_to_dense(w0: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """``(out, h * d_k)`` weight of CP factors ``(out, R)``, ``(h, R)``, ``(d_k, R)``."""
+    out = w0.shape[0]
+    return torch.einsum("mr,ar,cr->mac", w0, w1, w2).reshape(out, -1)
+
+
+@torch.no_grad()
+def cp_factors(
+    weight: torch.Tensor,
+    rank: int,
+    heads: int,
+    n_iter_max: int = 500,
+    tol: float = 1e-10,
+    random_state: int = 0,
+) -> tuple[list[torch.Tensor], float]:
+    """CP decomposition of ``weight`` viewed as ``(out, h, d_k)`` (tensorly ``parafac``).
+
+    Runs ALS in float64 with the numpy backend (``init="svd"``, fixed ``random_state``); the
+    CP weights are folded into the factors with a balanced scale.
+
+    Parameters
+    ----------
+    weight : torch.Tensor
+        ``(out, in)`` with ``in = h * d_k``.
+    rank : int
+        CP rank ``R``.
+    heads : int
+        ``h``.
+    n_iter_max, tol, random_state
+        Passed to ``parafac``.
+
+    Returns
+    -------
+    factors : list of torch.Tensor
+        float32 ``W0 (out, R)``, ``W1 (h, R)``, ``W2 (d_k, R)``.
+    kept_energy : float
+        ``1 - ||W - W_cp||^2 / ||W||^2`` (the fit).
+    """
+    out_f, in_f = weight.shape
+    d_k = _check(in_f, out_f, rank, heads)
+    t = weight.detach().double().cpu().numpy().reshape(out_f, heads, d_k)
+    with tl.backend_context("numpy"):
+        cp = parafac(
+            t,
+            rank=rank,
+            n_iter_max=n_iter_max,
+            init="svd",
+            tol=tol,
+            random_state=random_state,
+            normalize_factors=True,
+        )
+    weights, factors = cp
+    # Balance: each factor column gets weight^(1/3) (sign kept on W0).
+    w = np.asarray(weights, dtype=np.float64)
+    scale = np.cbrt(np.abs(w))
+    sign = np.sign(w)
+    sign[sign == 0] = 1.0
+    mats = [
+        np.asarray(factors[0]) * (scale * sign),
+        np.asarray(factors[1]) * scale,
+        np.asarray(factors[2]) * scale,
+    ]
+    out = [torch.from_numpy(np.ascontiguousarray(m)).float() for m in mats]
+    w_cp = cp_to_dense(*[m.double() for m in out])
+    w_ref = weight.detach().double().cpu()
+    total = float(w_ref.pow(2).sum())
+    kept = 1.0 - float((w_cp - w_ref).pow(2).sum()) / total if total > 0 else 1.0
+    return out, kept
+
+
+class CPLinear(nn.Module):
+    """CP-factorized replacement for ``nn.Linear(h * d_k, out)`` (CPAC).
+
+    Parameters
+    ----------
+    in_features : int
+        Input size ``h * d_k``.
+    out_features : int
+        Output size.
+    rank : int
+        CP rank ``R >= 1``.
+    heads : int
+        ``h``; ``in_features`` must be divisible by it.
+    bias : bool
+        Whether to learn an output bias ``(out,)``.
+
+    Attributes
+    ----------
+    w0 : nn.Parameter
+        ``(out, R)``.
+    w1 : nn.Parameter
+        ``(h, R)``.
+    w2 : nn.Parameter
+        ``(d_k, R)``.
+    bias : nn.Parameter or None
+        ``(out,)``.
+    rank : int
+        ``R``.
+    kept_energy : float or None
+        Fit of the last CP decomposition (from :meth:`from_linear` or :meth:`set_rank`).
+
+    Notes
+    -----
+    From-scratch init: the three factors are ``N(0, s^2)`` with ``s^6 R = 1 / in_features`` so
+    that ``Var(W) = 1 / in_features``; bias ``U(-1/sqrt(in), 1/sqrt(in))`` as nn.Linear.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        rank: int,
+        heads: int,
+        bias: bool = True,
+    ):
+        super().__init__()
+        self.in_features = int(in_features)
+        self.out_features = int(out_features)
+        self.heads = int(heads)
+        self.head_dim = _check(self.in_features, self.out_features, rank, self.heads)
+        self.rank = int(rank)
+        self.kept_energy: float | None = None
+        self.w0 = nn.Parameter(torch.empty(self.out_features, self.rank))
+        self.w1 = nn.Parameter(torch.empty(self.heads, self.rank))
+        self.w2 = nn.Parameter(torch.empty(self.head_dim, self.rank))
+        self.bias = nn.Parameter(torch.empty(self.out_features)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """From-scratch init with ``Var(W) = 1 / in_features``."""
+        std = (1.0 / (self.in_features * self.rank)) ** (1.0 / 6.0)
+        for p in (self.w0, self.w1, self.w2):
+            nn.init.normal_(p, std=std)
+        init_bias_like_linear(self.bias, self.in_features)
+
+    @staticmethod
+    def num_params(
+        in_features: int, out_features: int, rank: int, heads: int, bias: bool = True
+    ) -> int:
+        """Exact count: ``R (out + h + d_k) + out`` (the last term if ``bias``)."""
+        d_k = _check(in_features, out_features, rank, heads)
+        return rank * (out_features + heads + d_k) + (out_features if bias else 0)
+
+    @classmethod
+    def from_linear(
+        cls,
+        linear: nn.Linear,
+        rank: int,
+        heads: int,
+        n_iter_max: int = 500,
+        tol: float = 1e-10,
+        random_state: int = 0,
+    ) -> CPLinear:
+        """CP decomposition of a trained ``nn.Linear`` (copies the bias); see :func:`cp_factors`."""
+        weight = linear.weight
+        out_f, in_f = weight.shape
+        layer = cls(in_f, out_f, rank, heads, bias=linear.bias is not None)
+        factors, kept = cp_factors(weight, rank, heads, n_iter_max, tol, random_state)
+        layer.to(device=weight.device, dtype=weight.dtype)
+        with torch.no_grad():
+            for p, f in zip((layer.w0, layer.w1, layer.w2), factors):
+                p.copy_(f)
+            if linear.bias is not None:
+                layer.bias.copy_(linear.bias)
+        layer.kept_energy = kept
+        return layer
+
+    @torch.no_grad()
+    def set_rank(
+        self,
+        new_rank: int,
+        n_iter_max: int = 500,
+        tol: float = 1e-10,
+        random_state: int = 0,
+    ) -> float:
+        """Re-fit the factors at ``new_rank`` to the current dense weight and replace them.
+
+        ``w0``, ``w1``, ``w2`` become NEW ``nn.Parameter`` objects (on the same device/dtype):
+        an optimizer holding the old ones must be rebuilt, and ties made by
+        :func:`~lightcompress.modules.sharing.tie_layers` must be re-made.
+
+        Returns
+        -------
+        float
+            The fit ``1 - ||W - W_cp||^2 / ||W||^2``.
+        """
+        _check(self.in_features, self.out_features, new_rank, self.heads)
+        ref = self.w0
+        factors, kept = cp_factors(
+            self.to_dense(), new_rank, self.heads, n_iter_max, tol, random_state
+        )
+        for name, f in zip(("w0", "w1", "w2"), factors):
+            p = nn.Parameter(
+                f.to(device=ref.device, dtype=ref.dtype),
+                requires_grad=ref.requires_grad,
+            )
+            setattr(self, name, p)
+        self.rank = int(new_rank)
+        self.kept_energy = kept
+        return kept
+
+    def to_dense(self) -> torch.Tensor:
+        """The equivalent dense weight ``(out, h * d_k)``."""
+        return cp_to_dense(self.w0, self.w1, self.w2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the layer.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            ``(..., h * d_k)``.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(..., out)``.
+        """
+        lead = x.shape[:-1]
+        x = x.reshape(-1, self.heads, self.head_dim)  # [... x in] -> [N x h x d_k]
+        t = x @ self.w2  # [N x h x d_k] -> [N x h x R]
+        z = (t * self.w1).sum(1)  # [N x h x R] -> [N x R]
+        y = nn.functional.linear(z, self.w0, self.bias)  # [N x R] -> [N x out]
+        return y.view(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"rank={self.rank}, heads={self.heads}, bias={self.bias is not None}"
+        )
