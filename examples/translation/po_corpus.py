@@ -43,7 +43,18 @@ Cleaning decisions (see ``clean_text`` and ``keep_pair``):
 
 Splitting: every package belongs to exactly one split.  The packages named by
 ``--test-packages`` form the test set, ``--valid-packages`` the validation set, all
-other selected packages the training set.
+other selected packages the training set (defaults: test = trac, valid = zope.app.locales).
+
+Downloads use ``pip download --no-deps --require-hashes`` (wheels with
+``--only-binary=:all:``; the one sdist, roundup, with ``--no-build-isolation`` so that pip
+prepares its metadata with the venv's setuptools) into ``--cache``, and every archive's
+sha256 is checked again before use.  The licence in each archive's metadata (or, for
+roundup, its COPYING.txt) must match the pinned one and must not be copyleft.
+
+A build writes into ``OUT/.build-PID`` and moves ``raw``, ``spm``, ``bin``, ``SOURCES.tsv``
+and ``stats.json`` into place; ``.complete`` (a fingerprint of the package pins and
+settings) is removed first and written last, so an interrupted build is rebuilt on the
+next run, and a run with other settings rebuilds too.
 """
 
 from __future__ import annotations

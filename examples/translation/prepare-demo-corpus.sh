@@ -6,7 +6,8 @@
 #
 # Usage: examples/translation/prepare-demo-corpus.sh [--force] [other po_corpus.py flags]
 # Environment (all optional):
-#   PYTHON      python to run with (default: .venv/bin/python if present, else python)
+#   PYTHON      python to run with (default: `python` on PATH if it has sentencepiece,
+#               else .venv/bin/python)
 #   OUT         output directory            (default: data/demo)
 #   CACHE       download cache              (default: $OUT/downloads)
 #   SRC / TGT   translation direction       (default: de / en)
@@ -17,11 +18,16 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 
+# Which python: $PYTHON if set; else the `python` on PATH when it has sentencepiece (make
+# puts the venv's bin/ first on PATH); else the repo's .venv.
 if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x "$ROOT/.venv/bin/python" ]]; then
+  if command -v python >/dev/null 2>&1 && python -c "import sentencepiece" 2>/dev/null; then
+    PYTHON=python
+  elif [[ -x "$ROOT/.venv/bin/python" ]]; then
     PYTHON="$ROOT/.venv/bin/python"
   else
-    PYTHON=python
+    echo "prepare-demo-corpus.sh: no python with sentencepiece found; set PYTHON" >&2
+    exit 1
   fi
 fi
 OUT="${OUT:-data/demo}"
