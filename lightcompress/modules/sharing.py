@@ -169,7 +169,7 @@ def count_unique_params(module: nn.Module, trainable_only: bool = False) -> int:
     seen_ids: set[int] = set()
     seen_ptrs: set[tuple] = set()
     total = 0
-    for p in module.parameters(remove_duplicate=False):
+    for _, p in module.named_parameters(remove_duplicate=False):
         if trainable_only and not p.requires_grad:
             continue
         if id(p) in seen_ids:
