@@ -373,3 +373,20 @@ def test_htt_table_is_built_once_in_eval_and_invalidated_by_train_and_steps():
     )  # one differentiable build, one cached rebuild
     assert not torch.allclose(after_train, after_step)
     torch.testing.assert_close(after_step, emb.to_dense()[tokens])
+
+
+def test_modules_package_is_plain_pytorch_without_fairseq_imports():
+    import ast
+    import pathlib
+
+    import lightcompress.modules as pkg
+
+    for path in pathlib.Path(pkg.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            assert not any(n.split(".")[0] == "fairseq" for n in names), path.name
