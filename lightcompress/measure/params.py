@@ -1,0 +1,627 @@
+"""Parameter and MAC counts of fairseq translation models, built without data.
+
+``lightcompress-params --arch transformer_iwslt_de_en --vocab-size 10200`` prints one JSON object::
+
+    {"arch": "transformer_iwslt_de_en", "vocab_size": 10200, "share_all_embeddings": true,
+     "total": 36765696, "embedding": 5222400, "encoder": 12616704, "decoder": 18926592,
+     "other": 0}
+
+Convention (the papers')
+------------------------
+The model is built with a **joined** dictionary of ``--vocab-size`` entries in total (fairseq's 4
+specials ``<s> <pad> </s> <unk>`` included), used as source and target dictionary, and with
+``--share-all-embeddings`` (one table for encoder input, decoder input and output projection).
+That is how the papers count: ``transformer_iwslt_de_en`` at a 10.2k joined vocabulary has
+36.8M parameters (LightFormer Tables 2/6/7, Hypoformer Table 8). fairseq's architecture function
+does NOT turn sharing on by itself: without it the same model has 47.2M parameters (three
+tables), with only ``--share-decoder-input-output-embed`` 42.0M. ``--no-share-all-embeddings``
+turns the default off. An architecture whose encoder and decoder widths differ cannot share all
+embeddings; it is then built unshared (with a note on stderr and ``share_all_embeddings: false``).
+
+Counted on fairseq's own models (verified by tests/test_params.py):
+
+====================================== ============ ============
+model                                  vocabulary   parameters
+====================================== ============ ============
+transformer_iwslt_de_en (6-6, 512)     10,200       36.77M  (papers: 36.8M)
+transformer_wmt_en_de (base, 6-6)      32,768       60.92M  (Hypoformer: 61.0M)
+transformer_wmt_en_de (base, 6-6)      37,000       63.08M  (LightFormer: 63.2M)
+====================================== ============ ============
+
+(The base model has 44.14M non-embedding parameters plus 512 per vocabulary entry, so
+LightFormer's 63.2M corresponds to a ~37.2k joined vocabulary, close to the "about 37000 tokens"
+shared BPE vocabulary of Vaswani et al.; Hypoformer's 61.0M to fairseq's 32,768-entry WMT'16
+En-De dictionary.)
+
+Categories (every tensor counted once)
+--------------------------------------
+Parameters are deduplicated by tensor identity and by storage (``data_ptr``, shape, stride), so a
+tied output projection, a shared embedding table or layers shared by LightFormer/Subformer
+schedules count once. Each unique tensor is put in exactly one category, from all the names it is
+reachable under (``named_parameters(remove_duplicate=False)``):
+
+- ``embedding``: anything under a module named ``embed_tokens`` or ``output_projection`` (the
+  token embedding tables, factorized ones included, and an untied output projection), or
+  ``adaptive_softmax``;
+- ``encoder`` / ``decoder``: every other parameter whose name starts with ``encoder.`` /
+  ``decoder.`` (layers, LayerNorms, learned positional embeddings, projections);
+- ``other``: anything else (usually 0);
+- ``total`` = the sum of the four.
+
+MACs (``--macs``)
+-----------------
+The Hypoformer Table 2 convention: multiply-accumulate operations of ONE forward pass of the model
+on a batch of one sentence pair with 20 source tokens (19 random words + ``</s>``) and 20 target
+positions (teacher forcing: ``</s>`` + 19 words as ``prev_output_tokens``), i.e. the encoder on
+20 tokens, the decoder (self-attention, cross-attention, FFN) and the output projection on 20
+positions. ``macs`` is the total of that pass, ``macs_per_token`` = ``macs / 20`` (per
+source+target token pair).
+
+Counting rule: every matrix product that is actually executed, counted at the ATen level with
+:class:`torch.utils.flop_counter.FlopCounterMode` (``mm``, ``addmm``, ``bmm``, ``baddbmm``,
+convolutions, scaled-dot-product attention; a product ``(n x k) @ (k x m)`` counts ``n k m``
+MACs; ``flops / 2``). This covers ``nn.Linear``, ``F.linear`` on a tied embedding table (the output
+projection), the attention score (``QK^T``) and value (``AV``) products, and whatever factorized
+layers compute inside (two thin products of a low-rank layer, the tensordot chain of a TT layer,
+...) - which forward hooks on ``nn.Linear`` alone would miss. Element-wise work (activations,
+LayerNorm, softmax, bias adds, the element-wise product-and-sum of a CP projection) and embedding
+lookups are not counted. The paper's own figures (7.9B for a 6-6 base model) are not reproduced
+by this rule (which gives 1.22B at 32k): the paper does not state its rule; use these counts to
+compare models with each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from lightcompress.measure.timing import format_table, human_count
+
+__all__ = [
+    "MAC_SRC_LEN",
+    "MAC_TGT_LEN",
+    "ModelSpec",
+    "ParamsError",
+    "build_model_without_data",
+    "cli_main",
+    "count_macs",
+    "count_parameters",
+    "make_dictionary",
+    "parse_model_args",
+    "parse_model_specs",
+]
+
+MAC_SRC_LEN = 20
+MAC_TGT_LEN = 20
+
+_EMBEDDING_MODULES = ("embed_tokens", "output_projection", "adaptive_softmax")
+
+
+class ParamsError(ValueError):
+    """A user error (unknown architecture, bad vocabulary size, bad model flag)."""
+
+
+# --------------------------------------------------------------------------------------------
+# counting
+# --------------------------------------------------------------------------------------------
+
+
+def _storage_key(p: torch.Tensor):
+    try:
+        ptr = p.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # meta / exotic tensors
+        return ("id", id(p))
+    return ("ptr", ptr, p.storage_offset(), tuple(p.shape), tuple(p.stride()), p.dtype)
+
+
+def _category(names: Iterable[str]) -> str:
+    names = list(names)
+    for name in names:
+        parts = name.split(".")
+        if any(m in parts[:-1] for m in _EMBEDDING_MODULES):
+            return "embedding"
+    first = names[0]
+    if first.startswith("encoder."):
+        return "encoder"
+    if first.startswith("decoder."):
+        return "decoder"
+    return "other"
+
+
+def count_parameters(model: nn.Module) -> dict:
+    """Parameter counts of ``model`` by category, each tensor counted once.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Typically a fairseq encoder-decoder model (``model.encoder``, ``model.decoder``).
+
+    Returns
+    -------
+    dict
+        Integers ``total``, ``embedding``, ``encoder``, ``decoder``, ``other`` with
+        ``total = embedding + encoder + decoder + other`` (see the module docstring for the
+        categories). Tensors are deduplicated by identity and by storage.
+    """
+    groups: dict[object, tuple[torch.Tensor, list[str]]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        key = _storage_key(p) if p.numel() else ("id", id(p))
+        if key not in groups:
+            groups[key] = (p, [])
+        groups[key][1].append(name)
+    counts = {"total": 0, "embedding": 0, "encoder": 0, "decoder": 0, "other": 0}
+    for p, names in groups.values():
+        counts[_category(names)] += p.numel()
+    counts["total"] = (
+        counts["embedding"] + counts["encoder"] + counts["decoder"] + counts["other"]
+    )
+    return counts
+
+
+def _sdpa_cpu_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kw):
+    # [B x H x Tq x D] @ [B x H x D x Tk] and [B x H x Tq x Tk] @ [B x H x Tk x Dv]
+    b, h, tq, d = query_shape
+    tk, dv = key_shape[-2], value_shape[-1]
+    return 2 * b * h * tq * tk * d + 2 * b * h * tq * tk * dv
+
+
+def _custom_flop_mapping() -> dict:
+    """Formulas for ATen attention kernels the flop counter does not know (CPU flash SDPA)."""
+    mapping = {}
+    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    if op is not None:
+        mapping[op] = _sdpa_cpu_flops
+    return mapping
+
+
+@torch.no_grad()
+def count_macs(
+    model: nn.Module,
+    src_len: int = MAC_SRC_LEN,
+    tgt_len: int = MAC_TGT_LEN,
+    vocab_size: int | None = None,
+    seed: int = 0,
+) -> dict:
+    """MACs of one teacher-forced forward pass on one ``src_len`` + ``tgt_len`` sentence pair.
+
+    Parameters
+    ----------
+    model : fairseq encoder-decoder model
+        Called as ``model(src_tokens, src_lengths, prev_output_tokens)``; put in eval mode for the
+        count and restored afterwards.
+    src_len, tgt_len : int
+        Source tokens (including the final ``</s>``) and target positions.
+    vocab_size : int, optional
+        Range of the random word ids; default ``len(model.encoder.dictionary)``.
+
+    Returns
+    -------
+    dict
+        ``macs`` (int, the whole pass), ``macs_encoder``, ``macs_decoder`` (the decoder includes
+        the output projection), ``macs_per_token`` (``macs / tgt_len``), ``macs_src_tokens``,
+        ``macs_tgt_tokens``. See the module docstring for the counting rule.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    if vocab_size is None:
+        vocab_size = len(model.encoder.dictionary)
+    eos = model.encoder.dictionary.eos() if hasattr(model.encoder, "dictionary") else 2
+    nspecial = getattr(getattr(model.encoder, "dictionary", None), "nspecial", 4)
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randint(nspecial, vocab_size, (1, src_len), generator=gen)
+    src[0, -1] = eos
+    prev = torch.randint(nspecial, vocab_size, (1, tgt_len), generator=gen)
+    prev[0, 0] = eos
+    was_training = model.training
+    model.eval()
+    try:
+        counter = FlopCounterMode(display=False, custom_mapping=_custom_flop_mapping())
+        with counter:
+            model(src, torch.tensor([src_len]), prev)
+    finally:
+        model.train(was_training)
+    total = counter.get_total_flops() // 2
+    by_module = counter.get_flop_counts()
+    parts = {"encoder": 0, "decoder": 0}
+    for mod_name, ops in by_module.items():
+        tail = mod_name.split(".")
+        if len(tail) == 2 and tail[1] in parts:
+            parts[tail[1]] = sum(ops.values()) // 2
+    return {
+        "macs": int(total),
+        "macs_encoder": int(parts["encoder"]),
+        "macs_decoder": int(parts["decoder"]),
+        "macs_per_token": total / tgt_len,
+        "macs_src_tokens": src_len,
+        "macs_tgt_tokens": tgt_len,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# building models without data
+# --------------------------------------------------------------------------------------------
+
+
+def _import_plugin():
+    import lightcompress  # noqa: F401  (registers the plugin's architectures)
+
+
+def make_dictionary(vocab_size: int):
+    """A fairseq ``Dictionary`` of exactly ``vocab_size`` entries (4 specials + dummy words)."""
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    if not isinstance(vocab_size, int) or vocab_size <= d.nspecial:
+        raise ParamsError(
+            f"--vocab-size must be an integer > {d.nspecial} (the dictionary's total size, "
+            f"{d.nspecial} special symbols included), got {vocab_size!r}"
+        )
+    for i in range(vocab_size - len(d)):
+        d.add_symbol(f"w{i}")
+    return d
+
+
+def _check_arch(arch: str) -> None:
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    _import_plugin()
+    if arch not in ARCH_MODEL_REGISTRY:
+        close = [a for a in sorted(ARCH_MODEL_REGISTRY) if arch.split("_")[0] in a][:8]
+        hint = f" (similar: {', '.join(close)})" if close else ""
+        raise ParamsError(f"unknown architecture {arch!r}{hint}")
+
+
+def parse_model_args(
+    arch: str, extra_args: Sequence[str] = (), data: str = "<no-data>"
+) -> argparse.Namespace:
+    """fairseq's training arguments for ``arch`` (translation task) plus ``extra_args``.
+
+    Uses fairseq's own parser (``options.parse_args_and_arch``), so every model flag of the
+    architecture (plugin flags included) and the architecture's defaults apply.
+    """
+    from fairseq import options
+
+    _check_arch(arch)
+    parser = options.get_training_parser(default_task="translation")
+    argv = [data, "--task", "translation", "--arch", arch, "--cpu"]
+    argv += [str(a) for a in extra_args]
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            return options.parse_args_and_arch(parser, argv)
+    except SystemExit:
+        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+        msg = lines[-1] if lines else "could not parse the model flags"
+        msg = re.sub(r"^[\w.-]+: error: ", "", msg)
+        raise ParamsError(f"bad model flags for {arch}: {msg}") from None
+
+
+def _with_sharing(extra_args: Sequence[str], share: bool) -> list[str]:
+    extra = [str(a) for a in extra_args]
+    if share and "--share-all-embeddings" not in extra:
+        extra.append("--share-all-embeddings")
+    if not share:
+        extra = [a for a in extra if a != "--share-all-embeddings"]
+    return extra
+
+
+def build_model_without_data(
+    arch: str,
+    vocab_size: int,
+    extra_args: Sequence[str] = (),
+    share_all_embeddings: bool = True,
+    return_task: bool = False,
+):
+    """Build a fairseq translation model with random weights and no data directory.
+
+    Parameters
+    ----------
+    arch : str
+        Any registered architecture (fairseq's or the plugin's).
+    vocab_size : int
+        Total size of the joined source = target dictionary (4 specials included).
+    extra_args : sequence of str
+        fairseq model flags, e.g. ``["--encoder-layers", "12"]``.
+    share_all_embeddings : bool
+        Add ``--share-all-embeddings`` (the papers' convention). When fairseq refuses it (encoder
+        and decoder widths differ), the model is built without it and ``args.share_all_embeddings``
+        is False.
+    return_task : bool
+        Also return the ``TranslationTask`` (holding the dictionaries) and the parsed args.
+
+    Returns
+    -------
+    model, or (model, task, args) with ``return_task``
+    """
+    from fairseq.tasks.translation import TranslationTask
+
+    _check_arch(arch)
+    dictionary = make_dictionary(vocab_size)
+    args = parse_model_args(
+        arch,
+        ["-s", "src", "-t", "tgt"] + _with_sharing(extra_args, share_all_embeddings),
+    )
+    task = TranslationTask(args, dictionary, dictionary)
+    try:
+        model = task.build_model(args)
+    except ValueError as exc:
+        if not (share_all_embeddings and "share-all-embeddings" in str(exc)):
+            raise ParamsError(f"cannot build {arch}: {exc}") from None
+        print(
+            f"note: {arch} cannot share all embeddings ({exc}); built without "
+            "--share-all-embeddings",
+            file=sys.stderr,
+        )
+        args = parse_model_args(
+            arch, ["-s", "src", "-t", "tgt"] + _with_sharing(extra_args, False)
+        )
+        task = TranslationTask(args, dictionary, dictionary)
+        model = task.build_model(args)
+    except Exception as exc:  # noqa: BLE001 - turn any build failure into one clear line
+        raise ParamsError(f"cannot build {arch}: {type(exc).__name__}: {exc}") from None
+    model.eval()
+    if return_task:
+        return model, task, args
+    return model
+
+
+# --------------------------------------------------------------------------------------------
+# model specs: "[LABEL=]ARCH[:--flag[=value]]..."
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelSpec:
+    """One model of a comparison: ``[LABEL=]ARCH[:--flag[=value]]...``.
+
+    Examples: ``transformer_iwslt_de_en``,
+    ``12-2=transformer_iwslt_de_en:--encoder-layers=12:--decoder-layers=2``,
+    ``lf=lightformer_iwslt_de_en:--no-share-all-embeddings``. Flags are separated by ``:`` followed
+    by ``--``; ``--flag=value`` becomes ``["--flag", "value"]`` (values may contain ``=``, ``,``
+    and ``:``), a bare ``--flag`` is a switch. ``--no-share-all-embeddings`` is understood per model.
+    """
+
+    arch: str
+    args: list[str] = field(default_factory=list)
+    label: str | None = None
+    share_all_embeddings: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.label or self.arch
+
+    @classmethod
+    def parse(cls, text: str) -> ModelSpec:
+        text = text.strip()
+        if not text:
+            raise ParamsError("empty model spec")
+        head, *flags = re.split(r":(?=--)", text)
+        label = None
+        if "=" in head:
+            label, head = head.split("=", 1)
+            label = label.strip() or None
+        spec = cls(arch=head.strip(), label=label)
+        for flag in flags:
+            if not flag.startswith("--") or flag == "--":
+                raise ParamsError(f"bad flag {flag!r} in model spec {text!r}")
+            if flag == "--no-share-all-embeddings":
+                spec.share_all_embeddings = False
+                continue
+            if "=" in flag:
+                key, value = flag.split("=", 1)
+                spec.args += [key, value]
+            else:
+                spec.args.append(flag)
+        return spec
+
+
+def parse_model_specs(text: str | Sequence[str]) -> list[ModelSpec]:
+    """Split comma-separated model specs (one string or several) into :class:`ModelSpec` s.
+
+    A comma starts a new model only where the text after it begins with ``[LABEL=]ARCH`` of a
+    registered architecture; other commas belong to a flag value of the previous model.
+    """
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    _import_plugin()
+    texts = [text] if isinstance(text, str) else list(text)
+    items: list[str] = []
+    for t in texts:
+        pieces = t.split(",")
+        current: str | None = None
+        for piece in pieces:
+            head = re.split(r":(?=--)", piece, maxsplit=1)[0]
+            arch = head.split("=", 1)[-1].strip()
+            starts_model = arch in ARCH_MODEL_REGISTRY or current is None
+            if starts_model:
+                if current is not None:
+                    items.append(current)
+                current = piece
+            else:
+                current += "," + piece
+        if current is not None:
+            items.append(current)
+    return [ModelSpec.parse(i) for i in items if i.strip()]
+
+
+# --------------------------------------------------------------------------------------------
+# command line
+# --------------------------------------------------------------------------------------------
+
+
+def report(
+    arch: str,
+    vocab_size: int,
+    extra_args: Sequence[str] = (),
+    share_all_embeddings: bool = True,
+    reference_arch: str | None = None,
+    macs: bool = False,
+) -> dict:
+    """The JSON report of ``lightcompress-params`` as a dict."""
+    model, _task, args = build_model_without_data(
+        arch, vocab_size, extra_args, share_all_embeddings, return_task=True
+    )
+    out = {
+        "arch": arch,
+        "vocab_size": vocab_size,
+        "share_all_embeddings": bool(getattr(args, "share_all_embeddings", False)),
+    }
+    out.update(count_parameters(model))
+    if reference_arch:
+        ref = build_model_without_data(
+            reference_arch, vocab_size, (), share_all_embeddings
+        )
+        out["reference_arch"] = reference_arch
+        out["reference_total"] = count_parameters(ref)["total"]
+        out["ratio"] = out["reference_total"] / out["total"]
+    if macs:
+        out.update(count_macs(model, vocab_size=vocab_size))
+    return out
+
+
+def table(
+    specs: Sequence[ModelSpec], vocab_size: int, share_all_embeddings: bool = True
+) -> tuple[str, list[dict]]:
+    """An aligned Params / Ratio / MACs table; the first model is the reference."""
+    rows, records = [], []
+    ref_total = None
+    for spec in specs:
+        model = build_model_without_data(
+            spec.arch,
+            vocab_size,
+            spec.args,
+            share_all_embeddings and spec.share_all_embeddings,
+        )
+        counts = count_parameters(model)
+        counts.update(count_macs(model, vocab_size=vocab_size))
+        ref_total = ref_total or counts["total"]
+        ratio = ref_total / counts["total"]
+        records.append(
+            {
+                "label": spec.name,
+                "arch": spec.arch,
+                "args": spec.args,
+                "ratio": ratio,
+                **counts,
+            }
+        )
+        rows.append(
+            [
+                spec.name,
+                human_count(counts["total"]),
+                f"{counts['total']:,}",
+                human_count(counts["embedding"]),
+                f"{ratio:.2f}x",
+                human_count(counts["macs"], 2),
+            ]
+        )
+    headers = [
+        "Model",
+        "Params",
+        "(exact)",
+        "Embedding",
+        "Ratio",
+        f"MACs ({MAC_SRC_LEN}+{MAC_TGT_LEN} tok)",
+    ]
+    return format_table(headers, rows), records
+
+
+class _OneLineErrorParser(argparse.ArgumentParser):
+    """argparse that reports errors as one line (no usage dump) and exits with 2."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _arg_parser() -> argparse.ArgumentParser:
+    p = _OneLineErrorParser(
+        prog="lightcompress-params",
+        description="Parameter (and MAC) counts of a fairseq translation model built without "
+        "data. Unknown flags are passed to fairseq as model flags (e.g. --encoder-layers 12).",
+        epilog="Convention: joined dictionary of --vocab-size entries (4 specials included), "
+        "--share-all-embeddings on (the papers' 36.8M for transformer_iwslt_de_en at 10200).",
+    )
+    p.add_argument("--arch", "-a", help="architecture (fairseq's or the plugin's)")
+    p.add_argument(
+        "--vocab-size",
+        type=int,
+        required=True,
+        help="joined dictionary size, specials included",
+    )
+    p.add_argument("--reference-arch", help="adds 'ratio' = reference total / total")
+    p.add_argument(
+        "--table",
+        help="comma-separated model specs [LABEL=]ARCH[:--flag[=value]]...; prints a "
+        "Params / Ratio / MACs table with the first as reference",
+    )
+    p.add_argument(
+        "--macs",
+        action="store_true",
+        help=f"add MACs of a {MAC_SRC_LEN}+{MAC_TGT_LEN}-token forward pass",
+    )
+    p.add_argument(
+        "--no-share-all-embeddings",
+        dest="share_all_embeddings",
+        action="store_false",
+        help="do not add --share-all-embeddings (default: shared, the papers' convention)",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="with --table: print JSON records instead"
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _arg_parser()
+    args, extra = parser.parse_known_args(argv)
+    try:
+        if args.table:
+            if extra:
+                raise ParamsError(
+                    f"with --table give model flags per model (ARCH:--flag=value), not {extra}"
+                )
+            text, records = table(
+                parse_model_specs(args.table),
+                args.vocab_size,
+                args.share_all_embeddings,
+            )
+            print(json.dumps(records, indent=1) if args.json else text)
+            return 0
+        if not args.arch:
+            raise ParamsError("give --arch ARCH or --table ARCH1,ARCH2,...")
+        out = report(
+            args.arch,
+            args.vocab_size,
+            extra,
+            args.share_all_embeddings,
+            args.reference_arch,
+            args.macs,
+        )
+    except ParamsError as exc:
+        print(f"lightcompress-params: error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(out))
+    return 0
+
+
+def cli_main() -> None:
+    """Console entry point ``lightcompress-params``."""
+    import logging
+
+    logging.disable(
+        logging.WARNING
+    )  # fairseq's INFO/WARNING chatter would drown the JSON
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli_main()
