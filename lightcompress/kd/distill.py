@@ -1,0 +1,359 @@
+"""Sequence-level KD data: translate a binarized training set with a teacher, in resumable shards.
+
+Pipeline (``scripts/distill_data.py`` is the command line):
+
+1. The train split of the teacher's data-bin (N pairs) is cut into ``num_shards`` contiguous line
+   ranges. Each shard becomes a small data-bin (``WORK/shardK.data``, the same dictionaries) and is
+   translated with ``fairseq-generate --gen-subset train`` (beam, length penalty, ``--max-tokens``,
+   ``--user-dir``, ``--cpu`` as given). The shard's output is checked (one non-empty hypothesis per
+   source line) and then renamed into place (``WORK/shardK.gen``), so an interrupted run leaves no
+   half-written shard and a rerun translates only the missing shards. The line ranges depend only
+   on N and ``num_shards`` (not on batching), so a rerun with other batch sizes resumes correctly;
+   the generation settings are recorded in ``WORK/config.json`` and a rerun with different ones is
+   refused.
+2. The shards are merged in the original order (sentence ids of the ``S-``/``H-`` lines plus the
+   shard's offset). Any source line without a hypothesis, or with an empty one, is an error naming
+   the line numbers (1-based lines of the train split).
+3. Source = the ``S-`` lines (the source tokens as the dictionary prints them: the same subword
+   units as the training data, ``<unk>`` for unknown tokens), target = the ``H-`` lines. Both are
+   binarized with the teacher's dictionaries (``fairseq-preprocess --srcdict --tgtdict``) into
+   ``OUT`` as the train split, and the binarized source is checked to equal the original one token
+   for token (which proves the order was restored).
+
+By default nothing is post-processed: the student is trained on the teacher's subword output,
+in the subword space of the training data. ``--post-process``/``--remove-bpe`` (fairseq-generate's
+options) remove the subword marks instead; the result is then plain text that the teacher's
+dictionaries cannot binarize faithfully, so the pipeline stops after writing
+``WORK/train.{src,tgt}`` for the user to segment and binarize.
+"""
+
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+__all__ = [
+    "DistillError",
+    "check_shard",
+    "main",
+    "parse_generate_output",
+]
+
+
+class DistillError(RuntimeError):
+    """A distillation run that cannot go on (incomplete output, changed settings, ...)."""
+
+
+def _lines_str(numbers, limit=20):
+    shown = ", ".join(str(n) for n in numbers[:limit])
+    return shown + (f", ... ({len(numbers)} in all)" if len(numbers) > limit else "")
+
+
+def parse_generate_output(path):
+    """Read a fairseq-generate output file: ({id: source}, {id: hypothesis}) of its S-/H- lines."""
+    sources, hyps = {}, {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if line.startswith("S-"):
+                sid, _, text = line.partition("\t")
+                sources[int(sid[2:])] = text
+            elif line.startswith("H-"):
+                parts = line.split("\t", 2)
+                if len(parts) < 2:
+                    raise DistillError(f"{path}:{lineno}: malformed hypothesis line {line!r}")
+                sid = int(parts[0][2:])
+                if sid in hyps:
+                    raise DistillError(f"{path}:{lineno}: two hypotheses for sentence {sid}")
+                hyps[sid] = parts[2] if len(parts) == 3 else ""
+    return sources, hyps
+
+
+def check_shard(path, offset, size, allow_empty=False):
+    """Check that the generate output ``path`` has one source and one non-empty hypothesis for
+    each of the ``size`` sentences of its shard; return (sources, hypotheses) in order.
+
+    Errors name the lines of the whole train split (1-based: ``offset + id + 1``).
+    """
+    sources, hyps = parse_generate_output(path)
+    expected = range(size)
+    extra = sorted((set(sources) | set(hyps)) - set(expected))
+    if extra:
+        raise DistillError(
+            f"{path}: sentence ids outside the shard's {size} lines: {_lines_str(extra)}; "
+            "the shard was not produced from this shard's data. Delete it and rerun"
+        )
+    no_hyp = [offset + i + 1 for i in expected if i not in hyps]
+    no_src = [offset + i + 1 for i in expected if i not in sources]
+    if no_hyp or no_src:
+        what = no_hyp or no_src
+        raise DistillError(
+            f"{path}: the teacher's output is incomplete: no {'hypothesis' if no_hyp else 'source'} "
+            f"for {len(what)} of {size} source lines; train-split line numbers: {_lines_str(what)}. "
+            "Delete this shard file and rerun to translate it again"
+        )
+    empty = [offset + i + 1 for i in expected if not hyps[i].strip()]
+    if empty and not allow_empty:
+        raise DistillError(
+            f"{path}: empty hypotheses for {len(empty)} source lines; train-split line numbers: "
+            f"{_lines_str(empty)}. Rerun with --allow-empty to keep them (target = EOS only)"
+        )
+    return [sources[i] for i in expected], [hyps[i] for i in expected]
+
+
+def _train_prefix(data, split, src, tgt):
+    for pair in (f"{src}-{tgt}", f"{tgt}-{src}"):
+        prefix = os.path.join(data, f"{split}.{pair}.")
+        if os.path.exists(prefix + src + ".idx") and os.path.exists(prefix + tgt + ".idx"):
+            return prefix
+    raise DistillError(f"no binarized {split} split for {src}-{tgt} in {data}")
+
+
+def _load(prefix, lang):
+    from fairseq.data import data_utils
+
+    ds = data_utils.load_indexed_dataset(prefix + lang, None, dataset_impl=None)
+    if ds is None:
+        raise DistillError(f"cannot read {prefix}{lang}.{{bin,idx}}")
+    return ds
+
+
+def _atomic_write_text(path, lines):
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in lines)
+    os.replace(tmp, path)
+
+
+def _write_shard_data(args, prefix, start, end, shard_dir):
+    """A data-bin holding lines [start, end) of the train split as its own train split."""
+    from fairseq.data import Dictionary, indexed_dataset
+
+    tmp = f"{shard_dir}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for lang in (args.source_lang, args.target_lang):
+        dict_file = os.path.join(args.data, f"dict.{lang}.txt")
+        shutil.copyfile(dict_file, os.path.join(tmp, f"dict.{lang}.txt"))
+        ds = _load(prefix, lang)
+        out = os.path.join(tmp, f"train.{args.source_lang}-{args.target_lang}.{lang}")
+        builder = indexed_dataset.make_builder(
+            out + ".bin", impl="mmap", vocab_size=len(Dictionary.load(dict_file))
+        )
+        for i in range(start, end):
+            builder.add_item(ds[i])
+        builder.finalize(out + ".idx")
+    shutil.rmtree(shard_dir, ignore_errors=True)
+    os.replace(tmp, shard_dir)
+
+
+def _generate_command(args, shard_dir):
+    cmd = [sys.executable, "-m", "fairseq_cli.generate", shard_dir,
+           "--path", args.path, "--gen-subset", "train",
+           "--source-lang", args.source_lang, "--target-lang", args.target_lang,
+           "--beam", str(args.beam), "--lenpen", str(args.lenpen), "--nbest", "1",
+           "--max-tokens", str(args.max_tokens), "--seed", str(args.seed),
+           "--num-workers", "0", "--no-progress-bar"]  # fmt: skip
+    # fairseq main (2024) drops the last batch when its size is not a multiple of
+    # --required-batch-size-multiple (default 8): up to 7 sentences per shard would vanish.
+    cmd += ["--required-batch-size-multiple", "1"]
+    if args.batch_size:
+        cmd += ["--batch-size", str(args.batch_size)]
+    if args.user_dir:
+        cmd += ["--user-dir", args.user_dir]
+    if args.cpu:
+        cmd.append("--cpu")
+    if args.fp16:
+        cmd.append("--fp16")
+    if args.post_process:
+        cmd += ["--post-process", args.post_process]
+    return cmd + shlex.split(args.generate_args)
+
+
+def _translate_shard(args, prefix, k, start, end):
+    gen_file = os.path.join(args.work_dir, f"shard{k}.gen")
+    shard_dir = os.path.join(args.work_dir, f"shard{k}.data")
+    log_file = os.path.join(args.work_dir, f"shard{k}.log")
+    tmp = f"{gen_file}.tmp{os.getpid()}"
+    _write_shard_data(args, prefix, start, end, shard_dir)
+    cmd = _generate_command(args, shard_dir)
+    print(f"[distill] shard {k}: lines {start + 1}-{end}: {shlex.join(cmd)}", flush=True)
+    with (
+        open(tmp, "w", encoding="utf-8") as out,
+        open(log_file, "w", encoding="utf-8") as err,
+    ):
+        rc = subprocess.run(cmd, check=False, stdout=out, stderr=err).returncode
+    if rc != 0:
+        with open(log_file, encoding="utf-8") as f:
+            tail = f.read()[-3000:]
+        os.remove(tmp)
+        raise DistillError(f"fairseq-generate failed on shard {k} (exit {rc}); {log_file}:\n{tail}")
+    check_shard(tmp, start, end - start, args.allow_empty)
+    os.replace(tmp, gen_file)
+    shutil.rmtree(shard_dir, ignore_errors=True)
+
+
+def _shard_bounds(n, num_shards):
+    return [(k * n // num_shards, (k + 1) * n // num_shards) for k in range(num_shards)]
+
+
+def _check_config(args, n):
+    """Record the settings that determine the shards' content; refuse to mix runs."""
+    config = {
+        "data": os.path.abspath(args.data),
+        "path": os.path.abspath(args.path),
+        "source_lang": args.source_lang,
+        "target_lang": args.target_lang,
+        "num_lines": n,
+        "num_shards": args.num_shards,
+        "beam": args.beam,
+        "lenpen": args.lenpen,
+        "seed": args.seed,
+        "fp16": args.fp16,
+        "post_process": args.post_process,
+        "generate_args": args.generate_args,
+    }
+    path = os.path.join(args.work_dir, "config.json")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)
+        diff = {k: (old.get(k), v) for k, v in config.items() if old.get(k) != v}
+        if diff:
+            detail = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
+            raise DistillError(
+                f"{args.work_dir} holds shards made with other settings ({detail}). "
+                "Rerun with the same settings to resume, or delete the directory (or use another "
+                "--work-dir) to start over"
+            )
+    else:
+        _atomic_write_text(path, [json.dumps(config, indent=1)])
+
+
+def _verify_source(prefix_orig, prefix_new, lang):
+    orig, new = _load(prefix_orig, lang), _load(prefix_new, lang)
+    if len(orig) != len(new):
+        raise DistillError(f"distilled source has {len(new)} lines, the original {len(orig)}")
+    for i in range(len(orig)):
+        if not orig[i].equal(new[i]):
+            raise DistillError(
+                f"distilled source line {i + 1} differs from the original train source: the "
+                "teacher's output is misaligned or the dictionaries differ"
+            )
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        description="Sequence-level KD data: translate the train split of DATA with a teacher "
+        "(fairseq-generate, resumable shards) and binarize (original source, teacher's "
+        "hypotheses) with the teacher's dictionaries into --out-dir.",
+    )
+    p.add_argument("data", help="the teacher's data-bin (train split and dict.*.txt)")
+    p.add_argument("--path", required=True, help="teacher checkpoint")
+    p.add_argument("--out-dir", required=True, help="output data-bin (train split)")
+    p.add_argument("--work-dir", help="shards and merged text (default OUT_DIR/distill-work)")
+    p.add_argument("-s", "--source-lang", help="source language (default: inferred from DATA)")
+    p.add_argument("-t", "--target-lang", help="target language (default: inferred from DATA)")
+    p.add_argument("--beam", type=int, default=5, help="beam size (default 5)")
+    p.add_argument("--lenpen", type=float, default=1.0, help="length penalty (default 1.0)")
+    p.add_argument("--max-tokens", type=int, default=4096, help="tokens per generation batch")
+    p.add_argument("--batch-size", type=int, help="sentences per generation batch (optional)")
+    p.add_argument("--num-shards", type=int, default=0,
+                   help="shards (units of resumption); 0 = one per 20,000 lines")  # fmt: skip
+    p.add_argument("--shard-id", type=int,
+                   help="translate only this shard and stop (e.g. one process per GPU); a later "
+                        "run without it translates what is missing and merges")  # fmt: skip
+    p.add_argument("--user-dir", help="--user-dir for fairseq-generate (the teacher's plugin)")
+    p.add_argument("--cpu", action="store_true", help="generate on CPU")
+    p.add_argument("--fp16", action="store_true", help="generate in fp16")
+    p.add_argument("--seed", type=int, default=1, help="generation seed (default 1)")
+    p.add_argument("--post-process", help="fairseq-generate --post-process (e.g. sentencepiece, "
+                   "subword_nmt): remove subword marks and stop after writing text")  # fmt: skip
+    p.add_argument("--remove-bpe", nargs="?", const="@@ ", dest="post_process",
+                   help="same as --post-process (fairseq's alias; bare flag = '@@ ')")  # fmt: skip
+    p.add_argument("--generate-args", default="",
+                   help="more fairseq-generate arguments, one string (e.g. '--max-len-b 250')")  # fmt: skip
+    p.add_argument("--allow-empty", action="store_true",
+                   help="keep empty hypotheses instead of refusing them")  # fmt: skip
+    p.add_argument("--workers", type=int, default=1, help="fairseq-preprocess workers")
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    from fairseq.data import data_utils
+
+    if not args.source_lang or not args.target_lang:
+        args.source_lang, args.target_lang = data_utils.infer_language_pair(args.data)
+        if not args.source_lang:
+            raise DistillError(f"cannot infer the language pair of {args.data}; pass -s and -t")
+    src, tgt = args.source_lang, args.target_lang
+    args.work_dir = args.work_dir or os.path.join(args.out_dir, "distill-work")
+    os.makedirs(args.work_dir, exist_ok=True)
+
+    prefix = _train_prefix(args.data, "train", src, tgt)
+    n = len(_load(prefix, src))
+    if args.num_shards <= 0:
+        args.num_shards = max(1, math.ceil(n / 20000))
+    args.num_shards = min(args.num_shards, max(n, 1))
+    _check_config(args, n)
+    bounds = _shard_bounds(n, args.num_shards)
+
+    todo = range(args.num_shards) if args.shard_id is None else [args.shard_id]
+    for k in todo:
+        start, end = bounds[k]
+        gen_file = os.path.join(args.work_dir, f"shard{k}.gen")
+        if os.path.exists(gen_file):
+            print(f"[distill] shard {k}: done, kept ({gen_file})", flush=True)
+            continue
+        _translate_shard(args, prefix, k, start, end)
+    if args.shard_id is not None:
+        return 0
+
+    sources, hyps = [], []
+    for k, (start, end) in enumerate(bounds):
+        s, h = check_shard(
+            os.path.join(args.work_dir, f"shard{k}.gen"),
+            start,
+            end - start,
+            args.allow_empty,
+        )
+        sources += s
+        hyps += h
+    text_prefix = os.path.join(args.work_dir, "train")
+    _atomic_write_text(f"{text_prefix}.{src}", sources)
+    _atomic_write_text(f"{text_prefix}.{tgt}", hyps)
+    print(f"[distill] merged {n} pairs into {text_prefix}.{{{src},{tgt}}}", flush=True)
+    if args.post_process:
+        print(
+            f"[distill] --post-process {args.post_process!r}: the text is no longer in the "
+            "dictionaries' subword space; segment and binarize it yourself (not binarized)",
+            flush=True,
+        )
+        return 0
+
+    cmd = [sys.executable, "-m", "fairseq_cli.preprocess",
+           "--source-lang", src, "--target-lang", tgt, "--trainpref", text_prefix,
+           "--destdir", args.out_dir, "--workers", str(args.workers),
+           "--srcdict", os.path.join(args.data, f"dict.{src}.txt"),
+           "--tgtdict", os.path.join(args.data, f"dict.{tgt}.txt")]  # fmt: skip
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise DistillError(f"fairseq-preprocess failed:\n{proc.stderr[-3000:]}")
+    out_prefix = os.path.join(args.out_dir, f"train.{src}-{tgt}.")
+    _verify_source(prefix, out_prefix, src)
+    if len(_load(out_prefix, tgt)) != n:
+        raise DistillError(f"binarized distilled target does not have {n} lines")
+    print(f"[distill] wrote {args.out_dir}: {n} pairs (source verified against {args.data})")
+    return 0
+
+
+def cli_main(argv=None):
+    try:
+        return main(argv)
+    except DistillError as exc:
+        print(f"distill_data: error: {exc}", file=sys.stderr)
+        return 1
