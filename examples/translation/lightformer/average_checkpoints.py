@@ -1,0 +1,80 @@
+"""Average the ``model`` weights of the last N fairseq checkpoints of a save directory.
+
+pip-installed fairseq does not ship ``scripts/average_checkpoints.py``; this is the part of it the
+recipes use, with the same flags. The other entries (cfg, extra state) come from the newest
+checkpoint. Floating-point tensors are averaged in float32 and cast back; other tensors are taken
+from the newest checkpoint. The output is written to a temporary file and renamed.
+
+    python average_checkpoints.py --inputs SAVE_DIR --num-epoch-checkpoints 10 --output avg.pt
+    python average_checkpoints.py --inputs a.pt b.pt --output avg.pt
+"""
+
+import argparse
+import os
+import re
+import sys
+
+import torch
+
+import lightcompress  # noqa: F401  (allow-lists fairseq checkpoint types for torch.load)
+
+
+def last_checkpoints(save_dir, n, update_based):
+    """Paths of the newest ``n`` epoch (``checkpointE.pt``) or update (``checkpoint_E_U.pt``)
+    checkpoints in ``save_dir``, newest first."""
+    pattern = re.compile(r"checkpoint_\d+_(\d+)\.pt" if update_based else r"checkpoint(\d+)\.pt")
+    found = sorted(
+        ((int(m.group(1)), name) for name in os.listdir(save_dir) if (m := pattern.fullmatch(name))),
+        reverse=True,
+    )
+    if len(found) < n:
+        raise SystemExit(f"{save_dir}: found {len(found)} checkpoints, need {n}")
+    return [os.path.join(save_dir, name) for _, name in found[:n]]
+
+
+def average(paths):
+    """The newest checkpoint (``paths[0]``) with its ``model`` entry replaced by the average."""
+    sums, newest, keys = {}, None, None
+    for path in paths:
+        state = torch.load(path, map_location="cpu")
+        model = state["model"]
+        if keys is None:
+            newest, keys = state, list(model)
+        elif list(model) != keys:
+            raise SystemExit(f"{path}: parameter names differ from {paths[0]}")
+        for k, v in model.items():
+            if v.is_floating_point():
+                sums[k] = sums[k] + v.float() if k in sums else v.float().clone()
+    newest["model"] = {
+        k: (sums[k] / len(paths)).to(v.dtype) if k in sums else v
+        for k, v in newest["model"].items()
+    }
+    return newest
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--inputs", nargs="+", required=True,
+                        help="checkpoint files, or one save directory with a --num-* flag")
+    parser.add_argument("--output", required=True, help="averaged checkpoint to write")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--num-epoch-checkpoints", type=int, help="average the last N checkpointE.pt")
+    group.add_argument("--num-update-checkpoints", type=int,
+                       help="average the last N checkpoint_E_U.pt")
+    args = parser.parse_args(argv)
+    paths = args.inputs
+    n = args.num_epoch_checkpoints or args.num_update_checkpoints
+    if n:
+        if len(paths) != 1 or not os.path.isdir(paths[0]):
+            parser.error("--num-*-checkpoints takes one save directory as --inputs")
+        paths = last_checkpoints(paths[0], n, args.num_update_checkpoints is not None)
+    print("averaging:", *paths, file=sys.stderr)
+    state = average(paths)
+    tmp = args.output + ".tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, args.output)
+    print(f"wrote {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

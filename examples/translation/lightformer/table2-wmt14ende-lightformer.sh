@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# LightFormer 18-3 on WMT'14 En-De (lightformer_wmt_en_de): Table 2 (22.5M, 27.1 BLEU, 1.5x).
+# SVD weight transfer from the dense 18-3 Transformer (trained first unless
+# its checkpoint exists, or TEACHER=path), then training with the same schedule.
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+use_dataset wmt14ende
+MODEL_FLAGS=()
+INIT="${INIT:-svd}"
+TEACHER_E=18 TEACHER_D=3
+lightformer_row lightformer-18-3-g6

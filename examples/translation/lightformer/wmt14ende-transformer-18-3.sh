@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# WMT'14 En-De dense Transformer-base 18-3: the SVD teacher of the En-De LightFormer
+# (not a paper row).
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+use_dataset wmt14ende
+dense_row 18 3
