@@ -105,9 +105,7 @@ def disable_attention_fast_path(model: nn.Module) -> int:
     for module in model.modules():
         if not isinstance(module, MultiheadAttention):
             continue
-        projs = [
-            getattr(module, n, None) for n in ("q_proj", "k_proj", "v_proj", "out_proj")
-        ]
+        projs = [getattr(module, n, None) for n in ("q_proj", "k_proj", "v_proj", "out_proj")]
         if any(p is not None and type(p) is not nn.Linear for p in projs):
             module._set_skip_embed_dim_check()
             changed += 1
@@ -128,8 +126,6 @@ def compress_fairseq_model(model: nn.Module, spec: CompressionSpec, mode: str = 
     return report
 
 
-def tie_stack_layers(
-    layers: nn.ModuleList, schedule, share=lambda name: True
-) -> list[str]:
+def tie_stack_layers(layers: nn.ModuleList, schedule, share=lambda name: True) -> list[str]:
     """Share parameters between the layers of one stack following ``schedule``."""
     return tie_layers(layers, schedule, share=share)

@@ -49,7 +49,7 @@ from lightcompress.modules import CompressionSpec, group_schedule
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LightformerModel", "lightformer_spec_text", "add_lightformer_args"]
+__all__ = ["LightformerModel", "add_lightformer_args", "lightformer_spec_text"]
 
 _FACTORIZABLE = ("attn", "ffn", "embed")
 
@@ -108,7 +108,6 @@ def add_lightformer_args(parser):
         help="a full compression spec (lightcompress.modules.spec grammar) used "
         "instead of the rules --lc-factorize/--lc-rank generate",
     )
-    # fmt: skip
 
 
 def _rank_param(rank, ratio, what):
@@ -117,9 +116,7 @@ def _rank_param(rank, ratio, what):
             raise ValueError(f"--lc-{what}-ratio must be > 0, got {ratio}")
         return f"ratio={ratio}"
     if rank is None:
-        raise ValueError(
-            f"factorizing needs a rank: give --lc-{what} or --lc-{what}-ratio"
-        )
+        raise ValueError(f"factorizing needs a rank: give --lc-{what} or --lc-{what}-ratio")
     return f"rank={rank}"
 
 
@@ -134,9 +131,7 @@ def factorized_parts(args) -> set[str]:
     return parts
 
 
-def lightformer_spec_text(
-    args, map_param: str | None = None, embed_param: str | None = None
-):
+def lightformer_spec_text(args, map_param: str | None = None, embed_param: str | None = None):
     """The compression spec of a LightFormer configuration, as text.
 
     ``map_param`` / ``embed_param`` (e.g. ``"energy=0.9"``) override the rank flags; the
@@ -147,9 +142,7 @@ def lightformer_spec_text(
     parts = factorized_parts(args)
     rules = []
     if parts & {"attn", "ffn"}:
-        p = map_param or _rank_param(
-            args.lc_rank, getattr(args, "lc_rank_ratio", None), "rank"
-        )
+        p = map_param or _rank_param(args.lc_rank, getattr(args, "lc_rank_ratio", None), "rank")
         if "attn" in parts:
             rules.append(
                 "encoder.layers.*.self_attn.*_proj, decoder.layers.*.self_attn.*_proj, "

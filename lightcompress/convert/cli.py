@@ -1,0 +1,132 @@
+"""``lightcompress-convert``: turn a trained dense fairseq Transformer into a compressed model.
+
+Example (SVD weight transfer into the paper's IWSLT'14 LightFormer)::
+
+    lightcompress-convert --input checkpoints/dense18-3/checkpoint_best.pt \\
+        --output checkpoints/lightformer/init.pt --arch lightformer_iwslt_de_en
+    fairseq-train data-bin/iwslt14.de-en --user-dir $(python -m lightcompress --user-dir) \\
+        --arch lightformer_iwslt_de_en --restore-file checkpoints/lightformer/init.pt \\
+        --reset-optimizer --reset-dataloader --reset-meters ...
+
+Flags the converter does not know are fairseq model flags of the student (``--encoder-layers
+12 --lc-encoder-groups 4``), parsed exactly as ``fairseq-train`` parses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+__all__ = ["cli_main", "convert_checkpoint", "get_parser"]
+
+
+def get_parser(converters=()):
+    parser = argparse.ArgumentParser(
+        prog="lightcompress-convert",
+        description="Convert a trained dense fairseq Transformer checkpoint into a compressed "
+        "model of the lightcompress plugin (weights transferred by SVD / TT-SVD).",
+        epilog="Other flags are passed to the student architecture as fairseq model flags.",
+    )
+    parser.add_argument("--input", "-i", required=True, help="dense fairseq checkpoint (.pt)")
+    parser.add_argument(
+        "--output", "-o", required=True, help="where to write the student checkpoint"
+    )
+    parser.add_argument(
+        "--arch",
+        "-a",
+        required=True,
+        help="student architecture, e.g. lightformer_iwslt_de_en",
+    )
+    parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    parser.add_argument("--quiet", action="store_true", help="print only the summary")
+    for conv in converters:
+        conv.add_args(parser)
+    return parser
+
+
+def convert_checkpoint(argv=None, out=sys.stdout):
+    """Run a conversion; returns ``(student_model, records)``. Raises ConversionError."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    import lightcompress  # noqa: F401  (registers architectures and the checkpoint allow-list)
+    from lightcompress.convert import CONVERTERS
+    from lightcompress.convert.core import (
+        ConversionError,
+        load_teacher,
+        save_student_checkpoint,
+        student_args_from,
+    )
+    from lightcompress.modules import count_unique_params
+
+    opts, model_flags = get_parser(set(CONVERTERS.values())).parse_known_args(argv)
+    if os.path.abspath(opts.input) == os.path.abspath(opts.output) or (
+        os.path.exists(opts.output) and os.path.samefile(opts.input, opts.output)
+    ):
+        raise ConversionError(
+            "--output is the same file as --input; refusing to overwrite the teacher"
+        )
+    if os.path.exists(opts.output) and not opts.force:
+        raise ConversionError(f"{opts.output} exists (use --force to overwrite)")
+    model_name = ARCH_MODEL_NAME_REGISTRY.get(opts.arch)
+    if model_name is None:
+        raise ConversionError(f"unknown student architecture {opts.arch!r}")
+    if model_name not in CONVERTERS:
+        raise ConversionError(
+            f"no converter for {model_name!r} models (available: {sorted(CONVERTERS)})"
+        )
+    opts.progress = not opts.quiet and out is sys.stdout and sys.stderr.isatty()
+
+    def log(msg):
+        if not opts.quiet:
+            print(msg, file=out)
+
+    state, teacher_args, teacher = load_teacher(opts.input)
+    student_args = student_args_from(teacher_args, opts.arch, model_flags)
+    converter = CONVERTERS[model_name]()
+    student, records = converter.convert(teacher, teacher_args, student_args, opts, log)
+
+    if not opts.quiet and records:
+        log(
+            f"{'module':44s} {'kind':18s} {'shape':>11s} {'rank':>6s} {'energy':>7s} {'before':>9s} {'after':>9s}"
+        )
+        for r in records:
+            rank = "x".join(map(str, r.rank)) if isinstance(r.rank, list) else str(r.rank)
+            energy = f"{r.kept_energy:.4f}" if r.kept_energy is not None else "-"
+            log(
+                f"{r.name:44s} {r.kind:18s} {'x'.join(map(str, r.shape)):>11s} {rank:>6s} "
+                f"{energy:>7s} {r.params_before:>9d} {r.params_after:>9d}"
+            )
+    save_student_checkpoint(state, student_args, student, opts.output)
+    spec = getattr(student_args, "lc_spec", None)
+    if spec:
+        with open(opts.output + ".spec", "w") as f:
+            f.write(spec + "\n")
+    t, s = count_unique_params(teacher), count_unique_params(student)
+    print(
+        f"converted {opts.input} ({teacher_args.arch}, {t:,} parameters) -> {opts.output} "
+        f"({opts.arch}, {s:,} parameters, compression {t / s:.2f}x)",
+        file=out,
+    )
+    if spec:
+        print(
+            f"the student's per-matrix ranks are in {opts.output}.spec; fine-tune with "
+            f'--arch {opts.arch} --lc-spec "$(cat {opts.output}.spec)"',
+            file=out,
+        )
+    return student, records
+
+
+def cli_main(argv=None):
+    from lightcompress.convert.core import ConversionError
+
+    try:
+        convert_checkpoint(argv)
+    except ConversionError as exc:
+        print(f"lightcompress-convert: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main())

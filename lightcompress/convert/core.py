@@ -1,0 +1,245 @@
+"""Checkpoint conversion framework: read a trained dense fairseq Transformer, build a student,
+transfer weights, write a checkpoint that fairseq's own commands accept.
+
+A converter plug-in is registered for the fairseq *model* name of the student::
+
+    @register_converter("lightformer")
+    class LightformerConverter(Converter):
+        @staticmethod
+        def add_args(parser): ...
+        def convert(self, teacher, teacher_args, student_args, opts, log): ...
+
+``convert`` returns the student model (weights transferred) and a list of per-module records;
+it raises :class:`ConversionError` for anything that does not fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import tempfile
+
+import torch
+from fairseq import options
+from fairseq.data import Dictionary
+from fairseq.models import (
+    ARCH_CONFIG_REGISTRY,
+    ARCH_MODEL_NAME_REGISTRY,
+    ARCH_MODEL_REGISTRY,
+    MODEL_REGISTRY,
+)
+
+__all__ = [
+    "CONVERTERS",
+    "ConversionError",
+    "Converter",
+    "FakeTask",
+    "build_fairseq_model",
+    "load_teacher",
+    "model_arg_names",
+    "register_converter",
+    "save_student_checkpoint",
+    "student_args_from",
+]
+
+CONVERTERS: dict[str, type] = {}
+
+# teacher model names whose state dicts are those of a dense fairseq Transformer
+DENSE_TEACHER_MODELS = ("transformer", "lightformer")
+
+
+class ConversionError(Exception):
+    """A checkpoint or a configuration that cannot be converted (one clear message)."""
+
+
+class Converter:
+    """Base class of conversion plug-ins (see the module docstring)."""
+
+    @staticmethod
+    def add_args(parser: argparse.ArgumentParser) -> None:
+        """Add converter-specific options."""
+
+    def convert(self, teacher, teacher_args, student_args, opts, log):  # pragma: no cover
+        raise NotImplementedError
+
+
+def register_converter(model_name: str):
+    """Class decorator registering a :class:`Converter` for a student model name."""
+
+    def wrap(cls):
+        if model_name in CONVERTERS and CONVERTERS[model_name] is not cls:
+            raise ValueError(f"a converter for {model_name!r} is already registered")
+        CONVERTERS[model_name] = cls
+        return cls
+
+    return wrap
+
+
+class FakeTask:
+    """Just enough of a translation task to build a model without data."""
+
+    def __init__(self, src_dict: Dictionary, tgt_dict: Dictionary):
+        self.source_dictionary = src_dict
+        self.target_dictionary = tgt_dict
+
+
+def dictionary_of_size(size: int) -> Dictionary:
+    """A fairseq Dictionary with ``size`` entries (the 4 specials + placeholders)."""
+    d = Dictionary()
+    for i in range(size - len(d)):
+        d.add_symbol(f"<w{i}>")
+    return d
+
+
+def _model_args(state: dict):
+    cfg = state.get("cfg")
+    if cfg is not None and cfg.get("model") is not None:
+        return cfg["model"]
+    if state.get("args") is not None:
+        return state["args"]
+    raise ConversionError("the checkpoint holds no model configuration (no cfg.model, no args)")
+
+
+def load_checkpoint_state(path: str) -> dict:
+    """``torch.load`` a fairseq checkpoint with clear errors for missing or damaged files."""
+    if not os.path.isfile(path):
+        raise ConversionError(f"no such checkpoint: {path}")
+    try:
+        # weights_only stays on: the plugin allow-lists the types fairseq checkpoints hold
+        state = torch.load(path, map_location="cpu")
+    except Exception as exc:  # noqa: BLE001  (truncated zip, not a torch file, foreign pickle)
+        raise ConversionError(
+            f"cannot read {path} as a fairseq checkpoint ({type(exc).__name__}: {exc}); "
+            "is the file complete?"
+        ) from None
+    if not isinstance(state, dict) or "model" not in state:
+        raise ConversionError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
+    return state
+
+
+def build_fairseq_model(args, src_size: int, tgt_size: int | None = None):
+    """Build ``args.arch`` with dictionaries of the given sizes (no data needed)."""
+    src = dictionary_of_size(src_size)
+    tgt = src if tgt_size is None or tgt_size == src_size else dictionary_of_size(tgt_size)
+    model_cls = ARCH_MODEL_REGISTRY[args.arch]
+    return model_cls.build_model(args, FakeTask(src, tgt))
+
+
+def load_teacher(path: str):
+    """Load a dense fairseq Transformer checkpoint: ``(state, teacher_args, teacher_model)``."""
+    state = load_checkpoint_state(path)
+    targs = _model_args(state)
+    arch = getattr(targs, "arch", None) or getattr(targs, "_name", None)
+    model_name = ARCH_MODEL_NAME_REGISTRY.get(arch)
+    if model_name is None:
+        raise ConversionError(
+            f"{path}: architecture {arch!r} is not registered (a plugin checkpoint needs its "
+            "--user-dir imported)"
+        )
+    dense = model_name == "transformer" or (
+        model_name == "lightformer"
+        and not (getattr(targs, "lc_factorize", "") or "").replace("none", "").strip(", ")
+        and not getattr(targs, "lc_encoder_groups", 0)
+        and not getattr(targs, "lc_decoder_groups", 0)
+        and not getattr(targs, "lc_spec", None)
+    )
+    if not dense:
+        raise ConversionError(
+            f"{path} is a {model_name!r} model ({arch}); the converter reads a dense, unshared "
+            "fairseq Transformer (arch transformer_* or lightformer_*_dense)"
+        )
+    sd = state["model"]
+    key = "encoder.embed_tokens.weight"
+    if key not in sd or "decoder.embed_tokens.weight" not in sd:
+        raise ConversionError(f"{path}: no encoder/decoder embedding in the model weights")
+    targs = copy.deepcopy(targs)
+    model = build_fairseq_model(targs, sd[key].shape[0], sd["decoder.embed_tokens.weight"].shape[0])
+    try:
+        model.load_state_dict(sd, strict=True)
+    except RuntimeError as exc:
+        raise ConversionError(f"{path}: weights do not fit architecture {arch}: {exc}") from None
+    model.eval()
+    return state, targs, model
+
+
+def model_arg_names(model_name: str) -> set[str]:
+    """Destinations of every flag the model class defines (its architecture settings)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    MODEL_REGISTRY[model_name].add_args(parser)
+    return {a.dest for a in parser._actions}
+
+
+def student_args_from(teacher_args, arch: str, model_flags: list[str]):
+    """The student's namespace: the teacher's task/data settings + ``arch`` with its defaults
+    and ``model_flags`` (fairseq parses them exactly as ``fairseq-train`` would)."""
+    if arch not in ARCH_MODEL_REGISTRY:
+        raise ConversionError(f"unknown architecture {arch!r}")
+    parser = options.get_training_parser()
+    data = getattr(teacher_args, "data", None) or "data-bin"
+    argv = [data, "--task", "translation", "--arch", arch] + list(model_flags)
+    try:
+        parsed = options.parse_args_and_arch(parser, input_args=argv)
+    except SystemExit:
+        raise ConversionError(f"invalid model flags for {arch}: {' '.join(model_flags)}") from None
+    model_keys = model_arg_names(ARCH_MODEL_NAME_REGISTRY[arch])
+    student = copy.deepcopy(teacher_args)
+    for key in list(vars(student)):
+        if key in model_keys:
+            delattr(student, key)
+    for key, value in vars(parsed).items():
+        if key in model_keys or key in ("arch", "_name") or not hasattr(student, key):
+            setattr(student, key, value)
+    student.arch = arch
+    if hasattr(student, "_name"):
+        student._name = arch
+    # share_all_embeddings follows the teacher when the flags did not say otherwise
+    if "--share-all-embeddings" not in model_flags and getattr(
+        teacher_args, "share_all_embeddings", False
+    ):
+        student.share_all_embeddings = True
+    ARCH_CONFIG_REGISTRY[arch](student)
+    return student
+
+
+def save_student_checkpoint(teacher_state: dict, student_args, student_model, output: str) -> None:
+    """Write a fairseq checkpoint of the student atomically (temp file + rename).
+
+    The teacher's task/data configuration is kept; the optimizer history is reset so that
+    ``fairseq-train --restore-file`` starts fresh (with or without --reset-optimizer).
+    """
+    state = {k: v for k, v in teacher_state.items() if k not in ("model", "last_optimizer_state")}
+    cfg = teacher_state.get("cfg")
+    if cfg is not None:
+        cfg = dict(cfg)
+        cfg["model"] = student_args
+        state["cfg"] = cfg
+        state["args"] = None
+    else:
+        state["args"] = student_args
+    state["model"] = student_model.state_dict()
+    hist = (teacher_state.get("optimizer_history") or [{}])[-1]
+    state["optimizer_history"] = [
+        {
+            "criterion_name": hist.get("criterion_name", "LabelSmoothedCrossEntropyCriterion"),
+            "optimizer_name": hist.get("optimizer_name", "FairseqAdam"),
+            "lr_scheduler_state": {"best": None},
+            "num_updates": 0,
+        }
+    ]
+    state["last_optimizer_state"] = None
+    state["extra_state"] = {
+        "train_iterator": {"epoch": 1, "iterations_in_epoch": 0, "shuffle": True},
+        "converted_by": "lightcompress-convert",
+    }
+    out_dir = os.path.dirname(os.path.abspath(output))
+    os.makedirs(out_dir, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".convert-", suffix=".pt", dir=out_dir)
+    os.close(fd)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, output)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
