@@ -1,0 +1,238 @@
+"""Dynamic int8 quantization of every linear map of a model, factorized layers included.
+
+Usage (any script that generates with fairseq)::
+
+    from lightcompress.measure.quantize import quantize_model_int8
+
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path])
+    models = [quantize_model_int8(m) for m in models]  # returns quantized copies
+    generator = task.build_generator(models, cfg.generation)
+
+``scripts/measure_speed.sh --quantize int8`` (or ``--compare-int8``) does exactly this.
+
+What happens
+------------
+1. Modules whose class is registered in :data:`QUANTIZE_HANDLERS` are replaced by an equivalent
+   module built from ``nn.Linear`` s (same outputs in float32). Registered at import, when the
+   class exists in :mod:`lightcompress.modules`:
+
+   - ``LowRankLinear`` (``y = x V^T U^T + b``) -> ``Linear(in, r, bias=False)`` then
+     ``Linear(r, out)``; both maps become int8;
+   - ``CPLinear`` -> ``Linear(d_k, R, bias=False)`` applied per head, the element-wise head
+     weighting ``w1`` (kept float32), then ``Linear(R, out)``;
+   - ``TiedOutputProjection`` (logits from a tied, possibly low-rank, embedding table) -> one
+     ``Linear(d, V)`` or, for a ``LowRankEmbedding``, ``Linear(d, r)`` then ``Linear(r, V)``: the
+     output projection gets its own int8 copy of the table, as fairseq's tied ``nn.Linear``
+     does; the embedding lookup itself stays float32;
+   - ``HybridLinear`` needs no handler: its dense part is an ``nn.Linear`` and its factorized part
+     is handled by its own class;
+   - ``TTLinear`` has none: its forward is a chain of tensor contractions (``tensordot``) of the
+     cores, not products with a weight matrix that ``quantize_dynamic`` could pack; TT layers stay
+     float32 (densifying them would change what is computed).
+
+   Further classes register a converter with :func:`register_quantize_handler`. Modules shared by
+   several parents (layer sharing) are converted once and stay shared.
+2. ``torch.ao.quantization.quantize_dynamic(model, {nn.Linear}, dtype=torch.qint8)``: weights are
+   stored as packed int8 (per-tensor scale), activations quantized on the fly. Embedding tables
+   stay float32 (lookups); a tied output projection gets its own int8 copy of the table.
+3. fairseq's ``MultiheadAttention`` is switched off its fast path (``_set_skip_embed_dim_check``):
+   without incremental state (the encoder, and teacher-forced decoding) it calls
+   ``F.multi_head_attention_forward`` with ``q_proj.weight`` etc., which on a dynamically quantized
+   Linear is a method, not a tensor, so the call would fail. With the flag set, attention calls
+   ``self.q_proj(x)`` - the quantized module - and computes the same result.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+__all__ = [
+    "QUANTIZE_HANDLERS",
+    "count_quantized_linears",
+    "disable_attention_fast_path",
+    "prepare_for_int8",
+    "quantize_model_int8",
+    "register_quantize_handler",
+]
+
+#: class -> function(module) returning an equivalent module made of nn.Linear (float32).
+QUANTIZE_HANDLERS: dict[type, Callable[[nn.Module], nn.Module]] = {}
+
+
+def register_quantize_handler(cls: type):
+    """Decorator: register ``fn(module) -> nn.Module`` as the int8 converter of ``cls``."""
+
+    def deco(fn):
+        QUANTIZE_HANDLERS[cls] = fn
+        return fn
+
+    return deco
+
+
+class _TwoLinear(nn.Module):
+    """``second(first(x))``: a low-rank map as two ``nn.Linear`` (quantizable)."""
+
+    def __init__(self, first: nn.Linear, second: nn.Linear):
+        super().__init__()
+        self.first = first
+        self.second = second
+        self.in_features = first.in_features
+        self.out_features = second.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x))  # [... x in] -> [... x r] -> [... x out]
+
+
+class _CPAsLinears(nn.Module):
+    """CPAC projection with its two matrix products as ``nn.Linear`` (quantizable)."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.heads, self.head_dim = layer.heads, layer.head_dim
+        self.in_features, self.out_features = layer.in_features, layer.out_features
+        rank = layer.rank
+        self.mode = nn.Linear(self.head_dim, rank, bias=False)
+        self.out = nn.Linear(rank, self.out_features, bias=layer.bias is not None)
+        with torch.no_grad():
+            self.mode.weight.copy_(layer.w2.t())
+            self.out.weight.copy_(layer.w0)
+            if layer.bias is not None:
+                self.out.bias.copy_(layer.bias)
+        self.register_buffer("w1", layer.w1.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x = x.reshape(-1, self.heads, self.head_dim)  # [... x in] -> [N x h x d_k]
+        z = (self.mode(x) * self.w1).sum(1)  # [N x h x R] -> [N x R]
+        return self.out(z).view(*lead, self.out_features)
+
+
+def _register_plugin_handlers() -> None:
+    try:
+        from lightcompress.modules import lowrank
+    except ImportError:  # pragma: no cover - modules package absent
+        lowrank = None
+    cls = getattr(lowrank, "LowRankLinear", None)
+    if cls is not None:
+
+        @register_quantize_handler(cls)
+        def _lowrank(layer):
+            first = nn.Linear(layer.in_features, layer.rank, bias=False)
+            second = nn.Linear(layer.rank, layer.out_features, bias=layer.bias is not None)
+            with torch.no_grad():
+                first.weight.copy_(layer.v)
+                second.weight.copy_(layer.u)
+                if layer.bias is not None:
+                    second.bias.copy_(layer.bias)
+            return _TwoLinear(first, second).to(layer.u.dtype)
+
+    try:
+        from lightcompress.modules import cp
+    except ImportError:  # pragma: no cover
+        cp = None
+    cls = getattr(cp, "CPLinear", None)
+    if cls is not None:
+        register_quantize_handler(cls)(_CPAsLinears)
+
+    try:
+        from lightcompress import integration
+    except ImportError:  # pragma: no cover - integration helpers absent
+        integration = None
+    cls = getattr(integration, "TiedOutputProjection", None)
+    if cls is not None:
+        register_quantize_handler(cls)(_tied_output_projection)
+
+
+def _tied_output_projection(proj) -> nn.Module:
+    """Logits ``x E^T`` of a tied (possibly low-rank) embedding as quantizable Linear(s)."""
+    try:
+        from lightcompress.modules.embeddings import LowRankEmbedding
+    except ImportError:  # pragma: no cover
+        LowRankEmbedding = ()
+    emb = proj.embedding
+    if isinstance(emb, LowRankEmbedding):
+        # low-rank table E = U V: [... x d] -> [... x r] -> [... x V]
+        rank, dim = emb.v.shape
+        first = nn.Linear(dim, rank, bias=False)
+        second = nn.Linear(rank, emb.u.shape[0], bias=False)
+        with torch.no_grad():
+            first.weight.copy_(emb.v)
+            second.weight.copy_(emb.u)
+        return _TwoLinear(first, second).to(emb.u.dtype)
+    weight = emb.weight
+    lin = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(weight)
+    return lin.to(weight.dtype)
+
+
+_register_plugin_handlers()
+
+
+def prepare_for_int8(model: nn.Module) -> int:
+    """Replace (in place) every module with a registered handler; returns how many were replaced."""
+    replaced: dict[int, nn.Module] = {}
+    # Collect first: replacing while iterating named_modules would visit new children.
+    targets = []
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if type(child) in QUANTIZE_HANDLERS:
+                targets.append((parent, name, child))
+    for parent, name, child in targets:
+        if id(child) not in replaced:
+            replaced[id(child)] = QUANTIZE_HANDLERS[type(child)](child)
+        setattr(parent, name, replaced[id(child)])
+    return len(replaced)
+
+
+def disable_attention_fast_path(model: nn.Module) -> int:
+    """Make fairseq attention call its projection modules (see module notes); returns a count."""
+    n = 0
+    for m in model.modules():
+        if hasattr(m, "_set_skip_embed_dim_check"):
+            m._set_skip_embed_dim_check()
+            n += 1
+    return n
+
+
+def count_quantized_linears(model: nn.Module) -> int:
+    """Number of dynamically quantized Linear modules in ``model``."""
+    from torch.ao.nn.quantized import dynamic as nnqd
+
+    return sum(isinstance(m, nnqd.Linear) for m in model.modules())
+
+
+def quantize_model_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
+    """Dynamic int8 quantization of every linear map (see the module notes).
+
+    Parameters
+    ----------
+    model : nn.Module
+        A float32 model (e.g. a fairseq ``TransformerModel``), on CPU.
+    inplace : bool
+        Modify ``model`` itself instead of a deep copy.
+
+    Returns
+    -------
+    nn.Module
+        The quantized model, in eval mode, usable with fairseq's ``SequenceGenerator``.
+    """
+    engines = torch.backends.quantized.supported_engines
+    if torch.backends.quantized.engine == "none" or torch.backends.quantized.engine not in engines:
+        for name in ("x86", "fbgemm", "qnnpack"):
+            if name in engines:
+                torch.backends.quantized.engine = name
+                break
+    if not inplace:
+        model = copy.deepcopy(model)
+    model.eval()
+    prepare_for_int8(model)
+    model = torch.ao.quantization.quantize_dynamic(
+        model, {nn.Linear}, dtype=torch.qint8, inplace=True
+    )
+    disable_attention_fast_path(model)
+    return model

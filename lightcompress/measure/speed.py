@@ -1,0 +1,714 @@
+"""Translation speed (tokens/s) on the papers' CPU protocol, several models side by side.
+
+Protocol (Hypoformer appendix A.4, LightFormer section 4.3), all settable:
+
+- 50 source sentences of the average length (``--src-len``: 23 for IWSLT-style data, the
+  default; 30 for WMT), batch size 1, one CPU thread (``--threads``), beam 5 (``--beam``),
+  ``--lenpen`` as given;
+- 10 timed runs over those sentences (``--runs``) after ``--warmup`` untimed runs;
+- the fastest and the slowest 10 % of runs dropped (``--trim``), the mean of the rest reported;
+- tokens/s = generated target tokens / wall time of the run. **The EOS of each hypothesis is not
+  counted** (only the best hypothesis of the beam counts). Source encoding, beam search and the
+  output projection are all inside the timed region; reading data is not.
+
+Decoding goes through fairseq's own ``SequenceGenerator`` built by ``task.build_generator`` and
+``task.inference_step`` (what ``fairseq-generate`` runs), for fairseq's Transformers and every
+plugin architecture alike.
+
+Sentences: with ``--data DIR`` the ``--num-sentences`` sentences of ``--subset`` whose source
+length (without EOS) is closest to ``--src-len`` (ties: lower index first; deterministic);
+without data, random word ids of exactly ``--src-len`` tokens (+ EOS) from ``--seed``.
+
+Output length: ``--min-len L --max-len L`` forces every hypothesis to L tokens (+ EOS), mapped
+to SequenceGenerator's ``min_len=L, max_len_a=0, max_len_b=L``, so that models do equal work
+(needed for untrained models, which otherwise stop at arbitrary lengths). When models with random
+weights are measured and no length is given, the output length is forced to ``--src-len``.
+
+Models (interleaved: A B C A B C ... one run of each per round):
+
+- ``--path [LABEL=]a.pt,[LABEL=]b.pt`` with ``--data DIR`` (trained checkpoints);
+- ``--arch SPEC,SPEC,...`` with ``--vocab-size N`` (random weights, joined dictionary of N
+  entries, ``--share-all-embeddings`` unless ``--no-share-all-embeddings``; with ``--data`` the
+  data's dictionary is used instead). ``SPEC`` is ``[LABEL=]ARCH[:--flag[=value]]...``, e.g.
+  ``12-2=transformer_iwslt_de_en:--encoder-layers=12:--decoder-layers=2`` (see
+  :class:`lightcompress.measure.params.ModelSpec`).
+
+``--quantize int8`` measures int8 versions (``quantize_model_int8``); ``--compare-int8`` measures
+each model in float32 and int8. ``--bleu`` (needs ``--data``) translates the whole ``--subset``
+with the same beam and length penalty (batches of ``--batch-size``; forced lengths are NOT
+applied) and reports sacreBLEU of the ``--post-process``-ed (e.g. BPE-removed) text.
+``--json OUT`` writes every raw run, the protocol, date, CPU model and library versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import platform
+import sys
+import time
+import warnings
+from argparse import Namespace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from lightcompress.measure.timing import (
+    format_table,
+    human_count,
+    interleaved_schedule,
+    summarize_runs,
+    trim_count,
+)
+
+__all__ = [
+    "Candidate",
+    "SpeedError",
+    "cpu_model",
+    "load_candidates",
+    "main",
+    "measure",
+    "pick_sentences",
+    "random_sentences",
+    "sacrebleu_of",
+    "time_run",
+]
+
+IWSLT_AVG_LEN = 23
+WMT_AVG_LEN = 30
+
+
+class SpeedError(ValueError):
+    """A user error: reported as one line, exit code 2."""
+
+
+@dataclass
+class Candidate:
+    """One model under measurement."""
+
+    label: str
+    source: str  # checkpoint path or arch spec
+    model: torch.nn.Module
+    task: object
+    params: int
+    precision: str = "float32"
+    random_weights: bool = False
+    args: list = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------
+# models
+# --------------------------------------------------------------------------------------------
+
+
+def _split_label(item: str) -> tuple[str | None, str]:
+    if "=" in item:
+        label, rest = item.split("=", 1)
+        if label and "/" not in label:
+            return label, rest
+    return None, item
+
+
+def _load_checkpoint(path: str, data: str | None):
+    from fairseq import checkpoint_utils
+
+    if not os.path.exists(path):
+        raise SpeedError(f"checkpoint not found: {path}")
+    overrides = {"data": data} if data else None
+    try:
+        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+            [path], arg_overrides=overrides
+        )
+    except FileNotFoundError as exc:
+        raise SpeedError(
+            f"cannot load {path}: {exc} (give --data with the checkpoint's dictionaries)"
+        ) from None
+    model = models[0]
+    model.prepare_for_inference_(cfg)
+    model.eval()
+    return model, task
+
+
+def _build_random(spec, vocab_size: int | None, data: str | None, share: bool):
+    from lightcompress.measure import params as P
+
+    share = share and spec.share_all_embeddings
+    if data:
+        from fairseq import tasks
+
+        args = P.parse_model_args(spec.arch, P._with_sharing(spec.args, share), data=data)
+        task = tasks.setup_task(args)
+        model = task.build_model(args)
+        model.eval()
+        return model, task
+    if vocab_size is None:
+        raise SpeedError("--arch without --data needs --vocab-size")
+    model, task, _args = P.build_model_without_data(
+        spec.arch, vocab_size, spec.args, share, return_task=True
+    )
+    return model, task
+
+
+def load_candidates(
+    paths: Sequence[str] = (),
+    archs: Sequence[str] = (),
+    data: str | None = None,
+    vocab_size: int | None = None,
+    share_all_embeddings: bool = True,
+    seed: int = 1,
+) -> list[Candidate]:
+    """Load checkpoints (``[LABEL=]path``) and build random-weight models (model specs)."""
+    from lightcompress.measure.params import ParamsError, count_parameters, parse_model_specs
+
+    out = []
+    for item in paths:
+        label, path = _split_label(item)
+        model, task = _load_checkpoint(path, data)
+        if label is None:
+            stem = os.path.splitext(os.path.basename(path))[0]
+            label = f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}/{stem}"
+        out.append(Candidate(label, path, model, task, count_parameters(model)["total"]))
+    if archs:
+        try:
+            specs = parse_model_specs(list(archs))
+        except ParamsError as exc:
+            raise SpeedError(str(exc)) from None
+        for spec in specs:
+            torch.manual_seed(seed)
+            try:
+                model, task = _build_random(spec, vocab_size, data, share_all_embeddings)
+            except ParamsError as exc:
+                raise SpeedError(str(exc)) from None
+            out.append(
+                Candidate(
+                    spec.name,
+                    spec.arch + "".join(f" {a}" for a in spec.args),
+                    model,
+                    task,
+                    count_parameters(model)["total"],
+                    random_weights=True,
+                    args=list(spec.args),
+                )
+            )
+    if not out:
+        raise SpeedError("nothing to measure: give --path and/or --arch")
+    labels = [c.label for c in out]
+    if len(set(labels)) != len(labels):
+        raise SpeedError(f"labels must be unique, got {labels} (use LABEL=... to name models)")
+    return out
+
+
+def with_int8(candidates: Sequence[Candidate], keep_float: bool) -> list[Candidate]:
+    """int8 copies of ``candidates`` (after each float one when ``keep_float``)."""
+    from lightcompress.measure.quantize import quantize_model_int8
+
+    out = []
+    for c in candidates:
+        if keep_float:
+            out.append(c)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch's qint8 deprecation notice
+            q = quantize_model_int8(c.model)
+        out.append(
+            Candidate(c.label, c.source, q, c.task, c.params, "int8", c.random_weights, c.args)
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# sentences
+# --------------------------------------------------------------------------------------------
+
+
+def pick_sentences(task, subset: str, n: int, src_len: int) -> list[torch.Tensor]:
+    """The ``n`` source sentences of ``subset`` with length (no EOS) closest to ``src_len``."""
+    try:
+        task.load_dataset(subset)
+    except FileNotFoundError as exc:
+        raise SpeedError(f"cannot load subset {subset!r}: {exc}") from None
+    ds = task.dataset(subset)
+    src = getattr(ds, "src", None)
+    if src is None or len(ds) == 0:
+        raise SpeedError(f"subset {subset!r} has no source sentences")
+    sizes = [int(s) - 1 for s in ds.src_sizes]  # binarized sentences end with EOS
+    order = sorted(range(len(sizes)), key=lambda i: (abs(sizes[i] - src_len), i))
+    return [src[i].long() for i in order[:n]]
+
+
+def random_sentences(dictionary, n: int, src_len: int, seed: int = 1) -> list[torch.Tensor]:
+    """``n`` sentences of ``src_len`` random word ids (no specials) followed by EOS."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        ids = torch.randint(dictionary.nspecial, len(dictionary), (src_len,), generator=gen)
+        out.append(torch.cat([ids, torch.tensor([dictionary.eos()])]))
+    return out
+
+
+def _samples(sentences: Sequence[torch.Tensor]) -> list[dict]:
+    return [
+        {
+            "id": torch.tensor([i]),
+            "net_input": {"src_tokens": s[None], "src_lengths": torch.tensor([s.numel()])},
+        }
+        for i, s in enumerate(sentences)
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# timing
+# --------------------------------------------------------------------------------------------
+
+
+def _generator(candidate: Candidate, gen_args: Namespace):
+    return candidate.task.build_generator([candidate.model], gen_args)
+
+
+def _hyp_tokens(tokens: torch.Tensor, eos: int) -> int:
+    n = int(tokens.numel())
+    return n - 1 if n and int(tokens[-1]) == eos else n
+
+
+def time_run(candidate: Candidate, generator, samples: Sequence[dict]) -> tuple[float, int]:
+    """One timed pass over ``samples`` (batch 1): (seconds, generated tokens without EOS)."""
+    eos = candidate.task.target_dictionary.eos()
+    task, models = candidate.task, [candidate.model]
+    tokens = 0
+    start = time.perf_counter()
+    for sample in samples:
+        hyps = task.inference_step(generator, models, sample)
+        tokens += _hyp_tokens(hyps[0][0]["tokens"], eos)
+    return time.perf_counter() - start, tokens
+
+
+def measure(
+    candidates: Sequence[Candidate],
+    samples: Sequence[dict],
+    gen_args: Namespace,
+    runs: int = 10,
+    warmup: int = 1,
+    trim: float = 0.1,
+    log=None,
+) -> list[dict]:
+    """Warm up each model, then time ``runs`` interleaved passes; returns one record per model."""
+    gens = [_generator(c, gen_args) for c in candidates]
+    with torch.inference_mode():
+        for c, g in zip(candidates, gens):
+            for _ in range(warmup):
+                time_run(c, g, samples)
+        raw = [[] for _ in candidates]
+        for r, m in interleaved_schedule(len(candidates), runs):
+            seconds, tokens = time_run(candidates[m], gens[m], samples)
+            raw[m].append({"run": r, "seconds": seconds, "tokens": tokens})
+            if log:
+                log(
+                    f"run {r + 1}/{runs} {candidates[m].label} [{candidates[m].precision}]: "
+                    f"{tokens / seconds:.1f} tokens/s"
+                )
+    records = []
+    for c, runs_c in zip(candidates, raw):
+        summary = summarize_runs(
+            [x["seconds"] for x in runs_c], [x["tokens"] for x in runs_c], trim
+        )
+        for x, rate in zip(runs_c, summary["tokens_per_s"]):
+            x["tokens_per_s"] = rate
+        records.append(
+            {
+                "label": c.label,
+                "source": c.source,
+                "precision": c.precision,
+                "random_weights": c.random_weights,
+                "params": c.params,
+                "runs": runs_c,
+                "kept_tokens_per_s": summary["kept"],
+                "tokens_per_s": summary["mean"],
+                "tokens_per_s_std": summary["std"],
+                "tokens_per_s_min": summary["min"],
+                "tokens_per_s_max": summary["max"],
+                "tokens_per_run": runs_c[0]["tokens"],
+            }
+        )
+    ref = records[0]["tokens_per_s"]
+    for rec in records:
+        rec["speed_ratio"] = rec["tokens_per_s"] / ref
+    return records
+
+
+# --------------------------------------------------------------------------------------------
+# BLEU
+# --------------------------------------------------------------------------------------------
+
+
+def sacrebleu_of(
+    candidate: Candidate,
+    subset: str,
+    gen_args: Namespace,
+    batch_size: int = 32,
+    post_process: str | None = None,
+    tokenize: str = "13a",
+) -> dict:
+    """Translate the whole ``subset`` and score it with sacreBLEU.
+
+    Returns ``{"bleu", "bleu_signature", "hypotheses"}`` (hypotheses in sentence-id order).
+    """
+    import sacrebleu
+    from fairseq import utils
+
+    task, model = candidate.task, candidate.model
+    task.load_dataset(subset)
+    dataset = task.dataset(subset)
+    generator = task.build_generator([model], gen_args)
+    strip = getattr(generator, "symbols_to_strip_from_output", {generator.eos})
+    tgt_dict = task.target_dictionary
+    itr = task.get_batch_iterator(
+        dataset=dataset,
+        max_sentences=batch_size,
+        max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
+        ignore_invalid_inputs=True,
+        seed=1,
+        num_workers=0,
+    ).next_epoch_itr(shuffle=False)
+    hyps, refs = {}, {}
+    with torch.inference_mode():
+        for sample in itr:
+            if not sample:
+                continue
+            out = task.inference_step(generator, [model], sample)
+            for i, sid in enumerate(sample["id"].tolist()):
+                hyp = out[i][0]["tokens"].int().cpu()
+                hyps[sid] = tgt_dict.string(hyp, post_process, extra_symbols_to_ignore=strip)
+                ref = utils.strip_pad(sample["target"][i], tgt_dict.pad()).int().cpu()
+                refs[sid] = tgt_dict.string(
+                    ref, post_process, escape_unk=True, extra_symbols_to_ignore=strip
+                )
+    ids = sorted(hyps)
+    metric = sacrebleu.metrics.BLEU(tokenize=tokenize)
+    score = metric.corpus_score([hyps[i] for i in ids], [[refs[i] for i in ids]])
+    return {
+        "bleu": score.score,
+        "bleu_signature": str(metric.get_signature()),
+        "hypotheses": [hyps[i] for i in ids],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# reporting
+# --------------------------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (or ``platform.processor()``)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _environment() -> dict:
+    import fairseq
+
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "fairseq": getattr(fairseq, "__version__", "unknown"),
+        "python": platform.python_version(),
+        "torch_threads": torch.get_num_threads(),
+        "quantized_engine": torch.backends.quantized.engine,
+    }
+
+
+def format_results(records: Sequence[dict], bleu: bool = False) -> str:
+    """The side-by-side table."""
+    headers = ["Model", "Precision", "Params", "Tokens/s", "Std", "Kept min-max", "Speed"]
+    if bleu:
+        headers.append("BLEU")
+    rows = []
+    for r in records:
+        row = [
+            r["label"],
+            r["precision"],
+            human_count(r["params"], 2),
+            f"{r['tokens_per_s']:.1f}",
+            f"{r['tokens_per_s_std']:.1f}",
+            f"{r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f}",
+            f"{r['speed_ratio']:.2f}x",
+        ]
+        if bleu:
+            row.append(f"{r['bleu']:.2f}" if r.get("bleu") is not None else "-")
+        rows.append(row)
+    return format_table(headers, rows, align="ll" + "r" * (len(headers) - 2))
+
+
+def _protocol_line(p: dict) -> str:
+    length = (
+        f"output forced to {p['min_len']} tokens"
+        if p["min_len"] == p["max_len_b"] and p["max_len_a"] == 0
+        else f"output length free (max {p['max_len_a']}*src+{p['max_len_b']}, min {p['min_len']})"
+    )
+    return (
+        f"{p['num_sentences']} sentences (source length {p['mean_src_len']:.1f} on average, "
+        f"target {p['src_len']}; {p['sentences_from']}), batch 1, beam {p['beam']}, "
+        f"lenpen {p['lenpen']}, {p['threads']} thread(s), {p['runs']} runs after "
+        f"{p['warmup']} warm-up, {p['dropped_each_end']} fastest + "
+        f"{p['dropped_each_end']} slowest dropped; {length}. "
+        "Tokens/s counts generated target tokens EXCLUDING EOS (mean of kept runs; Std and "
+        "min-max over kept runs; Speed relative to the first row)."
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# command line
+# --------------------------------------------------------------------------------------------
+
+
+class _OneLineErrorParser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _arg_parser() -> argparse.ArgumentParser:
+    p = _OneLineErrorParser(
+        prog="measure_speed",
+        description="Translation speed (tokens/s) of fairseq models on the papers' CPU "
+        "protocol, side by side. See the module docstring of lightcompress.measure.speed.",
+    )
+    m = p.add_argument_group("models")
+    m.add_argument(
+        "--path",
+        action="append",
+        default=[],
+        help="comma-separated checkpoints, each [LABEL=]PATH (needs --data)",
+    )
+    m.add_argument(
+        "--arch",
+        action="append",
+        default=[],
+        help="comma-separated random-weight model specs "
+        "[LABEL=]ARCH[:--flag[=value]]... (needs --vocab-size or --data)",
+    )
+    m.add_argument(
+        "--vocab-size", type=int, help="joined dictionary size for --arch without --data"
+    )
+    m.add_argument(
+        "--no-share-all-embeddings",
+        dest="share_all_embeddings",
+        action="store_false",
+        help="--arch models: do not add --share-all-embeddings",
+    )
+    m.add_argument("--user-dir", help="an extra fairseq --user-dir to import")
+    d = p.add_argument_group("sentences")
+    d.add_argument("--data", help="fairseq data-bin directory (dictionaries, --subset)")
+    d.add_argument("--subset", default="test", help="split to take sentences from (default test)")
+    d.add_argument("--num-sentences", type=int, default=50, help="default 50")
+    d.add_argument(
+        "--src-len",
+        type=int,
+        default=IWSLT_AVG_LEN,
+        help=f"average source length: {IWSLT_AVG_LEN} IWSLT (default), {WMT_AVG_LEN} WMT",
+    )
+    d.add_argument("--seed", type=int, default=1, help="random sentences and random weights")
+    g = p.add_argument_group("generation")
+    g.add_argument("--beam", type=int, default=5)
+    g.add_argument("--lenpen", type=float, default=1.0)
+    g.add_argument("--min-len", type=int, help="force at least this many output tokens")
+    g.add_argument("--max-len", type=int, help="at most this many output tokens (max_len_a=0)")
+    g.add_argument(
+        "--max-len-a", type=float, default=0.0, help="fairseq max_len_a when --max-len is not given"
+    )
+    g.add_argument(
+        "--max-len-b", type=int, default=200, help="fairseq max_len_b when --max-len is not given"
+    )
+    t = p.add_argument_group("timing")
+    t.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    t.add_argument("--runs", type=int, default=10, help="timed runs per model (default 10)")
+    t.add_argument("--warmup", type=int, default=1, help="untimed runs per model first (default 1)")
+    t.add_argument(
+        "--trim",
+        type=float,
+        default=0.1,
+        help="fraction of fastest and of slowest runs dropped (default 0.1)",
+    )
+    q = p.add_argument_group("int8 and BLEU")
+    q.add_argument(
+        "--quantize",
+        choices=["none", "int8"],
+        default="none",
+        help="measure dynamically int8-quantized models",
+    )
+    q.add_argument(
+        "--compare-int8", action="store_true", help="measure each model in float32 and int8"
+    )
+    q.add_argument(
+        "--bleu", action="store_true", help="also translate all of --subset and report sacreBLEU"
+    )
+    q.add_argument(
+        "--batch-size", type=int, default=32, help="batch size of the --bleu translation"
+    )
+    q.add_argument(
+        "--post-process",
+        "--remove-bpe",
+        dest="post_process",
+        nargs="?",
+        const="@@ ",
+        default=None,
+        help="fairseq post-processing before BLEU (e.g. subword_nmt, sentencepiece)",
+    )
+    q.add_argument("--bleu-tokenize", default="13a", help="sacreBLEU tokenizer (default 13a)")
+    p.add_argument("--json", dest="json_out", help="write all results and raw runs to this file")
+    p.add_argument("--quiet", action="store_true", help="no per-run progress on stderr")
+    return p  # fmt: skip
+
+
+def _split_list(values: Sequence[str]) -> list[str]:
+    return [x for v in values for x in v.split(",") if x.strip()]
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Everything the command line does; returns the JSON document."""
+    if args.user_dir:
+        from fairseq import utils
+
+        utils.import_user_module(Namespace(user_dir=args.user_dir))
+    import lightcompress  # noqa: F401  (plugin architectures)
+
+    torch.set_num_threads(args.threads)
+    try:
+        torch.set_num_interop_threads(args.threads)
+    except RuntimeError:  # already set in this process
+        pass
+    for name, value in (("--runs", args.runs), ("--num-sentences", args.num_sentences),
+                        ("--src-len", args.src_len), ("--beam", args.beam),
+                        ("--threads", args.threads), ("--batch-size", args.batch_size)):  # fmt: skip
+        if value < 1:
+            raise SpeedError(f"{name} must be >= 1, got {value}")
+    if args.warmup < 0:
+        raise SpeedError("--warmup must be >= 0")
+    if not 0 <= args.trim < 0.5:
+        raise SpeedError("--trim must be in [0, 0.5)")
+    if args.path and not args.data:
+        raise SpeedError("--path needs --data (the checkpoints' data-bin directory)")
+    if args.bleu and not args.data:
+        raise SpeedError("--bleu needs --data")
+    if args.data and not os.path.isdir(args.data):
+        raise SpeedError(f"--data is not a directory: {args.data}")
+
+    candidates = load_candidates(
+        _split_list(args.path), args.arch, args.data, args.vocab_size,
+        args.share_all_embeddings, args.seed,
+    )  # fmt: skip
+    if args.compare_int8 or args.quantize == "int8":
+        candidates = with_int8(candidates, keep_float=args.compare_int8)
+
+    first = candidates[0].task
+    for c in candidates[1:]:
+        if len(c.task.source_dictionary) != len(first.source_dictionary):
+            raise SpeedError(
+                f"{c.label} has a source dictionary of {len(c.task.source_dictionary)} entries, "
+                f"{candidates[0].label} of {len(first.source_dictionary)}: they cannot translate "
+                "the same sentences"
+            )
+    if args.data:
+        sentences = pick_sentences(first, args.subset, args.num_sentences, args.src_len)
+        sentences_from = f"{args.subset} split of {args.data}"
+    else:
+        sentences = random_sentences(
+            first.source_dictionary, args.num_sentences, args.src_len, args.seed
+        )
+        sentences_from = "random word ids"
+
+    min_len, max_len_a, max_len_b = 1, args.max_len_a, args.max_len_b
+    if args.max_len is None and args.min_len is None and any(c.random_weights for c in candidates):
+        min_len, max_len_a, max_len_b = args.src_len, 0, args.src_len
+    if args.min_len is not None:
+        min_len = args.min_len
+    if args.max_len is not None:
+        max_len_a, max_len_b = 0, args.max_len
+    if max_len_a == 0 and min_len > max_len_b:
+        raise SpeedError(f"--min-len {min_len} exceeds the maximum length {max_len_b}")
+    gen_args = Namespace(
+        beam=args.beam, lenpen=args.lenpen, min_len=min_len, max_len_a=max_len_a,
+        max_len_b=max_len_b,
+    )  # fmt: skip
+    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    records = measure(
+        candidates, _samples(sentences), gen_args, args.runs, args.warmup, args.trim, log
+    )
+    protocol = {
+        "num_sentences": len(sentences),
+        "src_len": args.src_len,
+        "mean_src_len": sum(s.numel() - 1 for s in sentences) / len(sentences),
+        "sentences_from": sentences_from,
+        "batch_size": 1,
+        "beam": args.beam,
+        "lenpen": args.lenpen,
+        "min_len": min_len,
+        "max_len_a": max_len_a,
+        "max_len_b": max_len_b,
+        "threads": args.threads,
+        "runs": args.runs,
+        "warmup": args.warmup,
+        "trim": args.trim,
+        "dropped_each_end": trim_count(args.runs, args.trim),
+        "tokens": "generated target tokens of the best hypothesis, EOS excluded",
+        "order": "interleaved (A B C A B C ...)",
+    }
+    if args.bleu:
+        bleu_args = Namespace(
+            beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
+            max_len_b=args.max_len_b, min_len=1,
+        )  # fmt: skip
+        for c, rec in zip(candidates, records):
+            res = sacrebleu_of(
+                c, args.subset, bleu_args, args.batch_size, args.post_process, args.bleu_tokenize
+            )
+            rec["bleu"] = res["bleu"]
+            rec["bleu_signature"] = res["bleu_signature"]
+            rec["bleu_sentences"] = len(res["hypotheses"])
+            rec["hypotheses_sample"] = res["hypotheses"][:3]
+        protocol["bleu"] = {
+            "subset": args.subset,
+            "batch_size": args.batch_size,
+            "post_process": args.post_process,
+            "tokenize": args.bleu_tokenize,
+            "note": "same beam and lenpen as the timing; forced output lengths not applied",
+        }
+    return {"protocol": protocol, "environment": _environment(), "models": records}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arg_parser().parse_args(argv)
+    try:
+        result = run(args)
+    except SpeedError as exc:
+        print(f"measure_speed: error: {exc}", file=sys.stderr)
+        return 2
+    print(_protocol_line(result["protocol"]))
+    env = result["environment"]
+    print(f"CPU: {env['cpu']}; torch {env['torch']}, fairseq {env['fairseq']}")
+    print(format_results(result["models"], bleu=args.bleu))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {args.json_out}")
+    return 0
+
+
+def cli_main() -> None:
+    """Entry point of ``python -m lightcompress.measure.speed`` / scripts/measure_speed.sh."""
+    logging.disable(logging.WARNING)  # fairseq's INFO/WARNING lines would interleave the table
+    warnings.filterwarnings("ignore", category=UserWarning)
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli_main()

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""BLEU vs parameters and BLEU vs speed (Hypoformer Figure 4) from measure_speed JSON results.
+
+    scripts/measure_speed.sh --data DATA --path a=a.pt,b=b.pt --bleu --json speed.json
+    python scripts/plot_frontier.py speed.json [more.json ...] --out frontier.png
+
+Each model record (label, precision, params, tokens_per_s, bleu) becomes a point in both panels:
+left BLEU vs parameters (millions), right BLEU vs tokens/s; int8 points are drawn hollow. Records
+without BLEU are an error (run measure_speed with --bleu).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+__all__ = ["FrontierError", "load_points", "main", "plot_frontier"]
+
+
+class FrontierError(ValueError):
+    """Empty, unparseable or BLEU-less results."""
+
+
+def load_points(paths) -> list[dict]:
+    """Model records with ``label``, ``precision``, ``params``, ``tokens_per_s``, ``bleu``."""
+    points = []
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            raise FrontierError(f"{path}: cannot read: {exc.strerror}") from None
+        if not text.strip():
+            raise FrontierError(f"{path}: empty file")
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise FrontierError(f"{path}: not JSON ({exc})") from None
+        models = doc.get("models") if isinstance(doc, dict) else None
+        if not models:
+            raise FrontierError(f"{path}: no 'models' list (expected measure_speed --json output)")
+        for rec in models:
+            missing = [k for k in ("label", "params", "tokens_per_s") if k not in rec]
+            if missing:
+                raise FrontierError(f"{path}: a model record lacks {missing}")
+            if rec.get("bleu") is None:
+                raise FrontierError(
+                    f"{path}: {rec['label']} has no BLEU (run measure_speed with --data and --bleu)"
+                )
+            points.append({**rec, "precision": rec.get("precision", "float32")})
+    return points
+
+
+def plot_frontier(points, out: str, title: str | None = None) -> None:
+    """Draw the two panels into ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_p, ax_s) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    labels = sorted({p["label"] for p in points}, key=[p["label"] for p in points].index)
+    colors = {lab: f"C{i % 10}" for i, lab in enumerate(labels)}
+    for p in points:
+        c = colors[p["label"]]
+        face = "none" if p["precision"] == "int8" else c
+        name = p["label"] + (" (int8)" if p["precision"] == "int8" else "")
+        for ax, x in ((ax_p, p["params"] / 1e6), (ax_s, p["tokens_per_s"])):
+            ax.scatter([x], [p["bleu"]], s=50, edgecolors=c, facecolors=face, label=name)
+            ax.annotate(name, (x, p["bleu"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax_p.set_xlabel("parameters (M)")
+    ax_s.set_xlabel("tokens/s")
+    for ax in (ax_p, ax_s):
+        ax.set_ylabel("BLEU")
+        ax.grid(alpha=0.3)
+    ax_p.set_title("BLEU vs parameters")
+    ax_s.set_title("BLEU vs speed")
+    if title:
+        fig.suptitle(title)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("results", nargs="+", help="measure_speed --json files")
+    p.add_argument("--out", default="frontier.png", help="output image (default frontier.png)")
+    p.add_argument("--title")
+    args = p.parse_args(argv)
+    try:
+        points = load_points(args.results)
+    except FrontierError as exc:
+        print(f"plot_frontier: error: {exc}", file=sys.stderr)
+        return 2
+    plot_frontier(points, args.out, args.title)
+    print(f"wrote {args.out} ({len(points)} points)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
