@@ -1,0 +1,234 @@
+"""Fused Q/K/V projection of Hypoformer's HTT self-attention (Eq. 6-8), plain PyTorch.
+
+The three ``d x d`` maps are one ``3d x d`` matrix ``W = [W_q; W_k; W_v]`` factorized as a
+whole by a :class:`~lightcompress.modules.hybrid.HybridLinear` (or kept dense / factorized
+entirely). Its output columns are ``[dense part (3 n_d) | factorized part (3 (d - n_d))]``
+with ``n_d = round(beta d)`` dense columns per projection; Eq. 8 splits each part in three
+and concatenates the matching slices::
+
+    Q1, K1, V1 = split(x W_dense, 3);   Q2, K2, V2 = split(x W_tt, 3)
+    q = [Q1 | Q2],  k = [K1 | K2],  v = [V1 | V2]
+
+so that every projection has its first ``n_d`` features from the dense part and the rest from
+the TT part. :func:`fused_rows` gives the row permutation that turns a stacked dense
+``[W_q; W_k; W_v]`` into the fused layout (used for weight transfer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from lightcompress.modules.hybrid import HybridLinear, dense_columns
+from lightcompress.modules.lowrank import LowRankLinear
+from lightcompress.modules.tensor_train import TTLinear, max_tt_ranks
+
+__all__ = ["FUSED_KINDS", "FusedQKV", "fused_rows", "split_qkv"]
+
+FUSED_KINDS = ("dense", "htt", "hmf", "tt", "lowrank")
+"""``dense``: one ``nn.Linear(d, 3d)``; ``htt`` / ``hmf``: dense share ``beta`` + TT / low-rank;
+``tt`` / ``lowrank``: the whole ``3d x d`` matrix factorized (``beta`` ignored)."""
+
+
+def split_qkv(y: torch.Tensor, num_dense: int, dim: int) -> tuple[torch.Tensor, ...]:
+    """Eq. 8: ``[Q1 K1 V1 | Q2 K2 V2]`` -> ``q = [Q1|Q2], k = [K1|K2], v = [V1|V2]``.
+
+    Parameters
+    ----------
+    y : torch.Tensor
+        ``(..., 3 d)``: ``3 num_dense`` dense columns, then ``3 (d - num_dense)`` others.
+    num_dense : int
+        Dense columns per projection, ``n_d``.
+    dim : int
+        ``d``.
+
+    Returns
+    -------
+    q, k, v : torch.Tensor
+        Each ``(..., d)``.
+    """
+    nd, nt = num_dense, dim - num_dense
+    dense, fact = y[..., : 3 * nd], y[..., 3 * nd :]
+    out = []
+    for i in range(3):
+        parts = [dense[..., i * nd : (i + 1) * nd], fact[..., i * nt : (i + 1) * nt]]
+        parts = [p for p in parts if p.shape[-1]]
+        out.append(parts[0] if len(parts) == 1 else torch.cat(parts, -1))
+    return tuple(out)
+
+
+def fused_rows(num_dense: int, dim: int) -> torch.Tensor:
+    """Row order of the fused weight in terms of a stacked ``[W_q; W_k; W_v]`` (``3d`` rows).
+
+    ``W_fused = W_stacked[fused_rows(n_d, d)]``: the dense rows of q, k, v first, then the
+    remaining rows of q, k, v.
+    """
+    nd = num_dense
+    dense = [i * dim + j for i in range(3) for j in range(nd)]
+    rest = [i * dim + j for i in range(3) for j in range(nd, dim)]
+    return torch.tensor(dense + rest, dtype=torch.long)
+
+
+class FusedQKV(nn.Module):
+    """``x -> (q, k, v)`` through one (hybrid-)factorized ``3d x d`` map.
+
+    Parameters
+    ----------
+    dim : int
+        Model dimension ``d`` (input and each of q, k, v).
+    kind : str
+        One of :data:`FUSED_KINDS`.
+    beta : float
+        Dense share per projection (``htt`` / ``hmf``); ``n_d = round(beta d)``.
+    ranks : int or sequence of int, optional
+        TT ranks (``htt`` / ``tt``); ``0`` means the maximal (exact) ranks.
+    rank : int, optional
+        Low-rank rank (``hmf`` / ``lowrank``).
+    num_cores : int
+        TT cores (``htt`` / ``tt``).
+    in_shape, out_shape : sequence of int, optional
+        TT modes of ``d`` and of the TT columns (default: balanced factorizations).
+    bias : bool
+        Learn a bias (per output column, carried by the part producing it).
+
+    Attributes
+    ----------
+    proj : nn.Module
+        ``nn.Linear``, :class:`HybridLinear`, :class:`TTLinear` or :class:`LowRankLinear`
+        producing the ``3d`` fused columns.
+    num_dense : int
+        ``n_d`` (``d`` for ``dense``, 0 for ``tt`` / ``lowrank``).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        kind: str = "htt",
+        beta: float = 0.25,
+        ranks: int | Sequence[int] | None = None,
+        rank: int | None = None,
+        num_cores: int = 3,
+        in_shape: Sequence[int] | None = None,
+        out_shape: Sequence[int] | None = None,
+        bias: bool = True,
+    ):
+        super().__init__()
+        if kind not in FUSED_KINDS:
+            raise ValueError(f"FusedQKV kind must be one of {FUSED_KINDS}, got {kind!r}")
+        self.dim, self.kind = int(dim), kind
+        d = self.dim
+        if kind == "dense":
+            self.num_dense = d
+            self.proj = nn.Linear(d, 3 * d, bias=bias)
+        elif kind in ("tt", "lowrank"):
+            self.num_dense = 0
+            if kind == "lowrank":
+                self.proj = LowRankLinear(d, 3 * d, rank, bias)
+            else:
+                from lightcompress.modules.tensor_train import factorize_dim
+
+                in_shape = list(in_shape or factorize_dim(d, num_cores))
+                out_shape = list(out_shape or factorize_dim(3 * d, len(in_shape)))
+                if not ranks:
+                    ranks = max_tt_ranks(in_shape, out_shape)
+                self.proj = TTLinear(in_shape, out_shape, ranks, bias)
+        else:
+            self.num_dense = dense_columns(beta, d)
+            # alpha of the 3d-column hybrid is exactly 3 n_d / 3d
+            alpha = self.num_dense / d
+            if kind == "htt" and not ranks:
+                from lightcompress.modules.tensor_train import factorize_dim
+
+                in_shape = list(in_shape or factorize_dim(d, num_cores))
+                out_shape = list(
+                    out_shape or factorize_dim(3 * (d - self.num_dense), len(in_shape))
+                )
+                ranks = max_tt_ranks(in_shape, out_shape)
+            self.proj = HybridLinear(
+                d,
+                3 * d,
+                alpha,
+                "tt" if kind == "htt" else "lowrank",
+                rank=rank,
+                ranks=ranks,
+                in_shape=in_shape,
+                out_shape=out_shape,
+                num_cores=num_cores,
+                bias=bias,
+            )
+            if self.proj.num_dense != 3 * self.num_dense:  # pragma: no cover - rounding guard
+                raise ValueError(
+                    f"fused dense columns {self.proj.num_dense} != 3 x {self.num_dense}"
+                )
+
+    @classmethod
+    def from_linears(
+        cls,
+        q: nn.Linear,
+        k: nn.Linear,
+        v: nn.Linear,
+        kind: str = "htt",
+        beta: float = 0.25,
+        ranks: int | Sequence[int] | None = None,
+        rank: int | None = None,
+        num_cores: int = 3,
+        in_shape: Sequence[int] | None = None,
+        out_shape: Sequence[int] | None = None,
+    ) -> FusedQKV:
+        """Fuse trained ``q``, ``k``, ``v`` projections (rows permuted per Eq. 8), then slice
+        the dense part and TT-SVD / SVD the rest. ``ranks=None`` or 0: exact TT ranks."""
+        d = q.in_features
+        for name, lin in (("q", q), ("k", k), ("v", v)):
+            if lin.weight.shape != (d, d):
+                raise ValueError(f"{name}_proj is {tuple(lin.weight.shape)}, expected {(d, d)}")
+        has_bias = q.bias is not None
+        layer = cls(d, kind, beta, ranks, rank, num_cores, in_shape, out_shape, has_bias)
+        rows = fused_rows(layer.num_dense, d).to(q.weight.device)
+        w = torch.cat([q.weight, k.weight, v.weight], 0)[rows]
+        b = torch.cat([q.bias, k.bias, v.bias], 0)[rows] if has_bias else None
+        stacked = nn.Linear(d, 3 * d, bias=has_bias).to(device=w.device, dtype=w.dtype)
+        with torch.no_grad():
+            stacked.weight.copy_(w)
+            if has_bias:
+                stacked.bias.copy_(b)
+        p = layer.proj
+        if kind == "dense":
+            new = stacked
+        elif kind == "tt":
+            new = TTLinear.from_linear(stacked, p.in_shape, p.out_shape, p.rank)
+        elif kind == "lowrank":
+            new = LowRankLinear.from_linear(stacked, rank=p.rank)
+        elif kind == "htt":
+            tt = p.factorized
+            new = HybridLinear.from_linear(
+                stacked,
+                p.alpha,
+                "tt",
+                ranks=tt.rank,
+                in_shape=tt.in_shape,
+                out_shape=tt.out_shape,
+            )
+        else:
+            new = HybridLinear.from_linear(stacked, p.alpha, "lowrank", rank=p.rank)
+        layer.proj = new
+        return layer
+
+    @property
+    def kept_energy(self) -> float | None:
+        return getattr(self.proj, "kept_energy", None)
+
+    @property
+    def rank(self):
+        return getattr(self.proj, "rank", None)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(..., d)`` -> ``q, k, v`` each ``(..., d)`` (Eq. 8)."""
+        y = self.proj(x)  # [T x B x d] -> [T x B x 3d]
+        if self.kind == "dense" or self.num_dense == 0:
+            return tuple(y.chunk(3, dim=-1))
+        return split_qkv(y, self.num_dense, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, kind={self.kind!r}, num_dense={self.num_dense}"
