@@ -1,0 +1,53 @@
+"""Measuring compressed models: parameters and MACs, CPU translation speed, int8 quantization.
+
+- :mod:`lightcompress.measure.params`: ``lightcompress-params`` (counts without data, the papers'
+  shared-embedding convention, MACs of a 20+20-token pass), ``count_parameters``,
+  ``build_model_without_data``;
+- :mod:`lightcompress.measure.speed`: tokens/s on the papers' protocol, several models side by
+  side (``scripts/measure_speed.sh``), int8 and BLEU;
+- :mod:`lightcompress.measure.timing`: the protocol's pure logic (trimmed mean, run order, tables);
+- :mod:`lightcompress.measure.quantize`: ``quantize_model_int8`` and ``QUANTIZE_HANDLERS``.
+"""
+
+import importlib
+
+# Submodules are imported on first use, so that ``python -m lightcompress.measure.speed`` (and
+# ``.params``) do not find their module already imported by the package (runpy's warning).
+_LAZY = {
+    "ModelSpec": "params",
+    "ParamsError": "params",
+    "build_model_without_data": "params",
+    "count_macs": "params",
+    "count_parameters": "params",
+    "parse_model_specs": "params",
+    "QUANTIZE_HANDLERS": "quantize",
+    "quantize_model_int8": "quantize",
+    "register_quantize_handler": "quantize",
+    "format_table": "timing",
+    "interleaved_schedule": "timing",
+    "summarize_runs": "timing",
+    "trimmed_mean": "timing",
+}
+
+__all__ = [
+    "QUANTIZE_HANDLERS",
+    "ModelSpec",
+    "ParamsError",
+    "build_model_without_data",
+    "count_macs",
+    "count_parameters",
+    "format_table",
+    "interleaved_schedule",
+    "parse_model_specs",
+    "quantize_model_int8",
+    "register_quantize_handler",
+    "summarize_runs",
+    "trimmed_mean",
+]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        module = importlib.import_module(f"{__name__}.{_LAZY[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
