@@ -1,0 +1,694 @@
+"""Subformer (Reid et al.): SAFE embeddings + sandwich-style parameter sharing.
+
+Built on fairseq's :class:`~fairseq.models.transformer.TransformerModel` through its hooks
+(``build_embedding``, ``build_encoder``, ``build_decoder``, ``build_encoder_layer``,
+``build_decoder_layer``, ``build_fc2``, ``build_encoder_attention``, ``residual_connection``);
+fairseq's encoder and decoder ``forward`` run unchanged, so incremental decoding, alignment
+and ``return_all_hiddens`` keep working. No transformer code is copied.
+
+What the model is (checked against the authors' fork ``machelreid/subformer``):
+
+- **SAFE** (``--safe-dim r``): the token table is ``V x r``; positions are added at width
+  ``r``; the SAFE block is a post-norm Transformer layer at width ``r`` with ``r // 64``
+  heads (authors' rule, :func:`~lightcompress.modules.safe.subformer_heads`): self-attention,
+  add & LayerNorm(r), FFN ``r -> r`` (ReLU) ``-> d``, dropout, no residual (widths differ),
+  LayerNorm(d). It is ``layers[0]`` of each stack (causal in the decoder, no cross-attention),
+  so it runs inside fairseq's layer loop. The encoder scales the table by ``sqrt(r)``, the
+  decoder by ``sqrt(d_decoder)`` (the asymmetry of the authors' code, which follows from
+  fairseq's own definitions). With a tied output table the decoder ends with
+  ``Linear(d, r)`` (``--safe-output linear``, the code; reproduces the paper's sizes) or the
+  paper's two-layer MLP ``d -> 2r -> r`` (``--safe-output mlp``).
+- **Sharing** (``--subformer-sharing``): a schedule of
+  :mod:`lightcompress.modules.sharing` over the ``L`` model layers of each stack, tied with
+  :func:`~lightcompress.modules.sharing.tie_layers`; LayerNorms are never shared. ``sandwich``:
+  first and last independent, the ``L - 2`` middle layers share attention, FFN and (decoder)
+  cross-attention with its query projections. Table 2's variants: ``all``,
+  ``all-independent-ffn`` (all shared, plus one unshared ``d x d`` map after each layer's FFN,
+  as the authors' ``--add-independent-layer``), ``all-except-last``, ``every-2``, ``none``.
+- **Wide sandwich** (``--subformer-sandwich-dim d_s`` != ``d``): the middle layers are
+  fairseq layers at width ``d_s`` (FFN ``--subformer-sandwich-ffn-dim``); ``Linear(d, d_s) +
+  Dropout(0.05) + LayerNorm(d_s)`` after the first layer, ``Linear(d_s, d) + Dropout(0.05) +
+  LayerNorm(d)`` before the last. In the decoder's middle layers the cross-attention stays at
+  the encoder's width: query ``Linear(d_s, d) + LayerNorm(d)``, result ``Linear(d, d_s) +
+  LayerNorm(d_s)`` (these projections belong to the shared cross-attention, as in the code).
+- **BERT initialisation** (``--subformer-init bert``, the default): Linear and Embedding
+  weights N(0, 0.02), biases 0, padding rows 0.
+
+Ties are Parameter identities made at build time, so they survive ``state_dict`` round trips
+and fairseq checkpoints (tests/test_subformer.py). Shared modules stay distinct objects, so
+each position keeps its own incremental-decoding cache (the authors assigned the same module
+objects, which makes every shared decoder layer read one cache).
+
+Sizes (``tests/test_subformer.py``; joined dictionary, ``--share-all-embeddings``). WMT'14
+En-De at V = 32,768 (where ``transformer_wmt_en_de`` has the paper's 61M, 60.9M):
+``subformer_small`` 38.0M (paper 38M; the paper's ``4 d_s`` sandwich FFN would give 41.6M, the
+code's default 2048 gives 38M), ``subformer_base`` 51.7M (52M), ``subformer_mid`` 62.9M
+(63M), ``subformer_xlarge`` 197.0M (197M), ``subformer_sandwich_big`` 121.7M (122M);
+Table 2 at base widths: all 24.1M (24M), all-independent-ffn 27.3M (27M), all-except-last
+31.5M (31M), every-2 38.8M (38M), sandwich 6-6 and 8-8 38.8M (38M). WMT'16 En-Ro at
+V = 34,976 (where ``transformer_wmt_en_de`` has the paper's 62M):
+``subformer_wmt_en_ro_small`` 20.1M (20M); ``subformer_wmt_en_ro_base`` 43.1M: the paper
+prints 48M, which the stated widths (d 512, d_s 640, d_e 384) do not reproduce.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from dataclasses import dataclass
+
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerEncoderBase,
+    TransformerModel,
+    base_architecture,
+)
+from fairseq.modules import LayerNorm, MultiheadAttention, PositionalEmbedding
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.quant_noise import quant_noise as apply_quant_noise_
+from fairseq.modules.transformer_layer import (
+    TransformerDecoderLayerBase,
+    TransformerEncoderLayerBase,
+)
+from torch import nn
+
+from lightcompress.modules.safe import (
+    OutputReduction,
+    QueryProjectedAttention,
+    SandwichProjection,
+    bert_init_,
+    subformer_heads,
+)
+from lightcompress.modules.sharing import (
+    all_except_last,
+    all_shared,
+    every_k,
+    sandwich_schedule,
+    tie_layers,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "SHARING_SCHEDULES",
+    "SafeDecoderBlock",
+    "SafeEncoderBlock",
+    "SubformerDecoder",
+    "SubformerDecoderLayer",
+    "SubformerEncoder",
+    "SubformerEncoderLayer",
+    "SubformerModel",
+    "SubformerOptions",
+    "add_subformer_args",
+]
+
+SHARING_SCHEDULES = {
+    "sandwich": sandwich_schedule,
+    "all": all_shared,
+    "all-independent-ffn": all_shared,
+    "all-except-last": all_except_last,
+    "every-2": lambda n: every_k(n, 2),
+    "none": lambda n: list(range(n)),
+}
+SANDWICH_DROPOUT = 0.05  # the authors' projections between model and sandwich width
+
+
+@dataclass
+class SubformerOptions:
+    """The Subformer settings of one model, read from fairseq args (Namespace or DictConfig)."""
+
+    sharing: str = "sandwich"
+    sandwich_dim: int | None = None
+    sandwich_ffn_dim: int | None = None
+    sandwich_heads: int | None = None
+    safe_dim: int | None = None
+    safe_heads: int | None = None
+    safe_output: str = "linear"
+
+    @classmethod
+    def from_args(cls, args) -> SubformerOptions:
+        def get(name, default=None):
+            value = getattr(args, name, None)
+            return default if value is None else value
+
+        opts = cls(
+            sharing=get("subformer_sharing", "sandwich"),
+            sandwich_dim=get("subformer_sandwich_dim") or None,
+            sandwich_ffn_dim=get("subformer_sandwich_ffn_dim") or None,
+            sandwich_heads=get("subformer_sandwich_heads") or None,
+            safe_dim=get("safe_dim") or None,
+            safe_heads=get("safe_heads") or None,
+            safe_output=get("safe_output", "linear"),
+        )
+        if opts.sharing not in SHARING_SCHEDULES:
+            raise ValueError(
+                f"--subformer-sharing must be one of {sorted(SHARING_SCHEDULES)}, "
+                f"got {opts.sharing!r}"
+            )
+        if opts.safe_output not in OutputReduction.KINDS:
+            raise ValueError(
+                f"--safe-output must be one of {OutputReduction.KINDS}, got {opts.safe_output!r}"
+            )
+        return opts
+
+
+def add_subformer_args(parser):
+    """The ``--subformer-*`` / ``--safe-*`` flags (no defaults: architectures set them)."""
+    group = parser.add_argument_group("Subformer (lightcompress)")
+    group.add_argument(
+        "--subformer-sharing",
+        choices=sorted(SHARING_SCHEDULES),
+        help="cross-layer sharing of each stack: sandwich (first and last independent, "
+        "middle shared), all, all-independent-ffn, all-except-last, every-2, none "
+        "(Subformer Table 2); LayerNorms are never shared",
+    )
+    group.add_argument(
+        "--subformer-sandwich-dim",
+        type=int,
+        metavar="D",
+        help="width d_s of the shared middle layers (sandwich only; default: the model width)",
+    )
+    group.add_argument(
+        "--subformer-sandwich-ffn-dim",
+        type=int,
+        metavar="D",
+        help="FFN width of the middle layers (default: the model's FFN width if d_s = d, "
+        "else 4 d_s)",
+    )
+    group.add_argument(
+        "--subformer-sandwich-heads",
+        type=int,
+        metavar="H",
+        help="attention heads of the middle layers (default: the model's heads if d_s = d, "
+        "else d_s // 64, d_s // 128 above 1024)",
+    )
+    group.add_argument(
+        "--safe-dim",
+        type=int,
+        metavar="R",
+        help="SAFE reduction (embedding) dimension r; 0 or unset: plain embeddings",
+    )
+    group.add_argument(
+        "--safe-heads",
+        type=int,
+        metavar="H",
+        help="attention heads of the SAFE block (default: r // 64, the authors' rule)",
+    )
+    group.add_argument(
+        "--safe-output",
+        choices=OutputReduction.KINDS,
+        help="with SAFE and a tied output table: map d -> r with one Linear (linear, the "
+        "authors' code) or the paper's two-layer MLP d -> 2r -> r (mlp)",
+    )
+    group.add_argument(
+        "--subformer-init",
+        choices=("bert", "fairseq"),
+        help="initialisation: bert (N(0, 0.02), biases 0, pad rows 0; the paper's MT setup) "
+        "or fairseq's defaults",
+    )
+
+
+# --- layers ---------------------------------------------------------------------------------
+
+
+class _IndependentFFNOutput(nn.Module):
+    """``fc2`` followed by an unshared ``d x d`` map: ``W_i drop(act(fc2(h)))``.
+
+    The authors' "all-shared (independent FFN)": ``fc2`` is shared, ``independent`` is not.
+    Shapes: ``(T, B, ffn) -> (T, B, d)``.
+    """
+
+    def __init__(self, fc2: nn.Module, dim: int, activation_fn, dropout: float):
+        super().__init__()
+        self.shared = fc2
+        self.independent = nn.Linear(dim, dim)
+        self.activation_fn = activation_fn
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.independent(self.dropout(self.activation_fn(self.shared(x))))
+
+
+class SubformerEncoderLayer(TransformerEncoderLayerBase):
+    """fairseq's encoder layer with optional width projections around it.
+
+    ``project_in`` is applied to the layer's input and ``project_out`` to its output; the
+    sandwich puts the up-projection after the first layer and the down-projection before the
+    last, so the middle (shared) layers are plain fairseq layers at width ``d_s``.
+    """
+
+    def __init__(self, cfg, independent_ffn: bool = False):
+        self._independent_ffn = independent_ffn
+        super().__init__(cfg)
+        self.project_in = None
+        self.project_out = None
+
+    def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
+        fc2 = super().build_fc2(input_dim, output_dim, q_noise, qn_block_size)
+        if not self._independent_ffn:
+            return fc2
+        return _IndependentFFNOutput(fc2, output_dim, self.activation_fn, self.cfg.dropout)
+
+    def forward(self, x, encoder_padding_mask, attn_mask=None):
+        if self.project_in is not None:
+            x = self.project_in(x)  # [T x B x d_s] -> [T x B x d]
+        x = super().forward(x, encoder_padding_mask, attn_mask)
+        if self.project_out is not None:
+            x = self.project_out(x)  # [T x B x d] -> [T x B x d_s]
+        return x
+
+
+class SubformerDecoderLayer(TransformerDecoderLayerBase):
+    """fairseq's decoder layer with width projections and, when its width differs from the
+    encoder's, cross-attention at the encoder's width through query projections."""
+
+    def __init__(
+        self,
+        cfg,
+        no_encoder_attn: bool = False,
+        independent_ffn: bool = False,
+        cross_heads: int | None = None,
+    ):
+        self._independent_ffn = independent_ffn
+        self._cross_heads = cross_heads
+        self._dropout_p = cfg.dropout
+        super().__init__(cfg, no_encoder_attn)
+        self.project_in = None
+        self.project_out = None
+
+    def build_encoder_attention(self, embed_dim, cfg):
+        enc_dim = cfg.encoder.embed_dim
+        if embed_dim == enc_dim:
+            return super().build_encoder_attention(embed_dim, cfg)
+        attention = MultiheadAttention(
+            enc_dim,
+            self._cross_heads or cfg.decoder.attention_heads,
+            kdim=enc_dim,
+            vdim=enc_dim,
+            dropout=cfg.attention_dropout,
+            encoder_decoder_attention=True,
+            q_noise=self.quant_noise,
+            qn_block_size=self.quant_noise_block_size,
+            xformers_att_config=cfg.encoder.xformers_att_config,
+        )
+        return QueryProjectedAttention(attention, embed_dim, enc_dim)
+
+    def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
+        fc2 = super().build_fc2(input_dim, output_dim, q_noise, qn_block_size)
+        if not self._independent_ffn:
+            return fc2
+        return _IndependentFFNOutput(fc2, output_dim, self.activation_fn, self._dropout_p)
+
+    def forward(self, x, *args, **kwargs):
+        if self.project_in is not None:
+            x = self.project_in(x)
+        x, attn, state = super().forward(x, *args, **kwargs)
+        if self.project_out is not None:
+            x = self.project_out(x)
+        return x, attn, state
+
+
+class _SafeMixin:
+    """SAFE: the FFN ends at ``out_dim``; no residual around it when the widths differ."""
+
+    out_dim: int
+
+    def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
+        return super().build_fc2(input_dim, self.out_dim, q_noise, qn_block_size)
+
+    def residual_connection(self, x, residual):
+        if x.size(-1) != residual.size(-1):
+            return x  # [T x B x r] -> [T x B x d]: the authors' "dimensions unmatched"
+        return residual + x
+
+
+class SafeEncoderBlock(_SafeMixin, TransformerEncoderLayerBase):
+    """The encoder's SAFE block: a post-norm layer at width ``r`` whose FFN ends at ``d``.
+
+    ``cfg_r`` has ``encoder.embed_dim = encoder.ffn_embed_dim = r``. Shapes: ``(T, B, r) ->
+    (T, B, d)``.
+    """
+
+    def __init__(self, cfg_r, out_dim: int):
+        self.out_dim = out_dim
+        super().__init__(cfg_r)
+        self.final_layer_norm = LayerNorm(out_dim, export=cfg_r.export)
+
+
+class SafeDecoderBlock(_SafeMixin, TransformerDecoderLayerBase):
+    """The decoder's SAFE block: causal, no cross-attention (fairseq's decoder loop passes the
+    causal mask and the incremental state). Shapes: ``(T, B, r) -> (T, B, d)``."""
+
+    def __init__(self, cfg_r, out_dim: int):
+        self.out_dim = out_dim
+        super().__init__(cfg_r, no_encoder_attn=True)
+        self.final_layer_norm = LayerNorm(out_dim, export=cfg_r.export)
+
+
+# --- stacks ---------------------------------------------------------------------------------
+
+
+def _side_cfg(cfg, side, embed_dim, ffn_dim, heads, normalize_before=None):
+    """A copy of ``cfg`` whose ``side`` (encoder/decoder) has other widths."""
+    out = copy.deepcopy(cfg)
+    sub = getattr(out, side)
+    sub.embed_dim, sub.ffn_embed_dim, sub.attention_heads = embed_dim, ffn_dim, heads
+    if normalize_before is not None:
+        sub.normalize_before = normalize_before
+    if side == "decoder":
+        sub.input_dim = sub.output_dim = embed_dim
+    return out
+
+
+class _StackPlan:
+    """Which fairseq config each position of a stack is built with, and how it is tied."""
+
+    def __init__(self, cfg, side: str, opts: SubformerOptions):
+        sub = getattr(cfg, side)
+        self.opts = opts
+        self.side = side
+        self.num_layers = n = sub.layers
+        self.model_dim = d = sub.embed_dim
+        self.schedule = SHARING_SCHEDULES[opts.sharing](n)
+        self.independent_ffn = opts.sharing == "all-independent-ffn"
+        d_s = opts.sandwich_dim or d
+        ffn_s = opts.sandwich_ffn_dim or (sub.ffn_embed_dim if d_s == d else 4 * d_s)
+        heads_s = opts.sandwich_heads or (sub.attention_heads if d_s == d else subformer_heads(d_s))
+        if opts.sharing != "sandwich" and (d_s, ffn_s) != (d, sub.ffn_embed_dim):
+            raise ValueError(
+                "--subformer-sandwich-dim / --subformer-sandwich-ffn-dim need "
+                f"--subformer-sharing sandwich (got {opts.sharing!r})"
+            )
+        self.sandwich_dim = d_s
+        self.has_middle = opts.sharing == "sandwich" and n > 2
+        self.middle_cfg = cfg
+        if self.has_middle and (d_s, ffn_s, heads_s) != (
+            d,
+            sub.ffn_embed_dim,
+            sub.attention_heads,
+        ):
+            self.middle_cfg = _side_cfg(cfg, side, d_s, ffn_s, heads_s)
+        self.cross_heads = sub.attention_heads
+        self.safe_cfg = None
+        if opts.safe_dim:
+            r = opts.safe_dim
+            heads = opts.safe_heads or subformer_heads(r)
+            self.safe_cfg = _side_cfg(cfg, side, r, r, heads, normalize_before=False)
+        self._next = 0  # position of the next layer fairseq builds
+
+    def share(self, name: str) -> bool:
+        """Parameters tied between positions: everything but LayerNorms (and the
+        independent maps of ``all-independent-ffn``)."""
+        if "layer_norm" in name:
+            return False
+        return not (self.independent_ffn and ".independent." in f".{name}")
+
+    def finish(self, layers) -> None:
+        """Attach the sandwich projections and tie the model layers."""
+        d, d_s = self.model_dim, self.sandwich_dim
+        if self.has_middle and d_s != d:
+            layers[0].project_out = SandwichProjection(d, d_s, SANDWICH_DROPOUT)
+            layers[-1].project_in = SandwichProjection(d_s, d, SANDWICH_DROPOUT)
+        tie_layers(layers, self.schedule, share=self.share)
+
+
+def _checkpointed(layer, cfg):
+    if cfg.checkpoint_activations:
+        return checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+    return layer
+
+
+class SubformerEncoder(TransformerEncoderBase):
+    """fairseq's encoder with the SAFE block as ``layers[0]`` and shared model layers.
+
+    With SAFE the embedding table has width ``r``; fairseq then scales it by ``sqrt(r)`` and
+    adds positions at width ``r``, as the authors' code does.
+    """
+
+    def __init__(self, cfg, dictionary, embed_tokens, opts: SubformerOptions):
+        if opts.safe_dim and cfg.encoder.layerdrop > 0:
+            raise ValueError("--encoder-layerdrop would drop the SAFE block")
+        self._plan = _StackPlan(cfg, "encoder", opts)
+        super().__init__(cfg, dictionary, embed_tokens)
+        d = cfg.encoder.embed_dim
+        self.has_safe = bool(opts.safe_dim)
+        if self.has_safe:
+            if embed_tokens.embedding_dim != opts.safe_dim:
+                raise ValueError(
+                    f"SAFE needs a {opts.safe_dim}-dim embedding, got {embed_tokens.embedding_dim}"
+                )
+            self.layers.insert(0, SafeEncoderBlock(self._plan.safe_cfg, d))
+            self.num_layers = len(self.layers)
+            if self.layer_norm is not None:  # pre-norm: the final norm is at the model width
+                self.layer_norm = LayerNorm(d, export=cfg.export)
+        self._plan.finish(self.model_layers)
+
+    @property
+    def model_layers(self) -> nn.ModuleList:
+        """The ``L`` model layers (without the SAFE block)."""
+        return self.layers[1:] if self.has_safe else self.layers
+
+    def build_encoder_layer(self, cfg):
+        pos = self._plan._next
+        self._plan._next += 1
+        plan = self._plan
+        middle = plan.has_middle and 0 < pos < plan.num_layers - 1
+        layer = SubformerEncoderLayer(
+            plan.middle_cfg if middle else cfg, independent_ffn=plan.independent_ffn
+        )
+        return _checkpointed(layer, cfg)
+
+
+class SubformerDecoder(TransformerDecoderBase):
+    """fairseq's decoder with the (causal) SAFE block as ``layers[0]`` and shared layers.
+
+    With SAFE: no input projection (SAFE maps ``r -> d``), positions at width ``r``, the
+    embedding scaled by ``sqrt(d)`` (fairseq's and the authors' decoder), and with a tied
+    output table an :class:`~lightcompress.modules.safe.OutputReduction` ``d -> r`` before it.
+    """
+
+    def __init__(
+        self,
+        cfg,
+        dictionary,
+        embed_tokens,
+        opts: SubformerOptions,
+        no_encoder_attn=False,
+        output_projection=None,
+    ):
+        if opts.safe_dim and cfg.decoder.layerdrop > 0:
+            raise ValueError("--decoder-layerdrop would drop the SAFE block")
+        self._plan = _StackPlan(cfg, "decoder", opts)
+        super().__init__(
+            cfg,
+            dictionary,
+            embed_tokens,
+            no_encoder_attn=no_encoder_attn,
+            output_projection=output_projection,
+        )
+        d = cfg.decoder.embed_dim
+        self.has_safe = bool(opts.safe_dim)
+        if self.has_safe:
+            r = embed_tokens.embedding_dim
+            if r != opts.safe_dim:
+                raise ValueError(f"SAFE needs a {opts.safe_dim}-dim embedding, got {r}")
+            self.project_in_dim = None
+            if self.embed_positions is not None:
+                self.embed_positions = PositionalEmbedding(
+                    self.max_target_positions,
+                    r,
+                    self.padding_idx,
+                    learned=cfg.decoder.learned_pos,
+                )
+            if self.layernorm_embedding is not None:
+                self.layernorm_embedding = LayerNorm(r, export=cfg.export)
+            if self.quant_noise is not None:
+                self.quant_noise = apply_quant_noise_(
+                    nn.Linear(r, r, bias=False),
+                    cfg.quant_noise.pq,
+                    cfg.quant_noise.pq_block_size,
+                )
+            self.layers.insert(0, SafeDecoderBlock(self._plan.safe_cfg, d))
+            self.num_layers = len(self.layers)
+            if self.share_input_output_embed and self.adaptive_softmax is None:
+                self.project_out_dim = OutputReduction(d, r, opts.safe_output)
+        self._plan.finish(self.model_layers)
+
+    @property
+    def model_layers(self) -> nn.ModuleList:
+        """The ``L`` model layers (without the SAFE block)."""
+        return self.layers[1:] if self.has_safe else self.layers
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        pos = self._plan._next
+        self._plan._next += 1
+        plan = self._plan
+        middle = plan.has_middle and 0 < pos < plan.num_layers - 1
+        layer = SubformerDecoderLayer(
+            plan.middle_cfg if middle else cfg,
+            no_encoder_attn,
+            independent_ffn=plan.independent_ffn,
+            cross_heads=plan.cross_heads,
+        )
+        return _checkpointed(layer, cfg)
+
+
+# --- model ----------------------------------------------------------------------------------
+
+
+@register_model("subformer")
+class SubformerModel(TransformerModel):
+    """Subformer: fairseq's Transformer + SAFE + sandwich sharing (module docstring)."""
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        add_subformer_args(parser)
+
+    @classmethod
+    def build_model(cls, args, task):
+        subformer_architecture(args)
+        SubformerOptions.from_args(args)  # validate flags before building
+        model = super().build_model(args, task)
+        if getattr(args, "subformer_init", "bert") == "bert":
+            model.apply(bert_init_)
+        return model
+
+    @classmethod
+    def build_embedding(cls, args, dictionary, embed_dim, path=None):
+        safe_dim = getattr(args, "safe_dim", None)
+        return super().build_embedding(args, dictionary, safe_dim or embed_dim, path)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(args)
+        return SubformerEncoder(cfg, src_dict, embed_tokens, SubformerOptions.from_args(args))
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        cfg = TransformerConfig.from_namespace(args)
+        return SubformerDecoder(
+            cfg,
+            tgt_dict,
+            embed_tokens,
+            SubformerOptions.from_args(args),
+            no_encoder_attn=cfg.no_cross_attention,
+        )
+
+
+# --- architectures --------------------------------------------------------------------------
+
+
+def _defaults(
+    args,
+    *,
+    dim=512,
+    ffn=None,
+    layers=6,
+    safe_dim=0,
+    sandwich_dim=None,
+    sandwich_ffn=None,
+    sharing="sandwich",
+):
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", dim)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", ffn or 4 * dim)
+    args.encoder_attention_heads = getattr(
+        args, "encoder_attention_heads", subformer_heads(args.encoder_embed_dim)
+    )
+    args.encoder_layers = getattr(args, "encoder_layers", layers)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", args.encoder_embed_dim)
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", args.encoder_ffn_embed_dim)
+    args.decoder_attention_heads = getattr(
+        args, "decoder_attention_heads", subformer_heads(args.decoder_embed_dim)
+    )
+    args.decoder_layers = getattr(args, "decoder_layers", args.encoder_layers)
+    args.share_all_embeddings = getattr(args, "share_all_embeddings", True)
+    args.safe_dim = getattr(args, "safe_dim", safe_dim)
+    args.safe_heads = getattr(args, "safe_heads", None)
+    args.safe_output = getattr(args, "safe_output", "linear")
+    args.subformer_sharing = getattr(args, "subformer_sharing", sharing)
+    args.subformer_sandwich_dim = getattr(args, "subformer_sandwich_dim", sandwich_dim)
+    args.subformer_sandwich_ffn_dim = getattr(args, "subformer_sandwich_ffn_dim", sandwich_ffn)
+    args.subformer_sandwich_heads = getattr(args, "subformer_sandwich_heads", None)
+    args.subformer_init = getattr(args, "subformer_init", "bert")
+
+
+@register_model_architecture("subformer", "subformer")
+def subformer_architecture(args):
+    """Transformer-base widths with sandwich sharing, no SAFE (Tables 2/3 "Only SANDWICH",
+    38.8M at V = 32,768). ``--subformer-sharing`` selects Table 2's other variants."""
+    _defaults(args)
+    base_architecture(args)
+
+
+@register_model_architecture("subformer", "subformer_only_safe")
+def subformer_only_safe(args):
+    """Table 3 "Only SAFE, d_e = 256": Transformer-base with SAFE, no sharing."""
+    _defaults(args, safe_dim=256, sharing="none")
+    base_architecture(args)
+
+
+@register_model_architecture("subformer", "subformer_small")
+def subformer_small(args):
+    """Table 3 SUBFORMER-SMALL: d 512, d_s 768 (FFN 2048, the code's default), r 256, 8-8."""
+    _defaults(args, layers=8, safe_dim=256, sandwich_dim=768, sandwich_ffn=2048)
+    base_architecture(args)
+
+
+@register_model_architecture("subformer", "subformer_base")
+def subformer_base(args):
+    """Table 3 SUBFORMER-BASE: d 512, d_s 1024, sandwich FFN 3072, r 320, 6-6."""
+    _defaults(args, safe_dim=320, sandwich_dim=1024, sandwich_ffn=3072)
+    base_architecture(args)
+
+
+@register_model_architecture("subformer", "subformer_mid")
+def subformer_mid(args):
+    """Table 3 SUBFORMER-MID: d = d_s = 768 (FFN 3072), r 350, 6-6."""
+    _defaults(args, dim=768, safe_dim=350, sandwich_dim=768)
+    base_architecture(args)
+
+
+@register_model_architecture("subformer", "subformer_xlarge")
+def subformer_xlarge(args):
+    """Table 4 SUBFORMER-XLARGE: d 1024 (FFN 4096), d_s 2048 (FFN 8192 = 4 d_s), r 512, 6-6."""
+    _defaults(args, dim=1024, safe_dim=512, sandwich_dim=2048, sandwich_ffn=8192)
+    args.dropout = getattr(args, "dropout", 0.3)
+    base_architecture(args)
+
+
+@register_model_architecture("subformer", "subformer_sandwich_big")
+@register_model_architecture("subformer", "sandwich_big")
+def subformer_sandwich_big(args):
+    """Table 4 SANDWICH-BIG: Transformer-big widths with sandwich sharing, no SAFE."""
+    _defaults(args, dim=1024)
+    args.dropout = getattr(args, "dropout", 0.3)
+    base_architecture(args)
+
+
+@register_model_architecture("subformer", "subformer_wmt_en_ro_small")
+def subformer_wmt_en_ro_small(args):
+    """Table 3 WMT'16 En-Ro small: d 320 (FFN 1280), d_s 512 (FFN 2048), r 192, 6-6."""
+    _defaults(args, dim=320, safe_dim=192, sandwich_dim=512)
+    base_architecture(args)
+
+
+@register_model_architecture("subformer", "subformer_wmt_en_ro_base")
+def subformer_wmt_en_ro_base(args):
+    """Table 3 WMT'16 En-Ro base: d 512, d_s 640 (FFN 2560), r 384, 6-6 (43.1M; the paper
+    prints 48M, which these widths do not give)."""
+    _defaults(args, safe_dim=384, sandwich_dim=640)
+    base_architecture(args)
+
+
+@register_model_architecture("subformer", "subformer_cnn_dm")
+def subformer_cnn_dm(args):
+    """Table 6 CNN-DailyMail: SUBFORMER-BASE with r 256 (d 512, d_s 1024, FFN 3072);
+    separate source and target tables (decoder input/output tied), as Edunov et al.'s 77M
+    Transformer baseline."""
+    args.share_all_embeddings = getattr(args, "share_all_embeddings", False)
+    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
+    _defaults(args, safe_dim=256, sandwich_dim=1024, sandwich_ffn=3072)
+    base_architecture(args)
