@@ -1,0 +1,295 @@
+"""Knowledge distillation: the sequence-level KD data pipeline (scripts/distill_data.py), the
+``translation_seqkd`` task that trains on ground truth and distilled data together (Hypoformer,
+Sec. 5.2), and the word-level ``word_kd`` criterion."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import harness
+import pytest
+import torch
+import torch.nn.functional as F
+
+N_TRAIN = 1000  # harness.make_parallel_corpus default
+GEN_LIMITS = "--max-len-a 1.2 --max-len-b 5"  # keeps a poor teacher's outputs short (fast)
+
+
+def _distill_args(data, ckpt, out, *extra):
+    return [data, "--path", ckpt, "--out-dir", out, "--user-dir", harness.USER_DIR, "--cpu",
+            "--beam", "1", "--num-shards", "2", "--max-tokens", "2000",
+            "--generate-args", GEN_LIMITS, *extra]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def distilled(tiny_data, tiny_transformer, tmp_path_factory):
+    """The tiny corpus distilled by the tiny teacher through the command-line script."""
+    out = str(tmp_path_factory.mktemp("kd") / "distilled")
+    ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    script = os.path.join(harness.REPO_ROOT, "scripts", "distill_data.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(
+        [sys.executable, script, *_distill_args(tiny_data, ckpt, out)],
+        check=False, capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+def _indexed(prefix):
+    from fairseq.data import data_utils
+
+    return data_utils.load_indexed_dataset(prefix, None, None)
+
+
+def _seqkd_task(data, mode, distilled=None, **kw):
+    import lightcompress  # noqa: F401
+    from lightcompress.tasks.translation_seqkd import TranslationSeqKDConfig, TranslationSeqKDTask
+
+    cfg = TranslationSeqKDConfig(
+        data=data, source_lang="de", target_lang="en", train_subset="train",
+        dataset_impl=None, required_seq_len_multiple=1,
+        kd_data_mode=mode, kd_distilled_data=distilled, **kw,
+    )  # fmt: skip
+    return TranslationSeqKDTask.setup_task(cfg)
+
+
+# --------------------------------------------------------------------------- data pipeline
+
+
+def test_distilled_data_is_the_teachers_translation_of_the_train_set_in_order(
+    tiny_data, tiny_transformer, distilled
+):
+    src, tgt = _indexed(f"{distilled}/train.de-en.de"), _indexed(f"{distilled}/train.de-en.en")
+    orig = _indexed(f"{tiny_data}/train.de-en.de")
+    assert len(src) == len(tgt) == len(orig) == N_TRAIN
+    assert all(src[i].equal(orig[i]) for i in range(N_TRAIN))  # original source, original order
+    for lang in ("de", "en"):  # binarized with the teacher's dictionaries
+        with open(f"{distilled}/dict.{lang}.txt") as a, open(f"{tiny_data}/dict.{lang}.txt") as b:
+            assert a.read() == b.read()
+    # line i holds the teacher's translation of source line i (lines from both shards)
+    with open(f"{distilled}/distill-work/train.de") as f:
+        sources = f.read().splitlines()
+    with open(f"{distilled}/distill-work/train.en") as f:
+        hyps = f.read().splitlines()
+    lines = [0, 1, 499, 500, 999]
+    ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    expected = harness.interactive(
+        tiny_data, ckpt, [sources[i] for i in lines], beam=1, extra=GEN_LIMITS.split()
+    )
+    assert [hyps[i] for i in lines] == expected
+
+
+def test_a_missing_hypothesis_is_refused_naming_the_line(
+    distilled, tiny_data, tiny_transformer, tmp_path
+):
+    from lightcompress.kd.distill import DistillError, main
+
+    work = tmp_path / "work"
+    shutil.copytree(f"{distilled}/distill-work", work)
+    shard = work / "shard1.gen"  # lines 501-1000; drop the hypothesis of sentence 7 (line 508)
+    kept = [ln for ln in shard.read_text().splitlines(True) if not ln.startswith("H-7\t")]
+    shard.write_text("".join(kept))
+    ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    args = _distill_args(tiny_data, ckpt, str(tmp_path / "out"), "--work-dir", str(work))
+    with pytest.raises(DistillError, match=r"no hypothesis for 1 of 500 .*line numbers: 508\b"):
+        main(args)
+    assert not os.path.exists(tmp_path / "out" / "train.de-en.en.bin")
+
+
+def test_an_empty_hypothesis_is_refused(tmp_path):
+    from lightcompress.kd.distill import DistillError, check_shard
+
+    gen = tmp_path / "shard.gen"
+    gen.write_text("S-0\ta b\nH-0\t-0.1\tx y\nS-1\tc\nH-1\t-0.2\t\n")
+    with pytest.raises(DistillError, match=r"empty hypotheses for 1 source lines.*: 12\b"):
+        check_shard(str(gen), offset=10, size=2)
+    assert check_shard(str(gen), offset=10, size=2, allow_empty=True)[1] == ["x y", ""]
+
+
+def test_rerun_resumes_keeping_finished_shards(distilled, tiny_data, tiny_transformer, tmp_path):
+    from lightcompress.kd.distill import DistillError, main
+
+    work = tmp_path / "work"
+    shutil.copytree(f"{distilled}/distill-work", work)
+    os.remove(work / "shard1.gen")  # as if interrupted while translating shard 1
+    mtime0 = os.stat(work / "shard0.gen").st_mtime_ns
+    ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    out = str(tmp_path / "out")
+    assert main(_distill_args(tiny_data, ckpt, out, "--work-dir", str(work))) == 0
+    assert os.stat(work / "shard0.gen").st_mtime_ns == mtime0  # not translated again
+    with open(f"{distilled}/distill-work/train.en") as f:
+        assert (work / "train.en").read_text() == f.read()
+    assert len(_indexed(f"{out}/train.de-en.en")) == N_TRAIN
+    # shards made with other settings are not mixed with new ones
+    with pytest.raises(DistillError, match="other settings.*beam"):
+        main(_distill_args(tiny_data, ckpt, out, "--work-dir", str(work), "--beam", "3"))
+
+
+# --------------------------------------------------------------------------- task
+
+
+@pytest.mark.parametrize("mode,factor", [("gt", 1), ("distilled", 1), ("both", 2)])
+def test_task_trains_on_ground_truth_and_or_distilled_data(tiny_data, distilled, mode, factor):
+    task = _seqkd_task(tiny_data, mode, distilled)
+    task.load_dataset("train")
+    train = task.dataset("train")
+    assert len(train) == factor * N_TRAIN
+    gt_tgt, kd_tgt = (
+        _indexed(f"{tiny_data}/train.de-en.en"),
+        _indexed(f"{distilled}/train.de-en.en"),
+    )
+    first = kd_tgt if mode == "distilled" else gt_tgt
+    assert train[0]["target"].equal(first[0])
+    if mode == "both":
+        assert train[N_TRAIN + 3]["target"].equal(kd_tgt[3])
+    # validation stays on the real references
+    task.load_dataset("valid")
+    valid, ref = task.dataset("valid"), _indexed(f"{tiny_data}/valid.de-en.en")
+    assert len(valid) == len(ref)
+    assert all(valid[i]["target"].equal(ref[i]) for i in range(len(ref)))
+
+
+def test_task_upsampling_ratios_and_split_names(tiny_data, distilled, tmp_path):
+    task = _seqkd_task(tiny_data, "both", distilled, kd_gt_upsample=2)
+    task.load_dataset("train")
+    assert len(task.dataset("train")) == 3 * N_TRAIN
+    # a distilled copy given as a split of the ground-truth directory
+    data = tmp_path / "bin"
+    shutil.copytree(tiny_data, data)
+    for ext in ("de.bin", "de.idx", "en.bin", "en.idx"):
+        shutil.copy(f"{distilled}/train.de-en.{ext}", data / f"train_kd.de-en.{ext}")
+    task = _seqkd_task(str(data), "both", "train_kd", kd_distilled_upsample=2)
+    task.load_dataset("train")
+    assert len(task.dataset("train")) == 3 * N_TRAIN
+
+
+def test_task_refuses_distilled_data_with_other_dictionaries(tiny_data, distilled, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(distilled, other, ignore=shutil.ignore_patterns("distill-work"))
+    lines = (other / "dict.en.txt").read_text().splitlines(True)
+    lines[0], lines[1] = lines[1], lines[0]
+    (other / "dict.en.txt").write_text("".join(lines))
+    task = _seqkd_task(tiny_data, "both", str(other))
+    with pytest.raises(ValueError, match=r"dict.en.txt differs from the task's \(index 4 is"):
+        task.load_dataset("train")
+    with pytest.raises(ValueError, match="needs --kd-distilled-data"):
+        _seqkd_task(tiny_data, "both", None)
+
+
+# --------------------------------------------------------------------------- criterion
+
+
+class _FixedLogits(torch.nn.Module):
+    """A stand-in for a fairseq model whose decoder outputs fixed logits [B x T x V]."""
+
+    def __init__(self, logits):
+        super().__init__()
+        self.logits = torch.nn.Parameter(logits.clone())
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens):
+        return self.logits, {"attn": [None]}
+
+    def get_normalized_probs(self, net_output, log_probs, sample=None):
+        fn = F.log_softmax if log_probs else F.softmax
+        return fn(net_output[0].float(), dim=-1)
+
+    def get_targets(self, sample, net_output):
+        return sample["target"]
+
+
+class _Task:
+    def __init__(self):
+        from fairseq.data import Dictionary
+
+        self.target_dictionary = self.source_dictionary = Dictionary()  # pad = 1
+
+
+def test_word_kd_loss_equals_the_hand_computed_value():
+    import lightcompress  # noqa: F401
+    from lightcompress.criterions.word_kd import WordKDCriterion
+
+    torch.manual_seed(0)
+    bsz, tlen, vocab, pad = 2, 3, 6, 1
+    s_logits, t_logits = torch.randn(bsz, tlen, vocab), torch.randn(bsz, tlen, vocab)
+    target = torch.tensor([[4, 5, 2], [3, 2, pad]])
+    sample = {
+        "net_input": {"src_tokens": None, "src_lengths": None, "prev_output_tokens": None},
+        "target": target, "ntokens": 5,
+    }  # fmt: skip
+    eps, alpha, temp = 0.1, 0.3, 2.0
+    crit = WordKDCriterion(_Task(), False, eps, kd_alpha=alpha, kd_temperature=temp)
+    crit.set_teacher(_FixedLogits(t_logits))
+    student = _FixedLogits(s_logits)
+    loss, sample_size, log = crit(student, sample)
+
+    ls = nll = kd = 0.0
+    for b in range(bsz):
+        for t in range(tlen):
+            y = target[b, t].item()
+            if y == pad:
+                continue
+            lp = torch.log_softmax(s_logits[b, t], -1)
+            nll += -lp[y]
+            eps_i = eps / (vocab - 1)  # fairseq's label smoothing
+            ls += (1 - eps - eps_i) * -lp[y] + eps_i * -lp.sum()
+            p_teacher = torch.softmax(t_logits[b, t] / temp, -1)
+            kd += temp**2 * -(p_teacher * torch.log_softmax(s_logits[b, t] / temp, -1)).sum()
+    expected = (1 - alpha) * ls + alpha * kd
+    assert sample_size == 5
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(log["nll_loss"], nll)
+    torch.testing.assert_close(log["kd_loss"], kd)
+    loss.backward()  # gradients reach the student only
+    assert student.logits.grad is not None and crit.teacher.logits.grad is None
+
+
+def test_word_kd_teacher_is_frozen_and_not_saved(tiny_data, tiny_transformer):
+    """The teacher comes from its checkpoint, stays in eval mode without gradients, and is no part
+    of the criterion's parameters or state; a student equal to the teacher has KD cross-entropy
+    equal to the teacher's entropy (KL zero)."""
+    from fairseq import checkpoint_utils
+    from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+    import lightcompress  # noqa: F401
+    from lightcompress.criterions.word_kd import WordKDCriterion
+
+    ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    cfg = TranslationConfig(data=tiny_data, train_subset="train", dataset_impl=None,
+                            required_seq_len_multiple=1)  # fmt: skip
+    task = TranslationTask.setup_task(cfg)
+    crit = WordKDCriterion(task, False, 0.1, kd_teacher_path=ckpt, kd_alpha=1.0)
+    teacher = crit.teacher
+    assert list(crit.parameters()) == [] and crit.state_dict() == {}
+    crit.train()
+    assert not teacher.training and not any(p.requires_grad for p in teacher.parameters())
+
+    (student,), _ = checkpoint_utils.load_model_ensemble([ckpt], task=task)
+    student.train(False)
+    task.load_dataset("valid")
+    ds = task.dataset("valid")
+    sample = ds.collater([ds[i] for i in range(4)])
+    _, _, log = crit(student, sample)
+    probs = student.get_normalized_probs(student(**sample["net_input"]), log_probs=False)
+    mask = sample["target"].ne(task.target_dictionary.pad())
+    entropy = -(probs * probs.log()).sum(-1)[mask].sum()
+    torch.testing.assert_close(log["kd_loss"], entropy.detach())
+
+
+def test_train_seqkd_task_and_word_kd_end_to_end(tiny_data, tiny_transformer, distilled, tmp_path):
+    """fairseq-train --task translation_seqkd --kd-data-mode both --criterion word_kd, 1 epoch."""
+    ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    save = str(tmp_path / "student")
+    proc = harness.train(
+        tiny_data, save, harness.tiny_arch_args("transformer", layers=(1, 1)),
+        extra=["--task", "translation_seqkd", "--kd-data-mode", "both",
+               "--kd-distilled-data", distilled,
+               "--criterion", "word_kd", "--kd-teacher-path", ckpt, "--kd-alpha", "0.5"],
+    )  # fmt: skip
+    log = proc.stdout + proc.stderr
+    assert f"{2 * N_TRAIN} pairs" in log and "kd_loss" in log
+    state = torch.load(os.path.join(save, "checkpoint_last.pt"), weights_only=False)
+    assert state["cfg"]["task"]["_name"] == "translation_seqkd"
+    # the student's checkpoint holds the 1-1 student only, no teacher weights
+    assert not any(k.startswith("encoder.layers.1.") for k in state["model"])
