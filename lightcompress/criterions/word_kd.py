@@ -50,9 +50,7 @@ class WordKDCriterionConfig(LabelSmoothedCrossEntropyCriterionConfig):
     )
     kd_temperature: float = field(
         default=1.0,
-        metadata={
-            "help": "softmax temperature T of teacher and student in the KD term"
-        },
+        metadata={"help": "softmax temperature T of teacher and student in the KD term"},
     )
 
 
@@ -63,11 +61,7 @@ def load_teacher(path, task):
     replace the task's BLEU generator (built for the student) with one for the teacher; the
     task's generator and tokenizer are therefore restored afterwards.
     """
-    saved = {
-        k: getattr(task, k)
-        for k in ("sequence_generator", "tokenizer")
-        if hasattr(task, k)
-    }
+    saved = {k: getattr(task, k) for k in ("sequence_generator", "tokenizer") if hasattr(task, k)}
     try:
         models, _ = checkpoint_utils.load_model_ensemble([path], task=task)
     except RuntimeError as exc:
@@ -98,9 +92,7 @@ class WordKDCriterion(LabelSmoothedCrossEntropyCriterion):
         kd_alpha=0.5,
         kd_temperature=1.0,
     ):
-        super().__init__(
-            task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy
-        )
+        super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         if not 0.0 <= kd_alpha <= 1.0:
             raise ValueError(f"--kd-alpha must be in [0, 1], got {kd_alpha}")
         if kd_temperature <= 0:
@@ -138,10 +130,7 @@ class WordKDCriterion(LabelSmoothedCrossEntropyCriterion):
         if (
             ref is not None
             and tref is not None
-            and (
-                tref.device != ref.device
-                or (tref.dtype != ref.dtype and ref.is_floating_point())
-            )
+            and (tref.device != ref.device or (tref.dtype != ref.dtype and ref.is_floating_point()))
         ):
             teacher.to(device=ref.device, dtype=ref.dtype)
         teacher.eval()
@@ -153,14 +142,10 @@ class WordKDCriterion(LabelSmoothedCrossEntropyCriterion):
         teacher = self._teacher_for(model)
         with torch.no_grad():
             teacher_output = teacher(**sample["net_input"])
-        kd_loss = self.compute_kd_loss(
-            model, net_output, teacher, teacher_output, sample, reduce
-        )
+        kd_loss = self.compute_kd_loss(model, net_output, teacher, teacher_output, sample, reduce)
         loss = (1.0 - self.alpha) * ls_loss + self.alpha * kd_loss
 
-        sample_size = (
-            sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
-        )
+        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         logging_output = {
             "loss": loss.data,
             "nll_loss": nll_loss.data,
@@ -175,9 +160,7 @@ class WordKDCriterion(LabelSmoothedCrossEntropyCriterion):
             logging_output["total"] = utils.item(total.data)
         return loss, sample_size, logging_output
 
-    def compute_kd_loss(
-        self, model, net_output, teacher, teacher_output, sample, reduce=True
-    ):
+    def compute_kd_loss(self, model, net_output, teacher, teacher_output, sample, reduce=True):
         """T^2 * sum over non-pad positions of CE(teacher softmax, student softmax) at T."""
         t = self.temperature
         # [B x T x V] log-probabilities of the student, probabilities of the teacher, at T
@@ -203,6 +186,4 @@ class WordKDCriterion(LabelSmoothedCrossEntropyCriterion):
         super().reduce_metrics(logging_outputs)
         kd_sum = sum(log.get("kd_loss", 0) for log in logging_outputs)
         sample_size = sum(log.get("sample_size", 0) for log in logging_outputs)
-        metrics.log_scalar(
-            "kd_loss", kd_sum / sample_size / math.log(2), sample_size, round=3
-        )
+        metrics.log_scalar("kd_loss", kd_sum / sample_size / math.log(2), sample_size, round=3)

@@ -91,9 +91,7 @@ def check_same_dictionary(expected: Dictionary, path: str, what: str) -> None:
     if len(other) != len(expected):
         detail = f"{len(other)} types instead of {len(expected)}"
     else:
-        i = next(
-            i for i, (a, b) in enumerate(zip(other.symbols, expected.symbols)) if a != b
-        )
+        i = next(i for i, (a, b) in enumerate(zip(other.symbols, expected.symbols)) if a != b)
         detail = f"index {i} is {other.symbols[i]!r} instead of {expected.symbols[i]!r}"
     raise ValueError(
         f"{what}: dictionary {path} differs from the task's ({detail}). Distilled data must be "
@@ -116,9 +114,7 @@ class TranslationSeqKDTask(TranslationTask):
                 "(colon-separated data-bin directories or split names)"
             )
         if cfg.kd_gt_upsample < 1 or cfg.kd_distilled_upsample < 1:
-            raise ValueError(
-                "--kd-gt-upsample and --kd-distilled-upsample must be integers >= 1"
-            )
+            raise ValueError("--kd-gt-upsample and --kd-distilled-upsample must be integers >= 1")
         return super().setup_task(cfg, **kwargs)
 
     def _distilled_sources(self, data_path):
@@ -130,9 +126,7 @@ class TranslationSeqKDTask(TranslationTask):
                 continue
             if os.path.isdir(entry) or "/" in entry:
                 if not os.path.isdir(entry):
-                    raise FileNotFoundError(
-                        f"--kd-distilled-data: directory {entry} not found"
-                    )
+                    raise FileNotFoundError(f"--kd-distilled-data: directory {entry} not found")
                 check_same_dictionary(
                     self.src_dict,
                     os.path.join(entry, f"dict.{src}.txt"),
@@ -171,9 +165,7 @@ class TranslationSeqKDTask(TranslationTask):
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         mode = self.cfg.kd_data_mode
-        if split != self.cfg.train_subset or (
-            mode == "gt" and self.cfg.kd_gt_upsample == 1
-        ):
+        if split != self.cfg.train_subset or (mode == "gt" and self.cfg.kd_gt_upsample == 1):
             return super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         if self.cfg.load_alignments:
             raise ValueError("translation_seqkd does not support --load-alignments")
@@ -197,9 +189,7 @@ class TranslationSeqKDTask(TranslationTask):
             n_gt = len(parts[0])
             for part, name in zip(parts[1:], names[1:]):
                 if len(part) != n_gt:
-                    logger.warning(
-                        f"{name} has {len(part)} pairs, the ground truth {n_gt}"
-                    )
+                    logger.warning(f"{name} has {len(part)} pairs, the ground truth {n_gt}")
 
         src = ConcatDataset([p.src for p in parts], ratios)
         tgt = ConcatDataset([p.tgt for p in parts], ratios)
@@ -216,7 +206,5 @@ class TranslationSeqKDTask(TranslationTask):
             shuffle=True,
             pad_to_multiple=self.cfg.required_seq_len_multiple,
         )
-        summary = ", ".join(
-            f"{n}: {len(p)} x{r}" for p, n, r in zip(parts, names, ratios)
-        )
+        summary = ", ".join(f"{n}: {len(p)} x{r}" for p, n, r in zip(parts, names, ratios))
         logger.info(f"{split} (kd-data-mode {mode}): {len(src)} pairs = {summary}")
