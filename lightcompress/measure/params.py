@@ -161,9 +161,7 @@ def count_parameters(model: nn.Module) -> dict:
     counts = {"total": 0, "embedding": 0, "encoder": 0, "decoder": 0, "other": 0}
     for p, names in groups.values():
         counts[_category(names)] += p.numel()
-    counts["total"] = (
-        counts["embedding"] + counts["encoder"] + counts["decoder"] + counts["other"]
-    )
+    counts["total"] = counts["embedding"] + counts["encoder"] + counts["decoder"] + counts["other"]
     return counts
 
 
@@ -361,9 +359,7 @@ def build_model_without_data(
             "--share-all-embeddings",
             file=sys.stderr,
         )
-        args = parse_model_args(
-            arch, ["-s", "src", "-t", "tgt"] + _with_sharing(extra_args, False)
-        )
+        args = parse_model_args(arch, ["-s", "src", "-t", "tgt"] + _with_sharing(extra_args, False))
         task = TranslationTask(args, dictionary, dictionary)
         model = task.build_model(args)
     except Exception as exc:  # noqa: BLE001 - turn any build failure into one clear line
@@ -477,9 +473,7 @@ def report(
     }
     out.update(count_parameters(model))
     if reference_arch:
-        ref = build_model_without_data(
-            reference_arch, vocab_size, (), share_all_embeddings
-        )
+        ref = build_model_without_data(reference_arch, vocab_size, (), share_all_embeddings)
         out["reference_arch"] = reference_arch
         out["reference_total"] = count_parameters(ref)["total"]
         out["ratio"] = out["reference_total"] / out["total"]
@@ -574,9 +568,7 @@ def _arg_parser() -> argparse.ArgumentParser:
         action="store_false",
         help="do not add --share-all-embeddings (default: shared, the papers' convention)",
     )
-    p.add_argument(
-        "--json", action="store_true", help="with --table: print JSON records instead"
-    )
+    p.add_argument("--json", action="store_true", help="with --table: print JSON records instead")
     return p
 
 
@@ -617,9 +609,7 @@ def cli_main() -> None:
     """Console entry point ``lightcompress-params``."""
     import logging
 
-    logging.disable(
-        logging.WARNING
-    )  # fairseq's INFO/WARNING chatter would drown the JSON
+    logging.disable(logging.WARNING)  # fairseq's INFO/WARNING chatter would drown the JSON
     sys.exit(main())
 
 

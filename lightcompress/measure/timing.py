@@ -51,9 +51,7 @@ def trimmed_mean(values: Sequence[float], trim: float = 0.1) -> float:
     return sum(kept) / len(kept)
 
 
-def summarize_runs(
-    seconds: Sequence[float], tokens: Sequence[int], trim: float = 0.1
-) -> dict:
+def summarize_runs(seconds: Sequence[float], tokens: Sequence[int], trim: float = 0.1) -> dict:
     """Tokens/s of each run, trimmed; the fastest and slowest runs are dropped.
 
     Parameters
@@ -140,10 +138,7 @@ def format_table(
     widths = [max(len(row[i]) for row in cells) for i in range(ncol)]
 
     def line(row):
-        parts = [
-            c.ljust(w) if a == "l" else c.rjust(w)
-            for c, w, a in zip(row, widths, align)
-        ]
+        parts = [c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(row, widths, align)]
         return "  ".join(parts).rstrip()
 
     out = [line(cells[0]), "  ".join("-" * w for w in widths)]
