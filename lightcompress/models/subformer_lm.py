@@ -1,0 +1,147 @@
+# ruff: noqa: UP045  (fairseq reads dataclass annotations at run time and needs typing.Optional)
+"""Subformer language model (Reid et al., Table 5): fairseq's ``transformer_lm`` decoder with
+sandwich sharing and a wider middle.
+
+fairseq builds the input embedding (adaptive input, character CNN or a plain table) and the
+output layer (adaptive softmax tied to the adaptive input) exactly as for ``transformer_lm``;
+the decoder is :class:`~lightcompress.models.subformer.SubformerDecoder` (pre-norm layers, no
+cross-attention, the first and last layers at ``d``, the shared middle at ``d_s`` between
+``Linear + Dropout(0.05) + LayerNorm`` projections). SAFE is available (``--safe-dim``, with a
+plain table) but the paper's LM uses adaptive input instead.
+
+``subformer_lm_wiki103``: the paper's d 768 (FFN 4096), d_s 2048 (FFN 6144), 12 layers, with
+``transformer_lm_wiki103``'s adaptive input/softmax (cutoffs 20000,60000, factor 4, tied
+weights and projections), dropout 0.3, attention/activation dropout 0.1, no final norm. At the
+WikiText-103 vocabulary (267,744 types) it has 96.3M parameters (paper: 96M); the paper's
+Transformer baselines are ``transformer_lm_wiki103`` with 4 layers (95.8M; paper 96M) and 8
+layers (146.2M; paper 146M). The authors' LM code builds the d <-> d_s projections only when
+there is cross-attention, so a d_s != d LM does not run there; we build them as the paper
+describes.
+"""
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerConfig
+from fairseq.models.transformer_lm import (
+    TransformerLanguageModel,
+    TransformerLanguageModelConfig,
+    transformer_lm_baevski_wiki103,
+)
+
+from lightcompress.models.subformer import (
+    SHARING_SCHEDULES,
+    SubformerDecoder,
+    SubformerOptions,
+)
+from lightcompress.modules.safe import bert_init_, subformer_heads
+
+__all__ = ["SubformerLanguageModel", "SubformerLanguageModelConfig"]
+
+
+@dataclass
+class SubformerLanguageModelConfig(TransformerLanguageModelConfig):
+    # fairseq reads these annotations at run time: no ``from __future__ import annotations``
+    subformer_sharing: Optional[str] = field(
+        default="sandwich",
+        metadata={
+            "help": "cross-layer sharing: "
+            + ", ".join(sorted(SHARING_SCHEDULES))
+            + " (LayerNorms are never shared)"
+        },
+    )
+    subformer_sandwich_dim: Optional[int] = field(
+        default=None,
+        metadata={"help": "width d_s of the shared middle layers (default: the model width)"},
+    )
+    subformer_sandwich_ffn_dim: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "FFN width of the middle layers (default: FFN width if d_s = d, else 4 d_s)"
+        },
+    )
+    subformer_sandwich_heads: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "attention heads of the middle layers (default: d_s // 64, // 128 above 1024)"
+        },
+    )
+    safe_dim: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "SAFE reduction dimension r (plain table only; the paper's LM uses adaptive input)"
+        },
+    )
+    safe_heads: Optional[int] = field(
+        default=None, metadata={"help": "attention heads of the SAFE block (default: r // 64)"}
+    )
+    safe_output: Optional[str] = field(
+        default="linear",
+        metadata={
+            "help": "with SAFE and a tied table: linear (Linear(d, r)) or mlp (d -> 2r -> r)"
+        },
+    )
+    subformer_init: Optional[str] = field(
+        default="fairseq",
+        metadata={"help": "initialisation: fairseq (the authors' LM) or bert (N(0, 0.02))"},
+    )
+
+
+@register_model("subformer_lm", dataclass=SubformerLanguageModelConfig)
+class SubformerLanguageModel(TransformerLanguageModel):
+    """``transformer_lm`` with a :class:`SubformerDecoder` (module docstring)."""
+
+    @classmethod
+    def build_model(cls, args, task):
+        opts = SubformerOptions.from_args(args)
+        if opts.safe_dim and (
+            getattr(args, "adaptive_input", False) or getattr(args, "character_embeddings", False)
+        ):
+            raise ValueError("--safe-dim needs a plain embedding table (no adaptive input)")
+        # fairseq builds the embedding (adaptive input / characters / table) with a decoder;
+        # build that decoder without layers and put the Subformer decoder in its place.
+        num_layers = args.decoder_layers
+        args.decoder_layers = 0
+        try:
+            plain = super().build_model(args, task)
+        finally:
+            args.decoder_layers = num_layers
+        decoder = SubformerDecoder(
+            TransformerConfig.from_namespace(args),
+            task.target_dictionary,
+            plain.decoder.embed_tokens,
+            opts,
+            no_encoder_attn=True,
+        )
+        model = cls(decoder)
+        if getattr(args, "subformer_init", "fairseq") == "bert":
+            model.apply(bert_init_)
+        return model
+
+    @classmethod
+    def build_embedding(cls, args, dictionary, embed_dim, path=None):
+        safe_dim = getattr(args, "safe_dim", None)
+        return super().build_embedding(args, dictionary, safe_dim or embed_dim, path)
+
+
+def _lm_defaults(args):
+    args.subformer_sharing = getattr(args, "subformer_sharing", None) or "sandwich"
+    args.safe_output = getattr(args, "safe_output", None) or "linear"
+    args.subformer_init = getattr(args, "subformer_init", None) or "fairseq"
+
+
+@register_model_architecture("subformer_lm", "subformer_lm_wiki103")
+def subformer_lm_wiki103(args):
+    """Table 5: d 768 (FFN 4096), d_s 2048 (FFN 6144), 12 layers, adaptive input/softmax of
+    ``transformer_lm_wiki103``; 96.3M at 267,744 types."""
+    args.decoder_layers = getattr(args, "decoder_layers", None) or 12
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", None) or 768
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", None) or 4096
+    args.decoder_attention_heads = getattr(
+        args, "decoder_attention_heads", None
+    ) or subformer_heads(args.decoder_embed_dim)
+    args.subformer_sandwich_dim = getattr(args, "subformer_sandwich_dim", None) or 2048
+    args.subformer_sandwich_ffn_dim = getattr(args, "subformer_sandwich_ffn_dim", None) or 6144
+    _lm_defaults(args)
+    transformer_lm_baevski_wiki103(args)
