@@ -10,13 +10,26 @@ from the newest checkpoint. The output is written to a temporary file and rename
 """
 
 import argparse
+import importlib.util
 import os
 import re
 import sys
 
 import torch
 
-import lightcompress  # noqa: F401  (allow-lists fairseq checkpoint types for torch.load)
+
+def allow_fairseq_checkpoints():
+    """Allow-list fairseq's checkpoint types for torch's weights_only loader with the plugin's
+    own list (lightcompress/compat.py), loaded by path: importing the package would import
+    fairseq and every model, which averaging does not need."""
+    spec = importlib.util.find_spec("lightcompress")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("lightcompress is not installed (see README, 'Installing')")
+    path = os.path.join(next(iter(spec.submodule_search_locations)), "compat.py")
+    compat_spec = importlib.util.spec_from_file_location("_lightcompress_compat", path)
+    compat = importlib.util.module_from_spec(compat_spec)
+    compat_spec.loader.exec_module(compat)
+    compat.allow_fairseq_checkpoints()
 
 
 def last_checkpoints(save_dir, n, update_based):
@@ -24,7 +37,11 @@ def last_checkpoints(save_dir, n, update_based):
     checkpoints in ``save_dir``, newest first."""
     pattern = re.compile(r"checkpoint_\d+_(\d+)\.pt" if update_based else r"checkpoint(\d+)\.pt")
     found = sorted(
-        ((int(m.group(1)), name) for name in os.listdir(save_dir) if (m := pattern.fullmatch(name))),
+        (
+            (int(m.group(1)), name)
+            for name in os.listdir(save_dir)
+            if (m := pattern.fullmatch(name))
+        ),
         reverse=True,
     )
     if len(found) < n:
@@ -54,13 +71,20 @@ def average(paths):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--inputs", nargs="+", required=True,
-                        help="checkpoint files, or one save directory with a --num-* flag")
+    parser.add_argument(
+        "--inputs",
+        nargs="+",
+        required=True,
+        help="checkpoint files, or one save directory with a --num-* flag",
+    )
     parser.add_argument("--output", required=True, help="averaged checkpoint to write")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--num-epoch-checkpoints", type=int, help="average the last N checkpointE.pt")
-    group.add_argument("--num-update-checkpoints", type=int,
-                       help="average the last N checkpoint_E_U.pt")
+    group.add_argument(
+        "--num-epoch-checkpoints", type=int, help="average the last N checkpointE.pt"
+    )
+    group.add_argument(
+        "--num-update-checkpoints", type=int, help="average the last N checkpoint_E_U.pt"
+    )
     args = parser.parse_args(argv)
     paths = args.inputs
     n = args.num_epoch_checkpoints or args.num_update_checkpoints
@@ -68,6 +92,7 @@ def main(argv=None):
         if len(paths) != 1 or not os.path.isdir(paths[0]):
             parser.error("--num-*-checkpoints takes one save directory as --inputs")
         paths = last_checkpoints(paths[0], n, args.num_update_checkpoints is not None)
+    allow_fairseq_checkpoints()
     print("averaging:", *paths, file=sys.stderr)
     state = average(paths)
     tmp = args.output + ".tmp"

@@ -83,6 +83,54 @@ run_to() {
   fi
 }
 
+# ---------------------------------------------------------------------------------------------
+# Data preparation helpers (prepare-*.sh)
+# ---------------------------------------------------------------------------------------------
+
+# fetch URL OUT: download URL to OUT unless OUT exists (a .part file is renamed when complete).
+# Google Drive links need gdown (pip install gdown); otherwise download by hand into OUT's folder.
+fetch() {
+  local url="$1" out="$2"
+  if [[ -s "$out" ]]; then
+    log "using $out"
+    return 0
+  fi
+  mkdir -p "$(dirname "$out")"
+  log "downloading $url -> $out"
+  if [[ "$url" == *drive.google.com* ]]; then
+    command -v gdown >/dev/null 2>&1 ||
+      die "$url is on Google Drive: install gdown (pip install gdown), or download it by hand to $out"
+    gdown "$url" -O "$out.part"
+  elif command -v curl >/dev/null 2>&1; then
+    curl -fL --retry 3 -o "$out.part" "$url"
+  else
+    wget -O "$out.part" "$url"
+  fi
+  mv "$out.part" "$out"
+}
+
+# ensure_moses: MOSES_DIR holds the Moses tokenizer scripts (cloned if missing).
+ensure_moses() {
+  if [[ ! -f "$MOSES_DIR/scripts/tokenizer/tokenizer.perl" ]]; then
+    log "cloning mosesdecoder (tokenizer scripts) into $MOSES_DIR"
+    git clone --depth 1 https://github.com/moses-smt/mosesdecoder.git "$MOSES_DIR"
+  fi
+}
+
+# ensure_subword_nmt: `python -m subword_nmt.learn_bpe` works (installed, or from a checkout).
+ensure_subword_nmt() {
+  if "$PYTHON" -c 'import subword_nmt' >/dev/null 2>&1; then
+    return 0
+  fi
+  local dir="${SUBWORD_NMT_DIR:-$TOOLS_DIR/subword-nmt}"
+  if [[ ! -d "$dir/subword_nmt" ]]; then
+    log "cloning subword-nmt into $dir"
+    git clone --depth 1 https://github.com/rsennrich/subword-nmt.git "$dir"
+  fi
+  dir="$(cd "$dir" && pwd)"
+  export PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}"
+}
+
 user_dir() {
   if [[ -z "${USER_DIR:-}" ]]; then
     USER_DIR="$("$PYTHON" -m lightcompress --user-dir)"

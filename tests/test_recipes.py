@@ -1,0 +1,513 @@
+"""The LightFormer recipes (examples/translation/lightformer, examples/summarization/lightformer).
+
+Nothing here trains or downloads: every row script is run with DRY_RUN=1, which prints the
+commands it would run ("+ cmd ..." lines, shell-quoted), and the printed commands are checked
+against the paper's rows. The prepare-*.sh scripts are run on tiny fake raw files with stub Moses,
+subword-nmt and fairseq-preprocess (sentencepiece is real), which checks their file plumbing,
+splits and fairseq-preprocess flags.
+"""
+
+import glob
+import gzip
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LF = os.path.join(ROOT, "examples", "translation", "lightformer")
+SUM = os.path.join(ROOT, "examples", "summarization", "lightformer")
+ROW_SCRIPTS = sorted(
+    p
+    for p in glob.glob(os.path.join(LF, "*.sh")) + glob.glob(os.path.join(SUM, "*.sh"))
+    if not os.path.basename(p).startswith(("prepare-", "common"))
+)
+USER_DIR = "/fake/user_dir"
+
+
+def dry_run(script, tmp_path, **env):
+    """Run a row script with DRY_RUN=1; returns the printed commands as argv lists."""
+    full_env = dict(os.environ)
+    full_env.update(
+        DRY_RUN="1", USER_DIR=USER_DIR, PYTHON=sys.executable, NUM_GPUS="1",
+        SAVE_ROOT=str(tmp_path / "ckpt"), DATA_ROOT=str(tmp_path / "data-bin"),
+    )  # fmt: skip
+    for key in ("MAX_TOKENS", "UPDATE_FREQ", "INIT", "TEACHER", "DATA_BIN", "LR", "MAX_UPDATE"):
+        full_env.pop(key, None)
+    full_env.update(env)
+    proc = subprocess.run(
+        ["bash", script], check=False, env=full_env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "ckpt").exists(), "a dry run must not write anything"
+    return [shlex.split(line[2:]) for line in proc.stdout.splitlines() if line.startswith("+ ")]
+
+
+def script(name):
+    path = os.path.join(LF, name)
+    return path if os.path.exists(path) else os.path.join(SUM, name)
+
+
+def commands(cmds, program):
+    return [c for c in cmds if os.path.basename(c[0]) == program]
+
+
+def flag(cmd, name):
+    """The value after flag ``name`` in argv ``cmd`` (the first occurrence)."""
+    return cmd[cmd.index(name) + 1]
+
+
+def flags_before_dashdash(cmd):
+    return cmd[: cmd.index("--")] if "--" in cmd else cmd
+
+
+def contains(cmd, *seq):
+    """``seq`` occurs as a contiguous run in ``cmd``."""
+    n = len(seq)
+    return any(tuple(cmd[i : i + n]) == seq for i in range(len(cmd) - n + 1))
+
+
+# ---------------------------------------------------------------------------------------------
+# Syntax and lint
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_example_shell_script_parses():
+    scripts = glob.glob(os.path.join(ROOT, "examples", "**", "*.sh"), recursive=True)
+    assert len(scripts) > 30
+    for path in scripts:
+        proc = subprocess.run(["bash", "-n", path], check=False, capture_output=True, text=True)
+        assert proc.returncode == 0, f"{path}: {proc.stderr}"
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck not installed")
+def test_recipes_are_shellcheck_clean():
+    # Following `source common.sh` costs about a second per script, so common.sh and the prepare
+    # scripts are checked with it, one row script of each shape too, and every row script
+    # without it (then variables that only common.sh reads look unused: SC2034).
+    prepare = sorted(
+        glob.glob(os.path.join(LF, "prepare-*.sh")) + glob.glob(os.path.join(SUM, "prepare-*.sh"))
+    )
+    followed = [
+        os.path.join(LF, "common.sh"),
+        *prepare,
+        script("table8-lightformer-6-6-groups3.sh"),
+        script("iwslt14-transformer-6-6.sh"),
+        script("table4-gigaword-lightformer.sh"),
+    ]
+    for args in (["-x", *followed], ["-e", "SC1091,SC2034", *ROW_SCRIPTS]):
+        proc = subprocess.run(
+            ["shellcheck", *args], check=False, capture_output=True, text=True, cwd=ROOT
+        )
+        assert proc.returncode == 0, proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Every row script: the whole pipeline, printed
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ROW_SCRIPTS, ids=os.path.basename)
+def test_row_script_dry_run_prints_a_complete_pipeline(path, tmp_path):
+    cmds = dry_run(path, tmp_path)
+    trains = commands(cmds, "fairseq-train")
+    assert trains, "no fairseq-train"
+    for cmd in trains:
+        assert flag(cmd, "--user-dir") == USER_DIR
+        # dense baselines / teachers share all embeddings; LightFormer archs do so themselves
+        assert "--share-all-embeddings" in cmd or flag(cmd, "--arch").startswith("lightformer_")
+    gens = commands(cmds, "fairseq-generate")
+    assert len(gens) == len(trains), "every trained model is decoded"
+    for cmd in gens:
+        assert flag(cmd, "--path").endswith("checkpoint_avg.pt")
+        assert flag(cmd, "--gen-subset") == "test"
+    averages = [
+        c
+        for c in cmds
+        if any(
+            a.endswith("average_checkpoints.py") or a == "fairseq.scripts.average_checkpoints"
+            for a in c
+        )
+    ]
+    assert len(averages) == len(trains)
+    # the model that the row is about is the last one trained
+    last = trains[-1]
+    converts = commands(cmds, "lightcompress-convert")
+    if "--finetune-from-model" in last:
+        assert len(converts) == 1
+        assert flag(last, "--finetune-from-model") == flag(converts[0], "--output")
+        # the converter builds the same model that is trained: same arch, same model flags
+        assert flag(converts[0], "--arch") == flag(last, "--arch")
+        extra = converts[0][converts[0].index("--") + 1 :]
+        assert contains(last, *extra)
+    else:
+        assert not converts
+
+
+def test_table8_nine_groups_converts_the_dense_18_3_teacher(tmp_path):
+    cmds = dry_run(script("table8-lightformer-18-3-groups9.sh"), tmp_path)
+    teacher, student = commands(cmds, "fairseq-train")
+    assert flag(teacher, "--arch") == "transformer_iwslt_de_en"
+    assert contains(teacher, "--encoder-layers", "18") and contains(
+        teacher, "--decoder-layers", "3"
+    )
+    assert flag(student, "--arch") == "lightformer_iwslt_de_en"
+    assert contains(student, "--lc-encoder-groups", "9")
+    (convert,) = commands(cmds, "lightcompress-convert")
+    assert flag(convert, "--input") == os.path.join(
+        str(tmp_path / "ckpt"), "iwslt14", "transformer-18-3", "checkpoint_avg.pt"
+    )
+    assert flag(convert, "--arch") == "lightformer_iwslt_de_en"
+    assert convert[convert.index("--") + 1 :] == ["--lc-encoder-groups", "9"]
+
+
+def test_table8_6_6_rows_use_a_6_6_teacher(tmp_path):
+    cmds = dry_run(script("table8-lightformer-6-6-groups2.sh"), tmp_path)
+    teacher, student = commands(cmds, "fairseq-train")
+    assert contains(teacher, "--encoder-layers", "6") and contains(teacher, "--decoder-layers", "6")
+    assert contains(
+        student, "--encoder-layers", "6", "--decoder-layers", "6", "--lc-encoder-groups", "2"
+    )
+
+
+def test_table1_lmf_rows_are_6_6_unshared_random_init_at_their_rank(tmp_path):
+    cmds = dry_run(script("table1-lmf-6-6-rank64.sh"), tmp_path)
+    (train,) = commands(cmds, "fairseq-train")
+    assert flag(train, "--arch") == "lightformer_iwslt_de_en"
+    assert flag(train, "--lc-rank") == "64"
+    assert flag(train, "--lc-encoder-groups") == "0"
+    assert flag(train, "--lc-factorize") == "attn,ffn"
+    assert contains(train, "--encoder-layers", "6") and contains(train, "--decoder-layers", "6")
+    assert "--finetune-from-model" not in train and not commands(cmds, "lightcompress-convert")
+
+
+def test_table1_with_svd_passes_the_rank_to_the_converter(tmp_path):
+    cmds = dry_run(script("table1-lmf-6-6-rank16.sh"), tmp_path, INIT="svd")
+    (convert,) = commands(cmds, "lightcompress-convert")
+    assert flag(flags_before_dashdash(convert), "--rank") == "16"
+    assert "transformer-6-6" in flag(convert, "--input")
+    assert flag(commands(cmds, "fairseq-train")[-1], "--lc-rank") == "16"
+
+
+def test_table6_rows_use_the_ablation_architectures(tmp_path):
+    for name, arch in [
+        ("table6-r3-weight-sharing.sh", "lightformer_iwslt_de_en_sharing"),
+        ("table6-r4-lmf.sh", "lightformer_iwslt_de_en_lmf"),
+    ]:
+        (train,) = commands(dry_run(script(name), tmp_path), "fairseq-train")
+        assert flag(train, "--arch") == arch
+    r2 = commands(dry_run(script("iwslt14-transformer-18-3.sh"), tmp_path), "fairseq-train")
+    assert contains(r2[0], "--encoder-layers", "18", "--decoder-layers", "3")
+    # r5 (= Table 2 w/o SVD WT) and r6 (= Table 2 LightFormer) differ only in the initialization
+    (r5,) = commands(
+        dry_run(script("table2-iwslt14-lightformer-no-svd.sh"), tmp_path), "fairseq-train"
+    )
+    r6 = commands(dry_run(script("table2-iwslt14-lightformer.sh"), tmp_path), "fairseq-train")[-1]
+    i5 = r5.index("--save-dir")
+    i6 = r6.index("--save-dir")
+    r6_wo_init = r6[:i6] + r6[i6 + 2 :]
+    r6_wo_init = [
+        a
+        for i, a in enumerate(r6_wo_init)
+        if a != "--finetune-from-model" and (i == 0 or r6_wo_init[i - 1] != "--finetune-from-model")
+    ]
+    assert r5[:i5] + r5[i5 + 2 :] == r6_wo_init
+
+
+def test_table7_sets_encoder_and_decoder_depth(tmp_path):
+    cmds = dry_run(script("table7-lightformer-12-2.sh"), tmp_path)
+    teacher, student = commands(cmds, "fairseq-train")
+    assert contains(teacher, "--encoder-layers", "12", "--decoder-layers", "2")
+    assert contains(student, "--encoder-layers", "12", "--decoder-layers", "2")
+
+
+def test_iwslt_recipe_hyperparameters(tmp_path):
+    cmds = dry_run(script("iwslt14-transformer-6-6.sh"), tmp_path)
+    (train,) = commands(cmds, "fairseq-train")
+    assert flag(train, "--arch") == "transformer_iwslt_de_en"
+    assert flag(train, "--adam-betas") == "(0.9, 0.98)"
+    assert (flag(train, "--lr"), flag(train, "--warmup-updates")) == ("5e-4", "4000")
+    assert (flag(train, "--dropout"), flag(train, "--weight-decay")) == ("0.3", "1e-4")
+    assert flag(train, "--label-smoothing") == "0.1"
+    assert (flag(train, "--max-tokens"), flag(train, "--update-freq")) == ("4096", "1")
+    (gen,) = commands(cmds, "fairseq-generate")
+    assert flag(gen, "--beam") == "5" and "--remove-bpe" in gen
+
+
+@pytest.mark.parametrize(
+    "gpus,max_tokens,update_freq",
+    [("1", None, "8"), ("8", None, "1"), ("2", "8192", "2"), ("4", "2048", "4")],
+)
+def test_wmt_update_freq_keeps_the_paper_batch(tmp_path, gpus, max_tokens, update_freq):
+    env = {"NUM_GPUS": gpus}
+    if max_tokens:
+        env["MAX_TOKENS"] = max_tokens
+    (train,) = commands(
+        dry_run(script("wmt14ende-transformer.sh"), tmp_path, **env), "fairseq-train"
+    )
+    assert flag(train, "--update-freq") == update_freq
+    assert int(gpus) * int(flag(train, "--max-tokens")) * int(update_freq) == 8 * 4096
+    assert ("--distributed-world-size" in train) == (int(gpus) > 1)
+
+
+def test_wmt_en_de_decodes_with_beam_4_lenpen_06(tmp_path):
+    cmds = dry_run(script("table2-wmt14ende-lightformer.sh"), tmp_path)
+    teacher, student = commands(cmds, "fairseq-train")
+    assert flag(teacher, "--arch") == "transformer_wmt_en_de"
+    assert flag(student, "--arch") == "lightformer_wmt_en_de"
+    for gen in commands(cmds, "fairseq-generate"):
+        assert (flag(gen, "--beam"), flag(gen, "--lenpen")) == ("4", "0.6")
+
+
+def test_en_ro_and_gigaword_rows(tmp_path):
+    enro = commands(
+        dry_run(script("table3-wmt16enro-lightformer-no-svd.sh"), tmp_path), "fairseq-train"
+    )
+    assert [flag(c, "--arch") for c in enro] == ["lightformer_wmt_en_ro"]
+    cmds = dry_run(script("table4-gigaword-lightformer.sh"), tmp_path)
+    assert flag(commands(cmds, "fairseq-train")[-1], "--arch") == "lightformer_gigaword"
+    for gen in commands(cmds, "fairseq-generate"):
+        assert contains(gen, "--remove-bpe", "sentencepiece") and flag(gen, "--beam") == "5"
+        assert (flag(gen, "--source-lang"), flag(gen, "--target-lang")) == ("article", "title")
+
+
+def test_speed_column_calls_measure_speed(tmp_path):
+    cmds = dry_run(script("table2-iwslt14-lightformer.sh"), tmp_path)
+    speed = [c for c in cmds if c[0].endswith("scripts/measure_speed.sh")]
+    assert speed and all(contains(c, "--src-len", "23", "--beam", "5") for c in speed)
+    assert not [
+        c
+        for c in dry_run(script("table2-iwslt14-lightformer.sh"), tmp_path, MEASURE_SPEED="0")
+        if c[0].endswith("measure_speed.sh")
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers: checkpoint averaging and ROUGE
+# ---------------------------------------------------------------------------------------------
+
+
+def test_average_checkpoints_averages_the_newest_n(tmp_path):
+    import torch
+
+    sys.path.insert(0, LF)
+    try:
+        import average_checkpoints as avg
+    finally:
+        sys.path.remove(LF)
+    for epoch in (1, 2, 3, 10):
+        torch.save(
+            {
+                "model": {"w": torch.full((2,), float(epoch)), "n": torch.tensor([epoch])},
+                "extra_state": {"epoch": epoch},
+            },
+            tmp_path / f"checkpoint{epoch}.pt",
+        )
+    torch.save({"model": {}}, tmp_path / "checkpoint_last.pt")
+    out = tmp_path / "avg.pt"
+    avg.main(["--inputs", str(tmp_path), "--num-epoch-checkpoints", "2", "--output", str(out)])
+    state = torch.load(out)
+    assert torch.equal(state["model"]["w"], torch.full((2,), 6.5))  # epochs 10 and 3
+    assert (
+        torch.equal(state["model"]["n"], torch.tensor([10])) and state["extra_state"]["epoch"] == 10
+    )
+    assert not os.path.exists(str(out) + ".tmp")
+
+
+def test_rouge_of_identical_text_is_100_and_of_disjoint_text_is_0():
+    sys.path.insert(0, SUM)
+    try:
+        from score_rouge import rouge_f1
+    finally:
+        sys.path.remove(SUM)
+    r = rouge_f1(["police kill the gunman", "a b"], ["police kill the gunman", "c d"])
+    assert r == pytest.approx({"rouge1": 50.0, "rouge2": 50.0, "rougeL": 50.0})
+
+
+# ---------------------------------------------------------------------------------------------
+# prepare-*.sh on fake raw files (offline path), with stub tools
+# ---------------------------------------------------------------------------------------------
+
+STUB_PREPROCESS = """#!/usr/bin/env bash
+set -euo pipefail
+printf '%s\\n' "$*" >> "$STUB_LOG"
+dest=""; src=""; tgt=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in --destdir) dest="$2"; shift;; --source-lang) src="$2"; shift;;
+    --target-lang) tgt="$2"; shift;; esac; shift
+done
+mkdir -p "$dest"; touch "$dest/dict.$src.txt" "$dest/dict.$tgt.txt"
+"""
+STUB_TOKENIZER = "binmode STDIN, ':utf8'; binmode STDOUT, ':utf8'; print while <STDIN>;\n"
+STUB_LOWERCASE = "binmode STDIN, ':utf8'; binmode STDOUT, ':utf8'; print lc while <STDIN>;\n"
+# clean-corpus-n.perl [-ratio R] CORPUS L1 L2 OUT MIN MAX (length filter only)
+STUB_CLEAN = r"""
+shift, shift if $ARGV[0] eq '-ratio';
+my ($c, $l1, $l2, $o, $min, $max) = @ARGV;
+open(A, "$c.$l1"); open(B, "$c.$l2"); open(OA, ">$o.$l1"); open(OB, ">$o.$l2");
+while (my $a = <A>) { my $b = <B>; my @x = split ' ', $a; my @y = split ' ', $b;
+  next if @x < $min || @y < $min || @x > $max || @y > $max; print OA $a; print OB $b; }
+"""
+
+
+@pytest.fixture
+def stubs(tmp_path):
+    """PATH / PYTHONPATH / MOSES_DIR with stub tools; returns (env, log file)."""
+    bin_dir = tmp_path / "stub-bin"
+    bin_dir.mkdir()
+    pre = bin_dir / "fairseq-preprocess"
+    pre.write_text(STUB_PREPROCESS)
+    pre.chmod(0o755)
+    moses = tmp_path / "moses" / "scripts"
+    (moses / "tokenizer").mkdir(parents=True)
+    (moses / "training").mkdir()
+    (moses / "tokenizer" / "tokenizer.perl").write_text(STUB_TOKENIZER)
+    (moses / "tokenizer" / "lowercase.perl").write_text(STUB_LOWERCASE)
+    (moses / "training" / "clean-corpus-n.perl").write_text(STUB_CLEAN)
+    pkg = tmp_path / "pylib" / "subword_nmt"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "learn_bpe.py").write_text("import sys\nsys.stdin.read()\nprint('#version: 0.2')\n")
+    (pkg / "apply_bpe.py").write_text("import sys\nsys.stdout.write(sys.stdin.read())\n")
+    log = tmp_path / "preprocess.log"
+    env = dict(os.environ)
+    env.update(
+        PATH=f"{bin_dir}:{os.environ['PATH']}", PYTHONPATH=str(tmp_path / "pylib"),
+        MOSES_DIR=str(tmp_path / "moses"), PYTHON=sys.executable, STUB_LOG=str(log),
+        TOOLS_DIR=str(tmp_path / "no-tools"), URL="http://invalid.invalid/should-not-download",
+    )  # fmt: skip
+    for key in ("DATA_BIN", "RAW_DIR", "WORK_DIR", "FORCE", "DRY_RUN"):
+        env.pop(key, None)
+    return env, log
+
+
+def run_prepare(name, env, **extra):
+    env = dict(env, **extra)
+    path = script(name)
+    proc = subprocess.run(
+        ["bash", path], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_prepare_iwslt14_offline(tmp_path, stubs):
+    env, log = stubs
+    raw = tmp_path / "raw" / "de-en"
+    raw.mkdir(parents=True)
+    for lang in ("de", "en"):
+        lines = ["<url>http://x</url>", "<talkid>1</talkid>", "<keywords>k</keywords>"]
+        lines += [f"<title>Titel {lang}</title>"] + [
+            f"Satz {lang} Nummer {i} ." for i in range(1, 46)
+        ]
+        (raw / f"train.tags.de-en.{lang}").write_text("\n".join(lines) + "\n")
+        for tst in ("TED.dev2010", "TEDX.dev2012", "TED.tst2010", "TED.tst2011", "TED.tst2012"):
+            xml = ['<doc docid="1">'] + [
+                f'<seg id="{i}"> {tst} {lang} It’s {i} </seg>' for i in (1, 2)
+            ]
+            (raw / f"IWSLT14.{tst}.de-en.{lang}.xml").write_text("\n".join(xml + ["</doc>"]) + "\n")
+    work, out = tmp_path / "work", tmp_path / "bin"
+    run_prepare(
+        "prepare-iwslt14.sh",
+        env,
+        RAW_DIR=str(tmp_path / "raw"),
+        WORK_DIR=str(work),
+        DATA_BIN=str(out),
+        THREADS="1",
+        WORKERS="1",
+    )
+    train = (work / "train.de").read_text().splitlines()
+    valid = (work / "valid.de").read_text().splitlines()
+    test = (work / "test.en").read_text().splitlines()
+    assert len(train) + len(valid) == 46 and len(valid) == 2  # title line + 45 sentences
+    assert train[0] == "titel de" and valid == ["satz de nummer 22 .", "satz de nummer 45 ."]
+    assert (
+        test[0] == "ted.dev2010 en it's 1"
+        and test[-1] == "ted.tst2012 en it's 2"
+        and len(test) == 10
+    )
+    args = log.read_text().split()
+    assert "--joined-dictionary" in args and flag(args, "--destdir") == str(out)
+    assert flag(args, "--trainpref") == str(work / "train")
+    assert (out / ".done").exists() and (out / "bpe.code").exists()
+    run_prepare("prepare-iwslt14.sh", env, DATA_BIN=str(out))  # complete: nothing to do
+    assert len(log.read_text().splitlines()) == 1
+
+
+def test_prepare_wmt_offline(tmp_path, stubs):
+    env, log = stubs
+    ende = tmp_path / "ende"
+    ende.mkdir()
+    for f in (
+        "train.tok.clean.bpe.32000",
+        "newstest2013.tok.bpe.32000",
+        "newstest2014.tok.bpe.32000",
+    ):
+        for lang in ("en", "de"):
+            (ende / f"{f}.{lang}").write_text("a b@@ c\n")
+    (ende / "newstest2014.de").write_text("Ein Satz.\n")
+    run_prepare(
+        "prepare-wmt14en2de.sh", env, RAW_DIR=str(ende), DATA_BIN=str(tmp_path / "ende-bin")
+    )
+    args = log.read_text().split()
+    assert contains(args, "--nwordssrc", "32768", "--nwordstgt", "32768", "--joined-dictionary")
+    assert flag(args, "--testpref") == str(ende / "newstest2014.tok.bpe.32000")
+    assert (tmp_path / "ende-bin" / "refs" / "test.de").read_text() == "Ein Satz.\n"
+
+    enro = tmp_path / "enro" / "wmt16" / "en-ro"
+    for sub, stem in (("train", "corpus.bpe"), ("dev", "dev.bpe"), ("test", "test.bpe")):
+        (enro / sub).mkdir(parents=True)
+        for lang in ("en", "ro"):
+            (enro / sub / f"{stem}.{lang}").write_text("a b\n")
+    log.unlink()
+    run_prepare(
+        "prepare-wmt16enro.sh",
+        env,
+        RAW_DIR=str(tmp_path / "enro"),
+        DATA_BIN=str(tmp_path / "ro-bin"),
+    )
+    args = log.read_text().split()
+    assert "--joined-dictionary" in args and flag(args, "--validpref") == str(
+        enro / "dev" / "dev.bpe"
+    )
+    assert (flag(args, "--source-lang"), flag(args, "--target-lang")) == ("en", "ro")
+
+
+def test_prepare_gigaword_offline(tmp_path, stubs):
+    env, log = stubs
+    sumdata = tmp_path / "raw" / "sumdata"
+    (sumdata / "train").mkdir(parents=True)
+    (sumdata / "Giga").mkdir()
+    words = ["police", "said", "the", "government", "would", "meet", "on", "monday", "to"]
+    words += ["discuss", "new", "talks", "in", "#", "cities"]
+    article = [" ".join(words[i % 5 :] + words[: i % 5]) for i in range(200)]
+    title = [" ".join(words[i % 3 : i % 3 + 5]) for i in range(200)]
+    with gzip.open(sumdata / "train" / "train.article.txt.gz", "wt") as f:
+        f.write("\n".join(article) + "\n")
+    with gzip.open(sumdata / "train" / "train.title.txt.gz", "wt") as f:
+        f.write("\n".join(title) + "\n")
+    (sumdata / "train" / "valid.article.filter.txt").write_text("\n".join(article[:7]) + "\n")
+    (sumdata / "train" / "valid.title.filter.txt").write_text("\n".join(title[:7]) + "\n")
+    (sumdata / "Giga" / "input.txt").write_text("\n".join(article[:3]) + "\n")
+    (sumdata / "Giga" / "task1_ref0.txt").write_text("\n".join(title[:3]) + "\n")
+    work, out = tmp_path / "work", tmp_path / "bin"
+    run_prepare(
+        "prepare-gigaword.sh",
+        env,
+        RAW_DIR=str(tmp_path / "raw"),
+        WORK_DIR=str(work),
+        DATA_BIN=str(out),
+        SPM_VOCAB="40",
+        VALID_SIZE="5",
+    )
+    assert len((work / "valid.article").read_text().splitlines()) == 5
+    assert len((work / "train.title").read_text().splitlines()) == 200
+    encoded = (work / "test.title").read_text().splitlines()[0]
+    assert encoded.replace(" ", "").replace("\u2581", " ").strip() == title[0]
+    args = log.read_text().split()
+    assert (flag(args, "--source-lang"), flag(args, "--target-lang")) == ("article", "title")
+    assert "--joined-dictionary" in args
+    assert (out / "refs" / "test.title").read_text().splitlines() == title[:3]
