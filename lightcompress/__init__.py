@@ -19,6 +19,6 @@ except ImportError as exc:  # pragma: no cover - environment problem
         "(see README, 'Installing')."
     ) from exc
 
-from lightcompress import criterions, models, tasks  # noqa: E402,F401  (registration)
+from lightcompress import criterions, models, tasks  # noqa: F401  (registration)
 
 __version__ = "0.1.0"

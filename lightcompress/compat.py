@@ -20,7 +20,7 @@ import argparse
 import numpy as np
 import torch
 
-__all__ = ["fairseq_checkpoint_safe_globals", "allow_fairseq_checkpoints"]
+__all__ = ["allow_fairseq_checkpoints", "fairseq_checkpoint_safe_globals"]
 
 
 def fairseq_checkpoint_safe_globals():
@@ -33,8 +33,20 @@ def fairseq_checkpoint_safe_globals():
     types += [_reconstruct, scalar, np.ndarray, np.dtype]
     # dtype classes (numpy.dtypes.Int64DType, Float32DType, ...) are what pickles of np.dtype
     # objects reference under numpy >= 1.25.
-    for dt in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
-               np.uint32, np.uint64, np.float16, np.float32, np.float64):
+    for dt in (
+        np.bool_,
+        np.int8,
+        np.int16,
+        np.int32,
+        np.int64,
+        np.uint8,
+        np.uint16,
+        np.uint32,
+        np.uint64,
+        np.float16,
+        np.float32,
+        np.float64,
+    ):
         types.append(type(np.dtype(dt)))
     return types
 

@@ -415,6 +415,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not passthrough:
         parser.error("give the fairseq-train arguments after --")
+
+    def _on_sigterm(signum, frame):  # e.g. a scheduler's kill: stop the ranks too
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         launch(
             passthrough,

@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import harness  # noqa: E402
+import harness
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -18,6 +18,12 @@ def tiny_data(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny_corpus")
     raw = harness.make_parallel_corpus(str(root / "raw"))
     return harness.preprocess(raw, str(root / "bin"))
+
+
+BLEU_FLAGS = [
+    "--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 20}',
+    "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric",
+]  # fmt: skip
 
 
 @pytest.fixture(scope="session")
@@ -32,10 +38,7 @@ def tiny_transformer(tiny_data, tmp_path_factory):
         tiny_data,
         save_dir,
         harness.tiny_arch_args("transformer"),
-        extra=[
-            "--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 20}',
-            "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric",
-        ],  # fmt: skip
+        extra=BLEU_FLAGS,
         max_epoch=10,
     )
     return save_dir

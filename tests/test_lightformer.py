@@ -6,15 +6,16 @@ import signal
 import subprocess
 import sys
 import time
-
-import pytest
-import torch
+from pathlib import Path
 
 import harness
-import lightcompress  # noqa: F401  (registers the plugin)
+import pytest
+import torch
 from fairseq import options
+
+import lightcompress  # noqa: F401  (registers the plugin)
 from lightcompress.convert.cli import cli_main, convert_checkpoint
-from lightcompress.convert.core import ConversionError, build_fairseq_model
+from lightcompress.convert.core import build_fairseq_model
 from lightcompress.modules import LowRankLinear, count_unique_params
 
 IWSLT_V = 10200  # the IWSLT'14 joined vocabulary at which transformer_iwslt_de_en has 36.8M
@@ -226,15 +227,13 @@ def test_full_rank_transfer_translates_exactly_like_the_teacher(
     assert student_hyps == dense_hyps
 
 
-def test_full_rank_transfer_reproduces_the_teachers_outputs(tiny_transformer, full_rank_student):
-    from lightcompress.convert.core import load_checkpoint_state, load_teacher
+def test_full_rank_transfer_reproduces_the_teachers_outputs(
+    tiny_data, tiny_transformer, full_rank_student
+):
+    from lightcompress.convert.core import load_teacher
 
     _, _, teacher = load_teacher(os.path.join(tiny_transformer, "checkpoint_best.pt"))
-    state = load_checkpoint_state(full_rank_student)
-    args = state["cfg"]["model"]
-    student = build_fairseq_model(args, state["model"]["encoder.embed_tokens.weight"].shape[0])
-    student.load_state_dict(state["model"])
-    student.eval()
+    student = _load(full_rank_student, tiny_data)
     n = teacher.encoder.embed_tokens.weight.shape[0]
     src, lengths, prev = _batch(vocab=n)
     with torch.no_grad():
@@ -335,11 +334,22 @@ def test_converter_refusals(tiny_transformer, full_rank_student, tmp_path, capsy
     assert "width mismatch" in err
     # rank too large
     err = _convert_err(
-        capsys, ["-i", teacher, "-o", str(tmp_path / "x.pt"), *base, "--rank", "1000"]
+        capsys,
+        [
+            "-i",
+            teacher,
+            "-o",
+            str(tmp_path / "x.pt"),
+            *base,
+            "--rank",
+            "1000",
+            "--embed-rank",
+            "16",
+        ],
     )
     assert "1000" in err
     # truncated file
-    data = open(teacher, "rb").read()
+    data = Path(teacher).read_bytes()
     broken = tmp_path / "truncated.pt"
     broken.write_bytes(data[: len(data) // 2])
     err = _convert_err(capsys, ["-i", str(broken), "-o", str(tmp_path / "x.pt"), *base])
@@ -364,12 +374,12 @@ def test_console_script_converts(tiny_transformer, tmp_path):
 TINY_LIGHTFORMER = ["--arch", "lightformer", "--share-all-embeddings", *TINY]
 
 
-def _load(path):
-    state = torch.load(path)
-    args = state["cfg"]["model"]
-    model = build_fairseq_model(args, state["model"]["encoder.embed_tokens.weight"].shape[0])
-    model.load_state_dict(state["model"])
-    return model
+def _load(path, data):
+    """Load a checkpoint the way fairseq-generate does (task and dictionaries from ``data``)."""
+    from fairseq import checkpoint_utils
+
+    models, _ = checkpoint_utils.load_model_ensemble([path], arg_overrides={"data": data})
+    return models[0].eval()
 
 
 def test_train_generate_and_resume_after_kill_keep_sharing(tiny_data, tmp_path):
@@ -404,7 +414,7 @@ def test_train_generate_and_resume_after_kill_keep_sharing(tiny_data, tmp_path):
     final = torch.load(last)["optimizer_history"][-1]["num_updates"]
     assert final > killed_at
 
-    model = _load(last)
+    model = _load(last, tiny_data)
     assert model.encoder.layers[0].fc1.u is model.encoder.layers[1].fc1.u
     assert model.encoder.layers[2].self_attn.k_proj.v is model.encoder.layers[3].self_attn.k_proj.v
     assert count_unique_params(model) == count_unique_params(

@@ -43,9 +43,7 @@ def dense_linear(in_f=IN, out_f=OUT, bias=True):
 
 def cp_dense_linear(rank=3, heads=4, d_k=6, out_f=12):
     """A dense layer whose weight is exactly a rank-``rank`` CP tensor."""
-    w = cp_to_dense(
-        torch.randn(out_f, rank), torch.randn(heads, rank), torch.randn(d_k, rank)
-    )
+    w = cp_to_dense(torch.randn(out_f, rank), torch.randn(heads, rank), torch.randn(d_k, rank))
     lin = nn.Linear(heads * d_k, out_f)
     with torch.no_grad():
         lin.weight.copy_(w)
@@ -59,9 +57,7 @@ FULL_RANK = {
     "htt": lambda lin: HybridLinear.from_linear(lin, 0.4, "tt", in_shape=[2, 3, 4]),
     "hmf": lambda lin: HybridLinear.from_linear(lin, 0.4, "lowrank", rank=18),
     "hybrid_all_dense": lambda lin: HybridLinear.from_linear(lin, 1.0, "tt"),
-    "hybrid_all_tt": lambda lin: HybridLinear.from_linear(
-        lin, 0.0, "tt", in_shape=[2, 3, 4]
-    ),
+    "hybrid_all_tt": lambda lin: HybridLinear.from_linear(lin, 0.0, "tt", in_shape=[2, 3, 4]),
 }
 
 SCRATCH = {
@@ -87,9 +83,7 @@ SCRATCH = {
     ),
     "htt": (
         lambda: HybridLinear(IN, OUT, 0.4, "tt", ranks=3, in_shape=[2, 3, 4]),
-        lambda: HybridLinear.num_params(
-            IN, OUT, 0.4, "tt", ranks=3, in_shape=[2, 3, 4]
-        ),
+        lambda: HybridLinear.num_params(IN, OUT, 0.4, "tt", ranks=3, in_shape=[2, 3, 4]),
     ),
     "hmf": (
         lambda: HybridLinear(IN, OUT, 0.5, "lowrank", rank=4),
@@ -222,15 +216,11 @@ def test_tt_svd_truncation_keeps_less_energy_and_fewer_params():
     assert 0 < small.kept_energy < 1
     err = (small.to_dense() - lin.weight).pow(2).sum() / lin.weight.pow(2).sum()
     assert small.kept_energy == pytest.approx(1 - err.item(), abs=1e-5)
-    assert sum(p.numel() for p in small.parameters()) < sum(
-        p.numel() for p in full.parameters()
-    )
+    assert sum(p.numel() for p in small.parameters()) < sum(p.numel() for p in full.parameters())
 
 
 def test_tt_shapes_must_multiply_to_the_layer_size():
-    with pytest.raises(
-        ValueError, match="in_shape 2x3x5 has product 30, but in_features is 24"
-    ):
+    with pytest.raises(ValueError, match="in_shape 2x3x5 has product 30, but in_features is 24"):
         TTLinear.from_linear(dense_linear(), [2, 3, 5], [5, 3, 2])
     with pytest.raises(ValueError, match="rank"):
         TTLinear([2, 3], [5, 3], [100])
@@ -266,9 +256,7 @@ def test_cp_set_rank_refits_and_replaces_the_parameters():
     kept = layer.set_rank(2)
     assert layer.w0 is not old and layer.rank == 2
     assert layer.w0.shape == (12, 2) and 0 < kept < 1
-    assert sum(p.numel() for p in layer.parameters()) == CPLinear.num_params(
-        24, 12, 2, 4
-    )
+    assert sum(p.numel() for p in layer.parameters()) == CPLinear.num_params(24, 12, 2, 4)
 
 
 def test_layers_accept_bias_free_dense_layers():
@@ -368,9 +356,7 @@ def test_htt_table_is_built_once_in_eval_and_invalidated_by_train_and_steps():
     with torch.no_grad():
         after_step = emb(tokens)
         emb(tokens)
-    assert (
-        emb.table_builds == builds + 2
-    )  # one differentiable build, one cached rebuild
+    assert emb.table_builds == builds + 2  # one differentiable build, one cached rebuild
     assert not torch.allclose(after_train, after_step)
     torch.testing.assert_close(after_step, emb.to_dense()[tokens])
 

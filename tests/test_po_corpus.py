@@ -15,9 +15,7 @@ import pytest
 
 __all__: list[str] = []
 
-_PATH = (
-    Path(__file__).resolve().parents[1] / "examples" / "translation" / "po_corpus.py"
-)
+_PATH = Path(__file__).resolve().parents[1] / "examples" / "translation" / "po_corpus.py"
 _spec = importlib.util.spec_from_file_location("po_corpus", _PATH)
 assert _spec is not None and _spec.loader is not None
 pc = importlib.util.module_from_spec(_spec)
@@ -307,9 +305,7 @@ def test_build_splits_no_overlap():
     assert contributed["big"] == {"train": 2, "valid": 0, "test": 0}
     assert contributed["other"] == {"train": 1, "valid": 0, "test": 0}
     assert contributed["tst"]["test"] == 2
-    assert sum(sum(c.values()) for c in contributed.values()) == sum(
-        map(len, splits.values())
-    )
+    assert sum(sum(c.values()) for c in contributed.values()) == sum(map(len, splits.values()))
 
 
 @pytest.mark.parametrize(
@@ -354,9 +350,7 @@ def _fake_wheel(path: Path, licence: str) -> Path:
             "fake/locale/de/LC_MESSAGES/djangojs.mo",
             _make_mo({"Go to page": "Gehe zur Seite"}),
         )
-        z.writestr(
-            "fake/locale/fr/LC_MESSAGES/django.po", 'msgid "x y"\nmsgstr "z w"\n'
-        )
+        z.writestr("fake/locale/fr/LC_MESSAGES/django.po", 'msgid "x y"\nmsgstr "z w"\n')
     return path
 
 
@@ -374,13 +368,9 @@ def test_read_package_pairs_and_licence(tmp_path):
     assert "BSD-3-Clause" in pc.check_licence(pkg, whl)
     gpl = _fake_wheel(tmp_path / "gpl-1.0-py3-none-any.whl", "GPL-3.0-or-later")
     with pytest.raises(SystemExit):
-        pc.check_licence(
-            pc.Package("gpl", "1.0", gpl.name, "0" * 64, "BSD", "GPL"), gpl
-        )
+        pc.check_licence(pc.Package("gpl", "1.0", gpl.name, "0" * 64, "BSD", "GPL"), gpl)
     with pytest.raises(SystemExit):
-        pc.check_licence(
-            pc.Package("gpl", "1.0", gpl.name, "0" * 64, "BSD", "BSD"), gpl
-        )
+        pc.check_licence(pc.Package("gpl", "1.0", gpl.name, "0" * 64, "BSD", "BSD"), gpl)
 
 
 def test_pinned_packages_are_consistent():
@@ -389,9 +379,7 @@ def test_pinned_packages_are_consistent():
     for p in pc.PACKAGES:
         assert len(p.sha256) == 64 and int(p.sha256, 16) >= 0
         assert not pc.COPYLEFT_RE.search(p.licence)
-    split_of = pc.assign_splits(
-        names, pc.DEFAULT_VALID_PACKAGES, pc.DEFAULT_TEST_PACKAGES
-    )
+    split_of = pc.assign_splits(names, pc.DEFAULT_VALID_PACKAGES, pc.DEFAULT_TEST_PACKAGES)
     assert sorted(set(split_of.values())) == ["test", "train", "valid"]
 
 

@@ -62,9 +62,7 @@ def test_tied_layers_share_the_same_parameter_objects_and_count_once():
 
 def test_share_filter_keeps_layer_norms_independent_like_subformer():
     layers = nn.ModuleList([Block() for _ in range(6)])
-    tie_layers(
-        layers, sandwich_schedule(6), share=lambda name: "layer_norm" not in name
-    )
+    tie_layers(layers, sandwich_schedule(6), share=lambda name: "layer_norm" not in name)
     assert layers[1].fc1.weight is layers[4].fc1.weight
     assert layers[1].layer_norm.weight is not layers[4].layer_norm.weight
     norm = sum(p.numel() for p in layers[0].layer_norm.parameters())

@@ -93,9 +93,7 @@ def test_parse_reads_patterns_kinds_and_typed_params():
 
 
 def test_python_structures_give_the_same_spec_as_text():
-    text = CompressionSpec.parse(
-        "*.fc1=lowrank(rank=4); *.v_proj=htt(alpha=0.5,ranks=4x4)"
-    )
+    text = CompressionSpec.parse("*.fc1=lowrank(rank=4); *.v_proj=htt(alpha=0.5,ranks=4x4)")
     as_dict = CompressionSpec.from_obj(
         {
             "*.fc1": "lowrank(rank=4)",
@@ -116,19 +114,14 @@ def test_init_replaces_matched_modules_and_the_model_still_runs():
     report = CompressionSpec.parse(SPEC).apply(model, mode="init")
     layer = model.encoder.layers[0]
     assert isinstance(layer.fc1, LowRankLinear) and layer.fc1.rank == 4
-    assert (
-        isinstance(layer.self_attn.q_proj, LowRankLinear)
-        and layer.self_attn.q_proj.rank == 4
-    )
+    assert isinstance(layer.self_attn.q_proj, LowRankLinear) and layer.self_attn.q_proj.rank == 4
     assert isinstance(layer.self_attn.v_proj, HybridLinear)
     assert isinstance(layer.self_attn.out_proj, CPLinear)
     assert isinstance(model.encoder.embed_tokens, LowRankEmbedding)
     assert isinstance(model.output_projection, nn.Linear)
     assert len(report) == 2 * 6 + 2
     assert report.params_after == sum(r.params_after for r in report)
-    assert (
-        n_params(model) == n_params(Toy()) - report.params_before + report.params_after
-    )
+    assert n_params(model) == n_params(Toy()) - report.params_before + report.params_after
     tokens = torch.randint(0, 40, (3, 5))
     model(tokens).sum().backward()
     assert "fc1" in report.format()
@@ -165,9 +158,7 @@ def test_convert_at_full_rank_reproduces_the_dense_model():
 
 def test_convert_with_energy_reports_the_rank_used():
     model = Toy()
-    report = CompressionSpec.parse("*.fc1=lowrank(energy=0.8)").apply(
-        model, mode="convert"
-    )
+    report = CompressionSpec.parse("*.fc1=lowrank(energy=0.8)").apply(model, mode="convert")
     for rec in report:
         assert rec.kept_energy >= 0.8 and 1 <= rec.rank <= 16
         assert rec.params_after == LowRankLinear.num_params(16, 32, rec.rank)
@@ -175,9 +166,7 @@ def test_convert_with_energy_reports_the_rank_used():
 
 def test_first_matching_rule_wins():
     model = Toy()
-    CompressionSpec.parse("encoder.layers.0.fc1=dense; *.fc1=lowrank(rank=2)").apply(
-        model
-    )
+    CompressionSpec.parse("encoder.layers.0.fc1=dense; *.fc1=lowrank(rank=2)").apply(model)
     assert isinstance(model.encoder.layers[0].fc1, nn.Linear)
     assert isinstance(model.encoder.layers[1].fc1, LowRankLinear)
 
@@ -185,9 +174,7 @@ def test_first_matching_rule_wins():
 def test_count_params_dispatches_to_the_layer_formulas():
     assert count_params("lowrank", 512, 512, ratio=2) == 128 * 1024 + 512
     assert count_params("dense", 16, 32) == 16 * 32 + 32
-    assert count_params("cp", 16, 16, rank=3, heads=4) == CPLinear.num_params(
-        16, 16, 3, 4
-    )
+    assert count_params("cp", 16, 16, rank=3, heads=4) == CPLinear.num_params(16, 16, 3, 4)
     assert count_params("htt", 16, 16, alpha=0.5, ranks=4, in_shape=[4, 4]) == (
         HybridLinear.num_params(16, 16, 0.5, "tt", ranks=4, in_shape=[4, 4])
     )
@@ -258,16 +245,12 @@ def test_invalid_spec_raises_spec_error_naming_the_bad_part(case):
 
 
 def test_module_level_errors_name_the_module():
-    with pytest.raises(
-        SpecError, match=r"module 'encoder.layers.0.fc1' \(nn.Linear 16->32\)"
-    ):
+    with pytest.raises(SpecError, match=r"module 'encoder.layers.0.fc1' \(nn.Linear 16->32\)"):
         CompressionSpec.parse("*.fc1=lowrank(rank=17)").validate(Toy())
 
 
 def test_apply_validates_everything_before_replacing_anything():
     model = Toy()
     with pytest.raises(SpecError):
-        CompressionSpec.parse("*.fc1=lowrank(rank=2); *.fc2=lowrank(rank=99)").apply(
-            model
-        )
+        CompressionSpec.parse("*.fc1=lowrank(rank=2); *.fc2=lowrank(rank=99)").apply(model)
     assert all(isinstance(layer.fc1, nn.Linear) for layer in model.encoder.layers)

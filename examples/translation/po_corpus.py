@@ -101,9 +101,7 @@ __all__ = [
     "unescape_po_string",
 ]
 
-FORMAT_VERSION = (
-    1  # bump when the cleaning / output format changes (invalidates .complete)
-)
+FORMAT_VERSION = 1  # bump when the cleaning / output format changes (invalidates .complete)
 
 
 # ---------------------------------------------------------------------------------------
@@ -220,9 +218,7 @@ PACKAGES: tuple[Package, ...] = (
 DEFAULT_TEST_PACKAGES = ("trac",)
 DEFAULT_VALID_PACKAGES = ("zope.app.locales",)
 
-COPYLEFT_RE = re.compile(
-    r"\bA?L?GPL|General Public License|\bEUPL|\bMPL\b|\bCDDL\b", re.IGNORECASE
-)
+COPYLEFT_RE = re.compile(r"\bA?L?GPL|General Public License|\bEUPL|\bMPL\b|\bCDDL\b", re.IGNORECASE)
 
 
 # ---------------------------------------------------------------------------------------
@@ -267,9 +263,7 @@ def unescape_po_string(s: str) -> str:
     return _ESCAPE_RE.sub(repl, s)
 
 
-_KEYWORD_RE = re.compile(
-    r'^(msgctxt|msgid_plural|msgid|msgstr(?:\[(\d+)\])?)\s*"(.*)"\s*$'
-)
+_KEYWORD_RE = re.compile(r'^(msgctxt|msgid_plural|msgid|msgstr(?:\[(\d+)\])?)\s*"(.*)"\s*$')
 _STRING_RE = re.compile(r'^"(.*)"\s*$')
 _CHARSET_RE = re.compile(rb"charset=([A-Za-z0-9_.:-]+)")
 
@@ -370,9 +364,7 @@ def parse_mo(data: bytes) -> list[CatalogEntry]:
     raw: list[tuple[bytes, bytes]] = []
     for i in range(n):
         ln, off = struct.unpack(order + "2I", data[o_orig + 8 * i : o_orig + 8 * i + 8])
-        tln, toff = struct.unpack(
-            order + "2I", data[o_trans + 8 * i : o_trans + 8 * i + 8]
-        )
+        tln, toff = struct.unpack(order + "2I", data[o_trans + 8 * i : o_trans + 8 * i + 8])
         raw.append((data[off : off + ln], data[toff : toff + tln]))
     charset = "utf-8"
     for k, v in raw:
@@ -513,9 +505,7 @@ def clean_pairs(
             yield en, de
 
 
-def dedupe_pairs(
-    pairs: Iterable[tuple[str, str]], key_side: int = 1
-) -> list[tuple[str, str]]:
+def dedupe_pairs(pairs: Iterable[tuple[str, str]], key_side: int = 1) -> list[tuple[str, str]]:
     """One pair per source: the most frequent target of each source, ties to the first seen.
 
     ``key_side`` is the index of the source side in the tuples (1 = German for
@@ -542,9 +532,7 @@ def assign_splits(
     for split, names in (("valid", valid), ("test", test)):
         missing = [n for n in names if n not in pk]
         if missing:
-            raise ValueError(
-                f"{split} packages not among the selected packages: {missing}"
-            )
+            raise ValueError(f"{split} packages not among the selected packages: {missing}")
         if not names:
             raise ValueError(f"no {split} package given")
     out = {}
@@ -617,15 +605,11 @@ class _Archive:
 
     def metadata_text(self) -> str:
         for n in self.names:
-            if n.endswith(".dist-info/METADATA") or (
-                n.count("/") == 1 and n.endswith("PKG-INFO")
-            ):
+            if n.endswith(".dist-info/METADATA") or (n.count("/") == 1 and n.endswith("PKG-INFO")):
                 msg = email.message_from_bytes(self.read(n))
                 fields = [msg.get("License-Expression", ""), msg.get("License", "")]
                 fields += [c for c in msg.get_all("Classifier") or [] if "License" in c]
-                return " | ".join(
-                    f.strip().splitlines()[0] for f in fields if f and f.strip()
-                )
+                return " | ".join(f.strip().splitlines()[0] for f in fields if f and f.strip())
         return ""
 
     def close(self) -> None:
@@ -695,9 +679,7 @@ def download(packages: Sequence[Package], cache: Path, python: str) -> dict[str,
     for p in packages:
         f = cache / p.filename
         if f.exists() and sha256_of(f) != p.sha256:
-            print(
-                f"[po_corpus] {f.name}: cached file has a wrong sha256, fetching again"
-            )
+            print(f"[po_corpus] {f.name}: cached file has a wrong sha256, fetching again")
             f.unlink()
         if not f.exists():
             missing.append(p)
@@ -706,9 +688,7 @@ def download(packages: Sequence[Package], cache: Path, python: str) -> dict[str,
         if not todo:
             continue
         req = cache / f".requirements-{kind}.txt"
-        req.write_text(
-            "".join(f"{p.name}=={p.version} --hash=sha256:{p.sha256}\n" for p in todo)
-        )
+        req.write_text("".join(f"{p.name}=={p.version} --hash=sha256:{p.sha256}\n" for p in todo))
         cmd = [python, "-m", "pip", "download", "--no-deps", "--require-hashes",
                "--ignore-requires-python", "--disable-pip-version-check", "-q",
                "-d", str(cache), "-r", str(req)]  # fmt: skip
@@ -717,10 +697,7 @@ def download(packages: Sequence[Package], cache: Path, python: str) -> dict[str,
         else:
             # pip prepares an sdist's metadata; use the venv's setuptools, fetch nothing
             cmd[4:4] = ["--no-binary=:all:", "--no-build-isolation"]
-        print(
-            f"[po_corpus] pip download {len(todo)} {kind}(s): "
-            + ", ".join(p.name for p in todo)
-        )
+        print(f"[po_corpus] pip download {len(todo)} {kind}(s): " + ", ".join(p.name for p in todo))
         subprocess.run(cmd, check=True)
         req.unlink()
     out = {}
@@ -755,9 +732,7 @@ def _tool(name: str) -> str:
     return found
 
 
-def train_spm(
-    prefix: Path, inputs: Sequence[Path], vocab_size: int, model_type: str
-) -> None:
+def train_spm(prefix: Path, inputs: Sequence[Path], vocab_size: int, model_type: str) -> None:
     import sentencepiece as spm
 
     spm.SentencePieceTrainer.train(
@@ -806,9 +781,7 @@ def build(args: argparse.Namespace) -> int:
         packages = list(PACKAGES)
     if {args.src, args.tgt} != {"de", "en"}:
         raise SystemExit("--src/--tgt must be de and en (in either order)")
-    split_of = assign_splits(
-        [p.name for p in packages], args.valid_packages, args.test_packages
-    )
+    split_of = assign_splits([p.name for p in packages], args.valid_packages, args.test_packages)
     marker = out / ".complete"
     fp = fingerprint(args, packages)
     if marker.exists() and not args.force:
@@ -846,9 +819,7 @@ def build(args: argparse.Namespace) -> int:
         _write_lines(tmp / "raw" / f"{split}.en", (en for en, _ in pairs))
         _write_lines(tmp / "raw" / f"{split}.de", (de for _, de in pairs))
 
-    print(
-        f"[po_corpus] training sentencepiece ({args.model_type}, vocab {args.vocab_size})"
-    )
+    print(f"[po_corpus] training sentencepiece ({args.model_type}, vocab {args.vocab_size})")
     train_spm(
         tmp / "spm" / "spm",
         [tmp / "raw" / "train.de", tmp / "raw" / "train.en"],
@@ -860,11 +831,7 @@ def build(args: argparse.Namespace) -> int:
     sp = spm.SentencePieceProcessor(model_file=str(tmp / "spm" / "spm.model"))
     for split in splits:
         for lang in ("de", "en"):
-            lines = (
-                (tmp / "raw" / f"{split}.{lang}")
-                .read_text(encoding="utf-8")
-                .splitlines()
-            )
+            lines = (tmp / "raw" / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
             _write_lines(
                 tmp / "spm" / f"{split}.{lang}",
                 (" ".join(pieces) for pieces in sp.encode(lines, out_type=str)),
@@ -907,9 +874,7 @@ def build(args: argparse.Namespace) -> int:
         "fairseq_dict_size": dict_size,
         "src": args.src,
         "tgt": args.tgt,
-        "packages": {
-            s: sorted(n for n, sp_ in split_of.items() if sp_ == s) for s in splits
-        },
+        "packages": {s: sorted(n for n, sp_ in split_of.items() if sp_ == s) for s in splits},
         "fingerprint": fp,
         "build_seconds": round(time.time() - t0, 1),
     }
@@ -979,12 +944,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ap.add_argument("--python", default=sys.executable,
                     help="python whose pip downloads the packages (default: this one)")  # fmt: skip
-    ap.add_argument(
-        "--force", action="store_true", help="rebuild even if OUT is complete"
-    )
-    ap.add_argument(
-        "--list", action="store_true", help="print the pinned packages and exit"
-    )
+    ap.add_argument("--force", action="store_true", help="rebuild even if OUT is complete")
+    ap.add_argument("--list", action="store_true", help="print the pinned packages and exit")
     args = ap.parse_args(argv)
     if args.list:
         for p in PACKAGES:

@@ -57,6 +57,7 @@ import copy
 import logging
 from dataclasses import dataclass
 
+import torch
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerConfig,
@@ -554,6 +555,12 @@ class SubformerModel(TransformerModel):
         model = super().build_model(args, task)
         if getattr(args, "subformer_init", "bert") == "bert":
             model.apply(bert_init_)
+            # A Linear visited after the embedding (the output projection tied to the table)
+            # re-draws the shared weight, padding row included: zero the padding rows last.
+            with torch.no_grad():
+                for m in model.modules():
+                    if isinstance(m, nn.Embedding) and m.padding_idx is not None:
+                        m.weight[m.padding_idx].zero_()
         return model
 
     @classmethod

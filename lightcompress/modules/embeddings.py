@@ -117,18 +117,18 @@ class LowRankEmbedding(nn.Module):
         ratio: float | None = None,
         energy: float | None = None,
     ) -> LowRankEmbedding:
-        """Truncated SVD of a trained table (padding row zeroed first); see ``resolve_rank``."""
+        """Truncated SVD of a trained table; see ``resolve_rank``.
+
+        The padding row is factorized like any other row: lookups of the padding index still
+        return zeros, but when the table is tied to the output projection fairseq trains that
+        row as the padding token's output vector, and keeping it makes a full-rank transfer
+        reproduce the dense model's logits exactly.
+        """
         w = emb.weight.detach().float().clone()
         pad = _check_padding(w.shape[0], emb.padding_idx)
-        if pad is not None:
-            w[pad] = 0
         s = torch.linalg.svdvals(w) if energy is not None else None
-        k = resolve_rank(
-            *w.shape, rank=rank, ratio=ratio, energy=energy, singular_values=s
-        )
+        k = resolve_rank(*w.shape, rank=rank, ratio=ratio, energy=energy, singular_values=s)
         u, v, kept = svd_factors(w, k)
-        if pad is not None:
-            u[pad] = 0
         layer = cls(w.shape[0], w.shape[1], k, pad)
         layer.to(device=emb.weight.device, dtype=emb.weight.dtype)
         with torch.no_grad():
@@ -242,15 +242,11 @@ class HTTEmbedding(nn.Module):
         self.tt = None
         self.rank = None
         if cfg["num_tt"]:
-            self.tt = TTLinear(
-                cfg["vocab_shape"], cfg["dim_shape"], cfg["ranks"], bias=False
-            )
+            self.tt = TTLinear(cfg["vocab_shape"], cfg["dim_shape"], cfg["ranks"], bias=False)
             self.rank = self.tt.rank
         self._cache: torch.Tensor | None = None
         self._cache_key: tuple | None = None
-        self.table_builds = (
-            0  # how many times the full table was built (for tests/profiling)
-        )
+        self.table_builds = 0  # how many times the full table was built (for tests/profiling)
         self.reset_parameters()
 
     @staticmethod
@@ -260,11 +256,7 @@ class HTTEmbedding(nn.Module):
         cfg = {"num_dense": nd, "num_tt": nt}
         if nt == 0:
             return cfg
-        vocab_shape = (
-            list(vocab_shape)
-            if vocab_shape is not None
-            else pad_factorize(v, num_cores)
-        )
+        vocab_shape = list(vocab_shape) if vocab_shape is not None else pad_factorize(v, num_cores)
         if math.prod(vocab_shape) < v:
             raise ValueError(
                 f"vocab_shape {'x'.join(map(str, vocab_shape))} has product "
@@ -349,9 +341,7 @@ class HTTEmbedding(nn.Module):
             table = torch.zeros(math.prod(vocab_shape), d - nd)
             table[:v] = w[:, nd:]
             cores, kept_tt = tt_svd(table.t(), vocab_shape, dim_shape, ranks)
-        layer = cls(
-            v, d, alpha, ranks if ranks is not None else 1, pad, vocab_shape, dim_shape
-        )
+        layer = cls(v, d, alpha, ranks if ranks is not None else 1, pad, vocab_shape, dim_shape)
         layer.to(device=emb.weight.device, dtype=emb.weight.dtype)
         with torch.no_grad():
             if layer.dense is not None:
@@ -376,9 +366,7 @@ class HTTEmbedding(nn.Module):
         return _zero_row(table, self.padding_idx)
 
     def _key(self) -> tuple:
-        return tuple(
-            (id(p), p.data_ptr(), p._version, p.dtype) for p in self.parameters()
-        )
+        return tuple((id(p), p.data_ptr(), p._version, p.dtype) for p in self.parameters())
 
     def train(self, mode: bool = True) -> HTTEmbedding:
         self._cache = None
@@ -402,9 +390,7 @@ class HTTEmbedding(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Look up ``tokens`` ``(...)`` -> ``(..., d)``; padding positions are zero."""
-        return F.embedding(
-            tokens, self.weight, self.padding_idx
-        )  # [B x T] -> [B x T x d]
+        return F.embedding(tokens, self.weight, self.padding_idx)  # [B x T] -> [B x T x d]
 
     def extra_repr(self) -> str:
         return (

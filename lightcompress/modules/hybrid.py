@@ -116,17 +116,13 @@ class HybridLinear(nn.Module):
         self.num_dense = cfg["num_dense"]
         self.kept_energy: float | None = None
         self.dense = (
-            nn.Linear(self.in_features, self.num_dense, bias=bias)
-            if self.num_dense
-            else None
+            nn.Linear(self.in_features, self.num_dense, bias=bias) if self.num_dense else None
         )
         self.factorized: nn.Module | None = None
         self.rank = None
         if cfg["num_fact"]:
             if kind == "tt":
-                self.factorized = TTLinear(
-                    cfg["in_shape"], cfg["out_shape"], cfg["ranks"], bias
-                )
+                self.factorized = TTLinear(cfg["in_shape"], cfg["out_shape"], cfg["ranks"], bias)
             else:
                 self.factorized = LowRankLinear(
                     self.in_features, cfg["num_fact"], cfg["rank"], bias
@@ -135,9 +131,7 @@ class HybridLinear(nn.Module):
         self.reset_parameters()
 
     @staticmethod
-    def _config(
-        in_f, out_f, alpha, kind, rank, ranks, in_shape, out_shape, num_cores
-    ) -> dict:
+    def _config(in_f, out_f, alpha, kind, rank, ranks, in_shape, out_shape, num_cores) -> dict:
         if kind not in _KINDS:
             raise ValueError(f"HybridLinear kind must be one of {_KINDS}, got {kind!r}")
         nd = dense_columns(alpha, out_f)
@@ -152,11 +146,7 @@ class HybridLinear(nn.Module):
         else:
             if ranks is None:
                 raise ValueError("HybridLinear(kind='tt') needs ranks")
-            in_shape = (
-                list(in_shape)
-                if in_shape is not None
-                else factorize_dim(in_f, num_cores)
-            )
+            in_shape = list(in_shape) if in_shape is not None else factorize_dim(in_f, num_cores)
             if out_shape is None:
                 out_shape = factorize_dim(nf, len(in_shape))
             cfg["in_shape"], cfg["out_shape"] = list(in_shape), list(out_shape)
@@ -204,9 +194,7 @@ class HybridLinear(nn.Module):
         total = nd * in_features + (nd if bias else 0)
         if nf:
             if kind == "tt":
-                total += TTLinear.num_params(
-                    cfg["in_shape"], cfg["out_shape"], cfg["ranks"], bias
-                )
+                total += TTLinear.num_params(cfg["in_shape"], cfg["out_shape"], cfg["ranks"], bias)
             else:
                 total += LowRankLinear.num_params(in_features, nf, cfg["rank"], bias)
         return total
@@ -243,16 +231,12 @@ class HybridLinear(nn.Module):
                 if has_bias:
                     rest.bias.copy_(linear.bias[nd:])
             if kind == "lowrank":
-                part = LowRankLinear.from_linear(
-                    rest, rank=rank, ratio=ratio, energy=energy
-                )
+                part = LowRankLinear.from_linear(rest, rank=rank, ratio=ratio, energy=energy)
                 rank = part.rank
             elif kind == "tt":
                 if in_shape is None:
                     in_shape = factorize_dim(in_f, num_cores)
-                part = TTLinear.from_linear(
-                    rest, in_shape, out_shape, ranks, len(in_shape)
-                )
+                part = TTLinear.from_linear(rest, in_shape, out_shape, ranks, len(in_shape))
                 ranks, out_shape = part.rank, part.out_shape
         layer = cls(
             in_f,
@@ -276,9 +260,7 @@ class HybridLinear(nn.Module):
             layer.factorized = part
         total = float(weight.detach().double().pow(2).sum())
         if total > 0 and part is not None:
-            lost = (1.0 - part.kept_energy) * float(
-                weight[nd:].detach().double().pow(2).sum()
-            )
+            lost = (1.0 - part.kept_energy) * float(weight[nd:].detach().double().pow(2).sum())
             layer.kept_energy = 1.0 - lost / total
         else:
             layer.kept_energy = 1.0

@@ -76,9 +76,7 @@ def energy_rank(singular_values: torch.Tensor, energy: float) -> int:
         return 1
     cum = torch.cumsum(s2, 0) / total
     # Tolerate float rounding at energy == 1.0.
-    k = int(
-        torch.searchsorted(cum, torch.tensor(energy - 1e-12, dtype=cum.dtype)).item()
-    )
+    k = int(torch.searchsorted(cum, torch.tensor(energy - 1e-12, dtype=cum.dtype)).item())
     return min(k + 1, s2.numel())
 
 
@@ -116,20 +114,14 @@ def resolve_rank(
         If not exactly one of ``rank``, ``ratio``, ``energy`` is given, or the resulting rank
         is ``<= 0`` or ``> min(m, n)`` (the message names the shape).
     """
-    given = [
-        k
-        for k, v in (("rank", rank), ("ratio", ratio), ("energy", energy))
-        if v is not None
-    ]
+    given = [k for k, v in (("rank", rank), ("ratio", ratio), ("energy", energy)) if v is not None]
     if len(given) != 1:
         raise ValueError(
             f"give exactly one of rank, ratio, energy for a {m}x{n} matrix, got {given or 'none'}"
         )
     if rank is not None:
         if isinstance(rank, bool) or int(rank) != rank:
-            raise ValueError(
-                f"rank must be an integer, got {rank!r} for a {m}x{n} matrix"
-            )
+            raise ValueError(f"rank must be an integer, got {rank!r} for a {m}x{n} matrix")
         k = int(rank)
         source = f"rank={rank}"
     elif ratio is not None:
@@ -152,9 +144,7 @@ def resolve_rank(
 
 
 @torch.no_grad()
-def svd_factors(
-    weight: torch.Tensor, rank: int
-) -> tuple[torch.Tensor, torch.Tensor, float]:
+def svd_factors(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor, float]:
     """Balanced truncated-SVD factors of ``weight`` (computed in float32).
 
     Parameters
@@ -220,9 +210,7 @@ class LowRankLinear(nn.Module):
     in nn.Linear.
     """
 
-    def __init__(
-        self, in_features: int, out_features: int, rank: int, bias: bool = True
-    ):
+    def __init__(self, in_features: int, out_features: int, rank: int, bias: bool = True):
         super().__init__()
         self.in_features = int(in_features)
         self.out_features = int(out_features)
@@ -241,9 +229,7 @@ class LowRankLinear(nn.Module):
         init_bias_like_linear(self.bias, self.in_features)
 
     @staticmethod
-    def num_params(
-        in_features: int, out_features: int, rank: int, bias: bool = True
-    ) -> int:
+    def num_params(in_features: int, out_features: int, rank: int, bias: bool = True) -> int:
         """Exact parameter count: ``r (in + out) + out`` (the last term if ``bias``)."""
         return rank * (in_features + out_features) + (out_features if bias else 0)
 

@@ -129,9 +129,7 @@ def tie_layers(
         If lengths differ or a shared parameter is missing or has another shape in a layer.
     """
     if len(layers) != len(schedule):
-        raise ValueError(
-            f"{len(layers)} layers but a schedule of length {len(schedule)}"
-        )
+        raise ValueError(f"{len(layers)} layers but a schedule of length {len(schedule)}")
     owners: dict[int, int] = {}
     tied: list[str] = []
     for pos, uid in enumerate(schedule):

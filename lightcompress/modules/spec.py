@@ -198,9 +198,7 @@ class Rule:
         if not self.patterns or any(not p for p in self.patterns):
             raise SpecError(f"empty module pattern {where}")
         if self.kind not in KINDS:
-            raise SpecError(
-                f"unknown kind {self.kind!r} {where}; known kinds: {sorted(KINDS)}"
-            )
+            raise SpecError(f"unknown kind {self.kind!r} {where}; known kinds: {sorted(KINDS)}")
         kind = KINDS[self.kind]
         unknown = sorted(set(self.params) - kind.allowed)
         if unknown:
@@ -210,9 +208,7 @@ class Rule:
             )
         missing = [p for p in kind.required if p not in self.params]
         if missing:
-            raise SpecError(
-                f"missing parameter(s) {missing} for kind {self.kind!r} {where}"
-            )
+            raise SpecError(f"missing parameter(s) {missing} for kind {self.kind!r} {where}")
         if kind.one_of:
             given = [p for p in kind.one_of if p in self.params]
             if len(given) != 1:
@@ -251,17 +247,13 @@ def _parse_rule(text: str) -> Rule:
     patterns = tuple(p.strip() for p in lhs.split(","))
     m = _RHS_RE.match(rhs.strip())
     if not m:
-        raise SpecError(
-            f"cannot parse {rhs.strip()!r} as 'kind(params)' in rule {raw!r}"
-        )
+        raise SpecError(f"cannot parse {rhs.strip()!r} as 'kind(params)' in rule {raw!r}")
     kind, args = m.group(1), (m.group(2) or "").strip()
     params: dict = {}
     if args:
         for item in _split_top(args, ","):
             if "=" not in item:
-                raise SpecError(
-                    f"parameter {item.strip()!r} is not 'name=value' in rule {raw!r}"
-                )
+                raise SpecError(f"parameter {item.strip()!r} is not 'name=value' in rule {raw!r}")
             k, v = (s.strip() for s in item.split("=", 1))
             if k in params:
                 raise SpecError(f"parameter {k!r} given twice in rule {raw!r}")
@@ -310,11 +302,7 @@ class CompressionReport(list):
             )
         ]
         for r in self:
-            rank = (
-                "x".join(map(str, r.rank))
-                if isinstance(r.rank, list)
-                else str(r.rank or "-")
-            )
+            rank = "x".join(map(str, r.rank)) if isinstance(r.rank, list) else str(r.rank or "-")
             energy = f"{r.kept_energy:.4f}" if r.kept_energy is not None else "-"
             lines.append(
                 f"{r.name:40s} {r.kind:18s} {'x'.join(map(str, r.shape)):>12s} {rank:>10s} "
@@ -330,9 +318,7 @@ def _tt_shapes(in_f, out_f, params) -> tuple[list[int], list[int]]:
     return list(in_shape), list(out_shape)
 
 
-def _layer_kwargs(
-    kind: str, in_f: int, out_f: int, params: Mapping, bias: bool
-) -> dict:
+def _layer_kwargs(kind: str, in_f: int, out_f: int, params: Mapping, bias: bool) -> dict:
     """Constructor keyword arguments of the kind's class for a from-scratch layer."""
     p = dict(params)
     if "energy" in p:
@@ -365,11 +351,7 @@ def _layer_kwargs(
         }
     if kind == "hmf":
         nf = out_f - dense_columns(p["alpha"], out_f)
-        r = (
-            resolve_rank(nf, in_f, rank=p.get("rank"), ratio=p.get("ratio"))
-            if nf
-            else None
-        )
+        r = resolve_rank(nf, in_f, rank=p.get("rank"), ratio=p.get("ratio")) if nf else None
         return {
             "in_features": in_f,
             "out_features": out_f,
@@ -460,9 +442,7 @@ def _numel(module: nn.Module) -> int:
 
 def _describe(name: str, module: nn.Module) -> str:
     if isinstance(module, nn.Linear):
-        return (
-            f"module {name!r} (nn.Linear {module.in_features}->{module.out_features})"
-        )
+        return f"module {name!r} (nn.Linear {module.in_features}->{module.out_features})"
     if isinstance(module, nn.Embedding):
         return f"module {name!r} (nn.Embedding {module.num_embeddings}x{module.embedding_dim})"
     return f"module {name!r} ({type(module).__name__})"
@@ -536,8 +516,7 @@ class CompressionSpec:
                 params = dict(d.pop("params", {}))
                 params.update(d)
                 params = {
-                    k: (parse_value(v) if isinstance(v, str) else v)
-                    for k, v in params.items()
+                    k: (parse_value(v) if isinstance(v, str) else v) for k, v in params.items()
                 }
                 rules.append(Rule(tuple(pats), kind, params))
             else:
@@ -561,9 +540,7 @@ class CompressionSpec:
             for pat in rule.patterns:
                 hits = [n for n, _ in modules if fnmatch.fnmatchcase(n, pat)]
                 if not hits:
-                    raise SpecError(
-                        f"pattern {pat!r} in rule {rule.text!r} matches no module"
-                    )
+                    raise SpecError(f"pattern {pat!r} in rule {rule.text!r} matches no module")
                 new = [n for n in hits if n not in claimed]
                 if not new:
                     raise SpecError(
@@ -587,9 +564,7 @@ class CompressionSpec:
             plan.append((name, module, rule))
         return plan
 
-    def _predict(
-        self, name: str, module: nn.Module, rule: Rule, mode: str
-    ) -> ReplacementRecord:
+    def _predict(self, name: str, module: nn.Module, rule: Rule, mode: str) -> ReplacementRecord:
         shape = _shape_of(module)
         before = _numel(module)
         rank, after = None, before
@@ -615,12 +590,8 @@ class CompressionSpec:
                     after = _CLASSES[rule.kind].num_params(**kwargs)
                     rank = kwargs.get("rank", kwargs.get("ranks"))
             except ValueError as exc:
-                raise SpecError(
-                    f"rule {rule.text!r} on {_describe(name, module)}: {exc}"
-                ) from None
-        return ReplacementRecord(
-            name, rule.kind, shape, rank, None, before, after, rule.text
-        )
+                raise SpecError(f"rule {rule.text!r} on {_describe(name, module)}: {exc}") from None
+        return ReplacementRecord(name, rule.kind, shape, rank, None, before, after, rule.text)
 
     def validate(self, model: nn.Module, mode: str = "init") -> CompressionReport:
         """Check the spec against ``model`` without modifying it.
@@ -637,9 +608,7 @@ class CompressionSpec:
         """
         if mode not in ("init", "convert"):
             raise SpecError(f"mode must be 'init' or 'convert', got {mode!r}")
-        return CompressionReport(
-            self._predict(n, m, r, mode) for n, m, r in self.match(model)
-        )
+        return CompressionReport(self._predict(n, m, r, mode) for n, m, r in self.match(model))
 
     def apply(self, model: nn.Module, mode: str = "init") -> CompressionReport:
         """Replace matched modules in place (``setattr`` on the parent).
@@ -693,9 +662,7 @@ class CompressionSpec:
                 nc = p.pop("num_cores", 3)
                 in_shape, out_shape = p.pop("in_shape", None), p.pop("out_shape", None)
                 if kind == "tt":
-                    return TTLinear.from_linear(
-                        module, in_shape, out_shape, p["ranks"], nc
-                    )
+                    return TTLinear.from_linear(module, in_shape, out_shape, p["ranks"], nc)
                 return HybridLinear.from_linear(
                     module,
                     p["alpha"],
@@ -716,9 +683,7 @@ class CompressionSpec:
                 return HTTEmbedding.from_embedding(module, **p)
             raise ValueError(f"unknown kind {kind!r}")  # pragma: no cover
         if isinstance(module, nn.Embedding):
-            kwargs = _layer_kwargs(
-                kind, module.num_embeddings, module.embedding_dim, p, False
-            )
+            kwargs = _layer_kwargs(kind, module.num_embeddings, module.embedding_dim, p, False)
             new = _CLASSES[kind](padding_idx=module.padding_idx, **kwargs)
         else:
             kwargs = _layer_kwargs(

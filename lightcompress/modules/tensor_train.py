@@ -80,9 +80,7 @@ def factorize_dim(n: int, num_cores: int, allow_ones: bool = False) -> list[int]
         Pad the dimension (see :func:`pad_factorize`) or pass ``allow_ones=True``.
     """
     if n < 1 or num_cores < 1:
-        raise ValueError(
-            f"need n >= 1 and num_cores >= 1, got n={n}, num_cores={num_cores}"
-        )
+        raise ValueError(f"need n >= 1 and num_cores >= 1, got n={n}, num_cores={num_cores}")
     primes = _prime_factors(n)
     if not allow_ones and len(primes) < num_cores:
         raise ValueError(
@@ -135,9 +133,7 @@ def pad_factorize(n: int, num_cores: int) -> list[int]:
         Non-decreasing factors, each ``>= 1``, with ``prod >= n``.
     """
     if n < 1 or num_cores < 1:
-        raise ValueError(
-            f"need n >= 1 and num_cores >= 1, got n={n}, num_cores={num_cores}"
-        )
+        raise ValueError(f"need n >= 1 and num_cores >= 1, got n={n}, num_cores={num_cores}")
     f = max(1, math.ceil(round(n ** (1.0 / num_cores), 9)))
     while f**num_cores < n:
         f += 1
@@ -146,10 +142,7 @@ def pad_factorize(n: int, num_cores: int) -> list[int]:
     while changed:
         changed = False
         for i in range(num_cores):
-            if (
-                factors[i] > 1
-                and math.prod(factors) // factors[i] * (factors[i] - 1) >= n
-            ):
+            if factors[i] > 1 and math.prod(factors) // factors[i] * (factors[i] - 1) >= n:
                 factors[i] -= 1
                 changed = True
                 break
@@ -173,8 +166,7 @@ def max_tt_ranks(in_shape: Sequence[int], out_shape: Sequence[int]) -> list[int]
     """
     modes = [m * n for m, n in zip(in_shape, out_shape)]
     return [
-        min(math.prod(modes[: k + 1]), math.prod(modes[k + 1 :]))
-        for k in range(len(modes) - 1)
+        min(math.prod(modes[: k + 1]), math.prod(modes[k + 1 :])) for k in range(len(modes) - 1)
     ]
 
 
@@ -214,9 +206,7 @@ def check_tt_shapes(
             f"out_shape={out_shape}"
         )
     if min(in_shape + out_shape) < 1:
-        raise ValueError(
-            f"TT modes must be >= 1, got in_shape={in_shape}, out_shape={out_shape}"
-        )
+        raise ValueError(f"TT modes must be >= 1, got in_shape={in_shape}, out_shape={out_shape}")
     if in_features is not None and math.prod(in_shape) != in_features:
         raise ValueError(
             f"in_shape {'x'.join(map(str, in_shape))} has product {math.prod(in_shape)}, "
@@ -238,15 +228,10 @@ def check_tt_shapes(
     return ranks
 
 
-def tt_num_params(
-    in_shape: Sequence[int], out_shape: Sequence[int], ranks: Sequence[int]
-) -> int:
+def tt_num_params(in_shape: Sequence[int], out_shape: Sequence[int], ranks: Sequence[int]) -> int:
     """Number of core entries: ``sum_k r(k-1) m_k n_k r_k`` with ``r0 = rd = 1``."""
     full = [1] + list(ranks) + [1]
-    return sum(
-        full[k] * m * n * full[k + 1]
-        for k, (m, n) in enumerate(zip(in_shape, out_shape))
-    )
+    return sum(full[k] * m * n * full[k + 1] for k, (m, n) in enumerate(zip(in_shape, out_shape)))
 
 
 def tt_to_dense(cores: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -298,9 +283,7 @@ def tt_svd(
         carry (``r_k <= r(k-1) m_k n_k``).
     """
     in_shape, out_shape = list(in_shape), list(out_shape)
-    ranks = check_tt_shapes(
-        in_shape, out_shape, ranks, weight.shape[1], weight.shape[0]
-    )
+    ranks = check_tt_shapes(in_shape, out_shape, ranks, weight.shape[1], weight.shape[0])
     d = len(in_shape)
     w = weight.detach().float()
     # (n1..nd, m1..md) -> (m1, n1, m2, n2, ..., md, nd)
@@ -421,9 +404,7 @@ class TTLinear(nn.Module):
     ) -> int:
         """Exact count: ``sum_k r(k-1) m_k n_k r_k + out`` (the last term if ``bias``)."""
         ranks = check_tt_shapes(in_shape, out_shape, ranks)
-        return tt_num_params(in_shape, out_shape, ranks) + (
-            math.prod(out_shape) if bias else 0
-        )
+        return tt_num_params(in_shape, out_shape, ranks) + (math.prod(out_shape) if bias else 0)
 
     @classmethod
     def from_linear(
@@ -455,9 +436,7 @@ class TTLinear(nn.Module):
         """
         weight = linear.weight
         out_f, in_f = weight.shape
-        in_shape = (
-            list(in_shape) if in_shape is not None else factorize_dim(in_f, num_cores)
-        )
+        in_shape = list(in_shape) if in_shape is not None else factorize_dim(in_f, num_cores)
         if out_shape is None:
             out_shape = factorize_dim(out_f, len(in_shape))
         if ranks is None:

