@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Table 3 SUBFORMER-SMALL on WMT'14 En-De (subformer_small: d 512, d_s 768, d_e 256, 8-8,
+# sandwich sharing; 38M, 27.7 BLEU).
+# Schedule: ./common.sh (8 GPUs x 8192 tokens x update-freq 2; UPDATE_FREQ keeps it on fewer).
+set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+subformer_mt wmt14ende base
+mt_row subformer-small --arch subformer_small
