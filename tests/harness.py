@@ -29,6 +29,13 @@ USER_DIR = os.path.join(REPO_ROOT, "lightcompress")
 
 _BIN = os.path.dirname(sys.executable)
 
+# fairseq-train / fairseq-generate prefetch batches in a daemon thread (BufferedIterator's
+# BackgroundConsumer) that runs torch code. When the interpreter finalizes while that thread is
+# inside a torch op, the thread is torn down through a C++ frame and the process aborts
+# ("terminate called without an active exception", exit -6) after all its work is done: seen
+# here in a few percent of runs. Tests turn the prefetch thread off (no effect on results).
+NO_PREFETCH = ["--data-buffer-size", "0"]
+
 # A toy "translation": every source word maps to one target word, order kept,
 # so a tiny model learns something measurable within a few hundred updates.
 _SRC_WORDS = [f"s{i}" for i in range(24)]
@@ -132,7 +139,7 @@ def train(
         "--dropout", "0.0", "--max-tokens", "300",
         "--save-dir", save_dir, "--no-progress-bar", "--log-format", "simple",
         "--log-interval", "5", "--seed", "1", "--num-workers", "0",
-        "--no-epoch-checkpoints",
+        "--no-epoch-checkpoints", *NO_PREFETCH,
     ]  # fmt: skip
     args += list(model_args)
     if max_epoch is not None:
@@ -151,7 +158,7 @@ def generate(data_bin, checkpoint, extra=(), user_dir=USER_DIR, gen_subset="test
     args = [
         data_bin, "--user-dir", user_dir, "--cpu", "--path", checkpoint,
         "--gen-subset", gen_subset, "--beam", beam, "--batch-size", "16",
-        "--num-workers", "0",
+        "--num-workers", "0", *NO_PREFETCH,
     ]  # fmt: skip
     args += list(extra)
     proc = run_cli("fairseq-generate", args)

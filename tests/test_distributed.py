@@ -49,6 +49,7 @@ def train_args(data_bin, save_dir, max_update):
         "--dropout", "0.0", "--max-tokens", "300", "--seed", "1", "--num-workers", "0",
         "--save-dir", save_dir, "--no-epoch-checkpoints", "--max-update", max_update,
         "--no-progress-bar", "--log-format", "simple", "--log-interval", "1",
+        *harness.NO_PREFETCH,
     ]  # fmt: skip
     return [str(a) for a in args + MODEL]
 

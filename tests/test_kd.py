@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 N_TRAIN = 1000  # harness.make_parallel_corpus default
-GEN_LIMITS = "--max-len-a 1.2 --max-len-b 5"  # keeps a poor teacher's outputs short (fast)
+# keeps a poor teacher's outputs short (fast); no prefetch thread: see harness.NO_PREFETCH
+GEN_LIMITS = "--max-len-a 1.2 --max-len-b 5 --data-buffer-size 0"
 
 
 def _distill_args(data, ckpt, out, *extra):

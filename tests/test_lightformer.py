@@ -390,7 +390,7 @@ def test_train_generate_and_resume_after_kill_keep_sharing(tiny_data, tmp_path):
         "--warmup-updates", "10", "--criterion", "label_smoothed_cross_entropy",
         "--max-tokens", "300", "--save-dir", save, "--no-progress-bar", "--seed", "1",
         "--save-interval-updates", "10", "--max-epoch", "4", "--num-workers", "0",
-        *TINY_LIGHTFORMER,
+        *harness.NO_PREFETCH, *TINY_LIGHTFORMER,
     ]  # fmt: skip
     exe = os.path.join(os.path.dirname(sys.executable), "fairseq-train")
     env = dict(os.environ, OMP_NUM_THREADS="1")

@@ -356,7 +356,8 @@ def test_language_model_end_to_end(tmp_path):
          "--share-decoder-input-output-embed", "--tokens-per-sample", "32",
          "--optimizer", "adam", "--lr", "0.002", "--max-tokens", "512",
          "--max-update", "12", "--save-dir", save, "--no-progress-bar", "--log-format",
-         "simple", "--num-workers", "0", "--no-epoch-checkpoints", "--seed", "1"],
+         "simple", "--num-workers", "0", "--no-epoch-checkpoints", "--seed", "1",
+         *harness.NO_PREFETCH],
     )  # fmt: skip
     proc = harness.run_cli(
         "fairseq-eval-lm",

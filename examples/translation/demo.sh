@@ -10,7 +10,9 @@
 #   5. translate the test set with each model in float32 and int8 and print a table of params,
 #      sacreBLEU and tokens/s (the papers' protocol, shortened), plus the loss curves as a PNG.
 #
-# Every step is a fairseq command line or a script of this repository. Settings (environment):
+# Every step is a fairseq command line or a script of this repository. Training runs with
+# --data-buffer-size 0: fairseq's prefetch thread can abort the process at exit (see
+# tests/harness.py, NO_PREFETCH). Settings (environment):
 #   OUT              where runs and results go               (default: demo-out)
 #   DATA_DIR         the demo corpus (built if absent)       (default: data/demo)
 #   TEACHER_UPDATES  teacher updates                         (default: 450)
@@ -93,7 +95,7 @@ train() {
     --dropout 0.1 --weight-decay 0.0001 --max-tokens "$MAX_TOKENS" \
     --max-update "$updates" --validate-interval-updates 100 --save-interval-updates 100000 \
     --no-epoch-checkpoints --keep-last-epochs 1 --no-progress-bar \
-    --log-format simple --log-interval 25 --num-workers 0 --seed 1 \
+    --log-format simple --log-interval 25 --num-workers 0 --seed 1 --data-buffer-size 0 \
     --save-dir "$dir" "$@" 2>&1 | tee "$dir/train.log"
   touch "$dir/.done"
 }

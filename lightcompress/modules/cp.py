@@ -8,9 +8,7 @@ weight reshaped to ``(out, h, d_k)`` is the rank-``R`` CP tensor ``[[W0, W1, W2]
 from __future__ import annotations
 
 import numpy as np
-import tensorly as tl
 import torch
-from tensorly.decomposition import parafac
 from torch import nn
 
 from lightcompress.modules.lowrank import init_bias_like_linear
@@ -73,6 +71,11 @@ def cp_factors(
     out_f, in_f = weight.shape
     d_k = _check(in_f, out_f, rank, heads)
     t = weight.detach().double().cpu().numpy().reshape(out_f, heads, d_k)
+    # tensorly (and scipy with it) is imported on first use, not with the plugin: fairseq
+    # commands that never decompose a tensor do not load it.
+    import tensorly as tl
+    from tensorly.decomposition import parafac
+
     with tl.backend_context("numpy"):
         cp = parafac(
             t,

@@ -227,7 +227,9 @@ class FusedQKV(nn.Module):
         """``(..., d)`` -> ``q, k, v`` each ``(..., d)`` (Eq. 8)."""
         y = self.proj(x)  # [T x B x d] -> [T x B x 3d]
         if self.kind == "dense" or self.num_dense == 0:
-            return tuple(y.chunk(3, dim=-1))
+            # copies, not views: fairseq scales q in place (``q *= self.scaling``), which
+            # autograd refuses on a view of a chunk
+            return tuple(c.clone() for c in y.chunk(3, dim=-1))
         return split_qkv(y, self.num_dense, self.dim)
 
     def extra_repr(self) -> str:

@@ -340,11 +340,14 @@ detok() {
 evaluate() {
   local save_dir="$1" ckpt="$2"
   local gen="$save_dir/generate-test.txt" res="$save_dir/results.txt"
+  # --required-batch-size-multiple 1: fairseq main drops a last batch that is not a multiple
+  # of it (default 8), i.e. up to 7 test sentences
   local bpe=(--remove-bpe)
   if [[ "$BPE_KIND" == sentencepiece ]]; then bpe=(--remove-bpe sentencepiece); fi
   run_to "$gen" fairseq-generate "$DATA_BIN" --user-dir "$(user_dir)" --path "$ckpt" \
     --task translation --source-lang "$SRC" --target-lang "$TGT" --gen-subset test \
-    --beam "$BEAM" --lenpen "$LENPEN" --batch-size 128 "${bpe[@]}"
+    --beam "$BEAM" --lenpen "$LENPEN" --batch-size 128 --required-batch-size-multiple 1 \
+    "${bpe[@]}"
   local ref_raw="$DATA_BIN/refs/test.$TGT"
   if [[ "$DRY_RUN" == 1 ]]; then
     echo "  (score: $METRIC of $gen; compound splitting: $COMPOUND_SPLIT; sacreBLEU ref: ${ref_raw} if present)"
