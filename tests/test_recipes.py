@@ -343,6 +343,22 @@ def test_rouge_of_identical_text_is_100_and_of_disjoint_text_is_0():
     assert r == pytest.approx({"rouge1": 50.0, "rouge2": 50.0, "rougeL": 50.0})
 
 
+def test_summary_level_rouge_l_matches_sentences_in_any_order():
+    """rougeLsum (CNN-DM's ROUGE-L) takes the LCS per reference sentence: two sentences in
+    swapped order score 100, while the single-sequence ROUGE-L sees only half in order."""
+    sys.path.insert(0, SUM)
+    try:
+        from score_rouge import rouge_f1, split_sentences
+    finally:
+        sys.path.remove(SUM)
+    assert split_sentences("a b. c d! e <q> f") == "a b.\nc d!\ne\nf"
+    r = rouge_f1(["w x y z. a b c d."], ["a b c d. w x y z."], lsum=True)
+    assert r["rouge1"] == pytest.approx(100.0)
+    assert r["rougeL"] == pytest.approx(50.0)
+    assert r["rougeLsum"] == pytest.approx(100.0)
+    assert "rougeLsum" not in rouge_f1(["a"], ["a"])
+
+
 # ---------------------------------------------------------------------------------------------
 # prepare-*.sh on fake raw files (offline path), with stub tools
 # ---------------------------------------------------------------------------------------------

@@ -267,7 +267,7 @@ summarize() {
   [[ "$DRY_RUN" == 1 ]] || hyp_ref "$gen"
   ROUGE_OUT="$gen.rouge"
   run_to "$ROUGE_OUT" "$PYTHON" "$ROUGE_SCRIPT" --hyp "$gen.hyp" \
-    --ref "$DATA_BIN/refs/$subset.$TGT"
+    --ref "$DATA_BIN/refs/$subset.$TGT" --lsum
   if [[ "$DRY_RUN" != 1 && "$subset" == test ]]; then cat "$ROUGE_OUT"; fi
 }
 
