@@ -22,10 +22,11 @@ At V = 10,200 this gives 7.650M for 18-3 with 6 groups (paper: 7.7M), 14.60M wit
 (5.8M), 12-3 and 24-3 7.65M (7.7M), 12-2 6.74M (6.7M); the dense 18-3 is 52.5M and the dense
 "weight sharing" row (33.6M) is 9 unique dense encoder layers. Rows that no consistent reading
 reproduces: Table 1 (LMF 6-6 at ranks 256...4), Table 7's 6-6 row (7.7M) and Table 8's 6-6
-rows (6.9M/6.4M/5.8M): with the reading above, 6-6 with 6 encoder groups is 12.38M and with
-3/2/1 groups 10.64M/10.06M/9.48M (the decoder's six unshared layers alone are 5.46M); sharing
-the decoder with the same groups gives 7.65M/5.91M/5.33M/4.76M, which matches Table 7's 6-6 row
-but none of Table 8's. The 6-6 rows are offered through the flags (``--lc-decoder-groups``)
+rows (6.9M/6.4M/5.8M): with the reading above, 6-6 with 6 encoder groups (one layer each, so
+nothing shared) is 10.38M and with 3/2/1 groups 8.64M/8.06M/7.48M (the decoder's six unshared
+layers alone are 5.46M); sharing the decoder with the same 3/2/1 groups
+(``--lc-decoder-groups``) gives 5.91M/4.42M/2.94M, which matches none of those rows either.
+The 6-6 rows are offered through the flags (``--lc-encoder-groups``, ``--lc-decoder-groups``)
 and reported as computed; see the closing notes of issue #4.
 
 The paper gives no ranks for WMT. ``lightformer_wmt_en_de`` / ``lightformer_wmt_en_ro`` keep the
