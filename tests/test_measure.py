@@ -181,7 +181,7 @@ def test_speed_side_by_side_with_int8_and_bleu(tiny_data, two_checkpoints, tmp_p
             "bash", os.path.join(SCRIPTS, "measure_speed.sh"),
             "--data", tiny_data, "--path", f"base={best},small={small}",
             "--runs", "2", "--num-sentences", "3", "--src-len", "6", "--beam", "2",
-            "--compare-int8", "--bleu", "--json", str(out), "--quiet",
+            "--compare-int8", "--bleu", "--bleu-threads", "2", "--json", str(out), "--quiet",
         ],
         capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=300, check=False,
     )  # fmt: skip
@@ -202,6 +202,7 @@ def test_speed_side_by_side_with_int8_and_bleu(tiny_data, two_checkpoints, tmp_p
     assert doc["protocol"]["num_sentences"] == 3 and doc["protocol"]["runs"] == 2
     assert doc["protocol"]["beam"] == 2 and doc["protocol"]["batch_size"] == 1
     assert "EOS excluded" in doc["protocol"]["tokens"]
+    assert doc["protocol"]["threads"] == 1 and doc["protocol"]["bleu"]["threads"] == 2
     for key in ("date", "cpu", "torch", "fairseq"):
         assert doc["environment"][key]
     models = doc["models"]

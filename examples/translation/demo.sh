@@ -8,7 +8,9 @@
 #   4. fine-tune that LightFormer; train the same LightFormer from random initialisation for the
 #      same number of updates (what SVD transfer buys);
 #   5. translate the test set with each model in float32 and int8 and print a table of params,
-#      sacreBLEU and tokens/s (the papers' protocol, shortened), plus the loss curves as a PNG.
+#      sacreBLEU and tokens/s (the papers' protocol, shortened: SPEED_SENTENCES sentences of
+#      about 12 tokens, SPEED_RUNS runs, one thread, beam 5; outputs capped at 1.2 x source + 10
+#      tokens, as barely trained models otherwise babble to 200), plus the loss curves as a PNG.
 #
 # Every step is a fairseq command line or a script of this repository. Training runs with
 # --data-buffer-size 0: fairseq's prefetch thread can abort the process at exit (see
@@ -124,7 +126,8 @@ python scripts/plot_curves.py "$OUT/lightformer_svd/train.log" "$OUT/lightformer
 step "test BLEU and speed, float32 and int8 (interleaved runs)"
 bash scripts/measure_speed.sh --data "$BIN" --user-dir "$USER_DIR" \
   --path "teacher=$OUT/teacher/checkpoint_last.pt,lightformer_svd=$OUT/lightformer_svd/checkpoint_last.pt,lightformer_random=$OUT/lightformer_random/checkpoint_last.pt" \
-  --compare-int8 --bleu --post-process sentencepiece --batch-size 64 \
+  --compare-int8 --bleu --bleu-threads "$THREADS" --post-process sentencepiece --batch-size 64 \
+  --max-len-a 1.2 --max-len-b 10 \
   --num-sentences "$SPEED_SENTENCES" --runs "$SPEED_RUNS" --src-len 12 \
   --json "$OUT/results.json" --quiet | tee "$OUT/results.txt"
 

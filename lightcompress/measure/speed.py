@@ -564,6 +564,13 @@ def _arg_parser() -> argparse.ArgumentParser:
         help="fairseq post-processing before BLEU (e.g. subword_nmt, sentencepiece)",
     )
     q.add_argument("--bleu-tokenize", default="13a", help="sacreBLEU tokenizer (default 13a)")
+    q.add_argument(
+        "--bleu-threads",
+        type=int,
+        default=None,
+        help="torch CPU threads of the --bleu translation (default: --threads); the timed runs "
+        "always use --threads",
+    )
     p.add_argument("--json", dest="json_out", help="write all results and raw runs to this file")
     p.add_argument("--quiet", action="store_true", help="no per-run progress on stderr")
     return p  # fmt: skip
@@ -588,7 +595,8 @@ def run(args: argparse.Namespace) -> dict:
         pass
     for name, value in (("--runs", args.runs), ("--num-sentences", args.num_sentences),
                         ("--src-len", args.src_len), ("--beam", args.beam),
-                        ("--threads", args.threads), ("--batch-size", args.batch_size)):  # fmt: skip
+                        ("--threads", args.threads), ("--batch-size", args.batch_size),
+                        ("--bleu-threads", args.bleu_threads or 1)):  # fmt: skip
         if value < 1:
             raise SpeedError(f"{name} must be >= 1, got {value}")
     if args.warmup < 0:
@@ -667,6 +675,8 @@ def run(args: argparse.Namespace) -> dict:
             beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
             max_len_b=args.max_len_b, min_len=1,
         )  # fmt: skip
+        # BLEU is not timed: it may use more threads (set after every timed run has finished)
+        torch.set_num_threads(args.bleu_threads or args.threads)
         for c, rec in zip(candidates, records):
             res = sacrebleu_of(
                 c, args.subset, bleu_args, args.batch_size, args.post_process, args.bleu_tokenize
@@ -680,6 +690,7 @@ def run(args: argparse.Namespace) -> dict:
             "batch_size": args.batch_size,
             "post_process": args.post_process,
             "tokenize": args.bleu_tokenize,
+            "threads": args.bleu_threads or args.threads,
             "note": "same beam and lenpen as the timing; forced output lengths not applied",
         }
     return {"protocol": protocol, "environment": _environment(), "models": records}
