@@ -159,6 +159,33 @@ def test_forward_backward_reach_every_factor(tiny_model):
         assert p.grad is not None, name
 
 
+@pytest.mark.parametrize("mode", ["closed-form", "profile"])
+def test_admin_flags_work_on_a_shared_lightformer(mode):
+    """--admin-init on LightFormer: one omega vector per residual position (Admin's per-depth
+    scale), the tied layer parameters stay tied, and training reaches every omega."""
+    from lightcompress.admin import AdminResidual, closed_form_omega
+
+    model = build("lightformer", 40, *TINY, "--admin-init", mode)
+    plain = build("lightformer", 40, *TINY)
+    enc = model.encoder.layers
+    assert enc[0].fc1.u is enc[1].fc1.u  # sharing kept
+    assert enc[0].admin is not enc[1].admin
+    admins = [m for m in model.modules() if isinstance(m, AdminResidual)]
+    assert len(admins) == 4 + 2  # every encoder and decoder position (TINY: 4-2 layers)
+    assert count_unique_params(model) - count_unique_params(plain) == 32 * (4 * 2 + 2 * 3)
+    if mode == "closed-form":
+        assert float(enc[3].admin.omega["ffn"][0]) == pytest.approx(closed_form_omega(8))
+    model.train()
+    src, lengths, prev = _batch()
+    out, _ = model(src, lengths, prev)  # with profile: the profiling batch
+    out.sum().backward()
+    assert all(bool(a.profiled) for a in admins)
+    assert all(p.grad is not None for a in admins for p in a.omega.values())
+    if mode == "profile":  # omegas grow with depth along the encoder
+        omegas = [float(layer.admin.omega["self_attn"][0]) for layer in enc]
+        assert omegas[0] == 1.0 and omegas == sorted(omegas) and omegas[-1] > 1.0
+
+
 def test_incremental_decoding_equals_full_decoding(tiny_model):
     tiny_model.eval()
     src, lengths, prev = _batch()

@@ -45,6 +45,7 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerModel, base_architecture
 from fairseq.models.transformer.transformer_legacy import transformer_iwslt_de_en
 
+from lightcompress.admin import add_admin_args, apply_admin
 from lightcompress.integration import compress_fairseq_model, tie_stack_layers
 from lightcompress.modules import CompressionSpec, group_schedule
 
@@ -190,6 +191,7 @@ class LightformerModel(TransformerModel):
     def add_args(cls, parser):
         super().add_args(parser)
         add_lightformer_args(parser)
+        add_admin_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
@@ -199,6 +201,7 @@ class LightformerModel(TransformerModel):
         if spec_text:
             compress_fairseq_model(model, CompressionSpec.parse(spec_text), mode="init")
         apply_layer_sharing(model, args)
+        apply_admin(model, args)  # --admin-init (post-LN only; shared layers share omegas)
         return model
 
 
