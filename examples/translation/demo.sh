@@ -65,8 +65,11 @@ EOF
 [[ "$FORCE" == 1 ]] && rm -rf "$OUT"
 mkdir -p "$OUT"
 
-# The width every model shares (the teacher's, which SVD transfer keeps).
+# The width every model shares (the teacher's, which SVD transfer keeps). Pre-LN: in a short
+# run on this corpus it learns faster than post-LN (150 updates: valid loss 8.7 at lr 3e-3 vs
+# 9.0-9.2 post-LN at lr 1e-3 / 2e-3).
 WIDTH=(
+  --encoder-normalize-before --decoder-normalize-before
   --encoder-embed-dim 256 --decoder-embed-dim 256
   --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024
   --encoder-attention-heads 4 --decoder-attention-heads 4
@@ -103,7 +106,7 @@ train() {
 }
 
 step "teacher: dense Transformer 3-3, $TEACHER_UPDATES updates"
-train teacher "$TEACHER_UPDATES" 0.002 "${TEACHER[@]}"
+train teacher "$TEACHER_UPDATES" 0.003 "${TEACHER[@]}"
 
 step "SVD weight transfer: teacher -> LightFormer 6-3 (3 groups, rank $RANK)"
 if [[ ! -f "$OUT/lightformer_init.pt" || "$FORCE" == 1 ]]; then
@@ -112,11 +115,11 @@ if [[ ! -f "$OUT/lightformer_init.pt" || "$FORCE" == 1 ]]; then
 fi
 
 step "LightFormer fine-tuned from the SVD transfer, $STUDENT_UPDATES updates"
-train lightformer_svd "$STUDENT_UPDATES" 0.001 "${STUDENT[@]}" \
+train lightformer_svd "$STUDENT_UPDATES" 0.0015 "${STUDENT[@]}" \
   --finetune-from-model "$OUT/lightformer_init.pt"
 
 step "the same LightFormer from random initialisation, $STUDENT_UPDATES updates"
-train lightformer_random "$STUDENT_UPDATES" 0.002 "${STUDENT[@]}"
+train lightformer_random "$STUDENT_UPDATES" 0.003 "${STUDENT[@]}"
 
 step "loss curves -> $OUT/curves.png"
 python scripts/plot_curves.py "$OUT/lightformer_svd/train.log" "$OUT/lightformer_random/train.log" \
