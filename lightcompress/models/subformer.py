@@ -57,7 +57,6 @@ import copy
 import logging
 from dataclasses import dataclass
 
-import torch
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerConfig,
@@ -79,7 +78,7 @@ from lightcompress.modules.safe import (
     OutputReduction,
     QueryProjectedAttention,
     SandwichProjection,
-    bert_init_,
+    bert_init_model_,
     subformer_heads,
 )
 from lightcompress.modules.sharing import (
@@ -554,13 +553,7 @@ class SubformerModel(TransformerModel):
         SubformerOptions.from_args(args)  # validate flags before building
         model = super().build_model(args, task)
         if getattr(args, "subformer_init", "bert") == "bert":
-            model.apply(bert_init_)
-            # A Linear visited after the embedding (the output projection tied to the table)
-            # re-draws the shared weight, padding row included: zero the padding rows last.
-            with torch.no_grad():
-                for m in model.modules():
-                    if isinstance(m, nn.Embedding) and m.padding_idx is not None:
-                        m.weight[m.padding_idx].zero_()
+            bert_init_model_(model)
         return model
 
     @classmethod

@@ -35,7 +35,7 @@ from lightcompress.models.subformer import (
     SubformerDecoder,
     SubformerOptions,
 )
-from lightcompress.modules.safe import bert_init_, subformer_heads
+from lightcompress.modules.safe import bert_init_model_, subformer_heads
 
 __all__ = ["SubformerLanguageModel", "SubformerLanguageModelConfig"]
 
@@ -116,7 +116,7 @@ class SubformerLanguageModel(TransformerLanguageModel):
         )
         model = cls(decoder)
         if getattr(args, "subformer_init", "fairseq") == "bert":
-            model.apply(bert_init_)
+            bert_init_model_(model)
         return model
 
     @classmethod

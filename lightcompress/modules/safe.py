@@ -9,6 +9,7 @@ Shapes follow fairseq: ``T x B x C`` inside the stacks, ``B x T x C`` at the out
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "QueryProjectedAttention",
     "SandwichProjection",
     "bert_init_",
+    "bert_init_model_",
     "safe_num_params",
     "subformer_heads",
 ]
@@ -133,6 +135,21 @@ def bert_init_(module: nn.Module) -> None:
         nn.init.normal_(module.weight, mean=0.0, std=0.02)
         if module.padding_idx is not None:
             module.weight.data[module.padding_idx].zero_()
+
+
+def bert_init_model_(model: nn.Module) -> nn.Module:
+    """:func:`bert_init_` over every submodule of ``model``, padding rows zeroed last.
+
+    ``model.apply`` visits modules in order, so a Linear visited after an embedding whose table it
+    shares (a tied output projection) re-draws the table, padding row included; the padding rows
+    of all embeddings are therefore zeroed once every module is initialised.
+    """
+    model.apply(bert_init_)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Embedding) and m.padding_idx is not None:
+                m.weight[m.padding_idx].zero_()
+    return model
 
 
 def safe_num_params(vocab: int, reduction_dim: int, model_dim: int, causal: bool = False) -> int:
