@@ -261,20 +261,26 @@ train_flags() {
 # Steps
 # ---------------------------------------------------------------------------------------------
 
-# train SAVE_DIR [model flags...]: fairseq-train into SAVE_DIR unless it finished before.
-# Set FINETUNE_FROM to start from converted weights (fairseq's --finetune-from-model: used only
+# train SAVE_DIR [model flags...]: train_flags, then fit.
+train() {
+  train_flags
+  fit "$@"
+}
+
+# fit SAVE_DIR [model flags...]: fairseq-train with TRAIN_FLAGS into SAVE_DIR unless it finished
+# before. DATA_CHECK names the file of DATA_BIN that must exist (default dict.$SRC.txt). Set
+# FINETUNE_FROM to start from converted weights (fairseq's --finetune-from-model: used only
 # on the first launch, with fresh optimizer, scheduler, meters and data loader; an interrupted
 # run resumes from its own checkpoint_last.pt).
-train() {
+fit() {
   local save_dir="$1"
   shift
   if [[ "$DRY_RUN" != 1 && -f "$save_dir/train.done" ]]; then
     log "$save_dir: trained before (remove $save_dir/train.done to train again)"
     return 0
   fi
-  [[ "$DRY_RUN" == 1 || -f "$DATA_BIN/dict.$SRC.txt" ]] ||
+  [[ "$DRY_RUN" == 1 || -f "$DATA_BIN/${DATA_CHECK:-dict.$SRC.txt}" ]] ||
     die "no binarized data in $DATA_BIN (run the prepare-*.sh script first, or set DATA_BIN)"
-  train_flags
   local init=()
   if [[ -n "${FINETUNE_FROM:-}" ]]; then
     init=(--finetune-from-model "$FINETUNE_FROM")

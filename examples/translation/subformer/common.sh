@@ -170,26 +170,10 @@ lm_train_flags() {
 }
 
 # ---------------------------------------------------------------------------------------------
-# Steps
+# Steps (training: fit from ../lightformer/common.sh, with the TRAIN_FLAGS a row sets and the
+# dataset's DATA_CHECK)
 # ---------------------------------------------------------------------------------------------
 
-# sf_train SAVE_DIR [model flags...]: fairseq-train with TRAIN_FLAGS into SAVE_DIR unless it
-# finished before.
-sf_train() {
-  local save_dir="$1"
-  shift
-  if [[ "$DRY_RUN" != 1 && -f "$save_dir/train.done" ]]; then
-    log "$save_dir: trained before (remove $save_dir/train.done to train again)"
-    return 0
-  fi
-  [[ "$DRY_RUN" == 1 || -f "$DATA_BIN/$DATA_CHECK" ]] ||
-    die "no binarized data in $DATA_BIN (run the prepare-*.sh script first, or set DATA_BIN)"
-  run_log "$save_dir/train.log" fairseq-train "$DATA_BIN" --user-dir "$(user_dir)" \
-    --save-dir "$save_dir" "$@" "${TRAIN_FLAGS[@]}"
-  [[ "$DRY_RUN" == 1 ]] || touch "$save_dir/train.done"
-}
-
-# gt NUM1 NUM2: true if NUM1 > NUM2 (decimals).
 gt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
 
 # valid_bleu GEN_OUT: the tokenized BLEU of a fairseq-generate output, as evaluate() scores the
@@ -247,7 +231,7 @@ mt_row() {
     return 0
   fi
   seq2seq_train_flags
-  sf_train "$save_dir" "$@"
+  fit "$save_dir" "$@"
   tune_lenpen "$save_dir" "$save_dir/$CHECKPOINT"
   evaluate "$save_dir" "$save_dir/$CHECKPOINT"
 }
@@ -287,7 +271,7 @@ summarization_row() {
     return 0
   fi
   seq2seq_train_flags
-  sf_train "$save_dir" "$@"
+  fit "$save_dir" "$@"
   ckpt="$save_dir/$CHECKPOINT"
   if [[ -n "$MIN_LEN_FIXED" ]]; then
     best="$MIN_LEN_FIXED"
@@ -326,7 +310,7 @@ lm_row() {
     return 0
   fi
   lm_train_flags
-  sf_train "$save_dir" "$@" \
+  fit "$save_dir" "$@" \
     --adaptive-input --adaptive-input-cutoff 20000,60000 --adaptive-input-factor 4 \
     --adaptive-softmax-cutoff 20000,60000 --adaptive-softmax-factor 4 \
     --tie-adaptive-weights --tie-adaptive-proj
