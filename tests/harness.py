@@ -15,6 +15,7 @@ import sys
 __all__ = [
     "REPO_ROOT",
     "USER_DIR",
+    "decode_incrementally",
     "generate",
     "interactive",
     "make_parallel_corpus",
@@ -210,3 +211,16 @@ def interactive(data_bin, checkpoint, lines, extra=(), user_dir=USER_DIR, beam=2
             sid, _score, hyp = (line.split("\t") + ["", ""])[:3]
             hyps[int(sid[2:])] = hyp
     return [hyps[k] for k in sorted(hyps)]
+
+
+def decode_incrementally(decoder, prev, state=None, **kwargs):
+    """The outputs of ``decoder`` on ``prev`` ``[B x T]`` computed one step at a time with
+    fairseq's incremental state (as beam search does), concatenated over time; ``kwargs`` go to
+    every call (``encoder_out``, ``features_only``...). ``state`` is filled in place."""
+    import torch
+
+    state = {} if state is None else state
+    steps = [
+        decoder(prev[:, : t + 1], incremental_state=state, **kwargs)[0] for t in range(prev.size(1))
+    ]
+    return torch.cat(steps, 1)

@@ -192,12 +192,8 @@ def test_incremental_decoding_equals_full_decoding(tiny_model):
     with torch.no_grad():
         enc = tiny_model.encoder(src, src_lengths=lengths)
         full, _ = tiny_model.decoder(prev, encoder_out=enc)
-        state = {}
-        steps = []
-        for t in range(prev.size(1)):
-            o, _ = tiny_model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
-            steps.append(o)
-    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-4)
+        steps = harness.decode_incrementally(tiny_model.decoder, prev, encoder_out=enc)
+    torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("mode", ["train", "eval", "incremental"])
@@ -218,12 +214,7 @@ def test_factorized_attention_projections_are_used(mode, proj):
             if mode != "incremental":
                 return model(src, lengths, prev)[0]
             enc = model.encoder(src, src_lengths=lengths)
-            state, outs = {}, []
-            for t in range(prev.size(1)):
-                outs.append(
-                    model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0]
-                )
-            return torch.cat(outs, 1)
+            return harness.decode_incrementally(model.decoder, prev, encoder_out=enc)
 
     before = run()
     with torch.no_grad():

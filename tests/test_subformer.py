@@ -277,11 +277,8 @@ def test_incremental_decoding_equals_full_decoding(output):
     with torch.no_grad():
         full, _ = model(src, lengths, prev)
         enc = model.encoder(src, lengths)
-        state, steps = {}, []
-        for t in range(prev.size(1)):
-            step, _ = model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
-            steps.append(step)
-    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+        steps = harness.decode_incrementally(model.decoder, prev, encoder_out=enc)
+    torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
 
 
 def test_lm_incremental_decoding_equals_full_decoding():
@@ -297,11 +294,8 @@ def test_lm_incremental_decoding_equals_full_decoding():
     tokens = torch.randint(4, 100, (2, 8))
     with torch.no_grad():
         full, _ = model.decoder(tokens, features_only=True)
-        state, steps = {}, []
-        for t in range(tokens.size(1)):
-            step, _ = model.decoder(tokens[:, : t + 1], incremental_state=state, features_only=True)
-            steps.append(step)
-    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+        steps = harness.decode_incrementally(model.decoder, tokens, features_only=True)
+    torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
     layers = model.decoder.layers
     assert layers[1].fc1.weight is layers[2].fc1.weight
     assert layers[0].project_out.out_dim == 48 and layers[-1].project_in.out_dim == 32
