@@ -27,12 +27,9 @@ Initialisation of omega (``--admin-init``):
 
 Pre-LN layers are refused (Admin is a post-LN method).
 
-Shared layers: where one layer *object* sits at several positions, it gets one
-:class:`AdminResidual` (its omegas are shared too, and when profiling they keep the value of the
-last position). LightFormer's groups tie *parameters* between distinct layer objects
-(:func:`lightcompress.modules.sharing.tie_layers`), so every position keeps its own omegas:
-Admin's omega is a per-depth scale, and it costs ``d`` parameters per residual sublayer. ``N``
-counts every position (the depth the signal goes through).
+Shared layers: LightFormer's groups tie *parameters* between distinct layer objects
+(:func:`lightcompress.modules.sharing.tie_layers`), so every position gets its own omegas:
+Admin's omega is a per-depth scale, and it costs ``d`` parameters per residual sublayer.
 """
 
 from __future__ import annotations
@@ -270,12 +267,8 @@ def apply_admin(model: nn.Module, args, mode: str | None = None, profile_file: s
     for side, layers in admin_layers(model):
         state = _ProfileState()
         n_res = sum(len(_sublayers(_unwrap(layer))) for _, layer in layers)
-        seen: set[int] = set()
         for name, wrapped in layers:
             layer = _unwrap(wrapped)
-            if id(layer) in seen:  # a shared layer: its Admin residuals are shared too
-                continue
-            seen.add(id(layer))
             if not hasattr(layer, "residual_connection"):
                 raise ValueError(f"{name} has no residual_connection hook; cannot apply Admin")
             if getattr(layer, "normalize_before", False):
