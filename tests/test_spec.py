@@ -221,9 +221,9 @@ INVALID = {
         "*.fc1=lowrank_embedding(rank=2)",
         "replaces an nn.Embedding",
     ),
-    "linear_kind_on_embedding": (
-        "encoder.embed_tokens=lowrank(rank=2)",
-        "replaces an nn.Linear",
+    "linear_only_kind_on_embedding": (
+        "encoder.embed_tokens=cp(rank=2, heads=2)",
+        "kind 'cp' has no form for an nn.Embedding",
     ),
     "energy_from_scratch": ("*.fc1=lowrank(energy=0.9)", "mode='convert'"),
     "cp_heads_divide": ("*.q_proj=cp(rank=2, heads=3)", "divisible by heads=3"),

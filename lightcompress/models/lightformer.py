@@ -41,75 +41,37 @@ from __future__ import annotations
 
 import logging
 
-from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import TransformerModel, base_architecture
-from fairseq.models.transformer.transformer_legacy import transformer_iwslt_de_en
+from fairseq.models import register_model
 
-from lightcompress.admin import add_admin_args, apply_admin
-from lightcompress.integration import compress_fairseq_model, tie_stack_layers
-from lightcompress.modules import CompressionSpec, group_schedule
+from lightcompress.models.compressed import (
+    CompressedTransformerModel,
+    add_config_args,
+    apply_layer_sharing,
+)
+from lightcompress.models.presets import CompressionConfig, LightformerConfig, register_presets
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LightformerModel", "add_lightformer_args", "lightformer_spec_text"]
+__all__ = [
+    "LightformerModel",
+    "add_lightformer_args",
+    "apply_layer_sharing",
+    "lightformer_spec_text",
+]
 
 _FACTORIZABLE = ("attn", "ffn", "embed")
 
 
 def add_lightformer_args(parser):
-    """The ``--lc-*`` flags of LightFormer (no defaults: architectures set them)."""
-    group = parser.add_argument_group("LightFormer (lightcompress)")
-    group.add_argument(
-        "--lc-rank",
-        type=int,
-        metavar="R",
-        help="rank of every factorized attention and FFN map (paper: 80)",
+    """LightFormer's own ``--lc-*`` flags (the fields of LightformerConfig that are not common)."""
+    import dataclasses
+
+    common = {f.name for f in dataclasses.fields(CompressionConfig)}
+    own = dataclasses.make_dataclass(
+        "LightformerFlags",
+        [(f.name, f.type, f) for f in dataclasses.fields(LightformerConfig) if f.name not in common],
     )
-    group.add_argument(
-        "--lc-rank-ratio",
-        type=float,
-        metavar="P",
-        help="instead of --lc-rank: per-matrix rank floor(mn / (P (m + n))) "
-        "(LightFormer Appendix C, Eq. 12); overrides --lc-rank",
-    )
-    group.add_argument(
-        "--lc-embed-rank",
-        type=int,
-        metavar="R",
-        help="rank of the factorized embedding table (paper IWSLT: 135)",
-    )
-    group.add_argument(
-        "--lc-embed-rank-ratio",
-        type=float,
-        metavar="P",
-        help="instead of --lc-embed-rank: the Eq. 12 compression ratio",
-    )
-    group.add_argument(
-        "--lc-encoder-groups",
-        type=int,
-        metavar="N",
-        help="number of unique encoder layers; L layers in N contiguous groups "
-        "share all parameters (0: no sharing)",
-    )
-    group.add_argument(
-        "--lc-decoder-groups",
-        type=int,
-        metavar="N",
-        help="the same for the decoder (0: no sharing; the paper shares none)",
-    )
-    group.add_argument(
-        "--lc-factorize",
-        type=str,
-        metavar="PARTS",
-        help="comma-separated sublayers to factorize: attn, ffn, embed; or none",
-    )
-    group.add_argument(
-        "--lc-spec",
-        type=str,
-        metavar="SPEC",
-        help="a full compression spec (lightcompress.modules.spec grammar) used "
-        "instead of the rules --lc-factorize/--lc-rank generate",
-    )
+    add_config_args(parser, own, "LightFormer (lightcompress)")
 
 
 def _rank_param(rank, ratio, what):
@@ -119,6 +81,8 @@ def _rank_param(rank, ratio, what):
         return f"ratio={ratio}"
     if rank is None:
         raise ValueError(f"factorizing needs a rank: give --lc-{what} or --lc-{what}-ratio")
+    if rank < 1:
+        raise ValueError(f"--lc-{what} must be >= 1, got {rank}")
     return f"rank={rank}"
 
 
@@ -162,131 +126,32 @@ def lightformer_spec_text(args, map_param: str | None = None, embed_param: str |
         targets = ["encoder.embed_tokens"]
         if not args.share_all_embeddings:
             targets.append("decoder.embed_tokens")
-        rules.append(f"{', '.join(targets)} = lowrank_embedding({p})")
+        rules.append(f"{', '.join(targets)} = lowrank({p})")
     return ";\n".join(rules)
 
 
-def apply_layer_sharing(model, args) -> None:
-    """Tie the encoder (and decoder) layers of each contiguous group."""
-    for side in ("encoder", "decoder"):
-        groups = getattr(args, f"lc_{side}_groups", 0) or 0
-        layers = getattr(model, side).layers
-        if groups <= 0 or groups >= len(layers):
-            if groups > len(layers):
-                raise ValueError(
-                    f"--lc-{side}-groups {groups} is larger than --{side}-layers {len(layers)}"
-                )
-            continue
-        tie_stack_layers(layers, group_schedule(len(layers), groups))
-
-
 @register_model("lightformer")
-class LightformerModel(TransformerModel):
-    """LightFormer: fairseq's Transformer + low-rank maps (a compression spec) + group sharing.
+class LightformerModel(CompressedTransformerModel):
+    """LightFormer: the compressed Transformer with low-rank maps and group sharing.
 
-    See the module docstring for the configuration that reproduces the paper's sizes.
+    See the module docstring for the configuration that reproduces the paper's sizes; the
+    named architectures are the ``lightformer*`` entries of
+    :data:`lightcompress.models.presets.PRESETS`.
     """
 
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
         add_lightformer_args(parser)
-        add_admin_args(parser)
 
     @classmethod
-    def build_model(cls, args, task):
-        lightformer_base(args)
-        model = super().build_model(args, task)
-        spec_text = lightformer_spec_text(args)
-        if spec_text:
-            compress_fairseq_model(model, CompressionSpec.parse(spec_text), mode="init")
-        apply_layer_sharing(model, args)
-        apply_admin(model, args)  # --admin-init (post-LN only; shared layers share omegas)
-        return model
+    def spec_text(cls, args) -> str:
+        return lightformer_spec_text(args)
+
+    @classmethod
+    def check_args(cls, args) -> None:
+        super().check_args(args)
+        lightformer_spec_text(args)  # rank flags: one clear error before anything is built
 
 
-# --- architectures -----------------------------------------------------------------------
-
-
-def _lightformer_defaults(
-    args, rank=80, embed_rank=135, encoder_groups=6, factorize="attn,ffn,embed"
-):
-    args.encoder_layers = getattr(args, "encoder_layers", 18)
-    args.decoder_layers = getattr(args, "decoder_layers", 3)
-    args.share_all_embeddings = getattr(args, "share_all_embeddings", True)
-    args.lc_rank = getattr(args, "lc_rank", rank)
-    args.lc_rank_ratio = getattr(args, "lc_rank_ratio", None)
-    args.lc_embed_rank = getattr(args, "lc_embed_rank", embed_rank)
-    args.lc_embed_rank_ratio = getattr(args, "lc_embed_rank_ratio", None)
-    args.lc_encoder_groups = getattr(args, "lc_encoder_groups", encoder_groups)
-    args.lc_decoder_groups = getattr(args, "lc_decoder_groups", 0)
-    args.lc_factorize = getattr(args, "lc_factorize", factorize)
-    args.lc_spec = getattr(args, "lc_spec", None)
-
-
-@register_model_architecture("lightformer", "lightformer")
-def lightformer_base(args):
-    """Transformer-base widths, 18-3, 6 encoder groups, rank 80 maps, embedding rank 135."""
-    _lightformer_defaults(args)
-    base_architecture(args)
-
-
-@register_model_architecture("lightformer", "lightformer_iwslt_de_en")
-def lightformer_iwslt_de_en(args):
-    """Paper's IWSLT'14 De-En LightFormer (Tables 2, 6 r5/r6, 7, 8): 18-3, 6 groups, 7.7M."""
-    _lightformer_defaults(args)
-    transformer_iwslt_de_en(args)
-
-
-@register_model_architecture("lightformer", "lightformer_iwslt_de_en_dense")
-def lightformer_iwslt_de_en_dense(args):
-    """Table 6 r2: the dense 18-3 Transformer (52.5M); also the SVD-transfer teacher."""
-    _lightformer_defaults(args, encoder_groups=0, factorize="none")
-    transformer_iwslt_de_en(args)
-
-
-@register_model_architecture("lightformer", "lightformer_iwslt_de_en_sharing")
-def lightformer_iwslt_de_en_sharing(args):
-    """Table 6 r3: dense 18-3 with weight sharing, 9 unique encoder layers (33.6M)."""
-    _lightformer_defaults(args, encoder_groups=9, factorize="none")
-    transformer_iwslt_de_en(args)
-
-
-@register_model_architecture("lightformer", "lightformer_iwslt_de_en_lmf")
-def lightformer_iwslt_de_en_lmf(args):
-    """Table 6 r4: LMF (rank 80, embedding 135) without sharing (14.6M)."""
-    _lightformer_defaults(args, encoder_groups=0)
-    transformer_iwslt_de_en(args)
-
-
-@register_model_architecture("lightformer", "lightformer_iwslt_de_en_lmf_sharing")
-def lightformer_iwslt_de_en_lmf_sharing(args):
-    """Table 6 r5 (random init) / r6 (SVD weight transfer): LMF + sharing, 7.7M."""
-    lightformer_iwslt_de_en(args)
-
-
-@register_model_architecture("lightformer", "lightformer_wmt_en_de")
-def lightformer_wmt_en_de(args):
-    """Table 2 WMT'14 En-De (22.5M at a 37,232-type joined vocabulary, where
-    transformer_wmt_en_de has the paper's 63.2M): base widths, 18-3, 6 groups, rank 80,
-    embedding rank 393."""
-    _lightformer_defaults(args, embed_rank=393)
-    base_architecture(args)
-
-
-@register_model_architecture("lightformer", "lightformer_wmt_en_ro")
-def lightformer_wmt_en_ro(args):
-    """Table 3 WMT'16 En-Ro (15.3M at a 34,976-type joined vocabulary, where
-    transformer_wmt_en_de has the paper's 62M): base widths, 18-3, 6 groups, rank 80,
-    embedding rank 214."""
-    _lightformer_defaults(args, embed_rank=214)
-    base_architecture(args)
-
-
-@register_model_architecture("lightformer", "lightformer_gigaword")
-def lightformer_gigaword(args):
-    """Table 4 GigaWord summarization: base widths, 18-3, 6 groups, rank 80; embedding rank
-    371 gives the paper's 13.04M at the 13,952-type vocabulary where the base Transformer has
-    its 51.28M."""
-    _lightformer_defaults(args, embed_rank=371)
-    base_architecture(args)
+register_presets("lightformer")

@@ -23,13 +23,20 @@ from lightcompress.modules.sharing import (
     sandwich_schedule,
     tie_layers,
 )
-from lightcompress.modules.spec import (
+from lightcompress.modules.registry import (
     KINDS,
+    Shape,
+    SpecError,
+    canonical_kind,
+    get_variant,
+    register,
+)
+from lightcompress.modules.spec import (
     CompressionReport,
     CompressionSpec,
     ReplacementRecord,
     Rule,
-    SpecError,
+    SpecPlan,
     count_params,
 )
 from lightcompress.modules.tensor_train import (
@@ -52,10 +59,13 @@ __all__ = [
     "LowRankLinear",
     "ReplacementRecord",
     "Rule",
+    "Shape",
     "SpecError",
+    "SpecPlan",
     "TTLinear",
     "all_except_last",
     "all_shared",
+    "canonical_kind",
     "count_params",
     "count_unique_params",
     "cp_factors",
@@ -64,11 +74,13 @@ __all__ = [
     "energy_rank",
     "every_k",
     "factorize_dim",
+    "get_variant",
     "group_schedule",
     "max_tt_ranks",
     "num_unique",
     "pad_factorize",
     "ratio_rank",
+    "register",
     "resolve_rank",
     "sandwich_schedule",
     "svd_factors",

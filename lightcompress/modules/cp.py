@@ -13,7 +13,7 @@ from torch import nn
 
 from lightcompress.modules.lowrank import init_bias_like_linear
 
-__all__ = ["CPLinear", "cp_factors", "cp_to_dense"]
+__all__ = ["CPAsLinears", "CPLinear", "cp_factors", "cp_to_dense"]
 
 
 def _check(in_features: int, out_features: int, rank: int, heads: int) -> int:
@@ -260,8 +260,37 @@ class CPLinear(nn.Module):
         y = nn.functional.linear(z, self.w0, self.bias)  # [N x R] -> [N x out]
         return y.view(*lead, self.out_features)
 
+    def as_linears(self) -> CPAsLinears:
+        """The same map with its two matrix products as ``nn.Linear`` (quantizable)."""
+        return CPAsLinears(self)
+
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"rank={self.rank}, heads={self.heads}, bias={self.bias is not None}"
         )
+
+
+class CPAsLinears(nn.Module):
+    """A :class:`CPLinear` with its two matrix products as ``nn.Linear`` (quantizable); the
+    element-wise head weighting ``w1`` stays float32."""
+
+    def __init__(self, layer: CPLinear):
+        super().__init__()
+        self.heads, self.head_dim = layer.heads, layer.head_dim
+        self.in_features, self.out_features = layer.in_features, layer.out_features
+        rank = layer.rank
+        self.mode = nn.Linear(self.head_dim, rank, bias=False)
+        self.out = nn.Linear(rank, self.out_features, bias=layer.bias is not None)
+        with torch.no_grad():
+            self.mode.weight.copy_(layer.w2.t())
+            self.out.weight.copy_(layer.w0)
+            if layer.bias is not None:
+                self.out.bias.copy_(layer.bias)
+        self.register_buffer("w1", layer.w1.detach().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        x = x.reshape(-1, self.heads, self.head_dim)  # [... x in] -> [N x h x d_k]
+        z = (self.mode(x) * self.w1).sum(1)  # [N x h x R] -> [N x R]
+        return self.out(z).view(*lead, self.out_features)

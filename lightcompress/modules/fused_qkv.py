@@ -21,9 +21,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from lightcompress.modules.hybrid import HybridLinear, dense_columns
-from lightcompress.modules.lowrank import LowRankLinear
-from lightcompress.modules.tensor_train import TTLinear, max_tt_ranks
+from lightcompress.modules.hybrid import dense_columns
 
 __all__ = ["FUSED_KINDS", "FusedQKV", "fused_rows", "split_qkv"]
 
@@ -74,6 +72,10 @@ def fused_rows(num_dense: int, dim: int) -> torch.Tensor:
 class FusedQKV(nn.Module):
     """``x -> (q, k, v)`` through one (hybrid-)factorized ``3d x d`` map.
 
+    The map is a layer of the kind registry (:mod:`lightcompress.modules.registry`) built for
+    the ``d -> 3d`` shape; for the hybrid kinds its dense share is ``3 n_d`` of the ``3d``
+    columns with ``n_d = round(beta d)`` per projection.
+
     Parameters
     ----------
     dim : int
@@ -83,7 +85,7 @@ class FusedQKV(nn.Module):
     beta : float
         Dense share per projection (``htt`` / ``hmf``); ``n_d = round(beta d)``.
     ranks : int or sequence of int, optional
-        TT ranks (``htt`` / ``tt``); ``0`` means the maximal (exact) ranks.
+        TT ranks (``htt`` / ``tt``); ``None`` or ``0`` means the maximal (exact) ranks.
     rank : int, optional
         Low-rank rank (``hmf`` / ``lowrank``).
     num_cores : int
@@ -92,6 +94,9 @@ class FusedQKV(nn.Module):
         TT modes of ``d`` and of the TT columns (default: balanced factorizations).
     bias : bool
         Learn a bias (per output column, carried by the part producing it).
+    params : dict, optional
+        The kind's parameters as in a spec rule (``alpha`` is ``beta``); replaces the keyword
+        arguments above when given.
 
     Attributes
     ----------
@@ -113,55 +118,35 @@ class FusedQKV(nn.Module):
         in_shape: Sequence[int] | None = None,
         out_shape: Sequence[int] | None = None,
         bias: bool = True,
+        *,
+        params: dict | None = None,
     ):
         super().__init__()
         if kind not in FUSED_KINDS:
             raise ValueError(f"FusedQKV kind must be one of {FUSED_KINDS}, got {kind!r}")
         self.dim, self.kind = int(dim), kind
-        d = self.dim
-        if kind == "dense":
-            self.num_dense = d
-            self.proj = nn.Linear(d, 3 * d, bias=bias)
-        elif kind in ("tt", "lowrank"):
-            self.num_dense = 0
-            if kind == "lowrank":
-                self.proj = LowRankLinear(d, 3 * d, rank, bias)
-            else:
-                from lightcompress.modules.tensor_train import factorize_dim
+        if params is None:
+            params = _legacy_params(kind, beta, ranks, rank, num_cores, in_shape, out_shape)
+        self.params = dict(params)
+        self.num_dense, inner = self.inner_params(self.dim, kind, self.params)
+        from lightcompress.modules.registry import Shape, get_variant
 
-                in_shape = list(in_shape or factorize_dim(d, num_cores))
-                out_shape = list(out_shape or factorize_dim(3 * d, len(in_shape)))
-                if not ranks:
-                    ranks = max_tt_ranks(in_shape, out_shape)
-                self.proj = TTLinear(in_shape, out_shape, ranks, bias)
-        else:
-            self.num_dense = dense_columns(beta, d)
-            # alpha of the 3d-column hybrid is exactly 3 n_d / 3d
-            alpha = self.num_dense / d
-            if kind == "htt" and not ranks:
-                from lightcompress.modules.tensor_train import factorize_dim
-
-                in_shape = list(in_shape or factorize_dim(d, num_cores))
-                out_shape = list(
-                    out_shape or factorize_dim(3 * (d - self.num_dense), len(in_shape))
-                )
-                ranks = max_tt_ranks(in_shape, out_shape)
-            self.proj = HybridLinear(
-                d,
-                3 * d,
-                alpha,
-                "tt" if kind == "htt" else "lowrank",
-                rank=rank,
-                ranks=ranks,
-                in_shape=in_shape,
-                out_shape=out_shape,
-                num_cores=num_cores,
-                bias=bias,
+        self.proj = get_variant(kind, "linear").build(Shape(dim, 3 * dim, bias), inner)
+        if kind in ("htt", "hmf") and self.proj.num_dense != 3 * self.num_dense:
+            raise ValueError(  # pragma: no cover - rounding guard
+                f"fused dense columns {self.proj.num_dense} != 3 x {self.num_dense}"
             )
-            if self.proj.num_dense != 3 * self.num_dense:  # pragma: no cover - rounding guard
-                raise ValueError(
-                    f"fused dense columns {self.proj.num_dense} != 3 x {self.num_dense}"
-                )
+
+    @staticmethod
+    def inner_params(dim: int, kind: str, params: dict) -> tuple[int, dict]:
+        """``(n_d, parameters of the d -> 3d map)``: for the hybrids the map's ``alpha`` is
+        exactly ``3 n_d / 3d``."""
+        if kind == "dense":
+            return dim, {}
+        if kind in ("tt", "lowrank"):
+            return 0, dict(params)
+        num_dense = dense_columns(params["alpha"], dim)
+        return num_dense, {**params, "alpha": num_dense / dim}
 
     @classmethod
     def from_linears(
@@ -176,15 +161,21 @@ class FusedQKV(nn.Module):
         num_cores: int = 3,
         in_shape: Sequence[int] | None = None,
         out_shape: Sequence[int] | None = None,
+        *,
+        params: dict | None = None,
     ) -> FusedQKV:
         """Fuse trained ``q``, ``k``, ``v`` projections (rows permuted per Eq. 8), then slice
         the dense part and TT-SVD / SVD the rest. ``ranks=None`` or 0: exact TT ranks."""
+        from lightcompress.modules.registry import get_variant
+
         d = q.in_features
         for name, lin in (("q", q), ("k", k), ("v", v)):
             if lin.weight.shape != (d, d):
                 raise ValueError(f"{name}_proj is {tuple(lin.weight.shape)}, expected {(d, d)}")
         has_bias = q.bias is not None
-        layer = cls(d, kind, beta, ranks, rank, num_cores, in_shape, out_shape, has_bias)
+        if params is None:
+            params = _legacy_params(kind, beta, ranks, rank, num_cores, in_shape, out_shape)
+        layer = cls(d, kind, bias=has_bias, params=params)
         rows = fused_rows(layer.num_dense, d).to(q.weight.device)
         w = torch.cat([q.weight, k.weight, v.weight], 0)[rows]
         b = torch.cat([q.bias, k.bias, v.bias], 0)[rows] if has_bias else None
@@ -193,26 +184,8 @@ class FusedQKV(nn.Module):
             stacked.weight.copy_(w)
             if has_bias:
                 stacked.bias.copy_(b)
-        p = layer.proj
-        if kind == "dense":
-            new = stacked
-        elif kind == "tt":
-            new = TTLinear.from_linear(stacked, p.in_shape, p.out_shape, p.rank)
-        elif kind == "lowrank":
-            new = LowRankLinear.from_linear(stacked, rank=p.rank)
-        elif kind == "htt":
-            tt = p.factorized
-            new = HybridLinear.from_linear(
-                stacked,
-                p.alpha,
-                "tt",
-                ranks=tt.rank,
-                in_shape=tt.in_shape,
-                out_shape=tt.out_shape,
-            )
-        else:
-            new = HybridLinear.from_linear(stacked, p.alpha, "lowrank", rank=p.rank)
-        layer.proj = new
+        _, inner = cls.inner_params(d, kind, layer.params)
+        layer.proj = get_variant(kind, "linear").from_dense(stacked, inner)
         return layer
 
     @property
@@ -222,6 +195,21 @@ class FusedQKV(nn.Module):
     @property
     def rank(self):
         return getattr(self.proj, "rank", None)
+
+    def project(self, x: torch.Tensor, index: int) -> torch.Tensor:
+        """Projection ``index`` (0 = q, 1 = k, 2 = v) of ``x``.
+
+        fairseq's attention asks for q, k and v of the same input one after the other; the
+        fused map runs once per input tensor: its result is kept, keyed by the input object,
+        until v (the last) has been handed out or another input arrives.
+        """
+        memo = self.__dict__.get("_memo")
+        if memo is None or memo[0] is not x:
+            memo = (x, self(x))
+            self.__dict__["_memo"] = memo
+        if index == 2:
+            self.__dict__["_memo"] = None
+        return memo[1][index]
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(..., d)`` -> ``q, k, v`` each ``(..., d)`` (Eq. 8)."""
@@ -234,3 +222,20 @@ class FusedQKV(nn.Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}, kind={self.kind!r}, num_dense={self.num_dense}"
+
+
+def _legacy_params(kind, beta, ranks, rank, num_cores, in_shape, out_shape) -> dict:
+    """Keyword arguments of :class:`FusedQKV` -> the kind's spec parameters."""
+    p: dict = {}
+    if kind in ("htt", "hmf"):
+        p["alpha"] = beta
+    if kind in ("htt", "tt"):
+        p["ranks"] = ranks or 0
+        p["num_cores"] = num_cores
+        if in_shape is not None:
+            p["in_shape"] = list(in_shape)
+        if out_shape is not None:
+            p["out_shape"] = list(out_shape)
+    if kind in ("hmf", "lowrank"):
+        p["rank"] = rank
+    return p

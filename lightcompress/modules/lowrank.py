@@ -16,6 +16,7 @@ from torch import nn
 
 __all__ = [
     "LowRankLinear",
+    "TwoLinear",
     "energy_rank",
     "init_bias_like_linear",
     "ratio_rank",
@@ -295,8 +296,34 @@ class LowRankLinear(nn.Module):
         y = F.linear(h, self.u, self.bias)  # [N x r] -> [N x out]
         return y.view(*lead, self.out_features)
 
+    def as_linears(self) -> TwoLinear:
+        """The same map as ``Linear(in, r, bias=False)`` then ``Linear(r, out)`` (float32
+        copies), which dynamic int8 quantization packs."""
+        first = nn.Linear(self.in_features, self.rank, bias=False)
+        second = nn.Linear(self.rank, self.out_features, bias=self.bias is not None)
+        with torch.no_grad():
+            first.weight.copy_(self.v)
+            second.weight.copy_(self.u)
+            if self.bias is not None:
+                second.bias.copy_(self.bias)
+        return TwoLinear(first, second).to(self.u.dtype)
+
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"rank={self.rank}, bias={self.bias is not None}"
         )
+
+
+class TwoLinear(nn.Module):
+    """``second(first(x))``: a low-rank map as two ``nn.Linear`` (quantizable)."""
+
+    def __init__(self, first: nn.Linear, second: nn.Linear):
+        super().__init__()
+        self.first = first
+        self.second = second
+        self.in_features = first.in_features
+        self.out_features = second.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x))  # [... x in] -> [... x r] -> [... x out]

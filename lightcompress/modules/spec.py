@@ -19,24 +19,34 @@ Patterns use :func:`fnmatch.fnmatchcase` (``*`` also matches dots). **The first 
 wins**: a module claimed by an earlier rule is not considered by later ones, so ``dense`` (a
 no-op) excludes modules from a later catch-all rule.
 
-Kinds (target type; parameters, ``|`` = exactly one of):
+Kinds come from the kind registry (:mod:`lightcompress.modules.registry`); one name serves
+every slot it can fill (``lowrank`` on an ``nn.Linear`` or an ``nn.Embedding``):
 
-================== ========= ==============================================================
-kind               replaces  parameters
-================== ========= ==============================================================
-lowrank            Linear    rank | ratio | energy
-tt                 Linear    ranks; optional in_shape, out_shape, num_cores (default 3)
-htt                Linear    alpha, ranks; optional in_shape, out_shape, num_cores
-hmf                Linear    alpha, rank | ratio | energy
-cp                 Linear    rank, heads
-lowrank_embedding  Embedding rank | ratio | energy
-htt_embedding      Embedding alpha, ranks; optional vocab_shape, dim_shape, num_cores
-dense              anything  (none; keeps the module)
-================== ========= ==============================================================
+========== ============================ =========================================================
+kind       fills                        parameters (``|`` = exactly one of)
+========== ============================ =========================================================
+lowrank    Linear, Embedding, fused QKV rank | ratio | energy
+tt         Linear, Embedding, fused QKV ranks; optional in_shape, out_shape (vocab_shape,
+                                        dim_shape for an embedding), num_cores (default 3)
+htt        Linear, Embedding, fused QKV alpha, ranks; optional shapes as tt, num_cores
+hmf        Linear, fused QKV            alpha, rank | ratio | energy
+cp         Linear                       rank, heads
+identity   square Linear                (none; y = x, no parameters)
+dense      anything                     (none; keeps the module)
+========== ============================ =========================================================
 
-``energy`` needs trained weights: it is only valid with ``mode="convert"``.
-``ranks`` is an int (all bonds) or a list ``16x16``. ``out_shape`` of ``htt`` covers the
-factorized ``out - round(alpha out)`` columns; ``dim_shape`` of ``htt_embedding`` likewise.
+``lowrank_embedding`` and ``htt_embedding`` are accepted as aliases of ``lowrank`` / ``htt``
+on an embedding. ``energy`` needs trained weights: it is only valid with ``mode="convert"``.
+``ranks`` is an int (all bonds; ``0`` = the maximal, exact TT ranks) or a list ``16x16``.
+``out_shape`` of ``htt`` covers the factorized ``out - round(alpha out)`` columns;
+``dim_shape`` of an ``htt`` embedding likewise.
+
+Two ways to use a spec, with the same rules and the same layer classes:
+
+- :meth:`CompressionSpec.apply` replaces modules of a built model by name (any PyTorch model);
+- :class:`SpecPlan` answers a model's build hooks path by path (``plan.linear("encoder.
+  layers.3.fc1", 512, 1024)``), so that a compressed fairseq model is built compressed;
+  :meth:`SpecPlan.finish` then reports the patterns that matched nothing.
 """
 
 from __future__ import annotations
@@ -48,11 +58,16 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from lightcompress.modules.cp import CPLinear
-from lightcompress.modules.embeddings import HTTEmbedding, LowRankEmbedding
-from lightcompress.modules.hybrid import HybridLinear, dense_columns
-from lightcompress.modules.lowrank import LowRankLinear, resolve_rank
-from lightcompress.modules.tensor_train import TTLinear, check_tt_shapes, factorize_dim
+from lightcompress.modules.registry import (
+    ALIASES,
+    KINDS,
+    Shape,
+    SpecError,
+    canonical_kind,
+    get_variant,
+    schema_names,
+    target_of,
+)
 
 __all__ = [
     "KINDS",
@@ -61,78 +76,11 @@ __all__ = [
     "ReplacementRecord",
     "Rule",
     "SpecError",
+    "SpecPlan",
     "count_params",
     "parse_value",
 ]
 
-
-class SpecError(ValueError):
-    """An invalid compression spec; the message names the rule text and the module."""
-
-
-@dataclass(frozen=True)
-class _Kind:
-    target: str  # "linear", "embedding" or "any"
-    required: tuple[str, ...] = ()
-    one_of: tuple[str, ...] = ()
-    optional: tuple[str, ...] = ()
-
-    @property
-    def allowed(self) -> set[str]:
-        return set(self.required) | set(self.one_of) | set(self.optional)
-
-
-_RANK = ("rank", "ratio", "energy")
-_TT_OPT = ("in_shape", "out_shape", "num_cores")
-KINDS: dict[str, _Kind] = {
-    "lowrank": _Kind("linear", one_of=_RANK),
-    "tt": _Kind("linear", required=("ranks",), optional=_TT_OPT),
-    "htt": _Kind("linear", required=("alpha", "ranks"), optional=_TT_OPT),
-    "hmf": _Kind("linear", required=("alpha",), one_of=_RANK),
-    "cp": _Kind("linear", required=("rank", "heads")),
-    "lowrank_embedding": _Kind("embedding", one_of=_RANK),
-    "htt_embedding": _Kind(
-        "embedding",
-        required=("alpha", "ranks"),
-        optional=("vocab_shape", "dim_shape", "num_cores"),
-    ),
-    "dense": _Kind("any"),
-}
-"""Every kind with its target module type and parameter names."""
-
-_TARGET_TYPES = {"linear": nn.Linear, "embedding": nn.Embedding}
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _is_int_list(v) -> bool:
-    return isinstance(v, (list, tuple)) and len(v) > 0 and all(_is_int(x) for x in v)
-
-
-# name -> (check, description)
-_PARAM_CHECKS = {
-    "rank": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
-    "ratio": (lambda v: _is_num(v) and v > 0, "a number > 0"),
-    "energy": (lambda v: _is_num(v) and 0 < v <= 1, "a number in (0, 1]"),
-    "alpha": (lambda v: _is_num(v) and 0 <= v <= 1, "a number in [0, 1]"),
-    "heads": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
-    "num_cores": (lambda v: _is_int(v) and v >= 2, "an integer >= 2"),
-    "ranks": (
-        lambda v: (_is_int(v) and v >= 1) or (_is_int_list(v) and min(v) >= 1),
-        "an integer >= 1 or a list like 16x16",
-    ),
-}
-for _shape in ("in_shape", "out_shape", "vocab_shape", "dim_shape"):
-    _PARAM_CHECKS[_shape] = (
-        lambda v: _is_int_list(v) and len(v) >= 2 and min(v) >= 1,
-        "a list of >= 2 positive integers like 8x8x8",
-    )
 
 _INT_RE = re.compile(r"^[+-]?\d+$")
 _LIST_RE = re.compile(r"^\d+(?:x\d+)+$")
@@ -193,33 +141,54 @@ class Rule:
         args = ",".join(f"{k}={_format_value(v)}" for k, v in self.params.items())
         return f"{','.join(self.patterns)}={self.kind}" + (f"({args})" if args else "")
 
+    @property
+    def canonical_kind(self) -> str:
+        """The registry name of the kind (aliases resolved)."""
+        return canonical_kind(self.kind)
+
+    def variant(self, target: str, where: str = ""):
+        """The registry variant of this rule's kind for ``target`` (parameters checked)."""
+        where = f"in rule {self.text!r}" + (f" on {where}" if where else "")
+        v = get_variant(self.kind, target, where)
+        v.check(self.params, where)
+        return v
+
     def _validate(self) -> None:
         where = f"in rule {self.text!r}"
         if not self.patterns or any(not p for p in self.patterns):
             raise SpecError(f"empty module pattern {where}")
-        if self.kind not in KINDS:
-            raise SpecError(f"unknown kind {self.kind!r} {where}; known kinds: {sorted(KINDS)}")
-        kind = KINDS[self.kind]
-        unknown = sorted(set(self.params) - kind.allowed)
+        if self.kind not in KINDS and self.kind not in ALIASES:
+            raise SpecError(
+                f"unknown kind {self.kind!r} {where}; known kinds: {sorted(KINDS)} "
+                f"(aliases: {sorted(ALIASES)})"
+            )
+        allowed = schema_names(self.kind)
+        unknown = sorted(set(self.params) - allowed)
         if unknown:
             raise SpecError(
                 f"unknown parameter(s) {unknown} for kind {self.kind!r} {where}; allowed: "
-                f"{sorted(kind.allowed) or 'none'}"
+                f"{sorted(allowed) or 'none'}"
             )
-        missing = [p for p in kind.required if p not in self.params]
-        if missing:
-            raise SpecError(f"missing parameter(s) {missing} for kind {self.kind!r} {where}")
-        if kind.one_of:
-            given = [p for p in kind.one_of if p in self.params]
-            if len(given) != 1:
-                raise SpecError(
-                    f"kind {self.kind!r} needs exactly one of {list(kind.one_of)} {where}, "
-                    f"got {given or 'none'}"
-                )
+        from lightcompress.modules.registry import PARAM_CHECKS
+
         for name, value in self.params.items():
-            check, desc = _PARAM_CHECKS[name]
+            check, desc = PARAM_CHECKS[name]
             if not check(value):
                 raise SpecError(f"parameter {name}={value!r} must be {desc} {where}")
+        # required / exactly-one-of: every variant of a kind shares them, except targets the
+        # kind cannot fill; check against the first variant that accepts these names
+        variants = (
+            [KINDS[ALIASES[self.kind][0]].variants[ALIASES[self.kind][1]]]
+            if self.kind in ALIASES
+            else list(KINDS[self.kind].variants.values())
+        )
+        fitting = [v for v in variants if set(self.params) <= v.allowed]
+        if not fitting:
+            raise SpecError(
+                f"parameters {sorted(self.params)} of kind {self.kind!r} {where} do not belong "
+                f"to one of its forms ({', '.join(sorted(v.target for v in variants))})"
+            )
+        fitting[0].check(self.params, where)
 
 
 def _split_top(text: str, sep: str) -> list[str]:
@@ -311,103 +280,27 @@ class CompressionReport(list):
         return "\n".join(lines)
 
 
-def _tt_shapes(in_f, out_f, params) -> tuple[list[int], list[int]]:
-    nc = params.get("num_cores", 3)
-    in_shape = params.get("in_shape") or factorize_dim(in_f, nc)
-    out_shape = params.get("out_shape") or factorize_dim(out_f, len(in_shape))
-    return list(in_shape), list(out_shape)
-
-
-def _layer_kwargs(kind: str, in_f: int, out_f: int, params: Mapping, bias: bool) -> dict:
-    """Constructor keyword arguments of the kind's class for a from-scratch layer."""
-    p = dict(params)
-    if "energy" in p:
-        raise ValueError(
-            f"energy={p['energy']} needs trained weights: use it with mode='convert' only"
-        )
-    if kind == "lowrank":
-        r = resolve_rank(out_f, in_f, rank=p.get("rank"), ratio=p.get("ratio"))
-        return {"in_features": in_f, "out_features": out_f, "rank": r, "bias": bias}
-    if kind == "tt":
-        in_shape, out_shape = _tt_shapes(in_f, out_f, p)
-        check_tt_shapes(in_shape, out_shape, p["ranks"], in_f, out_f)
-        return {
-            "in_shape": in_shape,
-            "out_shape": out_shape,
-            "ranks": p["ranks"],
-            "bias": bias,
-        }
-    if kind == "htt":
-        return {
-            "in_features": in_f,
-            "out_features": out_f,
-            "alpha": p["alpha"],
-            "kind": "tt",
-            "ranks": p["ranks"],
-            "in_shape": p.get("in_shape"),
-            "out_shape": p.get("out_shape"),
-            "num_cores": p.get("num_cores", 3),
-            "bias": bias,
-        }
-    if kind == "hmf":
-        nf = out_f - dense_columns(p["alpha"], out_f)
-        r = resolve_rank(nf, in_f, rank=p.get("rank"), ratio=p.get("ratio")) if nf else None
-        return {
-            "in_features": in_f,
-            "out_features": out_f,
-            "alpha": p["alpha"],
-            "kind": "lowrank",
-            "rank": r,
-            "bias": bias,
-        }
-    if kind == "cp":
-        return {
-            "in_features": in_f,
-            "out_features": out_f,
-            "rank": p["rank"],
-            "heads": p["heads"],
-            "bias": bias,
-        }
-    if kind == "lowrank_embedding":
-        r = resolve_rank(in_f, out_f, rank=p.get("rank"), ratio=p.get("ratio"))
-        return {"num_embeddings": in_f, "embedding_dim": out_f, "rank": r}
-    if kind == "htt_embedding":
-        return {
-            "num_embeddings": in_f,
-            "embedding_dim": out_f,
-            "alpha": p["alpha"],
-            "ranks": p["ranks"],
-            "vocab_shape": p.get("vocab_shape"),
-            "dim_shape": p.get("dim_shape"),
-            "num_cores": p.get("num_cores", 3),
-        }
-    raise ValueError(f"unknown kind {kind!r}")
-
-
-_CLASSES = {
-    "lowrank": LowRankLinear,
-    "tt": TTLinear,
-    "htt": HybridLinear,
-    "hmf": HybridLinear,
-    "cp": CPLinear,
-    "lowrank_embedding": LowRankEmbedding,
-    "htt_embedding": HTTEmbedding,
-}
-
-
 def count_params(
-    kind: str, in_features: int, out_features: int, bias: bool = True, **params
+    kind: str,
+    in_features: int,
+    out_features: int,
+    bias: bool = True,
+    target: str | None = None,
+    **params,
 ) -> int:
     """Exact parameter count of a layer of ``kind`` replacing a dense one.
 
     Parameters
     ----------
     kind : str
-        A key of :data:`KINDS`.
+        A kind of the registry (or an alias, which fixes the target).
     in_features, out_features : int
-        The dense layer's shape; for embedding kinds pass ``num_embeddings, embedding_dim``.
+        The dense layer's shape; for an embedding ``num_embeddings, embedding_dim``; for a
+        fused Q/K/V map ``d, 3d``.
     bias : bool
         Whether the (linear) layer has a bias; ignored for embeddings.
+    target : {"linear", "embedding", "qkv"}, optional
+        The slot (default: ``linear``, or the alias's target).
     **params
         The kind's parameters as in a spec rule (``energy`` is not countable statically).
 
@@ -420,11 +313,13 @@ def count_params(
     ValueError
         Invalid parameters for this shape (SpecError for an unknown kind or parameter).
     """
-    Rule(("*",), kind, dict(params))  # kind / parameter-name / range validation
-    if kind == "dense":  # pass bias=False for an embedding table
-        return in_features * out_features + (out_features if bias else 0)
-    kwargs = _layer_kwargs(kind, in_features, out_features, params, bias)
-    return _CLASSES[kind].num_params(**kwargs)
+    rule = Rule(("*",), kind, dict(params))  # kind / parameter-name / range validation
+    if target is None:
+        target = ALIASES[kind][1] if kind in ALIASES else "linear"
+    if canonical_kind(kind) == "dense" and target != "qkv":  # pass bias=False for a table
+        return in_features * out_features + (out_features if bias and target == "linear" else 0)
+    variant = rule.variant(target)
+    return variant.num_params(Shape(in_features, out_features, bias), params)
 
 
 def _shape_of(module: nn.Module) -> tuple[int, int]:
@@ -532,7 +427,7 @@ class CompressionSpec:
         ------
         SpecError
             A pattern that matches no module (or only modules claimed by earlier rules), or a
-            module of the wrong type for the rule's kind.
+            module the rule's kind cannot replace.
         """
         modules = [(n, m) for n, m in model.named_modules() if n]
         claimed: dict[str, Rule] = {}
@@ -554,13 +449,15 @@ class CompressionSpec:
             rule = claimed.get(name)
             if rule is None:
                 continue
-            target = KINDS[rule.kind].target
-            if target != "any" and not isinstance(module, _TARGET_TYPES[target]):
-                raise SpecError(
-                    f"rule {rule.text!r} matches {_describe(name, module)}, but kind "
-                    f"{rule.kind!r} replaces an nn.{_TARGET_TYPES[target].__name__}; narrow "
-                    "the pattern"
-                )
+            if rule.canonical_kind != "dense":
+                target = target_of(module)
+                if target is None:
+                    raise SpecError(
+                        f"rule {rule.text!r} matches {_describe(name, module)}, but kind "
+                        f"{rule.kind!r} replaces an nn.Linear or an nn.Embedding; narrow the "
+                        "pattern"
+                    )
+                rule.variant(target, _describe(name, module))
             plan.append((name, module, rule))
         return plan
 
@@ -568,15 +465,9 @@ class CompressionSpec:
         shape = _shape_of(module)
         before = _numel(module)
         rank, after = None, before
-        if rule.kind != "dense":
-            if isinstance(module, nn.Embedding):
-                in_f, out_f, bias = module.num_embeddings, module.embedding_dim, False
-            else:
-                in_f, out_f, bias = (
-                    module.in_features,
-                    module.out_features,
-                    module.bias is not None,
-                )
+        target = target_of(module)
+        if rule.canonical_kind != "dense" and target is not None:
+            variant = rule.variant(target, _describe(name, module))
             try:
                 if "energy" in rule.params:
                     if mode != "convert":
@@ -586,12 +477,14 @@ class CompressionSpec:
                         )
                     after = None
                 else:
-                    kwargs = _layer_kwargs(rule.kind, in_f, out_f, rule.params, bias)
-                    after = _CLASSES[rule.kind].num_params(**kwargs)
+                    kwargs = variant.kwargs(_slot(module), rule.params)
+                    after = variant.num_params(_slot(module), rule.params)
                     rank = kwargs.get("rank", kwargs.get("ranks"))
             except ValueError as exc:
                 raise SpecError(f"rule {rule.text!r} on {_describe(name, module)}: {exc}") from None
-        return ReplacementRecord(name, rule.kind, shape, rank, None, before, after, rule.text)
+        return ReplacementRecord(
+            name, rule.canonical_kind, shape, rank, None, before, after, rule.text
+        )
 
     def validate(self, model: nn.Module, mode: str = "init") -> CompressionReport:
         """Check the spec against ``model`` without modifying it.
@@ -618,7 +511,8 @@ class CompressionSpec:
         model : nn.Module
         mode : {"init", "convert"}
             ``"init"``: new layers from scratch with the matched layer's shape, device and
-            dtype. ``"convert"``: ``from_linear`` / ``from_embedding`` on the trained weights.
+            dtype. ``"convert"``: the kind's weight transfer (SVD, TT-SVD, CP fit) of the
+            trained weights.
 
         Returns
         -------
@@ -635,9 +529,9 @@ class CompressionSpec:
         report = CompressionReport()
         for name, module, rule in self.match(model):
             rec = self._predict(name, module, rule, mode)
-            if rule.kind != "dense":
+            if rule.canonical_kind != "dense":
                 try:
-                    new = self._build(module, rule, mode)
+                    new = build_layer(rule, module, mode)
                 except ValueError as exc:
                     raise SpecError(
                         f"rule {rule.text!r} on {_describe(name, module)}: {exc}"
@@ -645,54 +539,143 @@ class CompressionSpec:
                 parent_name, _, child = name.rpartition(".")
                 parent = model.get_submodule(parent_name) if parent_name else model
                 setattr(parent, child, new)
-                rec.rank = getattr(new, "rank", None)
-                rec.kept_energy = getattr(new, "kept_energy", None)
-                rec.params_after = _numel(new)
+                _fill_record(rec, new)
             report.append(rec)
         return report
 
-    @staticmethod
-    def _build(module: nn.Module, rule: Rule, mode: str) -> nn.Module:
-        p = dict(rule.params)
-        kind = rule.kind
-        if mode == "convert":
-            if kind == "lowrank":
-                return LowRankLinear.from_linear(module, **p)
-            if kind in ("tt", "htt"):
-                nc = p.pop("num_cores", 3)
-                in_shape, out_shape = p.pop("in_shape", None), p.pop("out_shape", None)
-                if kind == "tt":
-                    return TTLinear.from_linear(module, in_shape, out_shape, p["ranks"], nc)
-                return HybridLinear.from_linear(
-                    module,
-                    p["alpha"],
-                    "tt",
-                    ranks=p["ranks"],
-                    in_shape=in_shape,
-                    out_shape=out_shape,
-                    num_cores=nc,
+
+def _slot(module: nn.Module) -> Shape:
+    """The :class:`Shape` of a dense Linear / Embedding."""
+    if isinstance(module, nn.Embedding):
+        return Shape(module.num_embeddings, module.embedding_dim, False, module.padding_idx)
+    return Shape(module.in_features, module.out_features, module.bias is not None)
+
+
+def _fill_record(rec: ReplacementRecord, new: nn.Module) -> None:
+    rec.rank = getattr(new, "rank", None)
+    rec.kept_energy = getattr(new, "kept_energy", None)
+    rec.params_after = _numel(new)
+
+
+def build_layer(rule: Rule, module: nn.Module, mode: str = "init") -> nn.Module:
+    """The layer ``rule`` puts in place of the dense ``module`` (``init``: from scratch on the
+    module's device and dtype; ``convert``: fitted to its weights)."""
+    variant = rule.variant(target_of(module))
+    if mode == "convert":
+        return variant.from_dense(module, rule.params)
+    new = variant.build(_slot(module), rule.params)
+    w = module.weight
+    return new.to(device=w.device, dtype=w.dtype)
+
+
+class SpecPlan:
+    """A spec asked path by path while a model is built (the build hooks' side of the spec).
+
+    Each ``linear`` / ``embedding`` / ``qkv`` call names the module path the layer will have
+    in the finished model, and gets the layer of the first rule whose pattern matches that
+    path, or ``None`` when no rule claims it (the caller then builds its dense default).
+    ``mode="convert"`` fits each layer to the dense module ``source(path)`` returns (the
+    teacher's, for weight transfer).
+
+    Parameters
+    ----------
+    spec : CompressionSpec
+    mode : {"init", "convert"}
+    source : callable, optional
+        ``path -> dense module`` (``convert`` mode; for a ``qkv`` path a ``(q, k, v)`` triple).
+
+    Attributes
+    ----------
+    report : CompressionReport
+        One record per layer built by a rule.
+    """
+
+    def __init__(self, spec: CompressionSpec, mode: str = "init", source=None):
+        if mode not in ("init", "convert"):
+            raise SpecError(f"mode must be 'init' or 'convert', got {mode!r}")
+        if mode == "convert" and source is None:
+            raise SpecError("a convert-mode SpecPlan needs source(path) -> dense module")
+        self.spec, self.mode, self.source = spec, mode, source
+        self.report = CompressionReport()
+        self._hits: dict[tuple[int, str], int] = {
+            (i, p): 0 for i, r in enumerate(spec.rules) for p in r.patterns
+        }
+        self.asked: list[str] = []
+
+    def rule_for(self, path: str) -> Rule | None:
+        """The first rule with a pattern matching ``path`` (counted for :meth:`finish`)."""
+        self.asked.append(path)
+        for i, rule in enumerate(self.spec.rules):
+            for pat in rule.patterns:
+                if fnmatch.fnmatchcase(path, pat):
+                    self._hits[(i, pat)] += 1
+                    return rule
+        return None
+
+    def rule_peek(self, path: str) -> Rule | None:
+        """The rule that would claim ``path`` (nothing is counted)."""
+        for rule in self.spec.rules:
+            if any(fnmatch.fnmatchcase(path, p) for p in rule.patterns):
+                return rule
+        return None
+
+    def _layer(self, path, target, shape: Shape, what: str):
+        rule = self.rule_for(path)
+        if rule is None or rule.canonical_kind == "dense" and target != "qkv":
+            return None
+        where = f"module {path!r} ({what})"
+        variant = rule.variant(target, where)
+        try:
+            if self.mode == "convert":
+                new = variant.from_dense(self.source(path), rule.params)
+            else:
+                new = variant.build(shape, rule.params)
+        except ValueError as exc:
+            raise SpecError(f"rule {rule.text!r} on {where}: {exc}") from None
+        before = shape.in_features * shape.out_features
+        if shape.bias and target != "embedding":
+            before += shape.out_features
+        rec = ReplacementRecord(
+            path, rule.canonical_kind, (shape.out_features, shape.in_features)
+            if target != "embedding" else (shape.in_features, shape.out_features),
+            None, None, before, None, rule.text,
+        )  # fmt: skip
+        _fill_record(rec, new)
+        self.report.append(rec)
+        return new
+
+    def linear(self, path: str, in_features: int, out_features: int, bias: bool = True):
+        """The layer for an ``nn.Linear(in, out)`` slot at ``path``, or None (dense)."""
+        return self._layer(
+            path, "linear", Shape(in_features, out_features, bias),
+            f"nn.Linear {in_features}->{out_features}",
+        )  # fmt: skip
+
+    def embedding(self, path: str, num_embeddings: int, dim: int, padding_idx=None):
+        """The table for an ``nn.Embedding(V, d)`` slot at ``path``, or None (dense)."""
+        return self._layer(
+            path, "embedding", Shape(num_embeddings, dim, False, padding_idx),
+            f"nn.Embedding {num_embeddings}x{dim}",
+        )  # fmt: skip
+
+    def qkv(self, path: str, dim: int, bias: bool = True):
+        """A :class:`~lightcompress.modules.fused_qkv.FusedQKV` for the fused Q/K/V slot at
+        ``path`` (``<attention>.qkv_proj``), or None when no rule names it."""
+        return self._layer(path, "qkv", Shape(dim, 3 * dim, bias), f"fused Q/K/V {dim}->{3 * dim}")
+
+    def finish(self) -> CompressionReport:
+        """Raise SpecError for a pattern that matched no path asked; return the report."""
+        for (i, pat), n in self._hits.items():
+            if n:
+                continue
+            rule = self.spec.rules[i]
+            if any(fnmatch.fnmatchcase(p, pat) for p in self.asked):
+                raise SpecError(
+                    f"pattern {pat!r} in rule {rule.text!r} matches only modules already "
+                    "claimed by earlier rules (first match wins)"
                 )
-            if kind == "hmf":
-                alpha = p.pop("alpha")
-                return HybridLinear.from_linear(module, alpha, "lowrank", **p)
-            if kind == "cp":
-                return CPLinear.from_linear(module, p["rank"], p["heads"])
-            if kind == "lowrank_embedding":
-                return LowRankEmbedding.from_embedding(module, **p)
-            if kind == "htt_embedding":
-                return HTTEmbedding.from_embedding(module, **p)
-            raise ValueError(f"unknown kind {kind!r}")  # pragma: no cover
-        if isinstance(module, nn.Embedding):
-            kwargs = _layer_kwargs(kind, module.num_embeddings, module.embedding_dim, p, False)
-            new = _CLASSES[kind](padding_idx=module.padding_idx, **kwargs)
-        else:
-            kwargs = _layer_kwargs(
-                kind,
-                module.in_features,
-                module.out_features,
-                p,
-                module.bias is not None,
+            raise SpecError(
+                f"pattern {pat!r} in rule {rule.text!r} matches no module (the model has "
+                f"e.g. {', '.join(repr(p) for p in self.asked[:3])})"
             )
-            new = _CLASSES[kind](**kwargs)
-        w = module.weight
-        return new.to(device=w.device, dtype=w.dtype)
+        return self.report

@@ -1,0 +1,395 @@
+"""One compressed Transformer: fairseq's Transformer whose build hooks ask a compression spec.
+
+Every compressed translation model of the plugin (LightFormer, Hypoformer; Smartformer next) is
+this model with a *preset*: spec text + layer sharing + Admin mode + sizes
+(:mod:`lightcompress.models.presets`). A family only says how its flags become spec text
+(:meth:`CompressedTransformerModel.spec_text`); building is the same code for all.
+
+How a layer is chosen (``docs/architecture.md`` walks through it): ``build_model`` parses the
+spec into a :class:`~lightcompress.modules.spec.SpecPlan`; fairseq then builds the model
+through its own hooks, and each hook overridden here asks the plan for the module path the
+layer will have:
+
+============================== =============================================================
+fairseq hook                   paths asked (first matching rule wins; no rule = dense)
+============================== =============================================================
+``build_embedding``            ``encoder.embed_tokens``, ``decoder.embed_tokens`` (once when
+                               ``--share-all-embeddings``)
+``build_self_attention``       ``<layer>.self_attn.{q,k,v}_proj``; if no rule names any of
+                               them, ``<layer>.self_attn.qkv_proj`` (a fused Q/K/V map,
+                               Hypoformer Eq. 6-8); then ``<layer>.self_attn.out_proj``
+``build_encoder_attention``    ``<layer>.encoder_attn.{q,k,v,out}_proj``
+``build_fc1`` / ``build_fc2``  ``<layer>.fc1``, ``<layer>.fc2``
+``build_output_projection``    tied to a factorized table: ``logits = x E^T``
+============================== =============================================================
+
+with ``<layer>`` = ``encoder.layers.3`` etc. The layers are built compressed: no dense copy
+is made and replaced. Patterns that match no path are an error (like
+:meth:`CompressionSpec.apply`). After the build, layers are tied by the sharing schedule
+(``--lc-encoder-groups`` / ``--lc-decoder-groups``) and Admin is connected.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import logging
+from typing import Any
+
+from fairseq.distributed import fsdp_wrap
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoder,
+    TransformerEncoder,
+    TransformerModel,
+)
+from fairseq.modules import MultiheadAttention
+from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from fairseq.modules.transformer_layer import (
+    TransformerDecoderLayerBase,
+    TransformerEncoderLayerBase,
+)
+from torch import nn
+
+from lightcompress.admin import apply_admin
+from lightcompress.integration import TiedOutputProjection, disable_attention_fast_path
+from lightcompress.modules import CompressionSpec, SpecPlan, group_schedule, tie_layers
+from lightcompress.modules.fused_qkv import FusedQKV
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CompressedTransformerModel",
+    "HTTSelfAttention",
+    "add_config_args",
+    "apply_config_defaults",
+    "apply_layer_sharing",
+]
+
+_PLAN: contextvars.ContextVar[SpecPlan | None] = contextvars.ContextVar("lc_plan", default=None)
+
+
+def _plan() -> SpecPlan:
+    plan = _PLAN.get()
+    if plan is None:
+        raise RuntimeError("compressed layers are built by CompressedTransformerModel.build_model")
+    return plan
+
+
+# --------------------------------------------------------------------------------------------
+# configuration: one dataclass per family, flags generated from its fields
+# --------------------------------------------------------------------------------------------
+
+
+def add_config_args(parser, config_cls, title: str) -> None:
+    """Add one flag per field of ``config_cls`` (``--lc-rank`` for ``lc_rank``), with the
+    field's ``metadata["help"]``, no default (the architectures set them)."""
+    group = parser.add_argument_group(title)
+    for f in dataclasses.fields(config_cls):
+        meta = dict(f.metadata)
+        flag = "--" + f.name.replace("_", "-")
+        kwargs: dict[str, Any] = {"help": meta.get("help", "")}
+        if meta.get("flag") == "store_true":
+            kwargs.update(action="store_true", default=None)
+        else:
+            kwargs["type"] = meta.get("type", str)
+            for key in ("choices", "metavar"):
+                if key in meta:
+                    kwargs[key] = meta[key]
+        group.add_argument(flag, **kwargs)
+
+
+def apply_config_defaults(args, config) -> None:
+    """Set every field of the dataclass instance ``config`` on ``args`` unless the user set
+    it (absent or ``None`` = unset): the one way the plugin's architectures set defaults."""
+    for f in dataclasses.fields(config):
+        if getattr(args, f.name, None) is None:
+            setattr(args, f.name, getattr(config, f.name))
+
+
+# --------------------------------------------------------------------------------------------
+# attention
+# --------------------------------------------------------------------------------------------
+
+
+class _FusedSlice(nn.Module):
+    """Stands in for ``q_proj`` / ``k_proj`` / ``v_proj`` of a fused attention: projection
+    ``index`` of the fused map (no parameters of its own)."""
+
+    def __init__(self, qkv: FusedQKV, index: int):
+        super().__init__()
+        self._qkv = [qkv]  # a list keeps the fused map out of this module's tree
+        self.index = index
+
+    def forward(self, x):
+        return self._qkv[0].project(x, self.index)
+
+    def extra_repr(self) -> str:
+        return f"fused slice {'qkv'[self.index]}"
+
+
+class HTTSelfAttention(MultiheadAttention):
+    """fairseq self-attention whose Q, K, V come from one fused map (Hypoformer Eq. 6-8).
+
+    Everything after the projections (heads, masks, incremental state, beam reordering) is
+    fairseq's own :class:`MultiheadAttention`; ``q_proj`` / ``k_proj`` / ``v_proj`` are slices
+    of ``qkv_proj`` (:meth:`FusedQKV.project` runs the fused map once per input). The output
+    projection is a dense map unless the spec replaces it (``identity`` for the paper's Eq. 5).
+
+    Parameters
+    ----------
+    embed_dim, num_heads, dropout, ...
+        As in fairseq.
+    qkv : FusedQKV
+        The fused projection (``embed_dim -> 3 x embed_dim``).
+    out_proj : bool
+        Keep the dense output projection (``False``: ``nn.Identity``).
+    """
+
+    def __init__(self, embed_dim, num_heads, qkv: FusedQKV, out_proj: bool = True, dropout=0.0,
+                 add_bias_kv=False, add_zero_attn=False, **kwargs):  # fmt: skip
+        super().__init__(
+            embed_dim, num_heads, dropout=dropout, add_bias_kv=add_bias_kv,
+            add_zero_attn=add_zero_attn, self_attention=True, **kwargs,
+        )  # fmt: skip
+        self.qkv_proj = qkv
+        self.q_proj = _FusedSlice(qkv, 0)
+        self.k_proj = _FusedSlice(qkv, 1)
+        self.v_proj = _FusedSlice(qkv, 2)
+        if not out_proj:
+            self.out_proj = nn.Identity()
+        self._set_skip_embed_dim_check()  # never take fairseq's fused fast path
+
+
+def build_attention(path: str, dense: MultiheadAttention, fused_ok: bool, **quant) -> MultiheadAttention:
+    """The attention at ``path``: fairseq's ``dense`` one with the projections the spec names
+    replaced, or (``fused_ok`` and a rule for ``<path>.qkv_proj``) a fused one."""
+    plan = _plan()
+    names = ("q_proj", "k_proj", "v_proj")
+    d = dense.embed_dim
+    separate = any(plan.rule_peek(f"{path}.{n}") is not None for n in names)
+    if fused_ok and not separate and plan.rule_peek(f"{path}.qkv_proj") is not None:
+        qkv = plan.qkv(f"{path}.qkv_proj", d, bias=dense.q_proj.bias is not None)
+        attn = HTTSelfAttention(
+            d, dense.num_heads, qkv, dropout=dense.dropout_module.p,
+            **{"add_bias_kv": dense.bias_k is not None, "add_zero_attn": dense.add_zero_attn,
+               **quant},
+        )  # fmt: skip
+    else:
+        attn = dense
+        for n in names:
+            old = getattr(attn, n)
+            new = plan.linear(f"{path}.{n}", old.in_features, old.out_features, old.bias is not None)
+            if new is not None:
+                setattr(attn, n, new)
+    old = attn.out_proj
+    new = plan.linear(f"{path}.out_proj", old.in_features, old.out_features, old.bias is not None)
+    if new is not None:
+        attn.out_proj = new
+    if any(type(getattr(attn, n)) is not nn.Linear for n in (*names, "out_proj")):
+        attn._set_skip_embed_dim_check()  # fairseq's fast path would read q_proj.weight
+    return attn
+
+
+def _linear(path, default, input_dim, output_dim):
+    new = _plan().linear(path, input_dim, output_dim)
+    return default() if new is None else new
+
+
+# --------------------------------------------------------------------------------------------
+# layers and stacks
+# --------------------------------------------------------------------------------------------
+
+
+class CompressedEncoderLayer(TransformerEncoderLayerBase):
+    """fairseq's encoder layer; its ``build_*`` hooks ask the spec at ``<prefix>.*``."""
+
+    def __init__(self, cfg, prefix: str, return_fc: bool = False):
+        object.__setattr__(self, "lc_prefix", prefix)  # read by the hooks during __init__
+        super().__init__(cfg, return_fc=return_fc)
+
+    def build_self_attention(self, embed_dim, cfg):
+        dense = super().build_self_attention(embed_dim, cfg)
+        return build_attention(f"{self.lc_prefix}.self_attn", dense, True, **self._quant())
+
+    def _quant(self):
+        return {"q_noise": self.quant_noise, "qn_block_size": self.quant_noise_block_size}
+
+    def build_fc1(self, input_dim, output_dim, q_noise, qn_block_size):
+        dense = super().build_fc1
+        return _linear(f"{self.lc_prefix}.fc1", lambda: dense(input_dim, output_dim, q_noise,
+                       qn_block_size), input_dim, output_dim)  # fmt: skip
+
+    def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
+        dense = super().build_fc2
+        return _linear(f"{self.lc_prefix}.fc2", lambda: dense(input_dim, output_dim, q_noise,
+                       qn_block_size), input_dim, output_dim)  # fmt: skip
+
+
+class CompressedDecoderLayer(TransformerDecoderLayerBase):
+    """fairseq's decoder layer; its ``build_*`` hooks ask the spec at ``<prefix>.*``."""
+
+    def __init__(self, cfg, prefix: str, no_encoder_attn=False, add_bias_kv=False,
+                 add_zero_attn=False):  # fmt: skip
+        object.__setattr__(self, "lc_prefix", prefix)
+        super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
+
+    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        dense = super().build_self_attention(embed_dim, cfg, add_bias_kv, add_zero_attn)
+        return build_attention(
+            f"{self.lc_prefix}.self_attn", dense, not cfg.cross_self_attention,
+            q_noise=self.quant_noise, qn_block_size=self.quant_noise_block_size,
+            add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn,
+        )  # fmt: skip
+
+    def build_encoder_attention(self, embed_dim, cfg):
+        dense = super().build_encoder_attention(embed_dim, cfg)
+        return build_attention(f"{self.lc_prefix}.encoder_attn", dense, fused_ok=False)
+
+    def build_fc1(self, input_dim, output_dim, q_noise, qn_block_size):
+        dense = super().build_fc1
+        return _linear(f"{self.lc_prefix}.fc1", lambda: dense(input_dim, output_dim, q_noise,
+                       qn_block_size), input_dim, output_dim)  # fmt: skip
+
+    def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
+        dense = super().build_fc2
+        return _linear(f"{self.lc_prefix}.fc2", lambda: dense(input_dim, output_dim, q_noise,
+                       qn_block_size), input_dim, output_dim)  # fmt: skip
+
+
+def _wrap(layer, cfg):
+    """fairseq's activation checkpointing / FSDP wrapping, as in its own build_*_layer."""
+    checkpoint = cfg.checkpoint_activations
+    if checkpoint:
+        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
+    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not checkpoint else 0)
+
+
+class CompressedEncoder(TransformerEncoder):
+    def build_encoder_layer(self, args):
+        cfg = TransformerConfig.from_namespace(args)
+        index = self.__dict__.get("_lc_built", 0)  # fairseq builds the layers in order
+        self.__dict__["_lc_built"] = index + 1
+        layer = CompressedEncoderLayer(cfg, f"encoder.layers.{index}", return_fc=self.return_fc)
+        return _wrap(layer, cfg)
+
+
+class CompressedDecoder(TransformerDecoder):
+    def build_decoder_layer(self, args, no_encoder_attn=False):
+        cfg = TransformerConfig.from_namespace(args)
+        index = self.__dict__.get("_lc_built", 0)
+        self.__dict__["_lc_built"] = index + 1
+        return _wrap(CompressedDecoderLayer(cfg, f"decoder.layers.{index}", no_encoder_attn), cfg)
+
+    def build_output_projection(self, args, dictionary, embed_tokens):
+        if self.share_input_output_embed and not isinstance(embed_tokens, nn.Embedding):
+            # a factorized table has no weight Parameter to share: logits = x E^T
+            self.output_projection = TiedOutputProjection(embed_tokens)
+            return
+        super().build_output_projection(args, dictionary, embed_tokens)
+
+
+# --------------------------------------------------------------------------------------------
+# sharing
+# --------------------------------------------------------------------------------------------
+
+
+def _not_admin(name: str) -> bool:
+    # Admin's omega is a per-depth scale: every position keeps its own (see admin.py)
+    return not name.startswith("admin.")
+
+
+def apply_layer_sharing(model, args) -> None:
+    """Tie the encoder (and decoder) layers of each contiguous group
+    (``--lc-encoder-groups`` / ``--lc-decoder-groups``; 0 = no sharing)."""
+    for side in ("encoder", "decoder"):
+        groups = getattr(args, f"lc_{side}_groups", 0) or 0
+        layers = getattr(model, side).layers
+        check_groups(side, groups, len(layers))
+        if 0 < groups < len(layers):
+            tie_layers(layers, group_schedule(len(layers), groups), share=_not_admin)
+
+
+def check_groups(side: str, groups: int, num_layers: int) -> None:
+    """One clear error for a group count that cannot be (before anything is built)."""
+    if groups < 0:
+        raise ValueError(f"--lc-{side}-groups must be >= 0 (0: no sharing), got {groups}")
+    if groups > num_layers:
+        raise ValueError(
+            f"--lc-{side}-groups {groups} is larger than --{side}-layers {num_layers}"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# the model
+# --------------------------------------------------------------------------------------------
+
+
+class CompressedTransformerModel(TransformerModel):
+    """fairseq's Transformer built through a compression spec (see the module docstring).
+
+    Subclasses (the families) register a fairseq model name and override :meth:`spec_text`
+    (their flags -> spec text), :meth:`add_args` and :meth:`check_args`; ``--lc-spec`` replaces
+    the family's rules for any of them.
+    """
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        from lightcompress.models.presets import CompressionConfig
+
+        add_config_args(parser, CompressionConfig, "compression, sharing, Admin (lightcompress)")
+
+    @classmethod
+    def spec_text(cls, args) -> str:
+        """The compression spec of this configuration (``--lc-spec`` wins)."""
+        return getattr(args, "lc_spec", None) or ""
+
+    @classmethod
+    def check_args(cls, args) -> None:
+        """Validate the flags before anything is built (one clear ValueError)."""
+        for side in ("encoder", "decoder"):
+            groups = getattr(args, f"lc_{side}_groups", 0) or 0
+            check_groups(side, groups, getattr(args, f"{side}_layers"))
+
+    @classmethod
+    def build_model(cls, args, task, plan: SpecPlan | None = None):
+        """Build the compressed model; ``plan`` (e.g. a convert-mode plan) replaces the one
+        parsed from :meth:`spec_text`."""
+        cls.check_args(args)
+        if plan is None:
+            plan = SpecPlan(CompressionSpec.parse(cls.spec_text(args)))
+        token = _PLAN.set(plan)
+        try:
+            model = super().build_model(args, task)
+            plan.finish()
+        finally:
+            _PLAN.reset(token)
+        apply_layer_sharing(model, args)
+        apply_admin(model, args)  # --admin-init (post-LN only); positions keep their omegas
+        disable_attention_fast_path(model)
+        return model
+
+    @classmethod
+    def build_embedding(cls, args, dictionary, embed_dim, path=None):
+        plan = _plan()
+        # fairseq builds the encoder's table first, then the decoder's (once when shared)
+        side = "decoder" if "encoder.embed_tokens" in plan.asked else "encoder"
+        new = plan.embedding(f"{side}.embed_tokens", len(dictionary), embed_dim, dictionary.pad())
+        if new is None:
+            return super().build_embedding(args, dictionary, embed_dim, path)
+        if path:
+            raise ValueError(
+                f"--{side}-embed-path cannot load pretrained vectors into a factorized table"
+            )
+        return new
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return CompressedEncoder(args, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return CompressedDecoder(
+            args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False)
+        )
