@@ -35,12 +35,15 @@ __all__ = [
     "ConversionError",
     "Converter",
     "FakeTask",
+    "build_dense_student",
     "build_fairseq_model",
     "load_teacher",
     "model_arg_names",
+    "rebuild_student",
     "register_converter",
     "save_student_checkpoint",
     "student_args_from",
+    "transfer_by_spec",
 ]
 
 CONVERTERS: dict[str, type] = {}
@@ -243,3 +246,60 @@ def save_student_checkpoint(teacher_state: dict, student_args, student_model, ou
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+# --------------------------------------------------------------------------------------------
+# the one transfer path: a dense model of the student's shape -> the spec in convert mode
+# --------------------------------------------------------------------------------------------
+
+
+def build_dense_student(student_args, src_size: int, tgt_size: int | None = None):
+    """The student's family and shape with every slot dense and no sharing (an empty spec):
+    the model the teacher's weights are mapped into before the spec is applied."""
+    from lightcompress.modules import CompressionSpec, SpecPlan
+
+    args = copy.deepcopy(student_args)
+    args.lc_encoder_groups = args.lc_decoder_groups = 0
+    src = dictionary_of_size(src_size)
+    tgt = src if tgt_size is None or tgt_size == src_size else dictionary_of_size(tgt_size)
+    model_cls = ARCH_MODEL_REGISTRY[args.arch]
+    return model_cls.build_model(args, FakeTask(src, tgt), plan=SpecPlan(CompressionSpec([])))
+
+
+def transfer_by_spec(dense, student_args, spec_text: str, progress: bool = False):
+    """Fit every layer the spec names to ``dense``'s weights (SVD / TT-SVD / CP through the
+    kind registry), in the order the build hooks ask, then tie the student's groups.
+
+    Returns the :class:`~lightcompress.modules.CompressionReport` (one record per layer).
+    """
+    from tqdm import tqdm
+
+    from lightcompress.models.compressed import apply_layer_sharing, module_at, replace_by_plan
+    from lightcompress.modules import CompressionSpec, SpecError, SpecPlan
+
+    try:
+        plan = SpecPlan(
+            CompressionSpec.parse(spec_text), "convert", source=lambda p: module_at(dense, p)
+        )
+        with tqdm(desc="weight transfer", disable=not progress, unit="slot") as bar:
+            replace_by_plan(dense, plan, progress=lambda path: bar.update(1))
+        report = plan.finish()
+        apply_layer_sharing(dense, student_args)
+    except (SpecError, ValueError) as exc:
+        raise ConversionError(str(exc)) from None
+    return report
+
+
+def rebuild_student(student_args, converted, src_size: int, tgt_size: int | None = None):
+    """Build the student from its own configuration and load the converted weights (strict):
+    the checkpoint's flags must rebuild exactly the converted model."""
+    try:
+        student = build_fairseq_model(student_args, src_size, tgt_size)
+    except ValueError as exc:
+        raise ConversionError(f"cannot build the student: {exc}") from None
+    try:
+        student.load_state_dict(converted.state_dict(), strict=True)
+    except RuntimeError as exc:  # pragma: no cover - a bug, not a user error
+        raise ConversionError(f"internal error: converted weights do not rebuild: {exc}") from None
+    student.eval()
+    return student

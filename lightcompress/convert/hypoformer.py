@@ -22,26 +22,18 @@ Depths, widths and head counts must match the teacher.
 
 from __future__ import annotations
 
-import torch
-from torch import nn
-
+from lightcompress.admin import AdminResidual
 from lightcompress.convert.core import (
     ConversionError,
     Converter,
-    build_fairseq_model,
+    build_dense_student,
+    rebuild_student,
     register_converter,
+    transfer_by_spec,
 )
-from lightcompress.modules import (
-    HTTEmbedding,
-    HybridLinear,
-    LowRankEmbedding,
-    LowRankLinear,
-    ReplacementRecord,
-    TTLinear,
-)
-from lightcompress.modules.fused_qkv import FusedQKV
+from lightcompress.models.hypoformer import hypoformer_spec_text
 
-__all__ = ["HypoformerConverter", "transfer_linear"]
+__all__ = ["HypoformerConverter"]
 
 _WIDTHS = (
     "encoder_embed_dim",
@@ -53,44 +45,6 @@ _WIDTHS = (
     "encoder_layers",
     "decoder_layers",
 )
-
-
-def _numel(m: nn.Module) -> int:
-    return sum(p.numel() for p in m.parameters())
-
-
-def transfer_linear(dense: nn.Linear, target: nn.Module) -> nn.Module:
-    """Decompose ``dense`` into a module shaped exactly like ``target`` (same kind and ranks)."""
-    if isinstance(target, nn.Linear):
-        return dense
-    if isinstance(target, LowRankLinear):
-        return LowRankLinear.from_linear(dense, rank=target.rank)
-    if isinstance(target, TTLinear):
-        return TTLinear.from_linear(dense, target.in_shape, target.out_shape, target.rank)
-    if isinstance(target, HybridLinear):
-        f = target.factorized
-        if target.kind == "tt":
-            return HybridLinear.from_linear(
-                dense, target.alpha, "tt", ranks=f.rank if f is not None else None,
-                in_shape=f.in_shape if f is not None else None,
-                out_shape=f.out_shape if f is not None else None,
-            )  # fmt: skip
-        return HybridLinear.from_linear(dense, target.alpha, "lowrank", rank=target.rank)
-    raise ConversionError(f"cannot transfer a dense map into {type(target).__name__}")
-
-
-def _load(target: nn.Module, source: nn.Module, name: str) -> None:
-    try:
-        target.load_state_dict(source.state_dict(), strict=True)
-    except RuntimeError as exc:
-        raise ConversionError(f"{name}: converted weights do not fit the student: {exc}") from None
-
-
-def _record(name, kind, shape, new, before) -> ReplacementRecord:
-    rank = getattr(new, "rank", None)
-    return ReplacementRecord(
-        name, kind, tuple(shape), rank, getattr(new, "kept_energy", None), before, _numel(new), ""
-    )
 
 
 @register_converter("hypoformer")
@@ -135,113 +89,30 @@ class HypoformerConverter(Converter):
         tsd = teacher.state_dict()
         src_size = tsd["encoder.embed_tokens.weight"].shape[0]
         tgt_size = tsd["decoder.embed_tokens.weight"].shape[0]
+        # 1. the student's shape, every slot dense: the teacher's weights fit it key by key
         try:
-            student = build_fairseq_model(student_args, src_size, tgt_size)
+            dense = build_dense_student(student_args, src_size, tgt_size)
         except ValueError as exc:
             raise ConversionError(f"cannot build the student: {exc}") from None
-        records = []
-        with torch.no_grad():
-            records += self._embeddings(teacher, student, log)
-            for side in ("encoder", "decoder"):
-                for i, (tl, sl) in enumerate(
-                    zip(getattr(teacher, side).layers, getattr(student, side).layers)
-                ):
-                    records += self._layer(f"{side}.layers.{i}", tl, sl, out_proj, log)
-        student.eval()
-        return student, records
-
-    # ---------------------------------------------------------------------------------------
-
-    def _embeddings(self, teacher, student, log):
-        records = []
-        done = {}
-        for side in ("encoder", "decoder"):
-            t_emb = getattr(teacher, side).embed_tokens
-            s_emb = getattr(student, side).embed_tokens
-            if id(s_emb) in done:
-                continue
-            done[id(s_emb)] = True
-            name = f"{side}.embed_tokens"
-            if isinstance(s_emb, nn.Embedding):
-                new = t_emb
-            elif isinstance(s_emb, HTTEmbedding):
-                tt = s_emb.tt
-                new = HTTEmbedding.from_embedding(
-                    t_emb, s_emb.alpha, tt.rank if tt is not None else None,
-                    tt.in_shape if tt is not None else None,
-                    tt.out_shape if tt is not None else None,
-                )  # fmt: skip
-            elif isinstance(s_emb, LowRankEmbedding):
-                new = LowRankEmbedding.from_embedding(t_emb, rank=s_emb.rank)
-            else:
-                raise ConversionError(f"{name}: unsupported embedding {type(s_emb).__name__}")
-            _load(s_emb, new, name)
-            s_emb.train(False)  # drop any cached table
-            records.append(_record(name, type(s_emb).__name__, t_emb.weight.shape, new,
-                                   t_emb.weight.numel()))  # fmt: skip
-            log(f"{name}: {type(s_emb).__name__} kept energy {records[-1].kept_energy}")
-        for side in ("encoder", "decoder"):
-            for key in ("embed_positions", "layernorm_embedding"):
-                t_m, s_m = (
-                    getattr(getattr(teacher, side), key, None),
-                    getattr(getattr(student, side), key, None),
-                )
-                if (t_m is None) != (s_m is None):
-                    raise ConversionError(f"{side}.{key}: present in only one of the models")
-                if t_m is not None:
-                    _load(s_m, t_m, f"{side}.{key}")
-        return records
-
-    def _attention(self, name, t_attn, s_attn, out_proj, log):
-        records = []
-        if hasattr(s_attn, "qkv_proj"):  # fused self-attention
-            fused = s_attn.qkv_proj
-            p = fused.proj
-            kw = {"kind": fused.kind, "beta": fused.num_dense / fused.dim}
-            if fused.kind in ("htt", "tt"):
-                tt = p.factorized if isinstance(p, HybridLinear) else p
-                kw.update(ranks=tt.rank, in_shape=tt.in_shape, out_shape=tt.out_shape)
-            elif fused.kind in ("hmf", "lowrank"):
-                kw.update(rank=p.rank)
-            new = FusedQKV.from_linears(t_attn.q_proj, t_attn.k_proj, t_attn.v_proj, **kw)
-            _load(fused, new, f"{name}.qkv_proj")
-            before = sum(_numel(getattr(t_attn, n)) for n in ("q_proj", "k_proj", "v_proj"))
-            records.append(_record(f"{name}.qkv_proj", f"fused-{fused.kind}",
-                                   (3 * fused.dim, fused.dim), new, before))  # fmt: skip
-        else:
-            for n in ("q_proj", "k_proj", "v_proj"):
-                t_lin, s_lin = getattr(t_attn, n), getattr(s_attn, n)
-                new = transfer_linear(t_lin, s_lin)
-                _load(s_lin, new, f"{name}.{n}")
-                records.append(_record(f"{name}.{n}", type(s_lin).__name__,
-                                       t_lin.weight.shape, new, _numel(t_lin)))  # fmt: skip
-        if out_proj:
-            _load(s_attn.out_proj, t_attn.out_proj, f"{name}.out_proj")
-        else:
-            log(f"{name}.out_proj: dropped (--hypo-drop-out-proj)")
+        missing, unexpected = dense.load_state_dict(tsd, strict=False)
+        missing = [k for k in missing if ".admin." not in k]
+        if missing or unexpected:
+            raise ConversionError(
+                f"teacher weights do not fit the student's shapes (missing {missing[:3]}, "
+                f"unexpected {unexpected[:3]})"
+            )
+        # Admin omegas = 1: the dense teacher's plain x + f(x), marked as profiled
+        for m in dense.modules():
+            if isinstance(m, AdminResidual):
+                m.set_values({s: 1.0 for s in m.sublayers})
+                log(f"{m.prefix}: Admin omegas set to 1 (the dense teacher's residuals)")
+        if not out_proj:
+            log("attention out_proj weights dropped (--hypo-drop-out-proj)")
+        # 2. TT-SVD / SVD of every slot the spec names (the one transfer path)
+        records = transfer_by_spec(
+            dense, student_args, hypoformer_spec_text(student_args), progress=getattr(opts, "progress", False)
+        )
         for rec in records:
             log(f"{rec.name}: {rec.kind} rank {rec.rank} kept energy {rec.kept_energy}")
-        return records
-
-    def _layer(self, name, t_layer, s_layer, out_proj, log):
-        records = self._attention(f"{name}.self_attn", t_layer.self_attn, s_layer.self_attn,
-                                  out_proj, log)  # fmt: skip
-        if getattr(s_layer, "encoder_attn", None) is not None:
-            records += self._attention(f"{name}.encoder_attn", t_layer.encoder_attn,
-                                       s_layer.encoder_attn, out_proj, log)  # fmt: skip
-        for n in ("fc1", "fc2"):
-            t_lin, s_lin = getattr(t_layer, n), getattr(s_layer, n)
-            new = transfer_linear(t_lin, s_lin)
-            _load(s_lin, new, f"{name}.{n}")
-            records.append(_record(f"{name}.{n}", type(s_lin).__name__, t_lin.weight.shape,
-                                   new, _numel(t_lin)))  # fmt: skip
-            log(f"{name}.{n}: {type(s_lin).__name__} kept energy {records[-1].kept_energy}")
-        for n in ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm"):
-            t_ln, s_ln = getattr(t_layer, n, None), getattr(s_layer, n, None)
-            if s_ln is not None:
-                _load(s_ln, t_ln, f"{name}.{n}")
-        admin = getattr(s_layer, "admin", None)
-        if admin is not None:
-            admin.set_values({s: 1.0 for s in admin.sublayers})
-            log(f"{name}: Admin omegas set to 1 (the dense teacher's residuals)")
-        return records
+        # 3. the student's own flags must rebuild exactly this model
+        return rebuild_student(student_args, dense, src_size, tgt_size), records

@@ -19,21 +19,19 @@ saved next to the output as ``OUT.spec`` for fine-tuning with ``--lc-spec "$(cat
 
 from __future__ import annotations
 
-import copy
-
 import torch
 from tqdm import tqdm
 
 from lightcompress.convert.core import (
     ConversionError,
     Converter,
-    build_fairseq_model,
+    build_dense_student,
+    rebuild_student,
     register_converter,
+    transfer_by_spec,
 )
-from lightcompress.integration import compress_fairseq_model
-from lightcompress.models.lightformer import apply_layer_sharing, lightformer_spec_text
-from lightcompress.modules import CompressionSpec, Rule, group_schedule
-from lightcompress.modules.spec import SpecError
+from lightcompress.models.lightformer import lightformer_spec_text
+from lightcompress.modules import group_schedule
 
 __all__ = ["LightformerConverter", "layer_sources"]
 
@@ -148,10 +146,7 @@ class LightformerConverter(Converter):
         tgt_size = tsd["decoder.embed_tokens.weight"].shape[0]
 
         # 1. a dense, unshared model of the student's depth holding the mapped teacher weights
-        dense_args = copy.deepcopy(student_args)
-        dense_args.lc_factorize, dense_args.lc_spec = "none", None
-        dense_args.lc_encoder_groups = dense_args.lc_decoder_groups = 0
-        dense = build_fairseq_model(dense_args, src_size, tgt_size)
+        dense = build_dense_student(student_args, src_size, tgt_size)
         mapped = {}
         for key, value in tsd.items():
             if not key.startswith(("encoder.layers.", "decoder.layers.")):
@@ -180,25 +175,14 @@ class LightformerConverter(Converter):
                 f"teacher weights do not fit the student's shapes: {exc}"
             ) from None
 
-        # 2. SVD of every matrix the spec names, one module at a time (with a progress bar)
+        # 2. SVD of every matrix the spec names (the one transfer path), groups tied
         try:
-            spec = CompressionSpec.parse(
-                lightformer_spec_text(student_args, map_param, embed_param)
-            )
-            plan = spec.match(dense)
-        except (SpecError, ValueError) as exc:
+            spec_text = lightformer_spec_text(student_args, map_param, embed_param)
+        except ValueError as exc:
             raise ConversionError(str(exc)) from None
-        records = []
-        for name, _module, rule in tqdm(
-            plan, desc="SVD transfer", disable=not opts.progress, unit="matrix"
-        ):
-            one = CompressionSpec([Rule((name,), rule.kind, dict(rule.params))])
-            try:
-                report = compress_fairseq_model(dense, one, mode="convert")
-            except (SpecError, ValueError) as exc:
-                raise ConversionError(str(exc)) from None
-            records.extend(report)
-        apply_layer_sharing(dense, student_args)
+        records = transfer_by_spec(
+            dense, student_args, spec_text, progress=getattr(opts, "progress", False)
+        )
 
         # 3. the student's configuration must rebuild exactly this model
         if (map_param or "").startswith("energy") or (embed_param or "").startswith("energy"):
@@ -219,12 +203,5 @@ class LightformerConverter(Converter):
                         attr + "_ratio",
                         float(v) if k == "ratio" else None,
                     )
-        student = build_fairseq_model(student_args, src_size, tgt_size)
-        try:
-            student.load_state_dict(dense.state_dict(), strict=True)
-        except RuntimeError as exc:  # pragma: no cover - a bug, not a user error
-            raise ConversionError(
-                f"internal error: converted weights do not rebuild: {exc}"
-            ) from None
-        student.eval()
-        return student, records
+        return rebuild_student(student_args, dense, src_size, tgt_size), records
+

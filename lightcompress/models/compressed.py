@@ -64,6 +64,8 @@ __all__ = [
     "add_config_args",
     "apply_config_defaults",
     "apply_layer_sharing",
+    "module_at",
+    "replace_by_plan",
 ]
 
 _PLAN: contextvars.ContextVar[SpecPlan | None] = contextvars.ContextVar("lc_plan", default=None)
@@ -393,3 +395,76 @@ class CompressedTransformerModel(TransformerModel):
         return CompressedDecoder(
             args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False)
         )
+
+
+# --------------------------------------------------------------------------------------------
+# the same plan on a built model (weight transfer)
+# --------------------------------------------------------------------------------------------
+
+
+def module_at(model: nn.Module, path: str):
+    """The dense module at ``path``; for ``<attention>.qkv_proj`` the ``(q, k, v)`` triple."""
+    if path.endswith(".qkv_proj"):
+        attn = model.get_submodule(path[: -len(".qkv_proj")])
+        return attn.q_proj, attn.k_proj, attn.v_proj
+    return model.get_submodule(path)
+
+
+def plan_paths(model: nn.Module):
+    """``(path, slot)`` in the order the build hooks ask them (``slot``: ``embedding``,
+    ``attention`` (self / cross, with whether fusing is allowed) or ``linear``)."""
+    seen = set()
+    for side in ("encoder", "decoder"):
+        emb = getattr(model, side).embed_tokens
+        if id(emb) not in seen:
+            seen.add(id(emb))
+            yield f"{side}.embed_tokens", "embedding"
+    for side in ("encoder", "decoder"):
+        for i, layer in enumerate(getattr(model, side).layers):
+            prefix = f"{side}.layers.{i}"
+            yield f"{prefix}.self_attn", "self_attention"
+            if getattr(layer, "encoder_attn", None) is not None:
+                yield f"{prefix}.encoder_attn", "attention"
+            yield f"{prefix}.fc1", "linear"
+            yield f"{prefix}.fc2", "linear"
+
+
+def replace_by_plan(model: nn.Module, plan: SpecPlan, progress=None) -> None:
+    """Apply ``plan`` to a built dense model of the same family, path by path, as the build
+    hooks would (a ``convert`` plan fits each layer to the module it replaces)."""
+
+    def put(path, new):
+        parent, _, child = path.rpartition(".")
+        setattr(model.get_submodule(parent), child, new)
+
+    for path, slot in list(plan_paths(model)):
+        if progress is not None:
+            progress(path)
+        if slot == "embedding":
+            old = model.get_submodule(path)
+            new = plan.embedding(path, old.num_embeddings, old.embedding_dim, old.padding_idx)
+            if new is not None:
+                put(path, new)
+                if path == "encoder.embed_tokens" and model.decoder.embed_tokens is old:
+                    model.decoder.embed_tokens = new
+            continue
+        if slot == "linear":
+            old = model.get_submodule(path)
+            new = plan.linear(path, old.in_features, old.out_features, old.bias is not None)
+            if new is not None:
+                put(path, new)
+            continue
+        token = _PLAN.set(plan)
+        try:
+            attn = model.get_submodule(path)
+            new = build_attention(path, attn, fused_ok=slot == "self_attention")
+        finally:
+            _PLAN.reset(token)
+        if new is not attn:  # fused: the dense output projection moves over
+            if type(new.out_proj) is nn.Linear:
+                new.out_proj.load_state_dict(attn.out_proj.state_dict())
+            put(path, new)
+    decoder = model.decoder
+    if decoder.share_input_output_embed and not isinstance(decoder.embed_tokens, nn.Embedding):
+        decoder.output_projection = TiedOutputProjection(decoder.embed_tokens)
+    disable_attention_fast_path(model)
