@@ -1,23 +1,13 @@
-"""fairseq integration of the factorization library (the only place that knows both).
+"""fairseq integration of the factorization library: what fairseq assumes about dense layers.
 
-- :func:`compress_fairseq_model` applies a :class:`~lightcompress.modules.CompressionSpec` to a
-  fairseq encoder-decoder model, then repairs what fairseq assumes about dense layers:
-
-  * **aliases**: fairseq shares one embedding module between encoder and decoder
-    (``--share-all-embeddings``); the spec replaces a module where ``named_modules()`` first
-    lists it, and we put the replacement in every other place that held the same object;
-  * **tied output projection**: fairseq ties ``decoder.output_projection.weight`` to the
-    embedding's ``weight`` Parameter at build time; after the embedding is factorized the
-    projection becomes :class:`TiedOutputProjection`, which computes the logits from the
-    factors (``(x V^T) U^T`` for a low-rank table, cheaper than rebuilding ``V x d``);
-  * **attention fast path**: ``MultiheadAttention.forward`` calls
-    ``F.multi_head_attention_forward`` with ``q_proj.weight``... whenever it is not decoding
-    incrementally, which would silently bypass factorized projections in training and
-    validation. Every attention module with a non-``nn.Linear`` projection gets
-    ``_set_skip_embed_dim_check()``, which turns the fast path off.
-
-- :func:`tie_encoder_decoder_layers` applies a sharing schedule to ``encoder.layers`` /
-  ``decoder.layers`` (:mod:`lightcompress.modules.sharing`).
+- :class:`TiedOutputProjection`: fairseq ties ``decoder.output_projection.weight`` to the
+  embedding's ``weight`` Parameter; a factorized table has none, so the projection computes
+  the logits from the factors (``(x V^T) U^T`` for a low-rank table, cheaper than rebuilding
+  ``V x d``). :class:`~lightcompress.models.compressed.CompressedDecoder` builds it.
+- :func:`disable_attention_fast_path`: ``MultiheadAttention.forward`` calls
+  ``F.multi_head_attention_forward`` with ``q_proj.weight``... whenever it is not decoding
+  incrementally, which would silently bypass factorized (or int8-quantized) projections in
+  training and validation; ``_set_skip_embed_dim_check()`` turns that path off.
 """
 
 from __future__ import annotations
@@ -26,15 +16,9 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import nn
 
-from lightcompress.modules import CompressionSpec, LowRankEmbedding, tie_layers
+from lightcompress.modules import LowRankEmbedding
 
-__all__ = [
-    "TiedOutputProjection",
-    "compress_fairseq_model",
-    "disable_attention_fast_path",
-    "retie_output_projection",
-    "tie_stack_layers",
-]
+__all__ = ["TiedOutputProjection", "disable_attention_fast_path"]
 
 
 class TiedOutputProjection(nn.Module):
@@ -81,58 +65,27 @@ class TiedOutputProjection(nn.Module):
         return f"tied to {type(self.embedding).__name__}"
 
 
-def _alias_slots(model: nn.Module) -> dict[int, list[tuple[nn.Module, str]]]:
-    """``id(module) -> [(parent, attribute)]`` for every module held in more than one place."""
-    slots: dict[int, list[tuple[nn.Module, str]]] = {}
-    seen = set()
-    for _, parent in model.named_modules(remove_duplicate=False):
-        for child_name, child in parent.named_children():
-            if (id(parent), child_name) in seen:
-                continue
-            seen.add((id(parent), child_name))
-            slots.setdefault(id(child), []).append((parent, child_name))
-    return {k: v for k, v in slots.items() if len(v) > 1}
+def disable_attention_fast_path(model: nn.Module, every: bool = False) -> int:
+    """Make fairseq attention call its projection modules (see the module docstring).
 
+    Parameters
+    ----------
+    model : nn.Module
+    every : bool
+        Every attention module (int8: quantized Linears have no weight tensor); default: those
+        with a projection that is not an ``nn.Linear``.
 
-def retie_output_projection(model: nn.Module) -> None:
-    """Re-tie ``decoder.output_projection`` to a factorized ``decoder.embed_tokens``."""
-    decoder = getattr(model, "decoder", None)
-    if decoder is None or not getattr(decoder, "share_input_output_embed", False):
-        return
-    emb = decoder.embed_tokens
-    if isinstance(emb, nn.Embedding):
-        return  # fairseq's own tie (shared Parameter) is intact
-    decoder.output_projection = TiedOutputProjection(emb)
-
-
-def disable_attention_fast_path(model: nn.Module) -> int:
-    """Turn off fairseq's ``F.multi_head_attention_forward`` path where projections are
-    factorized; returns the number of attention modules changed."""
+    Returns
+    -------
+    int
+        The number of attention modules changed.
+    """
     changed = 0
     for module in model.modules():
         if not isinstance(module, MultiheadAttention):
             continue
         projs = [getattr(module, n, None) for n in ("q_proj", "k_proj", "v_proj", "out_proj")]
-        if any(p is not None and type(p) is not nn.Linear for p in projs):
+        if every or any(p is not None and type(p) is not nn.Linear for p in projs):
             module._set_skip_embed_dim_check()
             changed += 1
     return changed
-
-
-def compress_fairseq_model(model: nn.Module, spec: CompressionSpec, mode: str = "init"):
-    """Apply ``spec`` to a fairseq model (see the module docstring); returns the report."""
-    aliases = _alias_slots(model)
-    report = spec.apply(model, mode=mode)
-    for key, places in aliases.items():
-        replaced = [getattr(p, n) for p, n in places if id(getattr(p, n)) != key]
-        if replaced:  # the spec replaced it in one place: replace it everywhere
-            for parent, name in places:
-                setattr(parent, name, replaced[0])
-    retie_output_projection(model)
-    disable_attention_fast_path(model)
-    return report
-
-
-def tie_stack_layers(layers: nn.ModuleList, schedule, share=lambda name: True) -> list[str]:
-    """Share parameters between the layers of one stack following ``schedule``."""
-    return tie_layers(layers, schedule, share=share)

@@ -13,8 +13,8 @@ Usage (any script that generates with fairseq)::
 What happens
 ------------
 1. Modules whose class is registered in :data:`QUANTIZE_HANDLERS` are replaced by an equivalent
-   module built from ``nn.Linear`` s (same outputs in float32). Registered at import, when the
-   class exists in :mod:`lightcompress.modules`:
+   module built from ``nn.Linear`` s (same outputs in float32). The handlers of the layer kinds
+   come from the kind registry (each variant's ``int8``, :mod:`lightcompress.modules.registry`):
 
    - ``LowRankLinear`` (``y = x V^T U^T + b``) -> ``Linear(in, r, bias=False)`` then
      ``Linear(r, out)``; both maps become int8;
@@ -50,6 +50,11 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from lightcompress.integration import TiedOutputProjection, disable_attention_fast_path
+from lightcompress.modules.embeddings import LowRankEmbedding
+from lightcompress.modules.lowrank import TwoLinear
+from lightcompress.modules.registry import QUANTIZE
+
 __all__ = [
     "QUANTIZE_HANDLERS",
     "count_quantized_linears",
@@ -60,11 +65,12 @@ __all__ = [
 ]
 
 #: class -> function(module) returning an equivalent module made of nn.Linear (float32).
-QUANTIZE_HANDLERS: dict[type, Callable[[nn.Module], nn.Module]] = {}
+QUANTIZE_HANDLERS: dict[type, Callable[[nn.Module], nn.Module]] = dict(QUANTIZE)
 
 
 def register_quantize_handler(cls: type):
-    """Decorator: register ``fn(module) -> nn.Module`` as the int8 converter of ``cls``."""
+    """Decorator: register ``fn(module) -> nn.Module`` as the int8 converter of ``cls``
+    (layer kinds register theirs in the kind registry instead)."""
 
     def deco(fn):
         QUANTIZE_HANDLERS[cls] = fn
@@ -73,86 +79,9 @@ def register_quantize_handler(cls: type):
     return deco
 
 
-class _TwoLinear(nn.Module):
-    """``second(first(x))``: a low-rank map as two ``nn.Linear`` (quantizable)."""
-
-    def __init__(self, first: nn.Linear, second: nn.Linear):
-        super().__init__()
-        self.first = first
-        self.second = second
-        self.in_features = first.in_features
-        self.out_features = second.out_features
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.second(self.first(x))  # [... x in] -> [... x r] -> [... x out]
-
-
-class _CPAsLinears(nn.Module):
-    """CPAC projection with its two matrix products as ``nn.Linear`` (quantizable)."""
-
-    def __init__(self, layer):
-        super().__init__()
-        self.heads, self.head_dim = layer.heads, layer.head_dim
-        self.in_features, self.out_features = layer.in_features, layer.out_features
-        rank = layer.rank
-        self.mode = nn.Linear(self.head_dim, rank, bias=False)
-        self.out = nn.Linear(rank, self.out_features, bias=layer.bias is not None)
-        with torch.no_grad():
-            self.mode.weight.copy_(layer.w2.t())
-            self.out.weight.copy_(layer.w0)
-            if layer.bias is not None:
-                self.out.bias.copy_(layer.bias)
-        self.register_buffer("w1", layer.w1.detach().clone())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lead = x.shape[:-1]
-        x = x.reshape(-1, self.heads, self.head_dim)  # [... x in] -> [N x h x d_k]
-        z = (self.mode(x) * self.w1).sum(1)  # [N x h x R] -> [N x R]
-        return self.out(z).view(*lead, self.out_features)
-
-
-def _register_plugin_handlers() -> None:
-    try:
-        from lightcompress.modules import lowrank
-    except ImportError:  # pragma: no cover - modules package absent
-        lowrank = None
-    cls = getattr(lowrank, "LowRankLinear", None)
-    if cls is not None:
-
-        @register_quantize_handler(cls)
-        def _lowrank(layer):
-            first = nn.Linear(layer.in_features, layer.rank, bias=False)
-            second = nn.Linear(layer.rank, layer.out_features, bias=layer.bias is not None)
-            with torch.no_grad():
-                first.weight.copy_(layer.v)
-                second.weight.copy_(layer.u)
-                if layer.bias is not None:
-                    second.bias.copy_(layer.bias)
-            return _TwoLinear(first, second).to(layer.u.dtype)
-
-    try:
-        from lightcompress.modules import cp
-    except ImportError:  # pragma: no cover
-        cp = None
-    cls = getattr(cp, "CPLinear", None)
-    if cls is not None:
-        register_quantize_handler(cls)(_CPAsLinears)
-
-    try:
-        from lightcompress import integration
-    except ImportError:  # pragma: no cover - integration helpers absent
-        integration = None
-    cls = getattr(integration, "TiedOutputProjection", None)
-    if cls is not None:
-        register_quantize_handler(cls)(_tied_output_projection)
-
-
+@register_quantize_handler(TiedOutputProjection)
 def _tied_output_projection(proj) -> nn.Module:
     """Logits ``x E^T`` of a tied (possibly low-rank) embedding as quantizable Linear(s)."""
-    try:
-        from lightcompress.modules.embeddings import LowRankEmbedding
-    except ImportError:  # pragma: no cover
-        LowRankEmbedding = ()
     emb = proj.embedding
     if isinstance(emb, LowRankEmbedding):
         # low-rank table E = U V: [... x d] -> [... x r] -> [... x V]
@@ -162,15 +91,12 @@ def _tied_output_projection(proj) -> nn.Module:
         with torch.no_grad():
             first.weight.copy_(emb.v)
             second.weight.copy_(emb.u)
-        return _TwoLinear(first, second).to(emb.u.dtype)
+        return TwoLinear(first, second).to(emb.u.dtype)
     weight = emb.weight
     lin = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
     with torch.no_grad():
         lin.weight.copy_(weight)
     return lin.to(weight.dtype)
-
-
-_register_plugin_handlers()
 
 
 def prepare_for_int8(model: nn.Module) -> int:
@@ -187,16 +113,6 @@ def prepare_for_int8(model: nn.Module) -> int:
             replaced[id(child)] = QUANTIZE_HANDLERS[type(child)](child)
         setattr(parent, name, replaced[id(child)])
     return len(replaced)
-
-
-def disable_attention_fast_path(model: nn.Module) -> int:
-    """Make fairseq attention call its projection modules (see module notes); returns a count."""
-    n = 0
-    for m in model.modules():
-        if hasattr(m, "_set_skip_embed_dim_check"):
-            m._set_skip_embed_dim_check()
-            n += 1
-    return n
 
 
 def count_quantized_linears(model: nn.Module) -> int:
@@ -234,5 +150,5 @@ def quantize_model_int8(model: nn.Module, inplace: bool = False) -> nn.Module:
     model = torch.ao.quantization.quantize_dynamic(
         model, {nn.Linear}, dtype=torch.qint8, inplace=True
     )
-    disable_attention_fast_path(model)
+    disable_attention_fast_path(model, every=True)
     return model
