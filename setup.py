@@ -11,8 +11,8 @@ from setuptools import find_packages, setup
 setup(
     name="lightcompress",
     version="0.1.0",
-    description="Compressed neural machine translation for fairseq: LightFormer, Hypoformer, "
-    "Subformer, Smartformer and DA-WID as a fairseq --user-dir plugin",
+    description="Compressed neural machine translation for fairseq: LightFormer, Hypoformer "
+    "and Subformer as a fairseq --user-dir plugin",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
