@@ -110,7 +110,10 @@ class HypoformerConverter(Converter):
             log("attention out_proj weights dropped (--hypo-drop-out-proj)")
         # 2. TT-SVD / SVD of every slot the spec names (the one transfer path)
         records = transfer_by_spec(
-            dense, student_args, hypoformer_spec_text(student_args), progress=getattr(opts, "progress", False)
+            dense,
+            student_args,
+            hypoformer_spec_text(student_args),
+            progress=getattr(opts, "progress", False),
         )
         for rec in records:
             log(f"{rec.name}: {rec.kind} rank {rec.rank} kept energy {rec.kept_energy}")

@@ -20,7 +20,6 @@ saved next to the output as ``OUT.spec`` for fine-tuning with ``--lc-spec "$(cat
 from __future__ import annotations
 
 import torch
-from tqdm import tqdm
 
 from lightcompress.convert.core import (
     ConversionError,
@@ -204,4 +203,3 @@ class LightformerConverter(Converter):
                         float(v) if k == "ratio" else None,
                     )
         return rebuild_student(student_args, dense, src_size, tgt_size), records
-

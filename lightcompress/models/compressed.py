@@ -163,7 +163,9 @@ class HTTSelfAttention(MultiheadAttention):
         self._set_skip_embed_dim_check()  # never take fairseq's fused fast path
 
 
-def build_attention(path: str, dense: MultiheadAttention, fused_ok: bool, **quant) -> MultiheadAttention:
+def build_attention(
+    path: str, dense: MultiheadAttention, fused_ok: bool, **quant
+) -> MultiheadAttention:
     """The attention at ``path``: fairseq's ``dense`` one with the projections the spec names
     replaced, or (``fused_ok`` and a rule for ``<path>.qkv_proj``) a fused one."""
     plan = _plan()
@@ -181,7 +183,9 @@ def build_attention(path: str, dense: MultiheadAttention, fused_ok: bool, **quan
         attn = dense
         for n in names:
             old = getattr(attn, n)
-            new = plan.linear(f"{path}.{n}", old.in_features, old.out_features, old.bias is not None)
+            new = plan.linear(
+                f"{path}.{n}", old.in_features, old.out_features, old.bias is not None
+            )
             if new is not None:
                 setattr(attn, n, new)
     old = attn.out_proj
@@ -317,9 +321,7 @@ def check_groups(side: str, groups: int, num_layers: int) -> None:
     if groups < 0:
         raise ValueError(f"--lc-{side}-groups must be >= 0 (0: no sharing), got {groups}")
     if groups > num_layers:
-        raise ValueError(
-            f"--lc-{side}-groups {groups} is larger than --{side}-layers {num_layers}"
-        )
+        raise ValueError(f"--lc-{side}-groups {groups} is larger than --{side}-layers {num_layers}")
 
 
 # --------------------------------------------------------------------------------------------

@@ -47,7 +47,6 @@ from lightcompress.models.compressed import (
 )
 from lightcompress.models.presets import (
     EMBED_KINDS,
-    FUSED_KINDS,
     HEADS,
     LINEAR_KINDS,
     PRESETS,
@@ -109,7 +108,9 @@ def hypoformer_spec_text(args) -> str:
             tables.append("decoder.embed_tokens")
         rules.append(f"{', '.join(tables)} = {embed}")
     qkv = _kind_params(a.hypo_self_attn, a.hypo_attn_alpha, a.hypo_attn_cores, a.hypo_attn_rank)
-    rules.append(f"encoder.layers.*.self_attn.qkv_proj, decoder.layers.*.self_attn.qkv_proj = {qkv}")
+    rules.append(
+        f"encoder.layers.*.self_attn.qkv_proj, decoder.layers.*.self_attn.qkv_proj = {qkv}"
+    )
     cross = _kind_params(a.hypo_cross_attn, a.hypo_attn_alpha, a.hypo_attn_cores, a.hypo_attn_rank)
     if cross != "dense":
         rules.append(f"decoder.layers.*.encoder_attn.[qkv]_proj = {cross}")

@@ -69,7 +69,11 @@ def add_lightformer_args(parser):
     common = {f.name for f in dataclasses.fields(CompressionConfig)}
     own = dataclasses.make_dataclass(
         "LightformerFlags",
-        [(f.name, f.type, f) for f in dataclasses.fields(LightformerConfig) if f.name not in common],
+        [
+            (f.name, f.type, f)
+            for f in dataclasses.fields(LightformerConfig)
+            if f.name not in common
+        ],
     )
     add_config_args(parser, own, "LightFormer (lightcompress)")
 

@@ -33,7 +33,7 @@ __all__ = [
     "register_presets",
 ]
 
-from lightcompress.admin import ADMIN_MODES  # noqa: E402
+from lightcompress.admin import ADMIN_MODES
 
 
 def _f(default, help, **meta):
@@ -333,63 +333,100 @@ def _table2(name):
 PRESETS: dict[str, Preset] = {
     # LightFormer (sizes: lightcompress/models/lightformer.py and tests/test_lightformer.py)
     "lightformer": Preset(
-        "lightformer", _LF, _LF_DEPTH, base_architecture,
+        "lightformer",
+        _LF,
+        _LF_DEPTH,
+        base_architecture,
         "Transformer-base widths, 18-3, 6 encoder groups, rank 80 maps, embedding rank 135.",
     ),
     "lightformer_iwslt_de_en": Preset(
-        "lightformer", _LF, _LF_DEPTH, transformer_iwslt_de_en,
+        "lightformer",
+        _LF,
+        _LF_DEPTH,
+        transformer_iwslt_de_en,
         "Paper's IWSLT'14 De-En LightFormer (Tables 2, 6 r5/r6, 7, 8): 18-3, 6 groups, 7.7M.",
-        7.7, 10200,
+        7.7,
+        10200,
     ),
     "lightformer_iwslt_de_en_dense": Preset(
-        "lightformer", dataclasses.replace(_LF, lc_encoder_groups=0, lc_factorize="none"),
-        _LF_DEPTH, transformer_iwslt_de_en,
+        "lightformer",
+        dataclasses.replace(_LF, lc_encoder_groups=0, lc_factorize="none"),
+        _LF_DEPTH,
+        transformer_iwslt_de_en,
         "Table 6 r2: the dense 18-3 Transformer (52.5M); also the SVD-transfer teacher.",
-        52.5, 10200,
+        52.5,
+        10200,
     ),
     "lightformer_iwslt_de_en_sharing": Preset(
-        "lightformer", dataclasses.replace(_LF, lc_encoder_groups=9, lc_factorize="none"),
-        _LF_DEPTH, transformer_iwslt_de_en,
+        "lightformer",
+        dataclasses.replace(_LF, lc_encoder_groups=9, lc_factorize="none"),
+        _LF_DEPTH,
+        transformer_iwslt_de_en,
         "Table 6 r3: dense 18-3 with weight sharing, 9 unique encoder layers (33.6M).",
-        33.6, 10200,
+        33.6,
+        10200,
     ),
     "lightformer_iwslt_de_en_lmf": Preset(
-        "lightformer", dataclasses.replace(_LF, lc_encoder_groups=0), _LF_DEPTH,
+        "lightformer",
+        dataclasses.replace(_LF, lc_encoder_groups=0),
+        _LF_DEPTH,
         transformer_iwslt_de_en,
-        "Table 6 r4: LMF (rank 80, embedding 135) without sharing (14.6M).", 14.6, 10200,
+        "Table 6 r4: LMF (rank 80, embedding 135) without sharing (14.6M).",
+        14.6,
+        10200,
     ),
     "lightformer_iwslt_de_en_lmf_sharing": Preset(
-        "lightformer", _LF, _LF_DEPTH, transformer_iwslt_de_en,
+        "lightformer",
+        _LF,
+        _LF_DEPTH,
+        transformer_iwslt_de_en,
         "Table 6 r5 (random init) / r6 (SVD weight transfer): LMF + sharing, 7.7M.",
-        7.7, 10200,
+        7.7,
+        10200,
     ),
     "lightformer_wmt_en_de": Preset(
-        "lightformer", dataclasses.replace(_LF, lc_embed_rank=393), _LF_DEPTH, base_architecture,
+        "lightformer",
+        dataclasses.replace(_LF, lc_embed_rank=393),
+        _LF_DEPTH,
+        base_architecture,
         "Table 2 WMT'14 En-De (22.5M at a 37,232-type joined vocabulary, where "
         "transformer_wmt_en_de has the paper's 63.2M): base widths, 18-3, 6 groups, rank 80, "
         "embedding rank 393.",
-        22.5, 37232,
+        22.5,
+        37232,
     ),
     "lightformer_wmt_en_ro": Preset(
-        "lightformer", dataclasses.replace(_LF, lc_embed_rank=214), _LF_DEPTH, base_architecture,
+        "lightformer",
+        dataclasses.replace(_LF, lc_embed_rank=214),
+        _LF_DEPTH,
+        base_architecture,
         "Table 3 WMT'16 En-Ro (15.3M at a 34,976-type joined vocabulary, where "
         "transformer_wmt_en_de has the paper's 62M): base widths, 18-3, 6 groups, rank 80, "
         "embedding rank 214.",
-        15.3, 34976,
+        15.3,
+        34976,
     ),
     "lightformer_gigaword": Preset(
-        "lightformer", dataclasses.replace(_LF, lc_embed_rank=371), _LF_DEPTH, base_architecture,
+        "lightformer",
+        dataclasses.replace(_LF, lc_embed_rank=371),
+        _LF_DEPTH,
+        base_architecture,
         "Table 4 GigaWord summarization: base widths, 18-3, 6 groups, rank 80; embedding rank "
         "371 gives the paper's 13.04M at the 13,952-type vocabulary where the base "
         "Transformer has its 51.28M.",
-        13.04, 13952,
+        13.04,
+        13952,
     ),
     # Hypoformer: Table 5 rows (Admin profiling, HTT EMB + HTT SAN + LMF FFN)
     "hypoformer": Preset(
-        "hypoformer", HypoformerConfig(), _hypo((12, 2), 512, 1024, 4, ("htt", 0.5, 3, 4),
-        ("htt", 0.25, 3, 2), ("lowrank", 0.25, 3, 64))[1], base_architecture,
+        "hypoformer",
+        HypoformerConfig(),
+        _hypo(
+            (12, 2), 512, 1024, 4, ("htt", 0.5, 3, 4), ("htt", 0.25, 3, 2), ("lowrank", 0.25, 3, 64)
+        )[1],
+        base_architecture,
         "Table 5 row 1 settings (IWSLT'14 De-En 12-2, 9.8M); fairseq base defaults otherwise.",
-    ),  # fmt: skip
+    ),
     **{name: _table5(name) for name in TABLE5},
     # Hypoformer: Table 2 decomposition baselines
     **{name: _table2(name) for name in TABLE2},

@@ -13,6 +13,14 @@ from lightcompress.modules.lowrank import (
     resolve_rank,
     svd_factors,
 )
+from lightcompress.modules.registry import (
+    KINDS,
+    Shape,
+    SpecError,
+    canonical_kind,
+    get_variant,
+    register,
+)
 from lightcompress.modules.sharing import (
     all_except_last,
     all_shared,
@@ -22,14 +30,6 @@ from lightcompress.modules.sharing import (
     num_unique,
     sandwich_schedule,
     tie_layers,
-)
-from lightcompress.modules.registry import (
-    KINDS,
-    Shape,
-    SpecError,
-    canonical_kind,
-    get_variant,
-    register,
 )
 from lightcompress.modules.spec import (
     CompressionReport,

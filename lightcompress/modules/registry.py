@@ -518,8 +518,10 @@ def _register_qkv() -> None:
     def make(kind):
         def fn(s: Shape, p: dict) -> dict:
             if s.out_features != 3 * s.in_features:
-                raise ValueError(f"a fused Q/K/V map is d -> 3d, not {s.in_features}->{s.out_features}")
-            num_dense, inner = FusedQKV.inner_params(s.in_features, kind, p)
+                raise ValueError(
+                    f"a fused Q/K/V map is d -> 3d, not {s.in_features}->{s.out_features}"
+                )
+            _, inner = FusedQKV.inner_params(s.in_features, kind, p)
             get_variant(kind, "linear").kwargs(Shape(s.in_features, s.out_features, s.bias), inner)
             return {"dim": s.in_features, "kind": kind, "params": p, "bias": s.bias}
 
