@@ -3,11 +3,14 @@ Transformers") for any post-LN fairseq Transformer of the plugin.
 
 Every residual sublayer ``i`` of a post-LN layer computes
 ``x_i = LN(x_(i-1) * omega_i + f_i(x_(i-1)))`` with ``omega_i`` a learned ``d``-vector.
-:func:`apply_admin` patches the ``residual_connection(x, residual)`` hook that fairseq's
-:class:`~fairseq.modules.TransformerEncoderLayerBase` / ``TransformerDecoderLayerBase`` call
-after each sublayer (``x`` = the sublayer output after dropout, ``residual`` = its input), per
-layer instance, with an :class:`AdminResidual` child that holds the omegas (so they are saved,
-loaded, optimized and counted like any parameter).
+Admin is a choice made when a layer is built: the plugin's compressed layers
+(:mod:`lightcompress.models.compressed`) create an :class:`AdminResidual` child
+(:func:`admin_residual`, from ``--admin-init``) that holds the omegas (saved, loaded, optimized
+and counted like any parameter), and their ``residual_connection(x, residual)`` - the hook
+fairseq's :class:`~fairseq.modules.TransformerEncoderLayerBase` / ``TransformerDecoderLayerBase``
+call after each sublayer (``x`` = the sublayer output after dropout, ``residual`` = its
+input) - computes ``residual * omega + x`` with it. After the build, :func:`connect_admin`
+reads a profile file or prepares the profiling run.
 
 Initialisation of omega (``--admin-init``):
 
@@ -49,32 +52,16 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "ADMIN_MODES",
     "AdminResidual",
-    "add_admin_args",
     "admin_layers",
-    "apply_admin",
+    "admin_residual",
+    "admin_values",
+    "connect_admin",
     "closed_form_omega",
     "read_profile",
     "write_profile",
 ]
 
 ADMIN_MODES = ("none", "profile", "closed-form")
-
-
-def add_admin_args(parser) -> None:
-    """``--admin-init`` and ``--admin-profile-file`` (no defaults: architectures set them)."""
-    g = parser.add_argument_group("Admin initialisation (lightcompress)")
-    g.add_argument(
-        "--admin-init",
-        choices=ADMIN_MODES,
-        help="residual scaling x * omega + f(x) of post-LN layers: profile (Liu et al. 2020, "
-        "one training batch), closed-form (admin-torch, sqrt((N+1)/ln(N+1) - 1)) or none",
-    )
-    g.add_argument(
-        "--admin-profile-file",
-        metavar="PATH",
-        help="with --admin-init profile: read the omegas from PATH if it exists, otherwise "
-        "profile on the first training batch and write them to PATH (JSON)",
-    )
 
 
 def closed_form_omega(num_residuals: int) -> float:
@@ -161,7 +148,9 @@ def admin_layers(model: nn.Module):
         layers = getattr(stack, "layers", None)
         if layers is None:
             continue
-        out.append((side, [(f"{side}.layers.{i}", layer) for i, layer in enumerate(layers)]))
+        out.append(
+            (side, [(f"{side}.layers.{i}", _unwrap(layer)) for i, layer in enumerate(layers)])
+        )
     return out
 
 
@@ -174,20 +163,40 @@ def _unwrap(layer):
     return layer
 
 
-def _sublayers(layer) -> list[str]:
-    if getattr(layer, "encoder_attn", None) is not None:
-        return ["self_attn", "encoder_attn", "ffn"]
-    return ["self_attn", "ffn"]
+def admin_residual(cfg, side: str, prefix: str, sublayers) -> AdminResidual | None:
+    """The Admin residual of one layer at build time (``None`` for ``--admin-init none``).
 
+    Parameters
+    ----------
+    cfg : TransformerConfig
+        Read for ``admin_init``, the stack's depth, width and ``normalize_before``.
+    side : {"encoder", "decoder"}
+    prefix : str
+        The layer's module path (``encoder.layers.3``), the key of its profile values.
+    sublayers : sequence of str
+        Its residual sublayers in execution order.
 
-def _pre_hook(module, args, kwargs):
-    admin = module.admin
-    names = admin.sublayers
-    if "encoder_attn" in names:
-        enc = kwargs.get("encoder_out", args[1] if len(args) > 1 else None)
-        if enc is None:  # fairseq skips the cross-attention sublayer
-            names = [n for n in names if n != "encoder_attn"]
-    admin.start(names)
+    Raises
+    ------
+    ValueError
+        An unknown mode, or a pre-LN layer (Admin is a post-LN method).
+    """
+    mode = getattr(cfg, "admin_init", None) or "none"
+    if mode not in ADMIN_MODES:
+        raise ValueError(f"--admin-init {mode!r}: choose from {ADMIN_MODES}")
+    if mode == "none":
+        return None
+    stack = getattr(cfg, side)
+    if stack.normalize_before:
+        raise ValueError(
+            f"Admin is for post-LN layers, but {prefix} is pre-LN "
+            f"(--{side}-normalize-before); use --admin-init none"
+        )
+    num_residuals = stack.layers * len(sublayers)
+    init = closed_form_omega(num_residuals) if mode == "closed-form" else 1.0
+    admin = AdminResidual(stack.embed_dim, sublayers, init, profile=(mode == "profile"))
+    admin.prefix = prefix
+    return admin
 
 
 def read_profile(path: str) -> dict[str, float]:
@@ -231,75 +240,61 @@ def _finish_hook(model, _inputs, _output, path=None):
     _finish_profile(model, path)
 
 
-def apply_admin(model: nn.Module, args, mode: str | None = None, profile_file: str | None = None):
-    """Give every layer of ``model.encoder`` / ``model.decoder`` Admin residuals.
+def admin_values(model: nn.Module) -> dict[str, float]:
+    """``"layer.sublayer" -> omega`` (the first entry of each vector) of every Admin residual."""
+    return {
+        f"{m.prefix}.{name}": float(omega[0])
+        for m in model.modules()
+        if isinstance(m, AdminResidual)
+        for name, omega in m.omega.items()
+    }
+
+
+def connect_admin(model: nn.Module, args, profile_file: str | None = None) -> dict[str, float]:
+    """Finish Admin after the build: read the profile file or prepare profiling.
 
     Parameters
     ----------
     model : nn.Module
-        A fairseq encoder-decoder model whose stacks hold ``TransformerEncoderLayerBase`` /
-        ``TransformerDecoderLayerBase`` layers (post-LN).
+        A model whose layers got their :class:`AdminResidual` at build time.
     args : namespace
-        Read for ``admin_init`` / ``admin_profile_file`` unless given explicitly.
-    mode : {"none", "profile", "closed-form"}, optional
-    profile_file : str, optional
+        Read for ``admin_init`` / ``admin_profile_file`` unless ``profile_file`` is given.
 
     Returns
     -------
     dict
-        ``layer.sublayer -> omega`` initial values (empty for ``none`` or a pending profile).
+        ``layer.sublayer -> omega`` initial values (empty for a pending profile).
 
     Raises
     ------
     ValueError
-        Unknown mode, a pre-LN layer, or a layer without ``residual_connection``.
+        A profile file without a value for some sublayer.
     """
-    mode = mode or getattr(args, "admin_init", None) or "none"
-    if mode not in ADMIN_MODES:
-        raise ValueError(f"--admin-init {mode!r}: choose from {ADMIN_MODES}")
-    if mode == "none":
-        return {}
+    mode = getattr(args, "admin_init", None) or "none"
+    stacks = [
+        (side, [layer.admin for _, layer in layers if getattr(layer, "admin", None) is not None])
+        for side, layers in admin_layers(model)
+    ]
+    if mode != "profile" or not any(admins for _, admins in stacks):
+        return admin_values(model)
     path = profile_file or getattr(args, "admin_profile_file", None)
-    loaded = None
-    if mode == "profile" and path and os.path.exists(path):
+    if path and os.path.exists(path):
         loaded = read_profile(path)
-    values: dict[str, float] = {}
-    for side, layers in admin_layers(model):
-        state = _ProfileState()
-        n_res = sum(len(_sublayers(_unwrap(layer))) for _, layer in layers)
-        for name, wrapped in layers:
-            layer = _unwrap(wrapped)
-            if not hasattr(layer, "residual_connection"):
-                raise ValueError(f"{name} has no residual_connection hook; cannot apply Admin")
-            if getattr(layer, "normalize_before", False):
-                raise ValueError(
-                    f"Admin is for post-LN layers, but {name} is pre-LN "
-                    "(--encoder/decoder-normalize-before); use --admin-init none"
-                )
-            if getattr(layer, "admin", None) is not None:
-                raise ValueError(f"{name} already has Admin residuals")
-            subs = _sublayers(layer)
-            init = closed_form_omega(n_res) if mode == "closed-form" else 1.0
-            admin = AdminResidual(layer.embed_dim, subs, init, profile=(mode == "profile"))
-            admin.prefix = name
-            layer.admin = admin
-            # an instance attribute shadows the class's method (a bound method, not a second
-            # registration of the module)
-            object.__setattr__(layer, "residual_connection", admin.forward)
-            layer.register_forward_pre_hook(_pre_hook, with_kwargs=True)
-            if mode == "closed-form":
-                values.update({f"{name}.{s}": init for s in subs})
-            elif loaded is not None:
-                mine = {s: loaded[f"{name}.{s}"] for s in subs if f"{name}.{s}" in loaded}
-                if len(mine) != len(subs):
+        for _, admins in stacks:
+            for admin in admins:
+                keys = [f"{admin.prefix}.{s}" for s in admin.sublayers]
+                if not all(k in loaded for k in keys):
                     raise ValueError(
-                        f"Admin profile {path} has no value for some sublayer of {name} "
-                        f"(needs {', '.join(f'{name}.{s}' for s in subs)}); delete it to re-profile"
+                        f"Admin profile {path} has no value for some sublayer of {admin.prefix} "
+                        f"(needs {', '.join(keys)}); delete it to re-profile"
                     )
-                admin.set_values(mine)
-                values.update({f"{name}.{s}": v for s, v in mine.items()})
-            else:
-                admin._state = state
-    if mode == "profile" and loaded is None:
-        model.register_forward_hook(functools.partial(_finish_hook, path=path))
-    return values
+                admin.set_values({s: loaded[k] for s, k in zip(admin.sublayers, keys)})
+        return admin_values(model)
+    if all(bool(a.profiled) for _, admins in stacks for a in admins):
+        return admin_values(model)  # a loaded checkpoint: profiled already
+    for _, admins in stacks:
+        state = _ProfileState()  # one running ratio per stack
+        for admin in admins:
+            admin._state = state
+    model.register_forward_hook(functools.partial(_finish_hook, path=path))
+    return {}

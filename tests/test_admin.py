@@ -1,4 +1,8 @@
-"""Admin initialisation (Liu et al. 2020) on post-LN fairseq Transformers of any architecture."""
+"""Admin initialisation (Liu et al. 2020) on the plugin's post-LN Transformers.
+
+Admin is chosen when the model is built (``--admin-init``); ``dense`` builds the plugin's
+compressed Transformer with nothing compressed or shared, i.e. fairseq's dense Transformer with
+the plugin's layers."""
 
 import itertools
 import json
@@ -9,23 +13,25 @@ import pytest
 import torch
 
 import lightcompress  # noqa: F401
-from lightcompress.admin import AdminResidual, apply_admin, closed_form_omega
+from lightcompress.admin import AdminResidual, admin_values, closed_form_omega
 from lightcompress.measure.params import build_model_without_data
 from lightcompress.modules import count_unique_params
 
 logging.disable(logging.WARNING)
 
 
-def dense(layers=(2, 2), extra=()):
-    """A plain fairseq post-LN transformer (not a plugin model)."""
+def dense(layers=(2, 2), extra=(), admin="none", profile=None):
+    """A dense, unshared post-LN transformer built by the plugin with ``--admin-init admin``."""
     args = [
+        "--lc-factorize", "none", "--lc-encoder-groups", "0", "--admin-init", admin,
+        *(["--admin-profile-file", str(profile)] if profile else []),
         "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
         "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
         "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
         "--encoder-layers", str(layers[0]), "--decoder-layers", str(layers[1]),
         "--dropout", "0", *extra,
     ]  # fmt: skip
-    return build_model_without_data("transformer", 40, args)
+    return build_model_without_data("lightformer", 40, args)
 
 
 def batch(seed=0, bsz=4, length=9):
@@ -44,9 +50,9 @@ def test_closed_form_is_admin_torch_value():
 
 def test_closed_form_omegas_are_parameters_saved_and_counted():
     torch.manual_seed(0)
-    model = dense((3, 2))
-    before = count_unique_params(model)
-    values = apply_admin(model, None, mode="closed-form")
+    before = count_unique_params(dense((3, 2)))
+    model = dense((3, 2), admin="closed-form")
+    values = admin_values(model)
     # one d-vector per residual: 2 per encoder layer, 3 per decoder layer
     assert count_unique_params(model) == before + 32 * (3 * 2 + 2 * 3)
     assert values["encoder.layers.0.self_attn"] == pytest.approx(closed_form_omega(6))
@@ -54,7 +60,7 @@ def test_closed_form_omegas_are_parameters_saved_and_counted():
     keys = model.state_dict().keys()
     assert "encoder.layers.2.admin.omega.ffn" in keys
     assert not any("residual_connection" in k for k in keys)
-    # x_i = LN(x_(i-1) * omega + f(x_(i-1))): the patched hook is exactly that
+    # x_i = LN(x_(i-1) * omega + f(x_(i-1))): the layer's residual hook is exactly that
     layer = model.encoder.layers[0]
     x, res = torch.randn(3, 2, 32), torch.randn(3, 2, 32)
     layer.admin.start(["self_attn", "ffn"])
@@ -65,8 +71,7 @@ def test_closed_form_omegas_are_parameters_saved_and_counted():
 def test_profile_sets_omegas_on_first_training_batch_and_writes_them(tmp_path):
     torch.manual_seed(0)
     path = tmp_path / "profile.json"
-    model = dense((3, 2))
-    apply_admin(model, None, mode="profile", profile_file=str(path))
+    model = dense((3, 2), admin="profile", profile=path)
     src, lengths, prev = batch()
     model.train()
     model(src, lengths, prev)
@@ -86,8 +91,8 @@ def test_profile_sets_omegas_on_first_training_batch_and_writes_them(tmp_path):
     model(*batch(seed=1))
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in snapshot.items())
     # a model built with an existing profile file reads it and never profiles
-    other = dense((3, 2))
-    read = apply_admin(other, None, mode="profile", profile_file=str(path))
+    other = dense((3, 2), admin="profile", profile=path)
+    read = admin_values(other)
     assert read == pytest.approx(values)
     assert all(bool(m.profiled) for m in other.modules() if isinstance(m, AdminResidual))
 
@@ -96,13 +101,13 @@ def test_profile_file_missing_a_layer_is_refused(tmp_path):
     path = tmp_path / "p.json"
     path.write_text(json.dumps({"encoder.layers.0.self_attn": 1.0}))
     with pytest.raises(ValueError, match="no value"):
-        apply_admin(dense(), None, mode="profile", profile_file=str(path))
+        dense(admin="profile", profile=path)
 
 
 def test_pre_ln_is_refused():
-    model = dense(extra=["--encoder-normalize-before", "--decoder-normalize-before"])
     with pytest.raises(ValueError, match="post-LN"):
-        apply_admin(model, None, mode="closed-form")
+        dense(extra=["--encoder-normalize-before", "--decoder-normalize-before"],
+              admin="closed-form")  # fmt: skip
 
 
 def _output_change(model, seed=0, eps=0.01):
@@ -126,8 +131,7 @@ def test_closed_form_admin_bounds_output_change_of_a_12_layer_post_ln_encoder():
     for admin in ("none", "closed-form"):
         for depth in (2, 12):
             torch.manual_seed(0)
-            model = dense((depth, 1))
-            apply_admin(model, None, mode=admin)
+            model = dense((depth, 1), admin=admin)
             change[admin, depth] = _output_change(model)
     growth_plain = change["none", 12] / change["none", 2]
     growth_admin = change["closed-form", 12] / change["closed-form", 2]
@@ -159,8 +163,7 @@ def test_profiled_admin_makes_deep_sublayers_depend_less_on_their_residual_branc
     torch.manual_seed(0)
     plain = dense((12, 1))
     torch.manual_seed(0)
-    admin = dense((12, 1))
-    apply_admin(admin, None, mode="profile")
+    admin = dense((12, 1), admin="profile")
     p = _branch_shares(plain)
     a = _branch_shares(admin)  # the first training batch is the profiling batch
     assert len(p) == len(a) == 24

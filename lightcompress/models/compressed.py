@@ -51,7 +51,7 @@ from fairseq.modules.transformer_layer import (
 )
 from torch import nn
 
-from lightcompress.admin import apply_admin
+from lightcompress.admin import admin_residual, connect_admin
 from lightcompress.integration import TiedOutputProjection, disable_attention_fast_path
 from lightcompress.modules import CompressionSpec, SpecPlan, group_schedule, tie_layers
 from lightcompress.modules.fused_qkv import FusedQKV
@@ -207,12 +207,31 @@ def _linear(path, default, input_dim, output_dim):
 # --------------------------------------------------------------------------------------------
 
 
-class CompressedEncoderLayer(TransformerEncoderLayerBase):
+class _AdminResidualHook:
+    """``residual_connection``: fairseq's ``residual + x``, or Admin's ``residual * omega + x``
+    when the layer was built with ``--admin-init`` (its ``admin`` child)."""
+
+    def residual_connection(self, x, residual):
+        admin = self._modules.get("admin")
+        return residual + x if admin is None else admin(x, residual)
+
+    def _start_admin(self, sublayers):
+        admin = self._modules.get("admin")
+        if admin is not None:
+            admin.start(sublayers)  # the residual sublayers this call runs, in order
+
+
+class CompressedEncoderLayer(_AdminResidualHook, TransformerEncoderLayerBase):
     """fairseq's encoder layer; its ``build_*`` hooks ask the spec at ``<prefix>.*``."""
 
     def __init__(self, cfg, prefix: str, return_fc: bool = False):
         object.__setattr__(self, "lc_prefix", prefix)  # read by the hooks during __init__
         super().__init__(cfg, return_fc=return_fc)
+        self.admin = admin_residual(cfg, "encoder", prefix, ["self_attn", "ffn"])
+
+    def forward(self, x, encoder_padding_mask, attn_mask=None):
+        self._start_admin(["self_attn", "ffn"])
+        return super().forward(x, encoder_padding_mask, attn_mask)
 
     def build_self_attention(self, embed_dim, cfg):
         dense = super().build_self_attention(embed_dim, cfg)
@@ -232,13 +251,21 @@ class CompressedEncoderLayer(TransformerEncoderLayerBase):
                        qn_block_size), input_dim, output_dim)  # fmt: skip
 
 
-class CompressedDecoderLayer(TransformerDecoderLayerBase):
+class CompressedDecoderLayer(_AdminResidualHook, TransformerDecoderLayerBase):
     """fairseq's decoder layer; its ``build_*`` hooks ask the spec at ``<prefix>.*``."""
 
     def __init__(self, cfg, prefix: str, no_encoder_attn=False, add_bias_kv=False,
                  add_zero_attn=False):  # fmt: skip
         object.__setattr__(self, "lc_prefix", prefix)
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
+        subs = ["self_attn", "ffn"] if no_encoder_attn else ["self_attn", "encoder_attn", "ffn"]
+        self.admin = admin_residual(cfg, "decoder", prefix, subs)
+
+    def forward(self, x, encoder_out=None, *args, **kwargs):
+        # fairseq skips the cross-attention sublayer without encoder output
+        cross = self.encoder_attn is not None and encoder_out is not None
+        self._start_admin(["self_attn", "encoder_attn", "ffn"] if cross else ["self_attn", "ffn"])
+        return super().forward(x, encoder_out, *args, **kwargs)
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
         dense = super().build_self_attention(embed_dim, cfg, add_bias_kv, add_zero_attn)
@@ -301,7 +328,7 @@ class CompressedDecoder(TransformerDecoder):
 
 
 def _not_admin(name: str) -> bool:
-    # Admin's omega is a per-depth scale: every position keeps its own (see admin.py)
+    # Admin's omega is a per-depth scale: every position of a group keeps its own
     return not name.startswith("admin.")
 
 
@@ -370,7 +397,7 @@ class CompressedTransformerModel(TransformerModel):
         finally:
             _PLAN.reset(token)
         apply_layer_sharing(model, args)
-        apply_admin(model, args)  # --admin-init (post-LN only); positions keep their omegas
+        connect_admin(model, args)  # --admin-init: profile file or profiling run
         disable_attention_fast_path(model)
         return model
 
