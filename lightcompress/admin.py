@@ -55,8 +55,8 @@ __all__ = [
     "admin_layers",
     "admin_residual",
     "admin_values",
-    "connect_admin",
     "closed_form_omega",
+    "connect_admin",
     "read_profile",
     "write_profile",
 ]
