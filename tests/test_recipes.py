@@ -2,14 +2,17 @@
 
 Nothing here trains or downloads: every row script is run with DRY_RUN=1, which prints the
 commands it would run ("+ cmd ..." lines, shell-quoted), and the printed commands are checked
-against the paper's rows. The prepare-*.sh scripts are run on tiny fake raw files with stub Moses,
-subword-nmt and fairseq-preprocess (sentencepiece is real), which checks their file plumbing,
-splits and fairseq-preprocess flags.
+against the paper's rows. The prepare-*.sh scripts are run on tiny fake raw files with stub Moses
+(or sacremoses), subword-nmt and fairseq-preprocess (sentencepiece is real), which checks their
+file plumbing, splits and fairseq-preprocess flags. The shared library examples/common/lib.sh is
+checked here too: the families only add their own functions, check_tools stops a row before it
+trains, and a recipe without python or USER_DIR still prints a usable dry run.
 """
 
 import glob
 import gzip
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -18,6 +21,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMON = os.path.join(ROOT, "examples", "common")
+LIB = os.path.join(COMMON, "lib.sh")
 LF = os.path.join(ROOT, "examples", "translation", "lightformer")
 SUM = os.path.join(ROOT, "examples", "summarization", "lightformer")
 ROW_SCRIPTS = sorted(
@@ -105,7 +110,10 @@ def test_recipes_are_shellcheck_clean():
         glob.glob(os.path.join(LF, "prepare-*.sh")) + glob.glob(os.path.join(SUM, "prepare-*.sh"))
     )
     followed = [
+        LIB,
         os.path.join(LF, "common.sh"),
+        os.path.join(ROOT, "examples", "translation", "kd", "common.sh"),
+        os.path.join(ROOT, "examples", "translation", "kd", "run_iwslt14_kd.sh"),
         *prepare,
         script("table8-lightformer-6-6-groups3.sh"),
         script("iwslt14-transformer-6-6.sh"),
@@ -118,6 +126,168 @@ def test_recipes_are_shellcheck_clean():
             ["shellcheck", *args], check=False, capture_output=True, text=True, cwd=ROOT
         )
         assert proc.returncode == 0, proc.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# The shared library (examples/common/lib.sh) and the families built on it
+# ---------------------------------------------------------------------------------------------
+
+FAMILIES = {  # family library -> the prefix of the functions it adds
+    os.path.join("translation", "lightformer", "common.sh"): "lf_",
+    os.path.join("translation", "hypoformer", "common.sh"): "hypo_",
+    os.path.join("translation", "subformer", "common.sh"): "sf_",
+    os.path.join("translation", "kd", "common.sh"): "kd_",
+}
+FUNCTION = re.compile(r"^\s*(?:function\s+)?([A-Za-z_][\w-]*)\s*\(\)\s*\{", re.MULTILINE)
+
+
+def defined_functions(path):
+    with open(path, encoding="utf-8") as f:
+        return FUNCTION.findall(f.read())
+
+
+def test_families_only_add_their_own_functions():
+    """Every function is defined once in all of examples/ (no file redefines the library's or
+    another file's), and a family's common.sh names its functions with the family's prefix."""
+    where = {}
+    for path in sorted(glob.glob(os.path.join(ROOT, "examples", "**", "*.sh"), recursive=True)):
+        for name in defined_functions(path):
+            where.setdefault(name, []).append(os.path.relpath(path, ROOT))
+    assert {n: p for n, p in where.items() if len(p) > 1} == {}
+    lib = set(defined_functions(LIB))
+    assert {"run", "run_log", "fit", "evaluate", "check_tools", "use_dataset"} <= lib
+    for rel, prefix in FAMILIES.items():
+        names = defined_functions(os.path.join(ROOT, "examples", rel))
+        assert names and [n for n in names if not n.startswith(prefix)] == [], rel
+        with open(os.path.join(ROOT, "examples", rel), encoding="utf-8") as f:
+            text = f.read()
+        # every family builds on the shared library, and on nothing else
+        assert re.findall(r"^source (.*)$", text, re.MULTILINE) == [
+            '"$(dirname "${BASH_SOURCE[0]}")/../../common/lib.sh"'
+        ], rel
+    # the test is not vacuous: the old cross-family override would be caught
+    assert FUNCTION.findall("train_flags() {\n  :\n}\n") == ["train_flags"]
+
+
+def env_without_python(tmp_path, **extra):
+    """An environment whose PATH has bash and the basic tools but no python (and no fairseq)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "dirname", "grep", "sed", "cat", "mkdir", "tee", "sort", "cut", "awk"):
+        found = shutil.which(tool)
+        if found:
+            os.symlink(found, bin_dir / tool)
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path), "NUM_GPUS": "1"}
+    env.update(extra)
+    return env
+
+
+def test_dry_run_without_python_or_user_dir_prints_the_checkouts_plugin(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        [shutil.which("bash"), script("table2-iwslt14-lightformer.sh")], cwd=work,
+        env=env_without_python(tmp_path, DRY_RUN="1"), capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "command not found" not in proc.stderr
+    cmds = [shlex.split(x[2:]) for x in proc.stdout.splitlines() if x.startswith("+ ")]
+    # what `python -m lightcompress --user-dir` prints in this checkout
+    user_dirs = {flag(c, "--user-dir") for c in cmds if "--user-dir" in c}
+    assert user_dirs == {os.path.join(ROOT, "lightcompress")}
+    assert "python" in proc.stderr and "a real run would stop here" in proc.stderr
+    assert list(work.iterdir()) == []
+
+
+def test_real_run_without_python_stops_with_one_clear_message(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run(
+        [shutil.which("bash"), script("iwslt14-transformer-6-6.sh")], cwd=work,
+        env=env_without_python(tmp_path, DRY_RUN="0"), capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "command not found" not in proc.stderr
+    assert proc.stderr.count("error:") == 1
+    assert "python ('python' not found" in proc.stderr and "set PYTHON" in proc.stderr
+    assert "fairseq-train (fairseq: make install)" in proc.stderr
+    assert list(work.iterdir()) == []
+
+
+@pytest.mark.parametrize("what", ["data", "sacremoses", "nothing"])
+def test_check_tools_runs_before_the_first_training_step(tmp_path, what):
+    """A row stops before fairseq-train when a tool, the data or the scorer is missing, naming
+    all of it in one message; with everything present it trains."""
+    bin_dir = tmp_path / "stub-bin"
+    bin_dir.mkdir()
+    marker = tmp_path / "trained"
+    for tool in ("fairseq-train", "fairseq-generate", "sacrebleu", "sacremoses", "perl"):
+        if tool == what:
+            continue
+        # the first program run stops the row (after check_tools): enough to see who ran
+        write_stub(bin_dir, tool, f"#!/usr/bin/env bash\necho {tool} >> {marker}\nexit 3\n")
+    data = tmp_path / "bin"
+    if what != "data":
+        data.mkdir()
+        (data / "dict.de.txt").write_text("")
+    env = dict(os.environ, PATH=f"{bin_dir}:/usr/bin:/bin", DRY_RUN="0", USER_DIR=USER_DIR,
+               PYTHON=sys.executable, NUM_GPUS="1", DATA_BIN=str(data), MOSES_DIR="",
+               SAVE_ROOT=str(tmp_path / "ckpt"))  # fmt: skip
+    proc = subprocess.run(
+        ["bash", script("iwslt14-transformer-6-6.sh")], cwd=tmp_path, env=env,
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    if what == "nothing":
+        assert marker.read_text() == "fairseq-train\n"
+        return
+    assert not marker.exists(), "trained although check_tools failed"
+    assert proc.stderr.count("error:") == 1, proc.stderr
+    if what == "data":
+        assert f"{data}/dict.de.txt (no binarized data" in proc.stderr
+    else:
+        assert "sacremoses (pip install sacremoses)" in proc.stderr
+
+
+def source_lib(code, tmp_path, **env):
+    full = dict(os.environ, **env)
+    return subprocess.run(
+        ["bash", "-c", f"set -euo pipefail\nsource {shlex.quote(LIB)}\n{code}"], cwd=tmp_path,
+        env=full, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+
+
+def test_run_pipe_runs_or_prints_a_pipeline(tmp_path):
+    (tmp_path / "in.txt").write_text("b\na\nb\n")
+    code = "run_pipe out/o.txt grep b in.txt '|' sed s/b/c/ '|' sort"
+    proc = source_lib(code, tmp_path, DRY_RUN="0")
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "out" / "o.txt").read_text() == "c\nc\n"
+    proc = source_lib(code.replace("out/", "dry/"), tmp_path, DRY_RUN="1")
+    assert proc.stdout.splitlines() == [
+        "+ grep b in.txt | sed s/b/c/ | sort",
+        "  (stdout written to dry/o.txt)",
+    ]
+    assert not (tmp_path / "dry").exists()
+    # a failing stage fails the pipeline (pipefail), and nothing is left behind
+    proc = source_lib("run_pipe o2.txt grep zzz in.txt '|' sort", tmp_path, DRY_RUN="0")
+    assert proc.returncode != 0 and not (tmp_path / "o2.txt").exists()
+
+
+def test_detok_uses_the_sacremoses_command_unless_moses_dir_is_set(tmp_path):
+    bin_dir = tmp_path / "stub-bin"
+    bin_dir.mkdir()
+    write_stub(bin_dir, "sacremoses", '#!/usr/bin/env bash\necho "sacremoses $*"\n')
+    path = f"{bin_dir}:{os.environ['PATH']}"
+    proc = source_lib("detok de </dev/null", tmp_path, PATH=path, MOSES_DIR="")
+    assert proc.stdout == "sacremoses -q -l de -j 1 detokenize\n", proc.stderr
+    moses = tmp_path / "moses" / "scripts" / "tokenizer"
+    moses.mkdir(parents=True)
+    (moses / "detokenizer.perl").write_text("print 'perl ', join(' ', @ARGV), \"\\n\";\n")
+    proc = source_lib("detok ro </dev/null", tmp_path, PATH=path, MOSES_DIR=str(tmp_path / "moses"))
+    assert proc.stdout == "perl -q -l ro\n", proc.stderr
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,31 +557,52 @@ while (my $a = <A>) { my $b = <B>; my @x = split ' ', $a; my @y = split ' ', $b;
 """
 
 
+# subword-nmt learn-bpe / apply-bpe with --input / --output (the pip package's command)
+STUB_SUBWORD_NMT = """#!/usr/bin/env bash
+set -euo pipefail
+cmd="$1"; shift; in=""; out=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in --input) in="$2"; shift;; --output) out="$2"; shift;; esac; shift
+done
+case "$cmd" in
+  learn-bpe) cat "$in" >/dev/null; echo '#version: 0.2' >"$out";;
+  apply-bpe) cp "$in" "$out";;
+  *) exit 2;;
+esac
+"""
+# sacremoses [-q] -l LANG -j N tokenize: logs its arguments, copies stdin
+STUB_SACREMOSES = """#!/usr/bin/env bash
+printf '%s\\n' "$*" >> "$SACREMOSES_LOG"
+cat
+"""
+
+
+def write_stub(bin_dir, name, text):
+    path = bin_dir / name
+    path.write_text(text)
+    path.chmod(0o755)
+
+
 @pytest.fixture
 def stubs(tmp_path):
-    """PATH / PYTHONPATH / MOSES_DIR with stub tools; returns (env, log file)."""
+    """PATH / MOSES_DIR with stub tools; returns (env, log file)."""
     bin_dir = tmp_path / "stub-bin"
     bin_dir.mkdir()
-    pre = bin_dir / "fairseq-preprocess"
-    pre.write_text(STUB_PREPROCESS)
-    pre.chmod(0o755)
+    write_stub(bin_dir, "fairseq-preprocess", STUB_PREPROCESS)
+    write_stub(bin_dir, "subword-nmt", STUB_SUBWORD_NMT)
+    write_stub(bin_dir, "sacremoses", STUB_SACREMOSES)
     moses = tmp_path / "moses" / "scripts"
     (moses / "tokenizer").mkdir(parents=True)
     (moses / "training").mkdir()
     (moses / "tokenizer" / "tokenizer.perl").write_text(STUB_TOKENIZER)
     (moses / "tokenizer" / "lowercase.perl").write_text(STUB_LOWERCASE)
     (moses / "training" / "clean-corpus-n.perl").write_text(STUB_CLEAN)
-    pkg = tmp_path / "pylib" / "subword_nmt"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "learn_bpe.py").write_text("import sys\nsys.stdin.read()\nprint('#version: 0.2')\n")
-    (pkg / "apply_bpe.py").write_text("import sys\nsys.stdout.write(sys.stdin.read())\n")
     log = tmp_path / "preprocess.log"
     env = dict(os.environ)
     env.update(
-        PATH=f"{bin_dir}:{os.environ['PATH']}", PYTHONPATH=str(tmp_path / "pylib"),
-        MOSES_DIR=str(tmp_path / "moses"), PYTHON=sys.executable, STUB_LOG=str(log),
-        TOOLS_DIR=str(tmp_path / "no-tools"), URL="http://invalid.invalid/should-not-download",
+        PATH=f"{bin_dir}:{os.environ['PATH']}", MOSES_DIR=str(tmp_path / "moses"),
+        PYTHON=sys.executable, STUB_LOG=str(log), SACREMOSES_LOG=str(tmp_path / "sacremoses.log"),
+        URL="http://invalid.invalid/should-not-download",
     )  # fmt: skip
     for key in ("DATA_BIN", "RAW_DIR", "WORK_DIR", "FORCE", "DRY_RUN"):
         env.pop(key, None)
@@ -428,8 +619,13 @@ def run_prepare(name, env, **extra):
     return proc
 
 
-def test_prepare_iwslt14_offline(tmp_path, stubs):
+@pytest.mark.parametrize("tokenizer", ["sacremoses", "moses"])
+def test_prepare_iwslt14_offline(tmp_path, stubs, tokenizer):
+    """With MOSES_DIR: the Moses perl scripts (stubs here); without: the sacremoses command (a
+    stub that copies its input), examples/common/clean-corpus.pl and perl's lc (both real)."""
     env, log = stubs
+    if tokenizer == "sacremoses":
+        env = dict(env, MOSES_DIR="")
     raw = tmp_path / "raw" / "de-en"
     raw.mkdir(parents=True)
     for lang in ("de", "en"):
@@ -469,6 +665,35 @@ def test_prepare_iwslt14_offline(tmp_path, stubs):
     assert (out / ".done").exists() and (out / "bpe.code").exists()
     run_prepare("prepare-iwslt14.sh", env, DATA_BIN=str(out))  # complete: nothing to do
     assert len(log.read_text().splitlines()) == 1
+    calls = (
+        (tmp_path / "sacremoses.log").read_text().splitlines() if tokenizer == "sacremoses" else []
+    )
+    # train de/en + 5 test sets x de/en, each tokenized in its own language
+    assert len(calls) == (12 if tokenizer == "sacremoses" else 0)
+    assert all(contains(c.split(), "-l", c.split()[2]) and c.endswith("tokenize") for c in calls)
+    assert {c.split()[2] for c in calls} <= {"de", "en"}
+
+
+def test_clean_corpus_filters_as_moses_clean_corpus_n(tmp_path):
+    """examples/common/clean-corpus.pl: lengths, ratio, empty lines, white space, long words."""
+    pairs = [
+        ("a b c", "a b"),  # ratio 1.5: kept
+        ("  x   y ", "x\ty"),  # white space squeezed
+        ("", "z"),  # empty side
+        ("one two three four", "one"),  # ratio 4
+        ("p|ipe q", "r s"),  # '|' removed
+        ("w " * 6, "w " * 6),  # longer than MAX=5
+        ("x" * 11, "y"),  # a word longer than -max-word-length 10
+    ]
+    (tmp_path / "c.de").write_text("".join(f"{a}\n" for a, _ in pairs))
+    (tmp_path / "c.en").write_text("".join(f"{b}\n" for _, b in pairs))
+    subprocess.run(
+        ["perl", os.path.join(COMMON, "clean-corpus.pl"), "-ratio", "1.5", "-max-word-length",
+         "10", str(tmp_path / "c"), "de", "en", str(tmp_path / "o"), "1", "5"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    assert (tmp_path / "o.de").read_text().splitlines() == ["a b c", "x y", "pipe q"]
+    assert (tmp_path / "o.en").read_text().splitlines() == ["a b", "x y", "r s"]
 
 
 def test_prepare_wmt_offline(tmp_path, stubs):

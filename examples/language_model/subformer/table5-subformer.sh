@@ -7,5 +7,5 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=../../translation/subformer/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../translation/subformer/common.sh"
-subformer_lm
-lm_row subformer --arch subformer_lm_wiki103
+sf_lm
+sf_lm_row subformer --arch subformer_lm_wiki103

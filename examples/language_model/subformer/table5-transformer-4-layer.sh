@@ -6,5 +6,5 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=../../translation/subformer/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../translation/subformer/common.sh"
-subformer_lm
-lm_row transformer-4-layer --arch transformer_lm_wiki103 --decoder-layers 4
+sf_lm
+sf_lm_row transformer-4-layer --arch transformer_lm_wiki103 --decoder-layers 4

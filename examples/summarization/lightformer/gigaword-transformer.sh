@@ -5,4 +5,4 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=../../translation/lightformer/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../translation/lightformer/common.sh"
 use_dataset gigaword
-dense_row 6 6
+lf_dense_row 6 6

@@ -12,7 +12,8 @@
 # The raw test titles are copied to DATA_BIN/refs/test.title for ROUGE.
 #
 # Offline: put summary.tar.gz, or the unpacked sumdata/ folder, into RAW_DIR. The archive is on
-# Google Drive; downloading it needs gdown (pip install gdown).
+# Google Drive; downloading it needs gdown (pip install gdown). DRY_RUN=1 prints the commands
+# instead of running them.
 #
 # Environment (all optional):
 #   RAW_DIR      folder with the archive or sumdata/          (default: data/raw/gigaword)
@@ -40,34 +41,49 @@ if [[ "${FORCE:-0}" != 1 && -f "$DATA_BIN/.done" ]]; then
   log "$DATA_BIN is complete (FORCE=1 rebuilds it)"
   exit 0
 fi
+need_python
+need_module sentencepiece sentencepiece
+require fairseq-preprocess
 
 sum="$RAW_DIR/sumdata"
 if [[ ! -d "$sum/train" ]]; then
   fetch "$URL" "$RAW_DIR/summary.tar.gz"
-  tar -xzf "$RAW_DIR/summary.tar.gz" -C "$RAW_DIR"
+  run tar -xzf "$RAW_DIR/summary.tar.gz" -C "$RAW_DIR"
 fi
 
-# raw_text FILE: print FILE, or FILE.gz decompressed.
+# raw_text FILE: RAW = the command printing FILE, or FILE.gz decompressed.
 raw_text() {
-  if [[ -f "$1" ]]; then cat "$1"; elif [[ -f "$1.gz" ]]; then gzip -dc "$1.gz"; else die "missing $1(.gz)"; fi
+  if [[ -f "$1" || ("$DRY_RUN" == 1 && ! -f "$1.gz") ]]; then
+    RAW=(cat "$1")
+  elif [[ -f "$1.gz" ]]; then
+    RAW=(gzip -dc "$1.gz")
+  else
+    die "missing $1(.gz)"
+  fi
 }
 
 plain="$WORK_DIR/plain"
-mkdir -p "$plain"
-raw_text "$sum/train/train.article.txt" >"$plain/train.article"
-raw_text "$sum/train/train.title.txt" >"$plain/train.title"
+run mkdir -p "$plain"
+raw_text "$sum/train/train.article.txt"
+run_to "$plain/train.article" "${RAW[@]}"
+raw_text "$sum/train/train.title.txt"
+run_to "$plain/train.title" "${RAW[@]}"
 for side in article title; do
+  raw_text "$sum/train/valid.$side.filter.txt"
   if [[ -n "${VALID_SIZE:-}" ]]; then
-    raw_text "$sum/train/valid.$side.filter.txt" | head -n "$VALID_SIZE" >"$plain/valid.$side"
+    # awk reads to the end (head would stop early and fail the pipe under pipefail)
+    run_pipe "$plain/valid.$side" "${RAW[@]}" '|' awk -v n="$VALID_SIZE" 'NR <= n'
   else
-    raw_text "$sum/train/valid.$side.filter.txt" >"$plain/valid.$side"
+    run_to "$plain/valid.$side" "${RAW[@]}"
   fi
 done
-raw_text "$sum/Giga/input.txt" >"$plain/test.article"
-raw_text "$sum/Giga/task1_ref0.txt" >"$plain/test.title"
+raw_text "$sum/Giga/input.txt"
+run_to "$plain/test.article" "${RAW[@]}"
+raw_text "$sum/Giga/task1_ref0.txt"
+run_to "$plain/test.title" "${RAW[@]}"
 
 log "training a $SPM_VOCAB-piece joint sentencepiece BPE model"
-"$PYTHON" - "$plain" "$WORK_DIR" "$SPM_VOCAB" "$SPM_SAMPLE" <<'EOF'
+run "$PYTHON" - "$plain" "$WORK_DIR" "$SPM_VOCAB" "$SPM_SAMPLE" <<'EOF'
 import sys
 
 import sentencepiece as spm
@@ -90,12 +106,12 @@ for split in ("train", "valid", "test"):
 EOF
 
 log "binarizing into $DATA_BIN"
-rm -rf "$DATA_BIN"
-fairseq-preprocess --source-lang article --target-lang title \
+run rm -rf "$DATA_BIN"
+run fairseq-preprocess --source-lang article --target-lang title \
   --trainpref "$WORK_DIR/train" --validpref "$WORK_DIR/valid" --testpref "$WORK_DIR/test" \
   --destdir "$DATA_BIN" --joined-dictionary --workers "$WORKERS"
-mkdir -p "$DATA_BIN/refs"
-cp "$plain/test.title" "$DATA_BIN/refs/test.title"
-cp "$WORK_DIR/spm.model" "$DATA_BIN/spm.model"
-touch "$DATA_BIN/.done"
+run mkdir -p "$DATA_BIN/refs"
+run cp "$plain/test.title" "$DATA_BIN/refs/test.title"
+run cp "$WORK_DIR/spm.model" "$DATA_BIN/spm.model"
+run touch "$DATA_BIN/.done"
 log "done: $DATA_BIN"

@@ -9,4 +9,4 @@ use_dataset gigaword
 MODEL_FLAGS=()
 INIT="${INIT:-svd}"
 TEACHER_E=18 TEACHER_D=3
-lightformer_row lightformer-18-3-g6
+lf_row lightformer-18-3-g6

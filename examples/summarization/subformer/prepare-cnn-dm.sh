@@ -18,6 +18,7 @@
 # (step 1 done), or cnn/stories/*.story and dailymail/stories/*.story (or the archives
 # cnn_stories.tgz and dailymail_stories.tgz) with all_{train,val,test}.txt (in RAW_DIR or
 # RAW_DIR/url_lists/). The story archives are on Google Drive; downloading them needs gdown.
+# DRY_RUN=1 prints the commands instead of running them.
 #
 # Environment (all optional):
 #   RAW_DIR        folder with the raw data                    (default: data/raw/cnn_dm)
@@ -48,15 +49,18 @@ if [[ "${FORCE:-0}" != 1 && -f "$DATA_BIN/.done" ]]; then
   log "$DATA_BIN is complete (FORCE=1 rebuilds it)"
   exit 0
 fi
+need_python
+need_module sentencepiece sentencepiece
+require fairseq-preprocess
 
 text="$WORK_DIR/text"
-mkdir -p "$text"
+run mkdir -p "$text"
 if [[ -f "$RAW_DIR/train.source" ]]; then
   log "using the text files in $RAW_DIR"
   for split in train val test; do
     for side in source target; do
       [[ -f "$RAW_DIR/$split.$side" ]] || die "missing $RAW_DIR/$split.$side"
-      cp "$RAW_DIR/$split.$side" "$text/$split.$side"
+      run cp "$RAW_DIR/$split.$side" "$text/$split.$side"
     done
   done
 else
@@ -65,7 +69,7 @@ else
       url="$CNN_URL"
       if [[ "$corpus" == dailymail ]]; then url="$DM_URL"; fi
       fetch "$url" "$RAW_DIR/${corpus}_stories.tgz"
-      tar -xzf "$RAW_DIR/${corpus}_stories.tgz" -C "$RAW_DIR"
+      run tar -xzf "$RAW_DIR/${corpus}_stories.tgz" -C "$RAW_DIR"
     fi
   done
   lists="$RAW_DIR/url_lists"
@@ -74,7 +78,7 @@ else
     fetch "$URL_LISTS/all_$split.txt" "$lists/all_$split.txt"
   done
   log "stories -> $text/{train,val,test}.{source,target}"
-  "$PYTHON" - "$RAW_DIR" "$lists" "$text" <<'PY'
+  run "$PYTHON" - "$RAW_DIR" "$lists" "$text" <<'PY'
 import hashlib
 import os
 import sys
@@ -122,17 +126,17 @@ PY
 fi
 
 plain="$WORK_DIR/plain"
-mkdir -p "$plain"
+run mkdir -p "$plain"
 for split in train val test; do
   name="$split"
   if [[ "$split" == val ]]; then name=valid; fi
-  awk -v n="$ARTICLE_WORDS" '{ if (NF > n) { NF = n } print }' "$text/$split.source" \
-    >"$plain/$name.source"
-  cp "$text/$split.target" "$plain/$name.target"
+  run_to "$plain/$name.source" \
+    awk -v n="$ARTICLE_WORDS" '{ if (NF > n) { NF = n } print }' "$text/$split.source"
+  run cp "$text/$split.target" "$plain/$name.target"
 done
 
 log "training a $SPM_VOCAB-piece joint sentencepiece BPE model"
-"$PYTHON" - "$plain" "$WORK_DIR" "$SPM_VOCAB" "$SPM_SAMPLE" <<'PY'
+run "$PYTHON" - "$plain" "$WORK_DIR" "$SPM_VOCAB" "$SPM_SAMPLE" <<'PY'
 import sys
 
 import sentencepiece as spm
@@ -155,13 +159,13 @@ for split in ("train", "valid", "test"):
 PY
 
 log "binarizing into $DATA_BIN"
-rm -rf "$DATA_BIN"
-fairseq-preprocess --source-lang source --target-lang target \
+run rm -rf "$DATA_BIN"
+run fairseq-preprocess --source-lang source --target-lang target \
   --trainpref "$WORK_DIR/train" --validpref "$WORK_DIR/valid" --testpref "$WORK_DIR/test" \
   --destdir "$DATA_BIN" --joined-dictionary --workers "$WORKERS"
-mkdir -p "$DATA_BIN/refs"
-cp "$plain/valid.target" "$DATA_BIN/refs/valid.target"
-cp "$plain/test.target" "$DATA_BIN/refs/test.target"
-cp "$WORK_DIR/spm.model" "$DATA_BIN/spm.model"
-touch "$DATA_BIN/.done"
+run mkdir -p "$DATA_BIN/refs"
+run cp "$plain/valid.target" "$DATA_BIN/refs/valid.target"
+run cp "$plain/test.target" "$DATA_BIN/refs/test.target"
+run cp "$WORK_DIR/spm.model" "$DATA_BIN/spm.model"
+run touch "$DATA_BIN/.done"
 log "done: $DATA_BIN"

@@ -9,5 +9,5 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=../../translation/subformer/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../translation/subformer/common.sh"
-subformer_cnndm
-summarization_row subformer-base --arch subformer_cnn_dm
+sf_cnndm
+sf_summarization_row subformer-base --arch subformer_cnn_dm

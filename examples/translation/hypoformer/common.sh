@@ -1,13 +1,14 @@
 # shellcheck shell=bash
-# Shared pieces of the Hypoformer recipes (sourced by every script in this folder). Builds on
-# ../lightformer/common.sh (DRY_RUN, run/run_log, UPDATE_FREQ from the paper's batch, the
-# datasets, train, average, evaluate) and adds what Hypoformer does differently: the Table 6 /
-# Table 7 schedule with Admin, the sequence-level KD pipeline (12-2 teacher -> distilled train
-# set -> student on ground truth + SKD data), the checkpoint selection of Appendix A.3 and the
-# speed protocol of A.4. Defines functions and defaults only; running it does nothing.
+# The Hypoformer recipes (sourced by every script in this folder). Builds on the shared library
+# ../../common/lib.sh (DRY_RUN, run/run_log, UPDATE_FREQ from the paper's batch, the datasets,
+# fit, average, evaluate, check_tools) and adds, in hypo_* functions, what Hypoformer does
+# differently: the Table 6 / Table 7 schedule with Admin, the sequence-level KD pipeline (12-2
+# teacher -> distilled train set -> student on ground truth + SKD data), the checkpoint
+# selection of Appendix A.3 and the speed protocol of A.4. Defines functions and defaults only;
+# running it does nothing.
 #
-# Environment (all optional; those of ../lightformer/common.sh apply too: DRY_RUN, PYTHON,
-# USER_DIR, DATA_ROOT, DATA_BIN, NUM_GPUS, MAX_TOKENS, UPDATE_FREQ, FP16, SEED, EXTRA_TRAIN_ARGS,
+# Environment (all optional; those of ../../common/lib.sh apply too: DRY_RUN, PYTHON, USER_DIR,
+# DATA_ROOT, DATA_BIN, NUM_GPUS, MAX_TOKENS, UPDATE_FREQ, FP16, SEED, EXTRA_TRAIN_ARGS,
 # MOSES_DIR, MEASURE_SPEED):
 #   SAVE_ROOT       checkpoints, logs and results              (default: checkpoints/hypoformer)
 #   TEACHER         an existing 12-2 teacher checkpoint (skips training the teacher)
@@ -29,11 +30,10 @@
 # epochs, so "the last 10 checkpoints" cannot be epoch checkpoints); per-row dropout and label
 # smoothing (the tables give sets of values) are set by each row script and documented there.
 
-HYPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source-path=SCRIPTDIR source=../../common/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../common/lib.sh"
+LOG_TAG=hypoformer
 SAVE_ROOT="${SAVE_ROOT:-checkpoints/hypoformer}"
-# shellcheck source-path=SCRIPTDIR source=../lightformer/common.sh
-source "$HYPO_DIR/../lightformer/common.sh"
-export PYTHON  # scripts/distill_data.sh and scripts/measure_speed.sh read it
 
 OPTIMIZER="${OPTIMIZER:-adam}"
 ATTENTION_DROPOUT="${ATTENTION_DROPOUT:-0.1}"
@@ -48,7 +48,7 @@ HYPO_DENSE=(--hypo-embed dense --hypo-self-attn dense --hypo-attn-out-proj --hyp
   --hypo-cross-attn dense)
 
 # hypo_dataset DATASET: the Table 6 (IWSLT'14 De-En) or Table 7 (WMT'14 En-De, WMT'16 En-Ro)
-# settings, then ../lightformer/common.sh's use_dataset (data, languages, BLEU flavour, speed
+# settings, then ../../common/lib.sh's use_dataset (data, languages, BLEU flavour, speed
 # source length). Row scripts set ROW_DROPOUT / ROW_LABEL_SMOOTHING first.
 hypo_dataset() {
   local ds="$1" user_update_freq="${UPDATE_FREQ:-}"
@@ -92,10 +92,10 @@ hypo_dataset() {
   : "${KD_BIN:=$DATA_BIN.hypoformer-skd-12-2}"
 }
 
-# The optimisation flags of every training run (replaces ../lightformer/common.sh's version,
-# which its train() calls). Per run: RUN_DROPOUT, RUN_LABEL_SMOOTHING, RUN_KD (1 = ground truth
-# + SKD data through --task translation_seqkd --kd-data-mode both).
-train_flags() {
+# hypo_train_flags: the optimisation flags of every training run. Per run: RUN_DROPOUT,
+# RUN_LABEL_SMOOTHING, RUN_KD (1 = ground truth + SKD data through --task translation_seqkd
+# --kd-data-mode both).
+hypo_train_flags() {
   TRAIN_FLAGS=()
   if [[ "${RUN_KD:-0}" == 1 ]]; then
     TRAIN_FLAGS+=(--task translation_seqkd --kd-data-mode both --kd-distilled-data "$KD_BIN")
@@ -113,18 +113,12 @@ train_flags() {
     --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --max-update "$MAX_UPDATE"
     --seed "$SEED" --log-format simple --log-interval 100
   )
-  if ((NUM_GPUS > 1)); then
-    TRAIN_FLAGS+=(--distributed-world-size "$NUM_GPUS")
+  # Tables 6/7: fp16, scale window 256, threshold loss scale 0.03125 (+ tolerance 0.25, WMT)
+  FP16_FLAGS=(--fp16-scale-window 256 --threshold-loss-scale 0.03125)
+  if [[ "$DATASET" != iwslt14 ]]; then
+    FP16_FLAGS+=(--fp16-scale-tolerance 0.25)
   fi
-  if ((NUM_GPUS == 0)); then
-    TRAIN_FLAGS+=(--cpu)
-  elif [[ "${FP16:-1}" == 1 ]]; then
-    # Tables 6/7: fp16, scale window 256, threshold loss scale 0.03125 (+ tolerance 0.25, WMT)
-    TRAIN_FLAGS+=(--fp16 --fp16-scale-window 256 --threshold-loss-scale 0.03125)
-    if [[ "$DATASET" != iwslt14 ]]; then
-      TRAIN_FLAGS+=(--fp16-scale-tolerance 0.25)
-    fi
-  fi
+  device_flags
   if [[ "$SELECT" == best ]]; then
     # "the lowest perplexity checkpoint" (A.3): checkpoint_best.pt by validation perplexity
     TRAIN_FLAGS+=(--best-checkpoint-metric ppl --no-epoch-checkpoints)
@@ -132,13 +126,11 @@ train_flags() {
     TRAIN_FLAGS+=(--save-interval-updates "${SAVE_INTERVAL_UPDATES:-1000}"
       --keep-interval-updates "$AVG_N" --no-epoch-checkpoints)
   fi
-  local extra=()
-  read -r -a extra <<<"${EXTRA_TRAIN_ARGS:-}"
-  TRAIN_FLAGS+=("${extra[@]}")
+  extra_train_flags
 }
 
-# eval_ckpt SAVE_DIR: the checkpoint that is tested (A.3).
-eval_ckpt() {
+# hypo_eval_ckpt SAVE_DIR: the checkpoint that is tested (A.3).
+hypo_eval_ckpt() {
   if [[ "$SELECT" == best ]]; then
     echo "$1/checkpoint_best.pt"
   else
@@ -146,8 +138,8 @@ eval_ckpt() {
   fi
 }
 
-# uses_admin_profile FLAGS...: true for a hypoformer architecture with profiled Admin.
-uses_admin_profile() {
+# hypo_uses_admin_profile FLAGS...: true for a hypoformer architecture with profiled Admin.
+hypo_uses_admin_profile() {
   local a prev=""
   local hypo=0
   for a in "$@"; do
@@ -158,7 +150,8 @@ uses_admin_profile() {
   ((hypo == 1))
 }
 
-# hypo_train SAVE_DIR FLAGS...: train() with Admin's profile in SAVE_DIR/admin_profile.json.
+# hypo_train SAVE_DIR FLAGS...: hypo_train_flags, then fit, with Admin's profile in
+# SAVE_DIR/admin_profile.json.
 # Admin profiles one training batch. With several GPUs every rank would profile its own batch
 # and start from different omegas, so (as Admin's own recipes do) the profile is first taken on
 # one GPU by a one-update run that saves nothing; the real run reads it.
@@ -166,20 +159,21 @@ hypo_train() {
   local save_dir="$1"
   shift
   local flags=("$@")
-  if uses_admin_profile "$@"; then
+  if hypo_uses_admin_profile "$@"; then
     local profile="$save_dir/admin_profile.json"
     flags+=(--admin-profile-file "$profile")
     if ((NUM_GPUS > 1)) && [[ "$DRY_RUN" == 1 || ! -f "$profile" ]]; then
       local gpus="$NUM_GPUS"
       NUM_GPUS=1
-      train_flags
+      hypo_train_flags
       NUM_GPUS="$gpus"
       run_log "$save_dir/admin_profile.log" fairseq-train "$DATA_BIN" --user-dir "$(user_dir)" \
         "${flags[@]}" "${TRAIN_FLAGS[@]}" --distributed-world-size 1 --max-update 1 --no-save \
         --disable-validation --save-dir "$save_dir/admin-profiling"
     fi
   fi
-  FINETUNE_FROM="" train "$save_dir" "${flags[@]}"
+  hypo_train_flags
+  FINETUNE_FROM="" fit "$save_dir" "${flags[@]}"
 }
 
 # hypo_speed CHECKPOINT: tokens/s on one CPU core, batch 1, 50 sentences of the average length
@@ -187,35 +181,29 @@ hypo_train() {
 # side by side with the Transformer 6-6 of the dataset (the speedup baseline of Tables 3 and 4)
 # when its tested checkpoint exists (always, in a dry run).
 hypo_speed() {
-  local ckpt="$1" script="$REPO_ROOT/scripts/measure_speed.sh"
-  local base paths="model=$1"
-  [[ "$MEASURE_SPEED" == 1 ]] || return 0
-  base="$(eval_ckpt "$(dense_dir 6 6)")"
-  if [[ "$ckpt" != "$base" && ("$DRY_RUN" == 1 || -f "$base") ]]; then
-    paths="transformer=$base,$paths"
-  fi
-  run_log "$(dirname "$ckpt")/speed.txt" "$script" --path "$paths" --data "$DATA_BIN" \
-    --user-dir "$(user_dir)" --src-len "$SPEED_SRC_LEN" --beam "$BEAM" --lenpen "$LENPEN" \
+  local ckpt="$1"
+  speed_column "$ckpt" "$(hypo_eval_ckpt "$(dense_dir 6 6)")" \
     --num-sentences 50 --runs 10 --trim 0.1 --threads 1 --json "$(dirname "$ckpt")/speed.json"
 }
 
 # hypo_finish SAVE_DIR: select the checkpoint (A.3), test it (tokenized BLEU, compound-split
-# BLEU on En-De, sacreBLEU: ../lightformer/common.sh's evaluate), measure its speed.
+# BLEU on En-De, sacreBLEU: ../../common/lib.sh's evaluate), measure its speed.
 hypo_finish() {
   local save_dir="$1"
   if [[ "$SELECT" == average ]]; then
     average "$save_dir"
   fi
-  evaluate "$save_dir" "$(eval_ckpt "$save_dir")"
-  hypo_speed "$(eval_ckpt "$save_dir")"
+  evaluate "$save_dir" "$(hypo_eval_ckpt "$save_dir")"
+  hypo_speed "$(hypo_eval_ckpt "$save_dir")"
 }
 
-# model_row NAME KD DROPOUT LABEL_SMOOTHING FLAGS...: train SAVE_ROOT/DATASET/NAME on the
+# hypo_model_row NAME KD DROPOUT LABEL_SMOOTHING FLAGS...: train SAVE_ROOT/DATASET/NAME on the
 # ground truth (KD=0) or ground truth + SKD data (KD=1), then test it.
-model_row() {
+hypo_model_row() {
   local name="$1" kd="$2" dropout="$3" ls="$4"
   shift 4
   local save_dir="$SAVE_ROOT/$DATASET/$name"
+  check_tools fairseq-generate
   if [[ "$DRY_RUN" != 1 && -f "$save_dir/results.txt" ]]; then
     log "$save_dir: done before"
     return 0
@@ -224,35 +212,35 @@ model_row() {
   hypo_finish "$save_dir"
 }
 
-# transformer_row E D: fairseq's Transformer (no Admin, no KD): the "Transformer" rows of
+# hypo_transformer_row E D: fairseq's Transformer (no Admin, no KD): the "Transformer" rows of
 # Tables 2, 3 and 4 (row 1) and the speedup baseline (E-D 6-6).
-transformer_row() {
-  model_row "transformer-$1-$2" 0 "$TEACHER_DROPOUT" "$TEACHER_LABEL_SMOOTHING" \
+hypo_transformer_row() {
+  hypo_model_row "transformer-$1-$2" 0 "$TEACHER_DROPOUT" "$TEACHER_LABEL_SMOOTHING" \
     --arch "$DENSE_ARCH" --share-all-embeddings "${WIDTH_FLAGS[@]}" \
     --encoder-layers "$1" --decoder-layers "$2"
 }
 
-# admin_transformer_row E D: the dense Transformer with Admin, trained on the ground truth.
+# hypo_admin_transformer_row E D: the dense Transformer with Admin, trained on the ground truth.
 # 12-2 is the KD teacher (Sec. 5.2) and "Transformer 12-2 (Our impl.)" of Tables 2 and 8.
-admin_transformer_row() {
-  model_row "transformer-admin-$1-$2" 0 "$TEACHER_DROPOUT" "$TEACHER_LABEL_SMOOTHING" \
+hypo_admin_transformer_row() {
+  hypo_model_row "transformer-admin-$1-$2" 0 "$TEACHER_DROPOUT" "$TEACHER_LABEL_SMOOTHING" \
     --arch hypoformer "${HYPO_DENSE[@]}" "${WIDTH_FLAGS[@]}" \
     --encoder-layers "$1" --decoder-layers "$2"
 }
 
-# teacher: TEACHER_CKPT = the 12-2 teacher (trained and tested first unless TEACHER is given).
-teacher() {
+# hypo_teacher: TEACHER_CKPT = the 12-2 teacher (trained and tested first unless TEACHER is given).
+hypo_teacher() {
   if [[ -n "${TEACHER:-}" ]]; then
     TEACHER_CKPT="$TEACHER"
   else
-    admin_transformer_row 12 2
-    TEACHER_CKPT="$(eval_ckpt "$SAVE_ROOT/$DATASET/transformer-admin-12-2")"
+    hypo_admin_transformer_row 12 2
+    TEACHER_CKPT="$(hypo_eval_ckpt "$SAVE_ROOT/$DATASET/transformer-admin-12-2")"
   fi
 }
 
-# skd_data: the teacher's beam-search translation of the training set, binarized with the
+# hypo_skd_data: the teacher's beam-search translation of the training set, binarized with the
 # teacher's dictionaries into KD_BIN (scripts/distill_data.sh; resumable, skipped when done).
-skd_data() {
+hypo_skd_data() {
   if [[ "$DRY_RUN" != 1 && -f "$KD_BIN/train.$SRC-$TGT.$TGT.idx" ]]; then
     log "$KD_BIN: distilled before"
     return 0
@@ -269,12 +257,15 @@ skd_data() {
     --max-tokens "$DISTILL_MAX_TOKENS" --num-shards "$NUM_SHARDS" "${device[@]}"
 }
 
-# student_row NAME FLAGS...: the sequence-level KD pipeline of Sec. 5.2: the 12-2 teacher, its
-# SKD data, then the student (FLAGS: --arch and model flags) on ground truth + SKD data, tested.
-student_row() {
+# hypo_student_row NAME FLAGS...: the sequence-level KD pipeline of Sec. 5.2: the 12-2 teacher,
+# its SKD data, then the student (FLAGS: --arch and model flags) on ground truth + SKD data,
+# tested.
+hypo_student_row() {
   local name="$1"
   shift
-  teacher
-  skd_data
-  model_row "$name" 1 "$DROPOUT" "$LABEL_SMOOTHING" "$@"
+  need_file "$REPO_ROOT/scripts/distill_data.sh" "the distillation script"
+  check_tools fairseq-generate
+  hypo_teacher
+  hypo_skd_data
+  hypo_model_row "$name" 1 "$DROPOUT" "$LABEL_SMOOTHING" "$@"
 }

@@ -6,4 +6,4 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 hypo_dataset wmt14ende
-admin_transformer_row 12 2
+hypo_admin_transformer_row 12 2

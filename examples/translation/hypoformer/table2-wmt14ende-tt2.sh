@@ -13,4 +13,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.0 ROW_LABEL_SMOOTHING=0.05
 hypo_dataset wmt14ende
-student_row table2-tt2 --arch hypoformer_wmt_en_de_tt2
+hypo_student_row table2-tt2 --arch hypoformer_wmt_en_de_tt2

@@ -13,4 +13,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.1 ROW_LABEL_SMOOTHING=0.1
 hypo_dataset wmt16enro
-student_row table2-htt --arch hypoformer_wmt_en_ro_htt
+hypo_student_row table2-htt --arch hypoformer_wmt_en_ro_htt

@@ -12,4 +12,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.1 ROW_LABEL_SMOOTHING=0.1
 hypo_dataset wmt16enro
-student_row table2-mf --arch hypoformer_wmt_en_ro_mf
+hypo_student_row table2-mf --arch hypoformer_wmt_en_ro_mf

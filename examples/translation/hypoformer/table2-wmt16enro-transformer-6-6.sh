@@ -8,4 +8,4 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 hypo_dataset wmt16enro
-transformer_row 6 6
+hypo_transformer_row 6 6

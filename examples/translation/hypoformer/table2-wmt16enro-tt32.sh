@@ -13,4 +13,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.05 ROW_LABEL_SMOOTHING=0.05
 hypo_dataset wmt16enro
-student_row table2-tt32 --arch hypoformer_wmt_en_ro_tt32
+hypo_student_row table2-tt32 --arch hypoformer_wmt_en_ro_tt32

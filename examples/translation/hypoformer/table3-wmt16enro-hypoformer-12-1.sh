@@ -12,5 +12,5 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.1 ROW_LABEL_SMOOTHING=0.1
 hypo_dataset wmt16enro
-student_row table3-hypoformer-12-1 --arch hypoformer_wmt_en_ro --decoder-layers 1 \
+hypo_student_row table3-hypoformer-12-1 --arch hypoformer_wmt_en_ro --decoder-layers 1 \
   --hypo-ffn-rank 136

@@ -5,4 +5,4 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 hypo_dataset iwslt14
-admin_transformer_row 6 6
+hypo_admin_transformer_row 6 6

@@ -8,5 +8,5 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.1
 hypo_dataset iwslt14
-model_row table4-r4-hypoformer-12-2-no-kd 0 "$DROPOUT" "$LABEL_SMOOTHING" \
+hypo_model_row table4-r4-hypoformer-12-2-no-kd 0 "$DROPOUT" "$LABEL_SMOOTHING" \
   --arch hypoformer_iwslt_de_en

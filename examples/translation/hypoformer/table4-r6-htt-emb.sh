@@ -10,7 +10,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.2
 hypo_dataset iwslt14
-student_row table4-r6-htt-emb --arch hypoformer "${WIDTH_FLAGS[@]}" \
+hypo_student_row table4-r6-htt-emb --arch hypoformer "${WIDTH_FLAGS[@]}" \
   --encoder-layers 12 --decoder-layers 2 \
   --hypo-embed htt --hypo-embed-alpha 0.5 --hypo-embed-cores 3 --hypo-embed-rank 4 \
   --hypo-self-attn dense --hypo-attn-out-proj --hypo-ffn dense --hypo-cross-attn dense

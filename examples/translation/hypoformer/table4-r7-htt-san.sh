@@ -12,7 +12,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.2
 hypo_dataset iwslt14
-student_row table4-r7-htt-san --arch hypoformer "${WIDTH_FLAGS[@]}" \
+hypo_student_row table4-r7-htt-san --arch hypoformer "${WIDTH_FLAGS[@]}" \
   --encoder-layers 12 --decoder-layers 2 --hypo-embed dense \
   --hypo-self-attn htt --hypo-attn-alpha 0.25 --hypo-attn-cores 3 --hypo-attn-rank 2 \
   --hypo-ffn dense --hypo-cross-attn dense

@@ -11,7 +11,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.2
 hypo_dataset iwslt14
-student_row table4-r8-lmf-ffn --arch hypoformer "${WIDTH_FLAGS[@]}" \
+hypo_student_row table4-r8-lmf-ffn --arch hypoformer "${WIDTH_FLAGS[@]}" \
   --encoder-layers 12 --decoder-layers 2 --hypo-embed dense \
   --hypo-self-attn dense --hypo-attn-out-proj --hypo-ffn lowrank --hypo-ffn-rank 64 \
   --hypo-cross-attn dense

@@ -11,4 +11,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.1
 hypo_dataset iwslt14
-student_row table5-r1-iwslt14-hypoformer-12-2-d512 --arch hypoformer_iwslt_de_en
+hypo_student_row table5-r1-iwslt14-hypoformer-12-2-d512 --arch hypoformer_iwslt_de_en

@@ -11,4 +11,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.05 ROW_LABEL_SMOOTHING=0.05
 hypo_dataset wmt14ende
-student_row table5-r10-wmt14ende-hypoformer-12-1-d256 --arch hypoformer_wmt_en_de_row10
+hypo_student_row table5-r10-wmt14ende-hypoformer-12-1-d256 --arch hypoformer_wmt_en_de_row10

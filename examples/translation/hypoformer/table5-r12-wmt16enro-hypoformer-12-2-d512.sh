@@ -13,4 +13,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.1 ROW_LABEL_SMOOTHING=0.1
 hypo_dataset wmt16enro
-student_row table5-r12-wmt16enro-hypoformer-12-2-d512 --arch hypoformer_wmt_en_ro
+hypo_student_row table5-r12-wmt16enro-hypoformer-12-2-d512 --arch hypoformer_wmt_en_ro

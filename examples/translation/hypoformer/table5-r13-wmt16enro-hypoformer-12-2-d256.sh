@@ -13,4 +13,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.05 ROW_LABEL_SMOOTHING=0.05
 hypo_dataset wmt16enro
-student_row table5-r13-wmt16enro-hypoformer-12-2-d256 --arch hypoformer_wmt_en_ro_row13
+hypo_student_row table5-r13-wmt16enro-hypoformer-12-2-d256 --arch hypoformer_wmt_en_ro_row13

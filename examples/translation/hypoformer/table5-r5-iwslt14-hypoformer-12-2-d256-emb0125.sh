@@ -10,4 +10,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.05
 hypo_dataset iwslt14
-student_row table5-r5-iwslt14-hypoformer-12-2-d256-emb0125 --arch hypoformer_iwslt_de_en_row5
+hypo_student_row table5-r5-iwslt14-hypoformer-12-2-d256-emb0125 --arch hypoformer_iwslt_de_en_row5

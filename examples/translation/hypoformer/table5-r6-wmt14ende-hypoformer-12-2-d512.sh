@@ -13,4 +13,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.1 ROW_LABEL_SMOOTHING=0.1
 hypo_dataset wmt14ende
-student_row table5-r6-wmt14ende-hypoformer-12-2-d512 --arch hypoformer_wmt_en_de
+hypo_student_row table5-r6-wmt14ende-hypoformer-12-2-d512 --arch hypoformer_wmt_en_de

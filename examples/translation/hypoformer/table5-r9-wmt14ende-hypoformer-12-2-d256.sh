@@ -11,4 +11,4 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 ROW_DROPOUT=0.05 ROW_LABEL_SMOOTHING=0.05
 hypo_dataset wmt14ende
-student_row table5-r9-wmt14ende-hypoformer-12-2-d256 --arch hypoformer_wmt_en_de_row9
+hypo_student_row table5-r9-wmt14ende-hypoformer-12-2-d256 --arch hypoformer_wmt_en_de_row9

@@ -6,7 +6,8 @@
 # The raw newstest2014.de of the archive is copied to DATA_BIN/refs/test.de for sacreBLEU.
 #
 # Offline: put wmt16_en_de.tar.gz, or its unpacked files (train.tok.clean.bpe.32000.en, ...),
-# into RAW_DIR (or RAW_DIR/wmt16_en_de_bpe32k/). The archive is on Google Drive; downloading it needs gdown (pip install gdown).
+# into RAW_DIR (or RAW_DIR/wmt16_en_de_bpe32k/). The archive is on Google Drive; downloading it
+# needs gdown (pip install gdown). DRY_RUN=1 prints the commands instead of running them.
 #
 # Environment (all optional):
 #   RAW_DIR   folder with the archive or its files        (default: data/raw/wmt16_en_de)
@@ -27,6 +28,7 @@ if [[ "${FORCE:-0}" != 1 && -f "$DATA_BIN/.done" ]]; then
   log "$DATA_BIN is complete (FORCE=1 rebuilds it)"
   exit 0
 fi
+require fairseq-preprocess
 
 text="$RAW_DIR"
 if [[ ! -f "$text/train.tok.clean.bpe.32000.en" ]]; then
@@ -35,23 +37,23 @@ fi
 if [[ ! -f "$text/train.tok.clean.bpe.32000.en" ]]; then
   fetch "$URL" "$RAW_DIR/wmt16_en_de.tar.gz"
   text="$RAW_DIR/wmt16_en_de_bpe32k"
-  mkdir -p "$text"
-  tar -xzf "$RAW_DIR/wmt16_en_de.tar.gz" -C "$text"
+  run mkdir -p "$text"
+  run tar -xzf "$RAW_DIR/wmt16_en_de.tar.gz" -C "$text"
 fi
 for f in train.tok.clean.bpe.32000 newstest2013.tok.bpe.32000 newstest2014.tok.bpe.32000; do
-  [[ -f "$text/$f.en" && -f "$text/$f.de" ]] || die "missing $text/$f.{en,de}"
+  [[ "$DRY_RUN" == 1 || (-f "$text/$f.en" && -f "$text/$f.de") ]] || die "missing $text/$f.{en,de}"
 done
 
-rm -rf "$DATA_BIN"
-fairseq-preprocess --source-lang en --target-lang de \
+run rm -rf "$DATA_BIN"
+run fairseq-preprocess --source-lang en --target-lang de \
   --trainpref "$text/train.tok.clean.bpe.32000" \
   --validpref "$text/newstest2013.tok.bpe.32000" \
   --testpref "$text/newstest2014.tok.bpe.32000" \
   --destdir "$DATA_BIN" --nwordssrc 32768 --nwordstgt 32768 \
   --joined-dictionary --workers "$WORKERS"
-if [[ -f "$text/newstest2014.de" ]]; then
-  mkdir -p "$DATA_BIN/refs"
-  cp "$text/newstest2014.de" "$DATA_BIN/refs/test.de"
+if [[ "$DRY_RUN" == 1 || -f "$text/newstest2014.de" ]]; then # (when the archive has it)
+  run mkdir -p "$DATA_BIN/refs"
+  run cp "$text/newstest2014.de" "$DATA_BIN/refs/test.de"
 fi
-touch "$DATA_BIN/.done"
+run touch "$DATA_BIN/.done"
 log "done: $DATA_BIN"

@@ -6,7 +6,8 @@
 # 35k types), tokenized BLEU.
 #
 # Offline: put wmt16.tar.gz, or the unpacked wmt16/ folder, into RAW_DIR. The archive is on
-# Google Drive; downloading it needs gdown (pip install gdown).
+# Google Drive; downloading it needs gdown (pip install gdown). DRY_RUN=1 prints the commands
+# instead of running them.
 #
 # Environment (all optional):
 #   RAW_DIR   folder with the archive or wmt16/         (default: data/raw/wmt16_en_ro)
@@ -27,20 +28,21 @@ if [[ "${FORCE:-0}" != 1 && -f "$DATA_BIN/.done" ]]; then
   log "$DATA_BIN is complete (FORCE=1 rebuilds it)"
   exit 0
 fi
+require fairseq-preprocess
 
 text="$RAW_DIR/wmt16/en-ro"
 if [[ ! -f "$text/train/corpus.bpe.en" ]]; then
   fetch "$URL" "$RAW_DIR/wmt16.tar.gz"
-  tar -xzf "$RAW_DIR/wmt16.tar.gz" -C "$RAW_DIR"
+  run tar -xzf "$RAW_DIR/wmt16.tar.gz" -C "$RAW_DIR"
 fi
 for f in train/corpus.bpe dev/dev.bpe test/test.bpe; do
-  [[ -f "$text/$f.en" && -f "$text/$f.ro" ]] || die "missing $text/$f.{en,ro}"
+  [[ "$DRY_RUN" == 1 || (-f "$text/$f.en" && -f "$text/$f.ro") ]] || die "missing $text/$f.{en,ro}"
 done
 
-rm -rf "$DATA_BIN"
-fairseq-preprocess --source-lang en --target-lang ro \
+run rm -rf "$DATA_BIN"
+run fairseq-preprocess --source-lang en --target-lang ro \
   --trainpref "$text/train/corpus.bpe" --validpref "$text/dev/dev.bpe" \
   --testpref "$text/test/test.bpe" \
   --destdir "$DATA_BIN" --joined-dictionary --workers "$WORKERS"
-touch "$DATA_BIN/.done"
+run touch "$DATA_BIN/.done"
 log "done: $DATA_BIN"

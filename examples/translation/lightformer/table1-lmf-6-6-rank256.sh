@@ -11,4 +11,4 @@ MODEL_FLAGS=(--lc-encoder-groups 0 --encoder-layers 6 --decoder-layers 6 --lc-fa
 RANK=256
 INIT="${INIT:-random}"
 TEACHER_E=6 TEACHER_D=6
-lightformer_row lmf-6-6-rank256
+lf_row lmf-6-6-rank256

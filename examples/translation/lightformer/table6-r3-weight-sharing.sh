@@ -9,4 +9,4 @@ ARCH=lightformer_iwslt_de_en_sharing
 MODEL_FLAGS=()
 INIT="${INIT:-random}"
 TEACHER_E=18 TEACHER_D=3
-lightformer_row sharing-18-3-g9
+lf_row sharing-18-3-g9

@@ -9,4 +9,4 @@ ARCH=lightformer_iwslt_de_en_lmf
 MODEL_FLAGS=()
 INIT="${INIT:-random}"
 TEACHER_E=18 TEACHER_D=3
-lightformer_row lmf-18-3
+lf_row lmf-18-3

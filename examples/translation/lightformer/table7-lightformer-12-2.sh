@@ -12,4 +12,4 @@ use_dataset iwslt14
 MODEL_FLAGS=(--encoder-layers 12 --decoder-layers 2)
 INIT="${INIT:-svd}"
 TEACHER_E=12 TEACHER_D=2
-lightformer_row lightformer-12-2-g6
+lf_row lightformer-12-2-g6

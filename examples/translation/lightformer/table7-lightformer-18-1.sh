@@ -12,4 +12,4 @@ use_dataset iwslt14
 MODEL_FLAGS=(--encoder-layers 18 --decoder-layers 1)
 INIT="${INIT:-svd}"
 TEACHER_E=18 TEACHER_D=1
-lightformer_row lightformer-18-1-g6
+lf_row lightformer-18-1-g6

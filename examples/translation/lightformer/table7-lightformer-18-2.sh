@@ -12,4 +12,4 @@ use_dataset iwslt14
 MODEL_FLAGS=(--encoder-layers 18 --decoder-layers 2)
 INIT="${INIT:-svd}"
 TEACHER_E=18 TEACHER_D=2
-lightformer_row lightformer-18-2-g6
+lf_row lightformer-18-2-g6

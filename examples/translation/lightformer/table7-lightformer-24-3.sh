@@ -12,4 +12,4 @@ use_dataset iwslt14
 MODEL_FLAGS=(--encoder-layers 24 --decoder-layers 3)
 INIT="${INIT:-svd}"
 TEACHER_E=24 TEACHER_D=3
-lightformer_row lightformer-24-3-g6
+lf_row lightformer-24-3-g6

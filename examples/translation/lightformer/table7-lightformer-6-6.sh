@@ -12,4 +12,4 @@ use_dataset iwslt14
 MODEL_FLAGS=(--encoder-layers 6 --decoder-layers 6)
 INIT="${INIT:-svd}"
 TEACHER_E=6 TEACHER_D=6
-lightformer_row lightformer-6-6-g6
+lf_row lightformer-6-6-g6

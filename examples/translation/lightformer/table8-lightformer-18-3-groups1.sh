@@ -10,4 +10,4 @@ use_dataset iwslt14
 MODEL_FLAGS=(--lc-encoder-groups 1)
 INIT="${INIT:-svd}"
 TEACHER_E=18 TEACHER_D=3
-lightformer_row lightformer-18-3-g1
+lf_row lightformer-18-3-g1

@@ -10,4 +10,4 @@ use_dataset iwslt14
 MODEL_FLAGS=(--encoder-layers 6 --decoder-layers 6 --lc-encoder-groups 2)
 INIT="${INIT:-svd}"
 TEACHER_E=6 TEACHER_D=6
-lightformer_row lightformer-6-6-g2
+lf_row lightformer-6-6-g2

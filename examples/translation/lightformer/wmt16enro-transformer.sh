@@ -5,4 +5,4 @@ set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 use_dataset wmt16enro
-dense_row 6 6
+lf_dense_row 6 6

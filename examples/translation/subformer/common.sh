@@ -1,13 +1,13 @@
 # shellcheck shell=bash
-# Shared pieces of the Subformer recipes (Reid et al., "Subformer"), sourced by every script in
-# this folder, in examples/summarization/subformer/ and in examples/language_model/subformer/.
-# Builds on ../lightformer/common.sh (run / run_log / run_to and DRY_RUN, set_update_freq,
-# user_dir, fetch, hyp_ref, detok, evaluate) and adds the Subformer schedules. Defines functions
-# and defaults only; running it does nothing.
+# The Subformer recipes (Reid et al., "Subformer"), sourced by every script in this folder, in
+# examples/summarization/subformer/ and in examples/language_model/subformer/. Builds on the
+# shared library ../../common/lib.sh (run / run_log / run_to and DRY_RUN, set_update_freq,
+# user_dir, fetch, fit, hyp_ref, detok, evaluate, check_tools) and adds the Subformer schedules
+# and rows, in sf_* functions. Defines functions and defaults only; running it does nothing.
 #
-# Environment (all optional), besides those of ../lightformer/common.sh (DRY_RUN, PYTHON,
-# USER_DIR, DATA_ROOT, DATA_BIN, NUM_GPUS, MAX_TOKENS, UPDATE_FREQ, MAX_UPDATE, LR, WARMUP,
-# DROPOUT, WEIGHT_DECAY, SEED, FP16, EXTRA_TRAIN_ARGS, MOSES_DIR):
+# Environment (all optional), besides those of ../../common/lib.sh (DRY_RUN, PYTHON, USER_DIR,
+# DATA_ROOT, DATA_BIN, NUM_GPUS, MAX_TOKENS, UPDATE_FREQ, MAX_UPDATE, LR, WARMUP, DROPOUT,
+# WEIGHT_DECAY, SEED, FP16, EXTRA_TRAIN_ARGS, MOSES_DIR):
 #   SAVE_ROOT       checkpoints, logs and results               (default: checkpoints/subformer)
 #   CHECKPOINT      which checkpoint of a run is decoded         (default: checkpoint_best.pt, the
 #                   paper's "lowest loss on the development set")
@@ -17,13 +17,10 @@
 #   MIN_LEN         CNN-DM: fix the minimum summary length instead of tuning it on valid
 #   MIN_LEN_GRID    CNN-DM: the values tried on valid         (default: 40 50 60, the paper's)
 
-SF_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source-path=SCRIPTDIR source=../../common/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../common/lib.sh"
+LOG_TAG=subformer
 SAVE_ROOT="${SAVE_ROOT:-checkpoints/subformer}"
-# shellcheck source-path=SCRIPTDIR source=../lightformer/common.sh
-source "$SF_DIR/../lightformer/common.sh"
-
-log() { echo "[subformer] $*" >&2; }
-die() { echo "[subformer] error: $*" >&2; exit 1; }
 
 CHECKPOINT="${CHECKPOINT:-checkpoint_best.pt}"
 ROUGE_SCRIPT="$REPO_ROOT/examples/summarization/lightformer/score_rouge.py"
@@ -43,9 +40,9 @@ ROUGE_SCRIPT="$REPO_ROOT/examples/summarization/lightformer/score_rouge.py"
 # PAPER_GPUS counts GPU steps per update (GPUs x update-freq).
 # ---------------------------------------------------------------------------------------------
 
-# subformer_mt DATASET SIZE: DATASET wmt14ende or wmt16enro; SIZE base (small, base, mid and the
+# sf_mt DATASET SIZE: DATASET wmt14ende or wmt16enro; SIZE base (small, base, mid and the
 # baselines) or big (Table 4).
-subformer_mt() {
+sf_mt() {
   DATASET="$1"
   local size="${2:-base}"
   case "$DATASET" in
@@ -73,7 +70,7 @@ subformer_mt() {
   : "${LR:=5e-4}" "${WARMUP:=10000}" "${WEIGHT_DECAY:=0.01}" "${MAX_UPDATE:=200000}"
   LENPEN_FIXED="${LENPEN:-}"
   : "${LENPEN_GRID:=0.0 0.2 0.4 0.6 0.8 1.0 1.2 1.4 1.6 1.8 2.0}"
-  # shellcheck disable=SC2034  # read by evaluate() in ../lightformer/common.sh
+  # shellcheck disable=SC2034  # read by evaluate() and check_tools in ../../common/lib.sh
   BEAM=5 BPE_KIND=subword_nmt METRIC=bleu
   DATA_CHECK="dict.$SRC.txt"
   : "${MAX_TOKENS:=$PAPER_MAX_TOKENS}"
@@ -86,7 +83,7 @@ subformer_mt() {
 # giving it: MAX_UPDATE (default 30000, about 30 epochs at 128K tokens) is our choice. Decoding:
 # beam 4, trigram blocking (--no-repeat-ngram-size 3), the minimum length tuned on valid over
 # 40 / 50 / 60, at most 140 subword tokens; ROUGE-1/2/L F1 with rouge-score.
-subformer_cnndm() {
+sf_cnndm() {
   DATASET=cnndm
   : "${DATA_BIN:=$DATA_ROOT/cnn_dm}"
   SRC=source TGT=target
@@ -96,6 +93,7 @@ subformer_cnndm() {
   : "${BEAM:=4}" "${LENPEN:=1.0}" "${MAX_LEN_B:=140}"
   MIN_LEN_FIXED="${MIN_LEN:-}"
   : "${MIN_LEN_GRID:=40 50 60}"
+  METRIC=rouge
   DATA_CHECK="dict.$SRC.txt"
   : "${MAX_TOKENS:=$PAPER_MAX_TOKENS}"
   set_update_freq
@@ -107,37 +105,30 @@ subformer_cnndm() {
 # updates; 8 GPUs x 1536 tokens x update-freq 3, blocks of 1536 tokens; adaptive input and
 # adaptive softmax (cutoffs 20000,60000, factor 4, tied). Evaluation: fairseq-eval-lm on test,
 # every token scored with 480 tokens of context (Table 5's context length).
-subformer_lm() {
+sf_lm() {
   DATASET=wikitext103
   : "${DATA_BIN:=$DATA_ROOT/wikitext-103}"
   PAPER_GPUS=24 PAPER_MAX_TOKENS=1536
   : "${LR:=1.0}" "${WARMUP:=16000}" "${MAX_UPDATE:=286000}"
   : "${TOKENS_PER_SAMPLE:=1536}" "${CONTEXT_WINDOW:=480}" "${EVAL_TOKENS_PER_SAMPLE:=512}"
+  METRIC=ppl
   DATA_CHECK=dict.txt
   : "${MAX_TOKENS:=$PAPER_MAX_TOKENS}"
   set_update_freq
 }
 
-# device_flags: distributed / fp16 / cpu flags and EXTRA_TRAIN_ARGS, appended to TRAIN_FLAGS.
-device_flags() {
-  if ((NUM_GPUS > 1)); then
-    TRAIN_FLAGS+=(--distributed-world-size "$NUM_GPUS")
-  fi
-  if ((NUM_GPUS == 0)); then
-    TRAIN_FLAGS+=(--cpu)
-  elif [[ "${FP16:-1}" == 1 ]]; then
-    TRAIN_FLAGS+=(--fp16)
-  fi
+# sf_device_flags: distributed / fp16 / cpu flags, --patience and EXTRA_TRAIN_ARGS, appended to
+# TRAIN_FLAGS.
+sf_device_flags() {
+  device_flags
   if [[ -n "${PATIENCE:-}" ]]; then
     TRAIN_FLAGS+=(--patience "$PATIENCE")
   fi
-  local extra=()
-  read -r -a extra <<<"${EXTRA_TRAIN_ARGS:-}"
-  TRAIN_FLAGS+=("${extra[@]}")
+  extra_train_flags
 }
 
-# seq2seq_train_flags: the MT / CNN-DM optimisation flags (see above).
-seq2seq_train_flags() {
+# sf_seq2seq_train_flags: the MT / CNN-DM optimisation flags (see above).
+sf_seq2seq_train_flags() {
   TRAIN_FLAGS=(
     --task translation --source-lang "$SRC" --target-lang "$TGT"
     --optimizer adam --adam-betas '(0.9, 0.999)' --adam-eps 1e-06
@@ -150,11 +141,11 @@ seq2seq_train_flags() {
   if [[ "$DATASET" == cnndm ]]; then
     TRAIN_FLAGS+=(--truncate-source)
   fi
-  device_flags
+  sf_device_flags
 }
 
-# lm_train_flags: the WikiText-103 flags (see above).
-lm_train_flags() {
+# sf_lm_train_flags: the WikiText-103 flags (see above).
+sf_lm_train_flags() {
   TRAIN_FLAGS=(
     --task language_modeling --tokens-per-sample "$TOKENS_PER_SAMPLE" --sample-break-mode none
     --optimizer nag --clip-norm 0.1
@@ -166,19 +157,19 @@ lm_train_flags() {
     --seed "$SEED" --log-format simple --log-interval 100 --no-epoch-checkpoints
     --skip-invalid-size-inputs-valid-test --ddp-backend legacy_ddp
   )
-  device_flags
+  sf_device_flags
 }
 
 # ---------------------------------------------------------------------------------------------
-# Steps (training: fit from ../lightformer/common.sh, with the TRAIN_FLAGS a row sets and the
+# Steps (training: fit from ../../common/lib.sh, with the TRAIN_FLAGS a row sets and the
 # dataset's DATA_CHECK)
 # ---------------------------------------------------------------------------------------------
 
-gt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
+sf_gt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a > b) }'; }
 
-# valid_bleu GEN_OUT: the tokenized BLEU of a fairseq-generate output, as evaluate() scores the
+# sf_valid_bleu GEN_OUT: the tokenized BLEU of a fairseq-generate output, as evaluate() scores the
 # test set (compound splitting on En-De).
-valid_bleu() {
+sf_valid_bleu() {
   local gen="$1" hyp ref
   hyp_ref "$gen"
   hyp="$gen.hyp" ref="$gen.ref"
@@ -190,9 +181,9 @@ valid_bleu() {
   fairseq-score --sys "$hyp" --ref "$ref" | sed -n 's/.*BLEU4 = \([0-9.]*\).*/\1/p' | tail -n 1
 }
 
-# tune_lenpen SAVE_DIR CHECKPOINT: set LENPEN to the grid value with the best valid BLEU
+# sf_tune_lenpen SAVE_DIR CHECKPOINT: set LENPEN to the grid value with the best valid BLEU
 # (or to LENPEN when it was given). Scores go to SAVE_DIR/tune/lenpen.txt.
-tune_lenpen() {
+sf_tune_lenpen() {
   local save_dir="$1" ckpt="$2" lp gen bleu best="" best_bleu=-1
   if [[ -n "$LENPEN_FIXED" ]]; then
     LENPEN="$LENPEN_FIXED"
@@ -206,10 +197,10 @@ tune_lenpen() {
       --beam "$BEAM" --lenpen "$lp" --batch-size 128 --required-batch-size-multiple 1 \
       --remove-bpe
     [[ "$DRY_RUN" == 1 ]] && continue
-    bleu="$(valid_bleu "$gen")"
+    bleu="$(sf_valid_bleu "$gen")"
     [[ -n "$bleu" ]] || die "no BLEU in $gen"
     echo "lenpen $lp: valid BLEU $bleu" | tee -a "$save_dir/tune/lenpen.txt" >&2
-    if gt "$bleu" "$best_bleu"; then best="$lp" best_bleu="$bleu"; fi
+    if sf_gt "$bleu" "$best_bleu"; then best="$lp" best_bleu="$bleu"; fi
   done
   if [[ "$DRY_RUN" == 1 ]]; then
     echo "  (lenpen: the value of the grid with the best valid BLEU)"
@@ -221,25 +212,26 @@ tune_lenpen() {
   fi
 }
 
-# mt_row NAME [model flags...]: train, tune the length penalty on valid, decode and score test.
-mt_row() {
+# sf_mt_row NAME [model flags...]: train, tune the length penalty on valid, decode and score test.
+sf_mt_row() {
   local name="$1"
   shift
   local save_dir="$SAVE_ROOT/$DATASET/$name"
+  if [[ -n "$LENPEN_FIXED" ]]; then check_tools; else check_tools fairseq-score; fi
   if [[ "$DRY_RUN" != 1 && -f "$save_dir/results.txt" ]]; then
     log "$save_dir: done before (results.txt)"
     return 0
   fi
-  seq2seq_train_flags
+  sf_seq2seq_train_flags
   fit "$save_dir" "$@"
-  tune_lenpen "$save_dir" "$save_dir/$CHECKPOINT"
+  sf_tune_lenpen "$save_dir" "$save_dir/$CHECKPOINT"
   evaluate "$save_dir" "$save_dir/$CHECKPOINT"
 }
 
-# summarize SAVE_DIR CHECKPOINT SUBSET MIN_LEN: decode SUBSET with trigram blocking and score it
+# sf_summarize SAVE_DIR CHECKPOINT SUBSET MIN_LEN: decode SUBSET with trigram blocking and score it
 # (ROUGE-1/2/L F1, rouge-score) against DATA_BIN/refs/SUBSET.target (the raw summaries); the
 # scores are written to $ROUGE_OUT (and printed for the test set).
-summarize() {
+sf_summarize() {
   local save_dir="$1" ckpt="$2" subset="$3" min_len="$4"
   local gen="$save_dir/generate-$subset.txt"
   if [[ "$subset" != test ]]; then gen="$save_dir/tune/generate-$subset-minlen$min_len.txt"; fi
@@ -255,33 +247,34 @@ summarize() {
   if [[ "$DRY_RUN" != 1 && "$subset" == test ]]; then cat "$ROUGE_OUT"; fi
 }
 
-# rouge_sum ROUGE_OUT: R-1 + R-2 + R-L of a score_rouge.py output line.
-rouge_sum() {
+# sf_rouge_sum ROUGE_OUT: R-1 + R-2 + R-L of a score_rouge.py output line.
+sf_rouge_sum() {
   awk '{ for (i = 1; i < NF; i++) if ($i ~ /^R-(1|2|L)$/) s += $(i + 1) } END { print s + 0 }' "$1"
 }
 
-# summarization_row NAME [model flags...]: train, tune the minimum length on valid (sum of
+# sf_summarization_row NAME [model flags...]: train, tune the minimum length on valid (sum of
 # ROUGE-1/2/L), decode test with trigram blocking, write SAVE_DIR/results.txt.
-summarization_row() {
+sf_summarization_row() {
   local name="$1"
   shift
   local save_dir="$SAVE_ROOT/$DATASET/$name" ckpt min_len score best="" best_score=-1
+  check_tools
   if [[ "$DRY_RUN" != 1 && -f "$save_dir/results.txt" ]]; then
     log "$save_dir: done before (results.txt)"
     return 0
   fi
-  seq2seq_train_flags
+  sf_seq2seq_train_flags
   fit "$save_dir" "$@"
   ckpt="$save_dir/$CHECKPOINT"
   if [[ -n "$MIN_LEN_FIXED" ]]; then
     best="$MIN_LEN_FIXED"
   else
     for min_len in $MIN_LEN_GRID; do
-      summarize "$save_dir" "$ckpt" valid "$min_len"
+      sf_summarize "$save_dir" "$ckpt" valid "$min_len"
       [[ "$DRY_RUN" == 1 ]] && continue
-      score="$(rouge_sum "$ROUGE_OUT")"
+      score="$(sf_rouge_sum "$ROUGE_OUT")"
       echo "min-len $min_len: valid R-1 + R-2 + R-L $score" >&2
-      if gt "$score" "$best_score"; then best="$min_len" best_score="$score"; fi
+      if sf_gt "$score" "$best_score"; then best="$min_len" best_score="$score"; fi
     done
     if [[ "$DRY_RUN" == 1 ]]; then
       echo "  (min-len: the value of the grid with the best valid ROUGE-1 + ROUGE-2 + ROUGE-L)"
@@ -289,27 +282,28 @@ summarization_row() {
     fi
   fi
   if [[ "$DRY_RUN" == 1 ]]; then
-    summarize "$save_dir" "$ckpt" test "$best"
+    sf_summarize "$save_dir" "$ckpt" test "$best"
     return 0
   fi
   {
     echo "checkpoint: $ckpt (min-len $best, beam $BEAM, trigram blocking)"
     grep -h -m1 'model params' "$save_dir/train.log" 2>/dev/null | sed 's/.*| //' || true
-    summarize "$save_dir" "$ckpt" test "$best"
+    sf_summarize "$save_dir" "$ckpt" test "$best"
   } | tee "$save_dir/results.txt"
 }
 
-# lm_row NAME [model flags...]: train a WikiText-103 language model and report test perplexity
+# sf_lm_row NAME [model flags...]: train a WikiText-103 language model and report test perplexity
 # with fairseq-eval-lm (SAVE_DIR/results.txt).
-lm_row() {
+sf_lm_row() {
   local name="$1"
   shift
   local save_dir="$SAVE_ROOT/$DATASET/$name"
+  check_tools
   if [[ "$DRY_RUN" != 1 && -f "$save_dir/results.txt" ]]; then
     log "$save_dir: done before (results.txt)"
     return 0
   fi
-  lm_train_flags
+  sf_lm_train_flags
   fit "$save_dir" "$@" \
     --adaptive-input --adaptive-input-cutoff 20000,60000 --adaptive-input-factor 4 \
     --adaptive-softmax-cutoff 20000,60000 --adaptive-softmax-factor 4 \

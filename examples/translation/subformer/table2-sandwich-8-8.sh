@@ -5,5 +5,5 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-subformer_mt wmt14ende base
-mt_row sandwich-8-8 --arch subformer --subformer-sharing sandwich --encoder-layers 8 --decoder-layers 8
+sf_mt wmt14ende base
+sf_mt_row sandwich-8-8 --arch subformer --subformer-sharing sandwich --encoder-layers 8 --decoder-layers 8

@@ -5,5 +5,5 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-subformer_mt wmt14ende base
-mt_row only-safe --arch subformer_only_safe
+sf_mt wmt14ende base
+sf_mt_row only-safe --arch subformer_only_safe

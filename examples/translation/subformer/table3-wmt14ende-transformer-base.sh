@@ -6,5 +6,5 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-subformer_mt wmt14ende base
-mt_row transformer-base --arch subformer --subformer-sharing none
+sf_mt wmt14ende base
+sf_mt_row transformer-base --arch subformer --subformer-sharing none

@@ -5,5 +5,5 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-subformer_mt wmt16enro base
-mt_row subformer-small --arch subformer_wmt_en_ro_small
+sf_mt wmt16enro base
+sf_mt_row subformer-small --arch subformer_wmt_en_ro_small

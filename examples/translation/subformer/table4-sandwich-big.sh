@@ -5,5 +5,5 @@
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-subformer_mt wmt14ende big
-mt_row sandwich-big --arch sandwich_big
+sf_mt wmt14ende big
+sf_mt_row sandwich-big --arch sandwich_big
