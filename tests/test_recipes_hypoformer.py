@@ -510,3 +510,55 @@ def test_every_printed_training_command_parses_in_fairseq(fairseq_parser):
                 assert args.admin_profile_file.endswith("admin_profile.json")
                 assert args.share_all_embeddings
     assert len(seen) >= 30
+
+
+# ---------------------------------------------------------------------------------------------
+# examples/translation/kd/run_iwslt14_kd.sh: the SKD procedure with any architecture
+# ---------------------------------------------------------------------------------------------
+
+KD_SCRIPT = os.path.join(ROOT, "examples", "translation", "kd", "run_iwslt14_kd.sh")
+
+
+def test_kd_script_prints_teacher_distillation_student_and_tests(tmp_path, fairseq_parser):
+    cmds = dry_run(
+        KD_SCRIPT, tmp_path, ARCH="hypoformer_iwslt_de_en", CPU="1",
+        STUDENT_ARGS="--encoder-layers 12 --decoder-layers 1", DISTILL_GENERATE_ARGS="--max-len-b 10",
+    )  # fmt: skip
+    teacher, student = commands(cmds, "fairseq-train")
+    (distill,) = [c for c in cmds if c[0].endswith("scripts/distill_data.sh")]
+    gens = commands(cmds, "fairseq-generate")
+    assert [cmds.index(c) for c in (teacher, distill, student, *gens)] == list(range(5))
+    data = os.path.join(tmp_path, "data-bin", "iwslt14.tokenized.de-en")
+    root = os.path.join(tmp_path, "ckpt")
+    assert teacher[1] == student[1] == distill[1] == data
+    # 1. the 12-2 teacher on the ground truth, Table 6's schedule
+    assert save_dir(teacher) == os.path.join(root, "teacher-12-2")
+    assert (
+        flag(teacher, "--arch") == "transformer_iwslt_de_en" and "--share-all-embeddings" in teacher
+    )
+    assert contains(teacher, "--encoder-layers", "12", "--decoder-layers", "2")
+    assert (flag(teacher, "--lr"), flag(teacher, "--warmup-updates")) == ("7e-4", "6000")
+    assert (flag(teacher, "--max-update"), flag(teacher, "--max-tokens")) == ("20000", "4096")
+    assert "--task" not in teacher  # fairseq's default: translation
+    # 2. its translation of the training set
+    assert flag(distill, "--path") == os.path.join(root, "teacher-12-2", "checkpoint_best.pt")
+    assert flag(distill, "--out-dir") == data + ".kd-12-2"
+    assert (flag(distill, "--beam"), flag(distill, "--lenpen")) == ("5", "1.0")
+    assert flag(distill, "--generate-args") == "--max-len-b 10"
+    # 3. the student on ground truth + SKD data
+    assert flag(student, "--task") == "translation_seqkd"
+    assert flag(student, "--kd-data-mode") == "both"
+    assert flag(student, "--kd-distilled-data") == flag(distill, "--out-dir")
+    assert contains(student, "--arch", "hypoformer_iwslt_de_en", "--encoder-layers", "12")
+    assert save_dir(student) == os.path.join(root, "student-hypoformer_iwslt_de_en")
+    # 4. both tested on their lowest-loss checkpoint, every test sentence decoded
+    assert [flag(g, "--path") for g in gens] == [
+        os.path.join(save_dir(c), "checkpoint_best.pt") for c in (teacher, student)
+    ]
+    for cmd in (teacher, distill, student, *gens):
+        assert "--cpu" in cmd and flag(cmd, "--user-dir") == USER_DIR
+    for gen in gens:
+        assert flag(gen, "--required-batch-size-multiple") == "1" and "--remove-bpe" in gen
+    # fairseq (with the plugin) accepts both training commands
+    for cmd in (teacher, student):
+        assert fairseq_parser(cmd).arch == flag(cmd, "--arch")

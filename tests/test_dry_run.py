@@ -1,0 +1,142 @@
+"""DRY_RUN=1 is honoured by every shell script under examples/.
+
+One parametrized test over every ``*.sh`` under examples/ (found with glob, so a new script is
+covered without touching this file): the script runs with DRY_RUN=1 and nothing else from the
+environment (no USER_DIR, PYTHON, DATA_ROOT, SAVE_ROOT: as a user would first try it), in a
+temporary working directory, with stubs first on PATH for every program that downloads, trains,
+decodes, preprocesses or scores. A stub writes a marker file and exits 1, so a program that is
+really run fails the script and the test. The stub python passes ``python -c`` (the library's
+read-only look-ups: where lightcompress and fairseq are installed, whether a module is) to the
+real interpreter and refuses anything else (a script, ``-m`` entry points, code on stdin).
+
+The scripts run from a copy of examples/ and scripts/ inside the temporary directory: they find
+the repository from their own path, so whatever they could write next to themselves lands in
+the copy. Before and after each run, every file under the temporary directory (the copy, the
+working directory, HOME) is listed with its size and modification time; the lists must be
+equal. TMPDIR is the only place a script may write to.
+
+Left out: examples/translation/demo.sh and examples/translation/prepare-demo-corpus.sh. They
+are the `make demo` walkthrough, not recipes: the demo trains a tiny model on purpose, on the
+CPU, in a few minutes, on a corpus prepare-demo-corpus.sh builds from files on this machine;
+neither has a DRY_RUN mode, and they are maintained with the demo, outside the recipe library.
+"""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = os.path.join(ROOT, "examples")
+NOT_RECIPES = {  # see the module docstring
+    os.path.join("translation", "demo.sh"),
+    os.path.join("translation", "prepare-demo-corpus.sh"),
+}
+SCRIPTS = sorted(
+    rel
+    for rel in (
+        os.path.relpath(p, EXAMPLES)
+        for p in glob.glob(os.path.join(EXAMPLES, "**", "*.sh"), recursive=True)
+    )
+    if rel not in NOT_RECIPES
+)
+# downloading, cloning, training, decoding, preprocessing, converting, scoring, tokenizing
+FORBIDDEN = (
+    "git", "wget", "curl", "gdown", "fairseq-train", "fairseq-generate", "fairseq-preprocess",
+    "fairseq-eval-lm", "fairseq-score", "fairseq-interactive", "fairseq-validate",
+    "fairseq-hydra-train", "lightcompress-convert", "lightcompress-params", "torchrun",
+    "sacrebleu", "sacremoses", "subword-nmt", "spm_train", "spm_encode", "perl",
+)  # fmt: skip
+STUB = """#!/usr/bin/env bash
+echo "{name} $*" >> "{marker}"
+echo "dry-run stub: {name} was run" >&2
+exit 1
+"""
+# python -c: the library's look-ups (importlib.util.find_spec); anything else is refused
+STUB_PYTHON = """#!/usr/bin/env bash
+if [[ "${{1:-}}" == -c ]]; then
+  exec "{python}" "$@"
+fi
+echo "{name} $*" >> "{marker}"
+echo "dry-run stub: {name} $* was run" >&2
+exit 1
+"""
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    """(copy of the repository's examples/, scripts/ and lightcompress/__main__.py, stub dir)"""
+    root = tmp_path_factory.mktemp("dry-run")
+    repo = root / "repo"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(EXAMPLES, repo / "examples", ignore=ignore, symlinks=True)
+    shutil.copytree(os.path.join(ROOT, "scripts"), repo / "scripts", ignore=ignore, symlinks=True)
+    (repo / "lightcompress").mkdir()
+    shutil.copy(os.path.join(ROOT, "lightcompress", "__main__.py"), repo / "lightcompress")
+    return repo
+
+
+def stub_dir(tmp_path, marker):
+    stubs = tmp_path / "stub-bin"
+    stubs.mkdir()
+    for name in FORBIDDEN:
+        (stubs / name).write_text(STUB.format(name=name, marker=marker))
+    for name in ("python", "python3"):
+        text = STUB_PYTHON.format(name=name, marker=marker, python=sys.executable)
+        (stubs / name).write_text(text)
+    for path in stubs.iterdir():
+        path.chmod(0o755)
+    return stubs
+
+
+def listing(*dirs, skip=()):
+    """{path: (size, mtime_ns)} of every file, directory and link under dirs (skip excluded)."""
+    out = {}
+    for top in dirs:
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames[:] = [d for d in dirnames if os.path.join(dirpath, d) not in skip]
+            for name in dirnames + filenames:
+                path = os.path.join(dirpath, name)
+                st = os.lstat(path)
+                out[path] = (st.st_size, st.st_mtime_ns) if name in filenames else (0, 0)
+    return out
+
+
+@pytest.mark.parametrize("rel", SCRIPTS)
+def test_dry_run_downloads_trains_and_writes_nothing(rel, sandbox, tmp_path):
+    marker = tmp_path / "programs-run.txt"
+    stubs = stub_dir(tmp_path, marker)
+    work, home, tmp = tmp_path / "work", tmp_path / "home", tmp_path / "tmp"
+    for d in (work, home, tmp):
+        d.mkdir()
+    env = {
+        "PATH": f"{stubs}:/usr/bin:/bin",
+        "HOME": str(home),
+        "TMPDIR": str(tmp),
+        "LANG": "C.UTF-8",
+        "DRY_RUN": "1",
+    }
+    path = sandbox / "examples" / rel
+    before = listing(sandbox, tmp_path, skip={str(tmp)})
+    proc = subprocess.run(
+        [shutil.which("bash"), str(path)], cwd=work, env=env, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    ran = marker.read_text() if marker.exists() else ""
+    assert ran == "", f"{rel} ran with DRY_RUN=1:\n{ran}\nstderr:\n{proc.stderr}"
+    assert proc.returncode == 0, proc.stderr
+    assert "command not found" not in proc.stderr, proc.stderr
+    assert "--user-dir ''" not in proc.stdout
+    after = listing(sandbox, tmp_path, skip={str(tmp)})
+    changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
+    assert changed == [], f"{rel} wrote outside TMPDIR with DRY_RUN=1"
+    with open(path, encoding="utf-8") as f:
+        runnable = f.readline().startswith("#!")
+    printed = [line for line in proc.stdout.splitlines() if line.startswith("+ ")]
+    if runnable:  # a recipe shows what it would run
+        assert printed, f"{rel} printed no command:\n{proc.stdout}\n{proc.stderr}"
+    else:  # a sourced library (common.sh, lib.sh) defines functions and runs nothing
+        assert proc.stdout == ""
