@@ -32,9 +32,7 @@ is made and replaced. Patterns that match no path are an error (like
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import logging
-from typing import Any
 
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import (
@@ -53,6 +51,7 @@ from torch import nn
 
 from lightcompress.admin import admin_residual, connect_admin
 from lightcompress.integration import TiedOutputProjection, disable_attention_fast_path
+from lightcompress.models.presets import CompressionConfig, add_config_args
 from lightcompress.modules import CompressionSpec, SpecPlan, group_schedule, tie_layers
 from lightcompress.modules.fused_qkv import FusedQKV
 
@@ -61,8 +60,6 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "CompressedTransformerModel",
     "HTTSelfAttention",
-    "add_config_args",
-    "apply_config_defaults",
     "apply_layer_sharing",
     "module_at",
     "replace_by_plan",
@@ -76,37 +73,6 @@ def _plan() -> SpecPlan:
     if plan is None:
         raise RuntimeError("compressed layers are built by CompressedTransformerModel.build_model")
     return plan
-
-
-# --------------------------------------------------------------------------------------------
-# configuration: one dataclass per family, flags generated from its fields
-# --------------------------------------------------------------------------------------------
-
-
-def add_config_args(parser, config_cls, title: str) -> None:
-    """Add one flag per field of ``config_cls`` (``--lc-rank`` for ``lc_rank``), with the
-    field's ``metadata["help"]``, no default (the architectures set them)."""
-    group = parser.add_argument_group(title)
-    for f in dataclasses.fields(config_cls):
-        meta = dict(f.metadata)
-        flag = "--" + f.name.replace("_", "-")
-        kwargs: dict[str, Any] = {"help": meta.get("help", "")}
-        if meta.get("flag") == "store_true":
-            kwargs.update(action="store_true", default=None)
-        else:
-            kwargs["type"] = meta.get("type", str)
-            for key in ("choices", "metavar"):
-                if key in meta:
-                    kwargs[key] = meta[key]
-        group.add_argument(flag, **kwargs)
-
-
-def apply_config_defaults(args, config) -> None:
-    """Set every field of the dataclass instance ``config`` on ``args`` unless the user set
-    it (absent or ``None`` = unset): the one way the plugin's architectures set defaults."""
-    for f in dataclasses.fields(config):
-        if getattr(args, f.name, None) is None:
-            setattr(args, f.name, getattr(config, f.name))
 
 
 # --------------------------------------------------------------------------------------------
@@ -367,8 +333,6 @@ class CompressedTransformerModel(TransformerModel):
     @classmethod
     def add_args(cls, parser):
         super().add_args(parser)
-        from lightcompress.models.presets import CompressionConfig
-
         add_config_args(parser, CompressionConfig, "compression, sharing, Admin (lightcompress)")
 
     @classmethod

@@ -43,7 +43,6 @@ from fairseq.models import register_model
 from lightcompress.models.compressed import (
     CompressedTransformerModel,
     HTTSelfAttention,
-    add_config_args,
 )
 from lightcompress.models.presets import (
     EMBED_KINDS,
@@ -55,6 +54,8 @@ from lightcompress.models.presets import (
     VOCAB,
     CompressionConfig,
     HypoformerConfig,
+    add_config_args,
+    own_fields,
     register_presets,
 )
 
@@ -125,14 +126,9 @@ def hypoformer_spec_text(args) -> str:
 
 def add_hypoformer_args(parser):
     """The ``--hypo-*`` flags (the fields of HypoformerConfig that are not common)."""
-    import dataclasses
-
-    common = {f.name for f in dataclasses.fields(CompressionConfig)}
-    own = dataclasses.make_dataclass(
-        "HypoformerFlags",
-        [(f.name, f.type, f) for f in dataclasses.fields(HypoformerConfig) if f.name not in common],
+    add_config_args(
+        parser, own_fields(HypoformerConfig, CompressionConfig), "Hypoformer (lightcompress)"
     )
-    add_config_args(parser, own, "Hypoformer (lightcompress)")
 
 
 @register_model("hypoformer")

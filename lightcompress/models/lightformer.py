@@ -45,10 +45,15 @@ from fairseq.models import register_model
 
 from lightcompress.models.compressed import (
     CompressedTransformerModel,
-    add_config_args,
     apply_layer_sharing,
 )
-from lightcompress.models.presets import CompressionConfig, LightformerConfig, register_presets
+from lightcompress.models.presets import (
+    CompressionConfig,
+    LightformerConfig,
+    add_config_args,
+    own_fields,
+    register_presets,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -64,18 +69,9 @@ _FACTORIZABLE = ("attn", "ffn", "embed")
 
 def add_lightformer_args(parser):
     """LightFormer's own ``--lc-*`` flags (the fields of LightformerConfig that are not common)."""
-    import dataclasses
-
-    common = {f.name for f in dataclasses.fields(CompressionConfig)}
-    own = dataclasses.make_dataclass(
-        "LightformerFlags",
-        [
-            (f.name, f.type, f)
-            for f in dataclasses.fields(LightformerConfig)
-            if f.name not in common
-        ],
+    add_config_args(
+        parser, own_fields(LightformerConfig, CompressionConfig), "LightFormer (lightcompress)"
     )
-    add_config_args(parser, own, "LightFormer (lightcompress)")
 
 
 def _rank_param(rank, ratio, what):

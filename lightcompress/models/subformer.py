@@ -57,13 +57,12 @@ import copy
 import logging
 from dataclasses import dataclass
 
-from fairseq.models import register_model, register_model_architecture
+from fairseq.models import register_model
 from fairseq.models.transformer import (
     TransformerConfig,
     TransformerDecoderBase,
     TransformerEncoderBase,
     TransformerModel,
-    base_architecture,
 )
 from fairseq.modules import LayerNorm, MultiheadAttention, PositionalEmbedding
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
@@ -74,6 +73,7 @@ from fairseq.modules.transformer_layer import (
 )
 from torch import nn
 
+from lightcompress.models.presets import PRESETS, SubformerConfig, add_config_args, register_presets
 from lightcompress.modules.safe import (
     OutputReduction,
     QueryProjectedAttention,
@@ -155,59 +155,9 @@ class SubformerOptions:
 
 
 def add_subformer_args(parser):
-    """The ``--subformer-*`` / ``--safe-*`` flags (no defaults: architectures set them)."""
-    group = parser.add_argument_group("Subformer (lightcompress)")
-    group.add_argument(
-        "--subformer-sharing",
-        choices=sorted(SHARING_SCHEDULES),
-        help="cross-layer sharing of each stack: sandwich (first and last independent, "
-        "middle shared), all, all-independent-ffn, all-except-last, every-2, none "
-        "(Subformer Table 2); LayerNorms are never shared",
-    )
-    group.add_argument(
-        "--subformer-sandwich-dim",
-        type=int,
-        metavar="D",
-        help="width d_s of the shared middle layers (sandwich only; default: the model width)",
-    )
-    group.add_argument(
-        "--subformer-sandwich-ffn-dim",
-        type=int,
-        metavar="D",
-        help="FFN width of the middle layers (default: the model's FFN width if d_s = d, "
-        "else 4 d_s)",
-    )
-    group.add_argument(
-        "--subformer-sandwich-heads",
-        type=int,
-        metavar="H",
-        help="attention heads of the middle layers (default: the model's heads if d_s = d, "
-        "else d_s // 64, d_s // 128 above 1024)",
-    )
-    group.add_argument(
-        "--safe-dim",
-        type=int,
-        metavar="R",
-        help="SAFE reduction (embedding) dimension r; 0 or unset: plain embeddings",
-    )
-    group.add_argument(
-        "--safe-heads",
-        type=int,
-        metavar="H",
-        help="attention heads of the SAFE block (default: r // 64, the authors' rule)",
-    )
-    group.add_argument(
-        "--safe-output",
-        choices=OutputReduction.KINDS,
-        help="with SAFE and a tied output table: map d -> r with one Linear (linear, the "
-        "authors' code) or the paper's two-layer MLP d -> 2r -> r (mlp)",
-    )
-    group.add_argument(
-        "--subformer-init",
-        choices=("bert", "fairseq"),
-        help="initialisation: bert (N(0, 0.02), biases 0, pad rows 0; the paper's MT setup) "
-        "or fairseq's defaults",
-    )
+    """The ``--subformer-*`` / ``--safe-*`` flags: the fields of
+    :class:`~lightcompress.models.presets.SubformerConfig` (no defaults: presets set them)."""
+    add_config_args(parser, SubformerConfig, "Subformer (lightcompress)")
 
 
 # --- layers ---------------------------------------------------------------------------------
@@ -549,7 +499,7 @@ class SubformerModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        subformer_architecture(args)
+        PRESETS["subformer"].apply(args)  # defaults for flags a checkpoint may lack
         SubformerOptions.from_args(args)  # validate flags before building
         model = super().build_model(args, task)
         if getattr(args, "subformer_init", "bert") == "bert":
@@ -578,117 +528,6 @@ class SubformerModel(TransformerModel):
         )
 
 
-# --- architectures --------------------------------------------------------------------------
+# --- architectures: the ``subformer*`` entries of lightcompress.models.presets.PRESETS ----
 
-
-def _defaults(
-    args,
-    *,
-    dim=512,
-    ffn=None,
-    layers=6,
-    safe_dim=0,
-    sandwich_dim=None,
-    sandwich_ffn=None,
-    sharing="sandwich",
-):
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", dim)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", ffn or 4 * dim)
-    args.encoder_attention_heads = getattr(
-        args, "encoder_attention_heads", subformer_heads(args.encoder_embed_dim)
-    )
-    args.encoder_layers = getattr(args, "encoder_layers", layers)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", args.encoder_embed_dim)
-    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", args.encoder_ffn_embed_dim)
-    args.decoder_attention_heads = getattr(
-        args, "decoder_attention_heads", subformer_heads(args.decoder_embed_dim)
-    )
-    args.decoder_layers = getattr(args, "decoder_layers", args.encoder_layers)
-    args.share_all_embeddings = getattr(args, "share_all_embeddings", True)
-    args.safe_dim = getattr(args, "safe_dim", safe_dim)
-    args.safe_heads = getattr(args, "safe_heads", None)
-    args.safe_output = getattr(args, "safe_output", "linear")
-    args.subformer_sharing = getattr(args, "subformer_sharing", sharing)
-    args.subformer_sandwich_dim = getattr(args, "subformer_sandwich_dim", sandwich_dim)
-    args.subformer_sandwich_ffn_dim = getattr(args, "subformer_sandwich_ffn_dim", sandwich_ffn)
-    args.subformer_sandwich_heads = getattr(args, "subformer_sandwich_heads", None)
-    args.subformer_init = getattr(args, "subformer_init", "bert")
-
-
-@register_model_architecture("subformer", "subformer")
-def subformer_architecture(args):
-    """Transformer-base widths with sandwich sharing, no SAFE (Tables 2/3 "Only SANDWICH",
-    38.8M at V = 32,768). ``--subformer-sharing`` selects Table 2's other variants."""
-    _defaults(args)
-    base_architecture(args)
-
-
-@register_model_architecture("subformer", "subformer_only_safe")
-def subformer_only_safe(args):
-    """Table 3 "Only SAFE, d_e = 256": Transformer-base with SAFE, no sharing."""
-    _defaults(args, safe_dim=256, sharing="none")
-    base_architecture(args)
-
-
-@register_model_architecture("subformer", "subformer_small")
-def subformer_small(args):
-    """Table 3 SUBFORMER-SMALL: d 512, d_s 768 (FFN 2048, the code's default), r 256, 8-8."""
-    _defaults(args, layers=8, safe_dim=256, sandwich_dim=768, sandwich_ffn=2048)
-    base_architecture(args)
-
-
-@register_model_architecture("subformer", "subformer_base")
-def subformer_base(args):
-    """Table 3 SUBFORMER-BASE: d 512, d_s 1024, sandwich FFN 3072, r 320, 6-6."""
-    _defaults(args, safe_dim=320, sandwich_dim=1024, sandwich_ffn=3072)
-    base_architecture(args)
-
-
-@register_model_architecture("subformer", "subformer_mid")
-def subformer_mid(args):
-    """Table 3 SUBFORMER-MID: d = d_s = 768 (FFN 3072), r 350, 6-6."""
-    _defaults(args, dim=768, safe_dim=350, sandwich_dim=768)
-    base_architecture(args)
-
-
-@register_model_architecture("subformer", "subformer_xlarge")
-def subformer_xlarge(args):
-    """Table 4 SUBFORMER-XLARGE: d 1024 (FFN 4096), d_s 2048 (FFN 8192 = 4 d_s), r 512, 6-6."""
-    _defaults(args, dim=1024, safe_dim=512, sandwich_dim=2048, sandwich_ffn=8192)
-    args.dropout = getattr(args, "dropout", 0.3)
-    base_architecture(args)
-
-
-@register_model_architecture("subformer", "subformer_sandwich_big")
-@register_model_architecture("subformer", "sandwich_big")
-def subformer_sandwich_big(args):
-    """Table 4 SANDWICH-BIG: Transformer-big widths with sandwich sharing, no SAFE."""
-    _defaults(args, dim=1024)
-    args.dropout = getattr(args, "dropout", 0.3)
-    base_architecture(args)
-
-
-@register_model_architecture("subformer", "subformer_wmt_en_ro_small")
-def subformer_wmt_en_ro_small(args):
-    """Table 3 WMT'16 En-Ro small: d 320 (FFN 1280), d_s 512 (FFN 2048), r 192, 6-6."""
-    _defaults(args, dim=320, safe_dim=192, sandwich_dim=512)
-    base_architecture(args)
-
-
-@register_model_architecture("subformer", "subformer_wmt_en_ro_base")
-def subformer_wmt_en_ro_base(args):
-    """Table 3 WMT'16 En-Ro base: d 512, d_s 640 (FFN 2560), r 384, 6-6 (43.1M; the paper
-    prints 48M, which these widths do not give)."""
-    _defaults(args, safe_dim=384, sandwich_dim=640)
-    base_architecture(args)
-
-
-@register_model_architecture("subformer", "subformer_cnn_dm")
-def subformer_cnn_dm(args):
-    """Table 6 CNN-DailyMail: SUBFORMER-BASE with r 256 (d 512, d_s 1024, FFN 3072);
-    separate source and target tables (decoder input/output tied), as Edunov et al.'s 77M
-    Transformer baseline."""
-    args.share_all_embeddings = getattr(args, "share_all_embeddings", False)
-    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
-    _defaults(args, safe_dim=256, sandwich_dim=1024, sandwich_ffn=3072)
-    base_architecture(args)
+register_presets("subformer")

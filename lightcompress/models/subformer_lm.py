@@ -22,20 +22,20 @@ describes.
 from dataclasses import dataclass, field
 from typing import Optional
 
-from fairseq.models import register_model, register_model_architecture
+from fairseq.models import register_model
 from fairseq.models.transformer import TransformerConfig
 from fairseq.models.transformer_lm import (
     TransformerLanguageModel,
     TransformerLanguageModelConfig,
-    transformer_lm_baevski_wiki103,
 )
 
+from lightcompress.models.presets import register_presets
 from lightcompress.models.subformer import (
     SHARING_SCHEDULES,
     SubformerDecoder,
     SubformerOptions,
 )
-from lightcompress.modules.safe import bert_init_model_, subformer_heads
+from lightcompress.modules.safe import bert_init_model_
 
 __all__ = ["SubformerLanguageModel", "SubformerLanguageModelConfig"]
 
@@ -125,23 +125,6 @@ class SubformerLanguageModel(TransformerLanguageModel):
         return super().build_embedding(args, dictionary, safe_dim or embed_dim, path)
 
 
-def _lm_defaults(args):
-    args.subformer_sharing = getattr(args, "subformer_sharing", None) or "sandwich"
-    args.safe_output = getattr(args, "safe_output", None) or "linear"
-    args.subformer_init = getattr(args, "subformer_init", None) or "fairseq"
+# --- architectures: the ``subformer_lm*`` entries of lightcompress.models.presets.PRESETS ---
 
-
-@register_model_architecture("subformer_lm", "subformer_lm_wiki103")
-def subformer_lm_wiki103(args):
-    """Table 5: d 768 (FFN 4096), d_s 2048 (FFN 6144), 12 layers, adaptive input/softmax of
-    ``transformer_lm_wiki103``; 96.3M at 267,744 types."""
-    args.decoder_layers = getattr(args, "decoder_layers", None) or 12
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", None) or 768
-    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", None) or 4096
-    args.decoder_attention_heads = getattr(
-        args, "decoder_attention_heads", None
-    ) or subformer_heads(args.decoder_embed_dim)
-    args.subformer_sandwich_dim = getattr(args, "subformer_sandwich_dim", None) or 2048
-    args.subformer_sandwich_ffn_dim = getattr(args, "subformer_sandwich_ffn_dim", None) or 6144
-    _lm_defaults(args)
-    transformer_lm_baevski_wiki103(args)
+register_presets("subformer_lm")
