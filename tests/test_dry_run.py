@@ -15,6 +15,10 @@ the copy. Before and after each run, every file under the temporary directory (t
 working directory, HOME) is listed with its size and modification time; the lists must be
 equal. TMPDIR is the only place a script may write to.
 
+There is no data in the temporary directory, so every row's check_tools reports (in a dry run
+it reports and goes on) what a real run would miss: the report must come before the first
+training command, which shows that the check runs before the first training step.
+
 Left out: examples/translation/demo.sh and examples/translation/prepare-demo-corpus.sh. They
 are the `make demo` walkthrough, not recipes: the demo trains a tiny model on purpose, on the
 CPU, in a few minutes, on a corpus prepare-demo-corpus.sh builds from files on this machine;
@@ -121,22 +125,28 @@ def test_dry_run_downloads_trains_and_writes_nothing(rel, sandbox, tmp_path):
     }
     path = sandbox / "examples" / rel
     before = listing(sandbox, tmp_path, skip={str(tmp)})
-    proc = subprocess.run(
-        [shutil.which("bash"), str(path)], cwd=work, env=env, capture_output=True, text=True,
-        timeout=120, check=False,
+    proc = subprocess.run(  # stderr into stdout: the order of messages and commands is kept
+        [shutil.which("bash"), str(path)], cwd=work, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, timeout=120, check=False,
     )  # fmt: skip
+    out = proc.stdout
     ran = marker.read_text() if marker.exists() else ""
-    assert ran == "", f"{rel} ran with DRY_RUN=1:\n{ran}\nstderr:\n{proc.stderr}"
-    assert proc.returncode == 0, proc.stderr
-    assert "command not found" not in proc.stderr, proc.stderr
-    assert "--user-dir ''" not in proc.stdout
+    assert ran == "", f"{rel} ran with DRY_RUN=1:\n{ran}\noutput:\n{out}"
+    assert proc.returncode == 0, out
+    assert "command not found" not in out, out
+    assert "--user-dir ''" not in out
     after = listing(sandbox, tmp_path, skip={str(tmp)})
     changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
     assert changed == [], f"{rel} wrote outside TMPDIR with DRY_RUN=1"
     with open(path, encoding="utf-8") as f:
         runnable = f.readline().startswith("#!")
-    printed = [line for line in proc.stdout.splitlines() if line.startswith("+ ")]
-    if runnable:  # a recipe shows what it would run
-        assert printed, f"{rel} printed no command:\n{proc.stdout}\n{proc.stderr}"
-    else:  # a sourced library (common.sh, lib.sh) defines functions and runs nothing
-        assert proc.stdout == ""
+    lines = out.splitlines()
+    printed = [line for line in lines if line.startswith("+ ")]
+    if not runnable:  # a sourced library (common.sh, lib.sh) defines functions and runs nothing
+        assert out == ""
+        return
+    assert printed, f"{rel} printed no command:\n{out}"  # a recipe shows what it would run
+    trains = [i for i, line in enumerate(lines) if line.startswith("+ fairseq-train ")]
+    if trains:  # a row: check_tools (missing data, at least) reports before the first training
+        checks = [i for i, line in enumerate(lines) if "a real run would stop here" in line]
+        assert checks and checks[0] < trains[0], out
