@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import tempfile
 
 import torch
 from fairseq import options
@@ -29,6 +28,8 @@ from fairseq.models import (
     ARCH_MODEL_REGISTRY,
     MODEL_REGISTRY,
 )
+
+from lightcompress.build import NoDataTask
 
 __all__ = [
     "CONVERTERS",
@@ -79,20 +80,19 @@ def register_converter(model_name: str):
     return wrap
 
 
-class FakeTask:
-    """Just enough of a translation task to build a model without data."""
+class FakeTask(NoDataTask):
+    """Just enough of a translation task to build a model without data: the dictionaries
+    (:class:`lightcompress.build.NoDataTask`, whose signature it keeps)."""
 
     def __init__(self, src_dict: Dictionary, tgt_dict: Dictionary):
-        self.source_dictionary = src_dict
-        self.target_dictionary = tgt_dict
+        super().__init__(src_dict, tgt_dict)
 
 
 def dictionary_of_size(size: int) -> Dictionary:
-    """A fairseq Dictionary with ``size`` entries (the 4 specials + placeholders)."""
-    d = Dictionary()
-    for i in range(size - len(d)):
-        d.add_symbol(f"<w{i}>")
-    return d
+    """A fairseq Dictionary with ``size`` entries (:func:`lightcompress.build.dictionary_of_size`)."""
+    from lightcompress.build import dictionary_of_size as make
+
+    return make(size)
 
 
 def _model_args(state: dict):
@@ -122,11 +122,11 @@ def load_checkpoint_state(path: str) -> dict:
 
 
 def build_fairseq_model(args, src_size: int, tgt_size: int | None = None):
-    """Build ``args.arch`` with dictionaries of the given sizes (no data needed)."""
-    src = dictionary_of_size(src_size)
-    tgt = src if tgt_size is None or tgt_size == src_size else dictionary_of_size(tgt_size)
-    model_cls = ARCH_MODEL_REGISTRY[args.arch]
-    return model_cls.build_model(args, FakeTask(src, tgt))
+    """Build ``args.arch`` with dictionaries of the given sizes (no data needed):
+    :func:`lightcompress.build.build_model_without_data`."""
+    from lightcompress.build import build_model_without_data
+
+    return build_model_without_data(args, src_size, tgt_size)
 
 
 def load_teacher(path: str):
@@ -206,7 +206,7 @@ def student_args_from(teacher_args, arch: str, model_flags: list[str]):
 
 
 def save_student_checkpoint(teacher_state: dict, student_args, student_model, output: str) -> None:
-    """Write a fairseq checkpoint of the student atomically (temp file + rename).
+    """Write a fairseq checkpoint of the student atomically (:func:`lightcompress.io.atomic_write`).
 
     The teacher's task/data configuration is kept; the optimizer history is reset so that
     ``fairseq-train --restore-file`` starts fresh (with or without --reset-optimizer).
@@ -235,17 +235,11 @@ def save_student_checkpoint(teacher_state: dict, student_args, student_model, ou
         "train_iterator": {"epoch": 1, "iterations_in_epoch": 0, "shuffle": True},
         "converted_by": "lightcompress-convert",
     }
-    out_dir = os.path.dirname(os.path.abspath(output))
-    os.makedirs(out_dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".convert-", suffix=".pt", dir=out_dir)
-    os.close(fd)
-    try:
-        torch.save(state, tmp)
-        os.replace(tmp, output)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    from lightcompress.io import atomic_write
+
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    with atomic_write(output, "wb") as f:
+        torch.save(state, f)
 
 
 # --------------------------------------------------------------------------------------------

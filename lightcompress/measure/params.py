@@ -35,10 +35,12 @@ En-De dictionary.)
 
 Categories (every tensor counted once)
 --------------------------------------
-Parameters are deduplicated by tensor identity and by storage (``data_ptr``, shape, stride), so a
-tied output projection, a shared embedding table or layers shared by LightFormer/Subformer
-schedules count once. Each unique tensor is put in exactly one category, from all the names it is
-reachable under (``named_parameters(remove_duplicate=False)``):
+Parameters are deduplicated by :func:`lightcompress.modules.sharing.unique_parameters` (by
+``Parameter`` identity and, for tensors with storage, by the storage view: address, offset,
+shape, stride), so a tied output projection, a shared embedding table or layers shared by
+LightFormer/Subformer schedules count once, and distinct tensors of equal shape on the meta
+device are not merged. Each unique tensor is put in exactly one category, from all the names it
+is reachable under (``named_parameters(remove_duplicate=False)``):
 
 - ``embedding``: anything under a module named ``embed_tokens`` or ``output_projection`` (the
   token embedding tables, factorized ones included, and an untied output projection), or
@@ -73,8 +75,6 @@ compare models with each other.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import re
 import sys
@@ -115,14 +115,6 @@ class ParamsError(ValueError):
 # --------------------------------------------------------------------------------------------
 
 
-def _storage_key(p: torch.Tensor):
-    try:
-        ptr = p.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError):  # meta / exotic tensors
-        return ("id", id(p))
-    return ("ptr", ptr, p.storage_offset(), tuple(p.shape), tuple(p.stride()), p.dtype)
-
-
 def _category(names: Iterable[str]) -> str:
     names = list(names)
     for name in names:
@@ -150,16 +142,16 @@ def count_parameters(model: nn.Module) -> dict:
     dict
         Integers ``total``, ``embedding``, ``encoder``, ``decoder``, ``other`` with
         ``total = embedding + encoder + decoder + other`` (see the module docstring for the
-        categories). Tensors are deduplicated by identity and by storage.
+        categories). Tensors are deduplicated as
+        :func:`lightcompress.modules.sharing.count_unique_params` does (by ``Parameter``
+        identity and, for real tensors, by storage), so ``total`` equals it, on the meta device
+        too.
     """
-    groups: dict[object, tuple[torch.Tensor, list[str]]] = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        key = _storage_key(p) if p.numel() else ("id", id(p))
-        if key not in groups:
-            groups[key] = (p, [])
-        groups[key][1].append(name)
+    from lightcompress.modules.sharing import unique_parameters
+
+    groups = unique_parameters(model)
     counts = {"total": 0, "embedding": 0, "encoder": 0, "decoder": 0, "other": 0}
-    for p, names in groups.values():
+    for p, names in groups:
         counts[_category(names)] += p.numel()
     counts["total"] = counts["embedding"] + counts["encoder"] + counts["decoder"] + counts["other"]
     return counts
@@ -253,54 +245,40 @@ def _import_plugin():
     import lightcompress  # noqa: F401  (registers the plugin's architectures)
 
 
-def make_dictionary(vocab_size: int):
-    """A fairseq ``Dictionary`` of exactly ``vocab_size`` entries (4 specials + dummy words)."""
-    from fairseq.data import Dictionary
-
-    d = Dictionary()
-    if not isinstance(vocab_size, int) or vocab_size <= d.nspecial:
-        raise ParamsError(
-            f"--vocab-size must be an integer > {d.nspecial} (the dictionary's total size, "
-            f"{d.nspecial} special symbols included), got {vocab_size!r}"
-        )
-    for i in range(vocab_size - len(d)):
-        d.add_symbol(f"w{i}")
-    return d
-
-
 def _check_arch(arch: str) -> None:
-    from fairseq.models import ARCH_MODEL_REGISTRY
+    from lightcompress.build import check_arch
 
-    _import_plugin()
-    if arch not in ARCH_MODEL_REGISTRY:
-        close = [a for a in sorted(ARCH_MODEL_REGISTRY) if arch.split("_")[0] in a][:8]
-        hint = f" (similar: {', '.join(close)})" if close else ""
-        raise ParamsError(f"unknown architecture {arch!r}{hint}")
+    try:
+        check_arch(arch)
+    except ValueError as exc:
+        raise ParamsError(str(exc)) from None
+
+
+def make_dictionary(vocab_size: int):
+    """A fairseq ``Dictionary`` of exactly ``vocab_size`` entries (4 specials + dummy words);
+    :func:`lightcompress.build.dictionary_of_size` with the CLI's error message."""
+    from lightcompress.build import dictionary_of_size
+
+    nspecial = 4
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= nspecial:
+        raise ParamsError(
+            f"--vocab-size must be an integer > {nspecial} (the dictionary's total size, "
+            f"{nspecial} special symbols included), got {vocab_size!r}"
+        )
+    return dictionary_of_size(vocab_size)
 
 
 def parse_model_args(
     arch: str, extra_args: Sequence[str] = (), data: str = "<no-data>"
 ) -> argparse.Namespace:
-    """fairseq's training arguments for ``arch`` (translation task) plus ``extra_args``.
+    """fairseq's training arguments for ``arch`` (translation task) plus ``extra_args``:
+    :func:`lightcompress.build.parse_model_args`, errors as :class:`ParamsError`."""
+    from lightcompress.build import parse_model_args as parse
 
-    Uses fairseq's own parser (``options.parse_args_and_arch``), so every model flag of the
-    architecture (plugin flags included) and the architecture's defaults apply.
-    """
-    from fairseq import options
-
-    _check_arch(arch)
-    parser = options.get_training_parser(default_task="translation")
-    argv = [data, "--task", "translation", "--arch", arch, "--cpu"]
-    argv += [str(a) for a in extra_args]
-    err = io.StringIO()
     try:
-        with contextlib.redirect_stderr(err):
-            return options.parse_args_and_arch(parser, argv)
-    except SystemExit:
-        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-        msg = lines[-1] if lines else "could not parse the model flags"
-        msg = re.sub(r"^[\w.-]+: error: ", "", msg)
-        raise ParamsError(f"bad model flags for {arch}: {msg}") from None
+        return parse(arch, extra_args, task="translation", data=data)
+    except ValueError as exc:
+        raise ParamsError(str(exc)) from None
 
 
 def _with_sharing(extra_args: Sequence[str], share: bool) -> list[str]:
@@ -319,7 +297,10 @@ def build_model_without_data(
     share_all_embeddings: bool = True,
     return_task: bool = False,
 ):
-    """Build a fairseq translation model with random weights and no data directory.
+    """Build a fairseq translation model with random weights and no data directory, with the
+    papers' convention (one joined dictionary, ``--share-all-embeddings``): flags are parsed by
+    :func:`lightcompress.build.parse_model_args`, the model built by
+    :func:`lightcompress.build.build_model_without_data`.
 
     Parameters
     ----------
@@ -340,17 +321,16 @@ def build_model_without_data(
     -------
     model, or (model, task, args) with ``return_task``
     """
-    from fairseq.tasks.translation import TranslationTask
+    from lightcompress.build import build_model_without_data as build
 
-    _check_arch(arch)
+    _check_arch(arch)  # an unknown architecture is reported before a bad vocabulary size
     dictionary = make_dictionary(vocab_size)
     args = parse_model_args(
         arch,
         ["-s", "src", "-t", "tgt"] + _with_sharing(extra_args, share_all_embeddings),
     )
-    task = TranslationTask(args, dictionary, dictionary)
     try:
-        model = task.build_model(args)
+        model = build(args, dictionary)
     except ValueError as exc:
         if not (share_all_embeddings and "share-all-embeddings" in str(exc)):
             raise ParamsError(f"cannot build {arch}: {exc}") from None
@@ -360,13 +340,14 @@ def build_model_without_data(
             file=sys.stderr,
         )
         args = parse_model_args(arch, ["-s", "src", "-t", "tgt"] + _with_sharing(extra_args, False))
-        task = TranslationTask(args, dictionary, dictionary)
-        model = task.build_model(args)
+        model = build(args, dictionary)
     except Exception as exc:  # noqa: BLE001 - turn any build failure into one clear line
         raise ParamsError(f"cannot build {arch}: {type(exc).__name__}: {exc}") from None
     model.eval()
     if return_task:
-        return model, task, args
+        from fairseq.tasks.translation import TranslationTask
+
+        return model, TranslationTask(args, dictionary, dictionary), args
     return model
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import torch
 from torch import nn
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "num_unique",
     "sandwich_schedule",
     "tie_layers",
+    "unique_parameters",
 ]
 
 
@@ -158,25 +160,66 @@ def tie_layers(
     return tied
 
 
-def count_unique_params(module: nn.Module, trainable_only: bool = False) -> int:
-    """Number of parameter entries, counting each shared tensor once.
+def _storage_key(p: torch.Tensor) -> tuple | None:
+    """Where a real tensor's values live (one view of one storage), or None when that is not
+    known: meta tensors have no storage (every one reports address 0), sparse and other
+    exotic tensors none that a view can be compared by."""
+    if p.device.type == "meta" or p.layout is not torch.strided or not p.numel():
+        return None
+    try:
+        ptr = p.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+    return (
+        p.device,
+        ptr,
+        p.storage_offset(),
+        tuple(p.shape),
+        tuple(p.stride()),
+        p.dtype,
+    )
 
-    Tensors are deduplicated by identity and by storage address (``data_ptr``), so parameters
-    tied by object and by storage are both counted once.
+
+def unique_parameters(
+    module: nn.Module, trainable_only: bool = False
+) -> list[tuple[nn.Parameter, list[str]]]:
+    """Every distinct parameter tensor of ``module`` once, with all the names it is reachable
+    under, in the order of ``named_parameters``.
+
+    Two names denote the same tensor when they lead to the same ``Parameter`` object (a tied
+    weight, a module used twice, layers tied by :func:`tie_layers`) or, for tensors with real
+    storage, to the same view of the same storage (two ``Parameter`` objects over one tensor:
+    same storage address, offset, shape, stride and dtype). Tensors on the meta device have no
+    storage and are told apart by object identity only, so distinct tensors of equal shape are
+    never merged.
+
+    Parameters
+    ----------
+    trainable_only : bool
+        Skip parameters with ``requires_grad=False``.
     """
-    seen_ids: set[int] = set()
-    seen_ptrs: set[tuple] = set()
-    total = 0
-    for _, p in module.named_parameters(remove_duplicate=False):
+    by_id: dict[int, int] = {}
+    by_storage: dict[tuple, int] = {}
+    groups: list[tuple[nn.Parameter, list[str]]] = []
+    for name, p in module.named_parameters(remove_duplicate=False):
         if trainable_only and not p.requires_grad:
             continue
-        if id(p) in seen_ids:
-            continue
-        seen_ids.add(id(p))
-        if p.device.type != "meta" and p.numel():
-            key = (p.device, p.data_ptr(), tuple(p.shape), p.stride())
-            if key in seen_ptrs:
-                continue
-            seen_ptrs.add(key)
-        total += p.numel()
-    return total
+        index = by_id.get(id(p))
+        if index is None:
+            key = _storage_key(p)
+            index = by_storage.get(key) if key is not None else None
+            if index is None:
+                index = len(groups)
+                groups.append((p, []))
+                if key is not None:
+                    by_storage[key] = index
+            by_id[id(p)] = index
+        groups[index][1].append(name)
+    return groups
+
+
+def count_unique_params(module: nn.Module, trainable_only: bool = False) -> int:
+    """Number of parameter entries, counting each distinct tensor once
+    (see :func:`unique_parameters`: by ``Parameter`` identity and, for real tensors, by shared
+    storage; correct on the meta device, where only identity applies)."""
+    return sum(p.numel() for p, _names in unique_parameters(module, trainable_only))
