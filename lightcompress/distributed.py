@@ -19,14 +19,11 @@ Command line::
         --reference-gpus 8 --reference-max-tokens 4096          # prints 4
 
 Each rank runs ``python .../lightcompress/distributed.py worker ARGS``, which is
-``fairseq_cli.train.cli_main`` plus two debugging hooks driven by environment variables
-(used by ``tests/test_distributed.py``; unset, they do nothing):
-
-``LC_DIST_DUMP_DIR``
-    every rank writes its final model ``state_dict`` to ``DIR/rank{R}.pt`` (fairseq saves
-    checkpoints on rank 0 only), to check that all replicas end with the same parameters.
-``LC_DIST_KILL_RANK`` / ``LC_DIST_KILL_AFTER_UPDATES``
-    that rank kills itself with SIGKILL after that many updates (fault injection).
+``fairseq_cli.train.cli_main`` (:func:`run_worker`). Another rank entry can be given as a Python
+file (``launch --worker FILE``, or the environment variable ``LC_DIST_WORKER`` when the launcher
+is started by ``scripts/train_distributed.sh``): each rank then runs ``python FILE ARGS``. The
+tests use that to wrap :func:`run_worker` with fault injection (``tests/faults.py``); nothing
+of it lives here.
 """
 
 from __future__ import annotations
@@ -49,10 +46,12 @@ __all__ = [
     "find_free_port",
     "launch",
     "main",
+    "run_worker",
     "update_freq",
 ]
 
 _TAIL_LINES = 25
+_HELP_FLAGS = {"-h", "--help"}
 
 
 class WorkerFailed(RuntimeError):
@@ -161,6 +160,7 @@ def launch(
     env: dict | None = None,
     out=None,
     grace: float = 10.0,
+    worker: str | None = None,
 ) -> None:
     """Run ``fairseq-train TRAIN_ARGS`` on ``nproc`` CPU ranks and wait for all of them.
 
@@ -180,6 +180,9 @@ def launch(
         before a rank kills itself), unless ``train_args`` sets it; None leaves it unset.
     out : text stream, optional
         Where the ranks' output goes, one ``[rank R]`` prefix per line (default stdout).
+    worker : str, optional
+        A Python file each rank runs as ``python WORKER ARGS`` instead of this module's
+        ``worker`` command (:func:`run_worker`), e.g. a wrapper that instruments it.
 
     Raises
     ------
@@ -211,7 +214,10 @@ def launch(
         for rank in range(nproc):
             # by file, not ``-m lightcompress...``: the rank must not import the package
             # before fairseq imports it from --user-dir (another copy would clash)
-            cmd = [python, os.path.abspath(__file__), "worker"]
+            if worker:
+                cmd = [python, os.path.abspath(worker)]
+            else:
+                cmd = [python, os.path.abspath(__file__), "worker"]
             cmd += list(train_args) + extra + cpu_rank_args(rank, nproc, port, host)
             proc = subprocess.Popen(
                 cmd,
@@ -282,57 +288,12 @@ def launch(
 # --- one rank ----------------------------------------------------------------------------
 
 
-def _install_debug_hooks() -> dict:
-    """Patch fairseq's Trainer for LC_DIST_DUMP_DIR / LC_DIST_KILL_* (see module docstring)."""
-    from fairseq.trainer import Trainer
-
-    seen: dict = {}
-    kill_rank = os.environ.get("LC_DIST_KILL_RANK")
-    kill_after = int(os.environ.get("LC_DIST_KILL_AFTER_UPDATES", "0") or 0)
-    if not (os.environ.get("LC_DIST_DUMP_DIR") or kill_rank is not None):
-        return seen
-
-    original_init = Trainer.__init__
-    original_step = Trainer.train_step
-
-    def init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        seen["trainer"] = self
-
-    def train_step(self, *args, **kwargs):
-        result = original_step(self, *args, **kwargs)
-        if (
-            kill_rank is not None
-            and self.data_parallel_rank == int(kill_rank)
-            and self.get_num_updates() >= kill_after
-        ):
-            print(
-                f"LC_DIST_KILL_RANK: rank {kill_rank} kills itself after "
-                f"{self.get_num_updates()} updates",
-                flush=True,
-            )
-            os.kill(os.getpid(), signal.SIGKILL)
-        return result
-
-    Trainer.__init__ = init
-    Trainer.train_step = train_step
-    return seen
-
-
-def _worker(argv: list[str]) -> None:
-    import torch
+def run_worker(argv: list[str]) -> None:
+    """One rank: ``fairseq-train ARGV`` in this process (``fairseq_cli.train.cli_main``)."""
     from fairseq_cli import train as fairseq_train
 
-    seen = _install_debug_hooks()
-    sys.argv = ["fairseq-train"] + argv
+    sys.argv = ["fairseq-train"] + list(argv)
     fairseq_train.cli_main()
-    dump_dir = os.environ.get("LC_DIST_DUMP_DIR")
-    if dump_dir and "trainer" in seen:
-        trainer = seen["trainer"]
-        os.makedirs(dump_dir, exist_ok=True)
-        state = {k: v.detach().clone() for k, v in trainer.get_model().state_dict().items()}
-        path = os.path.join(dump_dir, f"rank{trainer.data_parallel_rank}.pt")
-        torch.save({"model": state, "num_updates": trainer.get_num_updates()}, path)
 
 
 # --- command line ------------------------------------------------------------------------
@@ -348,7 +309,7 @@ def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str]]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["worker"]:
-        _worker(argv[1:])
+        run_worker(argv[1:])
         return 0
 
     parser = argparse.ArgumentParser(
@@ -376,6 +337,13 @@ def main(argv: list[str] | None = None) -> int:
         default=300,
         help="fairseq --heartbeat-timeout for every rank; 0 leaves it unset (default: %(default)s)",
     )
+    p.add_argument(
+        "--worker",
+        default=os.environ.get("LC_DIST_WORKER") or None,
+        metavar="FILE",
+        help="Python file each rank runs as 'python FILE FAIRSEQ_TRAIN_ARGS' instead of "
+        "fairseq-train (default: $LC_DIST_WORKER, else fairseq-train)",
+    )
     q = sub.add_parser(
         "update-freq",
         help="print the --update-freq that keeps a reference number of tokens per update",
@@ -397,6 +365,15 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     own, passthrough = _split_passthrough(argv)
+    if own[:1] == ["launch"] and _HELP_FLAGS & set(passthrough):
+        # ``scripts/train_distributed.sh --help`` passes --help on to fairseq-train: answer it
+        # here, instead of starting ranks that would each print fairseq-train's help
+        p.print_help()
+        print(
+            "\nfairseq-train's own options: fairseq-train --help (or fairseq-train --arch ARCH "
+            "--help for a model's flags)."
+        )
+        return 0
     args = parser.parse_args(own)
     if args.command == "update-freq":
         try:
@@ -415,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not passthrough:
         parser.error("give the fairseq-train arguments after --")
+    if args.worker and not os.path.isfile(args.worker):
+        parser.error(f"--worker: no such file: {args.worker}")
 
     def _on_sigterm(signum, frame):  # e.g. a scheduler's kill: stop the ranks too
         raise KeyboardInterrupt
@@ -428,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
             host=args.host,
             timeout=args.timeout,
             heartbeat_timeout=args.heartbeat_timeout or None,
+            worker=args.worker,
         )
     except WorkerFailed as exc:
         print(f"[launcher] ERROR: {exc}", file=sys.stderr, flush=True)

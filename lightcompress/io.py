@@ -126,18 +126,21 @@ def atomic_write(
         The destination; its directory must exist.
     mode : {"w", "wt", "wb"}
         Text (``encoding``, default UTF-8, and ``newline`` as for :func:`open`) or binary.
+
+    The file object's ``name`` is the temporary file's path (for a check that reads it back
+    inside the block: flush first).
     """
     if mode not in _WRITE_MODES:
         raise ValueError(f"atomic_write: mode must be one of {_WRITE_MODES}, got {mode!r}")
     parent, prefix = _parent_and_prefix(path)
     fd, tmp = tempfile.mkstemp(prefix=prefix, suffix=".tmp", dir=parent)
-    try:
+    os.close(fd)
+    try:  # reopened by name, so that ``f.name`` is the temporary file's path
         if "b" in mode:
-            f = os.fdopen(fd, "wb")
+            f = open(tmp, "wb")  # noqa: SIM115  (closed below)
         else:
-            f = os.fdopen(fd, "w", encoding=encoding, newline=newline)
+            f = open(tmp, "w", encoding=encoding, newline=newline)  # noqa: SIM115
     except BaseException:
-        os.close(fd)
         _remove(tmp)
         raise
     try:

@@ -10,7 +10,11 @@ Claims checked on a tiny LightFormer with cross-layer sharing (4 encoder layers 
   tensors for them, the reloaded model shares the Parameter objects, and its unique parameter
   count equals the single-worker model's;
 - a rank that dies makes the launcher stop the others and fail within seconds, naming the
-  rank; running the same command again resumes from the last checkpoint.
+  rank; running the same command again resumes from the last checkpoint;
+- ``scripts/train_distributed.sh --help`` prints the launcher's help and starts no rank.
+
+Faults are injected by the test-only rank entry ``tests/faults.py`` (selected with
+``LC_DIST_WORKER``), which wraps the production one; the launcher holds no fault hook.
 
 Only 127.0.0.1, ports picked by the OS, every subprocess under a timeout.
 """
@@ -26,6 +30,14 @@ import pytest
 import torch
 
 SCRIPT = os.path.join(harness.REPO_ROOT, "scripts", "train_distributed.sh")
+LAUNCHER = os.path.join(harness.REPO_ROOT, "lightcompress", "distributed.py")
+FAULTS = os.path.join(harness.REPO_ROOT, "tests", "faults.py")  # the test-only rank entry
+HOOK_VARS = (
+    "LC_DIST_WORKER",
+    "LC_DIST_DUMP_DIR",
+    "LC_DIST_KILL_RANK",
+    "LC_DIST_KILL_AFTER_UPDATES",
+)
 RUN_TIMEOUT = 120  # seconds, per fairseq run (a run here takes about 10 s)
 MAX_UPDATE = 8
 
@@ -57,7 +69,7 @@ def train_args(data_bin, save_dir, max_update):
 def run_script(args, extra_env=None, nproc=2):
     env = dict(os.environ, PYTHON=sys.executable, NPROC=str(nproc), DEVICE="cpu")
     env.update(OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", TIMEOUT=str(RUN_TIMEOUT - 10))
-    for var in ("LC_DIST_DUMP_DIR", "LC_DIST_KILL_RANK", "LC_DIST_KILL_AFTER_UPDATES"):
+    for var in HOOK_VARS:
         env.pop(var, None)
     env.update(extra_env or {})
     return subprocess.run(
@@ -92,18 +104,18 @@ def runs(tiny_data, tmp_path_factory):
     """Three fairseq runs shared by the tests (fairseq start-up dominates their time):
 
     - ``failed``: two CPU workers, checkpoint every 3 updates; rank 1 kills itself (SIGKILL)
-      after 5 updates;
+      after 5 updates (``tests/faults.py``);
     - ``resumed``: the same command again, up to 8 updates; every rank dumps its final model;
     - ``one``: one worker with ``--update-freq 2``, 8 updates without interruption.
     """
     root = tmp_path_factory.mktemp("distributed")
     two, one, dump = str(root / "two"), str(root / "one"), str(root / "dump")
     args = train_args(tiny_data, two, MAX_UPDATE) + ["--save-interval-updates", "3"]
-    kill = {"LC_DIST_KILL_RANK": "1", "LC_DIST_KILL_AFTER_UPDATES": "5"}
+    kill = {"LC_DIST_WORKER": FAULTS, "LC_DIST_KILL_RANK": "1", "LC_DIST_KILL_AFTER_UPDATES": "5"}
     start = time.monotonic()
     failed = run_script(args, kill)
     failed_seconds = time.monotonic() - start
-    resumed = run_script(args, {"LC_DIST_DUMP_DIR": dump})
+    resumed = run_script(args, {"LC_DIST_WORKER": FAULTS, "LC_DIST_DUMP_DIR": dump})
     assert resumed.returncode == 0, resumed.stdout[-4000:] + resumed.stderr[-4000:]
     single = harness.run_cli(
         "fairseq-train",
@@ -149,6 +161,49 @@ def test_script_adds_update_freq_from_reference_gpus(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "--update-freq 4" in proc.stdout and "--distributed-world-size 2" in proc.stdout
     assert "32768 tokens per update" in proc.stderr
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_script_help_prints_the_launchers_usage_and_starts_no_rank(flag):
+    """``train_distributed.sh --help`` reaches the launcher after ``--``: it answers with its
+    own usage (exit 0) instead of starting ranks that each print fairseq-train's help."""
+    env = dict(os.environ, PYTHON=sys.executable, DEVICE="cpu", NPROC="2")
+    for var in HOOK_VARS:
+        env.pop(var, None)
+    proc = subprocess.run(
+        ["bash", SCRIPT, flag],
+        check=False, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: python -m lightcompress.distributed launch" in proc.stdout
+    assert "--nproc" in proc.stdout and "fairseq-train --help" in proc.stdout
+    assert "[rank" not in proc.stdout + proc.stderr and "[launcher]" not in proc.stdout
+    # after fairseq-train arguments too, and without the launcher's required options
+    proc = subprocess.run(
+        [sys.executable, LAUNCHER, "launch", "--", "DATA", "--arch", "transformer", flag],
+        check=False, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "usage:" in proc.stdout and "[rank" not in proc.stdout
+
+
+def test_launcher_help_exits_0(capsys):
+    from lightcompress.distributed import main
+
+    assert main(["launch", "--nproc", "2", "--", "--help"]) == 0
+    assert "--nproc NPROC" in capsys.readouterr().out
+    for argv in (["--help"], ["launch", "-h"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 0
+        assert "usage: python -m lightcompress.distributed" in capsys.readouterr().out
+
+
+def test_fault_injection_is_not_in_the_production_launcher():
+    with open(LAUNCHER, encoding="utf-8") as f:
+        source = f.read()
+    assert "LC_DIST_KILL" not in source and "os.kill(" not in source
+    with open(FAULTS, encoding="utf-8") as f:
+        assert "LC_DIST_KILL_RANK" in f.read()
 
 
 def test_two_workers_end_with_identical_parameters(runs):

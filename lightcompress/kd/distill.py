@@ -36,6 +36,8 @@ import shutil
 import subprocess
 import sys
 
+from lightcompress.io import atomic_directory, atomic_path, atomic_write
+
 __all__ = [
     "DistillError",
     "check_shard",
@@ -123,32 +125,26 @@ def _load(prefix, lang):
 
 
 def _atomic_write_text(path, lines):
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_write(path, "w", encoding="utf-8") as f:
         f.writelines(line + "\n" for line in lines)
-    os.replace(tmp, path)
 
 
 def _write_shard_data(args, prefix, start, end, shard_dir):
     """A data-bin holding lines [start, end) of the train split as its own train split."""
     from fairseq.data import Dictionary, indexed_dataset
 
-    tmp = f"{shard_dir}.tmp{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    for lang in (args.source_lang, args.target_lang):
-        dict_file = os.path.join(args.data, f"dict.{lang}.txt")
-        shutil.copyfile(dict_file, os.path.join(tmp, f"dict.{lang}.txt"))
-        ds = _load(prefix, lang)
-        out = os.path.join(tmp, f"train.{args.source_lang}-{args.target_lang}.{lang}")
-        builder = indexed_dataset.make_builder(
-            out + ".bin", impl="mmap", vocab_size=len(Dictionary.load(dict_file))
-        )
-        for i in range(start, end):
-            builder.add_item(ds[i])
-        builder.finalize(out + ".idx")
-    shutil.rmtree(shard_dir, ignore_errors=True)
-    os.replace(tmp, shard_dir)
+    with atomic_directory(shard_dir) as tmp:
+        for lang in (args.source_lang, args.target_lang):
+            dict_file = os.path.join(args.data, f"dict.{lang}.txt")
+            shutil.copyfile(dict_file, os.path.join(tmp, f"dict.{lang}.txt"))
+            ds = _load(prefix, lang)
+            out = os.path.join(tmp, f"train.{args.source_lang}-{args.target_lang}.{lang}")
+            builder = indexed_dataset.make_builder(
+                out + ".bin", impl="mmap", vocab_size=len(Dictionary.load(dict_file))
+            )
+            for i in range(start, end):
+                builder.add_item(ds[i])
+            builder.finalize(out + ".idx")
 
 
 def _generate_command(args, shard_dir):
@@ -178,22 +174,23 @@ def _translate_shard(args, prefix, k, start, end):
     gen_file = os.path.join(args.work_dir, f"shard{k}.gen")
     shard_dir = os.path.join(args.work_dir, f"shard{k}.data")
     log_file = os.path.join(args.work_dir, f"shard{k}.log")
-    tmp = f"{gen_file}.tmp{os.getpid()}"
     _write_shard_data(args, prefix, start, end, shard_dir)
     cmd = _generate_command(args, shard_dir)
     print(f"[distill] shard {k}: lines {start + 1}-{end}: {shlex.join(cmd)}", flush=True)
-    with (
-        open(tmp, "w", encoding="utf-8") as out,
-        open(log_file, "w", encoding="utf-8") as err,
-    ):
-        rc = subprocess.run(cmd, check=False, stdout=out, stderr=err).returncode
-    if rc != 0:
-        with open(log_file, encoding="utf-8") as f:
-            tail = f.read()[-3000:]
-        os.remove(tmp)
-        raise DistillError(f"fairseq-generate failed on shard {k} (exit {rc}); {log_file}:\n{tail}")
-    check_shard(tmp, start, end - start, args.allow_empty)
-    os.replace(tmp, gen_file)
+    # the output becomes shardK.gen only once it is complete and checked
+    with atomic_path(gen_file) as tmp:
+        with (
+            open(tmp, "w", encoding="utf-8") as out,
+            open(log_file, "w", encoding="utf-8") as err,
+        ):
+            rc = subprocess.run(cmd, check=False, stdout=out, stderr=err).returncode
+        if rc != 0:
+            with open(log_file, encoding="utf-8") as f:
+                tail = f.read()[-3000:]
+            raise DistillError(
+                f"fairseq-generate failed on shard {k} (exit {rc}); {log_file}:\n{tail}"
+            )
+        check_shard(tmp, start, end - start, args.allow_empty)
     shutil.rmtree(shard_dir, ignore_errors=True)
 
 

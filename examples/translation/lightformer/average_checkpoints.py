@@ -3,7 +3,8 @@
 pip-installed fairseq does not ship ``scripts/average_checkpoints.py``; this is the part of it the
 recipes use, with the same flags. The other entries (cfg, extra state) come from the newest
 checkpoint. Floating-point tensors are averaged in float32 and cast back; other tensors are taken
-from the newest checkpoint. The output is written to a temporary file and renamed.
+from the newest checkpoint. The output is written to a temporary file and renamed
+(lightcompress/io.py's ``atomic_write``).
 
     python average_checkpoints.py --inputs SAVE_DIR --num-epoch-checkpoints 10 --output avg.pt
     python average_checkpoints.py --inputs a.pt b.pt --output avg.pt
@@ -30,6 +31,19 @@ def allow_fairseq_checkpoints():
     compat = importlib.util.module_from_spec(compat_spec)
     compat_spec.loader.exec_module(compat)
     compat.allow_fairseq_checkpoints()
+
+
+def plugin_io():
+    """The plugin's atomic-write helpers (lightcompress/io.py, standard library only), loaded by
+    path for the same reason as above."""
+    spec = importlib.util.find_spec("lightcompress")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("lightcompress is not installed (see README, 'Installing')")
+    path = os.path.join(next(iter(spec.submodule_search_locations)), "io.py")
+    io_spec = importlib.util.spec_from_file_location("_lightcompress_io", path)
+    module = importlib.util.module_from_spec(io_spec)
+    io_spec.loader.exec_module(module)
+    return module
 
 
 def last_checkpoints(save_dir, n, update_based):
@@ -95,9 +109,8 @@ def main(argv=None):
     allow_fairseq_checkpoints()
     print("averaging:", *paths, file=sys.stderr)
     state = average(paths)
-    tmp = args.output + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, args.output)
+    with plugin_io().atomic_write(args.output, "wb") as f:
+        torch.save(state, f)
     print(f"wrote {args.output}", file=sys.stderr)
 
 

@@ -1,0 +1,100 @@
+"""Test-only rank entry for ``lightcompress/distributed.py``: fault injection and state dumps.
+
+The launcher runs it on every rank when told to (``LC_DIST_WORKER=tests/faults.py``, or
+``launch --worker tests/faults.py``): ``python tests/faults.py FAIRSEQ_TRAIN_ARGS`` installs the
+hooks below on fairseq's ``Trainer`` and then calls the production rank entry,
+``lightcompress.distributed.run_worker``. Hooks, set by environment variables:
+
+``LC_DIST_DUMP_DIR``
+    at the end of training every rank writes ``DIR/rank{R}.pt``: ``{"model": state_dict,
+    "num_updates": n}`` (fairseq saves checkpoints on rank 0 only), to check that all replicas
+    end with the same parameters.
+``LC_DIST_KILL_RANK`` / ``LC_DIST_KILL_AFTER_UPDATES``
+    that rank sends itself SIGKILL after that many updates.
+
+It is run as a file, and loads ``distributed.py`` by path: the rank must not import the
+``lightcompress`` package before fairseq imports it from ``--user-dir`` (a second copy would
+clash).
+"""
+
+import importlib.util
+import os
+import signal
+import sys
+
+PATH = os.path.abspath(__file__)
+REPO_ROOT = os.path.dirname(os.path.dirname(PATH))
+LAUNCHER = os.path.join(REPO_ROOT, "lightcompress", "distributed.py")
+
+
+def _launcher():
+    spec = importlib.util.spec_from_file_location("_lc_distributed", LAUNCHER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def install_hooks(env=os.environ) -> dict:
+    """Patch fairseq's Trainer as the variables say; the returned dict gets the trainer."""
+    from fairseq.trainer import Trainer
+
+    seen: dict = {}
+    kill_rank = env.get("LC_DIST_KILL_RANK")
+    kill_after = int(env.get("LC_DIST_KILL_AFTER_UPDATES", "0") or 0)
+    original_init = Trainer.__init__
+    original_step = Trainer.train_step
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        seen["trainer"] = self
+
+    def train_step(self, *args, **kwargs):
+        result = original_step(self, *args, **kwargs)
+        if (
+            kill_rank is not None
+            and self.data_parallel_rank == int(kill_rank)
+            and self.get_num_updates() >= kill_after
+        ):
+            print(
+                f"LC_DIST_KILL_RANK: rank {kill_rank} kills itself after "
+                f"{self.get_num_updates()} updates",
+                flush=True,
+            )
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    Trainer.__init__ = init
+    Trainer.train_step = train_step
+    return seen
+
+
+def dump_state(trainer, dump_dir: str) -> str:
+    """Write the rank's model state and update count to ``DIR/rank{R}.pt``."""
+    import torch
+
+    os.makedirs(dump_dir, exist_ok=True)
+    state = {k: v.detach().clone() for k, v in trainer.get_model().state_dict().items()}
+    path = os.path.join(dump_dir, f"rank{trainer.data_parallel_rank}.pt")
+    torch.save({"model": state, "num_updates": trainer.get_num_updates()}, path)
+    return path
+
+
+def main(argv) -> int:
+    # fairseq_cli.train sets up fairseq-train's log format when imported: before anything
+    # else of fairseq configures logging (the tests parse that format)
+    import fairseq_cli.train  # noqa: F401
+
+    launcher = _launcher()
+    seen = install_hooks()
+    launcher.run_worker(argv)
+    dump_dir = os.environ.get("LC_DIST_DUMP_DIR")
+    if dump_dir and "trainer" in seen:
+        dump_state(seen["trainer"], dump_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    # run as a file: tests/ must not shadow top-level modules of the rank
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(PATH):
+        sys.path.pop(0)
+    sys.exit(main(sys.argv[1:]))
