@@ -20,5 +20,8 @@ except ImportError as exc:  # pragma: no cover - environment problem
     ) from exc
 
 from lightcompress import criterions, models, tasks  # noqa: F401  (registration)
+from lightcompress.compat import report_config_errors
+
+report_config_errors()
 
 __version__ = "0.1.0"

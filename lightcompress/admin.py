@@ -181,14 +181,16 @@ def admin_residual(cfg, side: str, prefix: str, sublayers) -> AdminResidual | No
     ValueError
         An unknown mode, or a pre-LN layer (Admin is a post-LN method).
     """
+    from lightcompress.modules.registry import ConfigError
+
     mode = getattr(cfg, "admin_init", None) or "none"
     if mode not in ADMIN_MODES:
-        raise ValueError(f"--admin-init {mode!r}: choose from {ADMIN_MODES}")
+        raise ConfigError(f"--admin-init {mode!r}: choose from {ADMIN_MODES}")
     if mode == "none":
         return None
     stack = getattr(cfg, side)
     if stack.normalize_before:
-        raise ValueError(
+        raise ConfigError(
             f"Admin is for post-LN layers, but {prefix} is pre-LN "
             f"(--{side}-normalize-before); use --admin-init none"
         )

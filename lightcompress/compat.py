@@ -20,7 +20,11 @@ import argparse
 import numpy as np
 import torch
 
-__all__ = ["allow_fairseq_checkpoints", "fairseq_checkpoint_safe_globals"]
+__all__ = [
+    "allow_fairseq_checkpoints",
+    "fairseq_checkpoint_safe_globals",
+    "report_config_errors",
+]
 
 
 def fairseq_checkpoint_safe_globals():
@@ -56,3 +60,32 @@ def allow_fairseq_checkpoints():
     add = getattr(torch.serialization, "add_safe_globals", None)
     if add is not None:  # torch < 2.4 has no weights_only default to worry about
         add(fairseq_checkpoint_safe_globals())
+
+
+def report_config_errors() -> None:
+    """Make an uncaught :class:`~lightcompress.modules.registry.ConfigError` (a bad plugin flag,
+    spec or combination, found when fairseq builds the model) end the command with one line,
+    ``<command>: error: <message>``, and exit status 2, instead of a traceback through fairseq.
+    Every other exception keeps the interpreter's handling."""
+    import os
+    import sys
+
+    from lightcompress.modules.registry import ConfigError
+
+    previous = sys.excepthook
+    if getattr(previous, "_lightcompress", False):
+        return
+
+    def hook(exc_type, exc, tb):
+        if not issubclass(exc_type, ConfigError):
+            return previous(exc_type, exc, tb)
+        prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "lightcompress"
+        if prog in ("-c", "__main__.py", ""):
+            prog = "lightcompress"
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(2)
+
+    hook._lightcompress = True
+    sys.excepthook = hook

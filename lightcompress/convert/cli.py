@@ -66,6 +66,8 @@ def convert_checkpoint(argv=None, out=sys.stdout):
         raise ConversionError(
             "--output is the same file as --input; refusing to overwrite the teacher"
         )
+    if os.path.isdir(opts.output):
+        raise ConversionError(f"--output {opts.output} is a directory; give a file name")
     if os.path.exists(opts.output) and not opts.force:
         raise ConversionError(f"{opts.output} exists (use --force to overwrite)")
     model_name = ARCH_MODEL_NAME_REGISTRY.get(opts.arch)
@@ -84,7 +86,10 @@ def convert_checkpoint(argv=None, out=sys.stdout):
     state, teacher_args, teacher = load_teacher(opts.input)
     student_args = student_args_from(teacher_args, opts.arch, model_flags)
     converter = CONVERTERS[model_name]()
-    student, records = converter.convert(teacher, teacher_args, student_args, opts, log)
+    try:
+        student, records = converter.convert(teacher, teacher_args, student_args, opts, log)
+    except ValueError as exc:  # a configuration the student cannot have (groups, ranks, ...)
+        raise ConversionError(str(exc)) from None
 
     if not opts.quiet and records:
         log(
@@ -97,12 +102,21 @@ def convert_checkpoint(argv=None, out=sys.stdout):
                 f"{r.name:44s} {r.kind:18s} {'x'.join(map(str, r.shape)):>11s} {rank:>6s} "
                 f"{energy:>7s} {r.params_before:>9d} {r.params_after:>9d}"
             )
-    save_student_checkpoint(state, student_args, student, opts.output)
+    try:
+        save_student_checkpoint(state, student_args, student, opts.output)
+    except OSError as exc:  # full disk, no permission: nothing is left behind (atomic write)
+        raise ConversionError(f"cannot write {opts.output}: {exc}") from None
     spec = getattr(student_args, "lc_spec", None)
     if spec:
         with open(opts.output + ".spec", "w") as f:
             f.write(spec + "\n")
     t, s = count_unique_params(teacher), count_unique_params(student)
+    if s >= t:
+        print(
+            f"warning: the student has {s:,} parameters, not fewer than the teacher's {t:,} "
+            "(ranks at or above full rank?)",
+            file=sys.stderr,
+        )
     print(
         f"converted {opts.input} ({teacher_args.arch}, {t:,} parameters) -> {opts.output} "
         f"({opts.arch}, {s:,} parameters, compression {t / s:.2f}x)",

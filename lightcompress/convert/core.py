@@ -53,6 +53,24 @@ CONVERTERS: dict[str, type] = {}
 DENSE_TEACHER_MODELS = ("transformer", "lightformer")
 
 
+# teacher settings that change what the transferred weights compute
+FUNCTION_SETTINGS = (
+    "activation_fn",
+    "no_scale_embedding",
+    "layernorm_embedding",
+    "no_token_positional_embeddings",
+    "encoder_learned_pos",
+    "decoder_learned_pos",
+    "encoder_normalize_before",
+    "decoder_normalize_before",
+    "share_decoder_input_output_embed",
+    "cross_self_attention",
+    "no_cross_attention",
+    "max_source_positions",
+    "max_target_positions",
+)
+
+
 class ConversionError(Exception):
     """A checkpoint or a configuration that cannot be converted (one clear message)."""
 
@@ -196,6 +214,21 @@ def student_args_from(teacher_args, arch: str, model_flags: list[str]):
     student.arch = arch
     if hasattr(student, "_name"):
         student._name = arch
+    # settings that change the function the weights compute follow the teacher unless the
+    # student's flags say otherwise; a student flag that contradicts the teacher is refused
+    given = {f.split("=", 1)[0] for f in model_flags if f.startswith("--")}
+    for key in FUNCTION_SETTINGS:
+        if not hasattr(teacher_args, key):
+            continue
+        want = getattr(teacher_args, key)
+        flag = "--" + key.replace("_", "-")
+        if flag not in given:
+            setattr(student, key, want)
+        elif getattr(student, key, None) != want:
+            raise ConversionError(
+                f"{flag} {getattr(student, key, None)!r} differs from the teacher's "
+                f"{want!r}: the transferred weights would compute another function"
+            )
     # share_all_embeddings follows the teacher when the flags did not say otherwise
     if "--share-all-embeddings" not in model_flags and getattr(
         teacher_args, "share_all_embeddings", False

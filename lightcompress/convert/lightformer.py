@@ -69,9 +69,8 @@ def _rank_param(rank, ratio, energy, flag):
         (k, v) for k, v in (("rank", rank), ("ratio", ratio), ("energy", energy)) if v is not None
     ]
     if len(given) > 1:
-        raise ConversionError(
-            f"give at most one of --{flag}, --{flag}-ratio, --{flag.split('-')[0]}-energy"
-        )
+        energy = "--energy" if flag == "rank" else "--embed-energy"
+        raise ConversionError(f"give at most one of --{flag}, --{flag}-ratio, {energy}")
     if not given:
         return None
     k, v = given[0]

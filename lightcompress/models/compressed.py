@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextvars
 import logging
 
+import torch
 from fairseq.distributed import fsdp_wrap
 from fairseq.models.transformer import (
     TransformerConfig,
@@ -54,6 +55,7 @@ from lightcompress.integration import TiedOutputProjection, disable_attention_fa
 from lightcompress.models.presets import CompressionConfig, add_config_args
 from lightcompress.modules import CompressionSpec, SpecPlan, group_schedule, tie_layers
 from lightcompress.modules.fused_qkv import FusedQKV
+from lightcompress.modules.registry import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -312,9 +314,11 @@ def apply_layer_sharing(model, args) -> None:
 def check_groups(side: str, groups: int, num_layers: int) -> None:
     """One clear error for a group count that cannot be (before anything is built)."""
     if groups < 0:
-        raise ValueError(f"--lc-{side}-groups must be >= 0 (0: no sharing), got {groups}")
+        raise ConfigError(f"--lc-{side}-groups must be >= 0 (0: no sharing), got {groups}")
     if groups > num_layers:
-        raise ValueError(f"--lc-{side}-groups {groups} is larger than --{side}-layers {num_layers}")
+        raise ConfigError(
+            f"--lc-{side}-groups {groups} is larger than --{side}-layers {num_layers}"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -353,7 +357,14 @@ class CompressedTransformerModel(TransformerModel):
         parsed from :meth:`spec_text`."""
         cls.check_args(args)
         if plan is None:
-            plan = SpecPlan(CompressionSpec.parse(cls.spec_text(args)))
+            text = cls.spec_text(args)
+            spec = CompressionSpec.parse(text)
+            if not spec.rules and getattr(args, "lc_spec", None):
+                raise ConfigError(
+                    f"--lc-spec {args.lc_spec!r} has no rules (leave the flag out for the "
+                    "family's rules; write 'pattern = dense' to keep a module dense)"
+                )
+            plan = SpecPlan(spec)
         token = _PLAN.set(plan)
         try:
             model = super().build_model(args, task)
@@ -364,6 +375,25 @@ class CompressedTransformerModel(TransformerModel):
         connect_admin(model, args)  # --admin-init: profile file or profiling run
         disable_attention_fast_path(model)
         return model
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        """fairseq's loading, refusing different values for one shared parameter: positions
+        of a sharing group hold one Parameter, and loading would keep the last of them."""
+        by_param: dict[int, list[str]] = {}
+        for name, p in self.named_parameters(remove_duplicate=False):
+            by_param.setdefault(id(p), []).append(name)
+        for names in by_param.values():
+            present = [n for n in names if n in state_dict]
+            for other in present[1:]:
+                a, b = state_dict[present[0]], state_dict[other]
+                if a.shape == b.shape and not torch.equal(a, b):
+                    raise ValueError(
+                        f"{present[0]} and {other} share parameters in this model (a sharing "
+                        "group or a tied table), but the checkpoint holds different values for "
+                        "them (a checkpoint of an unshared model, or an average of different "
+                        "models?); loading would silently keep one of them"
+                    )
+        return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
 
     @classmethod
     def build_embedding(cls, args, dictionary, embed_dim, path=None):

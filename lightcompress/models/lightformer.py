@@ -54,6 +54,7 @@ from lightcompress.models.presets import (
     own_fields,
     register_presets,
 )
+from lightcompress.modules.registry import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -77,12 +78,12 @@ def add_lightformer_args(parser):
 def _rank_param(rank, ratio, what):
     if ratio is not None:
         if ratio <= 0:
-            raise ValueError(f"--lc-{what}-ratio must be > 0, got {ratio}")
+            raise ConfigError(f"--lc-{what}-ratio must be > 0, got {ratio}")
         return f"ratio={ratio}"
     if rank is None:
-        raise ValueError(f"factorizing needs a rank: give --lc-{what} or --lc-{what}-ratio")
+        raise ConfigError(f"factorizing needs a rank: give --lc-{what} or --lc-{what}-ratio")
     if rank < 1:
-        raise ValueError(f"--lc-{what} must be >= 1, got {rank}")
+        raise ConfigError(f"--lc-{what} must be >= 1, got {rank}")
     return f"rank={rank}"
 
 
@@ -91,7 +92,7 @@ def factorized_parts(args) -> set[str]:
     parts = {p.strip() for p in text.split(",") if p.strip()} - {"none"}
     unknown = parts - set(_FACTORIZABLE)
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"--lc-factorize: unknown part(s) {sorted(unknown)}; choose from {list(_FACTORIZABLE)}"
         )
     return parts

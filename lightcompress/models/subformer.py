@@ -74,6 +74,7 @@ from fairseq.modules.transformer_layer import (
 from torch import nn
 
 from lightcompress.models.presets import PRESETS, SubformerConfig, add_config_args, register_presets
+from lightcompress.modules.registry import ConfigError
 from lightcompress.modules.safe import (
     OutputReduction,
     QueryProjectedAttention,
@@ -142,13 +143,31 @@ class SubformerOptions:
             safe_heads=get("safe_heads") or None,
             safe_output=get("safe_output", "linear"),
         )
+        for flag in ("subformer_sandwich_dim", "subformer_sandwich_ffn_dim",
+                     "subformer_sandwich_heads", "safe_dim", "safe_heads"):  # fmt: skip
+            value = getattr(args, flag, None)
+            if value is not None and value < 0:
+                raise ConfigError(
+                    f"--{flag.replace('_', '-')} must be >= 1 (0 or unset: the default), "
+                    f"got {value}"
+                )
+        width = getattr(args, "encoder_embed_dim", None) or getattr(args, "decoder_embed_dim", None)
+        if opts.safe_dim and width and opts.safe_dim >= width:
+            raise ConfigError(
+                f"--safe-dim {opts.safe_dim} must be smaller than the model width {width} "
+                "(SAFE reduces the embedding dimension)"
+            )
+        if opts.safe_dim and opts.safe_heads and opts.safe_dim % opts.safe_heads:
+            raise ConfigError(
+                f"--safe-heads {opts.safe_heads} must divide --safe-dim {opts.safe_dim}"
+            )
         if opts.sharing not in SHARING_SCHEDULES:
-            raise ValueError(
+            raise ConfigError(
                 f"--subformer-sharing must be one of {sorted(SHARING_SCHEDULES)}, "
                 f"got {opts.sharing!r}"
             )
         if opts.safe_output not in OutputReduction.KINDS:
-            raise ValueError(
+            raise ConfigError(
                 f"--safe-output must be one of {OutputReduction.KINDS}, got {opts.safe_output!r}"
             )
         return opts

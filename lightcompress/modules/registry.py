@@ -59,6 +59,7 @@ __all__ = [
     "PARAM_CHECKS",
     "QUANTIZE",
     "TARGETS",
+    "ConfigError",
     "Kind",
     "Shape",
     "SpecError",
@@ -73,7 +74,15 @@ __all__ = [
 TARGETS = ("linear", "embedding", "qkv")
 
 
-class SpecError(ValueError):
+class ConfigError(ValueError):
+    """A configuration the plugin cannot build (a bad flag value, spec or combination).
+
+    Raised before anything is built or trained; importing :mod:`lightcompress` makes an
+    uncaught one end the command with one line (``fairseq-train: error: ...``), exit status 2.
+    """
+
+
+class SpecError(ConfigError):
     """An invalid compression spec or kind configuration (one clear message)."""
 
 

@@ -1,0 +1,156 @@
+"""Bad input and silent failures found by the bad-input sweep: each gives one clear error (or
+now does the right thing), and nothing is half-written."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+from fairseq import options
+
+import lightcompress  # noqa: F401
+from lightcompress.build import build_model_without_data, parse_model_args
+from lightcompress.convert.cli import cli_main
+from lightcompress.convert.core import build_fairseq_model
+
+TINY = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
+        "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+        "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
+        "--decoder-attention-heads", "2", "--dropout", "0"]  # fmt: skip
+
+
+LF = [*TINY, "--lc-rank", "8", "--lc-embed-rank", "8", "--lc-encoder-groups", "0"]
+
+
+def _build(arch, flags):
+    return build_model_without_data(parse_model_args(arch, ["--share-all-embeddings", *flags]), 40)
+
+
+def _teacher(tmp_path, extra=()):
+    argv = ["/tmp/none", "--task", "translation", "--arch", "transformer", "-s", "de", "-t",
+            "en", "--share-all-embeddings", *TINY, *extra]  # fmt: skip
+    targs = options.parse_args_and_arch(options.get_training_parser(), argv)
+    torch.manual_seed(0)
+    teacher = build_fairseq_model(targs, 50).eval()
+    path = tmp_path / "teacher.pt"
+    torch.save({"args": targs, "model": teacher.state_dict(), "optimizer_history": []}, path)
+    return path, teacher
+
+
+def _batch():
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(4, 50, (2, 7), generator=g)
+    src[:, -1] = 2
+    prev = torch.randint(4, 50, (2, 5), generator=g)
+    prev[:, 0] = 2
+    return src, torch.full((2,), 7), prev
+
+
+FULL_RANK = ["--rank", "32", "--embed-rank", "32", *TINY, "--lc-encoder-groups", "0"]
+
+
+def test_converter_carries_the_teachers_activation_and_embedding_scale(tmp_path):
+    """A gelu teacher without embedding scaling used to convert into a relu, scaled student."""
+    path, teacher = _teacher(tmp_path, ["--activation-fn", "gelu", "--no-scale-embedding"])
+    out = tmp_path / "student.pt"
+    assert cli_main(["-i", str(path), "-o", str(out), "-a", "lightformer", "--quiet",
+                     *FULL_RANK]) == 0  # fmt: skip
+    state = torch.load(out)
+    sargs = state["args"]
+    assert sargs.activation_fn == "gelu" and sargs.no_scale_embedding
+    student = build_fairseq_model(sargs, 50).eval()
+    student.load_state_dict(state["model"], strict=True)
+    src, lengths, prev = _batch()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            student(src, lengths, prev)[0], teacher(src, lengths, prev)[0], atol=1e-4, rtol=1e-4
+        )
+
+
+def test_converter_refuses_a_student_flag_that_contradicts_the_teacher(tmp_path, capsys):
+    path, _ = _teacher(tmp_path, ["--activation-fn", "gelu"])
+    out = tmp_path / "student.pt"
+    code = cli_main(["-i", str(path), "-o", str(out), "-a", "lightformer", "--quiet",
+                     *FULL_RANK, "--activation-fn", "relu"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "--activation-fn 'relu' differs from the teacher's 'gelu'" in err
+    assert err.count("\n") == 1 and not out.exists()
+
+
+def test_converter_refuses_a_directory_as_output_and_too_many_groups(tmp_path, capsys):
+    path, _ = _teacher(tmp_path)
+    (tmp_path / "outdir").mkdir()
+    assert cli_main(["-i", str(path), "-o", str(tmp_path / "outdir"), "-a", "lightformer",
+                     *FULL_RANK]) == 2  # fmt: skip
+    assert "is a directory" in capsys.readouterr().err
+    out = tmp_path / "s.pt"
+    assert cli_main(["-i", str(path), "-o", str(out), "-a", "lightformer", *FULL_RANK,
+                     "--lc-encoder-groups", "5"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "groups" in err and err.count("\n") == 1 and not out.exists()
+
+
+def test_energy_flag_names_are_real_flags(tmp_path, capsys):
+    path, _ = _teacher(tmp_path)
+    out = tmp_path / "s.pt"
+    assert cli_main(["-i", str(path), "-o", str(out), "-a", "lightformer", *TINY,
+                     "--rank", "4", "--energy", "0.9"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "--rank, --rank-ratio, --energy" in err and "--rank-energy" not in err
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--lc-encoder-groups", "-2"], "--lc-encoder-groups must be >= 0"),
+        (["--lc-decoder-groups", "3"], "--lc-decoder-groups 3 is larger than --decoder-layers 2"),
+        (["--lc-rank", "-1"], "--lc-rank must be >= 1"),
+        (["--lc-spec", ";;"], "--lc-spec ';;' has no rules"),
+        (["--lc-spec", "*.fc9 = lowrank(rank=2)"], "matches no module"),
+        (["--admin-init", "closed-form", "--encoder-normalize-before"], "post-LN"),
+    ],
+)
+def test_bad_plugin_flags_are_config_errors_before_anything_is_built(flags, message):
+    from lightcompress.modules.registry import ConfigError
+
+    with pytest.raises(ConfigError, match=message.replace("*", "\\*").replace("+", "\\+")):
+        _build("lightformer", [*LF, *flags])
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--safe-dim", "64"], "--safe-dim 64 must be smaller than the model width 32"),
+        (["--safe-dim", "16", "--safe-heads", "3"], "--safe-heads 3 must divide --safe-dim 16"),
+        (["--subformer-sandwich-dim", "-8"], "--subformer-sandwich-dim must be >= 1"),
+    ],
+)
+def test_bad_subformer_flags_are_config_errors(flags, message):
+    from lightcompress.modules.registry import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        _build("subformer", [*TINY, *flags])
+
+
+def test_a_bad_flag_inside_fairseq_train_is_one_line_not_a_traceback(tmp_path):
+    """fairseq-train builds the model after reading the data: the plugin's configuration
+    errors end the command with one line (the plugin's excepthook), exit status 2."""
+    code = (
+        "import sys, lightcompress\n"
+        "from lightcompress.modules.registry import ConfigError\n"
+        "raise ConfigError('--lc-rank must be >= 1, got -1')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().endswith("error: --lc-rank must be >= 1, got -1")
+    assert "Traceback" not in proc.stderr
+
+
+def test_loading_different_values_into_one_shared_group_is_refused():
+    """Averaging a shared run with an unshared one, or restoring an unshared checkpoint into a
+    grouped model, used to keep one layer's values and drop the others without a word."""
+    shared = _build("lightformer", [*LF, "--lc-encoder-groups", "1"])
+    unshared = _build("lightformer", LF)
+    with pytest.raises(ValueError, match="share parameters"):
+        shared.load_state_dict(unshared.state_dict())
+    shared.load_state_dict(shared.state_dict())  # consistent values load
