@@ -42,7 +42,6 @@ import json
 import logging
 import math
 import os
-import tempfile
 
 import torch
 from torch import nn
@@ -211,13 +210,12 @@ def read_profile(path: str) -> dict[str, float]:
 
 
 def write_profile(path: str, values: dict[str, float]) -> None:
-    """Write the profile atomically (temp file + rename)."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".admin-", suffix=".json", dir=d)
-    with os.fdopen(fd, "w") as f:
+    """Write the profile atomically, with the user's umask (:func:`lightcompress.io.atomic_write`)."""
+    from lightcompress.io import atomic_write
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with atomic_write(path) as f:
         json.dump(values, f, indent=1)
-    os.replace(tmp, path)
 
 
 def _finish_profile(model, path):

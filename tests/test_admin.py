@@ -178,3 +178,17 @@ def test_profiled_admin_makes_deep_sublayers_depend_less_on_their_residual_branc
     assert mean(a[-4:]) < 0.5 * mean(a[:4]), a
     assert mean(a[-4:]) < 0.3 * mean(p[-4:]), (a, p)
     assert all(x < y for x, y in zip(a[4:], p[4:])), (a, p)
+
+
+def test_profile_file_gets_the_users_umask(tmp_path):
+    """The profile used to be written with mode 0600 (mkstemp); it follows the umask now."""
+    import os
+
+    from lightcompress.admin import write_profile
+
+    old = os.umask(0o022)
+    try:
+        write_profile(str(tmp_path / "p.json"), {"encoder.layers.0.self_attn": 1.0})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "p.json").stat().st_mode & 0o777 == 0o644
