@@ -1,6 +1,7 @@
 """Knowledge distillation: the sequence-level KD data pipeline (scripts/distill_data.py), the
 ``translation_seqkd`` task that trains on ground truth and distilled data together (Hypoformer,
-Sec. 5.2), and the word-level ``word_kd`` criterion."""
+Sec. 5.2), and the word-level ``word_kd`` criterion; and the atomic writes the pipeline's shards
+rely on (``lightcompress.io``, the package's one temp-file-and-rename helper)."""
 
 import os
 import shutil
@@ -128,6 +129,152 @@ def test_rerun_resumes_keeping_finished_shards(distilled, tiny_data, tiny_transf
         main(_distill_args(tiny_data, ckpt, out, "--work-dir", str(work), "--beam", "3"))
 
 
+def _fake_generate(monkeypatch, script):
+    """Make the pipeline run ``python -c SCRIPT`` instead of fairseq-generate."""
+    from lightcompress.kd import distill
+
+    monkeypatch.setattr(
+        distill, "_generate_command", lambda args, d: [sys.executable, "-c", script]
+    )
+
+
+def _leftovers(work):
+    return sorted(n for n in os.listdir(work) if n.startswith(".") or ".tmp" in n)
+
+
+@pytest.mark.parametrize(
+    "script, message",
+    [
+        ("import sys; print('S-0\\ta'); sys.exit(3)", "fairseq-generate failed on shard 1"),
+        ("print('S-0\\ta'); print('H-0\\t-0.1\\tx')", "no hypothesis for 499 of 500"),
+    ],
+)
+def test_a_failed_shard_leaves_no_shard_file_and_no_temporary_files(
+    distilled, tiny_data, tiny_transformer, tmp_path, monkeypatch, script, message
+):
+    """Interrupted or incomplete output never becomes shardK.gen (which a rerun would keep)."""
+    from lightcompress.kd.distill import DistillError, main
+
+    work = tmp_path / "work"
+    shutil.copytree(f"{distilled}/distill-work", work)
+    os.remove(work / "shard1.gen")
+    _fake_generate(monkeypatch, script)
+    ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    args = _distill_args(tiny_data, ckpt, str(tmp_path / "out"), "--work-dir", str(work))
+    with pytest.raises(DistillError, match=message):
+        main(args)
+    assert not (work / "shard1.gen").exists()
+    assert _leftovers(work) == []
+    assert (work / "shard0.gen").exists()  # the finished shard is kept
+
+
+def test_shard_files_get_the_umask_permissions(
+    distilled, tiny_data, tiny_transformer, tmp_path, monkeypatch
+):
+    from lightcompress.kd.distill import main
+
+    work = tmp_path / "work"
+    shutil.copytree(f"{distilled}/distill-work", work)
+    os.remove(work / "shard1.gen")
+    original = os.path.join(distilled, "distill-work", "shard1.gen")
+    _fake_generate(monkeypatch, f"import sys; sys.stdout.write(open({original!r}).read())")
+    ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    old = os.umask(0o027)
+    try:
+        main(_distill_args(tiny_data, ckpt, str(tmp_path / "out"), "--work-dir", str(work)))
+    finally:
+        os.umask(old)
+    for name in ("shard1.gen", "train.de", "train.en"):
+        assert (work / name).stat().st_mode & 0o777 == 0o640, name
+    with open(original) as f:
+        assert (work / "shard1.gen").read_text() == f.read()
+    assert _leftovers(work) == []
+
+
+# --------------------------------------------------------------------------- atomic writes
+
+
+@pytest.fixture
+def umask_027():
+    old = os.umask(0o027)
+    yield
+    os.umask(old)
+
+
+def test_atomic_writes_follow_the_umask(tmp_path, umask_027):
+    from lightcompress.io import atomic_directory, atomic_path, atomic_write, current_umask
+
+    assert current_umask() == 0o027
+    with atomic_write(tmp_path / "a.txt") as f:
+        f.write("text")
+    with atomic_write(tmp_path / "b.pt", "wb") as f:
+        torch.save({"x": torch.ones(2)}, f)
+    with atomic_path(tmp_path / "c.pt") as tmp:
+        torch.save({"x": torch.ones(2)}, tmp)
+    with atomic_directory(tmp_path / "d") as tmp, open(os.path.join(tmp, "inside"), "w") as f:
+        f.write("x")
+    for name in ("a.txt", "b.pt", "c.pt"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o640, name
+    assert (tmp_path / "d").stat().st_mode & 0o777 == 0o750
+    assert (tmp_path / "a.txt").read_text() == "text"
+    assert torch.load(tmp_path / "b.pt")["x"].sum() == 2 == torch.load(tmp_path / "c.pt")["x"].sum()
+    assert (tmp_path / "d" / "inside").read_text() == "x"
+    assert sorted(os.listdir(tmp_path)) == ["a.txt", "b.pt", "c.pt", "d"]
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_a_failed_atomic_write_leaves_no_temporary_file_and_no_half_written_target(tmp_path, error):
+    from lightcompress.io import atomic_directory, atomic_path, atomic_write
+
+    with pytest.raises(error), atomic_write(tmp_path / "new.txt") as f:
+        f.write("half")
+        f.flush()
+        assert os.path.dirname(f.name) == str(tmp_path)  # the temporary file, beside it
+        raise error
+    with pytest.raises(error), atomic_path(tmp_path / "new.pt") as tmp:
+        torch.save({"x": 1}, tmp)
+        raise error
+    with pytest.raises(error), atomic_directory(tmp_path / "newdir") as tmp:
+        open(os.path.join(tmp, "part"), "w").close()
+        raise error
+    assert os.listdir(tmp_path) == []
+
+
+def test_an_existing_target_survives_a_failed_atomic_write(tmp_path):
+    from lightcompress.io import atomic_directory, atomic_write
+
+    target = tmp_path / "profile.json"
+    target.write_text("old")
+    with pytest.raises(ValueError), atomic_write(target) as f:
+        f.write("new and half")
+        raise ValueError("disk full")
+    assert target.read_text() == "old"
+    (tmp_path / "shard").mkdir()
+    (tmp_path / "shard" / "a").write_text("old")
+    with pytest.raises(ValueError), atomic_directory(tmp_path / "shard") as tmp:
+        (tmp_path / os.path.basename(tmp) / "a").write_text("new")
+        raise ValueError
+    assert (
+        os.listdir(tmp_path / "shard") == ["a"] and (tmp_path / "shard" / "a").read_text() == "old"
+    )
+    assert sorted(os.listdir(tmp_path)) == ["profile.json", "shard"]
+    # and a successful write replaces both
+    with atomic_write(target) as f:
+        f.write("new")
+    with atomic_directory(tmp_path / "shard") as tmp:
+        (tmp_path / os.path.basename(tmp) / "b").write_text("new")
+    assert target.read_text() == "new" and os.listdir(tmp_path / "shard") == ["b"]
+    assert sorted(os.listdir(tmp_path)) == ["profile.json", "shard"]
+
+
+def test_atomic_write_refuses_modes_it_cannot_make_atomic(tmp_path):
+    from lightcompress.io import atomic_write
+
+    with pytest.raises(ValueError, match="mode"), atomic_write(tmp_path / "x", "a"):
+        pass
+    assert os.listdir(tmp_path) == []
+
+
 # --------------------------------------------------------------------------- task
 
 
@@ -200,11 +347,10 @@ class _FixedLogits(torch.nn.Module):
         return sample["target"]
 
 
-class _Task:
-    def __init__(self):
-        from fairseq.data import Dictionary
+def _Task():
+    from lightcompress.build import NoDataTask, dictionary_of_size
 
-        self.target_dictionary = self.source_dictionary = Dictionary()  # pad = 1
+    return NoDataTask(dictionary_of_size(4))  # the specials only: pad = 1
 
 
 def test_word_kd_loss_equals_the_hand_computed_value():
