@@ -1,4 +1,5 @@
-"""Layer-sharing schedules (LightFormer groups, Subformer Table 2) and parameter tying."""
+"""Layer-sharing schedules (LightFormer groups, Subformer Table 2), parameter tying, and the one
+counter of unique parameters (by identity, and by storage for real tensors; meta-safe)."""
 
 import io
 
@@ -16,6 +17,7 @@ from lightcompress.modules import (
     sandwich_schedule,
     tie_layers,
 )
+from lightcompress.modules.sharing import unique_parameters
 
 
 def test_group_schedule_makes_contiguous_groups():
@@ -104,3 +106,59 @@ def test_count_unique_params_counts_storage_shared_tensors_once():
     b.weight = nn.Parameter(a.weight.data)  # same storage, different Parameter object
     model = nn.ModuleList([a, b])
     assert count_unique_params(model) == 16 + 4 + 4
+
+
+# --- counting unique parameters: meta, tied and shared -------------------------------------
+
+
+def test_distinct_tensors_of_equal_shape_on_the_meta_device_are_all_counted():
+    # meta tensors have no storage (all report address 0): only identity may merge them
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)).to("meta")
+    assert count_unique_params(model) == 40
+    real = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    assert count_unique_params(real) == 40
+
+
+def test_a_module_used_twice_counts_once_on_real_and_meta_tensors():
+    for device in ("cpu", "meta"):
+        layer = nn.Linear(4, 4, device=device)
+        assert count_unique_params(nn.Sequential(layer, layer, nn.Linear(4, 4))) == 40
+
+
+def test_tied_weights_count_once_on_the_meta_device():
+    with torch.device("meta"):
+        emb = nn.Embedding(10, 4)
+        out = nn.Linear(4, 10, bias=False)
+    out.weight = emb.weight  # tied output projection
+    model = nn.ModuleDict({"embed_tokens": emb, "output_projection": out})
+    assert count_unique_params(model) == 40
+    groups = unique_parameters(model)
+    assert len(groups) == 1
+    assert groups[0][1] == ["embed_tokens.weight", "output_projection.weight"]
+
+
+def test_tie_layers_counts_the_same_on_meta_and_real_tensors():
+    counts = {}
+    for device in ("cpu", "meta"):
+        with torch.device(device):
+            layers = nn.ModuleList([Block() for _ in range(6)])
+        tie_layers(layers, group_schedule(6, 3))
+        counts[device] = count_unique_params(layers)
+    assert counts["cpu"] == counts["meta"] == 3 * per_layer_params()
+
+
+def test_views_of_one_storage_are_distinct_unless_they_are_the_same_view():
+    m = nn.Module()
+    base = torch.zeros(8)
+    m.a = nn.Parameter(base[:4])
+    m.b = nn.Parameter(base[4:])  # the other half of the same storage: distinct values
+    m.c = nn.Parameter(base[:4])  # the same view as ``a``: the same values
+    assert count_unique_params(m) == 8
+    assert [names for _, names in unique_parameters(m)] == [["a", "c"], ["b"]]
+
+
+def test_trainable_only_skips_frozen_parameters():
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    model[0].requires_grad_(False)
+    assert count_unique_params(model, trainable_only=True) == 20
+    assert count_unique_params(model) == 40
