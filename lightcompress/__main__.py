@@ -1,8 +1,52 @@
-"""``python -m lightcompress --user-dir`` prints the path to pass to fairseq's ``--user-dir``."""
+"""``python -m lightcompress``: the ``--user-dir`` path, and the plugin's model flags.
+
+``python -m lightcompress --user-dir`` prints the path to pass to fairseq's ``--user-dir``;
+``python -m lightcompress --arch-help ARCH`` prints the plugin's flags of ``ARCH`` with the
+values its preset gives them (``fairseq-train --arch ARCH --help`` does not list model flags:
+fairseq answers ``--help`` before it knows the architecture); ``--list-archs`` lists every
+preset with its paper size.
+"""
 
 import argparse
 import os
 import sys
+
+
+def _arch_help(arch: str) -> int:
+    import dataclasses
+
+    import lightcompress  # noqa: F401  (registers the models)
+    from lightcompress.models.presets import PRESETS
+
+    if arch not in PRESETS:
+        close = [a for a in PRESETS if arch.split("_")[0] in a][:8]
+        print(
+            f"python -m lightcompress: error: {arch!r} is not an architecture of the plugin"
+            + (f" (similar: {', '.join(close)})" if close else ""),
+            file=sys.stderr,
+        )
+        return 2
+    preset = PRESETS[arch]
+    print(f"{arch} (fairseq model {preset.model!r}): {preset.doc}\n")
+    print("Transformer settings:")
+    for key, value in preset.transformer.items():
+        shown = "follows the other settings" if callable(value) else value
+        print(f"  --{key.replace('_', '-'):34s} {shown}")
+    print("\nPlugin flags (preset value; any flag given on the command line wins):")
+    for f in dataclasses.fields(preset.config):
+        value = getattr(preset.config, f.name)
+        print(f"  --{f.name.replace('_', '-'):34s} {value!s:14s} {f.metadata.get('help', '')}")
+    return 0
+
+
+def _list_archs() -> int:
+    import lightcompress  # noqa: F401
+    from lightcompress.models.presets import PRESETS
+
+    for name, preset in PRESETS.items():
+        size = f"paper {preset.paper_params}M" if preset.paper_params else ""
+        print(f"{name:42s} {preset.model:13s} {size}")
+    return 0
 
 
 def main(argv=None):
@@ -15,10 +59,22 @@ def main(argv=None):
         action="store_true",
         help="print the directory to pass to fairseq's --user-dir and exit",
     )
+    parser.add_argument(
+        "--arch-help",
+        metavar="ARCH",
+        help="print the plugin flags of ARCH with its preset values and exit",
+    )
+    parser.add_argument(
+        "--list-archs", action="store_true", help="list the plugin's architectures and exit"
+    )
     args = parser.parse_args(argv)
     if args.user_dir:
         print(os.path.dirname(os.path.abspath(__file__)))
         return 0
+    if args.arch_help:
+        return _arch_help(args.arch_help)
+    if args.list_archs:
+        return _list_archs()
     parser.print_help()
     return 0
 

@@ -154,3 +154,45 @@ def test_loading_different_values_into_one_shared_group_is_refused():
     with pytest.raises(ValueError, match="share parameters"):
         shared.load_state_dict(unshared.state_dict())
     shared.load_state_dict(shared.state_dict())  # consistent values load
+
+
+def test_arch_help_lists_the_plugin_flags_with_preset_values(capsys):
+    """fairseq-train --arch X --help cannot list model flags; python -m lightcompress can."""
+    from lightcompress.__main__ import main
+
+    assert main(["--arch-help", "lightformer_iwslt_de_en"]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("--lc-rank "))
+    assert "80" in line and "rank of every factorized attention and FFN map" in line
+    assert "--lc-spec" in out and "--encoder-layers" in out
+    assert main(["--arch-help", "lightformer_nope"]) == 2
+    assert "not an architecture of the plugin" in capsys.readouterr().err
+    assert main(["--list-archs"]) == 0
+    assert "hypoformer_wmt_en_ro_row13" in capsys.readouterr().out
+
+
+def test_hub_interface_with_sentencepiece_as_the_readme_shows(
+    tiny_data, tiny_transformer, tmp_path
+):
+    """README 'Using a trained model from Python': from_pretrained with the plugin as user dir
+    and a sentencepiece model encodes, translates and decodes raw text."""
+    import os
+
+    import sentencepiece as spm
+    from fairseq.models.transformer import TransformerModel
+
+    text = tmp_path / "text.txt"
+    text.write_text(
+        "\n".join(" ".join(f"s{(i * 7 + j) % 30}" for j in range(6)) for i in range(200))
+    )
+    spm.SentencePieceTrainer.train(
+        input=str(text), model_prefix=str(tmp_path / "spm"), vocab_size=30, model_type="word",
+        minloglevel=2,
+    )  # fmt: skip
+    hub = TransformerModel.from_pretrained(
+        tiny_transformer, checkpoint_file="checkpoint_best.pt", data_name_or_path=tiny_data,
+        user_dir=lightcompress.__path__[0], bpe="sentencepiece",
+        sentencepiece_model=os.path.join(tmp_path, "spm.model"),
+    )  # fmt: skip
+    out = hub.translate("s1 s2 s3", beam=2)
+    assert isinstance(out, str) and out.strip() and "▁" not in out
