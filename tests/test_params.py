@@ -1,4 +1,6 @@
-"""Parameter and MAC counts without data: the papers' model sizes, dedup, the CLI."""
+"""Parameter and MAC counts without data: the papers' model sizes, dedup (meta-safe, the same
+counter as ``count_unique_params``), building models without data (``lightcompress.build``),
+the CLI."""
 
 import json
 import os
@@ -84,6 +86,119 @@ def test_shared_parameters_are_counted_once():
         "decoder": 0,
         "other": 3,
     }
+
+
+LOW_RANK = ["--lc-rank", "8", "--lc-embed-rank", "8"]
+
+
+def test_distinct_equal_shaped_meta_tensors_are_not_merged():
+    from lightcompress.modules import count_unique_params
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)).to("meta")
+    assert P.count_parameters(model)["total"] == 40 == count_unique_params(model)
+    # the tied / shared example built on the meta device (``.to("meta")`` would untie it);
+    # there, a tensor shares another's values only by being the same Parameter
+    with torch.device("meta"):
+        meta = _Tied()
+    meta.decoder.view.weight = meta.encoder.fc.weight
+    assert P.count_parameters(meta)["total"] == 40 + 20 + 3 == count_unique_params(meta)
+
+
+@pytest.mark.parametrize(
+    "arch, extra",
+    [
+        ("transformer", TINY),
+        ("transformer", TINY + ["--no-share-all-embeddings"]),
+        ("lightformer", TINY + ["--encoder-layers", "4", "--lc-encoder-groups", "2"] + LOW_RANK),
+    ],
+)
+def test_count_parameters_total_is_count_unique_params_on_real_and_meta_models(arch, extra):
+    from lightcompress.build import build_model_without_data, parse_model_args
+    from lightcompress.modules import count_unique_params
+
+    share = "--no-share-all-embeddings" not in extra
+    flags = [f for f in extra if f != "--no-share-all-embeddings"]
+    flags += ["--share-all-embeddings"] if share else []
+    args = parse_model_args(arch, flags)
+    real = build_model_without_data(args, 100)
+    with torch.device("meta"):
+        meta = build_model_without_data(args, 100)
+    n = count_unique_params(real)
+    listed = sum(p.numel() for _, p in real.named_parameters(remove_duplicate=False))
+    assert (n < listed) == share  # the shared embedding table is listed three times
+    assert P.count_parameters(real) == P.count_parameters(meta)
+    assert P.count_parameters(real)["total"] == n == count_unique_params(meta)
+
+
+# --- building without data (lightcompress.build, the one way) --------------------------------
+
+
+def test_dictionary_of_size_and_the_task_stub():
+    from lightcompress.build import NoDataTask, dictionary_of_size
+
+    d = dictionary_of_size(10)
+    assert len(d) == 10 and d.pad() == 1 and d.eos() == 2
+    assert len(dictionary_of_size(4)) == 4  # the specials only
+    for bad in (3, 10.0, True):
+        with pytest.raises(ValueError, match="integer size >= 4"):
+            dictionary_of_size(bad)
+    assert len(P.make_dictionary(10)) == 10
+    task = NoDataTask(d, dictionary_of_size(12))
+    assert task.source_dictionary is task.dictionary is d
+    assert len(task.target_dictionary) == len(task.output_dictionary) == 12
+    assert NoDataTask(d).target_dictionary is d
+
+
+def test_build_model_without_data_with_separate_dictionaries():
+    from lightcompress.build import build_model_without_data, parse_model_args
+    from lightcompress.convert.core import build_fairseq_model
+
+    args = parse_model_args("transformer", TINY)
+    model = build_model_without_data(args, 60, 70)
+    assert model.encoder.embed_tokens.weight.shape == (60, 32)
+    assert model.decoder.embed_tokens.weight.shape == (70, 32)
+    assert len(model.encoder.dictionary) == 60 and len(model.decoder.dictionary) == 70
+    # the converter's name for it is the same function
+    same = build_fairseq_model(args, 60, 70)
+    assert P.count_parameters(same) == P.count_parameters(model)
+    joined = build_model_without_data(parse_model_args("transformer", TINY), 60, 60)
+    assert joined.encoder.dictionary is joined.decoder.dictionary
+
+
+@pytest.mark.parametrize("arch", ["transformer_lm", "subformer_lm"])
+def test_build_model_without_data_builds_language_models(arch):
+    """From the training Namespace, as fairseq-train builds them (its model config)."""
+    from fairseq import models
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.models import FairseqLanguageModel
+
+    from lightcompress.build import NoDataTask, build_model_without_data, parse_model_args
+
+    # (the LM's input/output widths do not follow --decoder-embed-dim in fairseq's config path)
+    flags = ["--tokens-per-sample", "64", "--decoder-layers", "3", "--decoder-embed-dim", "32",
+             "--decoder-input-dim", "32", "--decoder-output-dim", "32",
+             "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2"]  # fmt: skip
+    if arch == "subformer_lm":
+        flags += ["--subformer-sandwich-dim", "32"]
+    args = parse_model_args(arch, flags, task="language_modeling")
+    model = build_model_without_data(args, 100)
+    assert isinstance(model, FairseqLanguageModel)
+    assert model.decoder.embed_tokens.weight.shape == (100, 32)
+    out, _ = model(torch.randint(4, 100, (2, 5)))
+    assert out.shape == (2, 5, 100)
+    fairseq_train = models.build_model(
+        convert_namespace_to_omegaconf(args).model, NoDataTask(P.make_dictionary(100))
+    )
+    assert P.count_parameters(model) == P.count_parameters(fairseq_train)
+
+
+def test_build_helpers_refuse_unknown_architectures_and_bad_flags():
+    from lightcompress.build import parse_model_args
+
+    with pytest.raises(ValueError, match="unknown architecture 'no_such_arch'"):
+        parse_model_args("no_such_arch")
+    with pytest.raises(ValueError, match="unrecognized arguments: --encoder-layerz"):
+        parse_model_args("transformer", ["--encoder-layerz", "2"])
 
 
 def test_macs_are_positive_and_grow_linearly_with_layers():
