@@ -6,6 +6,7 @@ with BLEU. Each command is a real subprocess of fairseq's console scripts, so th
 exactly what users run.
 """
 
+import contextlib
 import os
 import random
 import re
@@ -15,6 +16,7 @@ import sys
 __all__ = [
     "REPO_ROOT",
     "USER_DIR",
+    "build_without_data",
     "decode_incrementally",
     "generate",
     "interactive",
@@ -211,6 +213,22 @@ def interactive(data_bin, checkpoint, lines, extra=(), user_dir=USER_DIR, beam=2
             sid, _score, hyp = (line.split("\t") + ["", ""])[:3]
             hyps[int(sid[2:])] = hyp
     return [hyps[k] for k in sorted(hyps)]
+
+
+def build_without_data(
+    arch, vocab, flags=(), task="translation", tgt_vocab=None, device=None, **build_kwargs
+):
+    """A model of ``arch`` with random weights and no data: ``lightcompress.build`` (the
+    package's one way), with the model flags parsed by fairseq's training parser. ``vocab`` /
+    ``tgt_vocab`` are dictionary sizes (or dictionaries); ``device`` e.g. ``"meta"`` builds
+    without memory."""
+    import torch
+
+    from lightcompress.build import build_model_without_data, parse_model_args
+
+    args = parse_model_args(arch, [str(a) for a in flags], task=task)
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        return build_model_without_data(args, vocab, tgt_vocab, **build_kwargs)
 
 
 def decode_incrementally(decoder, prev, state=None, **kwargs):

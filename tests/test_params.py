@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import harness
 import pytest
 import torch
 from harness import REPO_ROOT
@@ -119,10 +120,8 @@ def test_count_parameters_total_is_count_unique_params_on_real_and_meta_models(a
     share = "--no-share-all-embeddings" not in extra
     flags = [f for f in extra if f != "--no-share-all-embeddings"]
     flags += ["--share-all-embeddings"] if share else []
-    args = parse_model_args(arch, flags)
-    real = build_model_without_data(args, 100)
-    with torch.device("meta"):
-        meta = build_model_without_data(args, 100)
+    real = build_model_without_data(parse_model_args(arch, flags), 100)
+    meta = harness.build_without_data(arch, 100, flags, device="meta")
     n = count_unique_params(real)
     listed = sum(p.numel() for _, p in real.named_parameters(remove_duplicate=False))
     assert (n < listed) == share  # the shared embedding table is listed three times
