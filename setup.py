@@ -16,6 +16,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
+    license="MIT",
     packages=find_packages(include=["lightcompress", "lightcompress.*"]),
     install_requires=[
         "torch>=2.0",

@@ -3,25 +3,27 @@
 ``fairseq-train DATA --user-dir $(python -m lightcompress --user-dir) --arch lightformer_...``
 
 Importing the package registers every model, architecture, task and criterion it provides and
-allow-lists the types fairseq checkpoints hold for torch's ``weights_only`` loader.
+allow-lists the types fairseq checkpoints hold for torch's ``weights_only`` loader. Without
+fairseq installed only the plain-PyTorch factorization library (:mod:`lightcompress.modules`)
+is usable; the fairseq parts raise ImportError when imported (install with ``make install``).
 """
 
-from lightcompress.compat import allow_fairseq_checkpoints
-
-allow_fairseq_checkpoints()
-
 try:
-    import fairseq  # noqa: F401
-except ImportError as exc:  # pragma: no cover - environment problem
-    raise ImportError(
-        "lightcompress needs fairseq. Install it with `make install`, or by hand: "
-        "`pip install --no-deps --require-hashes -r requirements/fairseq.txt` "
-        "(see README, 'Installing')."
-    ) from exc
+    import fairseq
+except ImportError:  # the factorization library (lightcompress.modules) works without it
+    fairseq = None
 
-from lightcompress import criterions, models, tasks  # noqa: F401  (registration)
-from lightcompress.compat import report_config_errors
+if fairseq is not None:
+    from lightcompress.compat import (
+        allow_fairseq_checkpoints,
+        quiet_shared_parameter_logs,
+        report_config_errors,
+    )
 
-report_config_errors()
+    allow_fairseq_checkpoints()
+    from lightcompress import criterions, models, tasks  # noqa: F401  (registration)
+
+    report_config_errors()
+    quiet_shared_parameter_logs()
 
 __version__ = "0.1.0"

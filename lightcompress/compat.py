@@ -23,6 +23,7 @@ import torch
 __all__ = [
     "allow_fairseq_checkpoints",
     "fairseq_checkpoint_safe_globals",
+    "quiet_shared_parameter_logs",
     "report_config_errors",
 ]
 
@@ -89,3 +90,20 @@ def report_config_errors() -> None:
 
     hook._lightcompress = True
     sys.excepthook = hook
+
+
+class _SharedParameterFilter:
+    """Drops fairseq's ``detected shared parameter: A <- B`` lines (one per tied tensor:
+    hundreds for a LightFormer); the model logs one summary line per shared stack instead."""
+
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith("detected shared parameter")
+
+
+def quiet_shared_parameter_logs() -> None:
+    """Install :class:`_SharedParameterFilter` on fairseq's trainer logger (once)."""
+    import logging
+
+    log = logging.getLogger("fairseq.trainer")
+    if not any(isinstance(f, _SharedParameterFilter) for f in log.filters):
+        log.addFilter(_SharedParameterFilter())

@@ -8,7 +8,7 @@ import pytest
 import torch
 from fairseq import options
 
-import lightcompress  # noqa: F401
+import lightcompress
 from lightcompress.build import build_model_without_data, parse_model_args
 from lightcompress.convert.cli import cli_main
 from lightcompress.convert.core import build_fairseq_model
@@ -196,3 +196,33 @@ def test_hub_interface_with_sentencepiece_as_the_readme_shows(
     )  # fmt: skip
     out = hub.translate("s1 s2 s3", beam=2)
     assert isinstance(out, str) and out.strip() and "▁" not in out
+
+
+def test_the_factorization_library_imports_without_fairseq():
+    """lightcompress.modules is plain PyTorch: it works where fairseq is not installed."""
+    code = (
+        "import sys\n"
+        "sys.modules['fairseq'] = None  # as if fairseq were not installed\n"
+        "import torch\n"
+        "from lightcompress.modules import CompressionSpec, LowRankLinear\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(8, 8))\n"
+        "CompressionSpec.parse('0 = lowrank(rank=2)').apply(m)\n"
+        "assert isinstance(m[0], LowRankLinear)\n"
+        "try:\n"
+        "    import lightcompress.models\n"
+        "except ImportError:\n"
+        "    print('models need fairseq')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "models need fairseq" in proc.stdout
+
+
+def test_fairseq_shared_parameter_lines_are_summarised(caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("fairseq.trainer").info("detected shared parameter: a <- b")
+        _build("lightformer", [*LF, "--lc-encoder-groups", "1"])
+    assert "detected shared parameter" not in caplog.text
+    assert "encoder: 2 layers in 1 sharing groups" in caplog.text

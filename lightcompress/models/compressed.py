@@ -308,7 +308,11 @@ def apply_layer_sharing(model, args) -> None:
         layers = getattr(model, side).layers
         check_groups(side, groups, len(layers))
         if 0 < groups < len(layers):
-            tie_layers(layers, group_schedule(len(layers), groups), share=_not_admin)
+            tied = tie_layers(layers, group_schedule(len(layers), groups), share=_not_admin)
+            logger.info(
+                "%s: %d layers in %d sharing groups (%d parameter tensors tied to their "
+                "group's first layer)", side, len(layers), groups, len(tied),
+            )  # fmt: skip
 
 
 def check_groups(side: str, groups: int, num_layers: int) -> None:
