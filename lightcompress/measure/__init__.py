@@ -1,8 +1,10 @@
 """Measuring compressed models: parameters and MACs, CPU translation speed, int8 quantization.
 
 - :mod:`lightcompress.measure.params`: ``lightcompress-params`` (counts without data, the papers'
-  shared-embedding convention, MACs of a 20+20-token pass), ``count_parameters``,
-  ``build_model_without_data``;
+  shared-embedding convention, MACs of a 20+20-token pass), ``count_parameters`` (per category,
+  on :func:`lightcompress.modules.sharing.unique_parameters`, the counter behind
+  ``count_unique_params``), ``build_model_without_data(arch, vocab_size, flags)`` (the papers'
+  convention on :mod:`lightcompress.build`, the package's one way to build without data);
 - :mod:`lightcompress.measure.speed`: tokens/s on the papers' protocol, several models side by
   side (``scripts/measure_speed.sh``), int8 and BLEU;
 - :mod:`lightcompress.measure.timing`: the protocol's pure logic (trimmed mean, run order, tables);
