@@ -6,7 +6,9 @@
 #   3. lightcompress-convert: SVD weight transfer into a LightFormer (6-3, the 6 encoder layers in
 #      3 shared groups, every attention/FFN map and the embedding low-rank);
 #   4. fine-tune that LightFormer; train the same LightFormer from random initialisation for the
-#      same number of updates (what SVD transfer buys);
+#      same number of student updates, and once more for as many updates as teacher and student
+#      had together (equal total training): what SVD transfer buys, at equal student updates
+#      and at equal total updates;
 #   5. translate the test set with each model in float32 and int8 and print a table of params,
 #      sacreBLEU and tokens/s (the papers' protocol, shortened: SPEED_SENTENCES sentences of
 #      about 12 tokens, SPEED_RUNS runs, one thread, beam 5; outputs capped at 1.2 x source + 10
@@ -121,14 +123,19 @@ train lightformer_svd "$STUDENT_UPDATES" 0.0015 "${STUDENT[@]}" \
 step "the same LightFormer from random initialisation, $STUDENT_UPDATES updates"
 train lightformer_random "$STUDENT_UPDATES" 0.003 "${STUDENT[@]}"
 
+TOTAL_UPDATES=$((TEACHER_UPDATES + STUDENT_UPDATES))
+step "the same LightFormer from random initialisation, $TOTAL_UPDATES updates (teacher + student)"
+train lightformer_random_total "$TOTAL_UPDATES" 0.003 "${STUDENT[@]}"
+
 step "loss curves -> $OUT/curves.png"
 python scripts/plot_curves.py "$OUT/lightformer_svd/train.log" "$OUT/lightformer_random/train.log" \
-  --labels "SVD transfer,random init" --title "LightFormer 6-3 on the demo corpus" \
-  --out "$OUT/curves.png"
+  "$OUT/lightformer_random_total/train.log" \
+  --labels "SVD transfer ($STUDENT_UPDATES),random init ($STUDENT_UPDATES),random init ($TOTAL_UPDATES)" \
+  --title "LightFormer 6-3 on the demo corpus" --out "$OUT/curves.png"
 
 step "test BLEU and speed, float32 and int8 (interleaved runs)"
 bash scripts/measure_speed.sh --data "$BIN" --user-dir "$USER_DIR" \
-  --path "teacher=$OUT/teacher/checkpoint_last.pt,lightformer_svd=$OUT/lightformer_svd/checkpoint_last.pt,lightformer_random=$OUT/lightformer_random/checkpoint_last.pt" \
+  --path "teacher=$OUT/teacher/checkpoint_last.pt,lightformer_svd=$OUT/lightformer_svd/checkpoint_last.pt,lightformer_random=$OUT/lightformer_random/checkpoint_last.pt,lightformer_random_total=$OUT/lightformer_random_total/checkpoint_last.pt" \
   --compare-int8 --bleu --bleu-threads "$THREADS" --post-process sentencepiece --batch-size 64 \
   --max-len-a 1.2 --max-len-b 10 \
   --num-sentences "$SPEED_SENTENCES" --runs "$SPEED_RUNS" --src-len 12 \
