@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 import lightcompress  # noqa: F401  (registers the architectures)
+from lightcompress.build import dictionary_of_size
 from lightcompress.convert.core import ConversionError, build_fairseq_model, student_args_from
 from lightcompress.convert.hypoformer import HypoformerConverter
 from lightcompress.measure.params import build_model_without_data
@@ -268,7 +269,7 @@ def test_full_rank_tt_transfer_translates_exactly_like_the_dense_teacher(dense_t
     # and greedy translations agree token by token
     from fairseq.sequence_generator import SequenceGenerator
 
-    d = build_fairseq_model.__globals__["dictionary_of_size"](60)
+    d = dictionary_of_size(60)
     sample = {"net_input": {"src_tokens": src, "src_lengths": lengths}}
     hyps = []
     for m in (teacher, student):

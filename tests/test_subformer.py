@@ -12,9 +12,6 @@ import random
 import harness
 import pytest
 import torch
-from fairseq import options
-from fairseq.data import Dictionary
-from fairseq.models import ARCH_MODEL_REGISTRY
 
 import lightcompress  # noqa: F401  (registers the models)
 from lightcompress.models.subformer import SafeDecoderBlock, SafeEncoderBlock
@@ -26,36 +23,13 @@ logging.disable(logging.WARNING)
 WMT14, WMT16, CNNDM, WIKI103 = 32_000, 34_976, 32_000, 267_744
 
 
-def dictionary(vocab):
-    d = Dictionary()
-    for i in range(vocab - len(d)):
-        d.add_symbol(f"w{i}")
-    return d
-
-
 def build(arch, vocab, extra=(), share=True, task="translation", device=None):
-    argv = ["/tmp/none", "--arch", arch, "--task", task]
+    """``arch`` without data through the package's one builder (tests/harness.py)."""
     if task == "translation":
-        argv += ["-s", "de", "-t", "en"] + (["--share-all-embeddings"] if share else [])
+        flags = ["-s", "de", "-t", "en"] + (["--share-all-embeddings"] if share else [])
     else:
-        argv += ["--tokens-per-sample", "64"]
-    args = options.parse_args_and_arch(options.get_training_parser(), argv + list(extra))
-    d = dictionary(vocab)
-
-    class Task:
-        source_dictionary = d
-        target_dictionary = d
-
-    if task != "translation":
-        # dataclass models (transformer_lm and subclasses) get their defaults from the config
-        # fairseq-train builds: argparse leaves them out (delete_default)
-        from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-        args = convert_namespace_to_omegaconf(args).model
-    if device is None:
-        return ARCH_MODEL_REGISTRY[arch].build_model(args, Task())
-    with torch.device(device):
-        return ARCH_MODEL_REGISTRY[arch].build_model(args, Task())
+        flags = ["--tokens-per-sample", "64"]
+    return harness.build_without_data(arch, vocab, [*flags, *extra], task=task, device=device)
 
 
 def millions(model):

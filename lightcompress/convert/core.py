@@ -283,14 +283,12 @@ def save_student_checkpoint(teacher_state: dict, student_args, student_model, ou
 def build_dense_student(student_args, src_size: int, tgt_size: int | None = None):
     """The student's family and shape with every slot dense and no sharing (an empty spec):
     the model the teacher's weights are mapped into before the spec is applied."""
+    from lightcompress.build import build_model_without_data
     from lightcompress.modules import CompressionSpec, SpecPlan
 
     args = copy.deepcopy(student_args)
     args.lc_encoder_groups = args.lc_decoder_groups = 0
-    src = dictionary_of_size(src_size)
-    tgt = src if tgt_size is None or tgt_size == src_size else dictionary_of_size(tgt_size)
-    model_cls = ARCH_MODEL_REGISTRY[args.arch]
-    return model_cls.build_model(args, FakeTask(src, tgt), plan=SpecPlan(CompressionSpec([])))
+    return build_model_without_data(args, src_size, tgt_size, plan=SpecPlan(CompressionSpec([])))
 
 
 def transfer_by_spec(dense, student_args, spec_text: str, progress: bool = False):
