@@ -27,7 +27,7 @@ nothing shared) is 10.38M and with 3/2/1 groups 8.64M/8.06M/7.48M (the decoder's
 layers alone are 5.46M); sharing the decoder with the same 3/2/1 groups
 (``--lc-decoder-groups``) gives 5.91M/4.42M/2.94M, which matches none of those rows either.
 The 6-6 rows are offered through the flags (``--lc-encoder-groups``, ``--lc-decoder-groups``)
-and reported as computed; see the closing notes of issue #4.
+and reported as computed (examples/translation/lightformer/README.md lists every row).
 
 The paper gives no ranks for WMT. ``lightformer_wmt_en_de`` / ``lightformer_wmt_en_ro`` keep the
 IWSLT rule (Transformer-base widths, 18-3, 6 encoder groups, every map at rank 80) and set the

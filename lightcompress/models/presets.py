@@ -519,7 +519,7 @@ PRESETS: dict[str, Preset] = {
         _sf(),
         base_architecture,
         "Transformer-base widths with sandwich sharing, no SAFE (Tables 2/3 'Only SANDWICH', "
-        "38.8M at V = 32,768). --subformer-sharing selects Table 2's other variants.",
+        "38.5M at V = 32,000). --subformer-sharing selects Table 2's other variants.",
     ),
     "subformer_only_safe": Preset(
         "subformer",

@@ -39,16 +39,16 @@ and fairseq checkpoints (tests/test_subformer.py). Shared modules stay distinct 
 each position keeps its own incremental-decoding cache (the authors assigned the same module
 objects, which makes every shared decoder layer read one cache).
 
-Sizes (``tests/test_subformer.py``; joined dictionary, ``--share-all-embeddings``). WMT'14
-En-De at V = 32,768 (where ``transformer_wmt_en_de`` has the paper's 61M, 60.9M):
-``subformer_small`` 38.0M (paper 38M; the paper's ``4 d_s`` sandwich FFN would give 41.6M, the
-code's default 2048 gives 38M), ``subformer_base`` 51.7M (52M), ``subformer_mid`` 62.9M
-(63M), ``subformer_xlarge`` 197.0M (197M), ``subformer_sandwich_big`` 121.7M (122M);
-Table 2 at base widths: all 24.1M (24M), all-independent-ffn 27.3M (27M), all-except-last
-31.5M (31M), every-2 38.8M (38M), sandwich 6-6 and 8-8 38.8M (38M). WMT'16 En-Ro at
-V = 34,976 (where ``transformer_wmt_en_de`` has the paper's 62M):
-``subformer_wmt_en_ro_small`` 20.1M (20M); ``subformer_wmt_en_ro_base`` 43.1M: the paper
-prints 48M, which the stated widths (d 512, d_s 640, d_e 384) do not reproduce.
+Sizes (``tests/test_subformer.py`` pins them; joined dictionary, ``--share-all-embeddings``).
+WMT'14 En-De at V = 32,000: ``subformer`` (only sandwich) 38.5M (paper 38M),
+``subformer_only_safe`` 53.4M (54M), ``subformer_small`` 38.4M (38M; the paper's ``4 d_s``
+sandwich FFN would be larger, the code's default 2048 gives 38M), ``subformer_base`` 51.7M
+(52M), ``subformer_mid`` 62.9M (63M), ``subformer_sandwich_big`` 121.0M (122M),
+``subformer_xlarge`` 197.0M (197M); Table 2 at base widths: all 23.8M (24M),
+all-independent-ffn 26.9M (27M), all-except-last 31.1M (31M), every-2 38.5M (38M), sandwich
+8-8 38.5M (38M), no sharing 60.5M (61M). WMT'16 En-Ro at V = 34,976: ``subformer_wmt_en_ro_small``
+20.8M; ``subformer_wmt_en_ro_base`` 43.1M: the paper prints 48M, which the stated widths (d 512,
+d_s 640, d_e 384) do not reproduce. CNN-DailyMail (separate tables, V = 32,000 each) 57.4M (57M).
 """
 
 from __future__ import annotations

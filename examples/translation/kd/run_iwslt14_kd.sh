@@ -37,7 +37,7 @@
 #
 # Deviations from Table 6: fairseq has no RAdam, so Adam (0.9, 0.98) is used with the same
 # schedule (inverse sqrt, 6000 warmup updates from 1e-7 to 7e-4); the Admin initialization belongs
-# to the Hypoformer model (set it through ARCH/STUDENT_ARGS once that model exists). Embeddings are
+# to the Hypoformer model (ARCH=hypoformer_iwslt_de_en, --admin-init in STUDENT_ARGS). Embeddings are
 # shared (joined dictionary), as in the papers' 36.8M-parameter transformer_iwslt_de_en.
 set -euo pipefail
 # shellcheck source-path=SCRIPTDIR source=common.sh
