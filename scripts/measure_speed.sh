@@ -7,7 +7,9 @@
 #   scripts/measure_speed.sh --arch transformer_iwslt_de_en,12-2=transformer_iwslt_de_en:--encoder-layers=12:--decoder-layers=2 \
 #       --vocab-size 10200 --compare-int8 --json speed.json
 #
-# All options: scripts/measure_speed.sh --help (python -m lightcompress.measure.speed).
+# All options: scripts/measure_speed.sh --help (python -m lightcompress.measure.speed --help).
+# Every argument, checkpoint and output path (--json) is checked before anything is measured;
+# a bad one ends the command with one line on stderr and exit status 2.
 # PYTHON picks the interpreter (default: .venv/bin/python of this checkout, else python3).
 set -euo pipefail
 
@@ -20,4 +22,11 @@ export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 export MKL_NUM_THREADS="${MKL_NUM_THREADS:-$OMP_NUM_THREADS}"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
-exec "$PYTHON" -m lightcompress.measure.speed "$@"
+# Not `python -m lightcompress.measure.speed`: that imports the package (and fairseq, which logs
+# INFO lines while it is imported) before cli_main can silence fairseq's logging, so an error
+# would not be the one line on stderr it is meant to be.
+exec "$PYTHON" -c 'import logging, sys
+logging.disable(logging.WARNING)
+sys.argv[0] = "measure_speed"
+from lightcompress.measure.speed import cli_main
+cli_main()' "$@"

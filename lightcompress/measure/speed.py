@@ -36,8 +36,15 @@ Models (interleaved: A B C A B C ... one run of each per round):
 ``--quantize int8`` measures int8 versions (``quantize_model_int8``); ``--compare-int8`` measures
 each model in float32 and int8. ``--bleu`` (needs ``--data``) translates the whole ``--subset``
 with the same beam and length penalty (batches of ``--batch-size``; forced lengths are NOT
-applied) and reports sacreBLEU of the ``--post-process``-ed (e.g. BPE-removed) text.
-``--json OUT`` writes every raw run, the protocol, date, CPU model and library versions.
+applied) and reports sacreBLEU of the ``--post-process``-ed (e.g. BPE-removed) text; the table is
+followed by sacreBLEU's signature (``BLEU: sacreBLEU nrefs:1|case:mixed|...``).
+``--json OUT`` writes every raw run, the protocol, date, CPU model and library versions (the
+file is written atomically).
+
+Bad input (a value out of range, a missing, damaged or foreign checkpoint, an architecture
+fairseq does not know, a ``--json`` path that cannot be written) ends the command with one line
+on stderr and exit status 2, and everything that needs no model, the output path included, is
+checked before any model is loaded or timed.
 """
 
 from __future__ import annotations
@@ -46,9 +53,11 @@ import argparse
 import datetime
 import json
 import logging
+import math
 import os
 import platform
 import sys
+import tempfile
 import time
 import warnings
 from argparse import Namespace
@@ -68,6 +77,9 @@ from lightcompress.measure.timing import (
 __all__ = [
     "Candidate",
     "SpeedError",
+    "bleu_lines",
+    "check_args",
+    "check_output_file",
     "cpu_model",
     "load_candidates",
     "main",
@@ -76,6 +88,7 @@ __all__ = [
     "random_sentences",
     "sacrebleu_of",
     "time_run",
+    "write_json",
 ]
 
 IWSLT_AVG_LEN = 23
@@ -113,24 +126,117 @@ def _split_label(item: str) -> tuple[str | None, str]:
     return None, item
 
 
+# Model names whose architectures this package registers: a checkpoint naming one of them that
+# fairseq does not know was made by another version of the plugin, or loaded without it.
+PLUGIN_FAMILIES = ("lightformer", "hypoformer", "subformer")
+
+
+def _checkpoint_arch(state: dict) -> str | None:
+    """The architecture a fairseq checkpoint was trained with (``args.arch`` or ``cfg.model``)."""
+    args = state.get("args")
+    if args is not None and getattr(args, "arch", None):
+        return args.arch
+    cfg = state.get("cfg")
+    model_cfg = None
+    if cfg is not None:
+        try:
+            model_cfg = cfg["model"]
+        except (KeyError, TypeError):
+            model_cfg = getattr(cfg, "model", None)
+    for key in ("arch", "_name"):
+        value = None
+        if isinstance(model_cfg, dict):
+            value = model_cfg.get(key)
+        elif model_cfg is not None:
+            try:
+                value = getattr(model_cfg, key, None)
+            except Exception:  # noqa: BLE001  (omegaconf raises on missing keys of struct configs)
+                value = None
+        if value:
+            return str(value)
+    return None
+
+
+def _unknown_arch_message(path: str, arch: str) -> str:
+    from fairseq.models import MODEL_REGISTRY
+
+    if arch.startswith(PLUGIN_FAMILIES):
+        family = next(f for f in PLUGIN_FAMILIES if arch.startswith(f))
+        if family not in MODEL_REGISTRY:
+            return (
+                f"{path}: architecture {arch!r} is a lightcompress architecture and the plugin "
+                "is not loaded: pass --user-dir lightcompress"
+            )
+        return (
+            f"{path}: architecture {arch!r} is not one of this lightcompress's (a checkpoint of "
+            "another version of the plugin? `python -m lightcompress --list-archs` lists them)"
+        )
+    return (
+        f"{path}: architecture {arch!r} is not registered: a checkpoint of a fairseq plugin "
+        "needs that plugin (pass --user-dir DIR)"
+    )
+
+
 def _load_checkpoint(path: str, data: str | None):
+    """Load one checkpoint as ``fairseq-generate`` does, every failure as a :class:`SpeedError`.
+
+    The file is read once (``load_checkpoint_to_cpu``, which also applies ``--data`` and
+    upgrades old checkpoints), checked (a fairseq checkpoint, a registered architecture), then
+    built by ``load_model_ensemble_and_task`` from that state.
+    """
     from fairseq import checkpoint_utils
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 
     if not os.path.exists(path):
         raise SpeedError(f"checkpoint not found: {path}")
+    if not os.path.isfile(path):
+        raise SpeedError(f"checkpoint {path} is not a file")
     overrides = {"data": data} if data else None
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if not head.startswith((b"PK\x03\x04", b"\x80")):  # torch's zip format, legacy pickle
+        raise SpeedError(f"{path} is not a checkpoint (no zip or pickle header: a text file?)")
+    try:
+        state = checkpoint_utils.load_checkpoint_to_cpu(path, overrides)
+    except KeyError as exc:  # fairseq's upgrade of the state reads entries every checkpoint has
+        raise SpeedError(f"{path} is not a fairseq checkpoint (no {exc.args[0]!r} entry)") from None
+    except Exception as exc:  # noqa: BLE001  (truncated zip, foreign pickle, old format)
+        raise SpeedError(
+            f"cannot read {path} as a fairseq checkpoint ({type(exc).__name__}: "
+            f"{_one_line(exc, first_sentence=True)}); is the file complete?"
+        ) from None
+    if not isinstance(state, dict) or "model" not in state:
+        raise SpeedError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
+    arch = _checkpoint_arch(state)
+    if arch is None:
+        raise SpeedError(f"{path} is not a fairseq checkpoint (no 'args' or 'cfg' naming a model)")
+    if arch not in ARCH_MODEL_REGISTRY and arch not in MODEL_REGISTRY:
+        raise SpeedError(_unknown_arch_message(path, arch))
     try:
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-            [path], arg_overrides=overrides
+            [path], arg_overrides=overrides, state=state
         )
     except FileNotFoundError as exc:
         raise SpeedError(
-            f"cannot load {path}: {exc} (give --data with the checkpoint's dictionaries)"
+            f"cannot load {path}: {_one_line(exc)} (give --data with the checkpoint's dictionaries)"
         ) from None
+    except Exception as exc:  # noqa: BLE001  (weights that do not fit, a plugin's ConfigError)
+        raise SpeedError(
+            f"cannot load {path} ({arch}): {type(exc).__name__}: {_one_line(exc)}"
+        ) from None
+    del state
     model = models[0]
     model.prepare_for_inference_(cfg)
     model.eval()
     return model, task
+
+
+def _one_line(exc: BaseException, limit: int = 300, first_sentence: bool = False) -> str:
+    """An exception's message on one line (long ones cut; optionally its first sentence)."""
+    text = " ".join(str(exc).split())
+    if first_sentence and ". " in text:
+        text = text.split(". ", 1)[0]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _build_random(spec, vocab_size: int | None, data: str | None, share: bool):
@@ -580,12 +686,82 @@ def _split_list(values: Sequence[str]) -> list[str]:
     return [x for v in values for x in v.split(",") if x.strip()]
 
 
+def check_output_file(path: str, flag: str) -> None:
+    """Raise :class:`SpeedError` unless ``path`` can be written: not a directory, in an existing
+    writable directory (probed by creating and removing a temporary file there). Called before
+    any work, so that a measurement of hours does not end in a failed write."""
+    if not path or not path.strip():
+        raise SpeedError(f"{flag}: empty file name")
+    if os.path.isdir(path):
+        raise SpeedError(f"{flag} {path} is a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise SpeedError(f"{flag} {path}: directory {parent} does not exist")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".measure_speed.", suffix=".probe", dir=parent)
+    except OSError as exc:
+        raise SpeedError(f"{flag} {path}: cannot write in {parent} ({exc.strerror})") from None
+    os.close(fd)
+    os.remove(probe)
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        raise SpeedError(f"{flag} {path}: the file exists and is not writable")
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """The checks of every command-line value that need no model (:class:`SpeedError`)."""
+    for name, value in (("--runs", args.runs), ("--num-sentences", args.num_sentences),
+                        ("--src-len", args.src_len), ("--beam", args.beam),
+                        ("--threads", args.threads), ("--batch-size", args.batch_size),
+                        ("--bleu-threads", 1 if args.bleu_threads is None else args.bleu_threads)
+                        ):  # fmt: skip
+        if value < 1:
+            raise SpeedError(f"{name} must be >= 1, got {value}")
+    if args.vocab_size is not None and args.vocab_size < 5:
+        raise SpeedError(
+            f"--vocab-size must be >= 5 (4 special symbols + a word), got {args.vocab_size}"
+        )
+    if args.warmup < 0:
+        raise SpeedError("--warmup must be >= 0")
+    if not 0 <= args.trim < 0.5:
+        raise SpeedError("--trim must be in [0, 0.5)")
+    for name, value in (("--min-len", args.min_len), ("--max-len", args.max_len)):
+        if value is not None and value < 1:
+            raise SpeedError(f"{name} must be >= 1, got {value}")
+    if args.max_len_a < 0 or args.max_len_b < 1:
+        raise SpeedError("--max-len-a must be >= 0 and --max-len-b >= 1")
+    if not math.isfinite(args.lenpen):
+        raise SpeedError(f"--lenpen must be a number, got {args.lenpen}")
+    if args.path and not args.data:
+        raise SpeedError("--path needs --data (the checkpoints' data-bin directory)")
+    if args.bleu and not args.data:
+        raise SpeedError("--bleu needs --data")
+    if args.data and not os.path.isdir(args.data):
+        raise SpeedError(f"--data is not a directory: {args.data}")
+    for item in _split_list(args.path):
+        path = _split_label(item)[1]
+        if not os.path.exists(path):
+            raise SpeedError(f"checkpoint not found: {path}")
+        if not os.path.isfile(path):
+            raise SpeedError(f"checkpoint {path} is not a file")
+    if args.json_out is not None:
+        check_output_file(args.json_out, "--json")
+
+
 def run(args: argparse.Namespace) -> dict:
-    """Everything the command line does; returns the JSON document."""
+    """Everything the command line does; returns the JSON document.
+
+    Every argument and the ``--json`` output are checked before anything is loaded or timed.
+    """
+    check_args(args)
     if args.user_dir:
         from fairseq import utils
 
-        utils.import_user_module(Namespace(user_dir=args.user_dir))
+        try:
+            utils.import_user_module(Namespace(user_dir=args.user_dir))
+        except FileNotFoundError:
+            raise SpeedError(f"--user-dir {args.user_dir}: no such directory") from None
+        except ImportError as exc:
+            raise SpeedError(f"--user-dir {args.user_dir}: {_one_line(exc)}") from None
     import lightcompress  # noqa: F401  (plugin architectures)
 
     torch.set_num_threads(args.threads)
@@ -593,22 +769,6 @@ def run(args: argparse.Namespace) -> dict:
         torch.set_num_interop_threads(args.threads)
     except RuntimeError:  # already set in this process
         pass
-    for name, value in (("--runs", args.runs), ("--num-sentences", args.num_sentences),
-                        ("--src-len", args.src_len), ("--beam", args.beam),
-                        ("--threads", args.threads), ("--batch-size", args.batch_size),
-                        ("--bleu-threads", args.bleu_threads or 1)):  # fmt: skip
-        if value < 1:
-            raise SpeedError(f"{name} must be >= 1, got {value}")
-    if args.warmup < 0:
-        raise SpeedError("--warmup must be >= 0")
-    if not 0 <= args.trim < 0.5:
-        raise SpeedError("--trim must be in [0, 0.5)")
-    if args.path and not args.data:
-        raise SpeedError("--path needs --data (the checkpoints' data-bin directory)")
-    if args.bleu and not args.data:
-        raise SpeedError("--bleu needs --data")
-    if args.data and not os.path.isdir(args.data):
-        raise SpeedError(f"--data is not a directory: {args.data}")
 
     candidates = load_candidates(
         _split_list(args.path), args.arch, args.data, args.vocab_size,
@@ -696,21 +856,49 @@ def run(args: argparse.Namespace) -> dict:
     return {"protocol": protocol, "environment": _environment(), "models": records}
 
 
+def bleu_lines(records: Sequence[dict], protocol: dict) -> list[str]:
+    """What the BLEU column is: one line per distinct sacreBLEU signature (normally one) with
+    the text it scored. Empty without BLEU."""
+    sigs = sorted({r["bleu_signature"] for r in records if r.get("bleu_signature")})
+    if not sigs:
+        return []
+    b = protocol.get("bleu", {})
+    sentences = "/".join(sorted({str(r.get("bleu_sentences")) for r in records if "bleu" in r}))
+    post = repr(b["post_process"]) if b.get("post_process") else "none"
+    what = (
+        f"on the {b.get('subset', '?')} split ({sentences} sentences, post-process {post}, "
+        f"beam {protocol['beam']}, lenpen {protocol['lenpen']}, output length not forced)"
+    )
+    return [f"BLEU: sacreBLEU {sig} {what}" for sig in sigs]
+
+
+def write_json(path: str, result: dict) -> None:
+    """``result`` as JSON into ``path`` (atomically: a complete file or the old one)."""
+    from lightcompress.io import atomic_write
+
+    try:
+        with atomic_write(path) as f:
+            json.dump(result, f, indent=1)
+    except OSError as exc:
+        raise SpeedError(f"--json {path}: cannot write ({exc.strerror or exc})") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _arg_parser().parse_args(argv)
     try:
         result = run(args)
+        print(_protocol_line(result["protocol"]))
+        env = result["environment"]
+        print(f"CPU: {env['cpu']}; torch {env['torch']}, fairseq {env['fairseq']}")
+        print(format_results(result["models"], bleu=args.bleu))
+        for line in bleu_lines(result["models"], result["protocol"]):
+            print(line)
+        if args.json_out:
+            write_json(args.json_out, result)
+            print(f"wrote {args.json_out}")
     except SpeedError as exc:
         print(f"measure_speed: error: {exc}", file=sys.stderr)
         return 2
-    print(_protocol_line(result["protocol"]))
-    env = result["environment"]
-    print(f"CPU: {env['cpu']}; torch {env['torch']}, fairseq {env['fairseq']}")
-    print(format_results(result["models"], bleu=args.bleu))
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(result, f, indent=1)
-        print(f"wrote {args.json_out}")
     return 0
 
 
