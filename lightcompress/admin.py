@@ -202,10 +202,17 @@ def admin_residual(cfg, side: str, prefix: str, sublayers) -> AdminResidual | No
 
 def read_profile(path: str) -> dict[str, float]:
     """Read an Admin profile file (JSON ``{"encoder.layers.0.self_attn": omega, ...}``)."""
-    with open(path) as f:
-        data = json.load(f)
+    from lightcompress.modules.registry import ConfigError
+
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot read the Admin profile {path} ({exc}); delete it to re-profile"
+        ) from None
     if not isinstance(data, dict) or not all(isinstance(v, (int, float)) for v in data.values()):
-        raise ValueError(f"{path} is not an Admin profile (a JSON object of numbers)")
+        raise ConfigError(f"{path} is not an Admin profile (a JSON object of numbers)")
     return {k: float(v) for k, v in data.items()}
 
 
@@ -270,6 +277,8 @@ def connect_admin(model: nn.Module, args, profile_file: str | None = None) -> di
     ValueError
         A profile file without a value for some sublayer.
     """
+    from lightcompress.modules.registry import ConfigError
+
     mode = getattr(args, "admin_init", None) or "none"
     stacks = [
         (side, [layer.admin for _, layer in layers if getattr(layer, "admin", None) is not None])
@@ -284,7 +293,7 @@ def connect_admin(model: nn.Module, args, profile_file: str | None = None) -> di
             for admin in admins:
                 keys = [f"{admin.prefix}.{s}" for s in admin.sublayers]
                 if not all(k in loaded for k in keys):
-                    raise ValueError(
+                    raise ConfigError(
                         f"Admin profile {path} has no value for some sublayer of {admin.prefix} "
                         f"(needs {', '.join(keys)}); delete it to re-profile"
                     )

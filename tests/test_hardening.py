@@ -226,3 +226,20 @@ def test_fairseq_shared_parameter_lines_are_summarised(caplog):
         _build("lightformer", [*LF, "--lc-encoder-groups", "1"])
     assert "detected shared parameter" not in caplog.text
     assert "encoder: 2 layers in 1 sharing groups" in caplog.text
+
+
+def test_a_misspelled_student_flag_is_one_line_not_fairseqs_usage(tmp_path, capsys):
+    path, _ = _teacher(tmp_path)
+    code = cli_main(["-i", str(path), "-o", str(tmp_path / "s.pt"), "-a", "lightformer",
+                     *FULL_RANK, "--lc-rnak", "4"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--lc-rnak" in err, err
+
+
+def test_a_corrupt_admin_profile_is_one_clear_error(tmp_path):
+    from lightcompress.modules.registry import ConfigError
+
+    bad = tmp_path / "profile.json"
+    bad.write_text('{"encoder.layers.0.self_attn": 1.0')  # truncated
+    with pytest.raises(ConfigError, match="cannot read the Admin profile"):
+        _build("lightformer", [*LF, "--admin-init", "profile", "--admin-profile-file", str(bad)])

@@ -16,8 +16,11 @@ it raises :class:`ConversionError` for anything that does not fit.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import io
 import os
+import re
 
 import torch
 from fairseq import options
@@ -199,10 +202,14 @@ def student_args_from(teacher_args, arch: str, model_flags: list[str]):
     parser = options.get_training_parser()
     data = getattr(teacher_args, "data", None) or "data-bin"
     argv = [data, "--task", "translation", "--arch", arch] + list(model_flags)
+    err = io.StringIO()
     try:
-        parsed = options.parse_args_and_arch(parser, input_args=argv)
+        with contextlib.redirect_stderr(err):  # fairseq prints its whole usage first
+            parsed = options.parse_args_and_arch(parser, input_args=argv)
     except SystemExit:
-        raise ConversionError(f"invalid model flags for {arch}: {' '.join(model_flags)}") from None
+        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+        why = re.sub(r"^[\w.-]+: error: ", "", lines[-1]) if lines else " ".join(model_flags)
+        raise ConversionError(f"invalid model flags for {arch}: {why}") from None
     model_keys = model_arg_names(ARCH_MODEL_NAME_REGISTRY[arch])
     student = copy.deepcopy(teacher_args)
     for key in list(vars(student)):
