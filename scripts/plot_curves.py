@@ -9,6 +9,9 @@ Reads the logs fairseq-train writes with ``--log-format simple`` or ``--log-form
 ``num_updates``, ``valid`` lines the validation loss at ``num_updates``. The losses are fairseq's
 (base 2, label-smoothed for ``label_smoothed_cross_entropy``); ``--nll`` plots ``nll_loss``.
 Left panel: training loss; right panel: validation loss.
+
+Bad input (an empty or foreign log, labels that do not match the logs, an ``--out`` that cannot
+be written as an image) ends with one line on stderr and exit status 2, before anything is drawn.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import argparse
 import json
 import re
 import sys
+
+from plot_output import image_output_error
 
 __all__ = ["LogError", "main", "parse_log", "plot_curves"]
 
@@ -129,6 +134,10 @@ def main(argv=None) -> int:
     p.add_argument("--nll", action="store_true", help="plot nll_loss instead of loss")
     p.add_argument("--logy", action="store_true", help="logarithmic loss axis")
     args = p.parse_args(argv)
+    error = image_output_error(args.out)
+    if error:
+        print(f"plot_curves: error: {error}", file=sys.stderr)
+        return 2
     labels = args.labels.split(",") if args.labels else list(args.logs)
     if len(labels) != len(args.logs):
         print(
