@@ -319,10 +319,13 @@ def test_task_refuses_distilled_data_with_other_dictionaries(tiny_data, distille
     lines = (other / "dict.en.txt").read_text().splitlines(True)
     lines[0], lines[1] = lines[1], lines[0]
     (other / "dict.en.txt").write_text("".join(lines))
-    task = _seqkd_task(tiny_data, "both", str(other))
-    with pytest.raises(ValueError, match=r"dict.en.txt differs from the task's \(index 4 is"):
-        task.load_dataset("train")
-    with pytest.raises(ValueError, match="needs --kd-distilled-data"):
+    from lightcompress.modules.registry import ConfigError
+
+    # refused when the task is set up (before fairseq-train builds the model), as a ConfigError:
+    # fairseq-train then prints one line, "fairseq-train: error: ...", and exits with status 2
+    with pytest.raises(ConfigError, match=r"dict.en.txt differs from the task's \(index 4 is"):
+        _seqkd_task(tiny_data, "both", str(other))
+    with pytest.raises(ConfigError, match="needs --kd-distilled-data"):
         _seqkd_task(tiny_data, "both", None)
 
 

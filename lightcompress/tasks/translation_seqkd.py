@@ -19,15 +19,27 @@ Mixture weights are integer upsampling ratios (fairseq's ``ConcatDataset`` sampl
 ``--kd-gt-upsample 2 --kd-distilled-upsample 1`` repeats every ground-truth pair twice and every
 distilled pair once per epoch. The epoch length is ``gt_upsample * N_gt + distilled_upsample *
 sum(N_distilled)``.
+
+The training data is checked when the task is set up for training (before the model is built),
+and again when the train split is loaded: a missing directory or split, a source or target side
+missing, unreadable or truncated files, dictionaries other than the task's, token ids outside the
+dictionary, or a distilled copy whose sentence count differs from the ground truth's (it must be a
+translation of the same train split) each raise :class:`KDDataError` naming the file or directory;
+inside ``fairseq-train`` it ends the command with one line, ``fairseq-train: error: ...``, exit
+status 2 (the plugin's :class:`~lightcompress.modules.registry.ConfigError` handling). Loading a
+trained model (``from_checkpoint``) checks nothing: the distilled data need not exist any more.
 """
 
+import glob
+import itertools
 import logging
 import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 from fairseq import utils
-from fairseq.data import ConcatDataset, Dictionary, LanguagePairDataset
+from fairseq.data import ConcatDataset, Dictionary, LanguagePairDataset, data_utils, indexed_dataset
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import (
@@ -36,7 +48,15 @@ from fairseq.tasks.translation import (
     load_langpair_dataset,
 )
 
-__all__ = ["TranslationSeqKDConfig", "TranslationSeqKDTask", "check_same_dictionary"]
+from lightcompress.modules.registry import ConfigError
+
+__all__ = [
+    "KDDataError",
+    "TranslationSeqKDConfig",
+    "TranslationSeqKDTask",
+    "check_same_dictionary",
+    "check_split",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -78,26 +98,143 @@ class TranslationSeqKDConfig(TranslationConfig):
     )
 
 
-def check_same_dictionary(expected: Dictionary, path: str, what: str) -> None:
-    """Raise ``ValueError`` unless the dictionary file ``path`` has ``expected``'s symbols in order."""
-    if not os.path.exists(path):
-        raise ValueError(
+class KDDataError(ConfigError):
+    """Training data of ``translation_seqkd`` that cannot be used; the message names the file.
+
+    A :class:`~lightcompress.modules.registry.ConfigError`: uncaught inside ``fairseq-train`` it
+    ends the command with ``fairseq-train: error: <message>`` and exit status 2.
+    """
+
+
+_CHUNK = 1 << 24  # tokens per slice when scanning a .bin for its largest token id
+
+
+def check_same_dictionary(
+    expected: Dictionary, path: str, what: str, other_side: Dictionary | None = None
+) -> None:
+    """Raise :class:`KDDataError` unless the dictionary file ``path`` has ``expected``'s symbols
+    in order. ``other_side`` (the task's dictionary of the other language) only improves the
+    message: a file equal to it means source and target dictionaries were swapped."""
+    if not os.path.isfile(path):
+        raise KDDataError(
             f"{what}: dictionary {path} not found; a distilled data-bin must hold the dictionaries "
             "it was binarized with (fairseq-preprocess --srcdict/--tgtdict writes them)"
         )
-    other = Dictionary.load(path)
+    try:
+        other = Dictionary.load(path)
+    except Exception as exc:
+        raise KDDataError(f"{what}: cannot read dictionary {path}: {exc}") from exc
     if other.symbols == expected.symbols:
         return
-    if len(other) != len(expected):
+    if other_side is not None and other.symbols == other_side.symbols:
+        detail = "it is the task's dictionary of the other language: source and target swapped"
+    elif len(other) != len(expected):
         detail = f"{len(other)} types instead of {len(expected)}"
     else:
         i = next(i for i, (a, b) in enumerate(zip(other.symbols, expected.symbols)) if a != b)
         detail = f"index {i} is {other.symbols[i]!r} instead of {expected.symbols[i]!r}"
-    raise ValueError(
+    raise KDDataError(
         f"{what}: dictionary {path} differs from the task's ({detail}). Distilled data must be "
         "binarized with the teacher's/student's dictionaries: fairseq-preprocess --srcdict "
         "DATA/dict.SRC.txt --tgtdict DATA/dict.TGT.txt (scripts/distill_data.py does this)"
     )
+
+
+def _split_prefixes(directory, split, src, tgt, impl, combine=True):
+    """The file prefixes fairseq's ``load_langpair_dataset`` reads for ``split`` (``split``,
+    ``split1``, ... with ``combine``; either language order in the name)."""
+    prefixes = []
+    for k in itertools.count():
+        split_k = split + (str(k) if k > 0 else "")
+        for a, b in ((src, tgt), (tgt, src)):
+            prefix = os.path.join(directory, f"{split_k}.{a}-{b}.")
+            if indexed_dataset.dataset_exists(prefix + src, impl=impl):
+                prefixes.append(prefix)
+                break
+        else:
+            break
+        if not combine:
+            break
+    return prefixes
+
+
+def _splits_present(directory, src, tgt):
+    names = set()
+    for a, b in ((src, tgt), (tgt, src)):
+        for idx in glob.glob(os.path.join(glob.escape(directory), f"*.{a}-{b}.{src}.idx")):
+            names.add(os.path.basename(idx)[: -len(f".{a}-{b}.{src}.idx")])
+    return sorted(names)
+
+
+def _max_token_id(ds):
+    """The largest token id stored in an mmap dataset (None for other implementations)."""
+    index, buf = getattr(ds, "_index", None), getattr(ds, "_bin_buffer", None)
+    if index is None or buf is None or not hasattr(index, "sizes"):
+        return None
+    total = int(np.asarray(index.sizes, dtype=np.int64).sum())
+    if total == 0:
+        return None
+    tokens = np.frombuffer(buf, dtype=index.dtype, count=total)
+    return max(int(tokens[i : i + _CHUNK].max()) for i in range(0, total, _CHUNK))
+
+
+def _open_side(path, dictionary, impl, what):
+    """Open ``path.{bin,idx}`` and check it against ``dictionary``; return its sentence count."""
+    files = f"{path}.{{bin,idx}}"
+    try:
+        ds = data_utils.load_indexed_dataset(path, None, impl)
+    except Exception as exc:
+        raise KDDataError(f"{what}: cannot read {files}: {exc}") from exc
+    if ds is None:
+        raise KDDataError(f"{what}: {files} not found")
+    index, buf = getattr(ds, "_index", None), getattr(ds, "_bin_buffer", None)
+    if index is not None and buf is not None and len(index) > 0:
+        pointer, size = index[len(index) - 1]
+        if int(pointer) + int(size) * index.dtype().itemsize > len(buf):
+            raise KDDataError(
+                f"{what}: {path}.bin is shorter than its index says (truncated or not written "
+                "completely); binarize it again"
+            )
+    top = _max_token_id(ds)
+    if top is not None and top >= len(dictionary):
+        raise KDDataError(
+            f"{what}: {path}.bin holds token id {top}, but the task's dictionary has only "
+            f"{len(dictionary)} types: it was binarized with another dictionary (source and "
+            "target swapped?); binarize it with fairseq-preprocess --srcdict DATA/dict.SRC.txt "
+            "--tgtdict DATA/dict.TGT.txt"
+        )
+    return len(ds)
+
+
+def check_split(directory, split, src_dict, tgt_dict, src, tgt, impl=None, what=None):
+    """Check the binarized ``split`` of ``directory`` as training pairs; return its size.
+
+    Raises :class:`KDDataError` naming the directory or file when the split is missing, a side is
+    missing, unreadable or truncated, holds ids outside its dictionary, or the two sides have
+    different sentence counts. ``split1``, ``split2``, ... are included as fairseq combines them.
+    """
+    what = what or f"{directory} split {split}"
+    if not os.path.isdir(directory):
+        raise KDDataError(f"{what}: directory {directory} not found")
+    prefixes = _split_prefixes(directory, split, src, tgt, impl)
+    if not prefixes:
+        present = _splits_present(directory, src, tgt)
+        raise KDDataError(
+            f"{what}: no {split} split in {directory}: "
+            f"{os.path.join(directory, f'{split}.{src}-{tgt}.{src}')}.{{bin,idx}} not found "
+            f"({'splits there: ' + ', '.join(present) if present else f'no {src}-{tgt} splits there'})"
+        )
+    total = 0
+    for prefix in prefixes:
+        n_src = _open_side(prefix + src, src_dict, impl, what)
+        n_tgt = _open_side(prefix + tgt, tgt_dict, impl, what)
+        if n_src != n_tgt:
+            raise KDDataError(
+                f"{what}: {prefix}{src} has {n_src} sentences but {prefix}{tgt} has {n_tgt}; "
+                "both sides must hold the same sentences"
+            )
+        total += n_src
+    return total
 
 
 @register_task("translation_seqkd", dataclass=TranslationSeqKDConfig)
@@ -109,13 +246,52 @@ class TranslationSeqKDTask(TranslationTask):
     @classmethod
     def setup_task(cls, cfg: TranslationSeqKDConfig, **kwargs):
         if cfg.kd_data_mode != "gt" and not cfg.kd_distilled_data:
-            raise ValueError(
+            raise ConfigError(
                 f"--kd-data-mode {cfg.kd_data_mode} needs --kd-distilled-data "
                 "(colon-separated data-bin directories or split names)"
             )
         if cfg.kd_gt_upsample < 1 or cfg.kd_distilled_upsample < 1:
-            raise ValueError("--kd-gt-upsample and --kd-distilled-upsample must be integers >= 1")
-        return super().setup_task(cfg, **kwargs)
+            raise ConfigError("--kd-gt-upsample and --kd-distilled-upsample must be integers >= 1")
+        task = super().setup_task(cfg, **kwargs)
+        if not kwargs.get("from_checkpoint"):
+            # training (or a command given the KD flags): refuse bad data before the model is
+            # built; a model loaded from its checkpoint does not need the training data
+            paths = utils.split_paths(cfg.data)
+            task.check_train_data(paths[0])
+        return task
+
+    def check_train_data(self, data_path):
+        """Check the ground-truth and distilled train splits this task would mix (see the
+        module's docstring); raise :class:`KDDataError` on the first problem."""
+        mode, split = self.cfg.kd_data_mode, self.cfg.train_subset
+        src, tgt = self.cfg.source_lang, self.cfg.target_lang
+        impl = self.cfg.dataset_impl
+        checked = getattr(self, "_kd_checked", set())
+        if data_path in checked:
+            return
+        gt_size = None
+        if mode != "distilled" or _split_prefixes(data_path, split, src, tgt, impl):
+            gt_size = check_split(
+                data_path, split, self.src_dict, self.tgt_dict, src, tgt, impl,
+                what=f"ground truth {data_path}",
+            )  # fmt: skip
+        if mode != "gt":
+            for directory, kd_split, name in self._distilled_sources(data_path):
+                n = check_split(
+                    directory, kd_split, self.src_dict, self.tgt_dict, src, tgt, impl,
+                    what=f"--kd-distilled-data {name}",
+                )  # fmt: skip
+                if gt_size is not None and n != gt_size:
+                    prefix = _split_prefixes(directory, kd_split, src, tgt, impl)[0]
+                    gt_prefix = _split_prefixes(data_path, split, src, tgt, impl)[0]
+                    raise KDDataError(
+                        f"--kd-distilled-data {name}: {prefix}{src}.idx holds {n} sentences, the "
+                        f"ground truth {gt_prefix}{src}.idx {gt_size}: a distilled copy must be "
+                        "the teacher's translation of this train split, line for line (redo "
+                        "it with scripts/distill_data.sh on this data)"
+                    )
+        checked.add(data_path)
+        self._kd_checked = checked
 
     def _distilled_sources(self, data_path):
         """[(directory, split, description)] of the distilled copies, dictionaries checked."""
@@ -126,20 +302,21 @@ class TranslationSeqKDTask(TranslationTask):
                 continue
             if os.path.isdir(entry) or "/" in entry:
                 if not os.path.isdir(entry):
-                    raise FileNotFoundError(f"--kd-distilled-data: directory {entry} not found")
-                check_same_dictionary(
-                    self.src_dict,
-                    os.path.join(entry, f"dict.{src}.txt"),
-                    f"distilled data {entry}",
-                )
-                check_same_dictionary(
-                    self.tgt_dict,
-                    os.path.join(entry, f"dict.{tgt}.txt"),
-                    f"distilled data {entry}",
-                )
+                    where = "" if os.path.isabs(entry) else f" (relative to {os.getcwd()})"
+                    raise KDDataError(f"--kd-distilled-data {entry}: no such directory{where}")
+                for lang, expected, other in (
+                    (src, self.src_dict, self.tgt_dict),
+                    (tgt, self.tgt_dict, self.src_dict),
+                ):
+                    check_same_dictionary(
+                        expected,
+                        os.path.join(entry, f"dict.{lang}.txt"),
+                        f"--kd-distilled-data {entry}",
+                        other_side=None if other.symbols == expected.symbols else other,
+                    )
                 sources.append((entry, self.cfg.train_subset, entry))
             else:  # a split of the ground-truth data directory: same dictionaries by construction
-                sources.append((data_path, entry, f"{data_path} split {entry}"))
+                sources.append((data_path, entry, f"{entry} (a split of {data_path})"))
         return sources
 
     def _load_part(self, data_path, split, combine):
@@ -168,10 +345,11 @@ class TranslationSeqKDTask(TranslationTask):
         if split != self.cfg.train_subset or (mode == "gt" and self.cfg.kd_gt_upsample == 1):
             return super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         if self.cfg.load_alignments:
-            raise ValueError("translation_seqkd does not support --load-alignments")
+            raise ConfigError("translation_seqkd does not support --load-alignments")
 
         paths = utils.split_paths(self.cfg.data)
         data_path = paths[(epoch - 1) % len(paths)]
+        self.check_train_data(data_path)
         parts, ratios, names = [], [], []
         if mode in ("gt", "both"):
             parts.append(self._load_part(data_path, split, combine))
@@ -183,13 +361,8 @@ class TranslationSeqKDTask(TranslationTask):
                 ratios.append(self.cfg.kd_distilled_upsample)
                 names.append(f"distilled {name}")
         for part, name in zip(parts, names):
-            if part.tgt is None:
-                raise ValueError(f"{name}: the train split has no target side")
-        if mode == "both":
-            n_gt = len(parts[0])
-            for part, name in zip(parts[1:], names[1:]):
-                if len(part) != n_gt:
-                    logger.warning(f"{name} has {len(part)} pairs, the ground truth {n_gt}")
+            if part.tgt is None:  # check_train_data refuses this first; kept as a guard
+                raise KDDataError(f"{name}: the train split has no target side")
 
         src = ConcatDataset([p.src for p in parts], ratios)
         tgt = ConcatDataset([p.tgt for p in parts], ratios)
