@@ -191,6 +191,77 @@ def test_shard_files_get_the_umask_permissions(
     assert _leftovers(work) == []
 
 
+_SLOW_GENERATE = """
+import sys, time
+for batch in range(5):
+    for i in range(batch * 100, (batch + 1) * 100):
+        print(f"S-{i}\\ts{i % 7}")
+        print(f"H-{i}\\t-0.1\\tt{i % 7}")
+    sys.stdout.flush()
+    time.sleep(0.4)
+"""
+
+
+def test_distillation_prints_progress_to_stderr(tiny_data, tmp_path, monkeypatch, capsys):
+    """Shard i/N, sentences done, elapsed time, while a shard is translated (no teacher: a
+    stand-in for fairseq-generate writes 500 hypotheses in 5 batches, 0.4 s apart)."""
+    from lightcompress.kd.distill import main
+
+    _fake_generate(monkeypatch, _SLOW_GENERATE)
+    teacher = tmp_path / "teacher.pt"
+    teacher.write_bytes(b"unused by the stand-in")
+    out = tmp_path / "out"
+    args = _distill_args(tiny_data, str(teacher), str(out), "--progress-interval", "0.3",
+                         "--post-process", "sentencepiece")  # fmt: skip
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.startswith("[distill] shard 1 (2/2): ")]
+    assert lines[0].endswith("translating train lines 501-1000 (500 sentences)"), err
+    done = [int(ln.split(": ")[1].split("/")[0]) for ln in lines[1:]]
+    assert done[-1] == 500 and "500/500 sentences (100%)" in lines[-1]
+    assert any(0 < d < 500 for d in done), err  # reported while the shard was running
+    assert done == sorted(done)
+    assert all(" elapsed" in ln and "run: " in ln for ln in lines[1:])
+    assert "about " in next(ln for ln in lines[1:] if "/500 sentences (" in ln and "100%" not in ln)
+    assert "[distill] 1,000 train pairs in 2 shards; 0 done before, 2 to translate" in err
+    # progress 0: only start and end lines
+    shutil.rmtree(out)
+    assert main(args[:-4] + ["--progress-interval", "0", "--post-process", "sentencepiece"]) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if "shard 1 (2/2)" in ln]
+    assert len(lines) == 2 and "500/500" in lines[1]
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({0: "/nowhere/data-bin"}, "data directory /nowhere/data-bin not found"),
+        ({2: "/nowhere/teacher.pt"}, "--path: teacher checkpoint /nowhere/teacher.pt not found"),
+        ({"add": ["--shard-id", "5"]}, "--shard-id 5: there are 2 shards (0 to 1)"),
+        ({"add": ["--beam", "0"]}, "--beam must be >= 1, got 0"),
+    ],
+)
+def test_distill_data_sh_refuses_bad_arguments_with_one_line(tiny_data, tmp_path, change, message):
+    teacher = tmp_path / "teacher.pt"
+    teacher.write_bytes(b"x")
+    args = _distill_args(tiny_data, str(teacher), str(tmp_path / "out"))
+    for i, value in change.items():
+        if i == "add":
+            args += value
+        else:
+            args[i] = value
+    script = os.path.join(harness.REPO_ROOT, "scripts", "distill_data.sh")
+    env = dict(os.environ, PYTHON=sys.executable, PYTHONWARNINGS="ignore")
+    proc = subprocess.run(
+        ["bash", script, *args], check=False, capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr
+    # (importing fairseq logs "INFO:...: Please install tensorboardX" where it is missing)
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not ln.startswith("INFO:")]
+    assert lines == [f"distill_data: error: {message}"], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not os.path.exists(tmp_path / "out")  # nothing written
+
+
 # --------------------------------------------------------------------------- atomic writes
 
 

@@ -20,6 +20,13 @@ Pipeline (``scripts/distill_data.py`` is the command line):
    ``OUT`` as the train split, and the binarized source is checked to equal the original one token
    for token (which proves the order was restored).
 
+Progress goes to stderr: a line when a shard starts, one every ``--progress-interval`` seconds
+(default 30) while it is translated (``[distill] shard K (i/N): done/size sentences (p%), elapsed,
+about ... left in this shard; run: sentences done/to do, elapsed``, counted from the ``H-`` lines
+fairseq-generate has written so far) and one when it is done. Bad arguments (a missing data
+directory or checkpoint, ``--shard-id`` out of range, ...) are refused with one line and exit
+status 2 before anything is written.
+
 By default nothing is post-processed: the student is trained on the teacher's subword output,
 in the subword space of the training data. ``--post-process``/``--remove-bpe`` (fairseq-generate's
 options) remove the subword marks instead; the result is then plain text that the teacher's
@@ -35,11 +42,13 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 
 from lightcompress.io import atomic_directory, atomic_path, atomic_write
 
 __all__ = [
     "DistillError",
+    "UsageError",
     "check_shard",
     "main",
     "parse_generate_output",
@@ -48,6 +57,10 @@ __all__ = [
 
 class DistillError(RuntimeError):
     """A distillation run that cannot go on (incomplete output, changed settings, ...)."""
+
+
+class UsageError(DistillError):
+    """A bad argument, found before anything is written (exit status 2)."""
 
 
 def _lines_str(numbers, limit=20):
@@ -170,20 +183,92 @@ def _generate_command(args, shard_dir):
     return cmd + shlex.split(args.generate_args)
 
 
-def _translate_shard(args, prefix, k, start, end):
+def _duration(seconds):
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds // 60 % 60:02d}m"
+
+
+def _progress(message):
+    print(f"[distill] {message}", file=sys.stderr, flush=True)
+
+
+class _HypothesisCounter:
+    """Counts the ``H-`` lines of a growing fairseq-generate output file (complete lines only)."""
+
+    def __init__(self, path):
+        self.path, self.offset, self.count, self._rest = path, 0, 0, b""
+
+    def update(self):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return self.count
+        self.offset += len(data)
+        data = self._rest + data
+        lines = data.split(b"\n")
+        self._rest = lines.pop()  # a line still being written
+        self.count += sum(1 for line in lines if line.startswith(b"H-"))
+        return self.count
+
+
+def _report(k, num_shards, done, size, shard_start, run):
+    """One progress line: shard k/N, sentences done, elapsed, and an estimate of what is left."""
+    now = time.monotonic()
+    elapsed = now - shard_start
+    line = (
+        f"shard {k} ({k + 1}/{num_shards}): {done:,}/{size:,} sentences "
+        f"({100 * done // max(size, 1)}%), "
+        f"{_duration(elapsed)} elapsed"
+    )
+    if 0 < done < size:
+        line += f", about {_duration(elapsed * (size - done) / done)} left in this shard"
+    total_done = run["done"] + done
+    line += f"; run: {total_done:,}/{run['total']:,} sentences, {_duration(now - run['start'])}"
+    _progress(line)
+
+
+def _translate_shard(args, prefix, k, start, end, run):
     gen_file = os.path.join(args.work_dir, f"shard{k}.gen")
     shard_dir = os.path.join(args.work_dir, f"shard{k}.data")
     log_file = os.path.join(args.work_dir, f"shard{k}.log")
+    size = end - start
+    shard_start = time.monotonic()
+    _progress(
+        f"shard {k} ({k + 1}/{args.num_shards}): translating train lines {start + 1}-{end} "
+        f"({size:,} sentences)"
+    )
     _write_shard_data(args, prefix, start, end, shard_dir)
     cmd = _generate_command(args, shard_dir)
     print(f"[distill] shard {k}: lines {start + 1}-{end}: {shlex.join(cmd)}", flush=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")  # hypotheses reach the file as they are made
     # the output becomes shardK.gen only once it is complete and checked
     with atomic_path(gen_file) as tmp:
         with (
             open(tmp, "w", encoding="utf-8") as out,
             open(log_file, "w", encoding="utf-8") as err,
         ):
-            rc = subprocess.run(cmd, check=False, stdout=out, stderr=err).returncode
+            proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+            try:
+                counter, last = _HypothesisCounter(tmp), time.monotonic()
+                while True:
+                    try:
+                        rc = proc.wait(timeout=min(1.0, args.progress_interval or 1.0))
+                        break
+                    except subprocess.TimeoutExpired:
+                        pass
+                    if args.progress_interval and time.monotonic() - last >= args.progress_interval:
+                        last = time.monotonic()
+                        _report(k, args.num_shards, counter.update(), size, shard_start, run)
+            except BaseException:  # Ctrl-C, SIGTERM as KeyboardInterrupt, ...: no orphan left
+                proc.kill()
+                proc.wait()
+                raise
         if rc != 0:
             with open(log_file, encoding="utf-8") as f:
                 tail = f.read()[-3000:]
@@ -192,6 +277,8 @@ def _translate_shard(args, prefix, k, start, end):
             )
         check_shard(tmp, start, end - start, args.allow_empty)
     shutil.rmtree(shard_dir, ignore_errors=True)
+    _report(k, args.num_shards, size, size, shard_start, run)
+    run["done"] += size
 
 
 def _shard_bounds(n, num_shards):
@@ -276,11 +363,39 @@ def build_parser():
     p.add_argument("--allow-empty", action="store_true",
                    help="keep empty hypotheses instead of refusing them")  # fmt: skip
     p.add_argument("--workers", type=int, default=1, help="fairseq-preprocess workers")
+    p.add_argument("--progress-interval", type=float, default=30.0, metavar="SECONDS",
+                   help="print progress (shard i/N, sentences done, elapsed) to stderr every this "
+                        "many seconds while a shard is translated; 0: only when a shard starts "
+                        "and ends (default %(default)s)")  # fmt: skip
     return p
+
+
+def _check_args(args):
+    """Refuse bad arguments (:class:`UsageError`: one line and exit status 2 from the script)."""
+    if not os.path.isdir(args.data):
+        raise UsageError(f"data directory {args.data} not found")
+    if not os.path.isfile(args.path):
+        raise UsageError(f"--path: teacher checkpoint {args.path} not found")
+    if args.user_dir and not os.path.isdir(args.user_dir) and "/" in args.user_dir:
+        raise UsageError(f"--user-dir: directory {args.user_dir} not found")
+    for name in ("beam", "max_tokens", "workers"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.batch_size is not None and args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.num_shards < 0:
+        raise UsageError(
+            f"--num-shards must be >= 0 (0: one per 20,000 lines), got {args.num_shards}"
+        )
+    if args.progress_interval < 0:
+        raise UsageError(f"--progress-interval must be >= 0, got {args.progress_interval}")
+    if args.shard_id is not None and args.shard_id < 0:
+        raise UsageError(f"--shard-id must be >= 0, got {args.shard_id}")
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    _check_args(args)
     from fairseq.data import data_utils
 
     if not args.source_lang or not args.target_lang:
@@ -289,24 +404,40 @@ def main(argv=None):
             raise DistillError(f"cannot infer the language pair of {args.data}; pass -s and -t")
     src, tgt = args.source_lang, args.target_lang
     args.work_dir = args.work_dir or os.path.join(args.out_dir, "distill-work")
-    os.makedirs(args.work_dir, exist_ok=True)
 
     prefix = _train_prefix(args.data, "train", src, tgt)
     n = len(_load(prefix, src))
     if args.num_shards <= 0:
         args.num_shards = max(1, math.ceil(n / 20000))
     args.num_shards = min(args.num_shards, max(n, 1))
+    if args.shard_id is not None and args.shard_id >= args.num_shards:
+        raise UsageError(
+            f"--shard-id {args.shard_id}: there are {args.num_shards} shards (0 to "
+            f"{args.num_shards - 1})"
+        )
+    os.makedirs(args.work_dir, exist_ok=True)  # only now: a refused run leaves nothing behind
     _check_config(args, n)
     bounds = _shard_bounds(n, args.num_shards)
 
     todo = range(args.num_shards) if args.shard_id is None else [args.shard_id]
+    kept = [k for k in todo if os.path.exists(os.path.join(args.work_dir, f"shard{k}.gen"))]
+    missing = [k for k in todo if k not in kept]
+    run = {
+        "start": time.monotonic(),
+        "done": 0,
+        "total": sum(bounds[k][1] - bounds[k][0] for k in missing),
+    }
+    _progress(
+        f"{n:,} train pairs in {args.num_shards} shards; {len(kept)} done before, "
+        f"{len(missing)} to translate ({run['total']:,} sentences)"
+    )
     for k in todo:
         start, end = bounds[k]
         gen_file = os.path.join(args.work_dir, f"shard{k}.gen")
-        if os.path.exists(gen_file):
+        if k in kept:
             print(f"[distill] shard {k}: done, kept ({gen_file})", flush=True)
             continue
-        _translate_shard(args, prefix, k, start, end)
+        _translate_shard(args, prefix, k, start, end, run)
     if args.shard_id is not None:
         return 0
 
@@ -332,6 +463,7 @@ def main(argv=None):
         )
         return 0
 
+    _progress(f"binarizing {n:,} pairs into {args.out_dir}")
     cmd = [sys.executable, "-m", "fairseq_cli.preprocess",
            "--source-lang", src, "--target-lang", tgt, "--trainpref", text_prefix,
            "--destdir", args.out_dir, "--workers", str(args.workers),
@@ -353,4 +485,4 @@ def cli_main(argv=None):
         return main(argv)
     except DistillError as exc:
         print(f"distill_data: error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, UsageError) else 1
