@@ -22,8 +22,16 @@
 #                   lightcompress/, which is what that command prints here)
 #   DATA_ROOT       where the data-bin folders live                           (default: data-bin)
 #   DATA_BIN        the binarized data of the recipe     (default: $DATA_ROOT/<dataset folder>)
-#   NUM_GPUS        GPUs to train on (default: the number `nvidia-smi -L` lists, else 0, which
-#                   trains on the CPU)
+#   NUM_GPUS        GPUs to train on (default: the number `nvidia-smi -L` lists, limited to the
+#                   devices CUDA_VISIBLE_DEVICES shows (set and empty: none), else 0, which trains
+#                   on the CPU: every training step then first warns with its planned number of
+#                   updates and a rough wall-clock estimate, see cpu_warning)
+#   SMALL=1         a plan a CPU finishes: at most SMALL_MAX_UPDATE (2000) updates of at most
+#                   SMALL_MAX_TOKENS (2048) tokens, update-freq 1, warmup / save / lr-period
+#                   intervals scaled by the same factor, under SAVE_ROOT-small (see small_flags
+#                   and examples/common/README.md)
+#   CPU_WPS         the CPU training throughput the estimate assumes (default 1300-1900 target
+#                   tokens/s: a 3-3 256-wide Transformer on 2 CPU cores)
 #   MAX_TOKENS      tokens per GPU per batch                  (default: the paper's, see below)
 #   UPDATE_FREQ     gradient accumulation (default: computed so that NUM_GPUS x MAX_TOKENS x
 #                   UPDATE_FREQ equals the paper's effective batch)
@@ -32,7 +40,11 @@
 #   EXTRA_TRAIN_ARGS  extra fairseq-train flags (word-split), e.g. "--num-workers 4"
 #   MOSES_DIR       optional mosesdecoder checkout: its perl scripts detokenize for sacreBLEU (and
 #                   tokenize in prepare-iwslt14.sh) instead of the `sacremoses` command
-#   MEASURE_SPEED=0 skip scripts/measure_speed.sh
+#   MEASURE_SPEED=0 skip scripts/measure_speed.sh (result.json then has tokens_per_s null)
+#
+# Results: evaluate writes SAVE_DIR/results.txt (sacreBLEU with its signature) and, for BLEU,
+# SAVE_DIR/result.json (params, BLEU, signature, tokens/s once speed_column has measured it),
+# the format scripts/plot_frontier.py reads.
 #
 # Tools, all from pip (check_tools names what is missing, with how to get it, before anything
 # trains): fairseq and lightcompress (make install), sacrebleu, sacremoses (detokenizing for
@@ -43,6 +55,14 @@ COMMON_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$COMMON_DIR/../.." && pwd)"
 LOG_TAG=recipes
 DRY_RUN="${DRY_RUN:-0}"
+SMALL="${SMALL:-0}"
+SMALL_MAX_UPDATE="${SMALL_MAX_UPDATE:-2000}"
+SMALL_MAX_TOKENS="${SMALL_MAX_TOKENS:-2048}"
+CPU_WPS="${CPU_WPS:-1300-1900}"
+# what the user set (before a family's common.sh gives SAVE_ROOT / KD_BIN its default): SMALL=1
+# moves only the defaults (small_paths)
+USER_SAVE_ROOT="${SAVE_ROOT:-}"
+USER_KD_BIN="${KD_BIN:-}"
 DATA_ROOT="${DATA_ROOT:-data-bin}"
 SEED="${SEED:-1}"
 MEASURE_SPEED="${MEASURE_SPEED:-1}"
@@ -54,11 +74,28 @@ if [[ -z "${PYTHON:-}" ]]; then
   fi
 fi
 export PYTHON # scripts/distill_data.sh and scripts/measure_speed.sh read it
-if [[ -z "${NUM_GPUS:-}" ]]; then
+# visible_gpus: the GPUs fairseq would see: those `nvidia-smi -L` lists (0 without nvidia-smi),
+# limited by CUDA_VISIBLE_DEVICES when it is set (CUDA reads it up to the first invalid entry:
+# "" and "-1" hide every GPU).
+visible_gpus() {
+  local n=0 visible=0 dev
   if command -v nvidia-smi >/dev/null 2>&1; then
-    NUM_GPUS="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+    n="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
   fi
-  NUM_GPUS="${NUM_GPUS:-0}"
+  if [[ -n "${CUDA_VISIBLE_DEVICES+set}" ]]; then
+    local devs=()
+    IFS=, read -r -a devs <<<"$CUDA_VISIBLE_DEVICES"
+    for dev in "${devs[@]}"; do
+      dev="${dev// /}"
+      [[ "$dev" =~ ^([0-9]+|GPU-.+|MIG-.+)$ ]] || break
+      visible=$((visible + 1))
+    done
+    if ((visible < n)); then n="$visible"; fi
+  fi
+  echo "${n:-0}"
+}
+if [[ -z "${NUM_GPUS:-}" ]]; then
+  NUM_GPUS="$(visible_gpus)"
 fi
 
 log() { echo "[$LOG_TAG] $*" >&2; }
@@ -270,6 +307,7 @@ require() {
 # (DATA_BIN/DATA_CHECK, default dict.$SRC.txt), then stops with one message naming everything
 # missing. A dry run only reports. Runs once per script.
 check_tools() {
+  small_paths
   [[ "${TOOLS_CHECKED:-0}" != 1 ]] || return 0
   TOOLS_CHECKED=1
   need_python
@@ -368,6 +406,7 @@ use_dataset() {
 # UPDATE_FREQ = ceil(PAPER_GPUS x PAPER_MAX_TOKENS / (max(NUM_GPUS, 1) x MAX_TOKENS)), so that
 # the effective batch stays the paper's on fewer GPUs (or with smaller MAX_TOKENS).
 set_update_freq() {
+  small_paths
   local gpus=$((NUM_GPUS > 0 ? NUM_GPUS : 1))
   local paper=$((PAPER_GPUS * PAPER_MAX_TOKENS))
   local per_step=$((gpus * MAX_TOKENS))
@@ -401,13 +440,109 @@ extra_train_flags() {
 }
 
 # ---------------------------------------------------------------------------------------------
+# Training on a CPU: the warning, and the SMALL=1 plan
+# ---------------------------------------------------------------------------------------------
+
+# small_paths: with SMALL=1, move the default SAVE_ROOT and KD_BIN (not ones the user set) to
+# SAVE_ROOT-small and KD_BIN-small, so that a small run is never taken for a paper-scale one (rows
+# skip what finished before) and small distilled data never replaces the teacher's. Runs from
+# set_update_freq and check_tools, which every row calls before it uses either; each moves once.
+SMALL_SAVE_ROOT_MOVED=0
+SMALL_KD_BIN_MOVED=0
+small_paths() {
+  [[ "$SMALL" == 1 ]] || return 0
+  if [[ "$SMALL_SAVE_ROOT_MOVED" == 0 && -z "$USER_SAVE_ROOT" && -n "${SAVE_ROOT:-}" ]]; then
+    SAVE_ROOT="$SAVE_ROOT-small"
+    SMALL_SAVE_ROOT_MOVED=1
+  fi
+  if [[ "$SMALL_KD_BIN_MOVED" == 0 && -z "$USER_KD_BIN" && -n "${KD_BIN:-}" ]]; then
+    KD_BIN="$KD_BIN-small"
+    SMALL_KD_BIN_MOVED=1
+  fi
+}
+
+# flag_of NAME: the value after the last NAME in the array FIT_ARGS (empty when absent).
+flag_of() {
+  local i value=""
+  for ((i = 0; i + 1 < ${#FIT_ARGS[@]}; i++)); do
+    if [[ "${FIT_ARGS[i]}" == "$1" ]]; then value="${FIT_ARGS[i + 1]}"; fi
+  done
+  echo "$value"
+}
+
+# small_flags SAVE_DIR: with SMALL=1, rewrite the fairseq-train flags in the array FIT_ARGS to the
+# small plan: --max-update N -> S = min(N, SMALL_MAX_UPDATE); --max-tokens at most
+# SMALL_MAX_TOKENS; --update-freq 1; --warmup-updates, --save-interval-updates and
+# --lr-period-updates times S / N (at least 1), so that the schedule keeps its shape.
+small_flags() {
+  [[ "$SMALL" == 1 ]] || return 0
+  local n s i v
+  n="$(flag_of --max-update)"
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || return 0
+  s=$((n < SMALL_MAX_UPDATE ? n : SMALL_MAX_UPDATE))
+  for ((i = 0; i + 1 < ${#FIT_ARGS[@]}; i++)); do
+    v="${FIT_ARGS[i + 1]}"
+    case "${FIT_ARGS[i]}" in
+      --max-update) FIT_ARGS[i + 1]="$s" ;;
+      --max-tokens)
+        if [[ "$v" =~ ^[0-9]+$ ]] && ((v > SMALL_MAX_TOKENS)); then FIT_ARGS[i + 1]="$SMALL_MAX_TOKENS"; fi
+        ;;
+      --update-freq) FIT_ARGS[i + 1]=1 ;;
+      --warmup-updates | --save-interval-updates | --lr-period-updates)
+        if [[ "$v" =~ ^[0-9]+$ ]]; then
+          v=$((v * s / n))
+          FIT_ARGS[i + 1]=$((v > 0 ? v : 1))
+        fi
+        ;;
+    esac
+  done
+  log "SMALL=1: $1: $s of the plan's $n updates, at most $SMALL_MAX_TOKENS tokens per batch, update-freq 1, warmup and save intervals x $s/$n"
+}
+
+# duration LOW HIGH: a range of seconds in one unit: "25-40 min", "7.5-11 hours", "3.2-4.6 days".
+duration() {
+  awk -v lo="$1" -v hi="$2" 'BEGIN {
+    if (hi < 5400) { d = 60; unit = "min" }
+    else if (hi < 172800) { d = 3600; unit = "hours" }
+    else { d = 86400; unit = "days" }
+    lo /= d; hi /= d
+    printf (lo < 10 ? "%.1f" : "%.0f"), lo; printf "-"
+    printf (hi < 10 ? "%.1f" : "%.0f"), hi; printf " %s", unit }'
+}
+
+# cpu_warning SAVE_DIR: when no GPU is visible (NUM_GPUS=0), warn before training SAVE_DIR with
+# the flags in FIT_ARGS: its planned updates and a rough wall-clock estimate. Assumptions: a batch
+# holds about 70 % of --max-tokens as target tokens (the demo's teacher: 1,250-1,600 per batch at
+# --max-tokens 2048), and training runs at CPU_WPS target tokens/s, by default 1,300-1,900: what
+# a 3-3 256-wide Transformer (the demo's teacher) trains at on 2 CPU cores. The papers' models
+# are bigger and slower, so read it as a lower bound.
+cpu_warning() {
+  ((NUM_GPUS == 0)) || return 0
+  local updates tokens freq lo hi total
+  updates="$(flag_of --max-update)" tokens="$(flag_of --max-tokens)" freq="$(flag_of --update-freq)"
+  freq="${freq:-1}" lo="${CPU_WPS%-*}" hi="${CPU_WPS#*-}"
+  if ! [[ "$updates" =~ ^[0-9]+$ && "$tokens" =~ ^[0-9]+$ && "$freq" =~ ^[0-9]+$ &&
+    "$lo" =~ ^[1-9][0-9]*$ && "$hi" =~ ^[1-9][0-9]*$ ]]; then
+    log "warning: no GPU visible (NUM_GPUS=0): $1 trains on the CPU"
+    return 0
+  fi
+  total=$((updates * tokens * freq * 7 / 10))
+  log "warning: no GPU visible (NUM_GPUS=0): $1 trains on the CPU: $updates updates x $tokens tokens x update-freq $freq, about $(awk -v t="$total" 'BEGIN { printf (t >= 1e9 ? "%.1fB" : "%.0fM"), (t >= 1e9 ? t / 1e9 : t / 1e6) }') target tokens: roughly $(duration $((total / hi)) $((total / lo))) or more at $CPU_WPS target tokens/s (the speed of a 3-3 256-wide Transformer on 2 CPU cores; bigger models are slower)"
+  if [[ "$SMALL" != 1 ]]; then
+    log "  SMALL=1 runs a plan a CPU finishes instead (at most $SMALL_MAX_UPDATE updates of $SMALL_MAX_TOKENS tokens, update-freq 1: examples/common/README.md)"
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------
 # Steps
 # ---------------------------------------------------------------------------------------------
 
 dense_dir() { echo "$SAVE_ROOT/$DATASET/transformer-$1-$2"; }
 
 # fit SAVE_DIR [model flags...]: fairseq-train with TRAIN_FLAGS (set by the family) into
-# SAVE_DIR unless it finished before. DATA_CHECK names the file of DATA_BIN that must exist
+# SAVE_DIR unless it finished before (SMALL=1: the small plan, see small_flags; NUM_GPUS=0: a
+# warning with the plan and a time estimate first, see cpu_warning). DATA_CHECK names the file
+# of DATA_BIN that must exist
 # (default dict.$SRC.txt). Set FINETUNE_FROM to start from converted weights (fairseq's
 # --finetune-from-model: used only on the first launch, with fresh optimizer, scheduler, meters
 # and data loader; an interrupted run resumes from its own checkpoint_last.pt).
@@ -424,26 +559,23 @@ fit() {
   if [[ -n "${FINETUNE_FROM:-}" ]]; then
     init=(--finetune-from-model "$FINETUNE_FROM")
   fi
+  FIT_ARGS=("$@" "${init[@]}" "${TRAIN_FLAGS[@]}")
+  small_flags "$save_dir"
+  cpu_warning "$save_dir"
   run_log "$save_dir/train.log" fairseq-train "$DATA_BIN" --user-dir "$(user_dir)" \
-    --save-dir "$save_dir" "$@" "${init[@]}" "${TRAIN_FLAGS[@]}"
+    --save-dir "$save_dir" "${FIT_ARGS[@]}"
   [[ "$DRY_RUN" == 1 ]] || touch "$save_dir/train.done"
 }
 
-# average SAVE_DIR: average the last AVG_N checkpoints into SAVE_DIR/checkpoint_avg.pt.
+# average SAVE_DIR: average the last AVG_N checkpoints into SAVE_DIR/checkpoint_avg.pt (SMALL=1:
+# those there are, when fewer). Ours: fairseq's own averager is a script of its repository, not
+# part of the installed fairseq package.
 average() {
-  local save_dir="$1" how
+  local save_dir="$1" how few=()
   if [[ "$AVG_MODE" == epoch ]]; then how=--num-epoch-checkpoints; else how=--num-update-checkpoints; fi
-  # fairseq's own averager when the installed fairseq has it (looked up without importing fairseq)
-  if "$PYTHON" -c 'import importlib.util as u, os, sys
-s = u.find_spec("fairseq")
-sys.exit(not (s and any(os.path.exists(os.path.join(d, "scripts", "average_checkpoints.py"))
-                         for d in s.submodule_search_locations)))' 2>/dev/null; then
-    run "$PYTHON" -m fairseq.scripts.average_checkpoints --inputs "$save_dir" "$how" "$AVG_N" \
-      --output "$save_dir/checkpoint_avg.pt"
-  else # pip-installed fairseq does not ship scripts/average_checkpoints.py
-    run "$PYTHON" "$REPO_ROOT/examples/translation/lightformer/average_checkpoints.py" \
-      --inputs "$save_dir" "$how" "$AVG_N" --output "$save_dir/checkpoint_avg.pt"
-  fi
+  if [[ "$SMALL" == 1 ]]; then few=(--allow-fewer); fi
+  run "$PYTHON" "$REPO_ROOT/examples/translation/lightformer/average_checkpoints.py" \
+    --inputs "$save_dir" "$how" "$AVG_N" --output "$save_dir/checkpoint_avg.pt" "${few[@]}"
 }
 
 # hyp_ref GEN_OUT: write GEN_OUT.hyp / GEN_OUT.ref (detokenized BPE-free text, in test order).
@@ -470,7 +602,8 @@ detok() {
   fi
 }
 
-# evaluate SAVE_DIR CHECKPOINT: decode the test set and write SAVE_DIR/results.txt.
+# evaluate SAVE_DIR CHECKPOINT: decode the test set and write SAVE_DIR/results.txt (sacreBLEU in
+# its text format, signature included) and, for BLEU, SAVE_DIR/result.json (write_result).
 evaluate() {
   local save_dir="$1" ckpt="$2"
   local gen="$save_dir/generate-test.txt" res="$save_dir/results.txt"
@@ -485,6 +618,7 @@ evaluate() {
   local ref_raw="$DATA_BIN/refs/test.$TGT"
   if [[ "$DRY_RUN" == 1 ]]; then
     echo "  (score: $METRIC of $gen; compound splitting: $COMPOUND_SPLIT; sacreBLEU ref: ${ref_raw} if present)"
+    if [[ "$METRIC" == bleu ]]; then write_result "$save_dir" "$ckpt"; fi
     return 0
   fi
   hyp_ref "$gen"
@@ -510,19 +644,38 @@ evaluate() {
         detok "$TGT" <"$gen.ref" >"$gen.ref.detok"
         ref="$gen.ref.detok"
       fi
-      echo "sacreBLEU (detokenized, ref $ref): $(sacrebleu "$ref" -i "$gen.hyp.detok" -m bleu -b -w 2)"
+      # sacreBLEU's text format: "BLEU|nrefs:1|case:mixed|...|version:2.6.0 = 34.56 ..."
+      echo "sacreBLEU (detokenized, ref $ref): $(sacrebleu "$ref" -i "$gen.hyp.detok" -m bleu -w 2 --format text)"
     fi
   } | tee "$res"
+  if [[ "$METRIC" == bleu ]]; then write_result "$save_dir" "$ckpt"; fi
+}
+
+# write_result SAVE_DIR CHECKPOINT [SPEED_JSON]: SAVE_DIR/result.json, the one-model result
+# scripts/plot_frontier.py reads (scripts/recipe_result.py: params from train.log, BLEU and its
+# signature from results.txt, tokens/s from SPEED_JSON when the speed was measured). A failure
+# is a warning: results.txt stays the result of record.
+write_result() {
+  local save_dir="$1" ckpt="$2" speed=() plan=paper
+  if [[ -n "${3:-}" ]]; then speed=(--speed-json "$3"); fi
+  if [[ "$SMALL" == 1 ]]; then plan=small; fi
+  run "$PYTHON" "$REPO_ROOT/scripts/recipe_result.py" --out "$save_dir/result.json" \
+    --label "${save_dir##*/}" --results "$save_dir/results.txt" \
+    --train-log "$save_dir/train.log" "${speed[@]}" --checkpoint "$ckpt" \
+    --dataset "$DATASET" --plan "$plan" ||
+    log "warning: could not write $save_dir/result.json (results.txt has the scores)"
 }
 
 # speed_column CHECKPOINT BASELINE [ARGS...]: the speed column (scripts/measure_speed.sh:
-# tokens/s on one CPU core, batch 1; ARGS are passed on) into CHECKPOINT's folder/speed.txt. The
+# tokens/s on one CPU core, batch 1; ARGS are passed on) into CHECKPOINT's folder/speed.txt and
+# speed.json (unless ARGS name another --json), then into its result.json (BLEU rows). The
 # papers report it as a ratio to the Transformer 6-6: when BASELINE (that model's checkpoint)
 # exists (always, in a dry run) both are timed side by side (interleaved runs).
 speed_column() {
   local ckpt="$1" base="$2" script="$REPO_ROOT/scripts/measure_speed.sh"
   shift 2
-  local paths="model=$ckpt"
+  local paths="model=$ckpt" dir json="" arg prev="" json_flag=()
+  dir="$(dirname "$ckpt")"
   [[ "$MEASURE_SPEED" == 1 ]] || return 0
   if [[ "$DRY_RUN" != 1 && ! -x "$script" ]]; then
     log "scripts/measure_speed.sh not found: skipping the speed column"
@@ -531,6 +684,18 @@ speed_column() {
   if [[ "$ckpt" != "$base" && ("$DRY_RUN" == 1 || -f "$base") ]]; then
     paths="transformer=$base,$paths"
   fi
-  run_log "$(dirname "$ckpt")/speed.txt" "$script" --path "$paths" --data "$DATA_BIN" \
-    --user-dir "$(user_dir)" --src-len "$SPEED_SRC_LEN" --beam "$BEAM" --lenpen "$LENPEN" "$@"
+  for arg in "$@"; do
+    if [[ "$prev" == --json ]]; then json="$arg"; fi
+    prev="$arg"
+  done
+  if [[ -z "$json" ]]; then
+    json="$dir/speed.json"
+    json_flag=(--json "$json")
+  fi
+  run_log "$dir/speed.txt" "$script" --path "$paths" --data "$DATA_BIN" \
+    --user-dir "$(user_dir)" --src-len "$SPEED_SRC_LEN" --beam "$BEAM" --lenpen "$LENPEN" \
+    "${json_flag[@]}" "$@"
+  if [[ "${METRIC:-}" == bleu && ("$DRY_RUN" == 1 || -f "$dir/results.txt") ]]; then
+    write_result "$dir" "$ckpt" "$json"
+  fi
 }
