@@ -243,3 +243,24 @@ def test_a_corrupt_admin_profile_is_one_clear_error(tmp_path):
     bad.write_text('{"encoder.layers.0.self_attn": 1.0')  # truncated
     with pytest.raises(ConfigError, match="cannot read the Admin profile"):
         _build("lightformer", [*LF, "--admin-init", "profile", "--admin-profile-file", str(bad)])
+
+
+def test_energy_hint_repeats_the_student_flags_so_the_spec_rebuilds(tmp_path, capfd):
+    """The fine-tuning hint after an energy conversion used to leave out the student's widths
+    and depths, so the suggested command built another model and failed to tie."""
+    import shlex
+
+    path, _ = _teacher(tmp_path)
+    out = tmp_path / "s.pt"
+    flags = [*TINY, "--lc-encoder-groups", "1"]
+    assert cli_main(["-i", str(path), "-o", str(out), "-a", "lightformer", "--quiet",
+                     "--energy", "0.9", "--embed-energy", "0.9", *flags]) == 0  # fmt: skip
+    hint = next(ln for ln in capfd.readouterr().out.splitlines() if "fine-tune with" in ln)
+    argv = shlex.split(hint.split("fine-tune with the same model flags: ", 1)[1].replace(
+        f'"$(cat {out}.spec)"', shlex.quote((tmp_path / "s.pt.spec").read_text().strip())))  # fmt: skip
+    assert argv[:2] == ["--arch", "lightformer"]
+    # the hinted flags rebuild the converted model (the teacher's vocabulary: 50)
+    model = build_model_without_data(parse_model_args("lightformer", ["--share-all-embeddings",
+                                                                      *argv[2:]]), 50)  # fmt: skip
+    state = torch.load(out)
+    model.load_state_dict(state["model"], strict=True)

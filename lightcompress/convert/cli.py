@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 
 __all__ = ["cli_main", "convert_checkpoint", "get_parser"]
@@ -45,8 +46,11 @@ def get_parser(converters=()):
     return parser
 
 
-def convert_checkpoint(argv=None, out=sys.stdout):
-    """Run a conversion; returns ``(student_model, records)``. Raises ConversionError."""
+def convert_checkpoint(argv=None, out=None):
+    """Run a conversion; returns ``(student_model, records)``. Raises ConversionError.
+
+    ``out`` receives the report (default: ``sys.stdout`` at call time)."""
+    out = sys.stdout if out is None else out
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
     import lightcompress  # noqa: F401  (registers architectures and the checkpoint allow-list)
@@ -123,9 +127,11 @@ def convert_checkpoint(argv=None, out=sys.stdout):
         file=out,
     )
     if spec:
+        same = " ".join(shlex.quote(f) for f in model_flags if f)
         print(
-            f"the student's per-matrix ranks are in {opts.output}.spec; fine-tune with "
-            f'--arch {opts.arch} --lc-spec "$(cat {opts.output}.spec)"',
+            f"the student's per-matrix ranks are in {opts.output}.spec; fine-tune with the "
+            f"same model flags: --arch {opts.arch} {same + ' ' if same else ''}"
+            f'--lc-spec "$(cat {opts.output}.spec)"',
             file=out,
         )
     return student, records
