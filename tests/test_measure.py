@@ -197,6 +197,10 @@ def test_speed_side_by_side_with_int8_and_bleu(tiny_data, two_checkpoints, tmp_p
         ("base", "float32"), ("base", "int8"), ("small", "float32"), ("small", "int8"),
     ]  # fmt: skip
     assert rows[0][-2] == "1.00x"
+    # the BLEU column's sacreBLEU signature follows the table
+    (sig,) = [ln for ln in lines if ln.startswith("BLEU: sacreBLEU ")]
+    assert "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in sig
+    assert "on the test split (40 sentences" in sig
 
     doc = json.loads(out.read_text())
     assert doc["protocol"]["num_sentences"] == 3 and doc["protocol"]["runs"] == 2
@@ -215,6 +219,7 @@ def test_speed_side_by_side_with_int8_and_bleu(tiny_data, two_checkpoints, tmp_p
         assert m["bleu_sentences"] == 40 and 0.0 <= m["bleu"] <= 100.0
         assert all(h.strip() for h in m["hypotheses_sample"])
     assert models[0]["speed_ratio"] == 1.0
+    assert sig.split()[2] == models[0]["bleu_signature"]
     # interleaved: run r of every model before run r + 1 of any; tokens are deterministic
     assert models[0]["runs"][0]["tokens"] == models[0]["runs"][1]["tokens"]
 
@@ -333,3 +338,21 @@ def test_frontier_needs_bleu(tmp_path):
     proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot_frontier.py"), str(path)],
                           capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 2 and "empty file" in proc.stderr
+
+
+def test_frontier_plots_records_without_speed_in_the_params_panel_only(tmp_path):
+    """A recipe's result.json without tokens/s (MEASURE_SPEED=0) still plots."""
+    path = tmp_path / "result.json"
+    rec = {"label": "lf", "params": 7_600_000, "tokens_per_s": None, "bleu": 34.6,
+           "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"}  # fmt: skip
+    path.write_text(json.dumps({"models": [rec]}))
+    png = tmp_path / "f.png"
+    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot_frontier.py"), str(path),
+                           "--out", str(png)], capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    rec.pop("params")
+    path.write_text(json.dumps({"models": [rec]}))
+    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot_frontier.py"), str(path),
+                           "--out", str(png)], capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 2 and "neither params nor tokens_per_s" in proc.stderr
