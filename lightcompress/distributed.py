@@ -18,6 +18,21 @@ Command line::
     python -m lightcompress.distributed update-freq --gpus 2 --max-tokens 4096 \\
         --reference-gpus 8 --reference-max-tokens 4096          # prints 4
 
+Safety around a run:
+
+- **ranks die with the launcher.** Every rank learns the launcher's pid (``LC_DIST_LAUNCHER_PID``)
+  and, before fairseq starts, asks the kernel for SIGTERM when its parent dies
+  (``prctl(PR_SET_PDEATHSIG)`` on Linux) and starts a watchdog thread that ends the rank when its
+  parent pid changes (everywhere else, and as a fallback). A ``kill -9`` of the launcher therefore
+  leaves no orphaned rank that goes on training and writing checkpoints.
+- **one run per save directory.** The launcher holds ``SAVE_DIR/.lightcompress-train.lock``
+  (an ``flock`` plus the launcher's and the ranks' pids). A second launch on the same
+  ``--save-dir`` while one is live is refused with one line naming the pid; a lock left by a run
+  that was killed (its pids are not running) is taken over with a warning.
+- **ports.** A ``--port`` in use is refused before any rank starts, naming the flag and the
+  variable that set it; a port the launcher picked itself that is taken before rank 0 listens on
+  it is replaced by another free one (up to 3 tries).
+
 Each rank runs ``python .../lightcompress/distributed.py worker ARGS``, which is
 ``fairseq_cli.train.cli_main`` (:func:`run_worker`). Another rank entry can be given as a Python
 file (``launch --worker FILE``, or the environment variable ``LC_DIST_WORKER`` when the launcher
@@ -30,6 +45,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import ctypes
+import ctypes.util
+import datetime
+import errno
+import json
 import math
 import os
 import queue
@@ -41,17 +62,32 @@ import threading
 import time
 
 __all__ = [
+    "LAUNCHER_PID_VAR",
+    "LOCK_NAME",
+    "LaunchRefused",
+    "SaveDirLock",
     "WorkerFailed",
+    "check_port",
     "cpu_rank_args",
+    "die_with_launcher",
     "find_free_port",
     "launch",
     "main",
     "run_worker",
+    "save_dir_of",
     "update_freq",
 ]
 
 _TAIL_LINES = 25
 _HELP_FLAGS = {"-h", "--help"}
+LAUNCHER_PID_VAR = "LC_DIST_LAUNCHER_PID"  # set by the launcher for its ranks
+LOCK_NAME = ".lightcompress-train.lock"
+_PORT_TRIES = 3  # launcher-picked ports: tries before giving up
+_PORT_IN_USE = ("EADDRINUSE", "address already in use", "Address already in use")
+_PORT_HELP = (
+    "free it, or choose another port: PORT=N for scripts/train_distributed.sh, --port N for "
+    "the launcher (leave both unset and the launcher picks a free one)"
+)
 
 
 class WorkerFailed(RuntimeError):
@@ -61,6 +97,16 @@ class WorkerFailed(RuntimeError):
         super().__init__(message)
         self.rank = rank
         self.returncode = returncode
+
+
+class LaunchRefused(RuntimeError):
+    """Nothing was started: the save directory is in use, the port is taken, ... (one line)."""
+
+
+class _PortTaken(Exception):
+    def __init__(self, failure: WorkerFailed):
+        super().__init__(str(failure))
+        self.failure = failure
 
 
 def update_freq(
@@ -101,6 +147,22 @@ def find_free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def check_port(port: int, host: str = "127.0.0.1") -> None:
+    """Raise :class:`LaunchRefused` when ``port`` cannot be listened on at ``host`` (as the
+    rendezvous store of rank 0 will, with ``SO_REUSEADDR``)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise LaunchRefused(
+                    f"port {port} on {host} is in use (another training run's rendezvous?): "
+                    + _PORT_HELP
+                ) from exc
+            raise LaunchRefused(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
 
 
 def cpu_rank_args(rank: int, world_size: int, port: int, host: str = "127.0.0.1") -> list[str]:
@@ -149,6 +211,200 @@ def _stop(procs: list[subprocess.Popen], grace: float) -> None:
                 p.wait()
 
 
+# --- one run per save directory --------------------------------------------------------
+
+
+def save_dir_of(train_args: list[str]) -> str | None:
+    """The ``--save-dir`` fairseq-train will write to (its default ``checkpoints``), or None
+    with ``--no-save``."""
+    save_dir = "checkpoints"
+    for i, arg in enumerate(train_args):
+        if arg == "--no-save":
+            return None
+        if arg == "--save-dir" and i + 1 < len(train_args):
+            save_dir = train_args[i + 1]
+        elif arg.startswith("--save-dir="):
+            save_dir = arg.split("=", 1)[1]
+    return save_dir
+
+
+def _start_time(pid: int) -> str | None:
+    """The kernel's start time of process ``pid`` (Linux ``/proc``), to tell a reused pid apart."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def _is_running(pid: int, start: str | None = None) -> bool:
+    """Whether ``pid`` is a live process (``os.kill(pid, 0)``), not a zombie, and, when its
+    start time was recorded, still the same process."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # somebody else's process: alive
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+        if stat[stat.rfind(")") + 2 :].split()[0] in ("Z", "X"):
+            return False  # a zombie of a rank no one has reaped yet: it writes nothing
+    except (OSError, IndexError):
+        pass
+    now = _start_time(pid)
+    return start is None or now is None or now == start
+
+
+class SaveDirLock:
+    """``SAVE_DIR/.lightcompress-train.lock``: one launcher per save directory.
+
+    The file holds the launcher's pid, host, start time and command, and the ranks' pids
+    once they run, as JSON. The launcher holds an exclusive ``flock`` on it for the whole run
+    (the kernel drops it when the launcher dies, ``kill -9`` included) and removes the file
+    when it ends. Acquiring:
+
+    - the ``flock`` is held by someone else: a live run, refused (:class:`LaunchRefused`);
+    - the file is free but names pids that still run (a file system without working
+      ``flock``, or ranks that outlived their launcher): wait up to ``wait`` seconds for them
+      to end (ranks die with their launcher), then refuse naming them;
+    - the file names pids that are gone: a run that was killed; taken over with a warning.
+    """
+
+    def __init__(self, save_dir: str):
+        self.save_dir = save_dir
+        self.path = os.path.join(save_dir, LOCK_NAME)
+        self._fd: int | None = None
+        self._info: dict = {}
+
+    # the lock file's content
+    def _read(self, fd: int) -> dict:
+        os.lseek(fd, 0, os.SEEK_SET)
+        data = b""
+        while chunk := os.read(fd, 65536):
+            data += chunk
+        try:
+            info = json.loads(data.decode("utf-8") or "{}")
+        except (UnicodeDecodeError, ValueError):
+            return {"unreadable": data[:200].decode("utf-8", "replace")}
+        return info if isinstance(info, dict) else {}
+
+    def _write(self) -> None:
+        data = (json.dumps(self._info) + "\n").encode("utf-8")
+        os.lseek(self._fd, 0, os.SEEK_SET)
+        os.ftruncate(self._fd, 0)
+        os.write(self._fd, data)
+        os.fsync(self._fd)
+
+    def _describe(self, info: dict) -> str:
+        parts = [f"launcher pid {info.get('pid', '?')}"]
+        if info.get("host") and info["host"] != socket.gethostname():
+            parts.append(f"on {info['host']}")
+        if info.get("started"):
+            parts.append(f"started {info['started']}")
+        return ", ".join(parts)
+
+    def _live_pids(self, info: dict) -> list[int]:
+        if info.get("host") and info["host"] != socket.gethostname():
+            return []  # pids of another machine say nothing here
+        procs = [(info.get("pid"), info.get("start"))] + [tuple(r) for r in info.get("ranks", [])]
+        return [
+            int(pid)
+            for pid, start in procs
+            if isinstance(pid, int) and pid != os.getpid() and _is_running(pid, start)
+        ]
+
+    def _open_locked(self) -> tuple[int, bool]:
+        """Open the lock file and try the flock; (fd, True) when it is ours."""
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                import fcntl
+
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return fd, False
+            except (ImportError, OSError):  # no flock here: the pids decide alone
+                return fd, True
+            try:  # the file we locked may have been removed by its last owner meanwhile
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                return fd, True
+            os.close(fd)
+
+    def acquire(self, out=None, command: list[str] | None = None, wait: float = 10.0):
+        """Take the lock or raise :class:`LaunchRefused`; warnings go to ``out``."""
+        out = out or sys.stderr
+        os.makedirs(self.save_dir, exist_ok=True)
+        fd, ours = self._open_locked()
+        old = self._read(fd)
+        if not ours:
+            os.close(fd)
+            raise LaunchRefused(
+                f"--save-dir {self.save_dir} is in use by another training run "
+                f"({self._describe(old)}; lock {self.path}): wait for it to end, stop it "
+                f"(kill {old.get('pid', 'PID')}), or train into another --save-dir"
+            )
+        deadline = time.monotonic() + wait
+        while (live := self._live_pids(old)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if live:
+            os.close(fd)
+            raise LaunchRefused(
+                f"--save-dir {self.save_dir}: processes of an earlier run still run (pids "
+                f"{' '.join(map(str, live))}; {self._describe(old)}; lock {self.path}): wait for "
+                f"them to end or stop them (kill {' '.join(map(str, live))}), or train into "
+                "another --save-dir"
+            )
+        if old:
+            out.write(
+                f"[launcher] warning: taking over the lock of an earlier run on --save-dir "
+                f"{self.save_dir} that ended without removing it ({self._describe(old)}; not "
+                f"running any more): {self.path}\n"
+            )
+            out.flush()
+        self._fd = fd
+        self._info = {
+            "pid": os.getpid(),
+            "start": _start_time(os.getpid()),
+            "host": socket.gethostname(),
+            "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "command": list(command or []),
+            "ranks": [],
+        }
+        self._write()
+        return self
+
+    def set_ranks(self, pids: list[int]) -> None:
+        """Record the ranks' pids (a takeover waits for them too)."""
+        if self._fd is not None:
+            self._info["ranks"] = [[pid, _start_time(pid)] for pid in pids]
+            self._write()
+
+    def release(self) -> None:
+        """Remove the file (still holding the flock, so no one takes a file being removed)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            if self._read(self._fd).get("pid") == os.getpid():
+                os.unlink(self.path)
+        os.close(self._fd)
+        self._fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
 def launch(
     train_args: list[str],
     nproc: int,
@@ -161,6 +417,7 @@ def launch(
     out=None,
     grace: float = 10.0,
     worker: str | None = None,
+    lock: bool = True,
 ) -> None:
     """Run ``fairseq-train TRAIN_ARGS`` on ``nproc`` CPU ranks and wait for all of them.
 
@@ -172,7 +429,8 @@ def launch(
     nproc : int
         Number of ranks (processes) on this machine.
     port : int, optional
-        Rendezvous port on ``host``; a free one is picked when None.
+        Rendezvous port on ``host``; refused at once when in use. When None a free one is
+        picked, and picked again (up to 3 tries) if it is taken before rank 0 listens on it.
     timeout : float, optional
         Wall-clock limit of the whole run in seconds; all ranks are stopped when it passes.
     heartbeat_timeout : int, optional
@@ -183,16 +441,19 @@ def launch(
     worker : str, optional
         A Python file each rank runs as ``python WORKER ARGS`` instead of this module's
         ``worker`` command (:func:`run_worker`), e.g. a wrapper that instruments it.
+    lock : bool
+        Hold ``SAVE_DIR/.lightcompress-train.lock`` for the run (:class:`SaveDirLock`).
 
     Raises
     ------
+    LaunchRefused
+        Nothing was started: the save directory is in use by a live run, or the port is.
     WorkerFailed
         When a rank exits non-zero or is killed (the others are stopped first), or on timeout.
     """
     if nproc < 1:
         raise ValueError(f"nproc must be >= 1, got {nproc}")
     out = out or sys.stdout
-    port = port or find_free_port(host)
     extra: list[str] = []
     if heartbeat_timeout and "--heartbeat-timeout" not in train_args:
         extra = ["--heartbeat-timeout", str(heartbeat_timeout)]
@@ -204,12 +465,59 @@ def launch(
     full_env = dict(os.environ if env is None else env)
     full_env.setdefault("OMP_NUM_THREADS", "1")
     full_env["PYTHONUNBUFFERED"] = "1"
+    full_env[LAUNCHER_PID_VAR] = str(os.getpid())  # the ranks end when this process does
 
+    save_dir = save_dir_of(train_args) if lock else None
+    save_lock = SaveDirLock(save_dir) if save_dir else None
+    started = time.monotonic()
+    if port is not None:
+        check_port(port, host)
+    if save_lock is not None:
+        save_lock.acquire(command=["launch", "--nproc", str(nproc), "--", *train_args])
+    try:
+        for attempt in range(1 if port is not None else _PORT_TRIES):
+            rendezvous = port if port is not None else find_free_port(host)
+            try:
+                _run_ranks(
+                    train_args + extra, nproc, rendezvous, host, timeout, started, python,
+                    full_env, out, grace, worker, save_lock,
+                )  # fmt: skip
+                return
+            except _PortTaken as taken:
+                failure = taken.failure
+                if port is not None:
+                    raise WorkerFailed(
+                        failure.rank,
+                        failure.returncode,
+                        f"rank {failure.rank} could not listen on port {port} of {host}: the "
+                        f"port is in use; {_PORT_HELP}",
+                    ) from None
+                if attempt + 1 == _PORT_TRIES:
+                    raise WorkerFailed(
+                        failure.rank,
+                        failure.returncode,
+                        f"port {rendezvous} of {host} was taken before rank 0 could listen on "
+                        f"it, {_PORT_TRIES} times in a row (ports picked by the launcher); "
+                        "pass a port you know is free with --port / PORT",
+                    ) from None
+                out.write(
+                    f"[launcher] port {rendezvous} was taken before rank 0 could listen on it; "
+                    "starting the ranks again on another free port\n"
+                )
+                out.flush()
+    finally:
+        if save_lock is not None:
+            save_lock.release()
+
+
+def _run_ranks(
+    args, nproc, port, host, timeout, started, python, env, out, grace, worker, save_lock
+) -> None:
+    """Start the ranks on ``port``, watch them, stop them all when one fails (see launch)."""
     procs: list[subprocess.Popen] = []
     tails: list[collections.deque] = []
     pumps: list[threading.Thread] = []
     exits: queue.Queue = queue.Queue()
-    started = time.monotonic()
     try:
         for rank in range(nproc):
             # by file, not ``-m lightcompress...``: the rank must not import the package
@@ -218,10 +526,10 @@ def launch(
                 cmd = [python, os.path.abspath(worker)]
             else:
                 cmd = [python, os.path.abspath(__file__), "worker"]
-            cmd += list(train_args) + extra + cpu_rank_args(rank, nproc, port, host)
+            cmd += list(args) + cpu_rank_args(rank, nproc, port, host)
             proc = subprocess.Popen(
                 cmd,
-                env=full_env,
+                env=env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
@@ -236,6 +544,8 @@ def launch(
             procs.append(proc)
             tails.append(tail)
             pumps.append(pump)
+        if save_lock is not None:
+            save_lock.set_ranks([p.pid for p in procs])
         out.write(
             f"[launcher] {nproc} ranks on tcp://{host}:{port}, pids "
             f"{' '.join(str(p.pid) for p in procs)}\n"
@@ -270,15 +580,19 @@ def launch(
                     for r, p in enumerate(procs)
                     if r != rank and codes[r] is None
                 ]
-                msg = (
+                failure = WorkerFailed(
+                    rank,
+                    code,
                     f"rank {rank} (pid {procs[rank].pid}) {_describe_exit(code)} first; "
                     f"stopped the others ({', '.join(others) or 'none left'})"
                     + f". Last lines of rank {rank}:\n    "
                     + "\n    ".join(tails[rank])
                     + "\nRestart the same command to resume from the last checkpoint "
-                    "(checkpoint_last.pt in --save-dir)."
+                    "(checkpoint_last.pt in --save-dir).",
                 )
-                raise WorkerFailed(rank, code, msg)
+                if any(word in line for line in tails[rank] for word in _PORT_IN_USE):
+                    raise _PortTaken(failure)
+                raise failure
     finally:
         _stop(procs, grace)  # also on KeyboardInterrupt: leave no orphaned rank behind
     for pump in pumps:
@@ -288,8 +602,65 @@ def launch(
 # --- one rank ----------------------------------------------------------------------------
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_watching_launcher = False
+
+
+def _watch_parent(launcher: int, interval: float) -> None:
+    while True:
+        time.sleep(interval)
+        if os.getppid() != launcher:
+            _end_orphan(launcher)
+
+
+def _end_orphan(launcher: int) -> None:
+    sys.stderr.write(f"[rank] the launcher (pid {launcher}) is gone; ending this rank\n")
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(5)
+    os._exit(128 + signal.SIGTERM)  # a SIGTERM handler that did not end the process
+
+
+def die_with_launcher(env=None, interval: float = 1.0) -> bool:
+    """In a rank started by :func:`launch`: end this process when the launcher dies.
+
+    The launcher passes its pid in ``LC_DIST_LAUNCHER_PID``. On Linux the kernel is asked
+    for SIGTERM when the parent dies (``prctl(PR_SET_PDEATHSIG)``, through ctypes); everywhere,
+    a daemon thread checks every ``interval`` seconds that the parent is still the launcher
+    and sends this process SIGTERM when it is not (re-parented after a ``kill -9``). Without the
+    variable (a rank not started by the launcher) nothing is done. Returns whether it watches.
+    Call it before fairseq starts; calling it again does nothing.
+    """
+    global _watching_launcher
+    env = os.environ if env is None else env
+    value = env.pop(LAUNCHER_PID_VAR, None)  # not inherited by what the rank starts
+    if _watching_launcher:
+        return True
+    if not value:
+        return False
+    try:
+        launcher = int(value)
+    except ValueError:
+        return False
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watchdog thread below still ends the rank
+    if os.getppid() != launcher:  # the launcher died before the request took effect
+        _end_orphan(launcher)
+    threading.Thread(
+        target=_watch_parent, args=(launcher, interval), daemon=True, name="lc-launcher-watch"
+    ).start()
+    _watching_launcher = True
+    return True
+
+
 def run_worker(argv: list[str]) -> None:
-    """One rank: ``fairseq-train ARGV`` in this process (``fairseq_cli.train.cli_main``)."""
+    """One rank: ``fairseq-train ARGV`` in this process (``fairseq_cli.train.cli_main``),
+    ended when the launcher that started it dies (:func:`die_with_launcher`)."""
+    die_with_launcher()
     from fairseq_cli import train as fairseq_train
 
     sys.argv = ["fairseq-train"] + list(argv)
@@ -323,7 +694,13 @@ def main(argv: list[str] | None = None) -> int:
         help="run fairseq-train on N CPU ranks: launch --nproc N -- FAIRSEQ_TRAIN_ARGS",
     )
     p.add_argument("--nproc", type=int, required=True, help="number of ranks")
-    p.add_argument("--port", type=int, default=None, help="rendezvous port (default: a free one)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="rendezvous port; refused at once when in use (default: a free one, picked by the "
+        "launcher)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="rendezvous host (default: %(default)s)")
     p.add_argument(
         "--timeout",
@@ -392,13 +769,19 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not passthrough:
         parser.error("give the fairseq-train arguments after --")
+    if args.nproc < 1:
+        parser.error(f"--nproc must be >= 1, got {args.nproc}")
+    if args.port is not None and not 1 <= args.port <= 65535:
+        parser.error(f"--port must be a TCP port (1-65535), got {args.port}")
     if args.worker and not os.path.isfile(args.worker):
         parser.error(f"--worker: no such file: {args.worker}")
 
-    def _on_sigterm(signum, frame):  # e.g. a scheduler's kill: stop the ranks too
+    def _on_sigterm(signum, frame):  # e.g. a scheduler's kill, a closed terminal: stop the ranks
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, _on_sigterm)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, _on_sigterm)
     try:
         launch(
             passthrough,
@@ -409,6 +792,9 @@ def main(argv: list[str] | None = None) -> int:
             heartbeat_timeout=args.heartbeat_timeout or None,
             worker=args.worker,
         )
+    except LaunchRefused as exc:
+        print(f"[launcher] error: {exc}", file=sys.stderr, flush=True)
+        return 2
     except WorkerFailed as exc:
         print(f"[launcher] ERROR: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -3,13 +3,18 @@
 #   NPROC=2 scripts/train_distributed.sh DATA_BIN --user-dir lightcompress --arch lightformer_iwslt_de_en ...
 # Every argument goes to fairseq-train unchanged; this script adds the distributed flags.
 #
+# --help prints this text, then the launcher's options (cpu) or fairseq-train's (gpu).
+#
 # DEVICE=cpu (default)  NPROC processes on this machine, gloo backend, one fairseq-train per rank
 #                       (lightcompress/distributed.py: if a rank dies, the others are stopped and
-#                       the script exits non-zero naming the rank; rerun to resume).
+#                       the script exits non-zero naming the rank; rerun to resume). The ranks
+#                       end with the launcher (kill -9 included); a second run on the same
+#                       --save-dir is refused while one is live (SAVE_DIR/.lightcompress-train.lock).
 # DEVICE=gpu            fairseq's own multi-GPU path: one fairseq-train spawning NPROC processes
 #                       (NCCL); NPROC defaults to the visible GPUs. Multi-node: see the docs.
 # NPROC                 workers (cpu default 2)
-# PORT                  cpu: rendezvous port on 127.0.0.1 (default: a free one)
+# PORT                  cpu: rendezvous port on 127.0.0.1 (default: a free one); a port in use
+#                       is refused before any rank starts
 # TIMEOUT               cpu: stop all ranks after this many seconds (default: no limit)
 # HEARTBEAT_TIMEOUT     fairseq --heartbeat-timeout: a rank that makes no progress for this many
 #                       seconds is killed (default 300; 0 disables)
@@ -27,15 +32,37 @@ FAIRSEQ_TRAIN=${FAIRSEQ_TRAIN:-fairseq-train}
 HEARTBEAT_TIMEOUT=${HEARTBEAT_TIMEOUT:-300}
 LAUNCHER="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/lightcompress/distributed.py"
 
+usage() {  # the comment block at the top of this file
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
+}
+
 if [[ $# -lt 1 ]]; then
-  sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  usage >&2
   exit 2
 fi
 
 case "$DEVICE" in
+  cpu | gpu) ;;
+  *) echo "train_distributed.sh: DEVICE must be cpu or gpu, got '$DEVICE'" >&2; exit 2 ;;
+esac
+
+for arg in "$@"; do
+  if [[ "$arg" == -h || "$arg" == --help ]]; then
+    usage
+    echo
+    if [[ "$DEVICE" == cpu ]]; then
+      # the launcher answers --help after -- with its own options and starts no rank
+      exec "$PYTHON" "$LAUNCHER" launch -- "$@"
+    fi
+    echo "DEVICE=gpu: the arguments go to $FAIRSEQ_TRAIN, whose options follow."
+    echo
+    exec "$FAIRSEQ_TRAIN" "$@"
+  fi
+done
+
+case "$DEVICE" in
   cpu) NPROC=${NPROC:-2} ;;
   gpu) NPROC=${NPROC:-$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())')} ;;
-  *) echo "train_distributed.sh: DEVICE must be cpu or gpu, got '$DEVICE'" >&2; exit 2 ;;
 esac
 if ! [[ "$NPROC" =~ ^[1-9][0-9]*$ ]]; then
   echo "train_distributed.sh: NPROC must be a positive integer, got '$NPROC'" >&2

@@ -11,6 +11,11 @@ hooks below on fairseq's ``Trainer`` and then calls the production rank entry,
     end with the same parameters.
 ``LC_DIST_KILL_RANK`` / ``LC_DIST_KILL_AFTER_UPDATES``
     that rank sends itself SIGKILL after that many updates.
+``LC_DIST_UPDATE_DELAY``
+    every rank sleeps this many seconds after each update (a slow run, to act on it midway).
+
+Like the production entry, the rank ends when the launcher dies
+(``lightcompress.distributed.die_with_launcher``, set up before fairseq is imported).
 
 It is run as a file, and loads ``distributed.py`` by path: the rank must not import the
 ``lightcompress`` package before fairseq imports it from ``--user-dir`` (a second copy would
@@ -21,6 +26,7 @@ import importlib.util
 import os
 import signal
 import sys
+import time
 
 PATH = os.path.abspath(__file__)
 REPO_ROOT = os.path.dirname(os.path.dirname(PATH))
@@ -41,6 +47,7 @@ def install_hooks(env=os.environ) -> dict:
     seen: dict = {}
     kill_rank = env.get("LC_DIST_KILL_RANK")
     kill_after = int(env.get("LC_DIST_KILL_AFTER_UPDATES", "0") or 0)
+    delay = float(env.get("LC_DIST_UPDATE_DELAY", "0") or 0)
     original_init = Trainer.__init__
     original_step = Trainer.train_step
 
@@ -50,6 +57,8 @@ def install_hooks(env=os.environ) -> dict:
 
     def train_step(self, *args, **kwargs):
         result = original_step(self, *args, **kwargs)
+        if delay:
+            time.sleep(delay)
         if (
             kill_rank is not None
             and self.data_parallel_rank == int(kill_rank)
@@ -80,11 +89,12 @@ def dump_state(trainer, dump_dir: str) -> str:
 
 
 def main(argv) -> int:
+    launcher = _launcher()  # the launcher module by path: imports neither fairseq nor the package
+    launcher.die_with_launcher()  # first: end with the launcher, as the production entry does
     # fairseq_cli.train sets up fairseq-train's log format when imported: before anything
     # else of fairseq configures logging (the tests parse that format)
     import fairseq_cli.train  # noqa: F401
 
-    launcher = _launcher()
     seen = install_hooks()
     launcher.run_worker(argv)
     dump_dir = os.environ.get("LC_DIST_DUMP_DIR")

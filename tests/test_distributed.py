@@ -11,7 +11,14 @@ Claims checked on a tiny LightFormer with cross-layer sharing (4 encoder layers 
   count equals the single-worker model's;
 - a rank that dies makes the launcher stop the others and fail within seconds, naming the
   rank; running the same command again resumes from the last checkpoint;
-- ``scripts/train_distributed.sh --help`` prints the launcher's help and starts no rank.
+- ``scripts/train_distributed.sh --help`` prints the script's and the launcher's help and starts
+  no rank (``DEVICE=gpu``: the script's help, then fairseq-train's);
+- the ranks die with the launcher: after a ``kill -9`` of the launcher mid-training they are
+  gone within seconds (``prctl(PR_SET_PDEATHSIG)``, and a parent-pid watchdog where that is
+  missing), and the same command resumes, taking over the dead run's lock with a warning;
+- one run per ``--save-dir``: a second launch while one is live is refused with one line;
+- a ``PORT`` in use is refused before any rank starts, naming ``PORT`` / ``--port``; a port the
+  launcher picked that is taken meanwhile is replaced by another.
 
 Faults are injected by the test-only rank entry ``tests/faults.py`` (selected with
 ``LC_DIST_WORKER``), which wraps the production one; the launcher holds no fault hook.
@@ -19,8 +26,12 @@ Faults are injected by the test-only rank entry ``tests/faults.py`` (selected wi
 Only 127.0.0.1, ports picked by the OS, every subprocess under a timeout.
 """
 
+import io
+import json
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -37,6 +48,9 @@ HOOK_VARS = (
     "LC_DIST_DUMP_DIR",
     "LC_DIST_KILL_RANK",
     "LC_DIST_KILL_AFTER_UPDATES",
+    "LC_DIST_UPDATE_DELAY",
+    "LC_DIST_LAUNCHER_PID",
+    "PORT",
 )
 RUN_TIMEOUT = 120  # seconds, per fairseq run (a run here takes about 10 s)
 MAX_UPDATE = 8
@@ -201,9 +215,11 @@ def test_launcher_help_exits_0(capsys):
 def test_fault_injection_is_not_in_the_production_launcher():
     with open(LAUNCHER, encoding="utf-8") as f:
         source = f.read()
-    assert "LC_DIST_KILL" not in source and "os.kill(" not in source
+    assert "LC_DIST_KILL" not in source and "LC_DIST_UPDATE_DELAY" not in source
+    assert "signal.SIGKILL" not in source  # its only self-signal: SIGTERM when orphaned
     with open(FAULTS, encoding="utf-8") as f:
-        assert "LC_DIST_KILL_RANK" in f.read()
+        faults = f.read()
+    assert "LC_DIST_KILL_RANK" in faults and "LC_DIST_UPDATE_DELAY" in faults
 
 
 def test_two_workers_end_with_identical_parameters(runs):
@@ -283,3 +299,263 @@ def test_restart_resumes_from_the_last_checkpoint(runs):
 
     final = torch.load(runs["two"])
     assert final["optimizer_history"][-1]["num_updates"] == MAX_UPDATE
+
+
+def test_script_help_with_device_gpu_prints_the_scripts_help_then_fairseq_trains(tmp_path):
+    fake = tmp_path / "fake-train"
+    fake.write_text('#!/bin/sh\necho "FAIRSEQ-TRAIN HELP: $*"\n')
+    fake.chmod(0o755)
+    env = dict(os.environ, PYTHON=sys.executable, DEVICE="gpu", FAIRSEQ_TRAIN=str(fake))
+    env.pop("NPROC", None)  # the GPU count is not needed (no torch import) for --help
+    for flag in ("--help", "-h"):
+        proc = subprocess.run(
+            ["bash", SCRIPT, "DATA", "--arch", "transformer", flag],
+            check=False, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        out = proc.stdout
+        assert out.startswith("Data-parallel fairseq-train on N workers")
+        for name in ("DEVICE=gpu", "NPROC", "EFFECTIVE_TOKENS", "REFERENCE_GPUS", "PORT"):
+            assert name in out
+        assert f"FAIRSEQ-TRAIN HELP: DATA --arch transformer {flag}" in out
+        assert out.index("EFFECTIVE_TOKENS") < out.index("FAIRSEQ-TRAIN HELP")
+        assert "--distributed-world-size" not in out  # help only, nothing launched
+
+
+# --- ranks die with the launcher; one run per save directory; ports -------------------------
+
+_CHILD = """
+import os, sys, time
+sys.path.insert(0, os.path.dirname({launcher!r}))
+import distributed
+if {no_prctl}:
+    sys.platform = "darwin"  # the parent-pid watchdog alone
+assert distributed.die_with_launcher(interval=0.2)
+assert "LC_DIST_LAUNCHER_PID" not in os.environ  # not passed on to what the rank starts
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+_PARENT = """
+import os, subprocess, sys, time
+env = dict(os.environ, LC_DIST_LAUNCHER_PID=str(os.getpid()))
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], env=env, stdout=subprocess.PIPE,
+                         text=True)
+assert child.stdout.readline() == "ready\\n"
+print(child.pid, flush=True)
+time.sleep(120)
+"""
+
+
+def _gone(pid):
+    """No such process, or a zombie nobody has reaped yet (it runs no code)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] in "ZX"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+
+def _wait_gone(pids, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if all(_gone(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return all(_gone(p) for p in pids)
+
+
+@pytest.mark.parametrize("no_prctl", [False, True], ids=["prctl", "watchdog"])
+def test_a_rank_dies_when_its_launcher_is_killed(no_prctl):
+    """die_with_launcher (called by the rank entry before fairseq starts): SIGKILL the parent,
+    the child ends within seconds; with PR_SET_PDEATHSIG and with the watchdog thread alone."""
+    child_code = _CHILD.format(launcher=LAUNCHER, no_prctl=no_prctl)
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT, child_code], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        child = int(parent.stdout.readline())
+        assert not _gone(child)
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=10)
+        assert _wait_gone([child], 5), f"rank {child} outlived its launcher"
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_save_dir_lock_refuses_a_live_run_and_takes_over_a_dead_ones(tmp_path):
+    from lightcompress.distributed import LOCK_NAME, LaunchRefused, SaveDirLock
+
+    save = str(tmp_path / "ckpt")
+    first = SaveDirLock(save).acquire(command=["first"])
+    with pytest.raises(LaunchRefused, match=rf"--save-dir {save} is in use .*pid {os.getpid()}"):
+        SaveDirLock(save).acquire()
+    first.release()
+    assert os.listdir(save) == []  # the lock file goes with the run
+    # a lock left by a run that was killed: its pid is gone; taken over with a warning
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with open(os.path.join(save, LOCK_NAME), "w") as f:
+        json.dump({"pid": dead.pid, "host": socket.gethostname(), "ranks": []}, f)
+    warnings = io.StringIO()
+    with SaveDirLock(save).acquire(out=warnings) as lock:
+        assert "taking over the lock of an earlier run" in warnings.getvalue()
+        assert f"pid {dead.pid}" in warnings.getvalue()
+        with open(lock.path) as f:
+            assert json.load(f)["pid"] == os.getpid()
+    # a file system without a working flock: the pids in the file decide (os.kill(pid, 0))
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with open(os.path.join(save, LOCK_NAME), "w") as f:
+            json.dump({"pid": 1, "host": "elsewhere", "ranks": []}, f)  # another host: no say
+        SaveDirLock(save).acquire(out=io.StringIO()).release()
+        with open(os.path.join(save, LOCK_NAME), "w") as f:
+            json.dump({"pid": dead.pid, "ranks": [[alive.pid, None]]}, f)
+        with pytest.raises(LaunchRefused, match=rf"still run \(pids {alive.pid};"):
+            SaveDirLock(save).acquire(wait=0.3)
+    finally:
+        alive.kill()
+        alive.wait()
+
+
+_FAKE_RANK = """
+import socket, sys
+args = sys.argv[1:]
+rank = int(args[args.index("--distributed-rank") + 1])
+host, port = args[args.index("--distributed-init-method") + 1][len("tcp://"):].split(":")
+open(sys.argv[0] + ".ports", "a").write(f"{rank} {port}\\n")
+if rank == 0:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((host, int(port)))
+    except OSError:
+        print("DistNetworkError: ... code: -98, name: EADDRINUSE, message: address already in use")
+        sys.exit(1)
+print("trained")
+"""
+
+
+def _busy_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    return s, s.getsockname()[1]
+
+
+def test_a_port_in_use_is_refused_before_any_rank_starts(tmp_path):
+    sock, port = _busy_port()
+    with sock:
+        save = tmp_path / "ckpt"
+        env = {"PORT": str(port), "LC_DIST_WORKER": str(tmp_path / "never.py")}
+        (tmp_path / "never.py").write_text("raise SystemExit('a rank was started')\n")
+        proc = run_script(["DATA", "--save-dir", str(save)], env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    expected = (
+        f"[launcher] error: port {port} on 127.0.0.1 is in use (another training run's "
+        "rendezvous?): free it, or choose another port: PORT=N for "
+        "scripts/train_distributed.sh, --port N for the launcher (leave both unset and the "
+        "launcher picks a free one)"
+    )
+    assert proc.stderr.splitlines() == [expected]
+    assert "[rank" not in proc.stdout and "Restart the same command" not in proc.stderr
+    assert not save.exists()  # nothing written
+
+
+def test_a_picked_port_taken_meanwhile_is_replaced(tmp_path, monkeypatch):
+    """The launcher's own port was taken before rank 0 listened on it: it starts the ranks
+    again on another free port instead of advising a rerun that could fail the same way."""
+    import lightcompress.distributed as dist
+
+    worker = tmp_path / "rank.py"
+    worker.write_text(_FAKE_RANK)
+    sock, busy = _busy_port()
+    free = iter([busy])
+    real = dist.find_free_port
+    monkeypatch.setattr(dist, "find_free_port", lambda host: next(free, None) or real(host))
+    out = io.StringIO()
+    with sock:
+        dist.launch(["--save-dir", str(tmp_path / "ckpt")], 2, worker=str(worker), out=out)
+    ports = (tmp_path / "rank.py.ports").read_text().split()
+    assert ports[1] == str(busy) and ports[-1] != str(busy)
+    assert f"port {busy} was taken before rank 0 could listen on it" in out.getvalue()
+    assert "[rank 0] trained" in out.getvalue()
+    assert os.listdir(tmp_path / "ckpt") == []  # lock released
+
+
+@pytest.fixture(scope="module")
+def crash(tiny_data, tmp_path_factory):
+    """A slow two-worker run (``LC_DIST_UPDATE_DELAY``, checkpoint every 3 updates); a second
+    launch on its save directory while it runs; ``kill -9`` of its launcher after update 4;
+    the same command again (without the delay)."""
+    save = str(tmp_path_factory.mktemp("crash") / "ckpt")
+    args = train_args(tiny_data, save, MAX_UPDATE) + ["--save-interval-updates", "3"]
+    env = dict(os.environ, PYTHON=sys.executable, NPROC="2", DEVICE="cpu", OMP_NUM_THREADS="1")
+    env.update(PYTHONWARNINGS="ignore", TIMEOUT=str(RUN_TIMEOUT - 10))
+    for var in HOOK_VARS:
+        env.pop(var, None)
+    env.update(LC_DIST_WORKER=FAULTS, LC_DIST_UPDATE_DELAY="1")
+    first = subprocess.Popen(
+        ["bash", SCRIPT, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    result = {"save": save, "log": []}
+    try:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        for line in first.stdout:
+            result["log"].append(line)
+            if line.startswith("[launcher]") and " pids " in line:
+                result["ranks"] = [int(p) for p in line.split(" pids ")[1].split()]
+                result["second"] = run_script(args)  # same save dir, while the first runs
+            if "num_updates=4," in line or time.monotonic() > deadline:
+                break
+        os.kill(first.pid, signal.SIGKILL)  # the launcher (the script exec's it)
+        first.wait(timeout=30)
+        killed = time.monotonic()
+        result["ranks_gone"] = _wait_gone(result["ranks"], 10)
+        result["gone_seconds"] = time.monotonic() - killed
+        time.sleep(1)
+        result["lock_left"] = os.path.exists(os.path.join(save, ".lightcompress-train.lock"))
+        result["rerun"] = run_script(args)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        first.wait()
+        for pid in result.get("ranks", []):
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
+    return result
+
+
+def test_a_second_run_on_the_same_save_dir_is_refused(crash):
+    second = crash["second"]
+    assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
+    (line,) = second.stderr.splitlines()
+    assert line.startswith(f"[launcher] error: --save-dir {crash['save']} is in use by another ")
+    assert "kill " in line and "another --save-dir" in line
+    assert "[rank" not in second.stdout  # it started nothing
+
+
+def test_killing_the_launcher_ends_the_ranks_and_the_rerun_resumes(crash):
+    assert crash["ranks_gone"], f"ranks {crash['ranks']} still ran after the launcher's kill -9"
+    assert crash["gone_seconds"] < 5
+    assert crash["lock_left"]  # the killed launcher could not remove it ...
+    rerun = crash["rerun"]
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert "taking over the lock of an earlier run" in rerun.stderr  # ... the rerun takes it
+    loaded = r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch 1 @ 3 updates\)"
+    assert re.search(loaded, rerun.stdout), rerun.stdout[-4000:]
+    assert "num_updates=4," in rerun.stdout and f"num_updates={MAX_UPDATE}," in rerun.stdout
+    import lightcompress  # noqa: F401
+
+    final = torch.load(os.path.join(crash["save"], "checkpoint_last.pt"))
+    assert final["optimizer_history"][-1]["num_updates"] == MAX_UPDATE
+    leftovers = [n for n in os.listdir(crash["save"]) if n.endswith(".tmp") or "lock" in n]
+    assert leftovers == []
