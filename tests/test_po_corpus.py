@@ -139,11 +139,11 @@ def test_entries_to_pairs_skips_fuzzy_obsolete_untranslated_header():
     assert ("Open file", "Datei öffnen") in pairs
 
 
-def _make_mo(messages: dict[str, str]) -> bytes:
-    """A little-endian .mo file (what msgfmt writes) for the given id -> str mapping."""
+def _make_mo(messages: dict[str, str], order: str = "<", encoding: str = "utf-8") -> bytes:
+    """A .mo file (msgfmt's layout; little-endian unless ``order=">"``) for id -> str."""
     keys = sorted(messages)
-    ids = [k.encode() for k in keys]
-    strs = [messages[k].encode() for k in keys]
+    ids = [k.encode(encoding) for k in keys]
+    strs = [messages[k].encode(encoding) for k in keys]
     n = len(keys)
     o_orig = 28
     o_trans = o_orig + 8 * n
@@ -156,8 +156,8 @@ def _make_mo(messages: dict[str, str]) -> bytes:
     for s in strs:
         trans_tab.append((len(s), data_start + len(blob)))
         blob += s + b"\0"
-    head = struct.pack("<7I", 0x950412DE, 0, n, o_orig, o_trans, 0, 0)
-    tabs = b"".join(struct.pack("<2I", *t) for t in orig_tab + trans_tab)
+    head = struct.pack(order + "7I", 0x950412DE, 0, n, o_orig, o_trans, 0, 0)
+    tabs = b"".join(struct.pack(order + "2I", *t) for t in orig_tab + trans_tab)
     return head + tabs + blob
 
 
@@ -180,6 +180,125 @@ def test_parse_mo_context_and_plural():
     assert len(pairs) == 3
     with pytest.raises(ValueError):
         pc.parse_mo(b"\0" * 40)
+
+
+# Cases on which the libraries that could replace the hand-written parser differ from it
+# (measured on the pinned catalogs: polib 1.2.0, babel 2.18.0), plus the other corners of
+# the format.  The demo corpus was built with exactly this behaviour: a change here changes
+# the corpus (bump FORMAT_VERSION).
+PO_EDGES = (
+    'msgid ""\n'
+    'msgstr ""\n'
+    '"Content-Type: text/plain; charset=UTF-8\\n"\n'
+    '"POT-Creation-Date: Wed Sep 27 14:50:18 2006\\n"\n'  # zope.po: babel raises
+    "\n"
+    "#, python-format\n"  # an active plural entry followed by an obsolete one with
+    'msgid "One %(n)d row was updated."\n'  # '#~ #,' flags: babel files it as obsolete
+    'msgid_plural "%(n)d rows were updated."\n'
+    'msgstr[0] "Eine %(n)d Zeile wurde "\n'
+    '"aktualisiert."\n'
+    'msgstr[1] "%(n)d Zeilen wurden "\n'
+    '"aktualisiert."\n'
+    "\n"
+    "#~ #, python-format\n"
+    '#~| msgid "Older %(n)d row."\n'
+    '#~ msgid "Old %(n)d row."\n'
+    '#~ msgid_plural "Old %(n)d rows."\n'
+    '#~ msgstr[0] "Alte %(n)d Zeile."\n'
+    '#~ msgstr[1] "Alte %(n)d Zeilen."\n'
+    "\n"
+    'msgctxt "verb \\"to file\\""\n'
+    'msgid "One file here"\n'
+    'msgid_plural "Many files here"\n'
+    'msgstr[0] "Eine Datei hier"\n'
+    'msgstr[1] "Viele Dateien hier"\n'
+    'msgstr[2] "Sehr viele Dateien hier"\n'
+    "\n"
+    "#, fuzzy, python-format\n"
+    'msgid "Fuzzy %(n)d plural"\n'
+    'msgid_plural "Fuzzy %(n)d plurals"\n'
+    'msgstr[0] "Unscharfer %(n)d Plural"\n'
+    'msgstr[1] "Unscharfe %(n)d Plurale"\n'
+    "\n"
+    'msgid "Only the singular is translated"\n'
+    'msgid_plural "Only the singulars are translated"\n'
+    'msgstr[0] "Nur der Singular ist übersetzt"\n'
+    'msgstr[1] ""\n'
+    "\n"
+    'msgid "Octal \\101 hex \\x42 bell\\a quote\\\' end"\n'  # polib, babel: kept undecoded
+    'msgstr "Oktal \\101 hex \\x42 Glocke\\a Zitat\\\' Ende"\n'
+    "\n"
+    'msgid "Line separator \u21b5"\n'  # indico: polib truncates the msgstr
+    'msgstr "Zeilentrenner \u2028"\n'
+    "\n"
+    'msgid "Last entry"\n'
+    'msgstr "Letzter Eintrag"\n'
+)
+
+
+def test_parse_po_edge_cases():
+    entries = pc.parse_po(PO_EDGES.encode("utf-8"))
+    assert pc.parse_po(("\ufeff" + PO_EDGES.replace("\n", "\r\n")).encode()) == entries
+    by = _by_msgid(entries)
+    assert "POT-Creation-Date: Wed Sep 27 14:50:18 2006\n" in by[""].msgstr
+    upd = by["One %(n)d row was updated."]
+    assert not upd.obsolete and upd.flags == {"python-format"}
+    assert upd.msgstr_plural == {
+        0: "Eine %(n)d Zeile wurde aktualisiert.",
+        1: "%(n)d Zeilen wurden aktualisiert.",
+    }
+    old = by["Old %(n)d row."]
+    assert old.obsolete and old.msgid_plural == "Old %(n)d rows."
+    assert "Older %(n)d row." not in by  # '#~|' previous msgid: ignored
+    ctx = by["One file here"]
+    assert ctx.msgctxt == 'verb "to file"'
+    assert ctx.msgstr_plural[2] == "Sehr viele Dateien hier"
+    assert by["Fuzzy %(n)d plural"].fuzzy
+    assert by["Octal A hex B bell\a quote' end"].msgstr == "Oktal A hex B Glocke\a Zitat' Ende"
+    # str.splitlines() breaks at U+2028 too: the msgstr is lost and the entry dropped.
+    assert by["Line separator \u21b5"].msgstr == ""
+    assert by["Last entry"].msgstr == "Letzter Eintrag"
+    assert list(pc.entries_to_pairs(entries)) == [
+        ("One %(n)d row was updated.", "Eine %(n)d Zeile wurde aktualisiert."),
+        ("%(n)d rows were updated.", "%(n)d Zeilen wurden aktualisiert."),
+        ("One file here", "Eine Datei hier"),  # msgstr[2] is not used
+        ("Many files here", "Viele Dateien hier"),
+        ("Only the singular is translated", "Nur der Singular ist übersetzt"),
+        ("Octal A hex B bell\a quote' end", "Oktal A hex B Glocke\a Zitat' Ende"),
+        ("Last entry", "Letzter Eintrag"),
+    ]
+
+
+def test_parse_po_malformed_lines_ignored_and_unknown_charset():
+    text = 'msgid ""\nmsgstr "Content-Type: text/plain; charset=NO-SUCH\\n"\n\n'
+    text += 'garbage line\nmsgid "Open \xe4 door"\n"continued"\nmsgstr "T\xfcr"\n'
+    entries = pc.parse_po(text.encode("latin-1"))  # not UTF-8, unknown charset: latin-1
+    assert _by_msgid(entries)["Open \xe4 doorcontinued"].msgstr == "T\xfcr"
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_parse_mo_byte_order_and_charset(order):
+    messages = {
+        "": "Content-Type: text/plain; charset=ISO-8859-1\n",
+        "Close the door": "Tür schließen",
+        "file\x04One file\x00%d files": "Eine Datei\x00%d Dateien",
+        "Untranslated plural\x00Untranslated plurals": "\x00",
+    }
+    entries = pc.parse_mo(_make_mo(messages, order=order, encoding="latin-1"))
+    by = _by_msgid(entries)
+    assert by["One file"].msgctxt == "file"
+    assert by["One file"].msgstr_plural == {0: "Eine Datei", 1: "%d Dateien"}
+    assert not any(e.fuzzy or e.obsolete for e in entries)
+    assert list(pc.entries_to_pairs(entries)) == [
+        ("Close the door", "Tür schließen"),
+        ("One file", "Eine Datei"),
+        ("%d files", "%d Dateien"),
+    ]
+
+
+def test_parse_mo_unknown_charset_falls_back_to_utf8():
+    mo = _make_mo({"": "Content-Type: text/plain; charset=NO-SUCH\n", "Go on": "Weiter so"})
+    assert list(pc.entries_to_pairs(pc.parse_mo(mo))) == [("Go on", "Weiter so")]
 
 
 @pytest.mark.parametrize(
