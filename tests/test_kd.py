@@ -498,6 +498,36 @@ def test_word_kd_teacher_is_frozen_and_not_saved(tiny_data, tiny_transformer):
     torch.testing.assert_close(log["kd_loss"], entropy.detach())
 
 
+@pytest.mark.parametrize(
+    "teacher, flags, message",
+    [
+        (None, [], "--kd-teacher-path: teacher checkpoint {teacher} not found"),
+        ("text", [], "--kd-teacher-path: cannot load the teacher {teacher}: "),
+        ("text", ["--kd-alpha", "1.5"], "--kd-alpha must be in [0, 1], got 1.5"),
+        ("text", ["--kd-temperature", "0"], "--kd-temperature must be > 0, got 0.0"),
+    ],
+    ids=["missing", "damaged", "alpha", "temperature"],
+)
+def test_word_kd_bad_settings_end_fairseq_train_with_one_line(
+    tiny_data, tmp_path, teacher, flags, message
+):
+    path = tmp_path / "teacher.pt"
+    if teacher == "text":
+        path.write_text("not a checkpoint\n")
+    save = tmp_path / "student"
+    proc = harness.train(
+        tiny_data, str(save), harness.tiny_arch_args("transformer", layers=(1, 1), dim=16, ffn=16),
+        extra=["--criterion", "word_kd", "--kd-teacher-path", str(path), *flags],
+        max_update=2, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines[-1].startswith("fairseq-train: error: " + message.format(teacher=path))
+    assert len([ln for ln in lines if "error" in ln.lower()]) == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not list(save.glob("*.pt"))  # refused before training: no checkpoint
+
+
 def test_train_seqkd_task_and_word_kd_end_to_end(tiny_data, tiny_transformer, distilled, tmp_path):
     """fairseq-train --task translation_seqkd --kd-data-mode both --criterion word_kd, 1 epoch."""
     ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")

@@ -18,6 +18,7 @@ with an adaptive softmax are not supported (the temperature is applied to the de
 """
 
 import math
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -28,6 +29,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterionConfig,
 )
 from fairseq.logging import metrics
+
+from lightcompress.modules.registry import ConfigError
 
 __all__ = ["WordKDCriterion", "WordKDCriterionConfig", "load_teacher"]
 
@@ -61,14 +64,19 @@ def load_teacher(path, task):
     replace the task's BLEU generator (built for the student) with one for the teacher; the
     task's generator and tokenizer are therefore restored afterwards.
     """
+    if not os.path.isfile(path):
+        raise ConfigError(f"--kd-teacher-path: teacher checkpoint {path} not found")
     saved = {k: getattr(task, k) for k in ("sequence_generator", "tokenizer") if hasattr(task, k)}
     try:
         models, _ = checkpoint_utils.load_model_ensemble([path], task=task)
-    except RuntimeError as exc:
-        raise RuntimeError(
-            f"cannot load the KD teacher {path} with this task's dictionaries "
-            f"(source {len(task.source_dictionary)}, target {len(task.target_dictionary)} "
-            "types); the teacher must be trained on the same dictionaries"
+    except ConfigError:
+        raise
+    except Exception as exc:  # size mismatches (other dictionaries), a damaged file, ...
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
+        raise ConfigError(
+            f"--kd-teacher-path: cannot load the teacher {path}: {detail} (the teacher must be a "
+            f"fairseq checkpoint trained on this task's dictionaries: source "
+            f"{len(task.source_dictionary)}, target {len(task.target_dictionary)} types)"
         ) from exc
     finally:
         for k, v in saved.items():
@@ -94,9 +102,9 @@ class WordKDCriterion(LabelSmoothedCrossEntropyCriterion):
     ):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         if not 0.0 <= kd_alpha <= 1.0:
-            raise ValueError(f"--kd-alpha must be in [0, 1], got {kd_alpha}")
-        if kd_temperature <= 0:
-            raise ValueError(f"--kd-temperature must be > 0, got {kd_temperature}")
+            raise ConfigError(f"--kd-alpha must be in [0, 1], got {kd_alpha}")
+        if not kd_temperature > 0:
+            raise ConfigError(f"--kd-temperature must be > 0, got {kd_temperature}")
         self.alpha = kd_alpha
         self.temperature = kd_temperature
         # A plain list: nn.Module does not register what it holds, so the teacher stays out of
@@ -108,7 +116,7 @@ class WordKDCriterion(LabelSmoothedCrossEntropyCriterion):
     @classmethod
     def build_criterion(cls, cfg, task):
         if not cfg.kd_teacher_path:
-            raise ValueError("--criterion word_kd needs --kd-teacher-path")
+            raise ConfigError("--criterion word_kd needs --kd-teacher-path")
         return super().build_criterion(cfg, task)
 
     @property
