@@ -227,6 +227,13 @@ def test_load_dataset_checks_too(kd_dirs, tiny_data):
     task._kd_checked = set()
     with pytest.raises(KDDataError, match="holds 900 sentences"):
         task.load_dataset("train")
+    # a data directory without a train split can be set up (e.g. by a command that only
+    # evaluates), but training on it is refused naming it
+    no_train = kd_dirs["no_train"]
+    task = _task(no_train, kd_dirs["good"])
+    with pytest.raises(KDDataError, match=rf"^ground truth {no_train}: no train split in "):
+        task.load_dataset("train")
+    task.load_dataset("valid")  # what it has is usable
 
 
 @pytest.mark.parametrize("case", ["missing directory", "unknown split name", "sentence count",

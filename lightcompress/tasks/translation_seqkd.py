@@ -256,13 +256,17 @@ class TranslationSeqKDTask(TranslationTask):
         if not kwargs.get("from_checkpoint"):
             # training (or a command given the KD flags): refuse bad data before the model is
             # built; a model loaded from its checkpoint does not need the training data
+            # (the ground truth's train split only if it is there: a command other than
+            # fairseq-train may set up this task on a data directory without one)
             paths = utils.split_paths(cfg.data)
-            task.check_train_data(paths[0])
+            task.check_train_data(paths[0], require_ground_truth=False)
         return task
 
-    def check_train_data(self, data_path):
+    def check_train_data(self, data_path, require_ground_truth=True):
         """Check the ground-truth and distilled train splits this task would mix (see the
-        module's docstring); raise :class:`KDDataError` on the first problem."""
+        module's docstring); raise :class:`KDDataError` on the first problem. Without
+        ``require_ground_truth`` a missing ground-truth train split is not an error (and the
+        sentence counts are then not compared)."""
         mode, split = self.cfg.kd_data_mode, self.cfg.train_subset
         src, tgt = self.cfg.source_lang, self.cfg.target_lang
         impl = self.cfg.dataset_impl
@@ -270,7 +274,8 @@ class TranslationSeqKDTask(TranslationTask):
         if data_path in checked:
             return
         gt_size = None
-        if mode != "distilled" or _split_prefixes(data_path, split, src, tgt, impl):
+        gt_present = bool(_split_prefixes(data_path, split, src, tgt, impl))
+        if gt_present or (mode != "distilled" and require_ground_truth):
             gt_size = check_split(
                 data_path, split, self.src_dict, self.tgt_dict, src, tgt, impl,
                 what=f"ground truth {data_path}",
@@ -281,7 +286,10 @@ class TranslationSeqKDTask(TranslationTask):
                     directory, kd_split, self.src_dict, self.tgt_dict, src, tgt, impl,
                     what=f"--kd-distilled-data {name}",
                 )  # fmt: skip
-                if gt_size is not None and n != gt_size:
+                # with sharded data (DATA1:DATA2...) each epoch's ground truth is one shard
+                # and a distilled copy of the whole set cannot match it: no count check then
+                sharded = len(utils.split_paths(self.cfg.data)) > 1
+                if gt_size is not None and n != gt_size and not sharded:
                     prefix = _split_prefixes(directory, kd_split, src, tgt, impl)[0]
                     gt_prefix = _split_prefixes(data_path, split, src, tgt, impl)[0]
                     raise KDDataError(
@@ -290,7 +298,8 @@ class TranslationSeqKDTask(TranslationTask):
                         "the teacher's translation of this train split, line for line (redo "
                         "it with scripts/distill_data.sh on this data)"
                     )
-        checked.add(data_path)
+        if gt_present or mode == "distilled":
+            checked.add(data_path)
         self._kd_checked = checked
 
     def _distilled_sources(self, data_path):
