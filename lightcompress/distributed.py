@@ -342,8 +342,14 @@ class SaveDirLock:
     def acquire(self, out=None, command: list[str] | None = None, wait: float = 10.0):
         """Take the lock or raise :class:`LaunchRefused`; warnings go to ``out``."""
         out = out or sys.stderr
-        os.makedirs(self.save_dir, exist_ok=True)
-        fd, ours = self._open_locked()
+        try:
+            os.makedirs(self.save_dir, exist_ok=True)
+            fd, ours = self._open_locked()
+        except OSError as exc:
+            raise LaunchRefused(
+                f"--save-dir {self.save_dir}: cannot create the lock file {self.path}: "
+                f"{exc.strerror or exc}"
+            ) from exc
         old = self._read(fd)
         if not ours:
             os.close(fd)
@@ -614,8 +620,11 @@ def _watch_parent(launcher: int, interval: float) -> None:
 
 
 def _end_orphan(launcher: int) -> None:
-    sys.stderr.write(f"[rank] the launcher (pid {launcher}) is gone; ending this rank\n")
-    sys.stderr.flush()
+    try:  # the rank's output went to the launcher, which is gone: the pipe may be broken
+        sys.stderr.write(f"[rank] the launcher (pid {launcher}) is gone; ending this rank\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(5)
     os._exit(128 + signal.SIGTERM)  # a SIGTERM handler that did not end the process

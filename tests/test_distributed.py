@@ -339,8 +339,10 @@ time.sleep(120)
 _PARENT = """
 import os, subprocess, sys, time
 env = dict(os.environ, LC_DIST_LAUNCHER_PID=str(os.getpid()))
+# the child's output goes to this process only, as a rank's goes to the launcher: once this
+# process is killed, writing it fails (broken pipe)
 child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], env=env, stdout=subprocess.PIPE,
-                         text=True)
+                         stderr=subprocess.STDOUT, text=True)
 assert child.stdout.readline() == "ready\\n"
 print(child.pid, flush=True)
 time.sleep(120)
