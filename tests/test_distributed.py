@@ -1,4 +1,4 @@
-"""Data-parallel training on CPU workers (issue #7): ``scripts/train_distributed.sh`` with
+"""Data-parallel training on CPU workers: ``scripts/train_distributed.sh`` with
 ``DEVICE=cpu`` and ``lightcompress/distributed.py``.
 
 Claims checked on a tiny LightFormer with cross-layer sharing (4 encoder layers in 2 groups):
