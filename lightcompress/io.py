@@ -34,9 +34,34 @@ import tempfile
 from collections.abc import Iterator
 from typing import IO
 
-__all__ = ["atomic_directory", "atomic_path", "atomic_write", "current_umask"]
+__all__ = ["atomic_directory", "atomic_path", "atomic_write", "current_umask", "output_error"]
 
 _WRITE_MODES = ("w", "wt", "wb")
+
+
+def output_error(path: str | os.PathLike, flag: str = "--out") -> str | None:
+    """Why ``path`` cannot be written, in one line (``flag`` names the option); ``None`` when
+    it can. For checks made before hours of work: an empty name, a directory, a folder that does
+    not exist or cannot be written (probed by creating and removing a temporary file there,
+    which also catches read-only file systems when running as root), or an existing file that is
+    not writable."""
+    path = os.fspath(path)
+    if not path or not path.strip():
+        return f"{flag}: empty file name"
+    if os.path.isdir(path):
+        return f"{flag} {path} is a directory"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"{flag} {path}: directory {parent} does not exist"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".probe.", suffix=".tmp", dir=parent)
+    except OSError as exc:
+        return f"{flag} {path}: cannot write in {parent} ({exc.strerror})"
+    os.close(fd)
+    os.remove(probe)
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return f"{flag} {path}: the file exists and is not writable"
+    return None
 
 
 def current_umask() -> int:

@@ -1,18 +1,16 @@
 """The output check of the plotting scripts (plot_curves.py, plot_frontier.py).
 
 ``image_output_error(path)`` says, before anything is read or drawn, why matplotlib could not
-write the image ``path``: an empty name, a directory, a folder that does not exist or cannot be
-written (probed by creating and removing a temporary file there), or a file name without an
-image extension matplotlib knows (it would otherwise append ``.png`` to a name without one and
-fail on an unknown one only after drawing). Standard library and matplotlib only.
+write the image ``path``: a file name without an image extension matplotlib knows (it would
+otherwise append ``.png`` to a name without one and fail on an unknown one only after drawing),
+or anything ``lightcompress.io.output_error`` finds. Standard library and matplotlib only.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 
-__all__ = ["image_formats", "image_output_error"]
+__all__ = ["image_formats", "image_output_error", "plugin_io"]
 
 
 def image_formats() -> list[str]:
@@ -33,15 +31,16 @@ def image_output_error(path: str, flag: str = "--out") -> str | None:
     if ext not in formats:
         what = f"'.{ext}' is not an image format matplotlib writes" if ext else "no extension"
         return f"{flag} {path}: {what} (use one of .{', .'.join(formats)})"
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        return f"{flag} {path}: directory {parent} does not exist"
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".plot.", suffix=".probe", dir=parent)
-    except OSError as exc:
-        return f"{flag} {path}: cannot write in {parent} ({exc.strerror})"
-    os.close(fd)
-    os.remove(probe)
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        return f"{flag} {path}: the file exists and is not writable"
-    return None
+    return plugin_io().output_error(path, flag)
+
+
+def plugin_io():
+    """``lightcompress/io.py`` loaded by file path (standard library only): the plotting
+    scripts stay fast and do not import the package, and with it fairseq."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lightcompress", "io.py")
+    spec = importlib.util.spec_from_file_location("_lightcompress_io", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -31,7 +31,8 @@ import json
 import os
 import re
 import sys
-import tempfile
+
+from plot_output import plugin_io
 
 __all__ = ["ResultError", "build_record", "main", "params_from_log", "parse_results"]
 
@@ -118,31 +119,18 @@ def build_record(args) -> dict:
 
 
 def _check_output(path: str) -> None:
-    if os.path.isdir(path):
-        raise ResultError(f"--out {path} is a directory")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise ResultError(f"--out {path}: directory {parent} does not exist")
+    message = plugin_io().output_error(path, "--out")
+    if message:
+        raise ResultError(message)
 
 
 def _write(path: str, doc: dict) -> None:
-    parent = os.path.dirname(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=parent)
-    except OSError as exc:
-        raise ResultError(f"--out {path}: cannot write in {parent} ({exc.strerror})") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with plugin_io().atomic_write(path) as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    except OSError as exc:
+        raise ResultError(f"--out {path}: cannot write ({exc.strerror or exc})") from None
 
 
 class _Parser(argparse.ArgumentParser):

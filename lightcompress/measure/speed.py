@@ -57,7 +57,6 @@ import math
 import os
 import platform
 import sys
-import tempfile
 import time
 import warnings
 from argparse import Namespace
@@ -690,21 +689,11 @@ def check_output_file(path: str, flag: str) -> None:
     """Raise :class:`SpeedError` unless ``path`` can be written: not a directory, in an existing
     writable directory (probed by creating and removing a temporary file there). Called before
     any work, so that a measurement of hours does not end in a failed write."""
-    if not path or not path.strip():
-        raise SpeedError(f"{flag}: empty file name")
-    if os.path.isdir(path):
-        raise SpeedError(f"{flag} {path} is a directory")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise SpeedError(f"{flag} {path}: directory {parent} does not exist")
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".measure_speed.", suffix=".probe", dir=parent)
-    except OSError as exc:
-        raise SpeedError(f"{flag} {path}: cannot write in {parent} ({exc.strerror})") from None
-    os.close(fd)
-    os.remove(probe)
-    if os.path.exists(path) and not os.access(path, os.W_OK):
-        raise SpeedError(f"{flag} {path}: the file exists and is not writable")
+    from lightcompress.io import output_error
+
+    message = output_error(path, flag)
+    if message:
+        raise SpeedError(message)
 
 
 def check_args(args: argparse.Namespace) -> None:

@@ -23,7 +23,6 @@ import importlib.util
 import os
 import re
 import sys
-import tempfile
 
 import torch
 
@@ -157,17 +156,9 @@ def _parser():
 
 def check_output(path):
     """Raise AverageError unless ``path`` can be written (before any checkpoint is read)."""
-    if os.path.isdir(path):
-        raise AverageError(f"--output {path} is a directory")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise AverageError(f"--output {path}: directory {parent} does not exist")
-    try:  # a probe file, removed at once: also catches read-only file systems (and root)
-        fd, probe = tempfile.mkstemp(prefix=".average.", suffix=".probe", dir=parent)
-    except OSError as exc:
-        raise AverageError(f"--output {path}: cannot write in {parent} ({exc.strerror})") from None
-    os.close(fd)
-    os.remove(probe)
+    message = plugin_io().output_error(path, "--output")
+    if message:
+        raise AverageError(message)
 
 
 def input_paths(args):
