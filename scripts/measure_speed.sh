@@ -11,6 +11,7 @@
 # Every argument, checkpoint and output path (--json) is checked before anything is measured;
 # a bad one ends the command with one line on stderr and exit status 2.
 # PYTHON picks the interpreter (default: .venv/bin/python of this checkout, else python3).
+# DRY_RUN=1 prints the command instead of running it.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,6 +26,12 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 # Not `python -m lightcompress.measure.speed`: that imports the package (and fairseq, which logs
 # INFO lines while it is imported) before cli_main can silence fairseq's logging, so an error
 # would not be the one line on stderr it is meant to be.
+if [[ "${DRY_RUN:-0}" == 1 ]]; then  # print the command, run and write nothing
+  printf '+'
+  printf ' %q' "$PYTHON" -m lightcompress.measure.speed "$@"
+  echo
+  exit 0
+fi
 exec "$PYTHON" -c 'import logging, sys
 logging.disable(logging.WARNING)
 sys.argv[0] = "measure_speed"

@@ -24,6 +24,7 @@
 #                       update_freq = ceil(reference tokens / (NPROC * --max-tokens))
 # PYTHON                interpreter with torch + fairseq (default: python of the active env)
 # FAIRSEQ_TRAIN         gpu: the fairseq-train command (default: fairseq-train)
+# DRY_RUN=1             print the command instead of running it
 set -euo pipefail
 
 DEVICE=${DEVICE:-cpu}
@@ -31,6 +32,17 @@ PYTHON=${PYTHON:-python}
 FAIRSEQ_TRAIN=${FAIRSEQ_TRAIN:-fairseq-train}
 HEARTBEAT_TIMEOUT=${HEARTBEAT_TIMEOUT:-300}
 LAUNCHER="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/lightcompress/distributed.py"
+
+# maybe_exec CMD...: exec it, or print it with DRY_RUN=1
+maybe_exec() {
+  if [[ "${DRY_RUN:-0}" == 1 ]]; then
+    printf '+'
+    printf ' %q' "$@"
+    echo
+    exit 0
+  fi
+  exec "$@"
+}
 
 usage() {  # the comment block at the top of this file
   awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
@@ -100,7 +112,7 @@ if [[ "$DEVICE" == cpu ]]; then
   launch=(--nproc "$NPROC" --heartbeat-timeout "$HEARTBEAT_TIMEOUT")
   [[ -n "${PORT:-}" ]] && launch+=(--port "$PORT")
   [[ -n "${TIMEOUT:-}" ]] && launch+=(--timeout "$TIMEOUT")
-  exec "$PYTHON" "$LAUNCHER" launch "${launch[@]}" -- "${args[@]}"
+  maybe_exec "$PYTHON" "$LAUNCHER" launch "${launch[@]}" -- "${args[@]}"
 fi
 
 # GPU: fairseq spawns one process per GPU (torch.multiprocessing; if one dies, the parent
@@ -110,4 +122,4 @@ gpu=(--distributed-world-size "$NPROC")
 # is unpickled with weights_only on torch >= 2.6 and fails); needs a filesystem all ranks see
 [[ " ${args[*]} " == *" --load-checkpoint-on-all-dp-ranks "* ]] || gpu+=(--load-checkpoint-on-all-dp-ranks)
 [[ "$HEARTBEAT_TIMEOUT" != 0 ]] && gpu+=(--heartbeat-timeout "$HEARTBEAT_TIMEOUT")
-exec "$FAIRSEQ_TRAIN" "${args[@]}" "${gpu[@]}"
+maybe_exec "$FAIRSEQ_TRAIN" "${args[@]}" "${gpu[@]}"

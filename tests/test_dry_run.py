@@ -1,7 +1,8 @@
-"""DRY_RUN=1 is honoured by every shell script under examples/.
+"""DRY_RUN=1 is honoured by every shell script under examples/ and scripts/.
 
-One parametrized test over every ``*.sh`` under examples/ (found with glob, so a new script is
-covered without touching this file): the script runs with DRY_RUN=1 and nothing else from the
+One parametrized test over every ``*.sh`` under examples/ and scripts/ (found with glob, so a new
+script is covered without touching this file; the tools under scripts/ get typical arguments,
+ARGS below): the script runs with DRY_RUN=1 and nothing else from the
 environment (no USER_DIR, PYTHON, DATA_ROOT, SAVE_ROOT: as a user would first try it), in a
 temporary working directory, with stubs first on PATH for every program that downloads, trains,
 decodes, preprocesses or scores. A stub writes a marker file and exits 1, so a program that is
@@ -47,6 +48,15 @@ SCRIPTS = sorted(
     )
     if rel not in NOT_RECIPES
 )
+TOOLS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "scripts", "*.sh")))
+# typical arguments of the tools (with none they print their usage)
+ARGS = {
+    "measure_speed.sh": ["--data", "data-bin/x", "--path", "base=a.pt,lf=b.pt", "--bleu",
+                         "--json", "out/speed.json"],
+    "train_distributed.sh": ["data-bin/x", "--arch", "transformer", "--max-tokens", "4096",
+                             "--save-dir", "ckpt/x"],
+    "distill_data.sh": ["data-bin/x", "--path", "teacher.pt", "--out-dir", "data-bin/x.kd"],
+}  # fmt: skip
 # downloading, cloning, training, decoding, preprocessing, converting, scoring, tokenizing
 FORBIDDEN = (
     "git", "wget", "curl", "gdown", "fairseq-train", "fairseq-generate", "fairseq-preprocess",
@@ -109,7 +119,10 @@ def listing(*dirs, skip=()):
     return out
 
 
-@pytest.mark.parametrize("rel", SCRIPTS)
+@pytest.mark.parametrize(
+    "rel",
+    [os.path.join("examples", r) for r in SCRIPTS] + [os.path.join("scripts", t) for t in TOOLS],
+)
 def test_dry_run_downloads_trains_and_writes_nothing(rel, sandbox, tmp_path):
     marker = tmp_path / "programs-run.txt"
     stubs = stub_dir(tmp_path, marker)
@@ -123,10 +136,11 @@ def test_dry_run_downloads_trains_and_writes_nothing(rel, sandbox, tmp_path):
         "LANG": "C.UTF-8",
         "DRY_RUN": "1",
     }
-    path = sandbox / "examples" / rel
+    path = sandbox / rel
     before = listing(sandbox, tmp_path, skip={str(tmp)})
     proc = subprocess.run(  # stderr into stdout: the order of messages and commands is kept
-        [shutil.which("bash"), str(path)], cwd=work, env=env, stdout=subprocess.PIPE,
+        [shutil.which("bash"), str(path), *ARGS.get(os.path.basename(rel), [])], cwd=work,
+        env=env, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, timeout=120, check=False,
     )  # fmt: skip
     out = proc.stdout

@@ -38,6 +38,13 @@ VOCAB_SIZE="${VOCAB_SIZE:-4000}"
 WORKERS="${WORKERS:-2}"
 
 # fairseq-preprocess is looked up next to $PYTHON first, then on PATH.
+if [[ "${DRY_RUN:-0}" == 1 ]]; then  # print the command, download and write nothing
+  printf '+ %q' "$PYTHON"
+  printf ' %q' examples/translation/po_corpus.py --out "$OUT" --cache "$CACHE" --src "$SRC" \
+    --tgt "$TGT" --vocab-size "$VOCAB_SIZE" --workers "$WORKERS" "$@"
+  echo
+  exit 0
+fi
 exec "$PYTHON" examples/translation/po_corpus.py \
   --out "$OUT" --cache "$CACHE" --src "$SRC" --tgt "$TGT" \
   --vocab-size "$VOCAB_SIZE" --workers "$WORKERS" "$@"
