@@ -285,3 +285,17 @@ write_result {shlex.quote(str(save))} {shlex.quote(str(save / "checkpoint_avg.pt
     assert proc.returncode == 0, proc.stderr
     assert "2 points" in proc.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_check_tools_reports_too_little_disk_space_before_training(tmp_path):
+    """A run of days must not die on a full disk at its first checkpoint: check_tools compares
+    the free space where SAVE_ROOT lies with MIN_FREE_GB before the first training step."""
+    script = os.path.join(
+        ROOT, "examples", "translation", "lightformer", "table2-iwslt14-lightformer.sh"
+    )
+    _, lines = dry_run(script, tmp_path, MIN_FREE_GB="100000000")
+    disk = [i for i, ln in enumerate(lines) if "disk space:" in ln and "MIN_FREE_GB" in ln]
+    first_train = next(i for i, ln in enumerate(lines) if ln.startswith("+ fairseq-train "))
+    assert disk and disk[0] < first_train, "\n".join(lines)
+    _, lines = dry_run(script, tmp_path, MIN_FREE_GB="0")
+    assert not any("disk space:" in ln for ln in lines)

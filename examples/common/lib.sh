@@ -41,6 +41,8 @@
 #   MOSES_DIR       optional mosesdecoder checkout: its perl scripts detokenize for sacreBLEU (and
 #                   tokenize in prepare-iwslt14.sh) instead of the `sacremoses` command
 #   MEASURE_SPEED=0 skip scripts/measure_speed.sh (result.json then has tokens_per_s null)
+#   MIN_FREE_GB     free disk space the checkpoints need where SAVE_ROOT lies; check_tools stops
+#                   before training with less                                     (default: 5)
 #
 # Results: evaluate writes SAVE_DIR/results.txt (sacreBLEU with its signature) and, for BLEU,
 # SAVE_DIR/result.json (params, BLEU, signature, tokens/s once speed_column has measured it),
@@ -269,6 +271,19 @@ sys.exit(importlib.util.find_spec(sys.argv[1]) is None)' "$1" 2>/dev/null ||
 # need_file PATH WHAT: note PATH (described as WHAT) when it does not exist.
 need_file() { [[ -e "$1" ]] || MISSING+=("$1 ($2)"); }
 
+# need_disk: MIN_FREE_GB (default 5) GB free on the file system of SAVE_ROOT (or of its nearest
+# existing parent): checkpoints of days of training must not fail on a full disk.
+need_disk() {
+  local dir="${SAVE_ROOT:-.}" free_kb want=${MIN_FREE_GB:-5}
+  while [[ ! -d "$dir" && "$dir" != / && "$dir" != . ]]; do dir="$(dirname "$dir")"; done
+  [[ -d "$dir" ]] || dir=.
+  command -v df >/dev/null 2>&1 || return 0  # no df (a minimal PATH): nothing to say
+  free_kb="$(df -Pk "$dir" 2>/dev/null | awk 'NR == 2 { print $4 }' || true)"
+  if [[ "$free_kb" =~ ^[0-9]+$ ]] && ((free_kb < want * 1024 * 1024)); then
+    MISSING+=("disk space: $((free_kb / 1024)) MB free in $dir, checkpoints need ${want} GB (MIN_FREE_GB)")
+  fi
+}
+
 # need_detokenizer: the Moses detokenizer (MOSES_DIR's perl script, or the sacremoses command).
 need_detokenizer() {
   if [[ -n "$MOSES_DIR" ]]; then
@@ -328,6 +343,7 @@ check_tools() {
   esac
   need_file "$DATA_BIN/${DATA_CHECK:-dict.$SRC.txt}" \
     "no binarized data: run the dataset's prepare-*.sh first, or set DATA_BIN"
+  need_disk
   report_missing
 }
 

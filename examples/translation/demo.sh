@@ -53,8 +53,8 @@ for tool in fairseq-train lightcompress-convert python; do
     exit 1
   }
 done
-# run CMD...: run it, or print it with DRY_RUN=1
-run() {
+# demo_run CMD...: run it, or print it with DRY_RUN=1
+demo_run() {
   if [[ "$DRY_RUN" == 1 ]]; then
     printf '+'
     printf ' %q' "$@"
@@ -112,7 +112,7 @@ train() {
     return 0
   fi
   if [[ "$DRY_RUN" == 1 ]]; then
-    run fairseq-train "$BIN" --user-dir "$USER_DIR" --cpu --task translation \
+    demo_run fairseq-train "$BIN" --user-dir "$USER_DIR" --cpu --task translation \
       --max-update "$updates" --lr "$lr" --save-dir "$dir" "$@"
     return 0
   fi
@@ -135,7 +135,7 @@ train teacher "$TEACHER_UPDATES" 0.003 "${TEACHER[@]}"
 
 step "SVD weight transfer: teacher -> LightFormer 6-3 (3 groups, rank $RANK)"
 if [[ ! -f "$OUT/lightformer_init.pt" || "$FORCE" == 1 ]]; then
-  run lightcompress-convert -i "$OUT/teacher/checkpoint_last.pt" -o "$OUT/lightformer_init.pt" \
+  demo_run lightcompress-convert -i "$OUT/teacher/checkpoint_last.pt" -o "$OUT/lightformer_init.pt" \
     --force "${STUDENT[@]}"
 fi
 
@@ -151,13 +151,13 @@ step "the same LightFormer from random initialisation, $TOTAL_UPDATES updates (t
 train lightformer_random_total "$TOTAL_UPDATES" 0.003 "${STUDENT[@]}"
 
 step "loss curves -> $OUT/curves.png"
-run python scripts/plot_curves.py "$OUT/lightformer_svd/train.log" "$OUT/lightformer_random/train.log" \
+demo_run python scripts/plot_curves.py "$OUT/lightformer_svd/train.log" "$OUT/lightformer_random/train.log" \
   "$OUT/lightformer_random_total/train.log" \
   --labels "SVD transfer ($STUDENT_UPDATES),random init ($STUDENT_UPDATES),random init ($TOTAL_UPDATES)" \
   --title "LightFormer 6-3 on the demo corpus" --out "$OUT/curves.png"
 
 step "test BLEU and speed, float32 and int8 (interleaved runs)"
-run bash scripts/measure_speed.sh --data "$BIN" --user-dir "$USER_DIR" \
+demo_run bash scripts/measure_speed.sh --data "$BIN" --user-dir "$USER_DIR" \
   --path "teacher=$OUT/teacher/checkpoint_last.pt,lightformer_svd=$OUT/lightformer_svd/checkpoint_last.pt,lightformer_random=$OUT/lightformer_random/checkpoint_last.pt,lightformer_random_total=$OUT/lightformer_random_total/checkpoint_last.pt" \
   --compare-int8 --bleu --bleu-threads "$THREADS" --post-process sentencepiece --batch-size 64 \
   --max-len-a 1.2 --max-len-b 10 \
