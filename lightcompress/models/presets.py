@@ -33,6 +33,7 @@ __all__ = [
     "HypoformerConfig",
     "LightformerConfig",
     "Preset",
+    "SmartformerConfig",
     "SubformerConfig",
     "add_config_args",
     "own_fields",
@@ -169,6 +170,23 @@ class HypoformerConfig(CompressionConfig):
         0.25, "dense share of the FFN output columns (htt/hmf FFN)", type=float, metavar="A"
     )
     hypo_ffn_cores: int = _f(3, "TT cores of the FFN maps (tt/htt FFN)", type=int, metavar="D")
+
+
+@dataclass(frozen=True)
+class SmartformerConfig(CompressionConfig):
+    """Smartformer (CPAC attention): every Q, K, V projection a CP decomposition over the
+    (heads, d_k) view of its input, the output projection dense. The paper chooses per-layer
+    ranks with an A2C agent during training (vision / time series); without that search the
+    ranks are fixed by ``--sm-rank`` (our default 64: the paper gives no NMT ranks)."""
+
+    sm_rank: int = _f(
+        64, "CP rank R of every CPAC Q/K/V projection (R (d + heads + d_k) parameters each)",
+        type=int, metavar="R",
+    )  # fmt: skip
+    sm_attn: str = _f(
+        "all", "which attentions get CPAC projections: all (encoder self, decoder self and "
+        "cross) or self (self-attention only)", choices=("all", "self"),
+    )  # fmt: skip
 
 
 SUBFORMER_SHARING = ("all", "all-except-last", "all-independent-ffn", "every-2", "none",
@@ -512,6 +530,42 @@ PRESETS: dict[str, Preset] = {
     **{name: _table5(name) for name in TABLE5},
     # Hypoformer: Table 2 decomposition baselines
     **{name: _table2(name) for name in TABLE2},
+    # Smartformer: CPAC Q/K/V at fixed ranks (the A2C rank search is not implemented yet)
+    "smartformer": Preset(
+        "smartformer",
+        SmartformerConfig(),
+        {"share_all_embeddings": True},
+        base_architecture,
+        "CPAC attention (rank 64) on Transformer-base widths, 6-6.",
+    ),
+    "smartformer_iwslt_de_en": Preset(
+        "smartformer",
+        SmartformerConfig(),
+        {"share_all_embeddings": True},
+        transformer_iwslt_de_en,
+        "CPAC attention (rank 64) on transformer_iwslt_de_en, 6-6.",
+    ),
+    "smartformer_iwslt_de_en_12_2": Preset(
+        "smartformer",
+        SmartformerConfig(),
+        {"encoder_layers": 12, "decoder_layers": 2, "share_all_embeddings": True},
+        transformer_iwslt_de_en,
+        "CPAC attention (rank 64), IWSLT widths, deep-shallow 12-2.",
+    ),
+    "smartformer_iwslt_de_en_18_3": Preset(
+        "smartformer",
+        SmartformerConfig(),
+        {"encoder_layers": 18, "decoder_layers": 3, "share_all_embeddings": True},
+        transformer_iwslt_de_en,
+        "CPAC attention (rank 64), IWSLT widths, deep-shallow 18-3.",
+    ),
+    "smartformer_wmt_en_de": Preset(
+        "smartformer",
+        SmartformerConfig(),
+        {"share_all_embeddings": True},
+        base_architecture,
+        "CPAC attention (rank 64) on transformer_wmt_en_de widths, 6-6.",
+    ),
     # Subformer (sizes: lightcompress/models/subformer.py and tests/test_subformer.py)
     "subformer": Preset(
         "subformer",
