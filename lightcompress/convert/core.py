@@ -41,6 +41,7 @@ __all__ = [
     "FakeTask",
     "build_dense_student",
     "build_fairseq_model",
+    "check_teacher_fits",
     "load_teacher",
     "model_arg_names",
     "rebuild_student",
@@ -185,6 +186,25 @@ def load_teacher(path: str):
         raise ConversionError(f"{path}: weights do not fit architecture {arch}: {exc}") from None
     model.eval()
     return state, targs, model
+
+
+def check_teacher_fits(teacher_args, student_args, keys, method: str) -> None:
+    """Refuse a student whose ``keys`` (widths, depths, heads...) differ from the teacher's, or
+    that shares all embeddings when the teacher does not (one ConversionError)."""
+    for key in keys:
+        t, s = getattr(teacher_args, key, None), getattr(student_args, key, None)
+        if t != s:
+            raise ConversionError(
+                f"width mismatch: teacher {key}={t}, student {key}={s} ({method} keeps the "
+                "widths and depths; change the student flags)"
+            )
+    if student_args.share_all_embeddings and not getattr(
+        teacher_args, "share_all_embeddings", False
+    ):
+        raise ConversionError(
+            "the student shares all embeddings but the teacher does not (train the teacher "
+            "with --share-all-embeddings)"
+        )
 
 
 def model_arg_names(model_name: str) -> set[str]:

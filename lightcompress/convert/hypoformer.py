@@ -27,6 +27,7 @@ from lightcompress.convert.core import (
     ConversionError,
     Converter,
     build_dense_student,
+    check_teacher_fits,
     rebuild_student,
     register_converter,
     transfer_by_spec,
@@ -62,23 +63,10 @@ class HypoformerConverter(Converter):
         )
 
     def convert(self, teacher, teacher_args, student_args, opts, log):
-        for key in _WIDTHS:
-            t, s = getattr(teacher_args, key, None), getattr(student_args, key, None)
-            if t != s:
-                raise ConversionError(
-                    f"mismatch: teacher {key}={t}, student {key}={s} (TT transfer keeps widths "
-                    "and depths; change the student flags)"
-                )
+        check_teacher_fits(teacher_args, student_args, _WIDTHS, "TT transfer")
         for key in ("encoder_normalize_before", "decoder_normalize_before"):
             if getattr(teacher_args, key, False):
                 raise ConversionError(f"the teacher is pre-LN ({key}); hypoformer is post-LN")
-        if student_args.share_all_embeddings and not getattr(
-            teacher_args, "share_all_embeddings", False
-        ):
-            raise ConversionError(
-                "the student shares all embeddings but the teacher does not (train the teacher "
-                "with --share-all-embeddings)"
-            )
         out_proj = bool(getattr(student_args, "hypo_attn_out_proj", False))
         if not out_proj and not getattr(opts, "hypo_drop_out_proj", False):
             raise ConversionError(

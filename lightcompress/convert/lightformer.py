@@ -25,6 +25,7 @@ from lightcompress.convert.core import (
     ConversionError,
     Converter,
     build_dense_student,
+    check_teacher_fits,
     rebuild_student,
     register_converter,
     transfer_by_spec,
@@ -118,20 +119,7 @@ class LightformerConverter(Converter):
         )
 
     def convert(self, teacher, teacher_args, student_args, opts, log):
-        for key in _WIDTHS:
-            t, s = getattr(teacher_args, key, None), getattr(student_args, key, None)
-            if t != s:
-                raise ConversionError(
-                    f"width mismatch: teacher {key}={t}, student {key}={s} (SVD transfer keeps "
-                    "the widths; change the student flags)"
-                )
-        if student_args.share_all_embeddings and not getattr(
-            teacher_args, "share_all_embeddings", False
-        ):
-            raise ConversionError(
-                "the student shares all embeddings but the teacher does not (train the teacher "
-                "with --share-all-embeddings, or pass --no-share-all-embeddings... to the student)"
-            )
+        check_teacher_fits(teacher_args, student_args, _WIDTHS, "SVD transfer")
         map_param = _rank_param(opts.rank, opts.rank_ratio, opts.energy, "rank")
         embed_param = _rank_param(
             opts.embed_rank, opts.embed_rank_ratio, opts.embed_energy, "embed-rank"

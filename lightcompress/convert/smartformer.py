@@ -13,6 +13,7 @@ from lightcompress.convert.core import (
     ConversionError,
     Converter,
     build_dense_student,
+    check_teacher_fits,
     rebuild_student,
     register_converter,
     transfer_by_spec,
@@ -32,20 +33,7 @@ class SmartformerConverter(Converter):
     """CP-ALS weight transfer into the ``smartformer`` model (module docstring)."""
 
     def convert(self, teacher, teacher_args, student_args, opts, log):
-        for key in _SHAPE:
-            t, s = getattr(teacher_args, key, None), getattr(student_args, key, None)
-            if t != s:
-                raise ConversionError(
-                    f"mismatch: teacher {key}={t}, student {key}={s} (CP transfer keeps widths "
-                    "and depths; change the student flags)"
-                )
-        if student_args.share_all_embeddings and not getattr(
-            teacher_args, "share_all_embeddings", False
-        ):
-            raise ConversionError(
-                "the student shares all embeddings but the teacher does not (train the teacher "
-                "with --share-all-embeddings)"
-            )
+        check_teacher_fits(teacher_args, student_args, _SHAPE, "CP transfer")
         tsd = teacher.state_dict()
         src = tsd["encoder.embed_tokens.weight"].shape[0]
         tgt = tsd["decoder.embed_tokens.weight"].shape[0]

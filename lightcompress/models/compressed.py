@@ -189,7 +189,21 @@ class _AdminResidualHook:
             admin.start(sublayers)  # the residual sublayers this call runs, in order
 
 
-class CompressedEncoderLayer(_AdminResidualHook, TransformerEncoderLayerBase):
+class _SpecFFN:
+    """``build_fc1`` / ``build_fc2`` of both layer classes: ask the spec at ``<prefix>.fc1/2``."""
+
+    def build_fc1(self, input_dim, output_dim, q_noise, qn_block_size):
+        dense = super().build_fc1
+        return _linear(f"{self.lc_prefix}.fc1", lambda: dense(input_dim, output_dim, q_noise,
+                       qn_block_size), input_dim, output_dim)  # fmt: skip
+
+    def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
+        dense = super().build_fc2
+        return _linear(f"{self.lc_prefix}.fc2", lambda: dense(input_dim, output_dim, q_noise,
+                       qn_block_size), input_dim, output_dim)  # fmt: skip
+
+
+class CompressedEncoderLayer(_SpecFFN, _AdminResidualHook, TransformerEncoderLayerBase):
     """fairseq's encoder layer; its ``build_*`` hooks ask the spec at ``<prefix>.*``."""
 
     def __init__(self, cfg, prefix: str, return_fc: bool = False):
@@ -208,18 +222,8 @@ class CompressedEncoderLayer(_AdminResidualHook, TransformerEncoderLayerBase):
     def _quant(self):
         return {"q_noise": self.quant_noise, "qn_block_size": self.quant_noise_block_size}
 
-    def build_fc1(self, input_dim, output_dim, q_noise, qn_block_size):
-        dense = super().build_fc1
-        return _linear(f"{self.lc_prefix}.fc1", lambda: dense(input_dim, output_dim, q_noise,
-                       qn_block_size), input_dim, output_dim)  # fmt: skip
 
-    def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
-        dense = super().build_fc2
-        return _linear(f"{self.lc_prefix}.fc2", lambda: dense(input_dim, output_dim, q_noise,
-                       qn_block_size), input_dim, output_dim)  # fmt: skip
-
-
-class CompressedDecoderLayer(_AdminResidualHook, TransformerDecoderLayerBase):
+class CompressedDecoderLayer(_SpecFFN, _AdminResidualHook, TransformerDecoderLayerBase):
     """fairseq's decoder layer; its ``build_*`` hooks ask the spec at ``<prefix>.*``."""
 
     def __init__(self, cfg, prefix: str, no_encoder_attn=False, add_bias_kv=False,
@@ -246,16 +250,6 @@ class CompressedDecoderLayer(_AdminResidualHook, TransformerDecoderLayerBase):
     def build_encoder_attention(self, embed_dim, cfg):
         dense = super().build_encoder_attention(embed_dim, cfg)
         return build_attention(f"{self.lc_prefix}.encoder_attn", dense, fused_ok=False)
-
-    def build_fc1(self, input_dim, output_dim, q_noise, qn_block_size):
-        dense = super().build_fc1
-        return _linear(f"{self.lc_prefix}.fc1", lambda: dense(input_dim, output_dim, q_noise,
-                       qn_block_size), input_dim, output_dim)  # fmt: skip
-
-    def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
-        dense = super().build_fc2
-        return _linear(f"{self.lc_prefix}.fc2", lambda: dense(input_dim, output_dim, q_noise,
-                       qn_block_size), input_dim, output_dim)  # fmt: skip
 
 
 def _wrap(layer, cfg):
