@@ -38,6 +38,8 @@ setup(
         "tensorly>=0.8",
         "rouge-score>=0.1.2",
         "matplotlib>=3.5",
+        # deployment: CTranslate2 export and side-by-side speed (lightcompress.deploy)
+        "ctranslate2==4.8.5",
     ],
     entry_points={
         "console_scripts": [
