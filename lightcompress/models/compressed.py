@@ -54,6 +54,7 @@ from lightcompress.admin import admin_residual, connect_admin
 from lightcompress.integration import TiedOutputProjection, disable_attention_fast_path
 from lightcompress.models.presets import CompressionConfig, add_config_args
 from lightcompress.modules import CompressionSpec, SpecPlan, group_schedule, tie_layers
+from lightcompress.modules.cp import CPLinear
 from lightcompress.modules.fused_qkv import FusedQKV
 from lightcompress.modules.registry import ConfigError
 
@@ -376,7 +377,13 @@ class CompressedTransformerModel(TransformerModel):
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         """fairseq's loading, refusing different values for one shared parameter: positions
-        of a sharing group hold one Parameter, and loading would keep the last of them."""
+        of a sharing group hold one Parameter, and loading would keep the last of them.
+
+        CP layers whose saved factors have another rank than the flags built (a checkpoint
+        of a rank search, :mod:`lightcompress.search`) are resized to the saved rank first,
+        so such a checkpoint loads wherever fairseq loads a model (``fairseq-generate``,
+        ``--restore-file``, the plugin's tools)."""
+        resize_cp_layers(self, state_dict)
         by_param: dict[int, list[str]] = {}
         for name, p in self.named_parameters(remove_duplicate=False):
             by_param.setdefault(id(p), []).append(name)
@@ -421,6 +428,23 @@ class CompressedTransformerModel(TransformerModel):
 # --------------------------------------------------------------------------------------------
 # the same plan on a built model (weight transfer)
 # --------------------------------------------------------------------------------------------
+
+
+def resize_cp_layers(model: nn.Module, state_dict) -> list[str]:
+    """Resize every :class:`~lightcompress.modules.CPLinear` of ``model`` whose factors in
+    ``state_dict`` have another rank; returns the paths resized."""
+    resized = []
+    for name, module in model.named_modules():
+        if not isinstance(module, CPLinear):
+            continue
+        saved = state_dict.get(f"{name}.w0")
+        if saved is None or saved.dim() != 2 or saved.shape[1] == module.rank:
+            continue
+        if saved.shape[0] != module.out_features:
+            continue  # a shape strict loading reports as the mismatch it is
+        module.resize(int(saved.shape[1]))
+        resized.append(name)
+    return resized
 
 
 def module_at(model: nn.Module, path: str):

@@ -236,6 +236,22 @@ class CPLinear(nn.Module):
         self.kept_energy = kept
         return kept
 
+    def resize(self, new_rank: int) -> None:
+        """Give the layer uninitialised factors of rank ``new_rank`` (values to be loaded).
+
+        Used when a checkpoint holds this layer at another rank (a rank search changed it):
+        the model is built from its flags at the initial rank, then resized to the saved
+        shapes before ``load_state_dict``. The parameters are new objects, at the same
+        positions of the module's parameter list.
+        """
+        _check(self.in_features, self.out_features, new_rank, self.heads)
+        for name in ("w0", "w1", "w2"):
+            old = getattr(self, name)
+            shape = (old.shape[0], int(new_rank))
+            setattr(self, name, nn.Parameter(old.new_empty(shape), old.requires_grad))
+        self.rank = int(new_rank)
+        self.kept_energy = None
+
     def to_dense(self) -> torch.Tensor:
         """The equivalent dense weight ``(out, h * d_k)``."""
         return cp_to_dense(self.w0, self.w1, self.w2)
