@@ -84,6 +84,7 @@ __all__ = [
     "PACKAGES",
     "CatalogEntry",
     "Package",
+    "archive_pairs",
     "assign_splits",
     "build_splits",
     "catalogs_in_archive",
@@ -99,6 +100,7 @@ __all__ = [
     "parse_po",
     "strip_accelerators",
     "unescape_po_string",
+    "write_corpus",
 ]
 
 FORMAT_VERSION = 1  # bump when the cleaning / output format changes (invalidates .complete)
@@ -626,17 +628,23 @@ def catalogs_in_archive(names: Iterable[str]) -> list[str]:
     return [n for n in cats if n.endswith(".po") or n[:-3] not in po_stems]
 
 
+def archive_pairs(ar: _Archive) -> tuple[list[tuple[str, str]], list[str]]:
+    """Raw (english, german) pairs of all German gettext catalogs of an open archive (any
+    object with ``names`` and ``read(name)``), and the catalogs read."""
+    files = catalogs_in_archive(ar.names)
+    pairs: list[tuple[str, str]] = []
+    for name in files:
+        data = ar.read(name)
+        entries = parse_po(data) if name.endswith(".po") else parse_mo(data)
+        pairs.extend(entries_to_pairs(entries))
+    return pairs, files
+
+
 def read_package_pairs(archive: Path) -> tuple[list[tuple[str, str]], list[str]]:
     """Raw (english, german) pairs of all German catalogs in one archive."""
     ar = _Archive(archive)
     try:
-        files = catalogs_in_archive(ar.names)
-        pairs: list[tuple[str, str]] = []
-        for name in files:
-            data = ar.read(name)
-            entries = parse_po(data) if name.endswith(".po") else parse_mo(data)
-            pairs.extend(entries_to_pairs(entries))
-        return pairs, files
+        return archive_pairs(ar)
     finally:
         ar.close()
 
@@ -769,6 +777,111 @@ def fingerprint(args: argparse.Namespace, packages: Sequence[Package]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def write_corpus(
+    out: Path,
+    splits: dict[str, list[tuple[str, str]]],
+    args: argparse.Namespace,
+    fp: str,
+    sources_header: Sequence[str],
+    sources_rows: Iterable[Sequence[object]],
+    split_of: dict[str, str],
+    t0: float,
+    tag: str = "po_corpus",
+    extra_stats: dict | None = None,
+) -> dict:
+    """Write the corpus of ``splits`` (``(english, german)`` pairs) into ``out``.
+
+    Raw text, a joint sentencepiece model (``args.vocab_size``, ``args.model_type``), the
+    sentencepiece-encoded splits, ``fairseq-preprocess`` binaries (``args.src`` ->
+    ``args.tgt``, ``args.workers``), ``SOURCES.tsv`` (``sources_header`` and one row per
+    source) and ``stats.json``, built in ``OUT/.build-PID`` and moved into place;
+    ``OUT/.complete`` (holding ``fp``) is removed first and written last.  Returns the stats.
+    """
+    marker = out / ".complete"
+    # Build everything in a temp dir next to the output, then move into place.
+    out.mkdir(parents=True, exist_ok=True)
+    marker.unlink(missing_ok=True)
+    tmp = out / f".build-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    (tmp / "raw").mkdir(parents=True)
+    (tmp / "spm").mkdir()
+    for split, pairs in splits.items():
+        _write_lines(tmp / "raw" / f"{split}.en", (en for en, _ in pairs))
+        _write_lines(tmp / "raw" / f"{split}.de", (de for _, de in pairs))
+
+    print(f"[{tag}] training sentencepiece ({args.model_type}, vocab {args.vocab_size})")
+    train_spm(
+        tmp / "spm" / "spm",
+        [tmp / "raw" / "train.de", tmp / "raw" / "train.en"],
+        args.vocab_size,
+        args.model_type,
+    )
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(tmp / "spm" / "spm.model"))
+    for split in splits:
+        for lang in ("de", "en"):
+            lines = (tmp / "raw" / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
+            _write_lines(
+                tmp / "spm" / f"{split}.{lang}",
+                (" ".join(pieces) for pieces in sp.encode(lines, out_type=str)),
+            )
+
+    print(f"[{tag}] fairseq-preprocess {args.src}->{args.tgt}")
+    cmd = [_tool("fairseq-preprocess"), "--source-lang", args.src, "--target-lang", args.tgt,
+           "--trainpref", str(tmp / "spm" / "train"), "--validpref", str(tmp / "spm" / "valid"),
+           "--testpref", str(tmp / "spm" / "test"), "--destdir", str(tmp / "bin"),
+           "--joined-dictionary", "--workers", str(args.workers)]  # fmt: skip
+    res = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    (tmp / "bin").mkdir(exist_ok=True)
+    (tmp / "bin" / "preprocess.log").write_text(res.stdout + res.stderr)
+    if res.returncode != 0:
+        sys.stderr.write(res.stdout + res.stderr)
+        raise SystemExit(f"fairseq-preprocess failed ({res.returncode}); see {tmp}/bin")
+    dict_text = (tmp / "bin" / f"dict.{args.src}.txt").read_text(encoding="utf-8")
+    dict_size = len(dict_text.splitlines())
+
+    with open(tmp / "SOURCES.tsv", "w", encoding="utf-8") as f:
+        f.write("\t".join(sources_header) + "\n")
+        f.writelines(
+            "\t".join(str(v).replace("\t", " ") for v in row) + "\n" for row in sources_rows
+        )
+    stats = {
+        "pairs": {s: len(v) for s, v in splits.items()},
+        "words": {
+            s: {
+                "en": sum(len(en.split()) for en, _ in v),
+                "de": sum(len(de.split()) for _, de in v),
+            }
+            for s, v in splits.items()
+        },
+        "spm_vocab_size": sp.get_piece_size(),
+        "spm_model_type": args.model_type,
+        "fairseq_dict_size": dict_size,
+        "src": args.src,
+        "tgt": args.tgt,
+        "packages": {s: sorted(n for n, sp_ in split_of.items() if sp_ == s) for s in splits},
+        **(extra_stats or {}),
+        "fingerprint": fp,
+        "build_seconds": round(time.time() - t0, 1),
+    }
+    (tmp / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
+
+    for name in ("raw", "spm", "bin", "SOURCES.tsv", "stats.json"):
+        dest = out / name
+        if dest.is_dir():
+            shutil.rmtree(dest)
+        elif dest.exists():
+            dest.unlink()
+        os.replace(tmp / name, dest)
+    shutil.rmtree(tmp)
+    marker.write_text(fp + "\n")  # written last
+    print(f"[{tag}] done in {time.time() - t0:.0f}s: "
+          + ", ".join(f"{s} {n}" for s, n in stats["pairs"].items())
+          + f" pairs, spm vocab {stats['spm_vocab_size']}, dict {dict_size} -> {out}")  # fmt: skip
+    return stats
+
+
 def build(args: argparse.Namespace) -> int:
     t0 = time.time()
     out: Path = args.out.resolve()
@@ -809,91 +922,14 @@ def build(args: argparse.Namespace) -> int:
 
     key_side = 1 if args.src == "de" else 0  # pairs are (english, german)
     splits, contributed = build_splits(per_package, split_of, key_side=key_side)
-
-    # Build everything in a temp dir next to the output, then move into place.
-    out.mkdir(parents=True, exist_ok=True)
-    marker.unlink(missing_ok=True)
-    tmp = out / f".build-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "raw").mkdir(parents=True)
-    (tmp / "spm").mkdir()
-    for split, pairs in splits.items():
-        _write_lines(tmp / "raw" / f"{split}.en", (en for en, _ in pairs))
-        _write_lines(tmp / "raw" / f"{split}.de", (de for _, de in pairs))
-
-    print(f"[po_corpus] training sentencepiece ({args.model_type}, vocab {args.vocab_size})")
-    train_spm(
-        tmp / "spm" / "spm",
-        [tmp / "raw" / "train.de", tmp / "raw" / "train.en"],
-        args.vocab_size,
-        args.model_type,
-    )
-    import sentencepiece as spm
-
-    sp = spm.SentencePieceProcessor(model_file=str(tmp / "spm" / "spm.model"))
-    for split in splits:
-        for lang in ("de", "en"):
-            lines = (tmp / "raw" / f"{split}.{lang}").read_text(encoding="utf-8").splitlines()
-            _write_lines(
-                tmp / "spm" / f"{split}.{lang}",
-                (" ".join(pieces) for pieces in sp.encode(lines, out_type=str)),
-            )
-
-    print(f"[po_corpus] fairseq-preprocess {args.src}->{args.tgt}")
-    cmd = [_tool("fairseq-preprocess"), "--source-lang", args.src, "--target-lang", args.tgt,
-           "--trainpref", str(tmp / "spm" / "train"), "--validpref", str(tmp / "spm" / "valid"),
-           "--testpref", str(tmp / "spm" / "test"), "--destdir", str(tmp / "bin"),
-           "--joined-dictionary", "--workers", str(args.workers)]  # fmt: skip
-    res = subprocess.run(cmd, check=False, capture_output=True, text=True)
-    (tmp / "bin").mkdir(exist_ok=True)
-    (tmp / "bin" / "preprocess.log").write_text(res.stdout + res.stderr)
-    if res.returncode != 0:
-        sys.stderr.write(res.stdout + res.stderr)
-        raise SystemExit(f"fairseq-preprocess failed ({res.returncode}); see {tmp}/bin")
-    dict_text = (tmp / "bin" / f"dict.{args.src}.txt").read_text(encoding="utf-8")
-    dict_size = len(dict_text.splitlines())
-
-    with open(tmp / "SOURCES.tsv", "w", encoding="utf-8") as f:
-        f.write("package\tversion\tlicence\tlicence_metadata\turl\tfile\tsha256\t"
-                "catalogs\traw_pairs\tsplit\ttrain\tvalid\ttest\n")  # fmt: skip
-        for p, meta, n_files, n_raw in sources:
-            c = contributed[p.name]
-            f.write("\t".join(map(str, (
-                p.name, p.version, p.licence, meta.replace("\t", " "), p.url, p.filename,
-                p.sha256, n_files, n_raw, split_of[p.name], c["train"], c["valid"], c["test"],
-            ))) + "\n")  # fmt: skip
-    stats = {
-        "pairs": {s: len(v) for s, v in splits.items()},
-        "words": {
-            s: {
-                "en": sum(len(en.split()) for en, _ in v),
-                "de": sum(len(de.split()) for _, de in v),
-            }
-            for s, v in splits.items()
-        },
-        "spm_vocab_size": sp.get_piece_size(),
-        "spm_model_type": args.model_type,
-        "fairseq_dict_size": dict_size,
-        "src": args.src,
-        "tgt": args.tgt,
-        "packages": {s: sorted(n for n, sp_ in split_of.items() if sp_ == s) for s in splits},
-        "fingerprint": fp,
-        "build_seconds": round(time.time() - t0, 1),
-    }
-    (tmp / "stats.json").write_text(json.dumps(stats, indent=2) + "\n")
-
-    for name in ("raw", "spm", "bin", "SOURCES.tsv", "stats.json"):
-        dest = out / name
-        if dest.is_dir():
-            shutil.rmtree(dest)
-        elif dest.exists():
-            dest.unlink()
-        os.replace(tmp / name, dest)
-    shutil.rmtree(tmp)
-    marker.write_text(fp + "\n")  # written last
-    print(f"[po_corpus] done in {time.time() - t0:.0f}s: "
-          + ", ".join(f"{s} {n}" for s, n in stats["pairs"].items())
-          + f" pairs, spm vocab {stats['spm_vocab_size']}, dict {dict_size} -> {out}")  # fmt: skip
+    header = ("package", "version", "licence", "licence_metadata", "url", "file", "sha256",
+              "catalogs", "raw_pairs", "split", "train", "valid", "test")  # fmt: skip
+    rows = []
+    for p, meta, n_files, n_raw in sources:
+        c = contributed[p.name]
+        rows.append((p.name, p.version, p.licence, meta, p.url, p.filename, p.sha256, n_files,
+                     n_raw, split_of[p.name], c["train"], c["valid"], c["test"]))  # fmt: skip
+    write_corpus(out, splits, args, fp, header, rows, split_of, t0)
     return 0
 
 
