@@ -21,7 +21,7 @@ if fairseq is not None:
     )
 
     allow_fairseq_checkpoints()
-    from lightcompress import criterions, models, tasks  # noqa: F401  (registration)
+    from lightcompress import criterions, models, tasks, wid  # noqa: F401  (registration)
 
     report_config_errors()
     quiet_shared_parameter_logs()

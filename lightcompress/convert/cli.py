@@ -140,6 +140,11 @@ def convert_checkpoint(argv=None, out=None):
 def cli_main(argv=None):
     from lightcompress.convert.core import ConversionError
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["dawid-fuse"]:  # DA-WID fusion: lightcompress/convert/wid.py
+        from lightcompress.convert.wid import cli_main as dawid_fuse
+
+        return dawid_fuse(argv[1:])
     try:
         convert_checkpoint(argv)
     except ConversionError as exc:

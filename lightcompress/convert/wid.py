@@ -1,0 +1,182 @@
+"""``lightcompress-convert dawid-fuse``: a DA-WID training checkpoint -> an ordinary smaller model.
+
+::
+
+    lightcompress-convert dawid-fuse -i checkpoints/dawid/checkpoint_last.pt -o dawid_fused.pt
+    fairseq-generate DATA --user-dir $(python -m lightcompress --user-dir) --path dawid_fused.pt ...
+    lightcompress-params --arch dawid_fused --vocab-size V --dawid-shapes "$(cat dawid_fused.pt.shapes.json)"
+
+The training model (``--arch dawid``) is rebuilt from the checkpoint alone (the teacher's
+configuration is stored in it; the teacher file is not needed), pruned by its final masks
+(CoFi's deterministic masks of the levels its schedule had switched on) and its compactors fused
+into the weights (:mod:`lightcompress.wid.fuse`). Before anything is written, the fused model is
+checked against the training model on a random batch (teacher forcing, evaluation mode). The
+checkpoint is written atomically, with ``OUTPUT.shapes.json`` (the fused model's widths) beside
+it; on any error neither is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+__all__ = ["cli_main", "fuse_checkpoint", "get_parser"]
+
+_TOLERANCE = 1e-3  # relative to the largest logit
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def get_parser():
+    p = _OneLineParser(
+        prog="lightcompress-convert dawid-fuse",
+        description="Prune a DA-WID training checkpoint (--arch dawid) by its final masks and fuse "
+        "its compactors into an ordinary smaller fairseq model (--arch dawid_fused).",
+    )
+    p.add_argument("--input", "-i", required=True, help="DA-WID training checkpoint (.pt)")
+    p.add_argument("--output", "-o", required=True, help="where to write the fused checkpoint")
+    p.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    p.add_argument("--quiet", action="store_true", help="print only the summary line")
+    return p
+
+
+def _check_output(opts):
+    from lightcompress.convert.core import ConversionError
+    from lightcompress.io import output_error
+
+    if (
+        os.path.exists(opts.output)
+        and os.path.exists(opts.input)
+        and os.path.samefile(opts.input, opts.output)
+    ):
+        raise ConversionError("--output is the same file as --input; refusing to overwrite it")
+    if os.path.exists(opts.output) and not opts.force and not os.path.isdir(opts.output):
+        raise ConversionError(f"{opts.output} exists (use --force to overwrite)")
+    why = output_error(opts.output, "--output")
+    if why:
+        raise ConversionError(why)
+
+
+def _check_equivalence(student, fused) -> float:
+    """Largest |fused - training model| logit difference on a random batch (relative)."""
+    import torch
+
+    from lightcompress.convert.core import ConversionError
+
+    gen = torch.Generator().manual_seed(0)
+    vocab = student.encoder.embed_tokens.weight.shape[0]
+    nspecial = 4
+    src = torch.randint(nspecial, vocab, (2, 9), generator=gen)
+    prev = torch.randint(
+        nspecial, student.decoder.embed_tokens.weight.shape[0], (2, 7), generator=gen
+    )
+    prev[:, 0] = student.decoder.dictionary.eos() if hasattr(student.decoder, "dictionary") else 2
+    lengths = torch.full((2,), 9, dtype=torch.long)
+    with torch.no_grad():
+        a = student(src, lengths, prev)[0]
+        b = fused(src, lengths, prev)[0]
+    rel = float((a - b).abs().max() / a.abs().max().clamp_min(1e-6))
+    if rel > _TOLERANCE:
+        raise ConversionError(
+            f"internal error: the fused model differs from the training model (relative {rel:.2e})"
+        )
+    return rel
+
+
+def fuse_checkpoint(argv=None, out=None):
+    """Run the fusion; returns ``(fused_model, shapes)``. Raises ConversionError."""
+    out = sys.stdout if out is None else out
+    import lightcompress  # noqa: F401  (registers the models, allow-lists checkpoint types)
+    from lightcompress.convert.core import (
+        ConversionError,
+        _model_args,
+        load_checkpoint_state,
+        save_student_checkpoint,
+    )
+    from lightcompress.io import atomic_write
+    from lightcompress.measure.params import count_parameters
+    from lightcompress.modules.registry import ConfigError
+    from lightcompress.wid.fuse import FusionError
+    from lightcompress.wid.model import DAWIDModel, fuse_model
+
+    opts = get_parser().parse_args(argv)
+    _check_output(opts)
+    state = load_checkpoint_state(opts.input)
+    args = _model_args(state)
+    arch = getattr(args, "arch", None) or (args.get("arch") if isinstance(args, dict) else None)
+    if arch != "dawid" or "wid_teacher_config" not in state["model"]:
+        raise ConversionError(
+            f"{opts.input} is not a DA-WID training checkpoint (arch {arch!r}; train with --arch dawid)"
+        )
+    try:
+        student, targs = DAWIDModel.rebuild(state)
+        fused, fargs, shapes = fuse_model(student, targs)
+    except FusionError as exc:
+        raise ConversionError(str(exc)) from None
+    except (ConfigError, RuntimeError) as exc:
+        raise ConversionError(f"{opts.input}: {exc}") from None
+    rel = _check_equivalence(student, fused)
+
+    counts = count_parameters(fused)
+    body = counts["encoder"] + counts["decoder"]
+    teacher = student.teacher_size()
+    if not opts.quiet:
+        for part in ("encoder", "decoder"):
+            for i, layer in enumerate(shapes[part]["layers"]):
+                desc = []
+                for s in layer:
+                    if s["kind"] == "ffn":
+                        desc.append(f"ffn {s['ffn']}")
+                    else:
+                        desc.append(
+                            f"{s['kind']} {len(s.get('v', []))} heads qk {sum(s.get('qk', []))} v {sum(s.get('v', []))}"
+                        )
+                    desc[-1] += f" -> {s['out']}"
+                print(f"{part} layer {i}: " + "; ".join(desc), file=out)
+        print(f"fusion check: max relative logit difference {rel:.1e}", file=out)
+
+    shapes_path = opts.output + ".shapes.json"
+    try:
+        with atomic_write(shapes_path) as f:
+            json.dump(shapes, f, separators=(",", ":"))
+            f.write("\n")
+        try:
+            save_student_checkpoint(state, fargs, fused, opts.output)
+        except BaseException:
+            os.remove(shapes_path)
+            raise
+    except OSError as exc:
+        raise ConversionError(f"cannot write {opts.output}: {exc}") from None
+    vocab = fused.encoder.embed_tokens.weight.shape[0]
+    print(
+        f"fused {opts.input} -> {opts.output} (dawid_fused): {body:,} non-embedding parameters "
+        f"(teacher {teacher:,}, sparsity {1 - body / teacher:.3f}), {counts['total']:,} in total",
+        file=out,
+    )
+    if not opts.quiet:
+        print(
+            f"count it with: lightcompress-params --arch dawid_fused --vocab-size {vocab} "
+            f'--dawid-shapes "$(cat {shapes_path})"',
+            file=out,
+        )
+    return fused, shapes
+
+
+def cli_main(argv=None) -> int:
+    from lightcompress.convert.core import ConversionError
+
+    try:
+        fuse_checkpoint(argv)
+    except ConversionError as exc:
+        print(f"lightcompress-convert dawid-fuse: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main())

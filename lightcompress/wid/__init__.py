@@ -1,0 +1,14 @@
+"""DA-WID: weight-inherited distillation with data-aware compactors and learned masks.
+
+- :mod:`~lightcompress.wid.gates`: hard-concrete gates, the Lagrangian sparsity objective;
+- :mod:`~lightcompress.wid.calibrate`: data-aware compactor initialisation (SVD, Eq. 8-12);
+- :mod:`~lightcompress.wid.masked`: the training-time layers (compactors + masks);
+- :mod:`~lightcompress.wid.fused`: the fused layers (per-layer and per-head widths);
+- :mod:`~lightcompress.wid.fuse`: expected / final size and fusion;
+- :mod:`~lightcompress.wid.model`: the fairseq models ``dawid`` and ``dawid_fused``;
+- :mod:`~lightcompress.wid.criterion`: the ``dawid`` criterion (KL + layer MSE + Lagrangian).
+
+Importing this package registers the models and the criterion with fairseq.
+"""
+
+from lightcompress.wid import criterion, model  # noqa: F401  (registration)
