@@ -213,8 +213,9 @@ class TranslationSmartformerTask(TranslationTask):
         path = self.resumed_checkpoint()
         if path is None:
             return
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
         saved = (state.get("task_state") or {}).get("rank_search")
+        del state  # the model's weights: fairseq has loaded them already
         if saved is None:
             logger.info("rank search starts afresh (%s holds no search state)", path)
             return
