@@ -45,6 +45,7 @@ setup(
         "console_scripts": [
             "lightcompress-params=lightcompress.measure.params:cli_main",
             "lightcompress-convert=lightcompress.convert.cli:cli_main",
+            "lightcompress-export-ct2=lightcompress.deploy.ct2:cli_main",
         ],
     },
 )

@@ -190,10 +190,12 @@ def test_speed_side_by_side_with_int8_and_bleu(tiny_data, two_checkpoints, tmp_p
     assert "EXCLUDING EOS" in lines[0]
     header = next(i for i, ln in enumerate(lines) if ln.startswith("Model"))
     assert lines[header].split() == [
-        "Model", "Precision", "Params", "Tokens/s", "Std", "Kept", "min-max", "Speed", "BLEU",
+        "Model", "Engine", "Precision", "Params", "Size", "Tokens/s", "Std", "Kept", "min-max",
+        "Speed", "BLEU",
     ]  # fmt: skip
     rows = [ln.split() for ln in lines[header + 2 : header + 6]]
-    assert [(r[0], r[1]) for r in rows] == [
+    assert {r[1] for r in rows} == {"fairseq"}
+    assert [(r[0], r[2]) for r in rows] == [
         ("base", "float32"), ("base", "int8"), ("small", "float32"), ("small", "int8"),
     ]  # fmt: skip
     assert rows[0][-2] == "1.00x"

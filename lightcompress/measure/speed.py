@@ -38,6 +38,16 @@ each model in float32 and int8. ``--bleu`` (needs ``--data``) translates the who
 with the same beam and length penalty (batches of ``--batch-size``; forced lengths are NOT
 applied) and reports sacreBLEU of the ``--post-process``-ed (e.g. BPE-removed) text; the table is
 followed by sacreBLEU's signature (``BLEU: sacreBLEU nrefs:1|case:mixed|...``).
+Engines, size, memory: ``--ct2`` exports every dense model (fairseq's Transformers, dense
+plugin architectures; :mod:`lightcompress.deploy.ct2`) to CTranslate2 and times it in float32
+and int8 (int8 weights on disk, CTranslate2's int8 GEMMs) next to the fairseq rows, on the same
+sentences with the same beam, length penalty and output lengths (:mod:`lightcompress.measure.engines`);
+compressed models get a ``note:`` line instead (CTranslate2 would store them dense). ``Size`` is
+the model's weights as stored (fairseq: ``torch.save(state_dict())``, shared tensors once;
+CTranslate2: its model directory). ``--memory`` adds the peak resident memory of a fresh process
+per model that imports only its engine, loads the model and translates the timing sentences once
+(:mod:`lightcompress.measure.memory`).
+
 ``--json OUT`` writes every raw run, the protocol, date, CPU model and library versions (the
 file is written atomically).
 
@@ -81,6 +91,7 @@ __all__ = [
     "check_output_file",
     "cpu_model",
     "load_candidates",
+    "load_checkpoint",
     "main",
     "measure",
     "pick_sentences",
@@ -110,6 +121,11 @@ class Candidate:
     precision: str = "float32"
     random_weights: bool = False
     args: list = field(default_factory=list)
+    engine: str = "fairseq"
+    runner: object = None  # engines other than fairseq's generator (lightcompress.measure.engines)
+    model_args: object = None  # the model configuration (args / cfg.model)
+    size_bytes: int | None = None
+    float_model: torch.nn.Module | None = None  # the float32 model an int8 one was made from
 
 
 # --------------------------------------------------------------------------------------------
@@ -177,7 +193,16 @@ def _unknown_arch_message(path: str, arch: str) -> str:
 
 
 def _load_checkpoint(path: str, data: str | None):
+    """``(model, task)`` of :func:`load_checkpoint`."""
+    model, task, _args = load_checkpoint(path, data)
+    return model, task
+
+
+def load_checkpoint(path: str, data: str | None):
     """Load one checkpoint as ``fairseq-generate`` does, every failure as a :class:`SpeedError`.
+
+    Returns ``(model, task, model_args)``: the model in eval mode, its task (dictionaries of
+    ``data``), and the model configuration the checkpoint holds (``args`` or ``cfg.model``).
 
     The file is read once (``load_checkpoint_to_cpu``, which also applies ``--data`` and
     upgrades old checkpoints), checked (a fairseq checkpoint, a registered architecture), then
@@ -223,11 +248,12 @@ def _load_checkpoint(path: str, data: str | None):
         raise SpeedError(
             f"cannot load {path} ({arch}): {type(exc).__name__}: {_one_line(exc)}"
         ) from None
+    model_args = state.get("args") or state["cfg"]["model"]
     del state
     model = models[0]
     model.prepare_for_inference_(cfg)
     model.eval()
-    return model, task
+    return model, task, model_args
 
 
 def _one_line(exc: BaseException, limit: int = 300, first_sentence: bool = False) -> str:
@@ -249,13 +275,13 @@ def _build_random(spec, vocab_size: int | None, data: str | None, share: bool):
         task = tasks.setup_task(args)
         model = task.build_model(args)
         model.eval()
-        return model, task
+        return model, task, args
     if vocab_size is None:
         raise SpeedError("--arch without --data needs --vocab-size")
-    model, task, _args = P.build_model_without_data(
+    model, task, args = P.build_model_without_data(
         spec.arch, vocab_size, spec.args, share, return_task=True
     )
-    return model, task
+    return model, task, args
 
 
 def load_candidates(
@@ -272,11 +298,14 @@ def load_candidates(
     out = []
     for item in paths:
         label, path = _split_label(item)
-        model, task = _load_checkpoint(path, data)
+        model, task, model_args = load_checkpoint(path, data)
         if label is None:
             stem = os.path.splitext(os.path.basename(path))[0]
             label = f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}/{stem}"
-        out.append(Candidate(label, path, model, task, count_parameters(model)["total"]))
+        out.append(
+            Candidate(label, path, model, task, count_parameters(model)["total"],
+                      model_args=model_args)
+        )  # fmt: skip
     if archs:
         try:
             specs = parse_model_specs(list(archs))
@@ -285,7 +314,9 @@ def load_candidates(
         for spec in specs:
             torch.manual_seed(seed)
             try:
-                model, task = _build_random(spec, vocab_size, data, share_all_embeddings)
+                model, task, model_args = _build_random(
+                    spec, vocab_size, data, share_all_embeddings
+                )
             except ParamsError as exc:
                 raise SpeedError(str(exc)) from None
             out.append(
@@ -297,6 +328,7 @@ def load_candidates(
                     count_parameters(model)["total"],
                     random_weights=True,
                     args=list(spec.args),
+                    model_args=model_args,
                 )
             )
     if not out:
@@ -319,9 +351,65 @@ def with_int8(candidates: Sequence[Candidate], keep_float: bool) -> list[Candida
             warnings.simplefilter("ignore", UserWarning)  # torch's qint8 deprecation notice
             q = quantize_model_int8(c.model)
         out.append(
-            Candidate(c.label, c.source, q, c.task, c.params, "int8", c.random_weights, c.args)
-        )
+            Candidate(c.label, c.source, q, c.task, c.params, "int8", c.random_weights, c.args,
+                      model_args=c.model_args, float_model=c.model)
+        )  # fmt: skip
     return out
+
+
+def with_ct2(
+    candidates: Sequence[Candidate], workdir: str, threads: int, log=None
+) -> tuple[list[Candidate], list[str]]:
+    """CTranslate2 float32 and int8 candidates exported from every dense float32 fairseq
+    candidate (:func:`lightcompress.deploy.ct2.export_model`, into ``workdir``; the int8 model
+    is exported with int8 weights). Returns the new candidates and one note per model that
+    could not be exported (a compressed one: CTranslate2 would have to store it dense)."""
+    from lightcompress.deploy.ct2 import ExportError, export_model
+    from lightcompress.measure.engines import CT2Runner
+
+    os.makedirs(workdir, exist_ok=True)
+    out, notes = [], []
+    for i, c in enumerate(candidates):
+        if c.engine != "fairseq" or c.precision != "float32":
+            continue
+        for precision in ("float32", "int8"):
+            target = os.path.join(workdir, f"{i}-{precision}")
+            try:
+                export_model(c.model, c.task, c.model_args, target, precision)
+            except ExportError as exc:
+                notes.append(f"{c.label}: no CTranslate2 export ({exc})")
+                break
+            if log:
+                log(f"exported {c.label} to CTranslate2 ({precision}): {target}")
+            runner = CT2Runner(
+                target, precision, threads, c.task.source_dictionary, c.task.target_dictionary,
+                c.model.max_decoder_positions(), c.model.max_positions(),
+            )  # fmt: skip
+            out.append(
+                Candidate(c.label, target, None, c.task, c.params, precision, c.random_weights,
+                          c.args, engine="ctranslate2", runner=runner, model_args=c.model_args,
+                          size_bytes=directory_bytes(target))
+            )  # fmt: skip
+    return out, notes
+
+
+def directory_bytes(path: str) -> int:
+    """Total size of the files under ``path``."""
+    return sum(
+        os.path.getsize(os.path.join(root, f))
+        for root, _dirs, files in os.walk(path)
+        for f in files
+    )
+
+
+def state_dict_bytes(model: torch.nn.Module) -> int:
+    """Bytes of ``torch.save(model.state_dict())``: the model's weights as stored on disk (a
+    tensor shared by several modules is stored once; int8 models store packed int8 weights)."""
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    return buffer.tell()
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,8 +466,18 @@ def _hyp_tokens(tokens: torch.Tensor, eos: int) -> int:
     return n - 1 if n and int(tokens[-1]) == eos else n
 
 
-def time_run(candidate: Candidate, generator, samples: Sequence[dict]) -> tuple[float, int]:
-    """One timed pass over ``samples`` (batch 1): (seconds, generated tokens without EOS)."""
+def time_run(candidate: Candidate, generator, samples: Sequence) -> tuple[float, int]:
+    """One timed pass over ``samples`` (batch 1): (seconds, generated tokens without EOS).
+
+    ``generator`` is fairseq's generator, or ``None`` for a candidate with a runner (another
+    engine), whose ``samples`` are what its ``prepare`` returned."""
+    if candidate.runner is not None:
+        run_one = candidate.runner.run_one
+        tokens = 0
+        start = time.perf_counter()
+        for prepared in samples:
+            tokens += run_one(prepared)
+        return time.perf_counter() - start, tokens
     eos = candidate.task.target_dictionary.eos()
     task, models = candidate.task, [candidate.model]
     tokens = 0
@@ -400,18 +498,23 @@ def measure(
     log=None,
 ) -> list[dict]:
     """Warm up each model, then time ``runs`` interleaved passes; returns one record per model."""
-    gens = [_generator(c, gen_args) for c in candidates]
+    gens = [None if c.runner is not None else _generator(c, gen_args) for c in candidates]
+    sentences = [s["net_input"]["src_tokens"][0] for s in samples]
+    inputs = [
+        samples if c.runner is None else c.runner.prepare(sentences, gen_args) for c in candidates
+    ]
     with torch.inference_mode():
-        for c, g in zip(candidates, gens):
+        for c, g, x in zip(candidates, gens, inputs):
             for _ in range(warmup):
-                time_run(c, g, samples)
+                time_run(c, g, x)
         raw = [[] for _ in candidates]
         for r, m in interleaved_schedule(len(candidates), runs):
-            seconds, tokens = time_run(candidates[m], gens[m], samples)
+            seconds, tokens = time_run(candidates[m], gens[m], inputs[m])
             raw[m].append({"run": r, "seconds": seconds, "tokens": tokens})
             if log:
                 log(
-                    f"run {r + 1}/{runs} {candidates[m].label} [{candidates[m].precision}]: "
+                    f"run {r + 1}/{runs} {candidates[m].label} [{candidates[m].engine} "
+                    f"{candidates[m].precision}]: "
                     f"{tokens / seconds:.1f} tokens/s"
                 )
     records = []
@@ -425,7 +528,11 @@ def measure(
             {
                 "label": c.label,
                 "source": c.source,
+                "engine": c.engine,
                 "precision": c.precision,
+                "size_bytes": c.size_bytes
+                if c.size_bytes is not None
+                else state_dict_bytes(c.model),
                 "random_weights": c.random_weights,
                 "params": c.params,
                 "runs": runs_c,
@@ -463,33 +570,47 @@ def sacrebleu_of(
     import sacrebleu
     from fairseq import utils
 
-    task, model = candidate.task, candidate.model
+    task, model, runner = candidate.task, candidate.model, candidate.runner
     task.load_dataset(subset)
     dataset = task.dataset(subset)
-    generator = task.build_generator([model], gen_args)
-    strip = getattr(generator, "symbols_to_strip_from_output", {generator.eos})
     tgt_dict = task.target_dictionary
+    if runner is None:
+        generator = task.build_generator([model], gen_args)
+        strip = getattr(generator, "symbols_to_strip_from_output", {generator.eos})
+    else:
+        strip = {tgt_dict.eos()}
+    max_positions = runner.model_max_positions if runner is not None else model.max_positions()
     itr = task.get_batch_iterator(
         dataset=dataset,
         max_sentences=batch_size,
-        max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
+        max_positions=utils.resolve_max_positions(task.max_positions(), max_positions),
         ignore_invalid_inputs=True,
         seed=1,
         num_workers=0,
     ).next_epoch_itr(shuffle=False)
     hyps, refs = {}, {}
+    pending = []  # (sentence id, source ids) for an engine other than fairseq's generator
     with torch.inference_mode():
         for sample in itr:
             if not sample:
                 continue
-            out = task.inference_step(generator, [model], sample)
+            out = None if runner is not None else task.inference_step(generator, [model], sample)
             for i, sid in enumerate(sample["id"].tolist()):
-                hyp = out[i][0]["tokens"].int().cpu()
-                hyps[sid] = tgt_dict.string(hyp, post_process, extra_symbols_to_ignore=strip)
+                if out is None:
+                    src = sample["net_input"]["src_tokens"][i]
+                    pending.append((sid, utils.strip_pad(src, task.source_dictionary.pad())))
+                else:
+                    hyp = out[i][0]["tokens"].int().cpu()
+                    hyps[sid] = tgt_dict.string(hyp, post_process, extra_symbols_to_ignore=strip)
                 ref = utils.strip_pad(sample["target"][i], tgt_dict.pad()).int().cpu()
                 refs[sid] = tgt_dict.string(
                     ref, post_process, escape_unk=True, extra_symbols_to_ignore=strip
                 )
+        if pending:
+            ids = runner.translate([src for _sid, src in pending], gen_args, batch_size)
+            for (sid, _src), hyp in zip(pending, ids):
+                hyp = torch.tensor(hyp, dtype=torch.int)
+                hyps[sid] = tgt_dict.string(hyp, post_process, extra_symbols_to_ignore=strip)
     ids = sorted(hyps)
     metric = sacrebleu.metrics.BLEU(tokenize=tokenize)
     score = metric.corpus_score([hyps[i] for i in ids], [[refs[i] for i in ids]])
@@ -534,15 +655,27 @@ def _environment() -> dict:
 
 def format_results(records: Sequence[dict], bleu: bool = False) -> str:
     """The side-by-side table."""
-    headers = ["Model", "Precision", "Params", "Tokens/s", "Std", "Kept min-max", "Speed"]
+    memory = any("peak_rss_kib" in r for r in records)
+    headers = ["Model", "Engine", "Precision", "Params", "Size"]
+    if memory:
+        headers += ["Peak RSS", "+Model"]
+    headers += ["Tokens/s", "Std", "Kept min-max", "Speed"]
     if bleu:
         headers.append("BLEU")
     rows = []
     for r in records:
         row = [
             r["label"],
+            r.get("engine", "fairseq"),
             r["precision"],
             human_count(r["params"], 2),
+            _mib(r.get("size_bytes")),
+        ]
+        if memory:
+            peak, base = r.get("peak_rss_kib"), r.get("baseline_rss_kib")
+            row += [_mib(peak * 1024 if peak else None),
+                    _mib((peak - base) * 1024 if peak and base else None)]  # fmt: skip
+        row += [
             f"{r['tokens_per_s']:.1f}",
             f"{r['tokens_per_s_std']:.1f}",
             f"{r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f}",
@@ -551,7 +684,11 @@ def format_results(records: Sequence[dict], bleu: bool = False) -> str:
         if bleu:
             row.append(f"{r['bleu']:.2f}" if r.get("bleu") is not None else "-")
         rows.append(row)
-    return format_table(headers, rows, align="ll" + "r" * (len(headers) - 2))
+    return format_table(headers, rows, align="lll" + "r" * (len(headers) - 3))
+
+
+def _mib(n: float | None) -> str:
+    return "-" if n is None else f"{n / 2**20:.1f}M" if n >= 2**20 else f"{n / 1024:.0f}K"
 
 
 def _protocol_line(p: dict) -> str:
@@ -676,6 +813,24 @@ def _arg_parser() -> argparse.ArgumentParser:
         help="torch CPU threads of the --bleu translation (default: --threads); the timed runs "
         "always use --threads",
     )
+    e = p.add_argument_group("engines, size and memory")
+    e.add_argument(
+        "--ct2",
+        action="store_true",
+        help="also time CTranslate2 exports (float32 and int8) of every dense model "
+        "(lightcompress.deploy.ct2); compressed models are listed as not exportable",
+    )
+    e.add_argument(
+        "--ct2-dir",
+        help="keep the CTranslate2 exports in this (new or empty) directory instead of a "
+        "temporary one",
+    )
+    e.add_argument(
+        "--memory",
+        action="store_true",
+        help="add the peak resident memory of each model: one fresh process per model (the "
+        "engine's imports only) loads it and translates the timing sentences once",
+    )
     p.add_argument("--json", dest="json_out", help="write all results and raw runs to this file")
     p.add_argument("--quiet", action="store_true", help="no per-run progress on stderr")
     return p  # fmt: skip
@@ -734,6 +889,16 @@ def check_args(args: argparse.Namespace) -> None:
             raise SpeedError(f"checkpoint {path} is not a file")
     if args.json_out is not None:
         check_output_file(args.json_out, "--json")
+    if args.ct2_dir is not None:
+        if not args.ct2:
+            raise SpeedError("--ct2-dir needs --ct2")
+        if os.path.exists(args.ct2_dir) and (
+            not os.path.isdir(args.ct2_dir) or os.listdir(args.ct2_dir)
+        ):
+            raise SpeedError(f"--ct2-dir {args.ct2_dir} must be a new or empty directory")
+        parent = os.path.dirname(os.path.abspath(args.ct2_dir))
+        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+            raise SpeedError(f"--ct2-dir {args.ct2_dir}: cannot create it in {parent}")
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -741,7 +906,14 @@ def run(args: argparse.Namespace) -> dict:
 
     Every argument and the ``--json`` output are checked before anything is loaded or timed.
     """
+    import tempfile
+
     check_args(args)
+    with tempfile.TemporaryDirectory(prefix="measure_speed.") as workdir:
+        return _run(args, workdir)
+
+
+def _run(args: argparse.Namespace, workdir: str) -> dict:
     if args.user_dir:
         from fairseq import utils
 
@@ -763,8 +935,15 @@ def run(args: argparse.Namespace) -> dict:
         _split_list(args.path), args.arch, args.data, args.vocab_size,
         args.share_all_embeddings, args.seed,
     )  # fmt: skip
+    notes = []
+    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    ct2 = []
+    if args.ct2:
+        ct2_dir = args.ct2_dir or os.path.join(workdir, "ct2")
+        ct2, notes = with_ct2(candidates, ct2_dir, args.threads, log)
     if args.compare_int8 or args.quantize == "int8":
         candidates = with_int8(candidates, keep_float=args.compare_int8)
+    candidates = candidates + ct2
 
     first = candidates[0].task
     for c in candidates[1:]:
@@ -796,10 +975,21 @@ def run(args: argparse.Namespace) -> dict:
         beam=args.beam, lenpen=args.lenpen, min_len=min_len, max_len_a=max_len_a,
         max_len_b=max_len_b,
     )  # fmt: skip
-    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     records = measure(
         candidates, _samples(sentences), gen_args, args.runs, args.warmup, args.trim, log
     )
+    if args.memory:
+        from lightcompress.measure.memory import measure_peak_rss, write_job
+
+        for i, (c, rec) in enumerate(zip(candidates, records)):
+            try:
+                mem = measure_peak_rss(write_job(workdir, i, c, sentences, gen_args))
+            except (RuntimeError, OSError) as exc:
+                raise SpeedError(f"{c.label} [{c.engine} {c.precision}]: {exc}") from None
+            rec["peak_rss_kib"] = mem["peak_kib"]
+            rec["baseline_rss_kib"] = mem["baseline_kib"]
+            if log:
+                log(f"memory {c.label} [{c.engine} {c.precision}]: peak {mem['peak_kib']} KiB")
     protocol = {
         "num_sentences": len(sentences),
         "src_len": args.src_len,
@@ -842,7 +1032,18 @@ def run(args: argparse.Namespace) -> dict:
             "threads": args.bleu_threads or args.threads,
             "note": "same beam and lenpen as the timing; forced output lengths not applied",
         }
-    return {"protocol": protocol, "environment": _environment(), "models": records}
+    protocol["size"] = (
+        "fairseq: bytes of torch.save(state_dict()) (shared tensors once); CTranslate2: the "
+        "model directory"
+    )
+    if args.memory:
+        protocol["memory"] = (
+            "peak resident size (VmHWM) of a fresh process that imports the engine (torch + "
+            "fairseq + lightcompress, or ctranslate2 alone), loads the model and translates the "
+            "timing sentences once; +Model: peak minus the process's size after the imports"
+        )
+    return {"protocol": protocol, "environment": _environment(), "models": records,
+            "notes": notes}  # fmt: skip
 
 
 def bleu_lines(records: Sequence[dict], protocol: dict) -> list[str]:
@@ -880,6 +1081,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         env = result["environment"]
         print(f"CPU: {env['cpu']}; torch {env['torch']}, fairseq {env['fairseq']}")
         print(format_results(result["models"], bleu=args.bleu))
+        for note in result.get("notes", []):
+            print(f"note: {note}")
         for line in bleu_lines(result["models"], result["protocol"]):
             print(line)
         if args.json_out:

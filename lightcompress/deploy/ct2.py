@@ -1,0 +1,244 @@
+"""Export of dense fairseq Transformers to CTranslate2, through CTranslate2's own fairseq converter.
+
+What a user deploys an uncompressed model with: the teachers and dense baselines of the plugin
+(fairseq's ``transformer*`` architectures, and the plugin's own architectures when every map is
+dense) go to CTranslate2 with :func:`export_ctranslate2` (``lightcompress-export-ct2``), so that
+``scripts/measure_speed.sh --ct2`` can time them next to the compressed models.
+
+How: the checkpoint is loaded as ``fairseq-generate`` loads it (the plugin imported first, so its
+architectures are known and torch's ``weights_only`` loader accepts fairseq checkpoints), the
+model is checked (:func:`dense_export_error`), then CTranslate2's converter functions
+(``ctranslate2.converters.fairseq``: the model spec from the model flags, every layer's weights,
+the vocabularies, ``</s>`` as decoder start token and source EOS) write the model. CTranslate2's
+converter itself accepts only fairseq's model names (``transformer``...); a plugin model that
+passes the dense check is converted with the spec of the fairseq Transformer it is.
+
+Refused with one clear error (:class:`ExportError`): a factorized, fused, identity or CP map, a
+factorized embedding (anything that is not an ``nn.Linear`` / ``nn.Embedding`` where CTranslate2
+reads one), Admin residual scaling (``--admin-init``: CTranslate2 has no ``residual * omega``),
+Subformer (SAFE and sandwich layers), and whatever CTranslate2's converter rejects (activation,
+different encoder/decoder heads or normalisation). Layer sharing of dense layers is expressible:
+CTranslate2 stores the shared weights once (it aliases equal variables).
+
+The output directory is written atomically (a complete model or nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["ExportError", "dense_export_error", "export_ctranslate2", "export_model", "main"]
+
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16")
+
+
+class ExportError(ValueError):
+    """A checkpoint that cannot be exported (one line for the user)."""
+
+
+def _model_namespace(model_args) -> argparse.Namespace:
+    """A plain Namespace copy of the checkpoint's model configuration (``args`` or ``cfg.model``)."""
+    if isinstance(model_args, argparse.Namespace):
+        return argparse.Namespace(**vars(model_args))
+    from omegaconf import OmegaConf
+
+    return argparse.Namespace(**OmegaConf.to_container(model_args, resolve=True))
+
+
+def dense_export_error(model: nn.Module, arch: str) -> str | None:
+    """Why ``model`` cannot be expressed as CTranslate2's Transformer without losing what it is
+    (``None`` when it can): every map CTranslate2 reads must be a plain ``nn.Linear`` /
+    ``nn.Embedding``, and no layer may scale its residual (Admin)."""
+    from fairseq.models.transformer import TransformerModel
+
+    if not isinstance(model, TransformerModel) or type(model).__name__.startswith("Subformer"):
+        return (
+            f"architecture {arch!r} ({type(model).__name__}) is not a fairseq Transformer "
+            "encoder-decoder that CTranslate2 can express (Subformer's SAFE and sandwich "
+            "layers, language models and other models are not)"
+        )
+
+    def check(path: str, module, kind) -> str | None:
+        if type(module) is not kind:
+            return (
+                f"architecture {arch!r} is not dense: {path} is a {type(module).__name__}, not "
+                f"an {kind.__name__}; CTranslate2 would have to store it dense. Export its dense "
+                "teacher instead, or translate it with lightcompress-translate (keeps the "
+                "compressed weights)"
+            )
+        return None
+
+    slots = [("encoder.embed_tokens", model.encoder.embed_tokens, nn.Embedding),
+             ("decoder.embed_tokens", model.decoder.embed_tokens, nn.Embedding),
+             ("decoder.output_projection", model.decoder.output_projection, nn.Linear)]  # fmt: skip
+    for side in ("encoder", "decoder"):
+        for i, layer in enumerate(getattr(model, side).layers):
+            prefix = f"{side}.layers.{i}"
+            if layer._modules.get("admin") is not None:
+                return (
+                    f"architecture {arch!r} scales residuals (Admin, --admin-init) in {prefix}: "
+                    "CTranslate2 has no residual scaling"
+                )
+            attns = [("self_attn", layer.self_attn)]
+            if getattr(layer, "encoder_attn", None) is not None:
+                attns.append(("encoder_attn", layer.encoder_attn))
+            for name, attn in attns:
+                for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                    slots.append((f"{prefix}.{name}.{proj}", getattr(attn, proj, None), nn.Linear))
+            slots += [
+                (f"{prefix}.fc1", layer.fc1, nn.Linear),
+                (f"{prefix}.fc2", layer.fc2, nn.Linear),
+            ]
+    for path, module, kind in slots:
+        message = check(path, module, kind)
+        if message:
+            return message
+    return None
+
+
+def _converter(model, task, spec_args):
+    """A CTranslate2 FairseqConverter over an already loaded, checked model."""
+    from ctranslate2.converters import fairseq as ct2_fairseq
+
+    class LoadedFairseqConverter(ct2_fairseq.FairseqConverter):
+        def __init__(self):
+            super().__init__(model_path="", data_dir="")
+
+        @torch.no_grad()  # .numpy() of the parameters
+        def _load(self):
+            # the same steps as FairseqConverter._load after it has built the model
+            spec = ct2_fairseq._get_model_spec(spec_args)
+            ct2_fairseq.set_transformer_encoder(spec.encoder, model.encoder)
+            ct2_fairseq.set_transformer_decoder(spec.decoder, model.decoder)
+            spec.register_source_vocabulary(ct2_fairseq._get_vocab(task.source_dictionary))
+            spec.register_target_vocabulary(ct2_fairseq._get_vocab(task.target_dictionary))
+            spec.config.decoder_start_token = spec.config.eos_token
+            spec.config.add_source_eos = True
+            return spec
+
+    return LoadedFairseqConverter()
+
+
+def export_ctranslate2(
+    checkpoint: str,
+    data: str,
+    output_dir: str,
+    quantization: str | None = None,
+    force: bool = False,
+) -> str:
+    """Export a dense fairseq Transformer checkpoint to a CTranslate2 model directory.
+
+    Parameters
+    ----------
+    checkpoint : str
+        A fairseq checkpoint (fairseq's ``transformer*`` or a dense plugin architecture).
+    data : str
+        Its data-bin directory (the dictionaries become CTranslate2's vocabularies).
+    output_dir : str
+        The model directory to write (atomically).
+    quantization : str, optional
+        Weight type on disk: ``float32`` (default), ``int8``, ``int8_float32``, ``int16``.
+    force : bool
+        Replace an existing ``output_dir``.
+
+    Returns
+    -------
+    str
+        ``output_dir``.
+    """
+    import lightcompress  # noqa: F401  (plugin architectures; fairseq checkpoints load)
+    from lightcompress.measure.speed import SpeedError, load_checkpoint
+
+    if quantization is not None and quantization not in QUANTIZATIONS:
+        raise ExportError(
+            f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}"
+        )
+    if os.path.exists(output_dir) and not force:
+        raise ExportError(f"{output_dir} exists (pass --force to replace it)")
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ExportError(f"{output_dir} exists and is not a directory")
+    parent = os.path.dirname(os.path.abspath(output_dir))
+    if not os.path.isdir(parent):
+        raise ExportError(f"{output_dir}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise ExportError(f"{output_dir}: cannot write in {parent}")
+    if not data or not os.path.isdir(data):
+        raise ExportError(f"--data is not a directory: {data}")
+    try:
+        model, task, model_args = load_checkpoint(checkpoint, data)
+    except SpeedError as exc:
+        raise ExportError(str(exc)) from None
+    try:
+        return export_model(model, task, model_args, output_dir, quantization)
+    except ExportError as exc:
+        raise ExportError(f"{checkpoint}: {exc}") from None
+
+
+def export_model(model, task, model_args, output_dir: str, quantization: str | None = None) -> str:
+    """Export a loaded (or freshly built) dense fairseq Transformer: ``model``, its ``task``
+    (dictionaries) and model configuration (``args`` / ``cfg.model``), into ``output_dir``
+    (replaced atomically). Raises :class:`ExportError` for a model CTranslate2 cannot express."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY
+
+    from lightcompress.io import atomic_directory
+    from lightcompress.measure.speed import _one_line
+
+    spec_args = _model_namespace(model_args)
+    arch = getattr(spec_args, "arch", None) or getattr(spec_args, "_name", None) or "?"
+    message = dense_export_error(model, arch)
+    if message:
+        raise ExportError(message)
+    if ARCH_MODEL_NAME_REGISTRY.get(arch) not in ("transformer", "transformer_align"):
+        # a dense plugin model is fairseq's Transformer: CTranslate2 knows it by that name
+        spec_args.arch = "transformer"
+    converter = _converter(model, task, spec_args)
+    try:
+        with atomic_directory(output_dir) as tmp:
+            converter.convert(tmp, quantization=quantization, force=True)
+    except ValueError as exc:  # CTranslate2's ConfigurationChecker: options it cannot express
+        raise ExportError(f"CTranslate2 cannot express it: {_one_line(exc)}") from None
+    return output_dir
+
+
+def _arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="lightcompress-export-ct2",
+        description="Export a dense fairseq Transformer checkpoint (a teacher, a dense baseline, "
+        "a dense plugin architecture) to CTranslate2 with CTranslate2's fairseq converter.",
+    )
+    p.add_argument("--path", required=True, help="fairseq checkpoint")
+    p.add_argument("--data", required=True, help="its data-bin directory (dictionaries)")
+    p.add_argument("-o", "--output-dir", required=True, help="CTranslate2 model directory")
+    p.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
+                   help="weights on disk (default float32); int8 can also be chosen at load time "
+                   "(ctranslate2.Translator(..., compute_type='int8'))")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="replace an existing output directory")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arg_parser().parse_args(argv)
+    try:
+        out = export_ctranslate2(
+            args.path, args.data, args.output_dir, args.quantization, args.force
+        )
+    except ExportError as exc:
+        print(f"lightcompress-export-ct2: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out}")
+    return 0
+
+
+def cli_main() -> None:
+    import logging
+    import warnings
+
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Engines that ``measure_speed`` times next to fairseq's ``SequenceGenerator``.
+
+Each engine is a *runner* over one model with the same interface:
+
+- ``prepare(sentences, gen)``: per sentence what the timed loop feeds the engine (done before
+  timing, as reading data is not timed);
+- ``run_one(prepared) -> int``: translate one sentence (batch 1), the number of generated target
+  tokens of the best hypothesis, EOS excluded;
+- ``translate(sentences, gen, batch_size) -> list[list[int]]``: target ids (no EOS) of every
+  sentence, for BLEU.
+
+``sentences`` are source id tensors ending with EOS (fairseq's binarized form); ``gen`` holds
+fairseq's generation settings (``beam``, ``lenpen``, ``min_len``, ``max_len_a``,
+``max_len_b``). Output lengths follow fairseq's rule: at most
+``min(int(max_len_a * src_len + max_len_b), max_decoder_positions - 1)`` tokens before EOS, with
+``src_len`` counting the source EOS (:func:`fairseq_max_len`).
+
+:class:`CT2Runner`: a CTranslate2 ``Translator`` of an export of the model
+(:mod:`lightcompress.deploy.ct2`); ``max_decoding_length`` is fairseq's maximum (CTranslate2
+stops there without an EOS, fairseq forces one: equal tokens, EOS not counted),
+``min_decoding_length`` fairseq's ``min_len``, the same beam size and length penalty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["CT2Runner", "fairseq_max_len"]
+
+
+def fairseq_max_len(src_len: int, gen, max_positions: int) -> int:
+    """fairseq's maximum output length (tokens before EOS) for a source of ``src_len`` tokens
+    (EOS included), as ``SequenceGenerator`` computes it."""
+    return min(int(gen.max_len_a * src_len + gen.max_len_b), max_positions - 1)
+
+
+class CT2Runner:
+    """A CTranslate2 model directory on the CPU, translating fairseq id tensors.
+
+    Parameters
+    ----------
+    model_dir : str
+        A CTranslate2 model (``lightcompress-export-ct2``).
+    compute_type : str
+        ``float32`` or ``int8`` (CTranslate2's int8 GEMMs, activations quantized on the fly).
+    threads : int
+        CTranslate2's ``intra_threads`` (one translation at a time: ``inter_threads=1``).
+    src_dict, tgt_dict : fairseq Dictionary
+        The model's dictionaries (CTranslate2's vocabularies were written from them).
+    max_positions : int
+        The fairseq model's ``max_decoder_positions()``.
+    model_max_positions : tuple
+        The fairseq model's ``max_positions()`` (which sentences fairseq's batches leave out).
+    """
+
+    engine = "ctranslate2"
+
+    def __init__(self, model_dir: str, compute_type: str, threads: int, src_dict, tgt_dict,
+                 max_positions: int, model_max_positions=None):  # fmt: skip
+        import ctranslate2
+
+        self.model_dir = model_dir
+        self.compute_type = compute_type
+        self.translator = ctranslate2.Translator(
+            model_dir, device="cpu", compute_type=compute_type, intra_threads=threads,
+            inter_threads=1,
+        )  # fmt: skip
+        self.src_dict, self.tgt_dict = src_dict, tgt_dict
+        self.max_positions = max_positions
+        self.model_max_positions = model_max_positions
+
+    def _tokens(self, sentence: torch.Tensor) -> list[str]:
+        ids = sentence.tolist()
+        if ids and ids[-1] == self.src_dict.eos():
+            ids = ids[:-1]  # CTranslate2 appends the source EOS itself (add_source_eos)
+        return [self.src_dict[i] for i in ids]
+
+    def _options(self, gen, max_len: int) -> dict:
+        return {
+            "beam_size": gen.beam,
+            "length_penalty": gen.lenpen,
+            "max_decoding_length": max_len,
+            "min_decoding_length": min(gen.min_len, max_len),
+        }
+
+    def prepare(self, sentences: Sequence[torch.Tensor], gen) -> list[tuple[list[str], dict]]:
+        return [
+            (
+                self._tokens(s),
+                self._options(gen, fairseq_max_len(s.numel(), gen, self.max_positions)),
+            )
+            for s in sentences
+        ]
+
+    def _index(self, token: str) -> int:
+        # the exporter wrote fairseq's <pad> as CTranslate2's <blank>
+        return self.tgt_dict.pad() if token == "<blank>" else self.tgt_dict.index(token)
+
+    def run_one(self, prepared) -> int:
+        tokens, options = prepared
+        result = self.translator.translate_batch([tokens], **options)
+        return len(result[0].hypotheses[0])
+
+    def translate(self, sentences: Sequence[torch.Tensor], gen, batch_size: int) -> list[list[int]]:
+        prepared = self.prepare(sentences, gen)
+        out: list[list[int] | None] = [None] * len(prepared)
+        # one call per maximum length (fairseq's limit depends on each source's length)
+        groups: dict[int, list[int]] = {}
+        for i, (_tokens, options) in enumerate(prepared):
+            groups.setdefault(options["max_decoding_length"], []).append(i)
+        for idx in groups.values():
+            options = prepared[idx[0]][1]
+            results = self.translator.translate_batch(
+                [prepared[i][0] for i in idx], max_batch_size=batch_size, **options
+            )
+            for i, r in zip(idx, results):
+                out[i] = [self._index(t) for t in r.hypotheses[0]]
+        return out

@@ -1,0 +1,299 @@
+"""Deployment: CTranslate2 export of dense models, the fast path, lightcompress-translate.
+
+Tiny models on a generated toy corpus, binarized and trained in this process (no fairseq-train):
+a 2-2 Transformer trained for a few dozen updates (it ends its sentences with EOS), and
+random-weight checkpoints of the plugin's architectures. No test asserts a timing.
+"""
+
+import json
+import os
+import random
+import subprocess
+import sys
+from argparse import Namespace
+
+import pytest
+import torch
+from harness import REPO_ROOT, make_parallel_corpus
+
+TINY = [
+    "--encoder-layers", "2", "--decoder-layers", "2",
+    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+    "--share-all-embeddings", "--dropout", "0",
+]  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# fixtures: data and checkpoints made in this process
+# --------------------------------------------------------------------------------------------
+
+
+def _binarize(raw: str, dest: str) -> str:
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    parser = options.get_preprocessing_parser()
+    args = parser.parse_args(
+        ["--source-lang", "de", "--target-lang", "en", "--joined-dictionary", "--workers", "1",
+         "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
+         "--destdir", dest]
+    )  # fmt: skip
+    preprocess.main(args)
+    return dest
+
+
+def make_checkpoint(data: str, path: str, arch: str, flags, updates: int = 0, seed: int = 1):
+    """A fairseq checkpoint of ``arch`` on ``data``'s dictionaries, trained for ``updates``
+    Adam updates on the toy task (0: random weights)."""
+    from fairseq import tasks
+
+    import lightcompress  # noqa: F401
+    from lightcompress.build import parse_model_args
+
+    torch.manual_seed(seed)
+    args = parse_model_args(arch, list(flags), data=data)
+    task = tasks.setup_task(args)
+    model = task.build_model(args)
+    if updates:
+        task.load_dataset("train")
+        ds = task.dataset("train")
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        rng = random.Random(seed)
+        model.train()
+        for _ in range(updates):
+            batch = ds.collater([ds[i] for i in rng.sample(range(len(ds)), 32)])
+            logits, _ = model(**batch["net_input"])
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.size(-1)), batch["target"].reshape(-1),
+                ignore_index=task.target_dictionary.pad(),
+            )  # fmt: skip
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    state = {
+        "args": args,
+        "model": model.state_dict(),
+        "optimizer_history": [{"criterion_name": "CrossEntropyCriterion",
+                               "optimizer_name": "FairseqAdam",
+                               "lr_scheduler_state": {"best": None}, "num_updates": updates}],
+        "last_optimizer_state": None,
+        "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}},
+    }  # fmt: skip
+    torch.save(state, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    """``{"data", "raw", "teacher"}``: the binarized toy corpus and a trained 2-2 Transformer."""
+    root = tmp_path_factory.mktemp("deploy")
+    raw = make_parallel_corpus(str(root / "raw"), n_train=400, n_valid=10, n_test=30)
+    data = _binarize(raw, str(root / "bin"))
+    teacher = make_checkpoint(data, str(root / "teacher.pt"), "transformer", TINY, updates=30)
+    return {"data": data, "raw": raw, "teacher": teacher, "root": root}
+
+
+def _load(path, data):
+    from lightcompress.measure.speed import load_checkpoint
+
+    model, task, _args = load_checkpoint(path, data)
+    return model, task
+
+
+def _fairseq_nbest(model, task, src, gen):
+    generator = task.build_generator([model], gen)
+    sample = {"id": torch.tensor([0]),
+              "net_input": {"src_tokens": src[None], "src_lengths": torch.tensor([src.numel()])}}  # fmt: skip
+    with torch.inference_mode():
+        return task.inference_step(generator, [model], sample)[0]
+
+
+def _test_sources(task):
+    task.load_dataset("test")
+    ds = task.dataset("test")
+    return [ds.src[i].long() for i in range(len(ds))]
+
+
+# --------------------------------------------------------------------------------------------
+# CTranslate2 export
+# --------------------------------------------------------------------------------------------
+
+
+def _run_export(*args):
+    return subprocess.run(
+        [sys.executable, "-c", "from lightcompress.deploy.ct2 import cli_main; cli_main()", *args],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=False,
+        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"),
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def teacher_ct2(toy):
+    from lightcompress.deploy.ct2 import export_ctranslate2
+
+    out = str(toy["root"] / "teacher_ct2")
+    export_ctranslate2(toy["teacher"], toy["data"], out)
+    return out
+
+
+def test_ct2_export_of_the_teacher_translates_greedily_as_fairseq_does(toy, teacher_ct2):
+    from lightcompress.measure.engines import CT2Runner
+
+    assert sorted(os.listdir(teacher_ct2)) == ["config.json", "model.bin", "shared_vocabulary.json"]
+    model, task = _load(toy["teacher"], toy["data"])
+    runner = CT2Runner(teacher_ct2, "float32", 1, task.source_dictionary, task.target_dictionary,
+                       model.max_decoder_positions(), model.max_positions())  # fmt: skip
+    sources = _test_sources(task)
+    # max_len_b small enough that some outputs hit the limit (fairseq forces EOS there,
+    # CTranslate2 stops: the same tokens)
+    gen = Namespace(beam=1, lenpen=1.0, min_len=1, max_len_a=0.0, max_len_b=7)
+    ct2 = runner.translate(sources, gen, batch_size=8)
+    fairseq = [_fairseq_nbest(model, task, s, gen)[0]["tokens"].tolist()[:-1] for s in sources]
+    assert ct2 == fairseq
+    assert any(len(h) == 7 for h in fairseq) and any(len(h) < 7 for h in fairseq)
+
+
+def test_ct2_beam_search_picks_fairseqs_best_hypothesis_or_a_near_tie(toy, teacher_ct2):
+    """CTranslate2's scores differ from fairseq's in the last digits, so where fairseq's two best
+    finished hypotheses are within 0.02 (length-normalized log-probability) the engines may
+    pick different ones; elsewhere they agree."""
+    from lightcompress.measure.engines import CT2Runner
+
+    model, task = _load(toy["teacher"], toy["data"])
+    runner = CT2Runner(teacher_ct2, "float32", 1, task.source_dictionary, task.target_dictionary,
+                       model.max_decoder_positions(), model.max_positions())  # fmt: skip
+    gen = Namespace(beam=5, lenpen=1.0, min_len=1, max_len_a=1.2, max_len_b=10)
+    sources = _test_sources(task)
+    ct2 = runner.translate(sources, gen, batch_size=8)
+    same = 0
+    for src, hyp in zip(sources, ct2):
+        nbest = _fairseq_nbest(model, task, src, gen)
+        best = nbest[0]["tokens"].tolist()[:-1]
+        if hyp == best:
+            same += 1
+            continue
+        scores = {tuple(h["tokens"].tolist()[:-1]): float(h["score"]) for h in nbest}
+        assert tuple(hyp) in scores, (hyp, best)
+        assert scores[tuple(best)] - scores[tuple(hyp)] < 0.02
+    assert same >= 0.8 * len(sources)
+
+
+def test_ct2_exports_a_dense_plugin_architecture_and_translates_it_identically(toy):
+    from lightcompress.deploy.ct2 import export_ctranslate2
+    from lightcompress.measure.engines import CT2Runner
+
+    ckpt = make_checkpoint(toy["data"], str(toy["root"] / "lf_dense.pt"),
+                           "lightformer_iwslt_de_en_dense", TINY)  # fmt: skip
+    out = export_ctranslate2(ckpt, toy["data"], str(toy["root"] / "lf_dense_ct2"))
+    model, task = _load(ckpt, toy["data"])
+    runner = CT2Runner(out, "float32", 1, task.source_dictionary, task.target_dictionary,
+                       model.max_decoder_positions(), model.max_positions())  # fmt: skip
+    gen = Namespace(beam=1, lenpen=1.0, min_len=1, max_len_a=0.0, max_len_b=6)
+    sources = _test_sources(task)[:8]
+    fairseq = [_fairseq_nbest(model, task, s, gen)[0]["tokens"].tolist()[:-1] for s in sources]
+    assert runner.translate(sources, gen, 8) == fairseq
+
+
+def test_ct2_export_refuses_a_compressed_model_with_one_line_and_writes_nothing(toy):
+    ckpt = make_checkpoint(toy["data"], str(toy["root"] / "lf.pt"), "lightformer_iwslt_de_en",
+                           TINY + ["--lc-rank", "8", "--lc-embed-rank", "8",
+                                   "--lc-encoder-groups", "1"])  # fmt: skip
+    out = toy["root"] / "lf_ct2"
+    proc = _run_export("--path", ckpt, "--data", toy["data"], "-o", str(out))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "is not dense" in lines[0] and "LowRank" in lines[0]
+    assert not out.exists()
+    assert not [p for p in os.listdir(toy["root"]) if p.startswith(".lf_ct2")]
+
+
+def test_ct2_export_bad_input_is_one_line(toy, teacher_ct2, tmp_path, capsys):
+    from lightcompress.deploy.ct2 import main
+
+    text = tmp_path / "notes.pt"
+    text.write_text("not a checkpoint\n")
+    cases = [
+        (["--path", str(tmp_path / "missing.pt"), "--data", toy["data"], "-o", str(tmp_path / "a")],
+         "checkpoint not found"),
+        (["--path", str(text), "--data", toy["data"], "-o", str(tmp_path / "b")],
+         "is not a checkpoint"),
+        (["--path", toy["teacher"], "--data", str(tmp_path / "nodata"), "-o", str(tmp_path / "c")],
+         "--data is not a directory"),
+        (["--path", toy["teacher"], "--data", toy["data"], "-o", teacher_ct2], "exists"),
+        (["--path", toy["teacher"], "--data", toy["data"], "-o", str(tmp_path / "no" / "d")],
+         "does not exist"),
+    ]  # fmt: skip
+    for args, message in cases:
+        assert main(args) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (args, lines)
+        assert lines[0].startswith("lightcompress-export-ct2: error: ")
+    assert sorted(os.listdir(tmp_path)) == ["notes.pt"]
+
+
+# --------------------------------------------------------------------------------------------
+# measure_speed: CTranslate2 next to fairseq
+# --------------------------------------------------------------------------------------------
+
+
+def _measure(*args):
+    return subprocess.run(
+        [os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"), *args],
+        capture_output=True, text=True, timeout=600, check=False,
+        env=dict(os.environ, PYTHON=sys.executable, PYTHONWARNINGS="ignore"),
+    )  # fmt: skip
+
+
+def test_measure_speed_times_ct2_next_to_fairseq_with_bleu_size_and_memory(toy, tmp_path):
+    out = tmp_path / "speed.json"
+    proc = _measure("--data", toy["data"], "--path", f"teacher={toy['teacher']}", "--ct2",
+                    "--bleu", "--memory", "--runs", "2", "--warmup", "0", "--num-sentences",
+                    "4", "--src-len", "6", "--quiet", "--json", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    rows = {(r["label"], r["engine"], r["precision"]): r for r in result["models"]}
+    assert set(rows) == {("teacher", "fairseq", "float32"), ("teacher", "ctranslate2", "float32"),
+                         ("teacher", "ctranslate2", "int8")}  # fmt: skip
+    for r in rows.values():
+        assert r["tokens_per_s"] > 0 and r["size_bytes"] > 0
+        assert r["peak_rss_kib"] >= r["baseline_rss_kib"] > 0
+        assert 0 <= r["bleu"] <= 100
+    f32, i8 = rows["teacher", "ctranslate2", "float32"], rows["teacher", "ctranslate2", "int8"]
+    assert i8["size_bytes"] < f32["size_bytes"]  # int8 weights on disk
+    # a ctranslate2 process holds neither torch nor fairseq
+    assert f32["baseline_rss_kib"] < rows["teacher", "fairseq", "float32"]["baseline_rss_kib"]
+    header = proc.stdout.splitlines()[2]
+    for column in ("Engine", "Size", "Peak RSS", "+Model", "Tokens/s", "BLEU"):
+        assert column in header
+
+
+def test_measure_speed_notes_models_that_ct2_cannot_express(toy, tmp_path):
+    from lightcompress.measure.speed import load_candidates, with_ct2
+
+    lf = make_checkpoint(toy["data"], str(tmp_path / "lf.pt"), "lightformer_iwslt_de_en",
+                         TINY + ["--lc-rank", "8", "--lc-embed-rank", "8",
+                                 "--lc-encoder-groups", "1"])  # fmt: skip
+    candidates = load_candidates([f"teacher={toy['teacher']}", f"lf={lf}"], data=toy["data"])
+    ct2, notes = with_ct2(candidates, str(tmp_path / "ct2"), threads=1)
+    assert [(c.label, c.engine, c.precision) for c in ct2] == [
+        ("teacher", "ctranslate2", "float32"), ("teacher", "ctranslate2", "int8")]  # fmt: skip
+    assert len(notes) == 1 and notes[0].startswith("lf: no CTranslate2 export")
+    assert "encoder.embed_tokens is a LowRankEmbedding" in notes[0]
+
+
+def test_measure_speed_ct2_dir_must_be_new_or_empty(toy, tmp_path, capsys):
+    from lightcompress.measure.speed import main
+
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    assert main(["--data", toy["data"], "--path", toy["teacher"], "--ct2",
+                 "--ct2-dir", str(tmp_path / "full")]) == 2  # fmt: skip
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"measure_speed: error: --ct2-dir {tmp_path / 'full'} must be a new or empty directory"
+    ]
+    assert main(["--data", toy["data"], "--path", toy["teacher"],
+                 "--ct2-dir", str(tmp_path / "new")]) == 2  # fmt: skip
+    assert "--ct2-dir needs --ct2" in capsys.readouterr().err
