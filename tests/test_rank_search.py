@@ -12,12 +12,13 @@ from harness import (
     generate,
     make_parallel_corpus,
     preprocess,
+    run_cli,
     tiny_arch_args,
     train,
 )
 from torch import nn
 
-from lightcompress.modules import CPLinear
+from lightcompress.modules import CPLinear, count_unique_params
 from lightcompress.modules.registry import ConfigError
 from lightcompress.search import (
     A2CAgent,
@@ -295,6 +296,8 @@ def test_search_in_fairseq_train_decides_and_its_checkpoint_decodes(data_bin, tm
 
     (model,), _ = checkpoint_utils.load_model_ensemble([ckpt])
     assert [layer.rank for layer in find_search_layers(model)] == ranks
+    counted = json.loads(run_cli("lightcompress-params", ["--path", ckpt]).stdout)
+    assert counted["total"] == records[-1]["params"] == count_unique_params(model)
 
 
 def test_killed_search_resumes_with_the_same_decisions(data_bin, tmp_path):

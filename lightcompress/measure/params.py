@@ -463,6 +463,50 @@ def report(
     return out
 
 
+def checkpoint_report(path: str, macs: bool = False) -> dict:
+    """The JSON report of ``lightcompress-params --path`` as a dict: the model a checkpoint
+    holds, built from its own flags and loaded strictly (so the counts are those of the
+    weights in the file)."""
+    import copy
+
+    from lightcompress.convert.core import (
+        ConversionError,
+        _model_args,
+        build_fairseq_model,
+        load_checkpoint_state,
+    )
+
+    _import_plugin()
+    try:
+        state = load_checkpoint_state(path)
+        args = copy.deepcopy(_model_args(state))
+    except ConversionError as exc:
+        raise ParamsError(str(exc)) from None
+    sd = state["model"]
+
+    def table_rows(side):  # a dense table's weight, or a low-rank table's (V, r) factor
+        for key in (f"{side}.embed_tokens.weight", f"{side}.embed_tokens.u"):
+            if key in sd:
+                return sd[key]
+        raise ParamsError(
+            f"{path}: no {side} embedding table whose size gives the dictionary "
+            "(a translation checkpoint with a dense or low-rank table is needed)"
+        )
+
+    src, tgt = table_rows("encoder"), table_rows("decoder")
+    try:
+        model = build_fairseq_model(args, src.shape[0], tgt.shape[0])
+        model.load_state_dict(sd, strict=True)
+    except (RuntimeError, ValueError) as exc:
+        raise ParamsError(f"{path}: the weights do not fit its architecture: {exc}") from None
+    arch = getattr(args, "arch", None) or getattr(args, "_name", None)
+    out = {"path": path, "arch": arch, "vocab_size": int(src.shape[0])}
+    out.update(count_parameters(model))
+    if macs:
+        out.update(count_macs(model, vocab_size=int(src.shape[0])))
+    return out
+
+
 def table(
     specs: Sequence[ModelSpec], vocab_size: int, share_all_embeddings: bool = True
 ) -> tuple[str, list[dict]]:
@@ -529,8 +573,12 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--vocab-size",
         type=int,
-        required=True,
-        help="joined dictionary size, specials included",
+        help="joined dictionary size, specials included (not with --path)",
+    )
+    p.add_argument(
+        "--path",
+        help="count a trained checkpoint instead (its architecture, flags and dictionary "
+        "sizes; CP layers at the ranks it holds, e.g. after a rank search)",
     )
     p.add_argument("--reference-arch", help="adds 'ratio' = reference total / total")
     p.add_argument(
@@ -557,6 +605,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _arg_parser()
     args, extra = parser.parse_known_args(argv)
     try:
+        if args.path:
+            if args.table or args.arch or extra or args.vocab_size or args.reference_arch:
+                raise ParamsError("--path counts one checkpoint: give no other model options")
+            out = checkpoint_report(args.path, args.macs)
+            print(json.dumps(out))
+            return 0
+        if args.vocab_size is None:
+            raise ParamsError("give --vocab-size N (or --path CHECKPOINT)")
         if args.table:
             if extra:
                 raise ParamsError(
