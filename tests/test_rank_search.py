@@ -4,6 +4,8 @@ import glob
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -298,6 +300,19 @@ def test_search_in_fairseq_train_decides_and_its_checkpoint_decodes(data_bin, tm
     assert [layer.rank for layer in find_search_layers(model)] == ranks
     counted = json.loads(run_cli("lightcompress-params", ["--path", ckpt]).stdout)
     assert counted["total"] == records[-1]["params"] == count_unique_params(model)
+    # the decisions plot
+    script = os.path.join(os.path.dirname(__file__), "..", "scripts", "plot_rank_search.py")
+    png = tmp_path / "search.png"
+    log = os.path.join(save, "rank_search.jsonl")
+    done = subprocess.run([sys.executable, script, log, "--out", str(png)], capture_output=True,
+                          text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"{len(records)} decisions" in done.stdout
+    bad = subprocess.run([sys.executable, script, ckpt, "--out", str(tmp_path / "b.png")],
+                         capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "b.png").exists()
 
 
 def test_killed_search_resumes_with_the_same_decisions(data_bin, tmp_path):
