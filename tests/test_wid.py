@@ -156,8 +156,12 @@ def test_identity_compactors_without_masks_reproduce_the_teacher():
 
 def test_expected_sparsity_tracks_the_linearly_warmed_target_under_the_lagrangian():
     targs, teacher = _teacher()
-    student = _student(targs, teacher, dawid_target_sparsity=0.4, dawid_sparsity_warmup=100)
-    params = [g.log_alpha for g in student.gates()] + list(student.lagrangian.parameters())
+    student = _student(
+        targs, teacher, dawid_target_sparsity=0.4, dawid_sparsity_warmup=100, dawid_gate_lr_scale=1
+    )
+    params = [p for g in student.gates() for p in g.parameters()] + list(
+        student.lagrangian.parameters()
+    )
     opt = torch.optim.Adam(params, lr=0.05)
     trace = []
     for step in range(300):
@@ -208,10 +212,11 @@ def _pruned_student(seed=0, flags=()):
     g = torch.Generator().manual_seed(seed + 7)
     with torch.no_grad():
         for gate in student.gates():
-            gate.log_alpha.copy_(torch.randn(gate.n, generator=g) * 2 + 1)
+            gate.set_log_alpha(torch.randn(gate.n, generator=g) * 2 + 1)
         # whole blocks removed: one FFN and one attention head
-        student.encoder.layers[1].blocks[1].sub.gate_layer.log_alpha.fill_(-5)
-        student.decoder.layers[0].blocks[0].sub.gate_head.log_alpha[0] = -5
+        student.encoder.layers[1].blocks[1].sub.gate_layer.set_log_alpha(-5)
+        head = student.decoder.layers[0].blocks[0].sub.gate_head
+        head.set_log_alpha(torch.cat([torch.tensor([-5.0]), head.log_alpha[1:]]))
         for name, p in student.named_parameters():  # compactors away from the identity
             if name.split(".")[-1] in ("c_in", "c_out", "c_q", "c_k", "c_v", "c_o"):
                 p.add_(0.2 * torch.randn(p.shape, generator=g))
@@ -292,18 +297,18 @@ def test_unknown_mask_levels_are_refused():
 def test_masks_removing_every_encoder_head_or_every_layer_are_refused_at_fusion():
     targs, _, student = _pruned_student(seed=5)
     for layer in student.encoder.layers:
-        layer.blocks[0].sub.gate_head.log_alpha.data.fill_(-5)
+        layer.blocks[0].sub.gate_head.set_log_alpha(-5)
     with pytest.raises(fuse.FusionError, match="every encoder self-attention head"):
         fuse_model(student, targs)
     for layer in student.encoder.layers:
-        layer.blocks[1].sub.gate_layer.log_alpha.data.fill_(-5)
+        layer.blocks[1].sub.gate_layer.set_log_alpha(-5)
     with pytest.raises(fuse.FusionError, match="every layer of the encoder"):
         fuse_model(student, targs)
 
 
 def test_a_site_without_any_dimension_is_refused_at_fusion():
     targs, _, student = _pruned_student(seed=6)
-    student.decoder.layers[0].blocks[1].site.gate.log_alpha.data.fill_(-10)
+    student.decoder.layers[0].blocks[1].site.gate.set_log_alpha(-10)
     with pytest.raises(fuse.FusionError, match="every hidden dimension of decoder layer 0"):
         fuse_model(student, targs)
 

@@ -152,8 +152,9 @@ def test_dawid_fuse_refuses_other_checkpoints_and_empty_models_writing_nothing(
     save_dir, _ = wid_student
     state = torch.load(os.path.join(save_dir, "checkpoint_last.pt"), map_location="cpu")
     for key in state["model"]:
-        if key.startswith("encoder.layers.") and key.endswith("gate_head.log_alpha"):
-            state["model"][key].fill_(-10.0)
+        if key.startswith("encoder.layers.") and key.endswith("gate_head.log_alpha_scaled"):
+            scale = state["model"][key.replace("log_alpha_scaled", "scale")]
+            state["model"][key].fill_(-10.0 / float(scale))
     bad = str(tmp_path / "headless.pt")
     torch.save(state, bad)
     assert cli_main(["dawid-fuse", "-i", bad, "-o", out]) == 2

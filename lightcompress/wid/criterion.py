@@ -20,7 +20,6 @@ sparsity (:func:`lightcompress.wid.fuse.expected_size`) and its linearly warmed 
 The teacher is the model's (``--dawid-teacher``), frozen; it is never part of a checkpoint.
 """
 
-
 import math
 from dataclasses import dataclass, field
 

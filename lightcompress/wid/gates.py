@@ -40,19 +40,46 @@ class HardConcreteGate(nn.Module):
     init_mean : float
         Mean of the initial ``log_alpha`` (std 0.01). CoFi: 10 (almost surely open) for hidden,
         head and layer gates, ``log(1 - 0.5) - log(0.5) = 0`` for FFN intermediate dimensions.
+    lr_scale : float
+        ``log_alpha`` trains at this multiple of the optimizer's learning rate.
     """
 
-    def __init__(self, n: int, level: str, init_mean: float = 10.0):
+    def __init__(self, n: int, level: str, init_mean: float = 10.0, lr_scale: float = 1.0):
         super().__init__()
         if n < 1:
             raise ValueError(f"a gate needs at least one entry, got {n}")
+        if not lr_scale > 0:
+            raise ValueError(f"the gates' learning-rate scale must be > 0, got {lr_scale}")
         self.level = level
-        self.log_alpha = nn.Parameter(torch.empty(n).normal_(init_mean, 1e-2))
+        # log_alpha = scale * log_alpha_scaled: with Adam (whose steps do not depend on the
+        # gradient's scale) this trains log_alpha at `scale` times the model's learning rate, as
+        # CoFi trains its L0 module with its own, larger learning rate
+        self.register_buffer("scale", torch.tensor(float(lr_scale)))
+        self.log_alpha_scaled = nn.Parameter(torch.empty(n).normal_(init_mean, 1e-2) / lr_scale)
         self.active = False  # set by the schedule; an inactive gate is all ones
 
     @property
+    def log_alpha(self) -> torch.Tensor:
+        """``log_alpha`` (n,)."""
+        return self.log_alpha_scaled * self.scale
+
+    @torch.no_grad()
+    def set_log_alpha(self, values) -> None:
+        """Set ``log_alpha`` (a tensor of n values, or one number)."""
+        self.log_alpha_scaled.copy_(torch.as_tensor(values, dtype=torch.float32) / self.scale)
+
+    @torch.no_grad()
+    def rescale(self, lr_scale: float) -> None:
+        """Change the learning-rate scale, keeping ``log_alpha``."""
+        if not lr_scale > 0:
+            raise ValueError(f"the gates' learning-rate scale must be > 0, got {lr_scale}")
+        values = self.log_alpha.detach().clone()
+        self.scale.fill_(float(lr_scale))
+        self.set_log_alpha(values)
+
+    @property
     def n(self) -> int:
-        return self.log_alpha.numel()
+        return self.log_alpha_scaled.numel()
 
     def cdf0(self) -> torch.Tensor:
         """``P(z == 0)`` per entry, (n,)."""
@@ -63,11 +90,11 @@ class HardConcreteGate(nn.Module):
     def score(self) -> torch.Tensor:
         """Expected openness ``1 - cdf(0)`` per entry (n,); ones while inactive."""
         if not self.active:
-            return torch.ones_like(self.log_alpha)
+            return torch.ones_like(self.log_alpha_scaled)
         return 1.0 - self.cdf0()
 
     def sample(self) -> torch.Tensor:
-        u = torch.empty_like(self.log_alpha).uniform_(_EPS, 1 - _EPS)
+        u = torch.empty_like(self.log_alpha_scaled).uniform_(_EPS, 1 - _EPS)
         s = torch.sigmoid((torch.log(u) - torch.log(1 - u) + self.log_alpha) / TEMPERATURE)
         return (s * (LIMIT_R - LIMIT_L) + LIMIT_L).clamp(0.0, 1.0)
 
@@ -92,12 +119,14 @@ class HardConcreteGate(nn.Module):
         """The mask fusion uses: deterministic while active, ones while inactive (n,)."""
         with torch.no_grad():
             if not self.active:
-                return torch.ones_like(self.log_alpha)
+                return torch.ones_like(self.log_alpha_scaled)
             return self.deterministic().detach().clone()
 
     @torch.no_grad()
     def constrain(self) -> None:
-        self.log_alpha.clamp_(*_LOG_ALPHA_RANGE)
+        low, high = _LOG_ALPHA_RANGE
+        scale = float(self.scale)
+        self.log_alpha_scaled.clamp_(low / scale, high / scale)
 
     def extra_repr(self) -> str:
         return f"n={self.n}, level={self.level!r}, active={self.active}"
@@ -116,9 +145,11 @@ class LagrangianSparsity(nn.Module):
         Final target sparsity ``t`` in [0, 1).
     warmup : int
         Updates over which the target rises linearly from 0 to ``target`` (0: at once).
+    lr_scale : float
+        The multipliers train at this multiple of the optimizer's learning rate.
     """
 
-    def __init__(self, target: float, warmup: int = 0):
+    def __init__(self, target: float, warmup: int = 0, lr_scale: float = 1.0):
         super().__init__()
         if not 0.0 <= target < 1.0:
             raise ValueError(f"the target sparsity must be in [0, 1), got {target}")
@@ -126,10 +157,21 @@ class LagrangianSparsity(nn.Module):
             raise ValueError(f"the sparsity warm-up must be >= 0 updates, got {warmup}")
         self.target = float(target)
         self.warmup = int(warmup)
-        self.lambda1 = nn.Parameter(torch.zeros(()))
-        self.lambda2 = nn.Parameter(torch.zeros(()))
-        for p in (self.lambda1, self.lambda2):
+        # lambda = scale * lambda_scaled: trained at `scale` times the model's learning rate
+        # (as the gates; CoFi trains both with its L0 learning rate)
+        self.register_buffer("scale", torch.tensor(float(lr_scale)))
+        self.lambda1_scaled = nn.Parameter(torch.zeros(()))
+        self.lambda2_scaled = nn.Parameter(torch.zeros(()))
+        for p in (self.lambda1_scaled, self.lambda2_scaled):
             p.register_hook(lambda g: -g)
+
+    @property
+    def lambda1(self) -> torch.Tensor:
+        return self.lambda1_scaled * self.scale
+
+    @property
+    def lambda2(self) -> torch.Tensor:
+        return self.lambda2_scaled * self.scale
 
     def target_at(self, pruned_updates: int) -> float:
         """The target after ``pruned_updates`` updates with the pruning objective on."""

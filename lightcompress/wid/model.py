@@ -214,6 +214,13 @@ class DAWIDModel(TransformerModel):
             metavar="N",
             help="updates after the dimension masks before the head and layer masks start",
         )
+        parser.add_argument(
+            "--dawid-gate-lr-scale",
+            type=float,
+            metavar="S",
+            help="the masks' log_alpha and the Lagrange multipliers train at S times --lr "
+            "(default 20; CoFi trains them at 0.01 while the model trains at 2e-5)",
+        )
         parser.add_argument("--dawid-train-weights", action="store_true", help="also train the teacher's weight matrices and embeddings (the paper freezes them)")  # fmt: skip
 
     @staticmethod
@@ -225,6 +232,8 @@ class DAWIDModel(TransformerModel):
         n = args.dawid_calib_tokens
         if n is None or n < 1:
             raise ConfigError(f"--dawid-calib-tokens must be >= 1, got {n}")
+        if not args.dawid_gate_lr_scale > 0:
+            raise ConfigError(f"--dawid-gate-lr-scale must be > 0, got {args.dawid_gate_lr_scale}")
         for key in ("dawid_distill_updates", "dawid_sparsity_warmup", "dawid_structure_updates"):
             if getattr(args, key) < 0:
                 raise ConfigError(
@@ -253,7 +262,11 @@ class DAWIDModel(TransformerModel):
         )
         for m in self.layer_map.values():
             nn.init.eye_(m.weight)
-        self.lagrangian = LagrangianSparsity(args.dawid_target_sparsity, args.dawid_sparsity_warmup)
+        self.lagrangian = LagrangianSparsity(
+            args.dawid_target_sparsity, args.dawid_sparsity_warmup, args.dawid_gate_lr_scale
+        )
+        for gate in self.gates():
+            gate.rescale(args.dawid_gate_lr_scale)
         self.register_buffer(
             "wid_teacher_config", _json_buffer(teacher_structure_args(teacher_args))
         )
@@ -454,6 +467,8 @@ def dawid_architecture(args):
     for key in ("dawid_distill_updates", "dawid_sparsity_warmup", "dawid_structure_updates"):
         setattr(args, key, 0 if getattr(args, key, None) is None else getattr(args, key))
     args.dawid_train_weights = bool(getattr(args, "dawid_train_weights", False))
+    if getattr(args, "dawid_gate_lr_scale", None) is None:
+        args.dawid_gate_lr_scale = 20.0
 
 
 # --------------------------------------------------------------------------------------------
