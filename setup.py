@@ -46,6 +46,7 @@ setup(
             "lightcompress-params=lightcompress.measure.params:cli_main",
             "lightcompress-convert=lightcompress.convert.cli:cli_main",
             "lightcompress-export-ct2=lightcompress.deploy.ct2:cli_main",
+            "lightcompress-translate=lightcompress.deploy.translate:cli_main",
         ],
     },
 )
