@@ -118,3 +118,47 @@ class CT2Runner:
             for i, r in zip(idx, results):
                 out[i] = [self._index(t) for t in r.hypotheses[0]]
         return out
+
+
+class FastRunner:
+    """lightcompress's fast path (:class:`lightcompress.deploy.generator.FastGenerator`) over
+    the fairseq model itself (float32 or int8-quantized), the same settings as fairseq."""
+
+    engine = "lightcompress"
+
+    def __init__(self, model, task, gen):
+        from lightcompress.deploy.generator import FastGenerator
+
+        self.model, self.task = model, task
+        self.model_max_positions = model.max_positions()
+        self.generator = FastGenerator(
+            model, task.target_dictionary, beam_size=gen.beam, len_penalty=gen.lenpen,
+            min_len=gen.min_len, max_len_a=gen.max_len_a, max_len_b=gen.max_len_b,
+        )  # fmt: skip
+        self.gen = gen
+
+    def _for(self, gen):
+        same = all(getattr(gen, k) == getattr(self.gen, k) for k in vars(self.gen))
+        return self if same else FastRunner(self.model, self.task, gen)
+
+    def prepare(self, sentences: Sequence[torch.Tensor], gen) -> list:
+        runner = self._for(gen)
+        return [(runner, s[None], torch.tensor([s.numel()])) for s in sentences]
+
+    def run_one(self, prepared) -> int:
+        runner, src, lengths = prepared
+        hyp = runner.generator.generate(src, lengths)[0][0]["tokens"]
+        eos = runner.generator.eos
+        n = int(hyp.numel())
+        return n - 1 if n and int(hyp[-1]) == eos else n
+
+    def translate(self, sentences: Sequence[torch.Tensor], gen, batch_size: int) -> list[list[int]]:
+        from lightcompress.deploy.translate import left_pad_batches
+
+        runner = self._for(gen)
+        out: list[list[int] | None] = [None] * len(sentences)
+        pad = self.task.source_dictionary.pad()
+        for idx, src, lengths in left_pad_batches(sentences, batch_size, pad):
+            for i, hyps in zip(idx, runner.generator.generate(src, lengths)):
+                out[i] = [t for t in hyps[0]["tokens"].tolist() if t != runner.generator.eos]
+        return out

@@ -117,16 +117,22 @@ def _child(job_path: str) -> dict:
         model.eval()
         if job["precision"] == "int8":
             model = quantize_model_int8(model, inplace=True)
-        generator = SequenceGenerator(
-            [model], tgt_dict, beam_size=gen.beam, len_penalty=gen.lenpen, min_len=gen.min_len,
-            max_len_a=gen.max_len_a, max_len_b=gen.max_len_b,
-        )  # fmt: skip
+        settings = {"beam_size": gen.beam, "len_penalty": gen.lenpen, "min_len": gen.min_len,
+                    "max_len_a": gen.max_len_a, "max_len_b": gen.max_len_b}  # fmt: skip
+        if job["engine"] == "lightcompress":
+            from lightcompress.deploy.generator import FastGenerator
+
+            fast = FastGenerator(model, tgt_dict, **settings)
+        else:
+            generator = SequenceGenerator([model], tgt_dict, **settings)
         with torch.inference_mode():
             for s in torch.load(job["sentences"]):
-                sample = {
-                    "net_input": {"src_tokens": s[None], "src_lengths": torch.tensor([s.numel()])}
-                }
-                generator.generate([model], sample)
+                lengths = torch.tensor([s.numel()])
+                if job["engine"] == "lightcompress":
+                    fast.generate(s[None], lengths)
+                else:
+                    sample = {"net_input": {"src_tokens": s[None], "src_lengths": lengths}}
+                    generator.generate([model], sample)
     # VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss over exec, so a child of a
     # large parent would report the parent's size
     peak = _status_kib("VmHWM")

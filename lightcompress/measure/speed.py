@@ -38,7 +38,9 @@ each model in float32 and int8. ``--bleu`` (needs ``--data``) translates the who
 with the same beam and length penalty (batches of ``--batch-size``; forced lengths are NOT
 applied) and reports sacreBLEU of the ``--post-process``-ed (e.g. BPE-removed) text; the table is
 followed by sacreBLEU's signature (``BLEU: sacreBLEU nrefs:1|case:mixed|...``).
-Engines, size, memory: ``--ct2`` exports every dense model (fairseq's Transformers, dense
+Engines, size, memory: ``--fast`` times every model also on lightcompress's fast path
+(:class:`lightcompress.deploy.generator.FastGenerator`: fairseq's search and results, a lean
+decoder step over the model's own, compressed modules). ``--ct2`` exports every dense model (fairseq's Transformers, dense
 plugin architectures; :mod:`lightcompress.deploy.ct2`) to CTranslate2 and times it in float32
 and int8 (int8 weights on disk, CTranslate2's int8 GEMMs) next to the fairseq rows, on the same
 sentences with the same beam, length penalty and output lengths (:mod:`lightcompress.measure.engines`);
@@ -391,6 +393,24 @@ def with_ct2(
                           size_bytes=directory_bytes(target))
             )  # fmt: skip
     return out, notes
+
+
+def with_fast(candidates: Sequence[Candidate], gen_args: Namespace) -> list[Candidate]:
+    """After each fairseq candidate (float32 or int8), the same model on lightcompress's fast
+    path (:class:`lightcompress.deploy.generator.FastGenerator`)."""
+    from lightcompress.measure.engines import FastRunner
+
+    out = []
+    for c in candidates:
+        out.append(c)
+        if c.engine == "fairseq":
+            out.append(
+                Candidate(c.label, c.source, c.model, c.task, c.params, c.precision,
+                          c.random_weights, c.args, engine="lightcompress",
+                          runner=FastRunner(c.model, c.task, gen_args), model_args=c.model_args,
+                          float_model=c.float_model)
+            )  # fmt: skip
+    return out
 
 
 def directory_bytes(path: str) -> int:
@@ -821,6 +841,12 @@ def _arg_parser() -> argparse.ArgumentParser:
         "(lightcompress.deploy.ct2); compressed models are listed as not exportable",
     )
     e.add_argument(
+        "--fast",
+        action="store_true",
+        help="also time every model on lightcompress's fast path (lightcompress.deploy: "
+        "fairseq's beam search and results, lean decoder step), float32 and int8 alike",
+    )
+    e.add_argument(
         "--ct2-dir",
         help="keep the CTranslate2 exports in this (new or empty) directory instead of a "
         "temporary one",
@@ -975,6 +1001,8 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
         beam=args.beam, lenpen=args.lenpen, min_len=min_len, max_len_a=max_len_a,
         max_len_b=max_len_b,
     )  # fmt: skip
+    if args.fast:
+        candidates = with_fast(candidates, gen_args)
     records = measure(
         candidates, _samples(sentences), gen_args, args.runs, args.warmup, args.trim, log
     )

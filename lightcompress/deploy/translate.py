@@ -1,0 +1,275 @@
+"""Translating raw text with a checkpoint on the fast path: a Python API and ``lightcompress-translate``.
+
+::
+
+    from lightcompress.deploy import Translator
+
+    t = Translator("ckpt/checkpoint_best.pt", data="data-bin/demo",
+                   spm="data/demo/spm/spm.model", beam=5, batch_size=32, threads=2)
+    t.translate(["Die Datei konnte nicht gelesen werden.", ""])   # -> ["...", ""]
+
+    lightcompress-translate --path ckpt.pt --data data-bin/demo --spm spm.model < in.de > out.en
+
+Text goes through fairseq's own encoders as in ``fairseq-interactive`` and the hub interface:
+the tokenizer (``moses``, or none), the subword model (``--spm`` sentencepiece, or subword-nmt
+``--bpe-codes``), the source dictionary; hypotheses are turned back into text the other way
+round. Translation runs on :class:`~lightcompress.deploy.generator.FastGenerator` (fairseq's
+beam search and results, lean decoder step, the checkpoint's compressed weights as they are),
+in batches of ``batch_size`` sentences of similar length, on ``threads`` CPU threads; ``int8``
+quantizes every linear map first (:func:`lightcompress.measure.quantize.quantize_model_int8`).
+Empty (or blank) lines give empty translations. Every input error (a missing file, a
+sentencepiece model that does not load, dictionaries that do not fit the checkpoint) is a
+:class:`TranslateError` with one line; the command prints it and exits with status 2, writing
+no output file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from argparse import Namespace
+from collections.abc import Iterable, Iterator, Sequence
+
+import torch
+
+__all__ = ["TranslateError", "Translator", "left_pad_batches", "main"]
+
+
+class TranslateError(ValueError):
+    """An input the translator cannot use (one line for the user)."""
+
+
+def left_pad_batches(
+    sentences: Sequence[torch.Tensor], batch_size: int, pad: int
+) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
+    """Batches of at most ``batch_size`` sentences of similar length (longest first), left-padded
+    as fairseq pads sources: ``(indices, src_tokens [B x S], src_lengths [B])``."""
+    order = sorted(range(len(sentences)), key=lambda i: (-sentences[i].numel(), i))
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        length = max(sentences[i].numel() for i in idx)
+        src = torch.full((len(idx), length), pad, dtype=torch.long)
+        for row, i in enumerate(idx):
+            s = sentences[i]
+            src[row, length - s.numel() :] = s
+        yield idx, src, torch.tensor([sentences[i].numel() for i in idx])
+
+
+def _file(path: str | None, what: str) -> None:
+    if path is not None and not os.path.isfile(path):
+        raise TranslateError(f"{what} not found: {path}")
+
+
+class Translator:
+    """A checkpoint ready to translate raw text (see the module notes).
+
+    Parameters
+    ----------
+    checkpoint : str
+        A fairseq checkpoint of any translation architecture (fairseq's or the plugin's).
+    data : str
+        The directory with the dictionaries the model was trained with (``dict.<lang>.txt``).
+    spm : str, optional
+        A sentencepiece model (``--bpe sentencepiece``).
+    bpe_codes : str, optional
+        subword-nmt BPE codes (``--bpe subword_nmt``); with ``tokenizer="moses"`` as the
+        papers' recipes do.
+    tokenizer : str, optional
+        ``"moses"`` (needs ``source_lang`` / ``target_lang``) or ``None``.
+    beam, lenpen, max_len_a, max_len_b, min_len
+        Generation settings, as fairseq's flags.
+    batch_size : int
+        Sentences per batch.
+    threads : int
+        torch CPU threads.
+    int8 : bool
+        Dynamic int8 quantization of every linear map.
+    """
+
+    def __init__(self, checkpoint: str, data: str, spm: str | None = None,
+                 bpe_codes: str | None = None, tokenizer: str | None = None,
+                 source_lang: str | None = None, target_lang: str | None = None, beam: int = 5,
+                 lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200,
+                 min_len: int = 1, batch_size: int = 32, threads: int = 1,
+                 int8: bool = False):  # fmt: skip
+        for name, value in (("beam", beam), ("batch_size", batch_size), ("threads", threads),
+                            ("min_len", min_len)):  # fmt: skip
+            if value < 1:
+                raise TranslateError(f"{name} must be >= 1, got {value}")
+        if spm is not None and bpe_codes is not None:
+            raise TranslateError("give a sentencepiece model or BPE codes, not both")
+        if tokenizer not in (None, "moses"):
+            raise TranslateError(f"tokenizer must be 'moses' or none, got {tokenizer!r}")
+        _file(checkpoint, "checkpoint")
+        _file(spm, "sentencepiece model")
+        _file(bpe_codes, "BPE codes")
+        if not data or not os.path.isdir(data):
+            raise TranslateError(f"data directory not found: {data}")
+        import lightcompress  # noqa: F401  (plugin architectures; checkpoints load)
+        from lightcompress.measure.speed import SpeedError, load_checkpoint
+
+        torch.set_num_threads(threads)
+        self.batch_size = batch_size
+        self.tokenizer = self.bpe = None
+        self._build_encoders(spm, bpe_codes, tokenizer, source_lang, target_lang)
+        try:
+            model, task, _args = load_checkpoint(checkpoint, data)
+        except SpeedError as exc:
+            message = str(exc)
+            if "size mismatch" in message:
+                message = (
+                    f"the dictionaries in {data} do not fit {checkpoint} (its embedding or "
+                    "output tables have another size): give the data directory the model was "
+                    "trained with"
+                )
+            raise TranslateError(message) from None
+        if int8:
+            from lightcompress.measure.quantize import quantize_model_int8
+
+            model = quantize_model_int8(model, inplace=True)
+        self.model, self.task = model, task
+        self.src_dict, self.tgt_dict = task.source_dictionary, task.target_dictionary
+        from lightcompress.deploy.generator import FastGenerator
+
+        self.generator = FastGenerator(
+            model, self.tgt_dict, beam_size=beam, len_penalty=lenpen, min_len=min_len,
+            max_len_a=max_len_a, max_len_b=max_len_b,
+        )  # fmt: skip
+
+    def _build_encoders(self, spm, bpe_codes, tokenizer, source_lang, target_lang) -> None:
+        from fairseq.data import encoders
+
+        if tokenizer == "moses":
+            if not source_lang or not target_lang:
+                raise TranslateError("the moses tokenizer needs source_lang and target_lang")
+            self.tokenizer = encoders.build_tokenizer(
+                Namespace(tokenizer="moses", source_lang=source_lang, target_lang=target_lang,
+                          moses_no_dash_splits=False, moses_no_escape=False)
+            )  # fmt: skip
+        try:
+            if spm is not None:
+                self.bpe = encoders.build_bpe(
+                    Namespace(bpe="sentencepiece", sentencepiece_model=spm,
+                              sentencepiece_enable_sampling=False, sentencepiece_alpha=None)
+                )  # fmt: skip
+            elif bpe_codes is not None:
+                self.bpe = encoders.build_bpe(
+                    Namespace(bpe="subword_nmt", bpe_codes=bpe_codes, bpe_separator="@@")
+                )
+        except (RuntimeError, OSError, ValueError) as exc:
+            what = "sentencepiece model" if spm is not None else "BPE codes"
+            detail = " ".join(str(exc).split())[:200]
+            raise TranslateError(f"cannot load the {what} {spm or bpe_codes}: {detail}") from None
+
+    def encode(self, line: str) -> torch.Tensor:
+        """Source ids (ending with EOS) of one raw line."""
+        if self.tokenizer is not None:
+            line = self.tokenizer.encode(line)
+        if self.bpe is not None:
+            line = self.bpe.encode(line)
+        return self.src_dict.encode_line(line, add_if_not_exist=False, append_eos=True).long()
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        """Raw text of target ids (EOS excluded)."""
+        text = self.tgt_dict.string(torch.tensor(list(tokens), dtype=torch.long))
+        if self.bpe is not None:
+            text = self.bpe.decode(text)
+        if self.tokenizer is not None:
+            text = self.tokenizer.decode(text)
+        return text
+
+    def translate_ids(self, sentences: Sequence[torch.Tensor]) -> list[list[int]]:
+        """Best hypothesis (target ids, no EOS) of every source id tensor."""
+        out: list[list[int]] = [[] for _ in sentences]
+        eos = self.tgt_dict.eos()
+        for idx, src, lengths in left_pad_batches(sentences, self.batch_size, self.src_dict.pad()):
+            for i, hyps in zip(idx, self.generator.generate(src, lengths)):
+                out[i] = [t for t in hyps[0]["tokens"].tolist() if t != eos]
+        return out
+
+    def translate(self, lines: Iterable[str]) -> list[str]:
+        """Translations of ``lines`` in order; an empty or blank line gives ``""``."""
+        lines = [line.rstrip("\n") for line in lines]
+        todo = [i for i, line in enumerate(lines) if line.strip()]
+        ids = self.translate_ids([self.encode(lines[i]) for i in todo])
+        out = [""] * len(lines)
+        for i, hyp in zip(todo, ids):
+            out[i] = self.decode(hyp)
+        return out
+
+
+def _arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="lightcompress-translate",
+        description="Translate raw text (one sentence per line) with a fairseq checkpoint of "
+        "any lightcompress or fairseq translation architecture, on the fast path "
+        "(fairseq's beam search and results, compressed weights kept).",
+    )
+    p.add_argument("--path", required=True, help="checkpoint")
+    p.add_argument("--data", required=True, help="directory with the model's dictionaries")
+    p.add_argument("--spm", help="sentencepiece model of the data")
+    p.add_argument("--bpe-codes", help="subword-nmt BPE codes of the data")
+    p.add_argument("--tokenizer", choices=["moses"], help="Moses tokenization (with --bpe-codes)")
+    p.add_argument("-s", "--source-lang", help="source language (moses)")
+    p.add_argument("-t", "--target-lang", help="target language (moses)")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--lenpen", type=float, default=1.0)
+    p.add_argument("--max-len-a", type=float, default=0.0, help="as fairseq's (default 0)")
+    p.add_argument("--max-len-b", type=int, default=200, help="as fairseq's (default 200)")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    p.add_argument("--int8", action="store_true", help="dynamic int8 quantization first")
+    p.add_argument("-i", "--input", help="input file (default: standard input)")
+    p.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arg_parser().parse_args(argv)
+    prog = "lightcompress-translate"
+    try:
+        if args.output is not None:
+            from lightcompress.io import output_error
+
+            message = output_error(args.output, "--output")
+            if message:
+                raise TranslateError(message)
+        _file(args.input, "input file")
+        translator = Translator(
+            args.path, args.data, spm=args.spm, bpe_codes=args.bpe_codes,
+            tokenizer=args.tokenizer, source_lang=args.source_lang, target_lang=args.target_lang,
+            beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
+            max_len_b=args.max_len_b, batch_size=args.batch_size, threads=args.threads,
+            int8=args.int8,
+        )  # fmt: skip
+        try:
+            if args.input is None:
+                lines = sys.stdin.read().splitlines()
+            else:
+                with open(args.input, encoding="utf-8") as f:
+                    lines = f.read().splitlines()
+        except UnicodeDecodeError as exc:
+            raise TranslateError(f"the input is not UTF-8 text ({exc.reason})") from None
+        out = translator.translate(lines)
+    except TranslateError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    text = "".join(line + "\n" for line in out)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        from lightcompress.io import atomic_write
+
+        with atomic_write(args.output) as f:
+            f.write(text)
+    return 0
+
+
+def cli_main() -> None:
+    import logging
+    import warnings
+
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    sys.exit(main())
