@@ -326,3 +326,27 @@ def test_a_teacher_of_another_architecture_is_refused(change, why):
         setattr(targs, key, value)
     with pytest.raises(ConfigError, match=why):
         check_teacher(targs, "--dawid-teacher t.pt")
+
+
+def test_the_training_model_and_criterion_run_in_half_precision():
+    """fairseq --fp16 halves the model: the masks follow the activations' dtype, the expected
+    sparsity and the losses stay float32 (a 30M-parameter count overflows fp16)."""
+    from lightcompress.build import NoDataTask, dictionary_of_size
+    from lightcompress.wid.criterion import DAWIDCriterion
+
+    _, teacher, student = _pruned_student(seed=8)
+    student.train().half()
+    student.set_teacher(teacher.half())
+    criterion = DAWIDCriterion(NoDataTask(dictionary_of_size(VOCAB)), 0.5, 2.0)
+    src, lengths, prev = _batch()
+    sample = {
+        "net_input": {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev},
+        "target": prev,
+        "ntokens": int(prev.ne(1).sum()),
+    }
+    loss, size, _ = criterion(student, sample)
+    assert loss.dtype == torch.float32 and torch.isfinite(loss) and size == sample["ntokens"]
+    assert student.expected_sparsity().dtype == torch.float32
+    loss.backward()
+    grad = student.encoder.layers[0].blocks[0].site.gate.log_alpha_scaled.grad
+    assert grad is not None and grad.dtype == torch.float16 and torch.isfinite(grad).all()

@@ -49,7 +49,7 @@ class DAWIDCriterionConfig(FairseqDataclass):
 
 def _masked_mse(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """Mean squared error over the positions ``keep`` (T, B) and the features."""
-    diff = (a - b.to(a)) ** 2
+    diff = (a.float() - b.float()) ** 2
     return (diff * keep.unsqueeze(-1)).sum() / (keep.sum().clamp_min(1) * a.shape[-1])
 
 
@@ -58,7 +58,7 @@ def layer_distillation(student_states, teacher_states, keep, layer_map):
 
     ``student_states`` / ``teacher_states``: the outputs of the layers, (T, B, d) each;
     ``keep``: (T, B) bool, non-padding positions."""
-    keep = keep.to(student_states[0].dtype)
+    keep = keep.float()
     total, mapping = 0.0, []
     for i, hs in enumerate(student_states):
         mapped = layer_map(hs)

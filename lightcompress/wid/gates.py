@@ -60,8 +60,8 @@ class HardConcreteGate(nn.Module):
 
     @property
     def log_alpha(self) -> torch.Tensor:
-        """``log_alpha`` (n,)."""
-        return self.log_alpha_scaled * self.scale
+        """``log_alpha`` (n,), in float32 (also when the model trains in fp16)."""
+        return self.log_alpha_scaled.float() * self.scale.float()
 
     @torch.no_grad()
     def set_log_alpha(self, values) -> None:
@@ -90,11 +90,11 @@ class HardConcreteGate(nn.Module):
     def score(self) -> torch.Tensor:
         """Expected openness ``1 - cdf(0)`` per entry (n,); ones while inactive."""
         if not self.active:
-            return torch.ones_like(self.log_alpha_scaled)
+            return torch.ones_like(self.log_alpha_scaled, dtype=torch.float32)
         return 1.0 - self.cdf0()
 
     def sample(self) -> torch.Tensor:
-        u = torch.empty_like(self.log_alpha_scaled).uniform_(_EPS, 1 - _EPS)
+        u = torch.empty_like(self.log_alpha_scaled, dtype=torch.float32).uniform_(_EPS, 1 - _EPS)
         s = torch.sigmoid((torch.log(u) - torch.log(1 - u) + self.log_alpha) / TEMPERATURE)
         return (s * (LIMIT_R - LIMIT_L) + LIMIT_L).clamp(0.0, 1.0)
 
@@ -109,17 +109,19 @@ class HardConcreteGate(nn.Module):
             soft = soft.index_fill(0, idx, 0.0)
         return soft
 
-    def forward(self) -> torch.Tensor | None:
-        """The mask to multiply with, (n,); ``None`` while inactive (nothing to multiply)."""
+    def forward(self, dtype: torch.dtype | None = None) -> torch.Tensor | None:
+        """The mask to multiply with, (n,) (in ``dtype``, default float32); ``None`` while
+        inactive (nothing to multiply)."""
         if not self.active:
             return None
-        return self.sample() if self.training else self.deterministic()
+        z = self.sample() if self.training else self.deterministic()
+        return z if dtype is None else z.to(dtype)
 
     def final(self) -> torch.Tensor:
         """The mask fusion uses: deterministic while active, ones while inactive (n,)."""
         with torch.no_grad():
             if not self.active:
-                return torch.ones_like(self.log_alpha_scaled)
+                return torch.ones_like(self.log_alpha_scaled, dtype=torch.float32)
             return self.deterministic().detach().clone()
 
     @torch.no_grad()
@@ -167,11 +169,11 @@ class LagrangianSparsity(nn.Module):
 
     @property
     def lambda1(self) -> torch.Tensor:
-        return self.lambda1_scaled * self.scale
+        return self.lambda1_scaled.float() * self.scale.float()
 
     @property
     def lambda2(self) -> torch.Tensor:
-        return self.lambda2_scaled * self.scale
+        return self.lambda2_scaled.float() * self.scale.float()
 
     def target_at(self, pruned_updates: int) -> float:
         """The target after ``pruned_updates`` updates with the pruning objective on."""

@@ -87,7 +87,7 @@ class LayerNormSite(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         """(T, B, d) -> (T, B, d)."""
-        z = self.gate()
+        z = self.gate(h.dtype)
         u = F.linear(h, self.c_in)
         keep = None
         if z is not None:
@@ -137,7 +137,7 @@ class MaskedAttention(nn.Module):
     def forward(self, query, key, key_padding_mask=None, attn_mask=None):
         """query (Tq, B, d), key (Tk, B, d_kv) -> (Tq, B, d)."""
         h, dh = self.num_heads, self.head_dim
-        z_layer = self.gate_layer()
+        z_layer = self.gate_layer(query.dtype)
         q = self._heads(self.q_proj(query)) / math.sqrt(dh)
         k = self._heads(self.k_proj(key))
         v = self._heads(self.v_proj(key))
@@ -145,7 +145,7 @@ class MaskedAttention(nn.Module):
         q = torch.einsum("bhti,hji->bhtj", q, self.c_q)
         k = torch.einsum("bhti,hji->bhtj", k, self.c_k)
         v = torch.einsum("bhti,hji->bhtj", v, self.c_v)
-        z_qk, z_vo = self.gate_qk(), self.gate_vo()
+        z_qk, z_vo = self.gate_qk(q.dtype), self.gate_vo(q.dtype)
         if z_qk is not None:
             q = q * z_qk.view(1, h, 1, dh)
         if z_vo is not None:
@@ -160,7 +160,7 @@ class MaskedAttention(nn.Module):
         )
         ctx = probs @ v  # [B x H x Tq x dh]
         ctx = torch.einsum("bhtj,hij->bhti", ctx, self.c_o)
-        z_head = self.gate_head()
+        z_head = self.gate_head(ctx.dtype)
         if z_head is not None:
             ctx = ctx * z_head.view(1, h, 1, 1)
         b, _, tq, _ = ctx.shape
@@ -186,9 +186,9 @@ class MaskedFFN(nn.Module):
 
     def forward(self, x):
         """(T, B, d) -> (T, B, d)."""
-        z_layer = self.gate_layer()
+        z_layer = self.gate_layer(x.dtype)
         a = self.activation_fn(self.fc1(x))
-        z = self.gate_ffn()
+        z = self.gate_ffn(a.dtype)
         if z is not None:
             a = a * z
         a = F.dropout(a, self.activation_dropout, self.training)
