@@ -1,4 +1,5 @@
-"""``lightcompress-convert dawid-fuse``: a DA-WID training checkpoint -> an ordinary smaller model.
+"""``lightcompress-convert dawid-fuse``: a DA-WID training checkpoint -> an ordinary smaller model
+(translation: ``--arch dawid`` -> ``dawid_fused``; RoBERTa: ``dawid_roberta`` -> ``dawid_roberta_fused``).
 
 ::
 
@@ -63,29 +64,44 @@ def _check_output(opts):
 
 
 def _check_equivalence(student, fused) -> float:
-    """Largest |fused - training model| logit difference on a random batch (relative)."""
+    """Largest |fused - training model| output difference on a random batch (relative to the
+    largest output): teacher-forced logits of a translation model, every classification head's
+    outputs and the LM head's of a RoBERTa."""
     import torch
 
     from lightcompress.convert.core import ConversionError
 
     gen = torch.Generator().manual_seed(0)
-    vocab = student.encoder.embed_tokens.weight.shape[0]
     nspecial = 4
-    src = torch.randint(nspecial, vocab, (2, 9), generator=gen)
-    prev = torch.randint(
-        nspecial, student.decoder.embed_tokens.weight.shape[0], (2, 7), generator=gen
-    )
-    prev[:, 0] = student.decoder.dictionary.eos() if hasattr(student.decoder, "dictionary") else 2
-    lengths = torch.full((2,), 9, dtype=torch.long)
+    worst = 0.0
     with torch.no_grad():
-        a = student(src, lengths, prev)[0]
-        b = fused(src, lengths, prev)[0]
-    rel = float((a - b).abs().max() / a.abs().max().clamp_min(1e-6))
-    if rel > _TOLERANCE:
+        if hasattr(student, "decoder"):
+            vocab = student.encoder.embed_tokens.weight.shape[0]
+            src = torch.randint(nspecial, vocab, (2, 9), generator=gen)
+            tgt_vocab = student.decoder.embed_tokens.weight.shape[0]
+            prev = torch.randint(nspecial, tgt_vocab, (2, 7), generator=gen)
+            prev[:, 0] = student.decoder.dictionary.eos()
+            lengths = torch.full((2,), 9, dtype=torch.long)
+            pairs = [(student(src, lengths, prev)[0], fused(src, lengths, prev)[0])]
+        else:
+            vocab = student.encoder.sentence_encoder.embed_tokens.weight.shape[0]
+            src = torch.randint(nspecial, vocab, (2, 9), generator=gen)
+            src[:, 0] = student.encoder.dictionary.bos()
+            pairs = [(student(src)[0], fused(src)[0])]
+            for name in student.classification_heads:
+                pairs.append(
+                    (
+                        student(src, classification_head_name=name)[0],
+                        fused(src, classification_head_name=name)[0],
+                    )
+                )
+    for a, b in pairs:
+        worst = max(worst, float((a - b).abs().max() / a.abs().max().clamp_min(1e-6)))
+    if worst > _TOLERANCE:
         raise ConversionError(
-            f"internal error: the fused model differs from the training model (relative {rel:.2e})"
+            f"internal error: the fused model differs from the training model (relative {worst:.2e})"
         )
-    return rel
+    return worst
 
 
 def fuse_checkpoint(argv=None, out=None):
@@ -103,19 +119,25 @@ def fuse_checkpoint(argv=None, out=None):
     from lightcompress.modules.registry import ConfigError
     from lightcompress.wid.fuse import FusionError
     from lightcompress.wid.model import DAWIDModel, fuse_model
+    from lightcompress.wid.roberta import DAWIDRobertaModel, fuse_roberta
 
     opts = get_parser().parse_args(argv)
     _check_output(opts)
     state = load_checkpoint_state(opts.input)
     args = _model_args(state)
     arch = getattr(args, "arch", None) or (args.get("arch") if isinstance(args, dict) else None)
-    if arch != "dawid" or "wid_teacher_config" not in state["model"]:
+    if arch not in ("dawid", "dawid_roberta") or "wid_teacher_config" not in state["model"]:
         raise ConversionError(
-            f"{opts.input} is not a DA-WID training checkpoint (arch {arch!r}; train with --arch dawid)"
+            f"{opts.input} is not a DA-WID training checkpoint (arch {arch!r}; train with "
+            "--arch dawid or dawid_roberta)"
         )
     try:
-        student, targs = DAWIDModel.rebuild(state)
-        fused, fargs, shapes = fuse_model(student, targs)
+        if arch == "dawid":
+            student, targs = DAWIDModel.rebuild(state)
+            fused, fargs, shapes = fuse_model(student, targs)
+        else:
+            student, targs = DAWIDRobertaModel.rebuild(state)
+            fused, fargs, shapes = fuse_roberta(student, targs)
     except FusionError as exc:
         raise ConversionError(str(exc)) from None
     except (ConfigError, RuntimeError) as exc:
@@ -123,11 +145,14 @@ def fuse_checkpoint(argv=None, out=None):
     rel = _check_equivalence(student, fused)
 
     counts = count_parameters(fused)
-    body = counts["encoder"] + counts["decoder"]
+    if arch == "dawid":
+        body = counts["encoder"] + counts["decoder"]  # non-embedding parameters
+    else:  # RoBERTa: the layers, the paper's count after CoFi
+        body = sum(p.numel() for p in fused.encoder.sentence_encoder.layers.parameters())
     teacher = student.teacher_size()
     if not opts.quiet:
         for part in ("encoder", "decoder"):
-            for i, layer in enumerate(shapes[part]["layers"]):
+            for i, layer in enumerate(shapes.get(part, {"layers": []})["layers"]):
                 desc = []
                 for s in layer:
                     if s["kind"] == "ffn":
@@ -152,13 +177,14 @@ def fuse_checkpoint(argv=None, out=None):
             raise
     except OSError as exc:
         raise ConversionError(f"cannot write {opts.output}: {exc}") from None
-    vocab = fused.encoder.embed_tokens.weight.shape[0]
+    what = "non-embedding" if arch == "dawid" else "encoder-layer"
     print(
-        f"fused {opts.input} -> {opts.output} (dawid_fused): {body:,} non-embedding parameters "
+        f"fused {opts.input} -> {opts.output} ({fargs.arch}): {body:,} {what} parameters "
         f"(teacher {teacher:,}, sparsity {1 - body / teacher:.3f}), {counts['total']:,} in total",
         file=out,
     )
-    if not opts.quiet:
+    if not opts.quiet and arch == "dawid":
+        vocab = fused.encoder.embed_tokens.weight.shape[0]
         print(
             f"count it with: lightcompress-params --arch dawid_fused --vocab-size {vocab} "
             f'--dawid-shapes "$(cat {shapes_path})"',

@@ -5,10 +5,12 @@
 - :mod:`~lightcompress.wid.masked`: the training-time layers (compactors + masks);
 - :mod:`~lightcompress.wid.fused`: the fused layers (per-layer and per-head widths);
 - :mod:`~lightcompress.wid.fuse`: expected / final size and fusion;
-- :mod:`~lightcompress.wid.model`: the fairseq models ``dawid`` and ``dawid_fused``;
+- :mod:`~lightcompress.wid.model`: the fairseq models ``dawid`` and ``dawid_fused`` (translation);
+- :mod:`~lightcompress.wid.roberta`: ``dawid_roberta`` and ``dawid_roberta_fused``
+  (``sentence_prediction``);
 - :mod:`~lightcompress.wid.criterion`: the ``dawid`` criterion (KL + layer MSE + Lagrangian).
 
 Importing this package registers the models and the criterion with fairseq.
 """
 
-from lightcompress.wid import criterion, model  # noqa: F401  (registration)
+from lightcompress.wid import criterion, model, roberta  # noqa: F401  (registration)

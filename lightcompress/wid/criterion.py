@@ -84,9 +84,12 @@ class DAWIDCriterion(FairseqCriterion):
 
     def forward(self, model, sample, reduce=True):
         from lightcompress.wid.model import DAWIDModel
+        from lightcompress.wid.roberta import DAWIDRobertaModel
 
+        if isinstance(model, DAWIDRobertaModel):
+            return self.forward_sentence(model, sample)
         if not isinstance(model, DAWIDModel):
-            raise ConfigError("--criterion dawid trains an --arch dawid model")
+            raise ConfigError("--criterion dawid trains an --arch dawid or dawid_roberta model")
         teacher = model.teacher_on_device()
         net = sample["net_input"]
         enc = model.encoder(
@@ -136,21 +139,66 @@ class DAWIDCriterion(FairseqCriterion):
             "kl": float(kl.detach()),
             "layer": float(layer_loss.detach()) * ntokens,
         }
-        if model.pruning_on():
-            expected = model.expected_sparsity()
-            target_s = model.target_sparsity()
-            lagrangian = model.lagrangian(expected, target_s)
-            loss = loss + lagrangian * ntokens
-            logging_output.update(
-                lagrangian=float(lagrangian.detach()) * ntokens,
-                expected_sparsity=float(expected.detach()) * ntokens,
-                target_sparsity=target_s * ntokens,
-                lambda1=float(model.lagrangian.lambda1.detach()) * ntokens,
-                lambda2=float(model.lagrangian.lambda2.detach()) * ntokens,
-                pruning_tokens=ntokens,
-            )
+        loss = self._prune(model, loss, ntokens, logging_output)
         logging_output["loss"] = float(loss.detach())
         return loss, ntokens, logging_output
+
+    def _prune(self, model, loss, count, logging_output):
+        """Add the Lagrangian (Eq. 13) once a mask level is on, weighted by ``count``."""
+        if not model.pruning_on():
+            return loss
+        expected = model.expected_sparsity()
+        target_s = model.target_sparsity()
+        lagrangian = model.lagrangian(expected, target_s)
+        logging_output.update(
+            lagrangian=float(lagrangian.detach()) * count,
+            expected_sparsity=float(expected.detach()) * count,
+            target_sparsity=target_s * count,
+            lambda1=float(model.lagrangian.lambda1.detach()) * count,
+            lambda2=float(model.lagrangian.lambda2.detach()) * count,
+            pruning_tokens=count,
+        )
+        return loss + lagrangian * count
+
+    def forward_sentence(self, model, sample):
+        """RoBERTa with ``sentence_prediction``: per sentence, ``lambda * KL`` of the class
+        distributions (MSE of the outputs for a one-output regression head, as CoFi distils
+        STS-B) ``+ (1 - lambda) * L_layer + L_prune``."""
+        head = self.task.cfg.classification_head_name if hasattr(self.task, "cfg") else None
+        head = head or "sentence_classification_head"
+        teacher = model.teacher_on_device()
+        src = sample["net_input"]["src_tokens"]
+        feats, extra = model.encoder.extract_features(src, return_all_hiddens=True)
+        logits = model.classification_heads[head](feats)
+        with torch.no_grad():
+            t_feats, t_extra = teacher.encoder.extract_features(src, return_all_hiddens=True)
+            t_logits = teacher.classification_heads[head](t_feats)
+        nsent = src.size(0)
+        if logits.size(-1) == 1:  # regression (STS-B: --regression-target --num-classes 1)
+            pred = ((logits.float() - t_logits.float()) ** 2).sum()
+        else:
+            t = self.temperature
+            s_lp = F.log_softmax(logits.float() / t, dim=-1)
+            t_lp = F.log_softmax(t_logits.float() / t, dim=-1)
+            pred = (t_lp.exp() * (t_lp - s_lp)).sum() * (t * t)
+        keep = src.ne(model.encoder.dictionary.pad()).t()
+        layer_loss, _ = layer_distillation(
+            extra["inner_states"][1:], t_extra["inner_states"][1:], keep, model.layer_map["encoder"]
+        )
+        loss = self.lam * pred + (1.0 - self.lam) * layer_loss * nsent
+        logging_output = {
+            "ntokens": sample["ntokens"],
+            "nsentences": nsent,
+            "sample_size": nsent,
+            "kl": float(pred.detach()),
+            "layer": float(layer_loss.detach()) * nsent,
+        }
+        target = sample.get("target")
+        if target is not None and logits.size(-1) > 1:
+            logging_output["ncorrect"] = int((logits.argmax(-1) == target.view(-1)).sum())
+        loss = self._prune(model, loss, nsent, logging_output)
+        logging_output["loss"] = float(loss.detach())
+        return loss, nsent, logging_output
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
@@ -169,6 +217,10 @@ class DAWIDCriterion(FairseqCriterion):
         metrics.log_scalar(
             "layer", sum(log.get("layer", 0) for log in logging_outputs) / size, size, round=4
         )
+        if any("ncorrect" in log for log in logging_outputs):
+            nsent = sum(log.get("nsentences", 0) for log in logging_outputs)
+            ncorrect = sum(log.get("ncorrect", 0) for log in logging_outputs)
+            metrics.log_scalar("accuracy", 100.0 * ncorrect / max(nsent, 1), nsent, round=1)
         pruned = sum(log.get("pruning_tokens", 0) for log in logging_outputs)
         if pruned:
             for key in ("expected_sparsity", "target_sparsity", "lagrangian", "lambda1", "lambda2"):

@@ -32,7 +32,15 @@ from lightcompress.modules.registry import ConfigError
 from lightcompress.wid.fused import block_params
 from lightcompress.wid.masked import LayerNormSite, MaskedAttention, MaskedFFN
 
-__all__ = ["FusionError", "expected_size", "final_shapes", "fuse_state", "stacks"]
+__all__ = [
+    "FusionError",
+    "expected_size",
+    "final_shapes",
+    "fold_linear",
+    "fuse_state",
+    "shapes_params",
+    "stacks",
+]
 
 
 class FusionError(ConfigError):
@@ -40,13 +48,13 @@ class FusionError(ConfigError):
 
 
 def stacks(model):
-    """``[("encoder", d_enc, [blocks...]), ("decoder", d_dec, [blocks...])]`` of a training model."""
-    out = []
-    for name in ("encoder", "decoder"):
-        part = getattr(model, name)
-        blocks = [b for layer in part.layers for b in layer.blocks]
-        out.append((name, part.embed_tokens.embedding_dim, blocks))
-    return out
+    """``[(name, d, layers, prefix), ...]``: each stack of a training model (its name in the
+    shapes JSON, embedding width, layer list and state-dict prefix), from ``model.wid_stacks()``."""
+    return model.wid_stacks()
+
+
+def _blocks(layers):
+    return [b for layer in layers for b in layer.blocks]
 
 
 def _attention_widths(sub: MaskedAttention, expected: bool):
@@ -74,31 +82,26 @@ def final_shapes(model) -> dict:
     """The fused model's shapes (the ``--dawid-shapes`` JSON) under the final masks."""
     result = {}
     enc_out = None
-    for name, d, blocks in stacks(model):
-        layers, a = [], d
-        per_layer = (
-            len(model.encoder.layers[0].blocks)
-            if name == "encoder"
-            else len(model.decoder.layers[0].blocks)
-        )
-        for i, block in enumerate(blocks):
-            b = _site_width(block, False, d)
-            shape = {"kind": block.kind, "in": a, "out": b}
-            if block.plain:
-                shape["plain"] = True
-            if isinstance(block.sub, MaskedAttention):
-                qk, v = _attention_widths(block.sub, False)
-                shape.update(qk=qk, v=v)
-                if block.kind == "cross_attn":
-                    shape["kv"] = enc_out
-            else:
-                keep = (block.sub.gate_ffn.final() > 0) & (block.sub.gate_layer.final() > 0)
-                shape["ffn"] = int(keep.sum())
-            if i % per_layer == 0:
-                layers.append([])
-            layers[-1].append(shape)
-            a = b
-        result[name] = {"embed_dim": d, "layers": layers}
+    for name, d, layers, _ in stacks(model):
+        out_layers, a = [], d
+        for layer in layers:
+            out_layers.append([])
+            for block in layer.blocks:
+                b = _site_width(block, False, d)
+                shape = {"kind": block.kind, "in": a, "out": b}
+                if block.plain:
+                    shape["plain"] = True
+                if isinstance(block.sub, MaskedAttention):
+                    qk, v = _attention_widths(block.sub, False)
+                    shape.update(qk=qk, v=v)
+                    if block.kind == "cross_attn":
+                        shape["kv"] = enc_out
+                else:
+                    keep = (block.sub.gate_ffn.final() > 0) & (block.sub.gate_layer.final() > 0)
+                    shape["ffn"] = int(keep.sum())
+                out_layers[-1].append(shape)
+                a = b
+        result[name] = {"embed_dim": d, "layers": out_layers}
         if name == "encoder":
             enc_out = a
     check_shapes(result)
@@ -107,7 +110,9 @@ def final_shapes(model) -> dict:
 
 def check_shapes(shapes: dict) -> None:
     """Refuse masks that leave no usable model (FusionError, one line)."""
-    for name in ("encoder", "decoder"):
+    for name in shapes:
+        if name not in ("encoder", "decoder"):
+            continue
         for i, layer in enumerate(shapes[name]["layers"]):
             for s in layer:
                 if s["out"] < 1:
@@ -124,7 +129,8 @@ def check_shapes(shapes: dict) -> None:
         raise FusionError(
             "the masks remove every encoder self-attention head; lower --dawid-target-sparsity"
         )
-    cross = [s for layer in shapes["decoder"]["layers"] for s in layer if s["kind"] == "cross_attn"]
+    decoder = shapes.get("decoder", {"layers": []})["layers"]
+    cross = [s for layer in decoder for s in layer if s["kind"] == "cross_attn"]
     if cross and not any(s.get("v") for s in cross):
         raise FusionError(
             "the masks remove every encoder-decoder attention head (the decoder would ignore the "
@@ -137,9 +143,9 @@ def expected_size(model):
     scalar), with every gate at ``1 - cdf(0)`` (ones for gates not active)."""
     total = 0.0
     enc_out = None
-    for name, d, blocks in stacks(model):
+    for name, d, layers, _ in stacks(model):
         a = d
-        for block in blocks:
+        for block in _blocks(layers):
             b = _site_width(block, True, d)
             n = (a + 1) * b + 2 * b
             if isinstance(block.sub, MaskedAttention):
@@ -161,6 +167,7 @@ def shapes_params(shapes: dict) -> int:
     return sum(
         block_params(s)
         for part in ("encoder", "decoder")
+        if part in shapes
         for layer in shapes[part]["layers"]
         for s in layer
     )
@@ -227,44 +234,52 @@ def _fuse_ffn(sub: MaskedFFN, P, p, R):
     return weights, R @ b2 * z_layer
 
 
-def fuse_state(model) -> tuple[dict, dict]:
-    """``(shapes, tensors)``: the fused model's shapes and the weights of its layers, named as in
-    :class:`~lightcompress.wid.model.DAWIDFusedModel` (``encoder.layers.0.blocks.1.fc1...``)."""
+def fuse_state(model) -> tuple[dict, dict, dict]:
+    """``(shapes, tensors, folds)``: the fused model's shapes, the weights of its layers named
+    as in the fused model (``encoder.layers.0.blocks.1.sub.fc1.weight``...), and per stack the
+    map ``(P, p)`` from its last hidden state to the training model's (for the heads)."""
     shapes = final_shapes(model)
-    tensors = {}
+    tensors, folds = {}, {}
     enc_fold = None
-    for name, d, blocks in stacks(model):
+    for name, d, layers, prefix0 in stacks(model):
         P, p = torch.eye(d, dtype=torch.float64), torch.zeros(d, dtype=torch.float64)
-        per_layer = len(getattr(model, name).layers[0].blocks)
-        for idx, block in enumerate(blocks):
-            prefix = f"{name}.layers.{idx // per_layer}.blocks.{idx % per_layer}."
-            if block.plain:
-                R = torch.eye(d, dtype=torch.float64)
-                ln_w, ln_b = _d(block.site.weight), _d(block.site.bias)
-                nextP, nextp = (
-                    torch.eye(d, dtype=torch.float64),
-                    torch.zeros(d, dtype=torch.float64),
-                )
-            else:
-                site: LayerNormSite = block.site
-                z = site.gate.final().double()
-                keep = z > 0
-                R = z[keep][:, None] * _d(site.c_in)[keep]
-                ln_w, ln_b = z[keep], torch.zeros(int(keep.sum()), dtype=torch.float64)
-                nextP, nextp = _d(site.c_out)[:, keep], _d(site.bias)
-            res_w, res_b = R @ P, R @ p
-            if isinstance(block.sub, MaskedAttention):
-                Pkv, pkv = enc_fold if block.kind == "cross_attn" else (P, p)
-                weights, out_bias = _fuse_attention(block.sub, P, p, Pkv, pkv, R)
-            else:
-                weights, out_bias = _fuse_ffn(block.sub, P, p, R)
-            for key, value in weights.items():
-                tensors[prefix + "sub." + key] = value
-            tensors[prefix + "residual.weight"] = res_w
-            tensors[prefix + "residual.bias"] = res_b + out_bias
-            tensors[prefix + "layer_norm.weight"] = ln_w
-            tensors[prefix + "layer_norm.bias"] = ln_b
-            P, p = nextP, nextp
+        for i, layer in enumerate(layers):
+            for j, block in enumerate(layer.blocks):
+                prefix = f"{prefix0}{i}.blocks.{j}."
+                if block.plain:
+                    R = torch.eye(d, dtype=torch.float64)
+                    ln_w, ln_b = _d(block.site.weight), _d(block.site.bias)
+                    nextP = torch.eye(d, dtype=torch.float64)
+                    nextp = torch.zeros(d, dtype=torch.float64)
+                else:
+                    site: LayerNormSite = block.site
+                    z = site.gate.final().double()
+                    keep = z > 0
+                    R = z[keep][:, None] * _d(site.c_in)[keep]
+                    ln_w, ln_b = z[keep], torch.zeros(int(keep.sum()), dtype=torch.float64)
+                    nextP, nextp = _d(site.c_out)[:, keep], _d(site.bias)
+                res_w, res_b = R @ P, R @ p
+                if isinstance(block.sub, MaskedAttention):
+                    Pkv, pkv = enc_fold if block.kind == "cross_attn" else (P, p)
+                    weights, out_bias = _fuse_attention(block.sub, P, p, Pkv, pkv, R)
+                else:
+                    weights, out_bias = _fuse_ffn(block.sub, P, p, R)
+                for key, value in weights.items():
+                    tensors[prefix + "sub." + key] = value
+                tensors[prefix + "residual.weight"] = res_w
+                tensors[prefix + "residual.bias"] = res_b + out_bias
+                tensors[prefix + "layer_norm.weight"] = ln_w
+                tensors[prefix + "layer_norm.bias"] = ln_b
+                P, p = nextP, nextp
+        folds[name] = (P, p)
         if name == "encoder":
             enc_fold = (P, p)
-    return shapes, tensors
+    return shapes, tensors, folds
+
+
+def fold_linear(linear, P, p):
+    """``(W P, W p + b)``: a dense layer reading the training model's hidden state rewritten to
+    read the fused model's (``x = P y + p``)."""
+    w = _d(linear.weight)
+    b = _d(linear.bias) if linear.bias is not None else torch.zeros(w.shape[0], dtype=torch.float64)
+    return w @ P, w @ p + b

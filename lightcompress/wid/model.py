@@ -67,45 +67,56 @@ def _namespace(args) -> argparse.Namespace:
         return argparse.Namespace(**dict(args))
 
 
-def check_teacher(targs, where: str) -> None:
-    """Refuse a teacher DA-WID cannot compress (ConfigError naming why)."""
+FAMILIES = {  # teacher model name -> what DA-WID calls it, and the student architecture
+    "transformer": ("a fairseq Transformer (--arch transformer_*)", "dawid"),
+    "roberta": ("a fairseq RoBERTa (--arch roberta_*)", "dawid_roberta"),
+}
+
+
+def check_teacher(targs, where: str, family: str = "transformer") -> None:
+    """Refuse a teacher DA-WID cannot compress (ConfigError naming why). ``family``: the model
+    name of fairseq the student expects (``transformer``: translation, ``roberta``)."""
     arch = getattr(targs, "arch", None) or getattr(targs, "_name", None)
     model_name = ARCH_MODEL_NAME_REGISTRY.get(arch)
-    if model_name != "transformer":
+    what, student_arch = FAMILIES[family]
+    if model_name != family:
         raise ConfigError(
-            f"{where}: the teacher is a {model_name or 'unknown'!s} model ({arch}); DA-WID compresses "
-            "a trained fairseq Transformer (--arch transformer_*)"
+            f"{where}: the teacher is a {model_name or 'unknown'!s} model ({arch}); "
+            f"--arch {student_arch} compresses {what}"
         )
     for key, why in (
         ("encoder_normalize_before", "pre-LN"),
         ("decoder_normalize_before", "pre-LN"),
-        ("layernorm_embedding", "an embedding LayerNorm"),
         ("no_cross_attention", "no cross-attention"),
         ("cross_self_attention", "cross+self attention"),
         ("adaptive_softmax_cutoff", "an adaptive softmax"),
+        ("encoder_layers_to_keep", "layers to keep"),
     ):
         if getattr(targs, key, None):
             raise ConfigError(
                 f"{where}: the teacher has {why} ({key}); DA-WID's compactors sit around the "
                 "LayerNorms of a post-LN Transformer (train the teacher without it)"
             )
-    dim = getattr(targs, "decoder_embed_dim", None)
-    for key in ("decoder_input_dim", "decoder_output_dim"):
-        if getattr(targs, key, dim) != dim:
-            raise ConfigError(f"{where}: the teacher's {key} differs from decoder_embed_dim")
+    if family == "transformer":
+        dim = getattr(targs, "decoder_embed_dim", None)
+        for key in ("decoder_input_dim", "decoder_output_dim"):
+            if getattr(targs, key, dim) != dim:
+                raise ConfigError(f"{where}: the teacher's {key} differs from decoder_embed_dim")
 
 
-def load_teacher_model(path: str, src_dict, tgt_dict):
-    """``(teacher_args, teacher)``: a frozen fairseq Transformer from ``path`` (ConfigError when
-    it is missing, damaged, of another architecture or of other dictionaries)."""
+def load_teacher_model(path: str, src_dict, tgt_dict=None, family: str = "transformer"):
+    """``(teacher_args, teacher)``: a frozen teacher from ``path`` (ConfigError when it is
+    missing, damaged, of another architecture or of other dictionaries). A RoBERTa teacher
+    (``family="roberta"``) comes with the classification heads its checkpoint holds."""
     import os
 
     from lightcompress.build import build_model_without_data
     from lightcompress.convert.core import ConversionError, _model_args, load_checkpoint_state
 
+    student_arch = FAMILIES[family][1]
     if not path:
         raise ConfigError(
-            "--arch dawid needs --dawid-teacher (a trained fairseq Transformer checkpoint)"
+            f"--arch {student_arch} needs --dawid-teacher (a trained {FAMILIES[family][0]} checkpoint)"
         )
     if not os.path.isfile(path):
         raise ConfigError(f"--dawid-teacher: teacher checkpoint {path} not found")
@@ -114,9 +125,13 @@ def load_teacher_model(path: str, src_dict, tgt_dict):
         targs = _namespace(_model_args(state))
     except ConversionError as exc:
         raise ConfigError(f"--dawid-teacher: {exc}") from None
-    check_teacher(targs, f"--dawid-teacher {path}")
+    check_teacher(targs, f"--dawid-teacher {path}", family)
     sd = state["model"]
-    for side, d, key in (("source", src_dict, "encoder"), ("target", tgt_dict, "decoder")):
+    if family == "roberta":
+        sides = (("input", src_dict, "encoder.sentence_encoder"),)
+    else:
+        sides = (("source", src_dict, "encoder"), ("target", tgt_dict, "decoder"))
+    for side, d, key in sides:
         rows = sd.get(f"{key}.embed_tokens.weight")
         if rows is None or rows.shape[0] != len(d):
             raise ConfigError(
@@ -126,6 +141,8 @@ def load_teacher_model(path: str, src_dict, tgt_dict):
             )
     try:
         teacher = build_model_without_data(targs, src_dict, tgt_dict)
+        for name, (classes, inner) in classification_heads_in(sd).items():
+            teacher.register_classification_head(name, num_classes=classes, inner_dim=inner)
         teacher.load_state_dict(sd, strict=True)
     except (RuntimeError, ValueError) as exc:
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
@@ -135,6 +152,16 @@ def load_teacher_model(path: str, src_dict, tgt_dict):
     teacher.eval()
     teacher.requires_grad_(False)
     return targs, teacher
+
+
+def classification_heads_in(sd) -> dict:
+    """``{name: (num_classes, inner_dim)}`` of the RoBERTa classification heads in a state dict."""
+    heads = {}
+    for key, value in sd.items():
+        if key.startswith("classification_heads.") and key.endswith(".out_proj.weight"):
+            name = key[len("classification_heads.") : -len(".out_proj.weight")]
+            heads[name] = (value.shape[0], value.shape[1])
+    return heads
 
 
 def teacher_structure_args(targs) -> dict:
@@ -158,10 +185,139 @@ def _from_json_buffer(t: torch.Tensor):
 # --------------------------------------------------------------------------------------------
 # the training model
 # --------------------------------------------------------------------------------------------
+class WIDMixin:
+    """What the DA-WID training models share: the frozen teacher (outside the module tree), the
+    gates and the multi-stage schedule, the Lagrangian, the sizes. A model defines
+    ``wid_stacks()``: ``[(name, d, layers, state-dict prefix of the layers), ...]``."""
+
+    def wid_setup(self, args, teacher_args, levels, widths: dict) -> None:
+        self.args = args
+        self.levels = list(levels)
+        # W_layer of Eq. 15 (one per stack), identity-initialised
+        self.layer_map = nn.ModuleDict({k: nn.Linear(d, d, bias=False) for k, d in widths.items()})
+        for m in self.layer_map.values():
+            nn.init.eye_(m.weight)
+        self.lagrangian = LagrangianSparsity(
+            args.dawid_target_sparsity, args.dawid_sparsity_warmup, args.dawid_gate_lr_scale
+        )
+        for gate in self.gates():
+            gate.rescale(args.dawid_gate_lr_scale)
+        self.register_buffer(
+            "wid_teacher_config", _json_buffer(teacher_structure_args(teacher_args))
+        )
+        self.register_buffer("wid_num_updates", torch.zeros((), dtype=torch.long))
+        self._teacher = []  # a list keeps the teacher out of parameters() and state_dict()
+        self._teacher_params = None
+        self.apply_schedule(0)
+
+    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
+        result = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+        self.apply_schedule(int(self.wid_num_updates))
+        return result
+
+    # ---- teacher --------------------------------------------------------------------------
+
+    @property
+    def teacher(self):
+        return self._teacher[0] if self._teacher else None
+
+    def set_teacher(self, teacher):
+        teacher.eval()
+        teacher.requires_grad_(False)
+        self._teacher = [teacher]
+
+    def teacher_on_device(self):
+        """The teacher, moved to this model's device and dtype on first use."""
+        teacher = self.teacher
+        if teacher is None:
+            raise ConfigError("the DA-WID model has no teacher (--dawid-teacher)")
+        ref = next(iter(self.wid_stacks()))[2][0].blocks[0].site.c_in
+        tref = next(teacher.parameters())
+        if tref.device != ref.device or tref.dtype != ref.dtype:  # fairseq moved the student
+            teacher.to(device=ref.device, dtype=ref.dtype)
+        teacher.eval()
+        return teacher
+
+    def freeze_teacher_weights(self):
+        """The paper (App. C.1): embeddings and the MHA/FFN weight matrices stay frozen."""
+        frozen = (
+            "embed_tokens",
+            "embed_positions",
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "out_proj",
+            "fc1",
+            "fc2",
+            "output_projection",
+        )
+        for name, p in self.named_parameters():
+            if any(part in frozen for part in name.split(".")):
+                p.requires_grad_(False)
+
+    # ---- gates and schedule ------------------------------------------------------------------
+
+    def gates(self):
+        return [m for m in self.modules() if isinstance(m, HardConcreteGate)]
+
+    def apply_schedule(self, num_updates: int) -> None:
+        """Switch the gate levels on or off for update ``num_updates`` (module docstring)."""
+        a = self.args
+        start = a.dawid_distill_updates
+        on = {
+            "dim": "dim" in self.levels and num_updates >= start,
+            "head": "head" in self.levels and num_updates >= start + a.dawid_structure_updates,
+            "layer": "layer" in self.levels and num_updates >= start + a.dawid_structure_updates,
+        }
+        for g in self.gates():
+            g.active = on[g.level]
+
+    def set_num_updates(self, num_updates):
+        super().set_num_updates(num_updates)
+        self.wid_num_updates.fill_(int(num_updates))
+        for g in self.gates():
+            g.constrain()
+        self.apply_schedule(int(num_updates))
+
+    def pruning_on(self) -> bool:
+        return any(g.active for g in self.gates())
+
+    def target_sparsity(self) -> float:
+        n = int(self.wid_num_updates)
+        return self.lagrangian.target_at(n - self.args.dawid_distill_updates)
+
+    def teacher_size(self) -> int:
+        """The teacher's non-embedding parameter count (what sparsity is relative to): its
+        attention and FFN matrices, its LayerNorms and the constant part (learned positions)."""
+        if self._teacher_params is None:
+            n = self.constant_params()
+            for _, d, layers, _ in self.wid_stacks():
+                for layer in layers:
+                    for block in layer.blocks:
+                        mods = [
+                            getattr(block.sub, k, None)
+                            for k in ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2")
+                        ]
+                        n += sum(p.numel() for m in mods if m is not None for p in m.parameters())
+                        n += 2 * d
+            self._teacher_params = n
+        return self._teacher_params
+
+    def constant_params(self) -> int:
+        """Counted non-embedding parameters outside the layers, kept as they are by fusion."""
+        return 0
+
+    def expected_sparsity(self):
+        from lightcompress.wid.fuse import expected_size
+
+        return 1.0 - (expected_size(self) + self.constant_params()) / self.teacher_size()
+
+
+# --------------------------------------------------------------------------------------------
 
 
 @register_model("dawid")
-class DAWIDModel(TransformerModel):
+class DAWIDModel(WIDMixin, TransformerModel):
     """The teacher with DA-WID compactors and masks (module docstring)."""
 
     @staticmethod
@@ -250,30 +406,29 @@ class DAWIDModel(TransformerModel):
 
     def __init__(self, args, teacher_args, encoder, decoder, levels):
         super().__init__(teacher_args, encoder, decoder)
-        self.args = args
-        self.levels = list(levels)
-        d_enc, d_dec = encoder.embed_tokens.embedding_dim, decoder.embed_tokens.embedding_dim
-        # W_layer of Eq. 15 (one per stack), identity-initialised
-        self.layer_map = nn.ModuleDict(
+        self.wid_setup(
+            args,
+            teacher_args,
+            levels,
             {
-                "encoder": nn.Linear(d_enc, d_enc, bias=False),
-                "decoder": nn.Linear(d_dec, d_dec, bias=False),
-            }
+                "encoder": encoder.embed_tokens.embedding_dim,
+                "decoder": decoder.embed_tokens.embedding_dim,
+            },
         )
-        for m in self.layer_map.values():
-            nn.init.eye_(m.weight)
-        self.lagrangian = LagrangianSparsity(
-            args.dawid_target_sparsity, args.dawid_sparsity_warmup, args.dawid_gate_lr_scale
-        )
-        for gate in self.gates():
-            gate.rescale(args.dawid_gate_lr_scale)
-        self.register_buffer(
-            "wid_teacher_config", _json_buffer(teacher_structure_args(teacher_args))
-        )
-        self.register_buffer("wid_num_updates", torch.zeros((), dtype=torch.long))
-        self._teacher = []  # a list keeps the teacher out of parameters() and state_dict()
-        self._teacher_params = None
-        self.apply_schedule(0)
+
+    def wid_stacks(self):
+        return [
+            (name, part.embed_tokens.embedding_dim, part.layers, f"{name}.layers.")
+            for name, part in (("encoder", self.encoder), ("decoder", self.decoder))
+        ]
+
+    def constant_params(self) -> int:
+        """Non-embedding parameters outside the layers (learned positions), kept by fusion."""
+        n = 0
+        for part in (self.encoder, self.decoder):
+            if part.embed_positions is not None:
+                n += sum(p.numel() for p in part.embed_positions.parameters())
+        return n
 
     # ---- building ----------------------------------------------------------------------------
 
@@ -340,115 +495,6 @@ class DAWIDModel(TransformerModel):
         student.eval()
         return student, targs
 
-    def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
-        result = super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
-        self.apply_schedule(int(self.wid_num_updates))
-        return result
-
-    # ---- teacher --------------------------------------------------------------------------
-
-    @property
-    def teacher(self):
-        return self._teacher[0] if self._teacher else None
-
-    def set_teacher(self, teacher):
-        teacher.eval()
-        teacher.requires_grad_(False)
-        self._teacher = [teacher]
-
-    def teacher_on_device(self):
-        """The teacher, moved to this model's device and dtype on first use."""
-        teacher = self.teacher
-        if teacher is None:
-            raise ConfigError("the DA-WID model has no teacher (--dawid-teacher)")
-        ref = self.encoder.embed_tokens.weight
-        tref = teacher.encoder.embed_tokens.weight
-        if tref.device != ref.device or tref.dtype != ref.dtype:
-            teacher.to(device=ref.device, dtype=ref.dtype)
-        teacher.eval()
-        return teacher
-
-    def freeze_teacher_weights(self):
-        """The paper (App. C.1): embeddings and the MHA/FFN weight matrices stay frozen."""
-        frozen = (
-            "embed_tokens",
-            "embed_positions",
-            "q_proj",
-            "k_proj",
-            "v_proj",
-            "out_proj",
-            "fc1",
-            "fc2",
-            "output_projection",
-        )
-        for name, p in self.named_parameters():
-            if any(part in frozen for part in name.split(".")):
-                p.requires_grad_(False)
-
-    # ---- gates and schedule ------------------------------------------------------------------
-
-    def gates(self):
-        return [m for m in self.modules() if isinstance(m, HardConcreteGate)]
-
-    def apply_schedule(self, num_updates: int) -> None:
-        """Switch the gate levels on or off for update ``num_updates`` (module docstring)."""
-        a = self.args
-        start = a.dawid_distill_updates
-        on = {
-            "dim": "dim" in self.levels and num_updates >= start,
-            "head": "head" in self.levels and num_updates >= start + a.dawid_structure_updates,
-            "layer": "layer" in self.levels and num_updates >= start + a.dawid_structure_updates,
-        }
-        for g in self.gates():
-            g.active = on[g.level]
-
-    def set_num_updates(self, num_updates):
-        super().set_num_updates(num_updates)
-        self.wid_num_updates.fill_(int(num_updates))
-        for g in self.gates():
-            g.constrain()
-        self.apply_schedule(int(num_updates))
-
-    def pruning_on(self) -> bool:
-        return any(g.active for g in self.gates())
-
-    def target_sparsity(self) -> float:
-        n = int(self.wid_num_updates)
-        return self.lagrangian.target_at(n - self.args.dawid_distill_updates)
-
-    def teacher_size(self) -> int:
-        """The teacher's non-embedding parameter count (what sparsity is relative to): its
-        attention and FFN matrices, its LayerNorms and the constant part (learned positions)."""
-        if self._teacher_params is None:
-            n = self.constant_params()
-            for name in ("encoder", "decoder"):
-                part = getattr(self, name)
-                d = part.embed_tokens.embedding_dim
-                for layer in part.layers:
-                    for block in layer.blocks:
-                        mods = [
-                            getattr(block.sub, k, None)
-                            for k in ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2")
-                        ]
-                        n += sum(p.numel() for m in mods if m is not None for p in m.parameters())
-                        n += 2 * d
-            self._teacher_params = n
-        return self._teacher_params
-
-    def constant_params(self) -> int:
-        """Non-embedding parameters outside the layers (learned positions), kept by fusion."""
-        n = 0
-        for name in ("encoder", "decoder"):
-            pos = getattr(self, name).embed_positions
-            if pos is not None:
-                n += sum(p.numel() for p in pos.parameters())
-        return n
-
-    def expected_sparsity(self):
-        from lightcompress.wid.fuse import expected_size
-
-        return 1.0 - (expected_size(self) + self.constant_params()) / self.teacher_size()
-
 
 @register_model_architecture("dawid", "dawid")
 def dawid_architecture(args):
@@ -480,9 +526,7 @@ def calibration_batches(task, args, teacher, batch_sentences: int = 32):
     """Batches of randomly chosen training sentence pairs holding at least
     ``--dawid-calib-tokens`` source and target tokens (ConfigError when the data has fewer)."""
     n = args.dawid_calib_tokens
-    widest = max(
-        teacher.encoder.embed_tokens.embedding_dim, teacher.decoder.embed_tokens.embedding_dim
-    )
+    widest = max(m.embedding_dim for m in teacher.modules() if isinstance(m, nn.Embedding))
     if n < widest:
         raise ConfigError(
             f"--dawid-calib-tokens {n} is smaller than the model width {widest}: the SVD of the "
@@ -494,19 +538,21 @@ def calibration_batches(task, args, teacher, batch_sentences: int = 32):
     except KeyError:
         task.load_dataset(split)
         dataset = task.dataset(split)
+    src_sizes = getattr(dataset, "src_sizes", None)
+    if src_sizes is None:  # sentence_prediction: one input
+        src_sizes = np.asarray(dataset.sizes).reshape(len(dataset), -1)[:, 0]
+    tgt_sizes = getattr(dataset, "tgt_sizes", None)
     order = np.random.RandomState(args.dawid_calib_seed).permutation(len(dataset))
     chosen, src_tok, tgt_tok = [], 0, 0
     for i in order:
-        if src_tok >= n and tgt_tok >= n:
+        if src_tok >= n and (tgt_sizes is None or tgt_tok >= n):
             break
         chosen.append(int(i))
-        src_tok += int(dataset.src_sizes[i])
-        tgt_tok += int(dataset.tgt_sizes[i]) if dataset.tgt_sizes is not None else 0
-    if src_tok < n or tgt_tok < n:
-        raise ConfigError(
-            f"--dawid-calib-tokens {n}: the {split} data has only {src_tok} source and {tgt_tok} "
-            "target tokens"
-        )
+        src_tok += int(src_sizes[i])
+        tgt_tok += int(tgt_sizes[i]) if tgt_sizes is not None else 0
+    if src_tok < n or (tgt_sizes is not None and tgt_tok < n):
+        have = f"{src_tok} source and {tgt_tok} target" if tgt_sizes is not None else str(src_tok)
+        raise ConfigError(f"--dawid-calib-tokens {n}: the {split} data has only {have} tokens")
     return [
         dataset.collater([dataset[i] for i in chosen[k : k + batch_sentences]])
         for k in range(0, len(chosen), batch_sentences)
@@ -538,6 +584,14 @@ class _Recorder:
             h.remove()
 
 
+def teacher_layers(teacher):
+    """``[(stack name, layers), ...]`` of a teacher: a translation Transformer's encoder and
+    decoder, or a RoBERTa's sentence encoder."""
+    if hasattr(teacher, "decoder"):
+        return [("encoder", teacher.encoder.layers), ("decoder", teacher.decoder.layers)]
+    return [("encoder", teacher.encoder.sentence_encoder.layers)]
+
+
 def collect_features(teacher, batches) -> dict[str, torch.Tensor]:
     """Features of the teacher on ``batches``: per layer the attention queries, keys, per-head
     attention outputs (the input of ``out_proj``) and the inputs of the LayerNorms."""
@@ -545,34 +599,33 @@ def collect_features(teacher, batches) -> dict[str, torch.Tensor]:
 
     disable_attention_fast_path(teacher, every=True)  # the fast path skips the projection hooks
     rec = _Recorder()
-    for i, layer in enumerate(teacher.encoder.layers):
-        p = f"encoder.{i}."
-        rec.output(layer.self_attn.q_proj, p + "self.q", "src")
-        rec.output(layer.self_attn.k_proj, p + "self.k", "src")
-        rec.input(layer.self_attn.out_proj, p + "self.ctx", "src")
-        rec.input(layer.self_attn_layer_norm, p + "self.ln", "src")
-        rec.input(layer.final_layer_norm, p + "ffn.ln", "src")
-    for i, layer in enumerate(teacher.decoder.layers):
-        p = f"decoder.{i}."
-        rec.output(layer.self_attn.q_proj, p + "self.q", "tgt")
-        rec.output(layer.self_attn.k_proj, p + "self.k", "tgt")
-        rec.input(layer.self_attn.out_proj, p + "self.ctx", "tgt")
-        rec.input(layer.self_attn_layer_norm, p + "self.ln", "tgt")
-        rec.output(layer.encoder_attn.q_proj, p + "cross.q", "tgt")
-        rec.output(layer.encoder_attn.k_proj, p + "cross.k", "src")
-        rec.input(layer.encoder_attn.out_proj, p + "cross.ctx", "tgt")
-        rec.input(layer.encoder_attn_layer_norm, p + "cross.ln", "tgt")
-        rec.input(layer.final_layer_norm, p + "ffn.ln", "tgt")
+    for name, layers in teacher_layers(teacher):
+        side = "src" if name == "encoder" else "tgt"
+        for i, layer in enumerate(layers):
+            p = f"{name}.{i}."
+            rec.output(layer.self_attn.q_proj, p + "self.q", side)
+            rec.output(layer.self_attn.k_proj, p + "self.k", side)
+            rec.input(layer.self_attn.out_proj, p + "self.ctx", side)
+            rec.input(layer.self_attn_layer_norm, p + "self.ln", side)
+            rec.input(layer.final_layer_norm, p + "ffn.ln", side)
+            if getattr(layer, "encoder_attn", None) is not None:
+                rec.output(layer.encoder_attn.q_proj, p + "cross.q", side)
+                rec.output(layer.encoder_attn.k_proj, p + "cross.k", "src")
+                rec.input(layer.encoder_attn.out_proj, p + "cross.ctx", side)
+                rec.input(layer.encoder_attn_layer_norm, p + "cross.ln", side)
     was_training = teacher.training
     teacher.eval()
-    pad = teacher.encoder.padding_idx
+    pad = teacher.encoder.dictionary.pad()
     try:
         with torch.no_grad():
             for batch in batches:
                 net = batch["net_input"]
                 rec.masks["src"] = net["src_tokens"].ne(pad).t()
-                rec.masks["tgt"] = net["prev_output_tokens"].ne(teacher.decoder.padding_idx).t()
-                teacher(**net)
+                if "prev_output_tokens" in net:
+                    rec.masks["tgt"] = net["prev_output_tokens"].ne(pad).t()
+                    teacher(**net)
+                else:  # RoBERTa: the encoder only
+                    teacher(net["src_tokens"], features_only=True)
     finally:
         rec.remove()
         teacher.train(was_training)
@@ -592,11 +645,12 @@ def init_data_aware(student: DAWIDModel, teacher, batches, n_tokens: int, seed: 
     feats = collect_features(teacher, batches)
     gen = torch.Generator().manual_seed(seed)
     feats = {k: _sample_rows(v, n_tokens, gen) for k, v in feats.items()}
+    kind_of = {"self_attn": "self", "cross_attn": "cross", "ffn": "ffn"}
     try:
-        for name in ("encoder", "decoder"):
-            for i, layer in enumerate(getattr(student, name).layers):
-                kinds = ["self", "ffn"] if name == "encoder" else ["self", "cross", "ffn"]
-                for kind, block in zip(kinds, layer.blocks):
+        for name, _, layers, _ in student.wid_stacks():
+            for i, layer in enumerate(layers):
+                for block in layer.blocks:
+                    kind = kind_of[block.kind]
                     p = f"{name}.{i}.{kind}."
                     if isinstance(block.sub, MaskedAttention):
                         _init_attention(block.sub, feats[p + "q"], feats[p + "k"], feats[p + "ctx"])
@@ -628,16 +682,18 @@ def _init_attention(sub: MaskedAttention, q, k, ctx) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def parse_shapes(text) -> dict:
+def parse_shapes(text, parts=("encoder",)) -> dict:
+    """The ``--dawid-shapes`` JSON (a dict passes through); ``parts`` must be there."""
     if isinstance(text, dict):
         return text
     try:
         shapes = json.loads(text or "")
-        layers = [shapes[p]["layers"] for p in ("encoder", "decoder")]
+        layers = [shapes[p]["layers"] for p in parts]
         assert all(isinstance(x, list) and x for x in layers)
     except (ValueError, KeyError, TypeError, AssertionError):
         raise ConfigError(
-            "--dawid-shapes must be the JSON lightcompress-convert dawid-fuse writes (OUTPUT.shapes.json)"
+            "--dawid-shapes must be the JSON lightcompress-convert dawid-fuse writes "
+            "(OUTPUT.shapes.json)"
         ) from None
     return shapes
 
@@ -690,7 +746,7 @@ class DAWIDFusedModel(TransformerModel):
 
     @classmethod
     def build_model(cls, args, task):
-        shapes = parse_shapes(getattr(args, "dawid_shapes", None))
+        shapes = parse_shapes(getattr(args, "dawid_shapes", None), ("encoder", "decoder"))
         args.encoder_layers = len(shapes["encoder"]["layers"])
         args.decoder_layers = len(shapes["decoder"]["layers"])
         args.encoder_embed_dim = shapes["encoder"]["embed_dim"]
@@ -731,7 +787,7 @@ def fuse_model(student: DAWIDModel, teacher_args):
     from lightcompress.build import build_model_without_data
     from lightcompress.wid.fuse import fuse_state
 
-    shapes, tensors = fuse_state(student)
+    shapes, tensors, _ = fuse_state(student)
     fargs = fused_args(teacher_args, shapes)
     src = student.encoder.embed_tokens.weight.shape[0]
     tgt = student.decoder.embed_tokens.weight.shape[0]
