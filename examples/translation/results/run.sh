@@ -1,0 +1,358 @@
+#!/usr/bin/env bash
+# Results on real data (issue 17): every method trained with early stopping on the results
+# corpus (examples/translation/l10n_corpus.py, 112k de-en pairs), evaluated the same way, one
+# table. On a GPU when one is visible; SMALL=1 is the CPU-sized variant.
+#
+#   0. (WHEELS=DIR) install fairseq and its pure dependencies from carried wheels into
+#      $SAVE_ROOT/site (a machine without network); build the corpus unless DATA_DIR has it
+#   1. dense Transformer teacher; in parallel (PARALLEL=1, the GPU default) the models that do
+#      not need it: LightFormer from random initialisation, Subformer, Smartformer
+#   2. lightcompress-convert: SVD transfer teacher -> LightFormer, fine-tuned for as many
+#      updates as the random-init LightFormer (equal student updates, no early stop for either);
+#      sequence-level KD data (the teacher's beam-search translation of the training set,
+#      scripts/distill_data.sh) and Hypoformer trained on ground truth + KD data
+#   3. each model's checkpoint_best.pt (lowest validation loss) translates the test split
+#      (fairseq-generate, beam 5); scripts/measure_speed.sh times all of them side by side on
+#      the CPU (one thread, batch 1, beam 5)
+#   4. collect.py: results.md (params, sacreBLEU with signature, chrF, BLEU relative to the
+#      teacher, tokens/s, updates, wall-clock) and results.json; plot_curves.py (loss curves)
+#      and plot_frontier.py (BLEU vs size vs speed)
+#
+# Every step skips finished work (train.done, generate-test.txt, speed.json, ...) and an
+# interrupted training resumes from its checkpoint_last.pt. TIME_BUDGET=S stops every training
+# after S seconds of this invocation (exit status 3: run the same command again to go on), for
+# machines that limit one command's time. DRY_RUN=1 prints the pipeline and runs nothing.
+#
+# Environment (all optional):
+#   DATA_DIR       the corpus (l10n_corpus.py output: bin/, raw/test.en)  (default: data/results)
+#   SAVE_ROOT      runs and results           (default: checkpoints/results, SMALL=1: -small)
+#   SMALL=1        CPU-sized plan: 3-3 256-wide models, few updates, greedy KD (see below)
+#   NUM_GPUS       default: the GPUs nvidia-smi lists (examples/common/lib.sh); 0 = CPU
+#   PARALLEL       1: train independent models at the same time (default: 1 on a GPU, else 0)
+#   TEACHER_UPDATES / STUDENT_UPDATES / MAX_UPDATE  update caps of the teacher / the two
+#                  LightFormers / the other students       (GPU: 4000 / 3000 / 4000)
+#   PATIENCE       early stopping: validations without a better loss (default 8)
+#   MAX_TOKENS, LR, WARMUP, DROPOUT, SEED  training settings (GPU: 8192, 7e-4, 1000, 0.3, 1)
+#   SPEED_RUNS / SPEED_SENTENCES   speed protocol (default 5 / 50)
+#   TIME_BUDGET    seconds for the trainings of this invocation (default: none); a training is
+#                  not started with less than MIN_TRAIN_SECONDS (30) left
+#   MEASURE_SPEED=0  no speed column (examples/common/lib.sh)
+#   WHEELS         folder of wheels to install with pip --no-index --no-deps --target
+#   PYTHON         python with torch (default: python, else python3)
+#   FP16=1         train with --fp16 on GPUs (default: fp32)
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source-path=SCRIPTDIR source=../../common/lib.sh
+source "$HERE/../../common/lib.sh"
+LOG_TAG=results
+cd "$REPO_ROOT"
+
+DATA_DIR="${DATA_DIR:-data/results}"
+DATA_BIN="$DATA_DIR/bin"
+SRC=de TGT=en
+if [[ "$SMALL" == 1 ]]; then
+  SAVE_ROOT="${SAVE_ROOT:-checkpoints/results-small}"
+  : "${TEACHER_UPDATES:=800}" "${STUDENT_UPDATES:=600}" "${MAX_UPDATE:=800}"
+  : "${MAX_TOKENS:=2048}" "${LR:=2e-3}" "${WARMUP:=200}" "${DROPOUT:=0.1}"
+  : "${VALIDATE_EVERY:=100}" "${KD_BEAM:=1}"
+else
+  SAVE_ROOT="${SAVE_ROOT:-checkpoints/results}"
+  : "${TEACHER_UPDATES:=4000}" "${STUDENT_UPDATES:=3000}" "${MAX_UPDATE:=4000}"
+  : "${MAX_TOKENS:=8192}" "${LR:=7e-4}" "${WARMUP:=1000}" "${DROPOUT:=0.3}"
+  : "${VALIDATE_EVERY:=250}" "${KD_BEAM:=5}"
+fi
+: "${PATIENCE:=8}" "${SPEED_RUNS:=5}" "${SPEED_SENTENCES:=50}" "${FP16:=0}"
+if ((NUM_GPUS > 0)); then : "${PARALLEL:=1}"; else : "${PARALLEL:=0}"; fi
+TIME_BUDGET="${TIME_BUDGET:-}"
+BEAM=5 LENPEN=1.0
+START=$SECONDS
+if [[ -n "$TIME_BUDGET" ]] && ! [[ "$TIME_BUDGET" =~ ^[1-9][0-9]*$ ]]; then
+  die "TIME_BUDGET must be a number of seconds, not '$TIME_BUDGET'"
+fi
+for v in TEACHER_UPDATES STUDENT_UPDATES MAX_UPDATE PATIENCE MAX_TOKENS SPEED_RUNS SPEED_SENTENCES; do
+  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
+done
+
+# ---------------------------------------------------------------------------------------------
+# 0. Tools (from carried wheels on a machine without network) and the corpus
+# ---------------------------------------------------------------------------------------------
+if [[ -n "${WHEELS:-}" ]]; then
+  SITE="$SAVE_ROOT/site"
+  if [[ "$DRY_RUN" != 1 && ! -f "$SITE/.installed" ]]; then
+    compgen -G "$WHEELS/*.whl" >/dev/null || die "WHEELS=$WHEELS holds no .whl file"
+    log "installing $(find "$WHEELS" -maxdepth 1 -name '*.whl' | wc -l) wheels from $WHEELS into $SITE"
+    rm -rf "$SITE"
+  fi
+  if [[ "$DRY_RUN" == 1 || ! -f "$SITE/.installed" ]]; then
+    run "$PYTHON" -m pip install --no-index --no-deps --no-compile --quiet --target "$SITE" "$WHEELS"/*.whl
+    [[ "$DRY_RUN" == 1 ]] || touch "$SITE/.installed"
+  fi
+  export PYTHONPATH="$REPO_ROOT/$SITE:$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" PATH="$REPO_ROOT/$SITE/bin:$PATH"
+  USER_DIR="$REPO_ROOT/lightcompress"
+fi
+if [[ "$DRY_RUN" == 1 ]]; then
+  USER_DIR="${USER_DIR:-$REPO_ROOT/lightcompress}"
+fi
+need_python
+need_cmd fairseq-train fairseq-generate
+need_module sacrebleu sacrebleu
+resolve_user_dir || MISSING+=("lightcompress (make install, or set USER_DIR)")
+report_missing
+if command -v lightcompress-convert >/dev/null 2>&1; then
+  CONVERT=(lightcompress-convert)
+else  # carried checkout without console scripts
+  CONVERT=("$PYTHON" -m lightcompress.convert.cli)
+fi
+
+if [[ -f "$DATA_BIN/dict.$SRC.txt" && -f "$DATA_DIR/raw/test.$TGT" ]]; then
+  log "corpus: $DATA_DIR"
+else
+  log "corpus: building $DATA_DIR (examples/translation/l10n_corpus.py; cached, rerunnable)"
+  run "$PYTHON" examples/translation/l10n_corpus.py --out "$DATA_DIR"
+fi
+
+# ---------------------------------------------------------------------------------------------
+# The models: one width for the teacher and the models transferred from it
+# ---------------------------------------------------------------------------------------------
+if [[ "$SMALL" == 1 ]]; then
+  LAYERS=(--encoder-layers 3 --decoder-layers 3)
+  WIDTH=(--encoder-embed-dim 256 --decoder-embed-dim 256 --encoder-ffn-embed-dim 1024
+    --decoder-ffn-embed-dim 1024 --encoder-attention-heads 4 --decoder-attention-heads 4)
+  LF_RANKS=(--lc-rank 32 --lc-embed-rank 64)
+  HYPO=(--arch hypoformer_iwslt_de_en --encoder-layers 6 --decoder-layers 1 "${WIDTH[@]}"
+    --hypo-ffn-rank 32 --admin-init closed-form)
+  SUB=(--arch subformer --encoder-layers 4 --decoder-layers 4 "${WIDTH[@]}"
+    --subformer-sharing sandwich --safe-dim 64)
+  SM_RANK=32
+else
+  LAYERS=(--encoder-layers 6 --decoder-layers 6)
+  WIDTH=(--encoder-embed-dim 512 --decoder-embed-dim 512 --encoder-ffn-embed-dim 1024
+    --decoder-ffn-embed-dim 1024 --encoder-attention-heads 4 --decoder-attention-heads 4)
+  LF_RANKS=(--lc-rank 64 --lc-embed-rank 128)
+  # the paper's IWSLT'14 Hypoformer (Table 5 row 1: 12-2, HTT embedding and self-attention,
+  # rank-64 FFN, Admin) with its preset settings
+  # (post-LN: lr 5e-4, as deep post-LN models stalled at 1e-3 on the GPU machine)
+  HYPO=(--arch hypoformer_iwslt_de_en --lr 5e-4)
+  SUB=(--arch subformer "${LAYERS[@]}" "${WIDTH[@]}" --subformer-sharing sandwich --safe-dim 128)
+  SM_RANK=64
+fi
+PRELN=(--encoder-normalize-before --decoder-normalize-before)
+TEACHER=(--arch transformer "${LAYERS[@]}" "${WIDTH[@]}" "${PRELN[@]}" --share-all-embeddings)
+LIGHTFORMER=(--arch lightformer "${LAYERS[@]}" "${WIDTH[@]}" "${PRELN[@]}" --share-all-embeddings
+  --lc-encoder-groups 0 "${LF_RANKS[@]}")
+SMART=(--arch smartformer_iwslt_de_en "${LAYERS[@]}" "${WIDTH[@]}" "${PRELN[@]}"
+  --sm-rank "$SM_RANK" --sm-attn all)
+
+DEVICE=()
+if ((NUM_GPUS == 0)); then
+  DEVICE=(--cpu)
+fi
+# train_flags UPDATES EARLY: the shared schedule; EARLY=1 adds early stopping (PATIENCE)
+train_flags() {
+  TRAIN_FLAGS=(
+    "${DEVICE[@]}" --task translation --source-lang "$SRC" --target-lang "$TGT"
+    --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm 0.0 --lr "$LR"
+    --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-7
+    --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --dropout "$DROPOUT"
+    --weight-decay 0.0001 --max-tokens "$MAX_TOKENS" --max-update "$1" --seed "${SEED:-1}"
+    --validate-interval 1000000 --validate-interval-updates "$VALIDATE_EVERY"
+    --save-interval 1000000 --save-interval-updates "$VALIDATE_EVERY" --keep-interval-updates 1
+    --no-epoch-checkpoints --log-format simple --log-interval 50 --no-progress-bar
+    --num-workers 0 --data-buffer-size 0
+  )
+  if [[ "$2" == 1 ]]; then TRAIN_FLAGS+=(--patience "$PATIENCE"); fi
+  if ((NUM_GPUS > 0)) && [[ "$FP16" == 1 ]]; then TRAIN_FLAGS+=(--fp16); fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# Steps: each skips what finished before
+# ---------------------------------------------------------------------------------------------
+INTERRUPTED=0
+remaining() { echo $((TIME_BUDGET - (SECONDS - START))); }
+
+# check_last DIR: an interrupted save can leave a damaged checkpoint_last.pt; resume from
+# checkpoint_best.pt instead (or from scratch without one).
+check_last() {
+  local last="$1/checkpoint_last.pt"
+  [[ -f "$last" ]] || return 0
+  # torch.save writes a zip archive whose directory comes last: a cut file does not open
+  if ! "$PYTHON" -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).close()' "$last" 2>/dev/null; then
+    log "warning: $last cannot be loaded (interrupted while saving?): resuming from checkpoint_best.pt"
+    rm -f "$last"
+    if [[ -f "$1/checkpoint_best.pt" ]]; then cp "$1/checkpoint_best.pt" "$last"; fi
+  fi
+}
+
+# train NAME UPDATES EARLY [fairseq-train flags...]: SAVE_ROOT/NAME, unless train.done is there;
+# the model's flags come after the shared schedule (and win over it).
+# The output goes to NAME/train.log (appended: a resumed run continues it); a run stopped by
+# TIME_BUDGET leaves no train.done and resumes next time.
+train() {
+  local name="$1" updates="$2" early="$3" dir="$SAVE_ROOT/$1" rc=0 t0=$SECONDS limit=()
+  shift 3
+  if [[ "$DRY_RUN" != 1 && -f "$dir/train.done" ]]; then
+    log "$name: trained before (remove $dir/train.done to train again)"
+    return 0
+  fi
+  train_flags "$updates" "$early"
+  if [[ -n "$TIME_BUDGET" ]]; then
+    if (($(remaining) < ${MIN_TRAIN_SECONDS:-30})); then
+      log "$name: no time left in TIME_BUDGET; run again to train it"
+      return 3
+    fi
+    limit=(timeout -s INT -k 60 "$(remaining)")
+  fi
+  if [[ "$DRY_RUN" == 1 ]]; then
+    run "${limit[@]}" fairseq-train "$DATA_BIN" --user-dir "$USER_DIR" --save-dir "$dir" \
+      "${TRAIN_FLAGS[@]}" "$@"
+    echo "  (output appended to $dir/train.log)"
+    return 0
+  fi
+  mkdir -p "$dir"
+  check_last "$dir"
+  log "$name: training (at most $updates updates$([[ "$early" == 1 ]] && echo ", early stopping after $PATIENCE validations without improvement"); log: $dir/train.log)"
+  "${limit[@]}" fairseq-train "$DATA_BIN" --user-dir "$USER_DIR" --save-dir "$dir" \
+    "${TRAIN_FLAGS[@]}" "$@" >>"$dir/train.log" 2>&1 || rc=$?
+  echo $((SECONDS - t0)) >>"$dir/train.seconds"
+  if ((rc == 0)); then
+    touch "$dir/train.done"
+    log "$name: done ($(grep -c '| valid |' "$dir/train.log" || true) validations; $(tail -n 1 "$dir/train.log" | cut -c1-150))"
+    return 0
+  fi
+  if [[ -n "$TIME_BUDGET" ]] && ((rc == 124 || rc == 130 || rc == 137)); then
+    log "$name: stopped by TIME_BUDGET; the next run resumes it from $dir/checkpoint_last.pt"
+    return 3
+  fi
+  log "$name: fairseq-train failed (exit $rc); the end of $dir/train.log:"
+  tail -n 20 "$dir/train.log" >&2
+  return 1
+}
+
+# in_parallel CMD...: run CMD in the background when PARALLEL=1 (collected by wait_all)
+PIDS=()
+in_parallel() {
+  if [[ "$PARALLEL" == 1 && "$DRY_RUN" != 1 ]]; then
+    "$@" &
+    PIDS+=($!)
+  else
+    "$@" || note_rc $?
+  fi
+}
+note_rc() {
+  if (($1 == 3)); then INTERRUPTED=1; else die "a step failed (exit $1)"; fi
+}
+wait_all() {
+  local pid rc
+  for pid in "${PIDS[@]}"; do
+    rc=0
+    wait "$pid" || rc=$?
+    ((rc == 0)) || note_rc "$rc"
+  done
+  PIDS=()
+}
+
+# evaluate NAME: translate the test split with NAME's checkpoint_best.pt (skipped when
+# generate-test.txt exists; written atomically)
+evaluate() {
+  local dir="$SAVE_ROOT/$1"
+  if [[ "$DRY_RUN" != 1 ]]; then
+    [[ -f "$dir/generate-test.txt" ]] && return 0
+    if [[ ! -f "$dir/train.done" ]]; then
+      log "$1: not trained (no $dir/train.done): left out of the table"
+      return 0
+    fi
+  fi
+  log "$1: translating the test split"
+  run_to "$dir/generate-test.txt" fairseq-generate "$DATA_BIN" --user-dir "$USER_DIR" \
+    "${DEVICE[@]}" --path "$dir/checkpoint_best.pt" --task translation --source-lang "$SRC" \
+    --target-lang "$TGT" --gen-subset test --beam "$BEAM" --lenpen "$LENPEN" --batch-size 128 \
+    --required-batch-size-multiple 1 --post-process sentencepiece
+}
+
+MODELS=(teacher lightformer_svd lightformer_random hypoformer_kd subformer smartformer)
+log "plan: $([[ "$SMALL" == 1 ]] && echo "SMALL (CPU-sized)" || echo full), NUM_GPUS=$NUM_GPUS, PARALLEL=$PARALLEL, runs in $SAVE_ROOT"
+
+# 1. the teacher, and the models that do not need it
+in_parallel train teacher "$TEACHER_UPDATES" 1 "${TEACHER[@]}"
+in_parallel train lightformer_random "$STUDENT_UPDATES" 0 "${LIGHTFORMER[@]}"
+in_parallel train subformer "$MAX_UPDATE" 1 "${SUB[@]}" --share-all-embeddings
+in_parallel train smartformer "$MAX_UPDATE" 1 "${SMART[@]}" --share-all-embeddings
+wait_all
+
+# 2. what needs the trained teacher
+if [[ "$DRY_RUN" == 1 || -f "$SAVE_ROOT/teacher/train.done" ]]; then
+  INIT="$SAVE_ROOT/lightformer_init.pt"
+  if [[ "$DRY_RUN" == 1 || ! -f "$INIT" ]]; then
+    log "SVD transfer: teacher -> LightFormer ($INIT)"
+    run "${CONVERT[@]}" -i "$SAVE_ROOT/teacher/checkpoint_best.pt" -o "$INIT" --force "${LIGHTFORMER[@]}"
+  fi
+  in_parallel train lightformer_svd "$STUDENT_UPDATES" 0 "${LIGHTFORMER[@]}" --finetune-from-model "$INIT"
+  KD_BIN="$SAVE_ROOT/kd-bin"
+  distill_then_train() {
+    if [[ "$DRY_RUN" == 1 || ! -f "$KD_BIN/.done" ]]; then
+      log "KD data: the teacher translates the training set (beam $KD_BEAM) -> $KD_BIN"
+      run "$REPO_ROOT/scripts/distill_data.sh" "$DATA_BIN" --path "$SAVE_ROOT/teacher/checkpoint_best.pt" \
+        --out-dir "$KD_BIN" --user-dir "$USER_DIR" --beam "$KD_BEAM" --lenpen "$LENPEN" \
+        --max-tokens $((MAX_TOKENS * 2)) --num-shards 0 \
+        --generate-args "--max-len-a 1.2 --max-len-b 10" "${DEVICE[@]}"
+      [[ "$DRY_RUN" == 1 ]] || touch "$KD_BIN/.done"
+    fi
+    train hypoformer_kd "$MAX_UPDATE" 1 "${HYPO[@]}" --task translation_seqkd \
+      --kd-data-mode both --kd-distilled-data "$KD_BIN"
+  }
+  in_parallel distill_then_train
+  wait_all
+else
+  log "the teacher has not finished: SVD transfer and KD wait for the next run"
+fi
+if ((INTERRUPTED)); then
+  log "TIME_BUDGET spent after $((SECONDS - START)) s: run the same command again to go on"
+  exit 3
+fi
+
+# 3. test translations and the speed column
+for m in "${MODELS[@]}"; do evaluate "$m"; done
+SPEED="$SAVE_ROOT/speed.json"
+if [[ "$MEASURE_SPEED" != 1 ]]; then
+  log "MEASURE_SPEED=$MEASURE_SPEED: no speed column"
+elif [[ "$DRY_RUN" == 1 || ! -f "$SPEED" ]]; then
+  paths=""
+  for m in "${MODELS[@]}"; do paths+="${paths:+,}$m=$SAVE_ROOT/$m/checkpoint_best.pt"; done
+  log "speed: tokens/s of every model on the CPU (one thread, batch 1, beam $BEAM)"
+  run_log "$SAVE_ROOT/speed.txt" bash scripts/measure_speed.sh --data "$DATA_BIN" --user-dir "$USER_DIR" \
+    --path "$paths" --src-len 12 --num-sentences "$SPEED_SENTENCES" --runs "$SPEED_RUNS" \
+    --threads 1 --beam "$BEAM" --lenpen "$LENPEN" --max-len-a 1.2 --max-len-b 10 \
+    --json "$SPEED" --quiet
+fi
+
+# 4. the table and the plots (redone when a plot is missing or a translation, log or speed is newer)
+RESULTS="$SAVE_ROOT/results.md"
+if [[ "$DRY_RUN" != 1 && -f "$RESULTS" && -f "$SAVE_ROOT/curves.png" && -f "$SAVE_ROOT/frontier.png" &&
+  -z "$(find "$SAVE_ROOT" -maxdepth 2 \( -name generate-test.txt \
+  -o -name train.log -o -name speed.json \) -newer "$RESULTS" 2>/dev/null | head -n 1)" ]]; then
+  log "$RESULTS is up to date"
+else
+  run "$PYTHON" "$HERE/collect.py" --save-root "$SAVE_ROOT" --ref "$DATA_DIR/raw/test.$TGT" \
+    --speed "$SPEED" --corpus-stats "$DATA_DIR/stats.json" \
+    --plan "$([[ "$SMALL" == 1 ]] && echo small || echo full)" \
+    --out "$SAVE_ROOT/results.tmp.md" --json "$SAVE_ROOT/results.json"
+  logs=() labels=""
+  for m in "${MODELS[@]}"; do
+    if [[ "$DRY_RUN" == 1 || -s "$SAVE_ROOT/$m/train.log" ]]; then
+      logs+=("$SAVE_ROOT/$m/train.log") labels+="${labels:+,}$m"
+    fi
+  done
+  if [[ "$DRY_RUN" == 1 ]] || "$PYTHON" -c 'import importlib.util, sys
+sys.exit(importlib.util.find_spec("matplotlib") is None)' 2>/dev/null; then
+    run "$PYTHON" scripts/plot_curves.py "${logs[@]}" --labels "$labels" \
+      --title "results corpus: loss curves" --out "$SAVE_ROOT/curves.png"
+    run "$PYTHON" scripts/plot_frontier.py "$SAVE_ROOT/results.json" \
+      --title "results corpus: BLEU vs size vs speed" --out "$SAVE_ROOT/frontier.png"
+  else
+    log "matplotlib not installed: no plots (run this script again where it is, with SAVE_ROOT copied there: finished steps are skipped)"
+  fi
+  # written last: its date says the table and plots are complete
+  run mv "$SAVE_ROOT/results.tmp.md" "$RESULTS"
+fi
+log "done in $((SECONDS - START)) s: $SAVE_ROOT/results.md"

@@ -1,0 +1,215 @@
+"""examples/translation/results/run.sh: resume and skip logic, and collect.py's table.
+
+run.sh runs here with stand-ins for the programs that train, convert, distill and decode
+(fairseq-train, fairseq-generate, lightcompress-convert on PATH; PYTHON is a wrapper that fakes
+scripts/distill_data.py and hands everything else, collect.py and the plots included, to the
+real interpreter). The stand-ins log every call, so the test sees what a second and a third run
+of the same command do: a run stopped by TIME_BUDGET exits 3 and the next one resumes the
+interrupted training (from checkpoint_best.pt when checkpoint_last.pt is damaged), and a run
+after a finished one trains, converts, distills and decodes nothing. Its dry run is covered by
+tests/test_dry_run.py with every other script.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+__all__: list[str] = []
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT / "examples" / "translation" / "results" / "run.sh"
+
+FAKE_TRAIN = r"""#!/usr/bin/env bash
+save="" prev=""
+for a in "$@"; do [[ "$prev" == --save-dir ]] && save="$a"; prev="$a"; done
+name="$(basename "$save")"
+state=fresh
+if [[ -f "$save/checkpoint_last.pt" ]]; then state="resume:$(cat "$save/checkpoint_last.pt")"; fi
+echo "train $name $state" >> "$CALLS"
+mkdir -p "$save"
+echo "2026-01-01 00:00:00 | INFO | fairseq_cli.train | num. shared model params: 2,000,000 (num. trained: 2,000,000)"
+echo "2026-01-01 00:00:01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 6.5 | nll_loss 5 | num_updates 10"
+echo "2026-01-01 00:00:02 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 6.1 | nll_loss 5 | num_updates 20"
+printf best > "$save/checkpoint_best.pt"
+printf last > "$save/checkpoint_last.pt"
+if [[ "${SLOW_TRAIN:-}" == "$name" ]]; then exec sleep 60; fi
+"""
+FAKE_GENERATE = r"""#!/usr/bin/env bash
+ckpt="" prev=""
+for a in "$@"; do [[ "$prev" == --path ]] && ckpt="$a"; prev="$a"; done
+echo "generate $(basename "$(dirname "$ckpt")")" >> "$CALLS"
+i=0
+while IFS= read -r line; do
+  if [[ "$ckpt" == */teacher/* ]]; then hyp="$line"; else hyp="${line% *}"; fi
+  printf 'S-%d\tx\nH-%d\t-0.1\t%s\nD-%d\t-0.1\t%s\n' "$i" "$i" "$hyp" "$i" "$hyp"
+  i=$((i + 1))
+done < "$FAKE_REF"
+"""
+FAKE_CONVERT = r"""#!/usr/bin/env bash
+out="" prev=""
+for a in "$@"; do [[ "$prev" == -o ]] && out="$a"; prev="$a"; done
+echo "convert $(basename "$out")" >> "$CALLS"
+printf init > "$out"
+"""
+FAKE_PYTHON = r"""#!/usr/bin/env bash
+if [[ "${1:-}" == */distill_data.py ]]; then
+  out="" prev=""
+  for a in "$@"; do [[ "$prev" == --out-dir ]] && out="$a"; prev="$a"; done
+  echo "distill $(basename "$out")" >> "$CALLS"
+  mkdir -p "$out"
+  exit 0
+fi
+exec "{python}" "$@"
+"""
+REFS = [
+    "The file could not be read.",
+    "Save the changes before closing the window.",
+    "The printer is not available right now.",
+    "Delete the selected user account.",
+]
+
+
+@pytest.fixture
+def bench(tmp_path):
+    """(environment, calls file, save root) with the stand-ins first on PATH."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for name, text in (("fairseq-train", FAKE_TRAIN), ("fairseq-generate", FAKE_GENERATE),
+                       ("lightcompress-convert", FAKE_CONVERT),
+                       ("python", FAKE_PYTHON.replace("{python}", sys.executable))):  # fmt: skip
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    data = tmp_path / "data"
+    (data / "bin").mkdir(parents=True)
+    (data / "raw").mkdir()
+    (data / "bin" / "dict.de.txt").write_text("Datei 3\n")
+    (data / "raw" / "test.en").write_text("\n".join(REFS) + "\n")
+    (data / "stats.json").write_text(json.dumps({"pairs": {"train": 9, "valid": 2, "test": 4}}))
+    calls = tmp_path / "calls.txt"
+    save = tmp_path / "runs"
+    env = {
+        "PATH": f"{bin_}:{os.environ['PATH']}",
+        "HOME": str(tmp_path),
+        "LANG": "C.UTF-8",
+        "PYTHON": str(bin_ / "python"),
+        "CALLS": str(calls),
+        "FAKE_REF": str(data / "raw" / "test.en"),
+        "DATA_DIR": str(data),
+        "SAVE_ROOT": str(save),
+        "NUM_GPUS": "0",
+        "PARALLEL": "0",
+        "MEASURE_SPEED": "0",
+        "USER_DIR": str(ROOT / "lightcompress"),
+        "MPLBACKEND": "Agg",
+    }
+    return env, calls, save
+
+
+def _run(env, **extra):
+    return subprocess.run(["bash", str(RUN)], env={**env, **extra}, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+
+
+def _calls(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_time_budget_stops_resume_continues_and_finished_work_is_skipped(bench):
+    env, calls, save = bench
+    # 1. the teacher outlives the budget: exit 3, nothing marked done, the rest waits
+    first = _run(env, TIME_BUDGET="3", MIN_TRAIN_SECONDS="1", SLOW_TRAIN="teacher")
+    assert first.returncode == 3, first.stderr
+    assert "run the same command again" in first.stderr
+    assert _calls(calls)[0] == "train teacher fresh"
+    assert not (save / "teacher" / "train.done").exists()
+    assert (save / "teacher" / "checkpoint_last.pt").exists()
+    assert not (save / "results.md").exists()
+
+    # 2. the same command again: the teacher resumes (its damaged checkpoint_last.pt, from an
+    #    interrupted save, is replaced by checkpoint_best.pt), everything else runs once
+    (save / "teacher" / "checkpoint_last.pt").write_text("half-written")
+    before = len(_calls(calls))
+    second = _run(env)
+    assert second.returncode == 0, second.stderr
+    new = _calls(calls)[before:]
+    assert "cannot be loaded" in second.stderr
+    assert new[0] == "train teacher resume:best"
+    trained = [c.split()[1] for c in new if c.startswith("train ")]
+    assert sorted(trained) == sorted(["teacher", "lightformer_random", "subformer", "smartformer",
+                                      "lightformer_svd", "hypoformer_kd"])  # fmt: skip
+    # the SVD student starts after the conversion, the KD student after the distillation
+    assert new.index("convert lightformer_init.pt") < new.index("train lightformer_svd fresh")
+    assert new.index("distill kd-bin") < new.index("train hypoformer_kd fresh")
+    assert sorted(c for c in new if c.startswith("generate")) == sorted(
+        f"generate {m}" for m in trained
+    )
+    table = (save / "results.md").read_text()
+    assert "| Transformer (dense teacher) | 2.00M | 1.0 | 100.00 |" in table
+    assert "Not (yet) evaluated" not in table
+    doc = json.loads((save / "results.json").read_text())
+    assert {r["label"] for r in doc["models"]} == set(trained)
+    assert all(r["best_update"] == 20 and r["params"] == 2_000_000 for r in doc["models"])
+
+    # 3. once more: nothing is trained, converted, distilled or decoded again
+    before = len(_calls(calls))
+    third = _run(env)
+    assert third.returncode == 0, third.stderr
+    assert _calls(calls)[before:] == []
+    assert third.stderr.count("trained before") == 6
+
+
+def test_bad_settings_stop_before_anything_runs(bench):
+    env, calls, _ = bench
+    for extra in ({"TIME_BUDGET": "soon"}, {"STUDENT_UPDATES": "0"}):
+        proc = _run(env, **extra)
+        assert proc.returncode == 1
+        assert "must be" in proc.stderr
+    assert _calls(calls) == []
+
+
+def _collect():
+    spec = importlib.util.spec_from_file_location(
+        "results_collect", ROOT / "examples" / "translation" / "results" / "collect.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_collect_findings_state_shortfalls():
+    col = _collect()
+    recs = [
+        {"label": "teacher", "method": "T", "bleu": 30.0, "params": 36e6},
+        {"label": "lightformer_svd", "method": "LF svd", "bleu": 29.5, "bleu_vs_teacher": -0.5,
+         "compression": 4.3, "updates": 3000},
+        {"label": "lightformer_random", "method": "LF rnd", "bleu": 29.9, "bleu_vs_teacher": -0.1,
+         "compression": 4.3, "updates": 3000},
+        {"label": "smartformer", "method": "SM", "bleu": 27.0, "bleu_vs_teacher": -3.0,
+         "compression": 1.5},
+    ]  # fmt: skip
+    text = "\n".join(col.findings(recs))
+    assert "LF svd: 29.50 BLEU (-0.50 vs the teacher) at 4.3x fewer parameters: meets" in text
+    assert "SM: 27.00 BLEU" in text and "falls short of" in text
+    assert "3.00 BLEU below the teacher" in text and "1.5x fewer parameters, outside 3-7x" in text
+    assert "SVD transfer does NOT help here" in text
+
+
+def test_collect_refuses_translations_of_another_test_set(tmp_path, capsys):
+    col = _collect()
+    (tmp_path / "teacher").mkdir()
+    (tmp_path / "teacher" / "generate-test.txt").write_text("D-0\t-0.1\tone\n")
+    ref = tmp_path / "test.en"
+    ref.write_text("one\ntwo\n")
+    out = tmp_path / "r.md"
+    argv = ["--save-root", str(tmp_path), "--ref", str(ref), "--out", str(out),
+            "--json", str(tmp_path / "r.json")]  # fmt: skip
+    assert col.main(argv) == 2
+    assert "1 translations for 2 references" in capsys.readouterr().err
+    assert not out.exists()
