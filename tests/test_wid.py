@@ -350,3 +350,85 @@ def test_the_training_model_and_criterion_run_in_half_precision():
     loss.backward()
     grad = student.encoder.layers[0].blocks[0].site.gate.log_alpha_scaled.grad
     assert grad is not None and grad.dtype == torch.float16 and torch.isfinite(grad).all()
+
+
+# ------------------------------------------------------------------ RoBERTa (sentence_prediction)
+
+ROBERTA = [
+    "--encoder-layers", 2, "--encoder-embed-dim", 16, "--encoder-ffn-embed-dim", 32,
+    "--encoder-attention-heads", 2, "--max-positions", 32, "--dropout", 0,
+    "--attention-dropout", 0, "--pooler-dropout", 0,
+]  # fmt: skip
+HEAD = "sentence_classification_head"
+
+
+def _roberta(seed=0, classes=3):
+    from lightcompress.build import build_model_without_data, parse_model_args
+
+    torch.manual_seed(seed)
+    targs = parse_model_args("roberta", [str(a) for a in ROBERTA], task="sentence_prediction")
+    teacher = build_model_without_data(targs, VOCAB)
+    teacher.register_classification_head(HEAD, num_classes=classes)
+    return targs, teacher.eval()
+
+
+def _tokens(seed=2):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(4, VOCAB, (3, 8), generator=g)
+    src[:, 0] = 0  # <s>
+    src[1, -3:] = 1  # padding
+    return src
+
+
+def test_roberta_student_keeps_the_teachers_head_and_reproduces_it_with_identity_compactors():
+    from lightcompress.wid.roberta import DAWIDRobertaModel
+
+    targs, teacher = _roberta()
+    student = _student_of(DAWIDRobertaModel, targs, teacher, levels=()).eval()
+    src = _tokens()
+    with torch.no_grad():
+        a = teacher(src, classification_head_name=HEAD)[0]
+        b = student(src, classification_head_name=HEAD)[0]
+    assert torch.allclose(a, b, atol=1e-5)
+    student.register_classification_head(HEAD, num_classes=3)  # the task's call keeps it
+    assert student.classification_heads[HEAD].dense.weight.equal(
+        teacher.classification_heads[HEAD].dense.weight
+    )
+    with pytest.raises(ConfigError, match="no classification head 'other'"):
+        student.register_classification_head("other", num_classes=2)
+    layers = sum(p.numel() for p in teacher.encoder.sentence_encoder.layers.parameters())
+    assert student.teacher_size() == layers  # the paper's (CoFi's) count: the layers
+
+
+def _student_of(cls, targs, teacher, levels=("dim", "head", "layer"), **flags):
+    args = argparse.Namespace(dawid_init="identity", **flags)
+    dawid_architecture(args)
+    return cls.from_teacher(args, targs, teacher, list(levels))
+
+
+@pytest.mark.parametrize("classes", [3, 1])
+def test_fused_roberta_computes_what_the_masked_roberta_computes(classes):
+    from lightcompress.wid.roberta import DAWIDRobertaModel, fuse_roberta
+
+    targs, teacher = _roberta(seed=1, classes=classes)
+    student = _student_of(DAWIDRobertaModel, targs, teacher)
+    g = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for gate in student.gates():
+            gate.set_log_alpha(torch.randn(gate.n, generator=g) * 2 + 1)
+        for name, p in student.named_parameters():
+            if name.split(".")[-1] in ("c_in", "c_out", "c_q", "c_k", "c_v", "c_o"):
+                p.add_(0.2 * torch.randn(p.shape, generator=g))
+    student.set_num_updates(1)
+    student.eval()
+    fused, fargs, shapes = fuse_roberta(student, targs)
+    assert fargs.arch == "dawid_roberta_fused" and "decoder" not in shapes
+    last = shapes["encoder"]["layers"][-1][-1]["out"]
+    assert last < 16 and fused.classification_heads[HEAD].dense.in_features == last
+    src = _tokens()
+    with torch.no_grad():
+        for kw in ({"classification_head_name": HEAD}, {}):
+            a, b = student(src, **kw)[0], fused(src, **kw)[0]
+            assert torch.allclose(a, b, atol=1e-4 * float(a.abs().max())), kw
+    layers = sum(p.numel() for p in fused.encoder.sentence_encoder.layers.parameters())
+    assert layers == fuse.shapes_params(shapes)
