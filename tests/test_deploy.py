@@ -53,7 +53,7 @@ def make_checkpoint(data: str, path: str, arch: str, flags, updates: int = 0, se
     from lightcompress.build import parse_model_args
 
     torch.manual_seed(seed)
-    args = parse_model_args(arch, list(flags), data=data)
+    args = parse_model_args(arch, ["-s", "de", "-t", "en", *flags], data=data)
     task = tasks.setup_task(args)
     model = task.build_model(args)
     if updates:
@@ -85,14 +85,35 @@ def make_checkpoint(data: str, path: str, arch: str, flags, updates: int = 0, se
     return path
 
 
+def _sentencepiece(raw: str, root) -> tuple[str, str]:
+    """A sentencepiece model of the raw toy corpus (one piece per word) and the corpus encoded
+    with it, as a user's data directory would be built."""
+    import sentencepiece as spm
+
+    prefix = str(root / "spm")
+    spm.SentencePieceTrainer.train(
+        input=f"{raw}/train.de,{raw}/train.en", model_prefix=prefix, model_type="word",
+        vocab_size=51, hard_vocab_limit=False, minloglevel=2,
+    )  # fmt: skip
+    sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
+    encoded = root / "raw.spm"
+    encoded.mkdir()
+    for name in os.listdir(raw):
+        with open(os.path.join(raw, name)) as f, open(encoded / name, "w") as out:
+            out.writelines(" ".join(sp.encode(line.strip(), out_type=str)) + "\n" for line in f)
+    return prefix + ".model", str(encoded)
+
+
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory):
-    """``{"data", "raw", "teacher"}``: the binarized toy corpus and a trained 2-2 Transformer."""
+    """``{"data", "raw", "spm", "teacher", "root"}``: the toy corpus (raw text, its
+    sentencepiece model, binarized pieces) and a 2-2 Transformer trained for 30 updates."""
     root = tmp_path_factory.mktemp("deploy")
     raw = make_parallel_corpus(str(root / "raw"), n_train=400, n_valid=10, n_test=30)
-    data = _binarize(raw, str(root / "bin"))
+    model, pieces = _sentencepiece(raw, root)
+    data = _binarize(pieces, str(root / "bin"))
     teacher = make_checkpoint(data, str(root / "teacher.pt"), "transformer", TINY, updates=30)
-    return {"data": data, "raw": raw, "teacher": teacher, "root": root}
+    return {"data": data, "raw": raw, "spm": model, "teacher": teacher, "root": root}
 
 
 def _load(path, data):
@@ -297,3 +318,200 @@ def test_measure_speed_ct2_dir_must_be_new_or_empty(toy, tmp_path, capsys):
     assert main(["--data", toy["data"], "--path", toy["teacher"],
                  "--ct2-dir", str(tmp_path / "new")]) == 2  # fmt: skip
     assert "--ct2-dir needs --ct2" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# the fast path: fairseq's translations on every architecture
+# --------------------------------------------------------------------------------------------
+
+T32 = [
+    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--dropout", "0",
+]  # fmt: skip
+FAMILIES = {
+    # pre-LN fairseq Transformer
+    "transformer": ("transformer", T32 + ["--encoder-layers", "2", "--decoder-layers", "2",
+                    "--encoder-normalize-before", "--decoder-normalize-before"]),
+    # low-rank maps and table (tied output projection from the factors), shared layers, Admin
+    "lightformer": ("lightformer_iwslt_de_en", T32 + [
+        "--encoder-layers", "4", "--decoder-layers", "2", "--lc-rank", "8", "--lc-embed-rank",
+        "8", "--lc-encoder-groups", "2", "--lc-decoder-groups", "1", "--admin-init",
+        "closed-form"]),
+    # fused HTT Q/K/V self-attention, HTT table, HMF FFN
+    "hypoformer": ("hypoformer_iwslt_de_en", T32 + [
+        "--encoder-layers", "2", "--decoder-layers", "2", "--hypo-embed-rank", "2",
+        "--hypo-ffn-rank", "8", "--admin-init", "closed-form"]),
+    # CP-factorized Q/K/V (CPLinear)
+    "smartformer": ("smartformer_iwslt_de_en", T32 + ["--encoder-layers", "2",
+                    "--decoder-layers", "2", "--sm-rank", "4"]),
+    # SAFE + sandwich layers: fairseq's own decoder under the lean search
+    "subformer": ("subformer", T32 + ["--safe-dim", "16", "--safe-heads", "2",
+                  "--encoder-layers", "4", "--decoder-layers", "4"]),
+}  # fmt: skip
+
+
+def _batches(sentences, size, pad=1):
+    from lightcompress.deploy.translate import left_pad_batches
+
+    return list(left_pad_batches(sentences, size, pad))
+
+
+class _EosBias(torch.nn.Module):
+    """An output projection plus a constant logit for EOS: random models then end hypotheses
+    at different steps (finalization and batch shrinking get exercised). fairseq's decoder and
+    the fast path both call the decoder's ``output_projection``."""
+
+    def __init__(self, projection, eos: int, value: float):
+        super().__init__()
+        self.projection = projection
+        self.eos, self.value = eos, value
+
+    def forward(self, x):
+        out = self.projection(x).clone()
+        out[..., self.eos] += self.value
+        return out
+
+
+EOS_BIAS = 2.0  # logit spreads: every family then ends hypotheses at several different steps
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_fast_path_gives_fairseqs_hypotheses_and_scores_on_every_family(family):
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from lightcompress.build import dictionary_of_size
+    from lightcompress.deploy.generator import FastGenerator
+    from lightcompress.measure.params import build_model_without_data
+
+    arch, flags = FAMILIES[family]
+    torch.manual_seed(0)
+    vocab = 40
+    model = build_model_without_data(arch, vocab, flags, True).eval()
+    d = dictionary_of_size(vocab)
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, vocab, (4, 6), generator=g)
+    with torch.no_grad():  # EOS bias in units of the model's logit spread
+        spread = float(model(src, torch.full((4,), 6), src)[0].std())
+    bias = _EosBias(model.decoder.output_projection, d.eos(), EOS_BIAS * spread)
+    model.decoder.output_projection = bias
+    sentences = [
+        torch.cat([torch.randint(4, vocab, (int(n),), generator=g), torch.tensor([d.eos()])])
+        for n in torch.randint(2, 9, (6,), generator=g)
+    ]
+    lengths = set()
+    for beam in (1, 5):
+        settings = {"beam_size": beam, "max_len_a": 1.0, "max_len_b": 3}
+        fast = FastGenerator(model, d, **settings)
+        assert fast.lean == (family != "subformer"), fast.why_not_lean
+        fairseq = SequenceGenerator([model], d, **settings)
+        for _idx, src, src_lengths in _batches(sentences, 3):  # padded batches that shrink
+            with torch.inference_mode():
+                ref = fairseq.generate([model], {"net_input": {"src_tokens": src,
+                                                               "src_lengths": src_lengths}})  # fmt: skip
+            out = fast.generate(src, src_lengths)
+            for r, o in zip(ref, out):
+                assert [h["tokens"].tolist() for h in o] == [h["tokens"].tolist() for h in r]
+                assert [float(h["score"]) for h in o] == pytest.approx(
+                    [float(h["score"]) for h in r], abs=1e-5
+                )
+                lengths |= {h["tokens"].numel() for h in o}
+    assert len(lengths) > 2  # hypotheses finished at different steps (EOS before the limit)
+
+
+def test_fast_path_on_the_trained_teacher_equals_fairseq_generate_int8_too(toy):
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from lightcompress.deploy.generator import FastGenerator
+    from lightcompress.measure.quantize import quantize_model_int8
+
+    model, task = _load(toy["teacher"], toy["data"])
+    sources = _test_sources(task)
+    for m in (model, quantize_model_int8(model)):
+        fast = FastGenerator(m, task.target_dictionary, beam_size=5, max_len_a=1.2, max_len_b=10)
+        fairseq = SequenceGenerator([m], task.target_dictionary, beam_size=5, max_len_a=1.2,
+                                    max_len_b=10)  # fmt: skip
+        for _idx, src, lengths in _batches(sources, 8):
+            with torch.inference_mode():
+                ref = fairseq.generate([m], {"net_input": {"src_tokens": src,
+                                                           "src_lengths": lengths}})  # fmt: skip
+            out = fast.generate(src, lengths)
+            assert [h[0]["tokens"].tolist() for h in out] == [h[0]["tokens"].tolist() for h in ref]
+
+
+# --------------------------------------------------------------------------------------------
+# the API and lightcompress-translate
+# --------------------------------------------------------------------------------------------
+
+
+def test_translator_translates_raw_text_as_fairseqs_hub_interface(toy):
+    from fairseq.models.transformer import TransformerModel
+
+    import lightcompress
+    from lightcompress.deploy import Translator
+
+    with open(os.path.join(toy["raw"], "test.de")) as f:
+        lines = [line.strip() for line in f][:12]
+    lines[3] = ""  # an empty line: an empty translation
+    lines[5] = "   "
+    ours = Translator(toy["teacher"], toy["data"], spm=toy["spm"], beam=5, batch_size=4,
+                      threads=1).translate(lines)  # fmt: skip
+    hub = TransformerModel.from_pretrained(
+        os.path.dirname(toy["teacher"]), checkpoint_file=os.path.basename(toy["teacher"]),
+        data_name_or_path=toy["data"], user_dir=lightcompress.__path__[0],
+        bpe="sentencepiece", sentencepiece_model=toy["spm"],
+    )  # fmt: skip
+    expected = [hub.translate(line, beam=5) if line.strip() else "" for line in lines]
+    assert ours == expected
+    assert ours[3] == ours[5] == ""
+    assert all(t and "\u2581" not in t and t.split()[0].startswith("t") for t in ours if t)
+
+
+def _translate_cli(*args, stdin=""):
+    return subprocess.run(
+        [sys.executable, "-c", "from lightcompress.deploy.translate import cli_main; cli_main()",
+         *args],
+        input=stdin, capture_output=True, text=True, timeout=300, check=False,
+        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"),
+    )  # fmt: skip
+
+
+def test_translate_command_reads_stdin_and_writes_the_output_file(toy, tmp_path):
+    out = tmp_path / "out.en"
+    proc = _translate_cli("--path", toy["teacher"], "--data", toy["data"], "--spm", toy["spm"],
+                          "--batch-size", "2", "--threads", "2", "--int8", "-o", str(out),
+                          stdin="s1 s2 s3\n\ns4 s5\n")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = out.read_text().split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[3] == ""
+    assert lines[0] and lines[2]
+
+
+def test_translate_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
+    from lightcompress.deploy.translate import main
+
+    notspm = tmp_path / "not.model"
+    notspm.write_text("hello\n")
+    small = tmp_path / "small"
+    small.mkdir()
+    for name in ("dict.de.txt", "dict.en.txt"):  # dictionaries of another size
+        with open(os.path.join(toy["data"], name)) as f:
+            (small / name).write_text("".join(f.readlines()[:10]))
+    out = tmp_path / "out.txt"
+    base = ["--path", toy["teacher"], "--data", toy["data"], "-o", str(out)]
+    cases = [
+        (["--path", str(tmp_path / "none.pt"), "--data", toy["data"]], "checkpoint not found"),
+        (base + ["--spm", str(tmp_path / "none.model")], "sentencepiece model not found"),
+        (base + ["--spm", str(notspm)], "cannot load the sentencepiece model"),
+        (["--path", toy["teacher"], "--data", str(small), "-o", str(out)], "do not fit"),
+        (base + ["--beam", "0"], "beam must be >= 1"),
+        (["--path", toy["teacher"], "--data", toy["data"], "-o", str(tmp_path / "no" / "o")],
+         "does not exist"),
+        (base + ["-i", str(tmp_path / "none.txt")], "input file not found"),
+    ]  # fmt: skip
+    for args, message in cases:
+        assert main(args) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (args, lines)
+        assert lines[0].startswith("lightcompress-translate: error: ")
+    assert sorted(os.listdir(tmp_path)) == ["not.model", "small"]
