@@ -13,7 +13,9 @@ It reads, from files the recipe wrote before:
 - ``results.txt`` (``evaluate``): the sacreBLEU line in sacreBLEU's text format
   (``BLEU|nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0 = 34.56 ...``): the score and
   its signature; the tokenized BLEU of fairseq-generate (``BLEU4 = ...``) when present;
-- ``train.log``: fairseq-train's ``num. shared model params: N`` (each shared tensor once);
+- ``train.log``: fairseq-train's ``num. shared model params: N`` (each shared tensor once); for
+  a Smartformer rank search (``--sm-search``), whose ranks change during training, the count of
+  its last decision line (``rank search | update U | ... | params N``) instead;
 - ``speed.json`` (``scripts/measure_speed.sh --json``), when the speed was measured: the record
   labelled ``model`` (tokens/s, its std, the ratio to the first row, normally the dataset's
   Transformer 6-6); without it ``tokens_per_s`` is ``null``. Its ``params`` (the plugin's count,
@@ -39,6 +41,7 @@ __all__ = ["ResultError", "build_record", "main", "params_from_log", "parse_resu
 SACREBLEU_LINE = re.compile(r"BLEU[|+](\S+) = ([0-9.]+)")
 TOKENIZED_BLEU = re.compile(r"BLEU4? = ([0-9.]+)")
 PARAMS_LINE = re.compile(r"num\. shared model params: ([0-9,]+)")
+SEARCH_PARAMS_LINE = re.compile(r"rank search \| update \d+ \|.*?\| params ([0-9,]+)")
 
 
 class ResultError(ValueError):
@@ -69,7 +72,11 @@ def parse_results(text: str) -> dict:
 
 
 def params_from_log(text: str) -> int | None:
-    """fairseq-train's ``num. shared model params`` (the first one logged)."""
+    """fairseq-train's ``num. shared model params`` (the first one logged), or the count of a
+    rank search's last decision (the ranks the model ends with)."""
+    searched = SEARCH_PARAMS_LINE.findall(text)
+    if searched:
+        return int(searched[-1].replace(",", ""))
     m = PARAMS_LINE.search(text)
     return int(m.group(1).replace(",", "")) if m else None
 

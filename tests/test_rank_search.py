@@ -35,12 +35,13 @@ from lightcompress.tasks.translation_smartformer import parse_ranks
 # ------------------------------------------------------------------ units
 
 
-def test_rank_change_keeps_the_function_as_well_as_the_fit_allows():
+@pytest.mark.parametrize("warm", [False, True], ids=["tensorly", "warm-als"])
+def test_rank_change_keeps_the_function_as_well_as_the_fit_allows(warm):
     torch.manual_seed(0)
     layer = CPLinear(32, 24, rank=12, heads=4)
     x = torch.randn(50, 32)
     w_old, y_old = layer.to_dense().detach(), layer(x).detach()
-    kept = layer.set_rank(6)
+    kept = layer.set_rank(6, warm_start=warm)
     w_new = layer.to_dense().detach()
     # the new map is the re-fitted dense weight, and its error is what the fit reports
     torch.testing.assert_close(layer(x) - y_old, x @ (w_new - w_old).T, atol=1e-4, rtol=1e-4)
@@ -49,8 +50,21 @@ def test_rank_change_keeps_the_function_as_well_as_the_fit_allows():
     assert 0 < rel < 0.9
     # at the CP bound (a rank able to represent any (24, 4, 8) tensor) the function is kept
     # as well as ALS converges
-    layer.set_rank(32, n_iter_max=500)
+    layer.set_rank(32, n_iter_max=500, warm_start=warm)
     torch.testing.assert_close(layer(x), y_old + x @ (w_new - w_old).T, atol=5e-3, rtol=5e-3)
+
+
+def test_warm_started_als_recovers_an_exact_cp_tensor_as_tensorly_does():
+    from lightcompress.modules.cp import cp_als, cp_factors, cp_to_dense
+
+    g = torch.Generator().manual_seed(1)
+    true = [torch.randn(n, 3, generator=g, dtype=torch.float64) for n in (12, 4, 6)]
+    w = cp_to_dense(*true).float()  # (12, 24): an exact rank-3 CP tensor
+    _, kept_ref = cp_factors(w, 3, heads=4)
+    start = [f + 0.3 * torch.randn(f.shape, generator=g, dtype=torch.float64) for f in true]
+    factors, kept = cp_als(w.reshape(12, 4, 6), start, n_iter_max=500, tol=1e-14)
+    assert kept_ref > 1 - 1e-6 and kept > 1 - 1e-6
+    torch.testing.assert_close(cp_to_dense(*factors), w, atol=1e-4, rtol=1e-4)
 
 
 class _Toy(nn.Module):

@@ -1,5 +1,5 @@
 """Smartformer's CPAC attention at fixed ranks: sizes, decoding, CP weight transfer from the CLI.
-(The A2C rank search of the paper is not implemented yet.)"""
+(The A2C rank search: tests/test_rank_search.py.)"""
 
 import harness
 import pytest

@@ -177,7 +177,8 @@ class SmartformerConfig(CompressionConfig):
     """Smartformer (CPAC attention): every Q, K, V projection a CP decomposition over the
     (heads, d_k) view of its input, the output projection dense. The paper chooses per-layer
     ranks with an A2C agent during training (vision / time series); without that search the
-    ranks are fixed by ``--sm-rank`` (our default 64: the paper gives no NMT ranks)."""
+    ranks are fixed by ``--sm-rank`` (our default 64: the paper gives no NMT ranks); the task
+    ``translation_smartformer --sm-search`` runs that search inside fairseq-train."""
 
     sm_rank: int = _f(
         64, "CP rank R of every CPAC Q/K/V projection (R (d + heads + d_k) parameters each)",
@@ -530,7 +531,7 @@ PRESETS: dict[str, Preset] = {
     **{name: _table5(name) for name in TABLE5},
     # Hypoformer: Table 2 decomposition baselines
     **{name: _table2(name) for name in TABLE2},
-    # Smartformer: CPAC Q/K/V at fixed ranks (the A2C rank search is not implemented yet)
+    # Smartformer: CPAC Q/K/V at fixed ranks (the A2C rank search: task translation_smartformer)
     "smartformer": Preset(
         "smartformer",
         SmartformerConfig(),

@@ -3,10 +3,12 @@ with every Q, K, V projection in CP form over the (heads, d_k) view of its input
 
 ``y[m] = sum_r W0[m, r] sum_(a, c) x[a, c] W1[a, r] W2[c, r]`` with ``W0 (d, R)``, ``W1 (h, R)``,
 ``W2 (d_k, R)`` (the kind ``cp`` of the registry, :class:`~lightcompress.modules.CPLinear`);
-the output projection stays dense. The paper (vision and time series) picks each layer's rank
-with an A2C agent during training; that search is not part of the plugin yet, so the ranks are
-fixed: ``--sm-rank`` for every projection, or per layer through ``--lc-spec``. Architectures:
-the ``smartformer*`` entries of :data:`lightcompress.models.presets.PRESETS`.
+the output projection stays dense. The ranks the model is built with are fixed: ``--sm-rank``
+for every projection, or per layer through ``--lc-spec``. The paper (vision and time series)
+picks each layer's rank with an A2C agent during training: ``fairseq-train --task
+translation_smartformer --sm-search`` (:mod:`lightcompress.search`); a checkpoint of such a
+run loads at the ranks it holds (CP layers resize on load). Architectures: the
+``smartformer*`` entries of :data:`lightcompress.models.presets.PRESETS`.
 """
 
 from __future__ import annotations

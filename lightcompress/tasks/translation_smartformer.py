@@ -106,7 +106,9 @@ class TranslationSmartformerConfig(TranslationConfig):
         metadata={"help": "validation batches per measurement (0 = the whole valid subset)"},
     )
     sm_search_refit_iters: int = field(
-        default=100, metadata={"help": "CP-ALS iterations when a rank changes"}
+        default=50,
+        metadata={"help": "at most this many CP-ALS iterations (warm-started from the current "
+                  "factors) when a rank changes"},
     )
     sm_search_log: Optional[str] = field(  # noqa: UP045 (fairseq parses typing.Optional)
         default=None,
@@ -299,6 +301,8 @@ class TranslationSmartformerTask(TranslationTask):
 
     def _valid_batches(self, model):
         subset = self.cfg.sm_valid_subset.split(",")[0]
+        if subset not in self.datasets:  # e.g. --disable-validation: fairseq did not load it
+            self.load_dataset(subset, combine=False, epoch=1)
         dataset = self.dataset(subset)
         itr = self.get_batch_iterator(
             dataset=dataset,
