@@ -63,6 +63,7 @@ if [[ "${1:-}" == */distill_data.py ]]; then
   out="" prev=""
   for a in "$@"; do [[ "$prev" == --out-dir ]] && out="$a"; prev="$a"; done
   echo "distill $(basename "$out")" >> "$CALLS"
+  if [[ -n "${FAIL_DISTILL:-}" ]]; then echo "distill_data: error: broken teacher" >&2; exit 2; fi
   mkdir -p "$out"
   exit 0
 fi
@@ -163,6 +164,17 @@ def test_time_budget_stops_resume_continues_and_finished_work_is_skipped(bench):
     assert third.returncode == 0, third.stderr
     assert _calls(calls)[before:] == []
     assert third.stderr.count("trained before") == 6
+
+
+def test_a_failed_distillation_stops_the_kd_student(bench):
+    env, calls, save = bench
+    proc = _run(env, FAIL_DISTILL="1")
+    assert proc.returncode == 1
+    assert "distill_data.sh failed" in proc.stderr
+    assert "distill kd-bin" in _calls(calls)
+    assert not any(c.startswith("train hypoformer_kd") for c in _calls(calls))
+    assert not (save / "kd-bin" / ".done").exists()
+    assert not (save / "results.md").exists()
 
 
 def test_bad_settings_stop_before_anything_runs(bench):

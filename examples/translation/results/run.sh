@@ -289,13 +289,17 @@ if [[ "$DRY_RUN" == 1 || -f "$SAVE_ROOT/teacher/train.done" ]]; then
   fi
   in_parallel train lightformer_svd "$STUDENT_UPDATES" 0 "${LIGHTFORMER[@]}" --finetune-from-model "$INIT"
   KD_BIN="$SAVE_ROOT/kd-bin"
+  # (errors are returned explicitly: set -e does not act inside a function called with ||)
   distill_then_train() {
     if [[ "$DRY_RUN" == 1 || ! -f "$KD_BIN/.done" ]]; then
       log "KD data: the teacher translates the training set (beam $KD_BEAM) -> $KD_BIN"
       run "$REPO_ROOT/scripts/distill_data.sh" "$DATA_BIN" --path "$SAVE_ROOT/teacher/checkpoint_best.pt" \
         --out-dir "$KD_BIN" --user-dir "$USER_DIR" --beam "$KD_BEAM" --lenpen "$LENPEN" \
         --max-tokens $((MAX_TOKENS * 2)) --num-shards 0 \
-        --generate-args "--max-len-a 1.2 --max-len-b 10" "${DEVICE[@]}"
+        --generate-args "--max-len-a 1.2 --max-len-b 10" "${DEVICE[@]}" || {
+        log "KD data: scripts/distill_data.sh failed (exit $?)"
+        return 1
+      }
       [[ "$DRY_RUN" == 1 ]] || touch "$KD_BIN/.done"
     fi
     train hypoformer_kd "$MAX_UPDATE" 1 "${HYPO[@]}" --task translation_seqkd \
