@@ -8,31 +8,23 @@
 #   ... carry .whl/results-cp312 to the machine, then there:
 #   WHEELS=.whl/results-cp312 bash examples/translation/results/run.sh
 #
-# Environment: OUT (default .whl/results-cp312), PYTHON (a python with pip, default python),
+# Environment: OUT (default .whl/results-cp312), PYTHON (a python with pip, default python / python3),
 # DRY_RUN=1 (print the commands, download and write nothing). Rerunnable: pip skips wheels
 # already in OUT with the right hash.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-cd "$HERE/../../.."
+# shellcheck source-path=SCRIPTDIR source=../../common/lib.sh
+source "$HERE/../../common/lib.sh" # run (DRY_RUN), PYTHON
+cd "$REPO_ROOT"
 OUT="${OUT:-.whl/results-cp312}"
-PYTHON="${PYTHON:-python}"
 ANTLR="antlr4-python3-runtime==4.9.3 --hash=sha256:f224469b4168294902bb1efa80a8bf7855f24c99aef99cbefc1bcd3cce77881b"
-run() {
-  if [[ "${DRY_RUN:-0}" == 1 ]]; then
-    printf '+'
-    printf ' %q' "$@"
-    printf '\n'
-  else
-    "$@"
-  fi
-}
-[[ "${DRY_RUN:-0}" == 1 ]] || mkdir -p "$OUT"
+[[ "$DRY_RUN" == 1 ]] || mkdir -p "$OUT"
 run "$PYTHON" -m pip download --no-deps --require-hashes --only-binary=:all: \
   --python-version 3.12 --implementation cp --abi cp312 --platform manylinux_2_28_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
   --disable-pip-version-check -q -d "$OUT" -r "$HERE/wheels-cp312.txt"
-if [[ "${DRY_RUN:-0}" == 1 ]]; then
-  echo "+ (requirement file for pip wheel: $ANTLR)"
+if [[ "$DRY_RUN" == 1 ]]; then
+  echo "  (requirement file REQ: $ANTLR)"
   run "$PYTHON" -m pip wheel --no-deps --require-hashes --no-binary=:all: -q -w "$OUT" -r REQ
 else
   req="$(mktemp)"

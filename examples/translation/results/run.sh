@@ -148,8 +148,8 @@ DEVICE=()
 if ((NUM_GPUS == 0)); then
   DEVICE=(--cpu)
 fi
-# train_flags UPDATES EARLY: the shared schedule; EARLY=1 adds early stopping (PATIENCE)
-train_flags() {
+# res_train_flags UPDATES EARLY: the shared schedule; EARLY=1 adds early stopping (PATIENCE)
+res_train_flags() {
   TRAIN_FLAGS=(
     "${DEVICE[@]}" --task translation --source-lang "$SRC" --target-lang "$TGT"
     --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm 0.0 --lr "$LR"
@@ -169,11 +169,11 @@ train_flags() {
 # Steps: each skips what finished before
 # ---------------------------------------------------------------------------------------------
 INTERRUPTED=0
-remaining() { echo $((TIME_BUDGET - (SECONDS - START))); }
+res_remaining() { echo $((TIME_BUDGET - (SECONDS - START))); }
 
-# check_last DIR: an interrupted save can leave a damaged checkpoint_last.pt; resume from
+# res_check_last DIR: an interrupted save can leave a damaged checkpoint_last.pt; resume from
 # checkpoint_best.pt instead (or from scratch without one).
-check_last() {
+res_check_last() {
   local last="$1/checkpoint_last.pt"
   [[ -f "$last" ]] || return 0
   # torch.save writes a zip archive whose directory comes last: a cut file does not open
@@ -184,24 +184,24 @@ check_last() {
   fi
 }
 
-# train NAME UPDATES EARLY [fairseq-train flags...]: SAVE_ROOT/NAME, unless train.done is there;
+# res_train NAME UPDATES EARLY [fairseq-train flags...]: SAVE_ROOT/NAME, unless train.done is there;
 # the model's flags come after the shared schedule (and win over it).
 # The output goes to NAME/train.log (appended: a resumed run continues it); a run stopped by
 # TIME_BUDGET leaves no train.done and resumes next time.
-train() {
+res_train() {
   local name="$1" updates="$2" early="$3" dir="$SAVE_ROOT/$1" rc=0 t0=$SECONDS limit=()
   shift 3
   if [[ "$DRY_RUN" != 1 && -f "$dir/train.done" ]]; then
     log "$name: trained before (remove $dir/train.done to train again)"
     return 0
   fi
-  train_flags "$updates" "$early"
+  res_train_flags "$updates" "$early"
   if [[ -n "$TIME_BUDGET" ]]; then
-    if (($(remaining) < ${MIN_TRAIN_SECONDS:-30})); then
+    if (($(res_remaining) < ${MIN_TRAIN_SECONDS:-30})); then
       log "$name: no time left in TIME_BUDGET; run again to train it"
       return 3
     fi
-    limit=(timeout -s INT -k 60 "$(remaining)")
+    limit=(timeout -s INT -k 60 "$(res_remaining)")
   fi
   if [[ "$DRY_RUN" == 1 ]]; then
     run "${limit[@]}" fairseq-train "$DATA_BIN" --user-dir "$USER_DIR" --save-dir "$dir" \
@@ -210,7 +210,7 @@ train() {
     return 0
   fi
   mkdir -p "$dir"
-  check_last "$dir"
+  res_check_last "$dir"
   log "$name: training (at most $updates updates$([[ "$early" == 1 ]] && echo ", early stopping after $PATIENCE validations without improvement"); log: $dir/train.log)"
   "${limit[@]}" fairseq-train "$DATA_BIN" --user-dir "$USER_DIR" --save-dir "$dir" \
     "${TRAIN_FLAGS[@]}" "$@" >>"$dir/train.log" 2>&1 || rc=$?
@@ -229,32 +229,32 @@ train() {
   return 1
 }
 
-# in_parallel CMD...: run CMD in the background when PARALLEL=1 (collected by wait_all)
+# res_in_parallel CMD...: run CMD in the background when PARALLEL=1 (collected by res_wait_all)
 PIDS=()
-in_parallel() {
+res_in_parallel() {
   if [[ "$PARALLEL" == 1 && "$DRY_RUN" != 1 ]]; then
     "$@" &
     PIDS+=($!)
   else
-    "$@" || note_rc $?
+    "$@" || res_note_rc $?
   fi
 }
-note_rc() {
+res_note_rc() {
   if (($1 == 3)); then INTERRUPTED=1; else die "a step failed (exit $1)"; fi
 }
-wait_all() {
+res_wait_all() {
   local pid rc
   for pid in "${PIDS[@]}"; do
     rc=0
     wait "$pid" || rc=$?
-    ((rc == 0)) || note_rc "$rc"
+    ((rc == 0)) || res_note_rc "$rc"
   done
   PIDS=()
 }
 
-# evaluate NAME: translate the test split with NAME's checkpoint_best.pt (skipped when
+# res_evaluate NAME: translate the test split with NAME's checkpoint_best.pt (skipped when
 # generate-test.txt exists; written atomically)
-evaluate() {
+res_evaluate() {
   local dir="$SAVE_ROOT/$1"
   if [[ "$DRY_RUN" != 1 ]]; then
     [[ -f "$dir/generate-test.txt" ]] && return 0
@@ -274,11 +274,11 @@ MODELS=(teacher lightformer_svd lightformer_random hypoformer_kd subformer smart
 log "plan: $([[ "$SMALL" == 1 ]] && echo "SMALL (CPU-sized)" || echo full), NUM_GPUS=$NUM_GPUS, PARALLEL=$PARALLEL, runs in $SAVE_ROOT"
 
 # 1. the teacher, and the models that do not need it
-in_parallel train teacher "$TEACHER_UPDATES" 1 "${TEACHER[@]}"
-in_parallel train lightformer_random "$STUDENT_UPDATES" 0 "${LIGHTFORMER[@]}"
-in_parallel train subformer "$MAX_UPDATE" 1 "${SUB[@]}" --share-all-embeddings
-in_parallel train smartformer "$MAX_UPDATE" 1 "${SMART[@]}" --share-all-embeddings
-wait_all
+res_in_parallel res_train teacher "$TEACHER_UPDATES" 1 "${TEACHER[@]}"
+res_in_parallel res_train lightformer_random "$STUDENT_UPDATES" 0 "${LIGHTFORMER[@]}"
+res_in_parallel res_train subformer "$MAX_UPDATE" 1 "${SUB[@]}" --share-all-embeddings
+res_in_parallel res_train smartformer "$MAX_UPDATE" 1 "${SMART[@]}" --share-all-embeddings
+res_wait_all
 
 # 2. what needs the trained teacher
 if [[ "$DRY_RUN" == 1 || -f "$SAVE_ROOT/teacher/train.done" ]]; then
@@ -287,10 +287,10 @@ if [[ "$DRY_RUN" == 1 || -f "$SAVE_ROOT/teacher/train.done" ]]; then
     log "SVD transfer: teacher -> LightFormer ($INIT)"
     run "${CONVERT[@]}" -i "$SAVE_ROOT/teacher/checkpoint_best.pt" -o "$INIT" --force "${LIGHTFORMER[@]}"
   fi
-  in_parallel train lightformer_svd "$STUDENT_UPDATES" 0 "${LIGHTFORMER[@]}" --finetune-from-model "$INIT"
+  res_in_parallel res_train lightformer_svd "$STUDENT_UPDATES" 0 "${LIGHTFORMER[@]}" --finetune-from-model "$INIT"
   KD_BIN="$SAVE_ROOT/kd-bin"
   # (errors are returned explicitly: set -e does not act inside a function called with ||)
-  distill_then_train() {
+  res_distill_then_train() {
     if [[ "$DRY_RUN" == 1 || ! -f "$KD_BIN/.done" ]]; then
       log "KD data: the teacher translates the training set (beam $KD_BEAM) -> $KD_BIN"
       run "$REPO_ROOT/scripts/distill_data.sh" "$DATA_BIN" --path "$SAVE_ROOT/teacher/checkpoint_best.pt" \
@@ -302,11 +302,11 @@ if [[ "$DRY_RUN" == 1 || -f "$SAVE_ROOT/teacher/train.done" ]]; then
       }
       [[ "$DRY_RUN" == 1 ]] || touch "$KD_BIN/.done"
     fi
-    train hypoformer_kd "$MAX_UPDATE" 1 "${HYPO[@]}" --task translation_seqkd \
+    res_train hypoformer_kd "$MAX_UPDATE" 1 "${HYPO[@]}" --task translation_seqkd \
       --kd-data-mode both --kd-distilled-data "$KD_BIN"
   }
-  in_parallel distill_then_train
-  wait_all
+  res_in_parallel res_distill_then_train
+  res_wait_all
 else
   log "the teacher has not finished: SVD transfer and KD wait for the next run"
 fi
@@ -316,7 +316,7 @@ if ((INTERRUPTED)); then
 fi
 
 # 3. test translations and the speed column
-for m in "${MODELS[@]}"; do evaluate "$m"; done
+for m in "${MODELS[@]}"; do res_evaluate "$m"; done
 SPEED="$SAVE_ROOT/speed.json"
 if [[ "$MEASURE_SPEED" != 1 ]]; then
   log "MEASURE_SPEED=$MEASURE_SPEED: no speed column"
