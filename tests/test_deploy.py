@@ -515,3 +515,42 @@ def test_translate_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsy
         assert len(lines) == 1 and message in lines[0], (args, lines)
         assert lines[0].startswith("lightcompress-translate: error: ")
     assert sorted(os.listdir(tmp_path)) == ["not.model", "small"]
+
+
+# --------------------------------------------------------------------------------------------
+# int8 of the large maps only
+# --------------------------------------------------------------------------------------------
+
+
+def test_int8_large_quantizes_only_the_maps_with_enough_weights():
+    from torch import nn
+    from torch.ao.nn.quantized import dynamic as nnqd
+
+    from lightcompress.deploy.generator import FastGenerator
+    from lightcompress.measure.params import build_model_without_data
+    from lightcompress.measure.quantize import quantize_model_int8
+
+    arch, flags = FAMILIES["lightformer"]
+    torch.manual_seed(0)
+    model = build_model_without_data(arch, 300, flags, True).eval()
+    q = quantize_model_int8(model, min_weight_elements=300 * 8)  # the 300 x 8 output factor
+    kinds = {name: type(m) for name, m in q.named_modules() if type(m) in (nn.Linear, nnqd.Linear)}
+    int8 = {name for name, k in kinds.items() if k is nnqd.Linear}
+    assert int8 == {"decoder.output_projection.second"}  # logits = (x V^T) U^T: U is 300 x 8
+    assert all(k is nn.Linear for name, k in kinds.items() if name not in int8)
+    everything = quantize_model_int8(model)
+    assert not any(type(m) is nn.Linear for m in everything.modules())
+    # the selective model translates as the float one does, on the fast path and in fairseq
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from lightcompress.build import dictionary_of_size
+
+    d = dictionary_of_size(300)
+    src = torch.cat([torch.randint(4, 300, (7,)), torch.tensor([d.eos()])])[None]
+    lengths = torch.tensor([8])
+    with torch.inference_mode():
+        ref = SequenceGenerator([q], d, beam_size=5).generate(
+            [q], {"net_input": {"src_tokens": src, "src_lengths": lengths}}
+        )
+    out = FastGenerator(q, d, beam_size=5).generate(src, lengths)
+    assert out[0][0]["tokens"].tolist() == ref[0][0]["tokens"].tolist()

@@ -115,8 +115,11 @@ def _child(job_path: str) -> dict:
         model.load_state_dict(saved["model"])
         del saved
         model.eval()
-        if job["precision"] == "int8":
-            model = quantize_model_int8(model, inplace=True)
+        if job["precision"] in ("int8", "int8-large"):
+            from lightcompress.measure.quantize import LARGE_MAP_ELEMENTS
+
+            large = LARGE_MAP_ELEMENTS if job["precision"] == "int8-large" else 0
+            model = quantize_model_int8(model, inplace=True, min_weight_elements=large)
         settings = {"beam_size": gen.beam, "len_penalty": gen.lenpen, "min_len": gen.min_len,
                     "max_len_a": gen.max_len_a, "max_len_b": gen.max_len_b}  # fmt: skip
         if job["engine"] == "lightcompress":

@@ -341,21 +341,30 @@ def load_candidates(
     return out
 
 
-def with_int8(candidates: Sequence[Candidate], keep_float: bool) -> list[Candidate]:
-    """int8 copies of ``candidates`` (after each float one when ``keep_float``)."""
-    from lightcompress.measure.quantize import quantize_model_int8
+def with_int8(
+    candidates: Sequence[Candidate], keep_float: bool, variants: Sequence[str] = ("int8",)
+) -> list[Candidate]:
+    """int8 copies of ``candidates`` (after each float one when ``keep_float``), one per
+    variant: ``int8`` (every linear map) or ``int8-large`` (only maps with at least
+    :data:`~lightcompress.measure.quantize.LARGE_MAP_ELEMENTS` weights)."""
+    from lightcompress.measure.quantize import LARGE_MAP_ELEMENTS, quantize_model_int8
 
     out = []
     for c in candidates:
         if keep_float:
             out.append(c)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # torch's qint8 deprecation notice
-            q = quantize_model_int8(c.model)
-        out.append(
-            Candidate(c.label, c.source, q, c.task, c.params, "int8", c.random_weights, c.args,
-                      model_args=c.model_args, float_model=c.model)
-        )  # fmt: skip
+        for variant in variants:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # torch's qint8 deprecation notice
+                warnings.simplefilter("ignore", DeprecationWarning)
+                q = quantize_model_int8(
+                    c.model,
+                    min_weight_elements=LARGE_MAP_ELEMENTS if variant == "int8-large" else 0,
+                )
+            out.append(
+                Candidate(c.label, c.source, q, c.task, c.params, variant, c.random_weights,
+                          c.args, model_args=c.model_args, float_model=c.model)
+            )  # fmt: skip
     return out
 
 
@@ -803,9 +812,15 @@ def _arg_parser() -> argparse.ArgumentParser:
     q = p.add_argument_group("int8 and BLEU")
     q.add_argument(
         "--quantize",
-        choices=["none", "int8"],
+        choices=["none", "int8", "int8-large"],
         default="none",
-        help="measure dynamically int8-quantized models",
+        help="measure dynamically int8-quantized models (int8-large: only the maps with at "
+        "least 2^17 weights, e.g. the output projection; small factors stay float32)",
+    )
+    q.add_argument(
+        "--int8-large",
+        action="store_true",
+        help="also measure each model with only its large maps in int8 (see --quantize)",
     )
     q.add_argument(
         "--compare-int8", action="store_true", help="measure each model in float32 and int8"
@@ -967,8 +982,12 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
     if args.ct2:
         ct2_dir = args.ct2_dir or os.path.join(workdir, "ct2")
         ct2, notes = with_ct2(candidates, ct2_dir, args.threads, log)
-    if args.compare_int8 or args.quantize == "int8":
-        candidates = with_int8(candidates, keep_float=args.compare_int8)
+    variants = [v for v, on in (("int8", args.compare_int8 or args.quantize == "int8"),
+                                ("int8-large", args.int8_large or args.quantize == "int8-large"))
+                if on]  # fmt: skip
+    if variants:
+        keep_float = args.compare_int8 or args.int8_large
+        candidates = with_int8(candidates, keep_float=keep_float, variants=variants)
     candidates = candidates + ct2
 
     first = candidates[0].task
