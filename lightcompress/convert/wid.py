@@ -104,6 +104,34 @@ def _check_equivalence(student, fused) -> float:
     return worst
 
 
+def _with_evaluation_criterion(state: dict, arch: str) -> dict:
+    """The fused checkpoint names fairseq's own criterion of its task instead of ``dawid``
+    (which needs the training model and its teacher): fairseq-validate builds the criterion a
+    checkpoint names. Translation: label-smoothed cross-entropy without smoothing (the loss is
+    then the NLL); RoBERTa: ``sentence_prediction`` with the head and regression setting the
+    training used (Pearson / Spearman reported for a regression task, as STS-B is scored)."""
+    cfg = state.get("cfg")
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("criterion"), dict):
+        return state
+    old = cfg["criterion"]
+    if arch == "dawid":
+        new = {"_name": "label_smoothed_cross_entropy", "label_smoothing": 0.0,
+               "sentence_avg": False, "ignore_prefix_size": 0, "report_accuracy": False}  # fmt: skip
+    else:
+        regression = bool(old.get("regression_target", False))
+        new = {
+            "_name": "sentence_prediction",
+            "classification_head_name": old.get(
+                "classification_head_name", "sentence_classification_head"
+            ),
+            "regression_target": regression,
+            "report_mcc": False,
+            "report_acc_and_f1": False,
+            "report_pearson_and_spearman": regression,
+        }
+    return {**state, "cfg": {**cfg, "criterion": new}}
+
+
 def fuse_checkpoint(argv=None, out=None):
     """Run the fusion; returns ``(fused_model, shapes)``. Raises ConversionError."""
     out = sys.stdout if out is None else out
@@ -165,6 +193,7 @@ def fuse_checkpoint(argv=None, out=None):
                 print(f"{part} layer {i}: " + "; ".join(desc), file=out)
         print(f"fusion check: max relative logit difference {rel:.1e}", file=out)
 
+    state = _with_evaluation_criterion(state, arch)
     shapes_path = opts.output + ".shapes.json"
     try:
         with atomic_write(shapes_path) as f:

@@ -45,6 +45,14 @@ class DAWIDCriterionConfig(FairseqDataclass):
     dawid_kd_temperature: float = field(
         default=1.0, metadata={"help": "softmax temperature of the output distillation"}
     )
+    classification_head_name: str = field(
+        default="sentence_classification_head",
+        metadata={"help": "sentence_prediction: the classification head to distil"},
+    )
+    regression_target: bool = field(
+        default=False,
+        metadata={"help": "sentence_prediction: a regression task (STS-B); the task reads it"},
+    )
 
 
 def _masked_mse(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -73,8 +81,17 @@ def layer_distillation(student_states, teacher_states, keep, layer_map):
 
 @register_criterion("dawid", dataclass=DAWIDCriterionConfig)
 class DAWIDCriterion(FairseqCriterion):
-    def __init__(self, task, dawid_lambda=0.5, dawid_kd_temperature=1.0):
+    def __init__(
+        self,
+        task,
+        dawid_lambda=0.5,
+        dawid_kd_temperature=1.0,
+        classification_head_name="sentence_classification_head",
+        regression_target=False,
+    ):
         super().__init__(task)
+        self.classification_head_name = classification_head_name
+        self.regression_target = regression_target
         if not 0.0 <= dawid_lambda <= 1.0:
             raise ConfigError(f"--dawid-lambda must be in [0, 1], got {dawid_lambda}")
         if not dawid_kd_temperature > 0:
@@ -164,8 +181,7 @@ class DAWIDCriterion(FairseqCriterion):
         """RoBERTa with ``sentence_prediction``: per sentence, ``lambda * KL`` of the class
         distributions (MSE of the outputs for a one-output regression head, as CoFi distils
         STS-B) ``+ (1 - lambda) * L_layer + L_prune``."""
-        head = self.task.cfg.classification_head_name if hasattr(self.task, "cfg") else None
-        head = head or "sentence_classification_head"
+        head = self.classification_head_name
         teacher = model.teacher_on_device()
         src = sample["net_input"]["src_tokens"]
         feats, extra = model.encoder.extract_features(src, return_all_hiddens=True)
@@ -174,7 +190,7 @@ class DAWIDCriterion(FairseqCriterion):
             t_feats, t_extra = teacher.encoder.extract_features(src, return_all_hiddens=True)
             t_logits = teacher.classification_heads[head](t_feats)
         nsent = src.size(0)
-        if logits.size(-1) == 1:  # regression (STS-B: --regression-target --num-classes 1)
+        if self.regression_target or logits.size(-1) == 1:  # STS-B: --regression-target
             pred = ((logits.float() - t_logits.float()) ** 2).sum()
         else:
             t = self.temperature
@@ -194,7 +210,7 @@ class DAWIDCriterion(FairseqCriterion):
             "layer": float(layer_loss.detach()) * nsent,
         }
         target = sample.get("target")
-        if target is not None and logits.size(-1) > 1:
+        if target is not None and not self.regression_target and logits.size(-1) > 1:
             logging_output["ncorrect"] = int((logits.argmax(-1) == target.view(-1)).sum())
         loss = self._prune(model, loss, nsent, logging_output)
         logging_output["loss"] = float(loss.detach())
