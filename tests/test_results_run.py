@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ name="$(basename "$save")"
 state=fresh
 if [[ -f "$save/checkpoint_last.pt" ]]; then state="resume:$(cat "$save/checkpoint_last.pt")"; fi
 echo "train $name $state" >> "$CALLS"
+if [[ -n "${WHEELS:-}" ]]; then "$PYTHON" -c "import lc_probe_mod" || exit 5; fi
 mkdir -p "$save"
 echo "2026-01-01 00:00:00 | INFO | fairseq_cli.train | num. shared model params: 2,000,000 (num. trained: 2,000,000)"
 echo "2026-01-01 00:00:01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 6.5 | nll_loss 5 | num_updates 10"
@@ -75,6 +77,23 @@ REFS = [
     "The printer is not available right now.",
     "Delete the selected user account.",
 ]
+
+
+def _wheel(folder: Path) -> Path:
+    """A minimal pure-Python wheel (a module lc_probe_mod that records its import)."""
+    folder.mkdir()
+    path = folder / "lc_probe_mod-0.1-py3-none-any.whl"
+    di = "lc_probe_mod-0.1.dist-info"
+    files = {
+        "lc_probe_mod/__init__.py": "VALUE = 42\n",
+        f"{di}/METADATA": "Metadata-Version: 2.1\nName: lc-probe-mod\nVersion: 0.1\n",
+        f"{di}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{di}/RECORD"] = "".join(f"{n},,\n" for n in files) + f"{di}/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return folder
 
 
 @pytest.fixture
@@ -124,9 +143,13 @@ def _calls(path: Path) -> list[str]:
 
 def test_time_budget_stops_resume_continues_and_finished_work_is_skipped(bench):
     env, calls, save = bench
+    # WHEELS: installed once into SAVE_ROOT/site, importable by every step
+    env["WHEELS"] = str(_wheel(save.parent / "wheels"))
     # 1. the teacher outlives the budget: exit 3, nothing marked done, the rest waits
     first = _run(env, TIME_BUDGET="3", MIN_TRAIN_SECONDS="1", SLOW_TRAIN="teacher")
     assert first.returncode == 3, first.stderr
+    assert "installing 1 wheels" in first.stderr
+    assert (save / "site" / "lc_probe_mod" / "__init__.py").exists()
     assert "run the same command again" in first.stderr
     assert _calls(calls)[0] == "train teacher fresh"
     assert not (save / "teacher" / "train.done").exists()
@@ -140,6 +163,7 @@ def test_time_budget_stops_resume_continues_and_finished_work_is_skipped(bench):
     second = _run(env)
     assert second.returncode == 0, second.stderr
     new = _calls(calls)[before:]
+    assert "installing" not in second.stderr
     assert "cannot be loaded" in second.stderr
     assert new[0] == "train teacher resume:best"
     trained = [c.split()[1] for c in new if c.startswith("train ")]
@@ -177,8 +201,12 @@ def test_a_failed_distillation_stops_the_kd_student(bench):
     assert not (save / "results.md").exists()
 
 
-def test_bad_settings_stop_before_anything_runs(bench):
+def test_bad_settings_stop_before_anything_runs(bench, tmp_path):
     env, calls, _ = bench
+    (tmp_path / "empty").mkdir()
+    proc = _run(env, WHEELS=str(tmp_path / "empty"))
+    assert proc.returncode == 1
+    assert "holds no .whl file" in proc.stderr
     for extra in ({"TIME_BUDGET": "soon"}, {"STUDENT_UPDATES": "0"}):
         proc = _run(env, **extra)
         assert proc.returncode == 1

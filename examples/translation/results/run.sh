@@ -79,6 +79,7 @@ done
 # ---------------------------------------------------------------------------------------------
 if [[ -n "${WHEELS:-}" ]]; then
   SITE="$SAVE_ROOT/site"
+  if [[ "$SITE" != /* ]]; then SITE="$REPO_ROOT/$SITE"; fi
   if [[ "$DRY_RUN" != 1 && ! -f "$SITE/.installed" ]]; then
     compgen -G "$WHEELS/*.whl" >/dev/null || die "WHEELS=$WHEELS holds no .whl file"
     log "installing $(find "$WHEELS" -maxdepth 1 -name '*.whl' | wc -l) wheels from $WHEELS into $SITE"
@@ -88,7 +89,7 @@ if [[ -n "${WHEELS:-}" ]]; then
     run "$PYTHON" -m pip install --no-index --no-deps --no-compile --quiet --target "$SITE" "$WHEELS"/*.whl
     [[ "$DRY_RUN" == 1 ]] || touch "$SITE/.installed"
   fi
-  export PYTHONPATH="$REPO_ROOT/$SITE:$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" PATH="$REPO_ROOT/$SITE/bin:$PATH"
+  export PYTHONPATH="$SITE:$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
   USER_DIR="$REPO_ROOT/lightcompress"
 fi
 if [[ "$DRY_RUN" == 1 ]]; then
@@ -169,7 +170,7 @@ res_train_flags() {
 # Steps: each skips what finished before
 # ---------------------------------------------------------------------------------------------
 INTERRUPTED=0
-res_remaining() { echo $((TIME_BUDGET - (SECONDS - START))); }
+res_remaining() { echo $((TIME_BUDGET - (SECONDS - BUDGET_START))); }
 
 # res_check_last DIR: an interrupted save can leave a damaged checkpoint_last.pt; resume from
 # checkpoint_best.pt instead (or from scratch without one).
@@ -273,7 +274,8 @@ res_evaluate() {
 MODELS=(teacher lightformer_svd lightformer_random hypoformer_kd subformer smartformer)
 log "plan: $([[ "$SMALL" == 1 ]] && echo "SMALL (CPU-sized)" || echo full), NUM_GPUS=$NUM_GPUS, PARALLEL=$PARALLEL, runs in $SAVE_ROOT"
 
-# 1. the teacher, and the models that do not need it
+# 1. the teacher, and the models that do not need it (TIME_BUDGET counts from here)
+BUDGET_START=$SECONDS
 res_in_parallel res_train teacher "$TEACHER_UPDATES" 1 "${TEACHER[@]}"
 res_in_parallel res_train lightformer_random "$STUDENT_UPDATES" 0 "${LIGHTFORMER[@]}"
 res_in_parallel res_train subformer "$MAX_UPDATE" 1 "${SUB[@]}" --share-all-embeddings
