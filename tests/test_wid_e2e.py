@@ -33,7 +33,25 @@ def _dawid_train(data, teacher, save_dir, extra=(), check=True, max_update=12):
 
 
 @pytest.fixture(scope="module")
-def wid_teacher(tiny_data, tmp_path_factory):
+def wid_data(tmp_path_factory):
+    """A small toy corpus, binarized in this process (fairseq-preprocess's own main)."""
+    from fairseq import options
+    from fairseq_cli.preprocess import main
+
+    root = tmp_path_factory.mktemp("wid_corpus")
+    raw = harness.make_parallel_corpus(str(root / "raw"), n_train=300, n_valid=20, n_test=40)
+    main(
+        options.get_preprocessing_parser().parse_args(
+            ["--source-lang", "de", "--target-lang", "en", "--trainpref", f"{raw}/train",
+             "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
+             "--destdir", str(root / "bin"), "--workers", "1", "--joined-dictionary"]
+        )
+    )  # fmt: skip
+    return str(root / "bin")
+
+
+@pytest.fixture(scope="module")
+def wid_teacher(wid_data, tmp_path_factory):
     """A tiny post-LN fairseq Transformer checkpoint on the corpus's dictionary (random weights:
     its quality does not matter here, and training one would only cost time)."""
     from fairseq.data import Dictionary
@@ -44,7 +62,7 @@ def wid_teacher(tiny_data, tmp_path_factory):
     args = parse_model_args(
         "transformer", [str(a) for a in harness.tiny_arch_args("transformer")[2:]]
     )
-    dictionary = Dictionary.load(os.path.join(tiny_data, "dict.de.txt"))
+    dictionary = Dictionary.load(os.path.join(wid_data, "dict.de.txt"))
     model = build_model_without_data(args, dictionary)
     path = str(tmp_path_factory.mktemp("wid_teacher") / "teacher.pt")
     torch.save({"args": None, "cfg": {"model": args}, "model": model.state_dict()}, path)
@@ -52,9 +70,9 @@ def wid_teacher(tiny_data, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def wid_student(tiny_data, wid_teacher, tmp_path_factory):
+def wid_student(wid_data, wid_teacher, tmp_path_factory):
     save_dir = str(tmp_path_factory.mktemp("wid_student"))
-    proc = _dawid_train(tiny_data, wid_teacher, save_dir)
+    proc = _dawid_train(wid_data, wid_teacher, save_dir)
     return save_dir, proc
 
 
@@ -86,7 +104,7 @@ def test_dawid_trains_with_the_schedule_and_never_saves_the_teacher(wid_teacher,
     assert all(g.active for g in student.gates())  # update 12: every level on
 
 
-def test_fuse_generate_and_count_the_fused_model(tiny_data, wid_student, tmp_path, capsys):
+def test_fuse_generate_and_count_the_fused_model(wid_data, wid_student, tmp_path, capsys):
     from fairseq import checkpoint_utils
 
     from lightcompress.convert.cli import cli_main as convert_main
@@ -103,12 +121,18 @@ def test_fuse_generate_and_count_the_fused_model(tiny_data, wid_student, tmp_pat
     report = capsys.readouterr().out
     assert "fusion check: max relative logit difference" in report
     assert os.path.isfile(out) and os.path.isfile(out + ".shapes.json")
-    bleu, hyps, _ = harness.generate(tiny_data, out)  # fairseq-generate loads the fused model
+    bleu, hyps, _ = harness.generate(
+        wid_data, out, extra=["--max-len-b", "12"]
+    )  # fairseq-generate loads the fused model
     assert bleu is not None and len(hyps) == 40  # every test sentence translated
     with open(out + ".shapes.json") as f:
         shapes = f.read().strip()
+    from fairseq.data import Dictionary
+
+    vocab = len(Dictionary.load(os.path.join(wid_data, "dict.de.txt")))
     assert (
-        params_main(["--arch", "dawid_fused", "--vocab-size", "56", "--dawid-shapes", shapes]) == 0
+        params_main(["--arch", "dawid_fused", "--vocab-size", str(vocab), "--dawid-shapes", shapes])
+        == 0
     )
     counted = json.loads(capsys.readouterr().out)
     models, _ = checkpoint_utils.load_model_ensemble([out])
@@ -128,13 +152,13 @@ def _one_error_line(proc, *needles):
         assert needle in errors[0], errors[0]
 
 
-def test_a_pre_ln_teacher_is_refused_with_one_line(tiny_data, wid_teacher, tmp_path):
+def test_a_pre_ln_teacher_is_refused_with_one_line(wid_data, wid_teacher, tmp_path):
     state = torch.load(wid_teacher, map_location="cpu")
     cfg_model = state["cfg"]["model"]
     cfg_model.encoder_normalize_before = True
     bad = str(tmp_path / "preln.pt")
     torch.save(state, bad)
-    proc = _dawid_train(tiny_data, bad, str(tmp_path / "ckpt"), check=False)
+    proc = _dawid_train(wid_data, bad, str(tmp_path / "ckpt"), check=False)
     _one_error_line(proc, "pre-LN", "post-LN")
     assert not os.path.exists(tmp_path / "ckpt") or not os.listdir(tmp_path / "ckpt")
 
