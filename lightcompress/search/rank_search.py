@@ -290,6 +290,7 @@ class RankSearch:
         self.last_decision_update = 0
         self._pending_importance: torch.Tensor | None = None
         self._pending_steps: torch.Tensor | None = None
+        self._owner_key, self._owner_index = None, None
 
     # -- importance ---------------------------------------------------------------------------
 
@@ -303,18 +304,28 @@ class RankSearch:
         """
         if self.done:
             return
-        sums = []
-        for layer in self.layers:
-            terms = [
-                (p.grad.float() * p.float()).pow(2).sum()
-                for p in layer.parameters()
-                if p.grad is not None
-            ]
-            sums.append(torch.stack(terms).sum() if terms else None)
-        device = next((t.device for t in sums if t is not None), torch.device("cpu"))
-        step = torch.stack(
-            [t if t is not None else torch.zeros((), device=device) for t in sums]
-        ).double() * (float(grad_scale) ** 2)
+        grads, params, owner = [], [], []
+        for i, layer in enumerate(self.layers):
+            for p in layer.parameters():
+                if p.grad is not None:
+                    grads.append(p.grad)
+                    params.append(p)
+                    owner.append(i)
+        if not grads:
+            return
+        device = grads[0].device
+        if any(g.dtype != torch.float32 for g in grads):  # fp16 / bf16: no overflow in g * p
+            grads, params = [g.float() for g in grads], [p.float() for p in params]
+        # a few fused kernels per update: (g * p) per tensor, its L2 norm, squares summed per layer
+        norms = torch._foreach_norm(torch._foreach_mul(grads, params))
+        sq = torch.stack(norms).double().pow(2)
+        key = (tuple(owner), str(device))
+        if self._owner_key != key:
+            self._owner_key, self._owner_index = key, torch.tensor(owner, device=device)
+        index = self._owner_index
+        step = torch.zeros(len(self.layers), dtype=torch.float64, device=device)
+        step.index_add_(0, index, sq)
+        step = step * (float(grad_scale) ** 2)
         ok = torch.isfinite(step).all()
         step = torch.where(ok, step, torch.zeros_like(step))
         if self._pending_importance is None or self._pending_importance.device != device:

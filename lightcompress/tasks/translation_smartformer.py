@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -281,7 +282,9 @@ class TranslationSmartformerTask(TranslationTask):
             due = done_updates - search.last_decision_update >= self.cfg.sm_search_interval
         if not due:
             return
+        start = time.perf_counter()
         metric = self.search_metric(model)
+        metric_seconds = time.perf_counter() - start
         decision, mapping = search.decide(model, metric, done_updates, self._epoch)
         if decision is None:
             return
@@ -293,6 +296,7 @@ class TranslationSmartformerTask(TranslationTask):
         logger.info(decision.line())
         record = decision.as_dict()
         record["ranks"] = search.current_ranks()
+        record["metric_seconds"] = metric_seconds
         self._append_log(record)
         if decision.done:
             logger.info("rank search finished: ranks %s", search.current_ranks())

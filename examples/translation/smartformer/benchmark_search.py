@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -68,6 +69,7 @@ def main(argv=None) -> int:
     p.add_argument("--cpu", action="store_true")
     p.add_argument("--fp16", action="store_true")
     p.add_argument("--json", help="write the figures here")
+    p.add_argument("--keep-logs", help="copy each search run's rank_search.jsonl into this folder")
     args, model = p.parse_known_args(argv)
     model = [m for m in model if m != "--"] or DEFAULT_MODEL
     if not os.path.isfile(os.path.join(args.data, "dict.en.txt")) and not any(
@@ -75,13 +77,13 @@ def main(argv=None) -> int:
     ):
         print(f"benchmark_search: error: {args.data} is not a fairseq data-bin", file=sys.stderr)
         return 2
-    exe = os.path.join(os.path.dirname(sys.executable), "fairseq-train")
+    exe = [sys.executable, "-m", "fairseq_cli.train"]  # fairseq-train of this interpreter
     wps = {"search": [], "fixed": []}
     runs = []
     for rep in range(args.repeats):
         for side in ("search", "fixed"):
             with tempfile.TemporaryDirectory() as tmp:
-                cmd = [exe, *train_args(args.data, tmp, args, model, side == "search")]
+                cmd = [*exe, *train_args(args.data, tmp, args, model, side == "search")]
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 log = proc.stdout + proc.stderr
                 found = WPS.findall(log)
@@ -90,6 +92,10 @@ def main(argv=None) -> int:
                           + log[-3000:], file=sys.stderr)  # fmt: skip
                     return 1
                 decisions = log.count("rank search | update")
+                jsonl = os.path.join(tmp, "rank_search.jsonl")
+                if args.keep_logs and os.path.exists(jsonl):
+                    os.makedirs(args.keep_logs, exist_ok=True)
+                    shutil.copy(jsonl, os.path.join(args.keep_logs, f"rank_search_{rep + 1}.jsonl"))
                 value = float(found[-1])
                 wps[side].append(value)
                 runs.append({"side": side, "repeat": rep, "wps": value, "decisions": decisions})
