@@ -5,9 +5,10 @@
 #
 #   0. (WHEELS=DIR) install fairseq and its pure dependencies from carried wheels into
 #      $SAVE_ROOT/site (a machine without network); build the corpus unless DATA_DIR has it
-#   1. dense Transformer teacher; in parallel (PARALLEL=1, the GPU default) the models that do
-#      not need it: LightFormer from random initialisation, Subformer, Smartformer
-#   2. lightcompress-convert: SVD transfer teacher -> LightFormer, fine-tuned for as many
+#   1. the models that do not need a teacher (LightFormer from random initialisation, Subformer,
+#      Smartformer; in the background with PARALLEL=1, the GPU default) and the dense teacher
+#   2. as soon as the teacher is trained: lightcompress-convert, SVD transfer teacher ->
+#      LightFormer, fine-tuned for as many
 #      updates as the random-init LightFormer (equal student updates, no early stop for either);
 #      sequence-level KD data (the teacher's beam-search translation of the training set,
 #      scripts/distill_data.sh) and Hypoformer trained on ground truth + KD data
@@ -30,10 +31,10 @@
 #   NUM_GPUS       default: the GPUs nvidia-smi lists (examples/common/lib.sh); 0 = CPU
 #   PARALLEL       1: train independent models at the same time (default: 1 on a GPU, else 0)
 #   TEACHER_UPDATES / STUDENT_UPDATES / MAX_UPDATE  update caps of the teacher / the two
-#                  LightFormers / the other students       (GPU: 4000 / 3000 / 4000)
+#                  LightFormers / the other students       (GPU: 3000 / 2500 / 3000)
 #   PATIENCE       early stopping: validations without a better loss (default 8)
 #   MAX_TOKENS, LR, WARMUP, DROPOUT, SEED  training settings (GPU: 8192, 7e-4, 1000, 0.3, 1)
-#   SPEED_RUNS / SPEED_SENTENCES   speed protocol (default 5 / 50)
+#   SPEED_RUNS / SPEED_SENTENCES   speed protocol, shortened (default 3 / 20)
 #   TIME_BUDGET    seconds for the trainings of this invocation (default: none); a training is
 #                  not started with less than MIN_TRAIN_SECONDS (30) left
 #   MEASURE_SPEED=0  no speed column (examples/common/lib.sh)
@@ -58,11 +59,11 @@ if [[ "$SMALL" == 1 ]]; then
   : "${VALIDATE_EVERY:=100}" "${KD_BEAM:=1}"
 else
   SAVE_ROOT="${SAVE_ROOT:-checkpoints/results}"
-  : "${TEACHER_UPDATES:=4000}" "${STUDENT_UPDATES:=3000}" "${MAX_UPDATE:=4000}"
+  : "${TEACHER_UPDATES:=3000}" "${STUDENT_UPDATES:=2500}" "${MAX_UPDATE:=3000}"
   : "${MAX_TOKENS:=8192}" "${LR:=7e-4}" "${WARMUP:=1000}" "${DROPOUT:=0.3}"
   : "${VALIDATE_EVERY:=250}" "${KD_BEAM:=5}"
 fi
-: "${PATIENCE:=8}" "${SPEED_RUNS:=5}" "${SPEED_SENTENCES:=50}" "${FP16:=0}"
+: "${PATIENCE:=8}" "${SPEED_RUNS:=3}" "${SPEED_SENTENCES:=20}" "${FP16:=0}"
 if ((NUM_GPUS > 0)); then : "${PARALLEL:=1}"; else : "${PARALLEL:=0}"; fi
 TIME_BUDGET="${TIME_BUDGET:-}"
 BEAM=5 LENPEN=1.0
@@ -274,15 +275,15 @@ res_evaluate() {
 MODELS=(teacher lightformer_svd lightformer_random hypoformer_kd subformer smartformer)
 log "plan: $([[ "$SMALL" == 1 ]] && echo "SMALL (CPU-sized)" || echo full), NUM_GPUS=$NUM_GPUS, PARALLEL=$PARALLEL, runs in $SAVE_ROOT"
 
-# 1. the teacher, and the models that do not need it (TIME_BUDGET counts from here)
+# 1. the models that do not need the teacher (in the background with PARALLEL=1), then the
+#    teacher (TIME_BUDGET counts from here)
 BUDGET_START=$SECONDS
-res_in_parallel res_train teacher "$TEACHER_UPDATES" 1 "${TEACHER[@]}"
 res_in_parallel res_train lightformer_random "$STUDENT_UPDATES" 0 "${LIGHTFORMER[@]}"
 res_in_parallel res_train subformer "$MAX_UPDATE" 1 "${SUB[@]}" --share-all-embeddings
 res_in_parallel res_train smartformer "$MAX_UPDATE" 1 "${SMART[@]}" --share-all-embeddings
-res_wait_all
+res_train teacher "$TEACHER_UPDATES" 1 "${TEACHER[@]}" || res_note_rc $?
 
-# 2. what needs the trained teacher
+# 2. what needs the trained teacher (while the others may still train), then wait for all
 if [[ "$DRY_RUN" == 1 || -f "$SAVE_ROOT/teacher/train.done" ]]; then
   INIT="$SAVE_ROOT/lightformer_init.pt"
   if [[ "$DRY_RUN" == 1 || ! -f "$INIT" ]]; then
@@ -308,10 +309,10 @@ if [[ "$DRY_RUN" == 1 || -f "$SAVE_ROOT/teacher/train.done" ]]; then
       --kd-data-mode both --kd-distilled-data "$KD_BIN"
   }
   res_in_parallel res_distill_then_train
-  res_wait_all
 else
   log "the teacher has not finished: SVD transfer and KD wait for the next run"
 fi
+res_wait_all
 if ((INTERRUPTED)); then
   log "TIME_BUDGET spent after $((SECONDS - START)) s: run the same command again to go on"
   exit 3
