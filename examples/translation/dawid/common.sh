@@ -60,22 +60,22 @@ dawid_wid_flags() {
 }
 
 # dawid_teacher: the dense post-LN 6-6 Transformer (shared embeddings), trained, averaged,
-# tested and timed, unless TEACHER names a checkpoint. Prints the teacher checkpoint's path.
+# tested and timed, unless TEACHER names a checkpoint. Sets TEACHER_CKPT.
 dawid_teacher() {
   if [[ -n "${TEACHER:-}" ]]; then
-    echo "$TEACHER"
+    TEACHER_CKPT="$TEACHER"
     return 0
   fi
   local save_dir
   save_dir="$(dense_dir 6 6)"
+  TEACHER_CKPT="$save_dir/checkpoint_avg.pt"
   if [[ "$DRY_RUN" == 1 || ! -f "$save_dir/results.txt" ]]; then
     dawid_teacher_flags
-    fit "$save_dir" --arch "$DENSE_ARCH" --share-all-embeddings >&2
-    average "$save_dir" >&2
-    evaluate "$save_dir" "$save_dir/checkpoint_avg.pt" >&2
-    speed_column "$save_dir/checkpoint_avg.pt" "$save_dir/checkpoint_avg.pt" >&2
+    fit "$save_dir" --arch "$DENSE_ARCH" --share-all-embeddings
+    average "$save_dir"
+    evaluate "$save_dir" "$TEACHER_CKPT"
+    speed_column "$TEACHER_CKPT" "$TEACHER_CKPT"
   fi
-  echo "$save_dir/checkpoint_avg.pt"
 }
 
 # dawid_row NAME: teacher -> DA-WID training (calibration, distillation, masks) -> fusion into
@@ -83,7 +83,8 @@ dawid_teacher() {
 dawid_row() {
   local name="$1" teacher save_dir
   check_tools lightcompress-convert
-  teacher="$(dawid_teacher)"
+  dawid_teacher
+  teacher="$TEACHER_CKPT"
   save_dir="$SAVE_ROOT/$DATASET/$name"
   dawid_wid_flags
   fit "$save_dir" --arch dawid --dawid-teacher "$teacher" \
