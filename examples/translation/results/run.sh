@@ -164,6 +164,9 @@ res_train_flags() {
     --num-workers 0 --data-buffer-size 0
   )
   if [[ "$2" == 1 ]]; then TRAIN_FLAGS+=(--patience "$PATIENCE"); fi
+  # one GPU per training (fairseq would otherwise spread each over every visible GPU, and
+  # trainings running side by side would contend for the same ports)
+  if ((NUM_GPUS > 0)); then TRAIN_FLAGS+=(--distributed-world-size 1); fi
   if ((NUM_GPUS > 0)) && [[ "$FP16" == 1 ]]; then TRAIN_FLAGS+=(--fp16); fi
 }
 
