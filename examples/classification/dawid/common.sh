@@ -163,6 +163,8 @@ dawid_glue_row() {
   gate_scale="$(awk -v lr="$TASK_LR" 'BEGIN { printf "%g", 0.01 / lr }')" # the masks at 0.01 (CoFi)
   dawid_glue_flags
   TRAIN_FLAGS+=(--lr-scheduler fixed --lr "$TASK_LR" --max-epoch "$epochs")
+  # masks of a level not yet switched on get no gradient: DDP must allow unused parameters
+  if ((NUM_GPUS > 1)); then TRAIN_FLAGS+=(--find-unused-parameters); fi
   FINETUNE_FROM="" fit "$save_dir" --arch dawid_roberta --criterion dawid \
     --dawid-teacher "$TEACHER_CKPT" --dawid-init "${DAWID_INIT:-data-aware}" \
     --dawid-calib-tokens "${CALIB_TOKENS:-4096}" --dawid-target-sparsity "${TARGET_SPARSITY:-0.94}" \

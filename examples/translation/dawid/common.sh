@@ -55,6 +55,8 @@ dawid_wid_flags() {
     --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --max-update "${WID_UPDATES:-30000}"
     --seed "$SEED" --log-format simple --log-interval 100 --no-epoch-checkpoints
   )
+  # masks of a level not yet switched on get no gradient: DDP must allow unused parameters
+  if ((NUM_GPUS > 1)); then TRAIN_FLAGS+=(--find-unused-parameters); fi
   device_flags
   extra_train_flags
 }
