@@ -22,6 +22,9 @@
 #   DAWID_LAMBDA       lambda of Eq. 16 (output KL vs layer MSE)                (default: 0.5)
 #   LIGHTFORMER        a LightFormer checkpoint of the same size: teacher, DA-WID and it are
 #                      then measured side by side (BLEU, params, tokens/s: speed-vs-lightformer.txt)
+#   SAME_SIZE_LIGHTFORMER=0  do not train one (default 1 when LIGHTFORMER is not given: the
+#                      LightFormer row of examples/translation/lightformer/ at the rank whose
+#                      model is as large as the fused DA-WID model, lightformer_rank.py)
 
 # shellcheck source-path=SCRIPTDIR source=../../common/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../common/lib.sh"
@@ -102,6 +105,9 @@ dawid_row() {
   fi
   evaluate "$save_dir" "$save_dir/fused.pt"
   speed_column "$save_dir/fused.pt" "$teacher"
+  if [[ -z "${LIGHTFORMER:-}" && "${SAME_SIZE_LIGHTFORMER:-1}" == 1 ]]; then
+    dawid_same_size_lightformer "$save_dir" # sets LIGHTFORMER
+  fi
   if [[ -n "${LIGHTFORMER:-}" && "$MEASURE_SPEED" == 1 ]]; then
     # the three side by side (interleaved runs): teacher, DA-WID, LightFormer of the same size
     run_log "$save_dir/speed-vs-lightformer.txt" "$REPO_ROOT/scripts/measure_speed.sh" \
@@ -109,4 +115,28 @@ dawid_row() {
       --data "$DATA_BIN" --user-dir "$(user_dir)" --src-len "$SPEED_SRC_LEN" --beam "$BEAM" \
       --lenpen "$LENPEN" --bleu --remove-bpe --json "$save_dir/speed-vs-lightformer.json"
   fi
+}
+
+# dawid_same_size_lightformer SAVE_DIR: train the LightFormer 18-3 row (SVD transfer from its
+# dense 18-3 teacher, examples/translation/lightformer/table2-iwslt14-lightformer.sh) at the
+# --lc-rank whose total parameter count is closest to the fused model's, under
+# SAVE_ROOT/lightformer-same-size; sets LIGHTFORMER to its averaged checkpoint.
+dawid_same_size_lightformer() {
+  local save_dir="$1" rank here
+  here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+  if [[ "$DRY_RUN" == 1 ]]; then
+    run "$PYTHON" "$here/lightformer_rank.py" --shapes "$save_dir/fused.pt.shapes.json" \
+      --vocab-size "(entries of $DATA_BIN/dict.$SRC.txt + 4)"
+    rank=RANK
+  else
+    local vocab
+    vocab=$(($(wc -l <"$DATA_BIN/dict.$SRC.txt") + 4)) # fairseq's 4 special symbols
+    rank="$("$PYTHON" "$here/lightformer_rank.py" --shapes "$save_dir/fused.pt.shapes.json" \
+      --vocab-size "$vocab")"
+  fi
+  log "LightFormer of the fused model's size: --lc-rank $rank"
+  local lf_root="$SAVE_ROOT/lightformer-same-size"
+  RANK="$rank" SAVE_ROOT="$lf_root" DATA_BIN="$DATA_BIN" DRY_RUN="$DRY_RUN" \
+    bash "$REPO_ROOT/examples/translation/lightformer/table2-iwslt14-lightformer.sh"
+  LIGHTFORMER="$lf_root/$DATASET/lightformer-18-3-g6-svd/checkpoint_avg.pt"
 }
