@@ -554,3 +554,25 @@ def test_int8_large_quantizes_only_the_maps_with_enough_weights():
         )
     out = FastGenerator(q, d, beam_size=5).generate(src, lengths)
     assert out[0][0]["tokens"].tolist() == ref[0][0]["tokens"].tolist()
+
+
+def test_int8_keeps_layer_sharing_one_packed_map_per_shared_map():
+    from lightcompress.measure.params import build_model_without_data
+    from lightcompress.measure.quantize import quantize_model_int8
+    from lightcompress.measure.speed import state_dict_bytes
+
+    arch, flags = FAMILIES["lightformer"]  # 4 encoder layers in 2 groups, 2 decoder layers in 1
+    torch.manual_seed(0)
+    model = build_model_without_data(arch, 300, flags, True).eval()
+    q = quantize_model_int8(model)
+    enc, dec = q.encoder.layers, q.decoder.layers
+    assert enc[0].fc1.first is enc[1].fc1.first and enc[2].fc1.first is enc[3].fc1.first
+    assert enc[0].fc1.first is not enc[2].fc1.first
+    assert dec[0].self_attn.q_proj.second is dec[1].self_attn.q_proj.second
+    no_groups = [
+        "0" if before in ("--lc-encoder-groups", "--lc-decoder-groups") else flag
+        for before, flag in zip(["", *flags], flags)
+    ]
+    unshared = build_model_without_data(arch, 300, no_groups, True).eval()
+    # the shared model stores about half the encoder and decoder maps of the unshared one
+    assert state_dict_bytes(q) < 0.75 * state_dict_bytes(quantize_model_int8(unshared))

@@ -247,7 +247,7 @@ def test_random_weight_architectures_are_forced_to_equal_output_lengths(capsys):
     out = capsys.readouterr().out
     assert "output forced to 5 tokens" in out and "random word ids" in out
     rows = [ln.split() for ln in out.splitlines() if ln.startswith(("a ", "b "))]
-    assert [r[:2] for r in rows] == [["a", "int8"], ["b", "int8"]]
+    assert [r[:3] for r in rows] == [["a", "fairseq", "int8"], ["b", "fairseq", "int8"]]
 
 
 @pytest.mark.parametrize(

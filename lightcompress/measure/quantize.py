@@ -101,9 +101,26 @@ def _tied_output_projection(proj) -> nn.Module:
     return lin.to(weight.dtype)
 
 
-def prepare_for_int8(model: nn.Module) -> int:
-    """Replace (in place) every module with a registered handler; returns how many were replaced."""
-    replaced: dict[int, nn.Module] = {}
+def _sharing_key(module: nn.Module):
+    """Modules of a sharing group are distinct objects holding the same Parameters: one key
+    for all of them (a module without parameters is its own group)."""
+    params = tuple(id(p) for p in module.parameters())
+    return (type(module), params) if params else id(module)
+
+
+def _has_large_linear(module: nn.Module, min_weight_elements: int) -> bool:
+    return any(
+        type(m) is nn.Linear and m.weight.numel() >= min_weight_elements for m in module.modules()
+    )
+
+
+def prepare_for_int8(model: nn.Module, min_weight_elements: int = 0) -> int:
+    """Replace (in place) every module with a registered handler; returns how many were replaced.
+
+    Modules that share their parameters (layer sharing) get one replacement, shared. With
+    ``min_weight_elements``, a module whose replacement has no linear map that large is kept
+    as it is (it will not be quantized)."""
+    replaced: dict = {}
     # Collect first: replacing while iterating named_modules would visit new children.
     targets = []
     for parent in model.modules():
@@ -111,10 +128,26 @@ def prepare_for_int8(model: nn.Module) -> int:
             if type(child) in QUANTIZE_HANDLERS:
                 targets.append((parent, name, child))
     for parent, name, child in targets:
-        if id(child) not in replaced:
-            replaced[id(child)] = QUANTIZE_HANDLERS[type(child)](child)
-        setattr(parent, name, replaced[id(child)])
-    return len(replaced)
+        key = _sharing_key(child)
+        if key not in replaced:
+            new = QUANTIZE_HANDLERS[type(child)](child)
+            if min_weight_elements > 0 and not _has_large_linear(new, min_weight_elements):
+                new = None  # stays float32 as it is
+            replaced[key] = new
+        if replaced[key] is not None:
+            setattr(parent, name, replaced[key])
+    return sum(v is not None for v in replaced.values())
+
+
+def _linear_occurrences(model: nn.Module) -> list[list[tuple[nn.Module, str]]]:
+    """``(parent, name)`` of every ``nn.Linear``, grouped by the Parameters it holds."""
+    groups: dict = {}
+    for parent in model.modules():
+        for name, child in parent.named_children():
+            if type(child) is nn.Linear:
+                key = (id(child.weight), id(child.bias) if child.bias is not None else None)
+                groups.setdefault(key, []).append((parent, name))
+    return list(groups.values())
 
 
 def count_quantized_linears(model: nn.Module) -> int:
@@ -173,8 +206,14 @@ def quantize_model_int8(
     if not inplace:
         model = copy.deepcopy(model)
     model.eval()
-    prepare_for_int8(model)
+    prepare_for_int8(model, min_weight_elements)
     spec = {nn.Linear} if min_weight_elements <= 0 else linear_names(model, min_weight_elements)
+    groups = _linear_occurrences(model)
     model = torch.ao.quantization.quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
+    # quantize_dynamic packs every occurrence of a shared map anew: share the first packing
+    for group in groups:
+        first = getattr(group[0][0], group[0][1])
+        for parent, name in group[1:]:
+            setattr(parent, name, first)
     disable_attention_fast_path(model, every=True)
     return model

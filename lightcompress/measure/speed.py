@@ -432,12 +432,16 @@ def directory_bytes(path: str) -> int:
 
 
 def state_dict_bytes(model: torch.nn.Module) -> int:
-    """Bytes of ``torch.save(model.state_dict())``: the model's weights as stored on disk (a
-    tensor shared by several modules is stored once; int8 models store packed int8 weights)."""
+    """Bytes of the model's weights as ``torch.save`` stores them: its state dict with a module
+    that several parents share saved once and a tensor that several modules share stored once
+    (layer sharing); int8 models store int8 weights."""
     import io
 
+    state: dict = {}
+    for prefix, module in model.named_modules():  # a module shared by several parents once
+        module._save_to_state_dict(state, prefix + "." if prefix else "", keep_vars=False)
     buffer = io.BytesIO()
-    torch.save(model.state_dict(), buffer)
+    torch.save(state, buffer)
     return buffer.tell()
 
 
