@@ -243,6 +243,11 @@ def test_collect_findings_state_shortfalls():
     assert "SM: 27.00 BLEU" in text and "falls short of" in text
     assert "3.00 BLEU below the teacher" in text and "1.5x fewer parameters, outside 3-7x" in text
     assert "SVD transfer does NOT help here" in text
+    # an untrained teacher (a smoke run): no verdicts
+    recs[0]["bleu"] = 0.3
+    assert col.findings(recs) == [
+        "The teacher scores 0.30 BLEU: far too little training for any comparison (a smoke run?)."
+    ]
 
 
 def test_collect_refuses_translations_of_another_test_set(tmp_path, capsys):

@@ -158,6 +158,9 @@ def findings(records: list[dict]) -> list[str]:
     by = {r["label"]: r for r in records}
     out = []
     t = by.get("teacher")
+    if t is not None and t["bleu"] < 1.0:
+        return [(f"The teacher scores {t['bleu']:.2f} BLEU: far too little training for any "
+                "comparison (a smoke run?).")]  # fmt: skip
     for r in records:
         if r is t or t is None or "compression" not in r:
             continue
