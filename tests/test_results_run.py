@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -192,6 +193,18 @@ def test_time_budget_stops_resume_continues_and_finished_work_is_skipped(bench):
     assert third.returncode == 0, third.stderr
     assert _calls(calls)[before:] == []
     assert third.stderr.count("trained before") == 6
+    assert "is up to date" in third.stderr
+
+    # 4. SAVE_ROOT brought back from another machine without checkpoints and KD data (the
+    #    device's results): nothing needs the teacher again; the table and plots are redone
+    for f in [*save.glob("*/*.pt"), save / "lightformer_init.pt", save / "curves.png"]:
+        f.unlink()
+    shutil.rmtree(save / "kd-bin")
+    before = len(_calls(calls))
+    fourth = _run(env)
+    assert fourth.returncode == 0, fourth.stderr
+    assert _calls(calls)[before:] == []
+    assert (save / "curves.png").exists()
 
 
 def test_a_failed_distillation_stops_the_kd_student(bench):

@@ -289,7 +289,9 @@ res_train teacher "$TEACHER_UPDATES" 1 "${TEACHER[@]}" || res_note_rc $?
 # 2. what needs the trained teacher (while the others may still train), then wait for all
 if [[ "$DRY_RUN" == 1 || -f "$SAVE_ROOT/teacher/train.done" ]]; then
   INIT="$SAVE_ROOT/lightformer_init.pt"
-  if [[ "$DRY_RUN" == 1 || ! -f "$INIT" ]]; then
+  # (not needed again once its student is trained: a SAVE_ROOT copied without *.pt or kd-bin
+  # only redoes the table)
+  if [[ "$DRY_RUN" == 1 || (! -f "$INIT" && ! -f "$SAVE_ROOT/lightformer_svd/train.done") ]]; then
     log "SVD transfer: teacher -> LightFormer ($INIT)"
     run "${CONVERT[@]}" -i "$SAVE_ROOT/teacher/checkpoint_best.pt" -o "$INIT" --force "${LIGHTFORMER[@]}"
   fi
@@ -297,7 +299,7 @@ if [[ "$DRY_RUN" == 1 || -f "$SAVE_ROOT/teacher/train.done" ]]; then
   KD_BIN="$SAVE_ROOT/kd-bin"
   # (errors are returned explicitly: set -e does not act inside a function called with ||)
   res_distill_then_train() {
-    if [[ "$DRY_RUN" == 1 || ! -f "$KD_BIN/.done" ]]; then
+    if [[ "$DRY_RUN" == 1 || (! -f "$KD_BIN/.done" && ! -f "$SAVE_ROOT/hypoformer_kd/train.done") ]]; then
       log "KD data: the teacher translates the training set (beam $KD_BEAM) -> $KD_BIN"
       run "$REPO_ROOT/scripts/distill_data.sh" "$DATA_BIN" --path "$SAVE_ROOT/teacher/checkpoint_best.pt" \
         --out-dir "$KD_BIN" --user-dir "$USER_DIR" --beam "$KD_BEAM" --lenpen "$LENPEN" \
