@@ -2,10 +2,10 @@
 
 Each engine is a *runner* over one model with the same interface:
 
-- ``prepare(sentences, gen)``: per sentence what the timed loop feeds the engine (done before
-  timing, as reading data is not timed);
-- ``run_one(prepared) -> int``: translate one sentence (batch 1), the number of generated target
-  tokens of the best hypothesis, EOS excluded;
+- ``prepare(sentences, gen, batch_size=1)``: per batch what the timed loop feeds the engine
+  (done before timing, as reading data is not timed);
+- ``run_one(prepared) -> int``: translate one batch (of ``batch_size`` sentences, 1 by
+  default), the number of generated target tokens of the best hypotheses, EOS excluded;
 - ``translate(sentences, gen, batch_size) -> list[list[int]]``: target ids (no EOS) of every
   sentence, for BLEU.
 
@@ -85,14 +85,18 @@ class CT2Runner:
             "min_decoding_length": min(gen.min_len, max_len),
         }
 
-    def prepare(self, sentences: Sequence[torch.Tensor], gen) -> list[tuple[list[str], dict]]:
-        return [
-            (
-                self._tokens(s),
-                self._options(gen, fairseq_max_len(s.numel(), gen, self.max_positions)),
-            )
-            for s in sentences
-        ]
+    def prepare(self, sentences: Sequence[torch.Tensor], gen, batch_size: int = 1) -> list:
+        """Batches of ``batch_size`` consecutive sentences: ``(token lists, options)``, the
+        maximum length from the batch's longest source (fairseq's padded length)."""
+        out = []
+        for start in range(0, len(sentences), batch_size):
+            chunk = sentences[start : start + batch_size]
+            src_len = max(s.numel() for s in chunk)
+            out.append(
+                ([self._tokens(s) for s in chunk],
+                 self._options(gen, fairseq_max_len(src_len, gen, self.max_positions)))
+            )  # fmt: skip
+        return out
 
     def _index(self, token: str) -> int:
         # the exporter wrote fairseq's <pad> as CTranslate2's <blank>
@@ -100,11 +104,11 @@ class CT2Runner:
 
     def run_one(self, prepared) -> int:
         tokens, options = prepared
-        result = self.translator.translate_batch([tokens], **options)
-        return len(result[0].hypotheses[0])
+        results = self.translator.translate_batch(tokens, max_batch_size=len(tokens), **options)
+        return sum(len(r.hypotheses[0]) for r in results)
 
     def translate(self, sentences: Sequence[torch.Tensor], gen, batch_size: int) -> list[list[int]]:
-        prepared = self.prepare(sentences, gen)
+        prepared = [p for s in sentences for p in self.prepare([s], gen)]
         out: list[list[int] | None] = [None] * len(prepared)
         # one call per maximum length (fairseq's limit depends on each source's length)
         groups: dict[int, list[int]] = {}
@@ -113,7 +117,7 @@ class CT2Runner:
         for idx in groups.values():
             options = prepared[idx[0]][1]
             results = self.translator.translate_batch(
-                [prepared[i][0] for i in idx], max_batch_size=batch_size, **options
+                [prepared[i][0][0] for i in idx], max_batch_size=batch_size, **options
             )
             for i, r in zip(idx, results):
                 out[i] = [self._index(t) for t in r.hypotheses[0]]
@@ -141,16 +145,29 @@ class FastRunner:
         same = all(getattr(gen, k) == getattr(self.gen, k) for k in vars(self.gen))
         return self if same else FastRunner(self.model, self.task, gen)
 
-    def prepare(self, sentences: Sequence[torch.Tensor], gen) -> list:
+    def prepare(self, sentences: Sequence[torch.Tensor], gen, batch_size: int = 1) -> list:
+        """Left-padded batches of ``batch_size`` consecutive sentences."""
         runner = self._for(gen)
-        return [(runner, s[None], torch.tensor([s.numel()])) for s in sentences]
+        pad = self.task.source_dictionary.pad()
+        out = []
+        for start in range(0, len(sentences), batch_size):
+            chunk = sentences[start : start + batch_size]
+            length = max(s.numel() for s in chunk)
+            src = torch.full((len(chunk), length), pad, dtype=torch.long)
+            for row, s in enumerate(chunk):
+                src[row, length - s.numel() :] = s
+            out.append((runner, src, torch.tensor([s.numel() for s in chunk])))
+        return out
 
     def run_one(self, prepared) -> int:
         runner, src, lengths = prepared
-        hyp = runner.generator.generate(src, lengths)[0][0]["tokens"]
         eos = runner.generator.eos
-        n = int(hyp.numel())
-        return n - 1 if n and int(hyp[-1]) == eos else n
+        tokens = 0
+        for hyps in runner.generator.generate(src, lengths):
+            hyp = hyps[0]["tokens"]
+            n = int(hyp.numel())
+            tokens += n - 1 if n and int(hyp[-1]) == eos else n
+        return tokens
 
     def translate(self, sentences: Sequence[torch.Tensor], gen, batch_size: int) -> list[list[int]]:
         from lightcompress.deploy.translate import left_pad_batches

@@ -96,7 +96,7 @@ def _child(job_path: str) -> dict:
             intra_threads=job["threads"], inter_threads=1,
         )  # fmt: skip
         for tokens, options in job["inputs"]:
-            translator.translate_batch([tokens], **options)
+            translator.translate_batch(tokens, **options)
     else:
         import torch
         from fairseq.sequence_generator import SequenceGenerator

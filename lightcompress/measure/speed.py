@@ -475,14 +475,25 @@ def random_sentences(dictionary, n: int, src_len: int, seed: int = 1) -> list[to
     return out
 
 
-def _samples(sentences: Sequence[torch.Tensor]) -> list[dict]:
-    return [
-        {
-            "id": torch.tensor([i]),
-            "net_input": {"src_tokens": s[None], "src_lengths": torch.tensor([s.numel()])},
-        }
-        for i, s in enumerate(sentences)
-    ]
+def _samples(sentences: Sequence[torch.Tensor], batch_size: int = 1, pad: int = 1) -> list[dict]:
+    """fairseq samples of ``batch_size`` consecutive sentences, left-padded as fairseq pads."""
+    out = []
+    for start in range(0, len(sentences), batch_size):
+        chunk = sentences[start : start + batch_size]
+        length = max(s.numel() for s in chunk)
+        src = torch.full((len(chunk), length), pad, dtype=torch.long)
+        for row, s in enumerate(chunk):
+            src[row, length - s.numel() :] = s
+        out.append(
+            {
+                "id": torch.arange(start, start + len(chunk)),
+                "net_input": {
+                    "src_tokens": src,
+                    "src_lengths": torch.tensor([s.numel() for s in chunk]),
+                },
+            }
+        )
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -517,7 +528,7 @@ def time_run(candidate: Candidate, generator, samples: Sequence) -> tuple[float,
     start = time.perf_counter()
     for sample in samples:
         hyps = task.inference_step(generator, models, sample)
-        tokens += _hyp_tokens(hyps[0][0]["tokens"], eos)
+        tokens += sum(_hyp_tokens(h[0]["tokens"], eos) for h in hyps)
     return time.perf_counter() - start, tokens
 
 
@@ -529,12 +540,18 @@ def measure(
     warmup: int = 1,
     trim: float = 0.1,
     log=None,
+    sentences: Sequence[torch.Tensor] | None = None,
+    batch_size: int = 1,
 ) -> list[dict]:
-    """Warm up each model, then time ``runs`` interleaved passes; returns one record per model."""
+    """Warm up each model, then time ``runs`` interleaved passes; returns one record per model.
+
+    ``samples`` are fairseq's batches of ``batch_size`` of the source ``sentences``."""
     gens = [None if c.runner is not None else _generator(c, gen_args) for c in candidates]
-    sentences = [s["net_input"]["src_tokens"][0] for s in samples]
+    if sentences is None:  # batch 1
+        sentences = [s["net_input"]["src_tokens"][0] for s in samples]
     inputs = [
-        samples if c.runner is None else c.runner.prepare(sentences, gen_args) for c in candidates
+        samples if c.runner is None else c.runner.prepare(sentences, gen_args, batch_size)
+        for c in candidates
     ]
     with torch.inference_mode():
         for c, g, x in zip(candidates, gens, inputs):
@@ -732,7 +749,8 @@ def _protocol_line(p: dict) -> str:
     )
     return (
         f"{p['num_sentences']} sentences (source length {p['mean_src_len']:.1f} on average, "
-        f"target {p['src_len']}; {p['sentences_from']}), batch 1, beam {p['beam']}, "
+        f"target {p['src_len']}; {p['sentences_from']}), batch {p['batch_size']}, "
+        f"beam {p['beam']}, "
         f"lenpen {p['lenpen']}, {p['threads']} thread(s), {p['runs']} runs after "
         f"{p['warmup']} warm-up, {p['dropped_each_end']} fastest + "
         f"{p['dropped_each_end']} slowest dropped; {length}. "
@@ -804,6 +822,13 @@ def _arg_parser() -> argparse.ArgumentParser:
         "--max-len-b", type=int, default=200, help="fairseq max_len_b when --max-len is not given"
     )
     t = p.add_argument_group("timing")
+    t.add_argument(
+        "--timing-batch-size",
+        type=int,
+        default=1,
+        help="sentences per batch in the timed runs (default 1, the papers' protocol; "
+        "consecutive sentences, left-padded)",
+    )
     t.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     t.add_argument("--runs", type=int, default=10, help="timed runs per model (default 10)")
     t.add_argument("--warmup", type=int, default=1, help="untimed runs per model first (default 1)")
@@ -901,6 +926,7 @@ def check_args(args: argparse.Namespace) -> None:
     for name, value in (("--runs", args.runs), ("--num-sentences", args.num_sentences),
                         ("--src-len", args.src_len), ("--beam", args.beam),
                         ("--threads", args.threads), ("--batch-size", args.batch_size),
+                        ("--timing-batch-size", args.timing_batch_size),
                         ("--bleu-threads", 1 if args.bleu_threads is None else args.bleu_threads)
                         ):  # fmt: skip
         if value < 1:
@@ -1027,8 +1053,11 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
     if args.fast:
         candidates = with_fast(candidates, gen_args)
     records = measure(
-        candidates, _samples(sentences), gen_args, args.runs, args.warmup, args.trim, log
-    )
+        candidates,
+        _samples(sentences, args.timing_batch_size, first.source_dictionary.pad()),
+        gen_args, args.runs, args.warmup, args.trim, log,
+        sentences=sentences, batch_size=args.timing_batch_size,
+    )  # fmt: skip
     if args.memory:
         from lightcompress.measure.memory import measure_peak_rss, write_job
 
@@ -1046,7 +1075,7 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
         "src_len": args.src_len,
         "mean_src_len": sum(s.numel() - 1 for s in sentences) / len(sentences),
         "sentences_from": sentences_from,
-        "batch_size": 1,
+        "batch_size": args.timing_batch_size,
         "beam": args.beam,
         "lenpen": args.lenpen,
         "min_len": min_len,
