@@ -6,6 +6,7 @@
 #   examples/translation/hypoformer/common.sh   hypo_*
 #   examples/translation/subformer/common.sh    sf_*    (and summarization/, language_model/)
 #   examples/translation/kd/common.sh           kd_*
+#   examples/translation/smartformer/common.sh  sm_*    (on top of lightformer/common.sh)
 #
 # No family redefines a function of this file or of another family (tests/test_recipes.py
 # checks it). A family sets LOG_TAG (the tag of its log lines) and SAVE_ROOT's default.
