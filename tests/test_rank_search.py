@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -314,6 +315,17 @@ def test_search_in_fairseq_train_decides_and_its_checkpoint_decodes(data_bin, tm
     assert [layer.rank for layer in find_search_layers(model)] == ranks
     counted = json.loads(run_cli("lightcompress-params", ["--path", ckpt]).stdout)
     assert counted["total"] == records[-1]["params"] == count_unique_params(model)
+    # ... and scripts/measure_speed.sh times it (its own fairseq loading path)
+    speed = subprocess.run(
+        [os.path.join(os.path.dirname(__file__), "..", "scripts", "measure_speed.sh"),
+         "--path", f"searched={ckpt}", "--data", data_bin, "--num-sentences", "4",
+         "--src-len", "5", "--runs", "1", "--warmup", "0", "--beam", "2",
+         "--json", str(tmp_path / "speed.json")],
+        capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable},
+    )  # fmt: skip
+    assert speed.returncode == 0, speed.stderr[-3000:]
+    timed = json.loads((tmp_path / "speed.json").read_text())["models"][0]
+    assert timed["params"] == counted["total"] and timed["tokens_per_s"] > 0
     # the decisions plot
     script = os.path.join(os.path.dirname(__file__), "..", "scripts", "plot_rank_search.py")
     png = tmp_path / "search.png"
@@ -368,3 +380,24 @@ def test_bad_search_flags_end_fairseq_train_with_one_line(data_bin, tmp_path):
         assert message in proc.stderr.strip().splitlines()[-1]
         assert "Traceback" not in proc.stderr
         assert not os.path.exists(tmp_path / "bad" / "checkpoint_last.pt")
+
+
+def test_epoch_interval_decides_at_the_first_update_of_every_nth_epoch(data_bin, tmp_path):
+    save = str(tmp_path / "ckpt")
+    at = SEARCH.index("--update-freq")
+    flags = SEARCH[:at] + SEARCH[at + 2 :]
+    flags += ["--sm-search-unit", "epochs", "--sm-search-interval", "1"]
+    proc = train(data_bin, save, MODEL, extra=flags, max_epoch=3)
+    records = _decisions(save)
+    # 300 pairs at --max-tokens 300: 9 updates an epoch; epochs 2 and 3 begin after 9 and 18
+    per_epoch = int(re.findall(r"\| train \| epoch 001 \|.*?num_updates (\d+)", proc.stdout)[0])
+    assert [r["epoch"] for r in records] == [2, 3]
+    assert [r["update"] for r in records] == [per_epoch + 1, 2 * per_epoch + 1]
+
+
+def test_cpac_heads_that_do_not_split_the_width_end_fairseq_train_with_one_line(data_bin, tmp_path):
+    spec = "encoder.layers.*.self_attn.[qkv]_proj = cp(rank=4, heads=3)"
+    proc = train(data_bin, str(tmp_path / "bad"), [*MODEL, "--lc-spec", spec],
+                 extra=SEARCH, max_update=2, check=False)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "divisible by heads=3" in proc.stderr.strip().splitlines()[-1]
