@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fetch the wheels examples/translation/results/run.sh installs on a machine without network
-# (Python 3.12 with torch, numpy, sacrebleu and sentencepiece, no fairseq): the hash-pinned
+# (Python 3.12 with torch, numpy, scikit-learn, sacrebleu and sentencepiece, no fairseq): the hash-pinned
 # CPython 3.12 manylinux wheels of wheels-cp312.txt, and antlr4-python3-runtime 4.9.3's
 # pure-Python wheel built from its hash-pinned sdist (it has no wheel on PyPI). About 30 MB.
 #
