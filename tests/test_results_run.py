@@ -181,6 +181,7 @@ def test_time_budget_stops_resume_continues_and_finished_work_is_skipped(bench):
               "smartformer"]  # fmt: skip
     assert [c for c in new if c.startswith("generate")] == [f"generate {m}" for m in models]
     table = (save / "results.md").read_text()
+    assert "NUM_GPUS=0)" in table.splitlines()[0]  # machine.txt: where the models trained
     assert "| Transformer (dense teacher) | 2.00M | 1.0 | 100.00 |" in table
     assert "Not (yet) evaluated" not in table
     doc = json.loads((save / "results.json").read_text())

@@ -8,7 +8,7 @@
 For every model folder of ``--save-root`` that run.sh trains (``MODELS``) and that has a
 ``generate-test.txt`` (fairseq-generate of its ``checkpoint_best.pt``): sacreBLEU and chrF
 against the raw test references (detokenized text, one line per test sentence, scored with
-sacreBLEU's defaults; the signatures go under the table), parameters (fairseq-train's
+sacreBLEU's defaults; the signatures go under the table), where the models trained (``machine.txt``, written by run.sh), parameters (fairseq-train's
 ``num. shared model params``), updates trained and the update of the best validation loss
 (``train.log``), training wall-clock (``train.seconds``, one line per invocation of run.sh),
 tokens/s from ``measure_speed --json`` (one thread, batch 1, beam 5), and BLEU / size / speed
@@ -150,7 +150,12 @@ def collect(save_root: str, ref_path: str, speed_path: str | None = None) -> dic
             r["compression"] = round(teacher["params"] / r["params"], 2)
         if r["tokens_per_s"] and teacher["tokens_per_s"]:
             r["speedup"] = round(r["tokens_per_s"] / teacher["tokens_per_s"], 2)
-    return {"models": records, "missing": missing}
+    machine = None
+    mpath = os.path.join(save_root, "machine.txt")
+    if os.path.exists(mpath):
+        with open(mpath, encoding="utf-8") as f:
+            machine = f.read().strip() or None
+    return {"models": records, "missing": missing, "machine": machine}
 
 
 def findings(records: list[dict]) -> list[str]:
@@ -197,12 +202,10 @@ def _fmt(v, spec: str = "", none: str = "-") -> str:
 
 def render_markdown(result: dict, plan: str, corpus: dict | None) -> str:
     recs = result["models"]
+    made = f"table made {datetime.date.today().isoformat()} on {platform.node() or 'unknown host'}"
+    trained = result.get("machine")
     lines = [
-        (
-            f"Results corpus, {plan} plan; {datetime.date.today().isoformat()}, "
-            f"{platform.node() or 'unknown host'} ({platform.machine()}, {os.cpu_count()} CPUs"
-            f"{', ' + _gpu_name() if _gpu_name() else ''})."
-        ),
+        f"Results corpus, {plan} plan; trained {trained or 'on an unrecorded machine'}; {made}.",
         "",
     ]
     if corpus:
@@ -242,17 +245,6 @@ def render_markdown(result: dict, plan: str, corpus: dict | None) -> str:
         lines += ["", "Not (yet) evaluated: " + ", ".join(result["missing"]) + "."]
     lines += ["", "Findings:", ""] + [f"- {f}" for f in findings(recs)]
     return "\n".join(lines) + "\n"
-
-
-def _gpu_name() -> str:
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_name(0)
-    except Exception:  # noqa: BLE001 (no torch, no driver: no GPU to name)
-        return ""
-    return ""
 
 
 def main(argv=None) -> int:

@@ -281,6 +281,12 @@ log "plan: $([[ "$SMALL" == 1 ]] && echo "SMALL (CPU-sized)" || echo full), NUM_
 # 1. the models that do not need the teacher (in the background with PARALLEL=1), then the
 #    teacher (TIME_BUDGET counts from here)
 BUDGET_START=$SECONDS
+# where the models trained (the table names it, also when it is redone on another machine)
+if [[ "$DRY_RUN" != 1 && ! -s "$SAVE_ROOT/machine.txt" ]]; then
+  mkdir -p "$SAVE_ROOT"
+  gpu="$(nvidia-smi -L 2>/dev/null | head -n 1 | sed -E 's/^GPU [0-9]+: //; s/ \(UUID.*//' || true)"
+  echo "$(date -u +%Y-%m-%d), $(uname -n) ($(uname -m), $(nproc 2>/dev/null || echo '?') CPUs${gpu:+, $gpu}, NUM_GPUS=$NUM_GPUS)" >"$SAVE_ROOT/machine.txt"
+fi
 res_in_parallel res_train lightformer_random "$STUDENT_UPDATES" 0 "${LIGHTFORMER[@]}"
 res_in_parallel res_train subformer "$MAX_UPDATE" 1 "${SUB[@]}" --share-all-embeddings
 res_in_parallel res_train smartformer "$MAX_UPDATE" 1 "${SMART[@]}" --share-all-embeddings
