@@ -171,7 +171,11 @@ class A2CAgent:
         self.optimizer.zero_grad()
         (actor + critic).backward()
         self.optimizer.step()
-        return {"critic_loss": float(critic), "actor_loss": float(actor), "td_error": float(delta)}
+        return {
+            "critic_loss": critic.item(),
+            "actor_loss": actor.item(),
+            "td_error": delta.item(),
+        }
 
     def state_dict(self) -> dict:
         return {
