@@ -16,7 +16,7 @@ the tokenizer (``moses``, or none), the subword model (``--spm`` sentencepiece, 
 round. Translation runs on :class:`~lightcompress.deploy.generator.FastGenerator` (fairseq's
 beam search and results, lean decoder step, the checkpoint's compressed weights as they are),
 in batches of ``batch_size`` sentences of similar length, on ``threads`` CPU threads; ``int8``
-quantizes every linear map first (:func:`lightcompress.measure.quantize.quantize_model_int8`).
+quantizes the large maps (or all) first (:func:`lightcompress.measure.quantize.quantize_model_int8`).
 Empty (or blank) lines give empty translations. Every input error (a missing file, a
 sentencepiece model that does not load, dictionaries that do not fit the checkpoint) is a
 :class:`TranslateError` with one line; the command prints it and exits with status 2, writing
@@ -83,8 +83,10 @@ class Translator:
         Sentences per batch.
     threads : int
         torch CPU threads.
-    int8 : bool
-        Dynamic int8 quantization of every linear map.
+    int8 : bool or str
+        Dynamic int8 quantization: ``"large"`` (or ``True``) the maps with at least 2^17
+        weights (the output projection, dense maps; small factors stay float32, where int8
+        is slower at small batches), ``"all"`` every linear map.
     """
 
     def __init__(self, checkpoint: str, data: str, spm: str | None = None,
@@ -92,13 +94,15 @@ class Translator:
                  source_lang: str | None = None, target_lang: str | None = None, beam: int = 5,
                  lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200,
                  min_len: int = 1, batch_size: int = 32, threads: int = 1,
-                 int8: bool = False):  # fmt: skip
+                 int8: bool | str = False):  # fmt: skip
         for name, value in (("beam", beam), ("batch_size", batch_size), ("threads", threads),
                             ("min_len", min_len)):  # fmt: skip
             if value < 1:
                 raise TranslateError(f"{name} must be >= 1, got {value}")
         if spm is not None and bpe_codes is not None:
             raise TranslateError("give a sentencepiece model or BPE codes, not both")
+        if int8 not in (False, None, True, "large", "all"):
+            raise TranslateError(f"int8 must be 'large' or 'all', got {int8!r}")
         if tokenizer not in (None, "moses"):
             raise TranslateError(f"tokenizer must be 'moses' or none, got {tokenizer!r}")
         _file(checkpoint, "checkpoint")
@@ -125,9 +129,10 @@ class Translator:
                 )
             raise TranslateError(message) from None
         if int8:
-            from lightcompress.measure.quantize import quantize_model_int8
+            from lightcompress.measure.quantize import LARGE_MAP_ELEMENTS, quantize_model_int8
 
-            model = quantize_model_int8(model, inplace=True)
+            large = LARGE_MAP_ELEMENTS if int8 in (True, "large") else 0
+            model = quantize_model_int8(model, inplace=True, min_weight_elements=large)
         self.model, self.task = model, task
         self.src_dict, self.tgt_dict = task.source_dictionary, task.target_dictionary
         from lightcompress.deploy.generator import FastGenerator
@@ -219,7 +224,13 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-len-b", type=int, default=200, help="as fairseq's (default 200)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
-    p.add_argument("--int8", action="store_true", help="dynamic int8 quantization first")
+    p.add_argument(
+        "--int8",
+        nargs="?",
+        const="large",
+        choices=["large", "all"],
+        help="dynamic int8 quantization: of the large maps (default), or of all",
+    )
     p.add_argument("-i", "--input", help="input file (default: standard input)")
     p.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
     return p
@@ -241,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tokenizer=args.tokenizer, source_lang=args.source_lang, target_lang=args.target_lang,
             beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
             max_len_b=args.max_len_b, batch_size=args.batch_size, threads=args.threads,
-            int8=args.int8,
+            int8=args.int8 or False,
         )  # fmt: skip
         try:
             if args.input is None:
