@@ -505,6 +505,7 @@ def test_translate_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsy
         (base + ["--spm", str(notspm)], "cannot load the sentencepiece model"),
         (["--path", toy["teacher"], "--data", str(small), "-o", str(out)], "do not fit"),
         (base + ["--beam", "0"], "beam must be >= 1"),
+        (base + ["--max-len-b", "0"], "max_len_b >= 1"),
         (["--path", toy["teacher"], "--data", toy["data"], "-o", str(tmp_path / "no" / "o")],
          "does not exist"),
         (base + ["-i", str(tmp_path / "none.txt")], "input file not found"),

@@ -99,6 +99,10 @@ class Translator:
                             ("min_len", min_len)):  # fmt: skip
             if value < 1:
                 raise TranslateError(f"{name} must be >= 1, got {value}")
+        if max_len_a < 0 or max_len_b < 1:
+            raise TranslateError("max_len_a must be >= 0 and max_len_b >= 1")
+        if max_len_a == 0 and min_len > max_len_b:
+            raise TranslateError(f"min_len {min_len} is larger than max_len_b {max_len_b}")
         if spm is not None and bpe_codes is not None:
             raise TranslateError("give a sentencepiece model or BPE codes, not both")
         if int8 not in (False, None, True, "large", "all"):
