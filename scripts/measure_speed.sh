@@ -6,6 +6,8 @@
 #   scripts/measure_speed.sh --data data-bin/iwslt14.de-en --path base=a.pt,lf=b.pt --bleu --remove-bpe
 #   scripts/measure_speed.sh --arch transformer_iwslt_de_en,12-2=transformer_iwslt_de_en:--encoder-layers=12:--decoder-layers=2 \
 #       --vocab-size 10200 --compare-int8 --json speed.json
+#   scripts/measure_speed.sh --data DATA --path teacher=t.pt,lf=lf.pt --bleu \
+#       --fast --ct2 --int8-large --memory    # fast path and CTranslate2 exports side by side
 #
 # All options: scripts/measure_speed.sh --help (python -m lightcompress.measure.speed --help).
 # Every argument, checkpoint and output path (--json) is checked before anything is measured;

@@ -7,8 +7,12 @@
   convention on :mod:`lightcompress.build`, the package's one way to build without data);
 - :mod:`lightcompress.measure.speed`: tokens/s on the papers' protocol, several models side by
   side (``scripts/measure_speed.sh``), int8 and BLEU;
+- :mod:`lightcompress.measure.engines`: the other engines timed next to fairseq (CTranslate2
+  exports, lightcompress's fast path); :mod:`lightcompress.measure.memory`: peak resident memory
+  of a fresh process per model;
 - :mod:`lightcompress.measure.timing`: the protocol's pure logic (trimmed mean, run order, tables);
-- :mod:`lightcompress.measure.quantize`: ``quantize_model_int8`` and ``QUANTIZE_HANDLERS``.
+- :mod:`lightcompress.measure.quantize`: ``quantize_model_int8`` (every map, or only the large
+  ones) and ``QUANTIZE_HANDLERS``.
 """
 
 import importlib
