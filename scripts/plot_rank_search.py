@@ -84,7 +84,9 @@ def plot_search(records: list[dict], out: str, title: str | None = None) -> None
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("log", help="rank_search.jsonl of a search")
-    p.add_argument("--out", default="rank_search.png", help="output image (default rank_search.png)")
+    p.add_argument(
+        "--out", default="rank_search.png", help="output image (default rank_search.png)"
+    )
     p.add_argument("--title")
     args = p.parse_args(argv)
     error = image_output_error(args.out)

@@ -321,7 +321,7 @@ def test_search_in_fairseq_train_decides_and_its_checkpoint_decodes(data_bin, tm
          "--path", f"searched={ckpt}", "--data", data_bin, "--num-sentences", "4",
          "--src-len", "5", "--runs", "1", "--warmup", "0", "--beam", "2",
          "--json", str(tmp_path / "speed.json")],
-        capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable},
+        capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable}, check=False,
     )  # fmt: skip
     assert speed.returncode == 0, speed.stderr[-3000:]
     timed = json.loads((tmp_path / "speed.json").read_text())["models"][0]
@@ -330,13 +330,13 @@ def test_search_in_fairseq_train_decides_and_its_checkpoint_decodes(data_bin, tm
     script = os.path.join(os.path.dirname(__file__), "..", "scripts", "plot_rank_search.py")
     png = tmp_path / "search.png"
     log = os.path.join(save, "rank_search.jsonl")
-    done = subprocess.run([sys.executable, script, log, "--out", str(png)], capture_output=True,
-                          text=True)  # fmt: skip
+    done = subprocess.run([sys.executable, script, log, "--out", str(png)], check=False,
+                          capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"{len(records)} decisions" in done.stdout
     bad = subprocess.run([sys.executable, script, ckpt, "--out", str(tmp_path / "b.png")],
-                         capture_output=True, text=True)  # fmt: skip
+                         check=False, capture_output=True, text=True)  # fmt: skip
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "b.png").exists()
 

@@ -161,7 +161,7 @@ def cp_als(
     # balance: every column's norm shared equally by the three factors (sign kept on A)
     na, nb, nc = a.norm(dim=0), b.norm(dim=0), c.norm(dim=0)
     scale = torch.pow(na * nb * nc, 1.0 / 3.0)
-    safe = lambda n: torch.where(n > 0, n, torch.ones_like(n))  # noqa: E731
+    safe = lambda n: torch.where(n > 0, n, torch.ones_like(n))
     a, b, c = a / safe(na) * scale, b / safe(nb) * scale, c / safe(nc) * scale
     fit = (t_i_jk - a @ (b[:, None, :] * c[None, :, :]).reshape(n_j * n_k, -1).T).pow(2).sum()
     kept = 1.0 - float(fit) / max(norm2, 1e-300)
@@ -322,11 +322,11 @@ class CPLinear(nn.Module):
         g = torch.Generator().manual_seed(seed)
         extra = rank - self.rank
         small = float(norms.mean().clamp_min(1e-12)) ** (1.0 / 3.0) * 1e-2
-        return [
-            torch.cat([f, (torch.randn(f.shape[0], extra, generator=g, dtype=torch.float64)
-                           * small).to(f.device)], dim=1)  # fmt: skip
-            for f in cur
-        ]
+        out = []
+        for f in cur:
+            noise = torch.randn(f.shape[0], extra, generator=g, dtype=torch.float64) * small
+            out.append(torch.cat([f, noise.to(f.device)], dim=1))
+        return out
 
     def resize(self, new_rank: int) -> None:
         """Give the layer uninitialised factors of rank ``new_rank`` (values to be loaded).

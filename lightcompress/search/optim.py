@@ -71,7 +71,7 @@ def _rebuild_fp16(opt, mapping: dict[int, nn.Parameter]) -> int:
     if isinstance(opt.fp32_params, dict):  # flat masters, one per device
         if len(opt.fp32_params) != 1:
             raise RuntimeError("rank changes are not supported with pipeline-parallel fp16")
-        (device, old_flat), = opt.fp32_params.items()
+        ((device, old_flat),) = opt.fp32_params.items()
         new_flat = _flat_master(new16, old_flat.data)
         # where every kept parameter lay in the old flat tensor and lies in the new one
         moves, old_off, new_off = [], 0, 0

@@ -112,7 +112,9 @@ class SearchLayer:
                     yield p
 
     def token(self, rank: int | None = None) -> str:
-        return layer_token(self.side, self.heads, self.head_dim, self.rank if rank is None else rank)
+        return layer_token(
+            self.side, self.heads, self.head_dim, self.rank if rank is None else rank
+        )
 
 
 def find_search_layers(model: nn.Module) -> list[SearchLayer]:

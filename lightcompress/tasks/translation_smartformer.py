@@ -108,8 +108,10 @@ class TranslationSmartformerConfig(TranslationConfig):
     )
     sm_search_refit_iters: int = field(
         default=50,
-        metadata={"help": "at most this many CP-ALS iterations (warm-started from the current "
-                  "factors) when a rank changes"},
+        metadata={
+            "help": "at most this many CP-ALS iterations (warm-started from the current "
+            "factors) when a rank changes"
+        },
     )
     sm_search_log: Optional[str] = field(  # noqa: UP045 (fairseq parses typing.Optional)
         default=None,
@@ -174,7 +176,9 @@ class TranslationSmartformerTask(TranslationTask):
         model = super().build_model(cfg, from_checkpoint)
         if self.cfg.sm_search and not from_checkpoint:
             self.search = RankSearch(
-                model, self.search_config(self.cfg), higher_is_better=self.cfg.sm_search_metric == "bleu"
+                model,
+                self.search_config(self.cfg),
+                higher_is_better=self.cfg.sm_search_metric == "bleu",
             )
             logger.info(
                 "rank search over %d attention layers, ranks %s, every %d %s, metric %s",

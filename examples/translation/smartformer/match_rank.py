@@ -29,9 +29,9 @@ def main(argv=None) -> int:
     import torch
 
     import lightcompress  # noqa: F401  (registers the plugin)
+    from lightcompress.build import build_model_without_data
     from lightcompress.convert.core import ConversionError, _model_args, load_checkpoint_state
     from lightcompress.measure.params import ParamsError, checkpoint_report
-    from lightcompress.build import build_model_without_data
     from lightcompress.modules import count_unique_params
     from lightcompress.search import cp_rank_bound, find_search_layers
 
