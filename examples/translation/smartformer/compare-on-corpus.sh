@@ -36,7 +36,7 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   if [[ "${FP16:-1}" == 1 ]]; then DEVICE=(--fp16); fi
 fi
 
-run() {
+smc_run() {
   if [[ "$DRY_RUN" == 1 ]]; then
     printf '+'
     printf ' %q' "$@"
@@ -45,16 +45,16 @@ run() {
     "$@"
   fi
 }
-die() {
+smc_die() {
   echo "compare-on-corpus: $*" >&2
   exit 2
 }
-[[ "$DRY_RUN" == 1 || -f "$DATA/bin/dict.de.txt" ]] || die "no corpus in $DATA (bin/dict.de.txt)"
+[[ "$DRY_RUN" == 1 || -f "$DATA/bin/dict.de.txt" ]] || smc_die "no corpus in $DATA (bin/dict.de.txt)"
 [[ "$DRY_RUN" == 1 ]] || mkdir -p "$OUT"
 
-# train NAME UPDATES [flags...]: fairseq-train into OUT/NAME unless OUT/NAME/train.done exists
+# smc_train NAME UPDATES [flags...]: fairseq-train into OUT/NAME unless OUT/NAME/train.done exists
 # (its log in OUT/NAME.log; the decision and validation lines are echoed)
-train() {
+smc_train() {
   local name="$1" updates="$2"
   shift 2
   if [[ "$DRY_RUN" != 1 && -f "$OUT/$name/train.done" ]]; then return 0; fi
@@ -66,43 +66,43 @@ train() {
     --no-epoch-checkpoints --validate-interval-updates 500 --save-interval-updates 500
     --keep-interval-updates 1 "${DEVICE[@]}" "${ARCH_FLAGS[@]}" "$@")
   if [[ "$DRY_RUN" == 1 ]]; then
-    run "${cmd[@]}"
+    smc_run "${cmd[@]}"
     return 0
   fi
-  "${cmd[@]}" >"$OUT/$name.log" 2>&1 || die "$name: training failed (see $OUT/$name.log)"
+  "${cmd[@]}" >"$OUT/$name.log" 2>&1 || smc_die "$name: training failed (see $OUT/$name.log)"
   grep -E "rank search|\| valid \|" "$OUT/$name.log" || true
   touch "$OUT/$name/train.done"
 }
 
-# convert RANK OUTPUT: CP transfer of the teacher at RANK
-convert() {
+# smc_convert RANK OUTPUT: CP transfer of the teacher at RANK
+smc_convert() {
   if [[ "$DRY_RUN" != 1 && -f "$2" ]]; then return 0; fi
-  run "$PYTHON" -m lightcompress.convert.cli --input "$OUT/teacher/checkpoint_last.pt" \
+  smc_run "$PYTHON" -m lightcompress.convert.cli --input "$OUT/teacher/checkpoint_last.pt" \
     --output "$2" --arch smartformer_iwslt_de_en --sm-rank "$1" "${ARCH_FLAGS[@]}" --quiet
 }
 
-# score NAME: test BLEU and chrF of OUT/NAME/checkpoint_last.pt (sacreBLEU, detokenized text)
-score() {
+# smc_score NAME: test BLEU and chrF of OUT/NAME/checkpoint_last.pt (sacreBLEU, detokenized text)
+smc_score() {
   local name="$1" gen="$OUT/$1/generate-test.txt"
   local cmd=("$PYTHON" -m fairseq_cli.generate "$DATA/bin" --user-dir "$ROOT/lightcompress"
     --path "$OUT/$name/checkpoint_last.pt" --task translation --gen-subset test --beam 5
     --batch-size 128 --required-batch-size-multiple 1 --remove-bpe sentencepiece
     "${GEN_DEVICE[@]}")
   if [[ "$DRY_RUN" == 1 ]]; then
-    run "${cmd[@]}"
+    smc_run "${cmd[@]}"
     return 0
   fi
   if [[ ! -f "$gen.score" ]]; then
-    "${cmd[@]}" >"$gen" 2>"$gen.log" || die "$name: fairseq-generate failed (see $gen.log)"
+    "${cmd[@]}" >"$gen" 2>"$gen.log" || smc_die "$name: fairseq-generate failed (see $gen.log)"
     grep "^H-" "$gen" | sed 's/^H-//' | sort -k1,1n | cut -f3- >"$gen.hyp"
     "$PYTHON" -m sacrebleu "$DATA/raw/test.en" -i "$gen.hyp" -m bleu chrf -w 2 --format text \
       >"$gen.score"
   fi
 }
 
-train teacher "$TEACHER_UPDATES" --arch transformer_iwslt_de_en
-convert "$START_RANK" "$OUT/search_init.pt"
-train search "$STUDENT_UPDATES" --arch smartformer_iwslt_de_en --sm-rank "$START_RANK" \
+smc_train teacher "$TEACHER_UPDATES" --arch transformer_iwslt_de_en
+smc_convert "$START_RANK" "$OUT/search_init.pt"
+smc_train search "$STUDENT_UPDATES" --arch smartformer_iwslt_de_en --sm-rank "$START_RANK" \
   --finetune-from-model "$OUT/search_init.pt" --task translation_smartformer --sm-search \
   --sm-search-ranks "$RANKS" --sm-search-interval "$INTERVAL" --sm-search-valid-batches 20
 if [[ "$DRY_RUN" == 1 ]]; then
@@ -110,10 +110,10 @@ if [[ "$DRY_RUN" == 1 ]]; then
 else
   RANK="$("$PYTHON" "$ROOT/examples/translation/smartformer/match_rank.py" --path "$OUT/search/checkpoint_last.pt")"
 fi
-convert "$RANK" "$OUT/fixed_init.pt"
-train fixed "$STUDENT_UPDATES" --arch smartformer_iwslt_de_en --sm-rank "$RANK" \
+smc_convert "$RANK" "$OUT/fixed_init.pt"
+smc_train fixed "$STUDENT_UPDATES" --arch smartformer_iwslt_de_en --sm-rank "$RANK" \
   --finetune-from-model "$OUT/fixed_init.pt" --task translation_smartformer
-for name in teacher search fixed; do score "$name"; done
+for name in teacher search fixed; do smc_score "$name"; done
 [[ "$DRY_RUN" == 1 ]] && exit 0
 {
   echo "| model | params | test BLEU / chrF (sacreBLEU) |"
