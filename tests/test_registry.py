@@ -184,7 +184,10 @@ def test_every_architecture_the_recipes_and_readmes_name_is_a_preset():
         "lightformer_random_total",
         "lightformer_spec_text",
         "hypoformer_spec_text",
-    }  # run names, functions
+        "hypoformer_kd",  # a run of examples/translation/results/
+        "lightformer_init",  # its SVD student's converted checkpoint (lightformer_init.pt)
+        "lightformer_rank",  # examples/translation/dawid/lightformer_rank.py
+    }  # run names, functions, files
     assert len(names) > 30
     unknown = {n: os.path.relpath(f, root) for n, f in names.items() if n not in PRESETS
                and n not in ARCH_MODEL_REGISTRY and n not in not_archs}  # fmt: skip
