@@ -36,6 +36,15 @@ def fairseq_max_len(src_len: int, gen, max_positions: int) -> int:
     return min(int(gen.max_len_a * src_len + gen.max_len_b), max_positions - 1)
 
 
+def left_padded(chunk: Sequence[torch.Tensor], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(src_tokens, src_lengths)`` of consecutive sentences, left-padded as fairseq pads."""
+    length = max(s.numel() for s in chunk)
+    src = torch.full((len(chunk), length), pad, dtype=torch.long)
+    for row, s in enumerate(chunk):
+        src[row, length - s.numel() :] = s
+    return src, torch.tensor([s.numel() for s in chunk])
+
+
 class CT2Runner:
     """A CTranslate2 model directory on the CPU, translating fairseq id tensors.
 
@@ -149,15 +158,10 @@ class FastRunner:
         """Left-padded batches of ``batch_size`` consecutive sentences."""
         runner = self._for(gen)
         pad = self.task.source_dictionary.pad()
-        out = []
-        for start in range(0, len(sentences), batch_size):
-            chunk = sentences[start : start + batch_size]
-            length = max(s.numel() for s in chunk)
-            src = torch.full((len(chunk), length), pad, dtype=torch.long)
-            for row, s in enumerate(chunk):
-                src[row, length - s.numel() :] = s
-            out.append((runner, src, torch.tensor([s.numel() for s in chunk])))
-        return out
+        return [
+            (runner, *left_padded(sentences[start : start + batch_size], pad))
+            for start in range(0, len(sentences), batch_size)
+        ]
 
     def run_one(self, prepared) -> int:
         runner, src, lengths = prepared

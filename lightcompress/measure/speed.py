@@ -477,20 +477,15 @@ def random_sentences(dictionary, n: int, src_len: int, seed: int = 1) -> list[to
 
 def _samples(sentences: Sequence[torch.Tensor], batch_size: int = 1, pad: int = 1) -> list[dict]:
     """fairseq samples of ``batch_size`` consecutive sentences, left-padded as fairseq pads."""
+    from lightcompress.measure.engines import left_padded
+
     out = []
     for start in range(0, len(sentences), batch_size):
-        chunk = sentences[start : start + batch_size]
-        length = max(s.numel() for s in chunk)
-        src = torch.full((len(chunk), length), pad, dtype=torch.long)
-        for row, s in enumerate(chunk):
-            src[row, length - s.numel() :] = s
+        src, lengths = left_padded(sentences[start : start + batch_size], pad)
         out.append(
             {
-                "id": torch.arange(start, start + len(chunk)),
-                "net_input": {
-                    "src_tokens": src,
-                    "src_lengths": torch.tensor([s.numel() for s in chunk]),
-                },
+                "id": torch.arange(start, start + len(src)),
+                "net_input": {"src_tokens": src, "src_lengths": lengths},
             }
         )
     return out

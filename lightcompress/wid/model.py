@@ -443,16 +443,7 @@ class DAWIDModel(WIDMixin, TransformerModel):
                 args.dawid_teacher, task.source_dictionary, task.target_dictionary
             )
         student = cls.from_teacher(args, teacher_args, teacher, levels)
-        if args.dawid_init == "data-aware":
-            if calibrate_from is None:
-                calibrate_from = calibration_batches(task, args, teacher)
-            init_data_aware(
-                student, teacher, calibrate_from, args.dawid_calib_tokens, args.dawid_calib_seed
-            )
-        student.set_teacher(teacher)
-        if not args.dawid_train_weights:
-            student.freeze_teacher_weights()
-        return student
+        return finish_student(student, teacher, task, args, calibrate_from)
 
     @classmethod
     def from_teacher(cls, args, teacher_args, teacher, levels):
@@ -520,6 +511,23 @@ def dawid_architecture(args):
 # --------------------------------------------------------------------------------------------
 # data-aware initialisation
 # --------------------------------------------------------------------------------------------
+
+
+def finish_student(student, teacher, task, args, calibrate_from=None):
+    """The last steps of building a DA-WID training model (translation or RoBERTa): the
+    data-aware initialisation (``--dawid-init data-aware``; calibration batches from the task
+    unless given), the frozen teacher attached, the inherited weights frozen unless
+    ``--dawid-train-weights``."""
+    if args.dawid_init == "data-aware":
+        if calibrate_from is None:
+            calibrate_from = calibration_batches(task, args, teacher)
+        init_data_aware(
+            student, teacher, calibrate_from, args.dawid_calib_tokens, args.dawid_calib_seed
+        )
+    student.set_teacher(teacher)
+    if not args.dawid_train_weights:
+        student.freeze_teacher_weights()
+    return student
 
 
 def calibration_batches(task, args, teacher, batch_sentences: int = 32):

@@ -33,10 +33,9 @@ from lightcompress.wid.model import (
     _from_json_buffer,
     _FusedEncoder,
     _namespace,
-    calibration_batches,
     classification_heads_in,
     dawid_architecture,
-    init_data_aware,
+    finish_student,
     load_teacher_model,
     parse_shapes,
 )
@@ -80,16 +79,7 @@ class DAWIDRobertaModel(WIDMixin, RobertaModel):
                 "(fine-tune it with --task sentence_prediction first)"
             )
         student = cls.from_teacher(args, teacher_args, teacher, levels)
-        if args.dawid_init == "data-aware":
-            if calibrate_from is None:
-                calibrate_from = calibration_batches(task, args, teacher)
-            init_data_aware(
-                student, teacher, calibrate_from, args.dawid_calib_tokens, args.dawid_calib_seed
-            )
-        student.set_teacher(teacher)
-        if not args.dawid_train_weights:
-            student.freeze_teacher_weights()
-        return student
+        return finish_student(student, teacher, task, args, calibrate_from)
 
     @classmethod
     def from_teacher(cls, args, teacher_args, teacher, levels):
