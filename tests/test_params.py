@@ -304,3 +304,71 @@ def test_cli_exit_code_and_clean_stdout():
     good = run(["--arch", "transformer_iwslt_de_en", "--vocab-size", "10200"])
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout)["total"] == 36_765_696
+
+
+# ------------------------------------------------------------------ sentence encoders (RoBERTa)
+
+
+def test_roberta_base_counts_85m_without_the_embedding_layer_as_da_wid_and_cofi_count(capsys):
+    # DA-WID Table 1 (after Xia et al. 2022): BERT-base has 85M parameters without the embedding
+    # layer, i.e. its 12 Transformer layers; RoBERTa-base has the same layers. A small
+    # dictionary keeps the build cheap (the layers do not depend on it).
+    argv = ["--arch", "roberta_base", "--vocab-size", "104", "--num-classes", "3"]
+    assert P.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["task"] == "sentence_prediction" and "share_all_embeddings" not in out
+    assert out["non_embedding"] == out["encoder"] == 12 * 7_087_872 == 85_054_464
+    d = 768
+    # tokens, 512 + 2 learned positions, the embedding LayerNorm
+    assert out["embedding"] == 104 * d + 514 * d + 2 * d
+    # the LM head's dense map, LayerNorm and output bias; the 3-class head (dense + out_proj)
+    assert out["other"] == (d * d + d + 2 * d + 104) + (d * d + d + 3 * d + 3)
+    assert out["total"] == out["embedding"] + out["encoder"] + out["other"]
+
+
+def test_a_roberta_checkpoint_is_counted_with_its_classification_heads(tmp_path, capsys):
+    from lightcompress.build import build_model_without_data, parse_model_args
+
+    flags = ["--encoder-layers", "2", "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim",
+             "32", "--encoder-attention-heads", "2", "--max-positions", "24"]  # fmt: skip
+    args = parse_model_args("roberta", flags, task="sentence_prediction")
+    model = build_model_without_data(args, 40)
+    model.register_classification_head("mrpc_head", num_classes=2)
+    model.register_classification_head("stsb_head", num_classes=1, inner_dim=8)
+    path = str(tmp_path / "roberta.pt")
+    torch.save({"args": None, "cfg": {"model": args}, "model": model.state_dict()}, path)
+    assert P.main(["--path", path]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["total"] == sum(p.numel() for p in model.parameters())
+    layers = sum(p.numel() for p in model.encoder.sentence_encoder.layers.parameters())
+    assert out["non_embedding"] == layers
+    heads = sum(p.numel() for p in model.classification_heads.parameters())
+    lm_head = sum(p.numel() for n, p in model.encoder.lm_head.named_parameters() if n != "weight")
+    assert out["other"] == heads + lm_head
+    # the same model from its flags (--arch) counts the same (one head: the task's)
+    argv = ["--arch", "roberta", "--vocab-size", "40", *flags, "--num-classes", "2",
+            "--classification-head-name", "mrpc_head"]  # fmt: skip
+    assert P.main(argv) == 0
+    from_arch = json.loads(capsys.readouterr().out)
+    stsb = sum(p.numel() for p in model.classification_heads["stsb_head"].parameters())
+    assert from_arch["total"] == out["total"] - stsb
+    assert from_arch["non_embedding"] == out["non_embedding"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--arch", "roberta", "--vocab-size", "40", "--macs"], "roberta is a sentence encoder"),
+        (["--vocab-size", "40", "--table", "transformer,roberta"], "--table compares translation"),
+    ],
+)
+def test_sentence_encoders_get_no_macs_and_no_table(argv, message, capsys):
+    assert P.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_translation_reports_name_the_non_embedding_count(capsys):
+    assert P.main(["--arch", "transformer_iwslt_de_en", "--vocab-size", "10200"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["non_embedding"] == out["encoder"] + out["decoder"] == 36_765_696 - 10200 * 512

@@ -138,7 +138,20 @@ def test_fuse_generate_and_count_the_fused_model(wid_data, wid_student, tmp_path
     models, _ = checkpoint_utils.load_model_ensemble([out])
     assert type(models[0]).__name__ == "DAWIDFusedModel"
     assert counted == {**counted, **count_parameters(models[0])}
-    assert f"{counted['encoder'] + counted['decoder']:,} non-embedding parameters" in report
+    assert f"{counted['non_embedding']:,} non-embedding parameters" in report
+    assert f"{counted['total']:,} in total" in report
+    assert counted["non_embedding"] == counted["total"] - counted["embedding"] > 0
+    # the fused checkpoint itself (lightcompress-params --path) counts the same
+    assert params_main(["--path", out]) == 0
+    from_path = json.loads(capsys.readouterr().out)
+    assert from_path["arch"] == "dawid_fused" and from_path["vocab_size"] == vocab
+    keys = ("total", "embedding", "encoder", "decoder", "other", "non_embedding")
+    assert {k: from_path[k] for k in keys} == {k: counted[k] for k in keys}
+    # the training checkpoint is not a model to count: one line pointing at the fusion
+    train_ckpt = os.path.join(save_dir, "checkpoint_last.pt")
+    assert params_main(["--path", train_ckpt]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "DA-WID training checkpoint" in err[0] and "dawid-fuse" in err[0]
 
 
 # ------------------------------------------------------------------ bad input

@@ -3,6 +3,7 @@ data: ``fairseq-train --arch dawid_roberta --criterion dawid`` from a RoBERTa te
 ``lightcompress-convert dawid-fuse`` -> ``fairseq-validate`` on the fused checkpoint, whose
 accuracy equals the training model's last validation accuracy."""
 
+import json
 import os
 import random
 import re
@@ -107,6 +108,39 @@ def test_dawid_roberta_trains_fuses_and_the_fused_model_validates_alike(
         r"valid on 'valid' subset .*\| accuracy ([0-9.]+)", validate.stdout + validate.stderr
     )
     assert fused_acc and float(fused_acc[-1]) == float(trained[-1])
+
+    # lightcompress-params counts the fused checkpoint (--path) and the same model rebuilt from
+    # its shapes (--arch), the embedding excluded as the paper counts (the layers) and in total
+    from fairseq import checkpoint_utils
+
+    from lightcompress.measure.params import count_parameters
+    from lightcompress.measure.params import main as params_main
+
+    assert params_main(["--path", fused]) == 0
+    from_path = json.loads(capsys.readouterr().out)
+    models, _ = checkpoint_utils.load_model_ensemble([fused])
+    model = models[0]
+    assert type(model).__name__ == "DAWIDFusedRobertaModel"
+    layers = sum(p.numel() for p in model.encoder.sentence_encoder.layers.parameters())
+    assert from_path["arch"] == "dawid_roberta_fused"
+    assert from_path["non_embedding"] == from_path["encoder"] == layers
+    assert from_path["total"] == sum(p.numel() for p in model.parameters())
+    assert from_path == {**from_path, **count_parameters(model)}
+    assert f"{layers:,} encoder-layer parameters" in report
+    assert f"{from_path['total']:,} in total" in report
+    vocab = model.encoder.sentence_encoder.embed_tokens.weight.shape[0]
+    with open(fused + ".shapes.json") as f:
+        shapes = f.read().strip()
+    argv = ["--arch", "dawid_roberta_fused", "--vocab-size", str(vocab), "--dawid-shapes", shapes,
+            "--num-classes", "2", "--max-positions", "64"]  # fmt: skip
+    assert params_main(argv) == 0
+    from_arch = json.loads(capsys.readouterr().out)
+    keys = ("total", "embedding", "encoder", "decoder", "other", "non_embedding")
+    assert {k: from_arch[k] for k in keys} == {k: from_path[k] for k in keys}
+    # the training checkpoint is refused with one line
+    assert params_main(["--path", os.path.join(save_dir, "checkpoint_last.pt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "DA-WID training checkpoint" in err[0]
 
 
 def test_a_translation_teacher_is_refused_for_roberta(tmp_path):

@@ -5,6 +5,7 @@
 
     lightcompress-convert dawid-fuse -i checkpoints/dawid/checkpoint_last.pt -o dawid_fused.pt
     fairseq-generate DATA --user-dir $(python -m lightcompress --user-dir) --path dawid_fused.pt ...
+    lightcompress-params --path dawid_fused.pt      # or, without the weights:
     lightcompress-params --arch dawid_fused --vocab-size V --dawid-shapes "$(cat dawid_fused.pt.shapes.json)"
 
 The training model (``--arch dawid``) is rebuilt from the checkpoint alone (the teacher's
@@ -212,13 +213,8 @@ def fuse_checkpoint(argv=None, out=None):
         f"(teacher {teacher:,}, sparsity {1 - body / teacher:.3f}), {counts['total']:,} in total",
         file=out,
     )
-    if not opts.quiet and arch == "dawid":
-        vocab = fused.encoder.embed_tokens.weight.shape[0]
-        print(
-            f"count it with: lightcompress-params --arch dawid_fused --vocab-size {vocab} "
-            f'--dawid-shapes "$(cat {shapes_path})"',
-            file=out,
-        )
+    if not opts.quiet:
+        print(f"count it with: lightcompress-params --path {opts.output}", file=out)
     return fused, shapes
 
 

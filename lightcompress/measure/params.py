@@ -50,6 +50,22 @@ is reachable under (``named_parameters(remove_duplicate=False)``):
 - ``other``: anything else (usually 0);
 - ``total`` = the sum of the four.
 
+Sentence encoders (fairseq RoBERTa and the models built on it, e.g. DA-WID's
+``dawid_roberta_fused``) are counted with fairseq's ``sentence_prediction`` task instead of the
+translation convention (one dictionary of ``--vocab-size`` entries, no sharing flags; a
+classification head when ``--num-classes N`` is given, named by ``--classification-head-name``),
+with the categories of Xia et al. (2022), which DA-WID's paper follows (BERT-base: 85M):
+
+- ``embedding``: the embedding layer (token and position embeddings, the embedding LayerNorm)
+  and the LM head's output table tied to it;
+- ``encoder``: the Transformer layers (and a final LayerNorm);
+- ``other``: the output heads (the LM head's dense map, LayerNorm and bias, the classification
+  heads).
+
+Every report has ``non_embedding`` = ``encoder + decoder``: the count the papers give without
+embeddings and output heads (a translation model's layers, LayerNorms and learned positions; a
+sentence encoder's layers).
+
 MACs (``--macs``)
 -----------------
 The Hypoformer Table 2 convention: multiply-accumulate operations of ONE forward pass of the model
@@ -95,6 +111,7 @@ __all__ = [
     "cli_main",
     "count_macs",
     "count_parameters",
+    "is_sentence_encoder",
     "make_dictionary",
     "parse_model_args",
     "parse_model_specs",
@@ -104,6 +121,11 @@ MAC_SRC_LEN = 20
 MAC_TGT_LEN = 20
 
 _EMBEDDING_MODULES = ("embed_tokens", "output_projection", "adaptive_softmax")
+# RoBERTa-style sentence encoders: the embedding layer of Xia et al. (2022) and the output heads
+_SENTENCE_ENCODER = "encoder.sentence_encoder."
+_SENTENCE_EMBEDDING_MODULES = ("embed_positions", "layernorm_embedding", "emb_layer_norm")
+_SENTENCE_HEADS = ("encoder.lm_head.", "classification_heads.")
+_SENTENCE_MAX_POSITIONS = 512  # fairseq's sentence_prediction --max-positions default
 
 
 class ParamsError(ValueError):
@@ -122,6 +144,11 @@ def _category(names: Iterable[str]) -> str:
         if any(m in parts[:-1] for m in _EMBEDDING_MODULES):
             return "embedding"
     first = names[0]
+    if first.startswith(_SENTENCE_ENCODER):  # a RoBERTa-style sentence encoder
+        module = first[len(_SENTENCE_ENCODER) :].split(".")[0]
+        return "embedding" if module in _SENTENCE_EMBEDDING_MODULES else "encoder"
+    if first.startswith(_SENTENCE_HEADS):
+        return "other"
     if first.startswith("encoder."):
         return "encoder"
     if first.startswith("decoder."):
@@ -325,6 +352,13 @@ def build_model_without_data(
 
     _check_arch(arch)  # an unknown architecture is reported before a bad vocabulary size
     dictionary = make_dictionary(vocab_size)
+    if is_sentence_encoder(arch):
+        model, args = _build_sentence_encoder(arch, dictionary, extra_args)
+        if return_task:
+            from lightcompress.build import NoDataTask
+
+            return model, NoDataTask(dictionary), args
+        return model
     args = parse_model_args(
         arch,
         ["-s", "src", "-t", "tgt"] + _with_sharing(extra_args, share_all_embeddings),
@@ -349,6 +383,57 @@ def build_model_without_data(
 
         return model, TranslationTask(args, dictionary, dictionary), args
     return model
+
+
+def is_sentence_encoder(arch: str | None) -> bool:
+    """Whether ``arch`` (an architecture or a model name) is a RoBERTa-style sentence encoder
+    (fairseq's ``roberta_*``, DA-WID's ``dawid_roberta_fused``, ...), counted with the
+    ``sentence_prediction`` task (module docstring)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+    from fairseq.models.roberta import RobertaModel
+
+    _import_plugin()
+    cls = ARCH_MODEL_REGISTRY.get(arch) or MODEL_REGISTRY.get(arch)
+    return cls is not None and issubclass(cls, RobertaModel)
+
+
+def _with_classification_heads(model, heads: dict, where: str):
+    """Register ``{name: (num_classes, inner_dim or None)}`` on a sentence encoder."""
+    for name, (classes, inner) in heads.items():
+        try:
+            model.register_classification_head(name, num_classes=classes, inner_dim=inner)
+        except Exception as exc:  # noqa: BLE001 - one clear line
+            raise ParamsError(
+                f"{where}: cannot add classification head {name!r}: {type(exc).__name__}: {exc}"
+            ) from None
+    return model
+
+
+def _build_sentence_encoder(arch: str, dictionary, extra_args: Sequence[str]):
+    """``(model, args)``: a sentence encoder of ``arch`` parsed with the ``sentence_prediction``
+    task's flags, with the classification head fairseq's task adds (``--num-classes N``)."""
+    from lightcompress.build import build_model_without_data as build
+    from lightcompress.build import parse_model_args as parse
+
+    extra = [str(a) for a in extra_args if a != "--share-all-embeddings"]
+    if "--criterion" not in extra:  # its --classification-head-name, as fairseq-train has it
+        extra = ["--criterion", "sentence_prediction", *extra]
+    try:
+        args = parse(arch, extra, task="sentence_prediction")
+    except ValueError as exc:
+        raise ParamsError(str(exc)) from None
+    if getattr(args, "max_positions", None) is None:
+        args.max_positions = _SENTENCE_MAX_POSITIONS
+    try:
+        model = build(args, dictionary)
+    except Exception as exc:  # noqa: BLE001 - turn any build failure into one clear line
+        raise ParamsError(f"cannot build {arch}: {type(exc).__name__}: {exc}") from None
+    classes = getattr(args, "num_classes", -1)
+    if classes is not None and classes > 0:
+        name = getattr(args, "classification_head_name", None) or "sentence_classification_head"
+        _with_classification_heads(model, {name: (classes, None)}, arch)
+    model.eval()
+    return model, args
 
 
 # --------------------------------------------------------------------------------------------
@@ -435,6 +520,17 @@ def parse_model_specs(text: str | Sequence[str]) -> list[ModelSpec]:
 # --------------------------------------------------------------------------------------------
 
 
+_NO_ENCODER_MACS = (
+    "--macs counts a translation model's forward pass; {arch} is a sentence encoder "
+    "(parameters only)"
+)
+
+
+def _with_non_embedding(counts: dict) -> dict:
+    """``counts`` with ``non_embedding`` = encoder + decoder (module docstring)."""
+    return {**counts, "non_embedding": counts["encoder"] + counts["decoder"]}
+
+
 def report(
     arch: str,
     vocab_size: int,
@@ -444,15 +540,17 @@ def report(
     macs: bool = False,
 ) -> dict:
     """The JSON report of ``lightcompress-params`` as a dict."""
+    if macs and is_sentence_encoder(arch):
+        raise ParamsError(_NO_ENCODER_MACS.format(arch=arch))
     model, _task, args = build_model_without_data(
         arch, vocab_size, extra_args, share_all_embeddings, return_task=True
     )
-    out = {
-        "arch": arch,
-        "vocab_size": vocab_size,
-        "share_all_embeddings": bool(getattr(args, "share_all_embeddings", False)),
-    }
-    out.update(count_parameters(model))
+    out = {"arch": arch, "vocab_size": vocab_size}
+    if is_sentence_encoder(arch):
+        out["task"] = "sentence_prediction"
+    else:
+        out["share_all_embeddings"] = bool(getattr(args, "share_all_embeddings", False))
+    out.update(_with_non_embedding(count_parameters(model)))
     if reference_arch:
         ref = build_model_without_data(reference_arch, vocab_size, (), share_all_embeddings)
         out["reference_arch"] = reference_arch
@@ -483,6 +581,17 @@ def checkpoint_report(path: str, macs: bool = False) -> dict:
     except ConversionError as exc:
         raise ParamsError(str(exc)) from None
     sd = state["model"]
+    arch = getattr(args, "arch", None) or getattr(args, "_name", None)
+    if isinstance(args, dict):
+        arch = args.get("arch") or args.get("_name")
+    if arch in ("dawid", "dawid_roberta") or "wid_teacher_config" in sd:
+        raise ParamsError(
+            f"{path} is a DA-WID training checkpoint (the teacher with compactors and masks): "
+            f"fuse it first (lightcompress-convert dawid-fuse -i {path} -o FUSED.pt) and count "
+            "FUSED.pt"
+        )
+    if is_sentence_encoder(arch):
+        return _sentence_encoder_checkpoint_report(path, args, arch, sd, macs)
 
     def table_rows(side):  # a dense table's weight, or a low-rank table's (V, r) factor
         for key in (f"{side}.embed_tokens.weight", f"{side}.embed_tokens.u"):
@@ -499,11 +608,49 @@ def checkpoint_report(path: str, macs: bool = False) -> dict:
         model.load_state_dict(sd, strict=True)
     except (RuntimeError, ValueError) as exc:
         raise ParamsError(f"{path}: the weights do not fit its architecture: {exc}") from None
-    arch = getattr(args, "arch", None) or getattr(args, "_name", None)
     out = {"path": path, "arch": arch, "vocab_size": int(src.shape[0])}
-    out.update(count_parameters(model))
+    out.update(_with_non_embedding(count_parameters(model)))
     if macs:
         out.update(count_macs(model, vocab_size=int(src.shape[0])))
+    return out
+
+
+def _sentence_encoder_checkpoint_report(path: str, args, arch: str, sd: dict, macs: bool) -> dict:
+    """:func:`checkpoint_report` of a RoBERTa-style sentence encoder (with the classification
+    heads the checkpoint holds)."""
+    from lightcompress.build import build_model_without_data as build
+
+    if macs:
+        raise ParamsError(_NO_ENCODER_MACS.format(arch=arch))
+    rows = sd.get("encoder.sentence_encoder.embed_tokens.weight")
+    if rows is None:
+        raise ParamsError(
+            f"{path}: no encoder.sentence_encoder.embed_tokens.weight (the dictionary)"
+        )
+    heads = {}
+    for key, value in sd.items():
+        if key.startswith("classification_heads.") and key.endswith(".out_proj.weight"):
+            heads[key[len("classification_heads.") : -len(".out_proj.weight")]] = (
+                int(value.shape[0]),
+                int(value.shape[1]),
+            )
+    try:
+        model = build(args, int(rows.shape[0]))
+    except Exception as exc:  # noqa: BLE001 - turn any build failure into one clear line
+        raise ParamsError(f"{path}: cannot build {arch}: {type(exc).__name__}: {exc}") from None
+    _with_classification_heads(model, heads, path)
+    try:
+        model.load_state_dict(sd, strict=True)
+    except (RuntimeError, ValueError) as exc:
+        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        raise ParamsError(f"{path}: the weights do not fit its architecture: {detail}") from None
+    out = {
+        "path": path,
+        "arch": arch,
+        "vocab_size": int(rows.shape[0]),
+        "task": "sentence_prediction",
+    }
+    out.update(_with_non_embedding(count_parameters(model)))
     return out
 
 
@@ -514,6 +661,10 @@ def table(
     rows, records = [], []
     ref_total = None
     for spec in specs:
+        if is_sentence_encoder(spec.arch):
+            raise ParamsError(
+                f"--table compares translation models (with MACs); count {spec.arch} with --arch"
+            )
         model = build_model_without_data(
             spec.arch,
             vocab_size,
@@ -565,7 +716,10 @@ def _arg_parser() -> argparse.ArgumentParser:
     p = _OneLineErrorParser(
         prog="lightcompress-params",
         description="Parameter (and MAC) counts of a fairseq translation model built without "
-        "data. Unknown flags are passed to fairseq as model flags (e.g. --encoder-layers 12).",
+        "data (or of a RoBERTa-style sentence encoder, counted with the sentence_prediction task: "
+        "--num-classes N adds its classification head). Unknown flags are passed to fairseq as "
+        "model flags (e.g. --encoder-layers 12). non_embedding = encoder + decoder (the papers' "
+        "count without embeddings and output heads).",
         epilog="Convention: joined dictionary of --vocab-size entries (4 specials included), "
         "--share-all-embeddings on (the papers' 36.8M for transformer_iwslt_de_en at 10200).",
     )
