@@ -40,12 +40,15 @@ setup(
         "matplotlib>=3.5",
         # deployment: CTranslate2 export and side-by-side speed (lightcompress.deploy)
         "ctranslate2==4.8.5",
+        "onnx==1.23.2",
+        "onnxruntime==1.32.0",
     ],
     entry_points={
         "console_scripts": [
             "lightcompress-params=lightcompress.measure.params:cli_main",
             "lightcompress-convert=lightcompress.convert.cli:cli_main",
             "lightcompress-export-ct2=lightcompress.deploy.ct2:cli_main",
+            "lightcompress-export-onnx=lightcompress.deploy.onnx_export:cli_main",
             "lightcompress-translate=lightcompress.deploy.translate:cli_main",
         ],
     },

@@ -1,0 +1,547 @@
+"""Export a translation model to ONNX Runtime: an encoder graph and a one-step decoder graph.
+
+``lightcompress-export-onnx --path ckpt.pt --data data-bin -o model-onnx [--int8 large|all]``
+writes a self-contained directory that :mod:`lightcompress.deploy.onnx_runtime` translates with
+(numpy, onnxruntime and, for raw text, sentencepiece; no torch, no fairseq):
+
+- ``encoder.onnx``: ``src_tokens [B x S]`` (left-padded) -> the additive
+  source mask ``[B x 1 x 1 x S]`` (0 or -inf) and, per decoder layer, the cross-attention keys
+  and values ``[B x H x S x d]`` (computed once per sentence, as fairseq does);
+- ``decoder.onnx``: one beam-search step. Inputs: the last tokens ``[N]``, their position, the
+  order of the previous step's hypotheses ``[N]`` (the self-attention caches are reordered
+  inside the graph), a per-token score bias ``[V]`` (fairseq's ``-inf`` for padding, the unknown
+  penalty, the EOS rules of ``min_len`` / ``max_len``), ``k``, and the caches. Outputs: the
+  ``k`` best next tokens of every hypothesis (log-probability + bias, and their ids) and the
+  grown self-attention caches;
+- ``weights.bin``: every weight once (ONNX external data that both graphs point into): layer
+  sharing, tied tables and factorized maps stay as they are, the file is the compressed size;
+- ``config.json`` (special ids, layer shapes, maximum positions), ``dict.src.txt`` /
+  ``dict.tgt.txt`` (the model's fairseq dictionaries), ``spm.model`` when given, and
+  ``translate.py`` (a copy of the runtime: ``python translate.py DIR < in > out``).
+
+The graphs are traced from the model's own modules (``q_proj(x)``, ``fc1(x)``, the output
+projection...), so every compressed family whose decoder the lean step of
+:class:`~lightcompress.deploy.generator.FastGenerator` computes exports: fairseq's Transformer,
+LightFormer (low-rank maps and table, tied factorized output projection, shared layers, Admin),
+Hypoformer (fused HTT Q/K/V), Smartformer (CP Q/K/V). A decoder the lean step cannot compute
+(Subformer's sandwich layers) is refused with one line. The export is checked before anything
+is written: the graphs' log-probabilities must match the model's on a probe batch.
+
+``--int8``: ONNX Runtime's dynamic int8 quantization (int8 weights, activations quantized on
+the fly: ``MatMulInteger``) of the large maps (``large``: at least 2^17 weights, the
+:func:`lightcompress.measure.quantize.quantize_model_int8` rule) or of every map (``all``),
+in the decoder and the encoder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["ExportError", "export_onnx", "main"]
+
+FORMAT = "lightcompress-onnx"
+VERSION = 1
+WEIGHTS = "weights.bin"
+_K_PLACEHOLDER = 7  # the traced top-k size; replaced by the graph input "k"
+
+
+class ExportError(ValueError):
+    """A model or an input the exporter cannot use (one line for the user)."""
+
+
+# --------------------------------------------------------------------------------------------
+# what the graphs compute
+# --------------------------------------------------------------------------------------------
+
+
+def _position_table(dec) -> Tensor | None:
+    """The decoder's positional table (rows indexed by fairseq's positions), or None."""
+    from fairseq.modules import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
+
+    ep = dec.embed_positions
+    if ep is None:
+        return None
+    if isinstance(ep, SinusoidalPositionalEmbedding):
+        need = dec.max_target_positions + ep.padding_idx + 1
+        if ep.weights is None or ep.weights.size(0) < need:
+            ep.weights = SinusoidalPositionalEmbedding.get_embedding(
+                need, ep.embedding_dim, ep.padding_idx
+            )
+        return ep.weights
+    if isinstance(ep, LearnedPositionalEmbedding):
+        return ep.weight
+    raise ExportError(f"positional embedding {type(ep).__name__} is not supported")
+
+
+def _qkv(attn, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    qkv = getattr(attn, "qkv", None)
+    if qkv is not None:  # Hypoformer's fused Q/K/V map: one call
+        return qkv(x)
+    return attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+
+
+class _DecoderStep(nn.Module):
+    """One incremental decoder step for hypotheses ``N``, as fairseq's
+    ``TransformerDecoderLayerBase`` computes it (pre- or post-LN, Admin residuals), with
+    constant-shape reshapes (few graph nodes)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        dec = model.decoder
+        self.num_layers = len(dec.layers)
+        table = _position_table(dec)
+        if table is not None and not isinstance(table, nn.Parameter):
+            self.register_buffer("positions", table.detach().clone(), persistent=False)
+        else:
+            self.positions = None
+
+    def forward(self, prev: Tensor, pos: Tensor, order: Tensor, bias: Tensor, *caches: Tensor):
+        dec = self.model.decoder
+        x = dec.embed_scale * dec.embed_tokens(prev)  # [N x C]
+        if dec.project_in_dim is not None:
+            x = dec.project_in_dim(x)
+        if dec.embed_positions is not None:
+            table = self.positions if self.positions is not None else dec.embed_positions.weight
+            x = x + table.index_select(0, pos)  # [1 x C]
+        if dec.layernorm_embedding is not None:
+            x = dec.layernorm_embedding(x)
+        new = []
+        enc_bias = caches[0]
+        for i, layer in enumerate(dec.layers):
+            past_k, past_v, cross_k, cross_v = caches[1 + 4 * i : 5 + 4 * i]
+            x, k, v = self._layer(layer, x, past_k, past_v, cross_k, cross_v, enc_bias, order)
+            new += [k, v]
+        if dec.layer_norm is not None:
+            x = dec.layer_norm(x)
+        if dec.project_out_dim is not None:
+            x = dec.project_out_dim(x)
+        logits = dec.output_layer(x)  # [N x V]
+        lp = F.log_softmax(logits.float(), dim=-1)
+        lp = torch.where(torch.isnan(lp), torch.full_like(lp, float("-inf")), lp) + bias
+        top = torch.topk(lp, _K_PLACEHOLDER, dim=-1)
+        return (top[0], top[1], *new)
+
+    @staticmethod
+    def _layer(layer, x, past_k, past_v, cross_k, cross_v, enc_bias, order):
+        start_admin = getattr(layer, "_start_admin", None)
+        if start_admin is not None:
+            start_admin(["self_attn", "encoder_attn", "ffn"])
+        pre = layer.normalize_before
+        residual = x
+        if pre:
+            x = layer.self_attn_layer_norm(x)
+        a = layer.self_attn
+        h, d = a.num_heads, a.head_dim
+        q, k, v = _qkv(a, x)
+        q = (q * a.scaling).reshape(-1, h, 1, d)
+        k = torch.cat([past_k.index_select(0, order), k.reshape(-1, h, 1, d)], dim=2)
+        v = torch.cat([past_v.index_select(0, order), v.reshape(-1, h, 1, d)], dim=2)
+        p = F.softmax(torch.matmul(q, k.transpose(2, 3)).float(), dim=-1)
+        x = a.out_proj(torch.matmul(p, v).reshape(-1, h * d))
+        x = layer.residual_connection(x, residual)
+        if not pre:
+            x = layer.self_attn_layer_norm(x)
+        residual = x
+        if pre:
+            x = layer.encoder_attn_layer_norm(x)
+        a = layer.encoder_attn
+        h, d = a.num_heads, a.head_dim
+        q = (a.q_proj(x) * a.scaling).reshape(-1, h, 1, d)
+        w = torch.matmul(q, cross_k.transpose(2, 3)) + enc_bias  # [N x H x 1 x S]
+        p = F.softmax(w.float(), dim=-1)
+        x = a.out_proj(torch.matmul(p, cross_v).reshape(-1, h * d))
+        x = layer.residual_connection(x, residual)
+        if not pre:
+            x = layer.encoder_attn_layer_norm(x)
+        residual = x
+        if pre:
+            x = layer.final_layer_norm(x)
+        x = layer.fc2(layer.activation_fn(layer.fc1(x)))
+        x = layer.residual_connection(x, residual)
+        if not pre:
+            x = layer.final_layer_norm(x)
+        return x, k, v
+
+
+class _Encoder(nn.Module):
+    """The model's encoder, then every decoder layer's cross-attention keys and values."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, src_tokens: Tensor):
+        pad = self.model.encoder.padding_idx
+        out = self.model.encoder(src_tokens, src_lengths=src_tokens.ne(pad).sum(1))
+        enc = out["encoder_out"][0]  # [S x B x C]
+        mask = src_tokens.eq(self.model.encoder.padding_idx)  # [B x S]
+        enc_bias = torch.zeros(mask.shape, dtype=torch.float32).masked_fill(mask, float("-inf"))
+        outs = [enc_bias.unsqueeze(1).unsqueeze(2)]  # [B x 1 x 1 x S]
+        enc = enc.transpose(0, 1)  # [B x S x C]
+        for layer in self.model.decoder.layers:
+            a = layer.encoder_attn
+            h, d = a.num_heads, a.head_dim
+            for proj in (a.k_proj, a.v_proj):
+                y = proj(enc)  # [B x S x C]
+                outs.append(y.unflatten(-1, (h, d)).transpose(1, 2))  # [B x H x S x d]
+        return tuple(outs)
+
+
+# --------------------------------------------------------------------------------------------
+# checks
+# --------------------------------------------------------------------------------------------
+
+
+def export_error(model) -> str | None:
+    """``None`` when the model exports, else why not (one line)."""
+    from lightcompress.deploy.generator import lean_step_supported
+
+    why = lean_step_supported(model)
+    if why is not None:
+        return f"its decoder is not the lean step's ({why})"
+    for i, layer in enumerate(model.decoder.layers):
+        if layer.encoder_attn is None:
+            return f"decoder.layers.{i} has no encoder attention"
+        if layer.self_attn.head_dim * layer.self_attn.num_heads != layer.self_attn.embed_dim:
+            return f"decoder.layers.{i}: heads do not split the width"
+    enc = getattr(model, "encoder", None)
+    if enc is None or not hasattr(enc, "padding_idx"):
+        return "its encoder is not fairseq's Transformer encoder"
+    try:
+        _position_table(model.decoder)
+    except ExportError as exc:
+        return str(exc)
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# export
+# --------------------------------------------------------------------------------------------
+
+
+def _names(num_layers: int):
+    cache_in = ["enc_bias"]
+    cache_out = []
+    for i in range(num_layers):
+        cache_in += [f"past_k{i}", f"past_v{i}", f"cross_k{i}", f"cross_v{i}"]
+        cache_out += [f"new_k{i}", f"new_v{i}"]
+    return cache_in, cache_out
+
+
+def _probe(model, vocab: int, pad: int, eos: int):
+    """A padded probe batch of two sentences (the encoder is traced with its mask path)."""
+    g = torch.Generator().manual_seed(0)
+    low = min(4, vocab - 1)
+    src = torch.randint(low, vocab, (2, 7), generator=g)
+    src[:, -1] = eos
+    src[1, :2] = pad
+    return src, torch.tensor([7, 5])
+
+
+def _trace(module, args, path, input_names, output_names, dynamic_axes) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about Python values (checked below)
+        torch.onnx.export(
+            module, args, path, input_names=input_names, output_names=output_names,
+            dynamic_axes=dynamic_axes, opset_version=17, dynamo=False,
+            do_constant_folding=False,
+        )  # fmt: skip
+
+
+def _k_as_input(model_proto) -> None:
+    """The traced ``TopK`` has a constant ``k``: make it the graph input ``k`` ([1] int64)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = model_proto.graph
+    topk = [n for n in g.node if n.op_type == "TopK"]
+    if len(topk) != 1:
+        raise ExportError(f"the decoder graph has {len(topk)} TopK nodes, expected 1")
+    topk[0].input[1] = "k"
+    g.input.append(helper.make_tensor_value_info("k", TensorProto.INT64, [1]))
+    onnx.checker.check_model(model_proto)
+
+
+def _share_weights(protos: dict, out_dir: str) -> int:
+    """Every initializer of the graphs into one ``weights.bin`` (equal tensors once; ONNX
+    external data); returns its size in bytes."""
+    from onnx import numpy_helper
+
+    offsets: dict = {}
+    size = 0
+    with open(os.path.join(out_dir, WEIGHTS), "wb") as f:
+        for proto in protos.values():
+            for init in proto.graph.initializer:
+                array = numpy_helper.to_array(init)
+                raw = array.tobytes()
+                key = (init.data_type, tuple(init.dims), hashlib.sha256(raw).hexdigest())
+                if key not in offsets:
+                    pad = (-size) % 64  # aligned (memory-mappable) offsets
+                    f.write(b"\0" * pad)
+                    size += pad
+                    offsets[key] = size
+                    f.write(raw)
+                    size += len(raw)
+                init.ClearField("raw_data")
+                for field in ("float_data", "int32_data", "int64_data", "double_data"):
+                    init.ClearField(field)
+                init.data_location = 1  # EXTERNAL
+                del init.external_data[:]
+                for k, v in (("location", WEIGHTS), ("offset", str(offsets[key])),
+                             ("length", str(len(raw)))):  # fmt: skip
+                    entry = init.external_data.add()
+                    entry.key, entry.value = k, v
+    return size
+
+
+def _quantize(path: str, out_path: str, min_elements: int) -> None:
+    """ONNX Runtime dynamic int8 of the MatMul / Gemm nodes whose weight has at least
+    ``min_elements`` entries (weights folded first, so transposed weights qualify)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    folded = out_path + ".folded.onnx"
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.optimized_model_filepath = folded
+    ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    proto = onnx.load(folded)
+    sizes = {i.name: int(numpy_helper.to_array(i).size) for i in proto.graph.initializer}
+    nodes = [
+        n.name
+        for n in proto.graph.node
+        if n.op_type in ("MatMul", "Gemm") and sizes.get(n.input[1], 0) >= max(min_elements, 1)
+    ]
+    if nodes:
+        quantize_dynamic(folded, out_path, weight_type=QuantType.QInt8,
+                         op_types_to_quantize=["MatMul", "Gemm"], nodes_to_quantize=nodes)  # fmt: skip
+    else:
+        shutil.copyfile(folded, out_path)
+    os.remove(folded)
+
+
+def _write_dict(d, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(sym + "\n" for sym in d.symbols)
+
+
+def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | None = None,
+                check: bool = True) -> dict:  # fmt: skip
+    """Export ``model`` (eval mode, float32, CPU) into the new directory ``out_dir`` (see the
+    module notes); ``int8``: ``None``, ``"large"`` or ``"all"``. Returns the config written.
+    Raises :class:`ExportError` (nothing written) for a model it cannot export."""
+    why = export_error(model)
+    if why is not None:
+        raise ExportError(f"{type(model).__name__} cannot be exported to ONNX: {why}")
+    if int8 not in (None, "large", "all"):
+        raise ExportError(f"int8 must be 'large' or 'all', got {int8!r}")
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+        raise ExportError(f"{out_dir} exists: give a new or empty directory")
+    model = model.eval().float().cpu()
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    dec = model.decoder
+    layers = [
+        {"heads": int(layer.self_attn.num_heads), "head_dim": int(layer.self_attn.head_dim)}
+        for layer in dec.layers
+    ]
+    config = {
+        "format": FORMAT, "version": VERSION,
+        "pad": tgt_dict.pad(), "eos": tgt_dict.eos(), "unk": tgt_dict.unk(),
+        "src_pad": src_dict.pad(), "src_eos": src_dict.eos(), "src_unk": src_dict.unk(),
+        "vocab_size": len(tgt_dict), "src_vocab_size": len(src_dict),
+        "max_decoder_positions": int(model.max_decoder_positions()),
+        "max_source_positions": int(model.max_positions()[0]),
+        "position_offset": int(dec.embed_positions.padding_idx) if dec.embed_positions is not None else 0,
+        "layers": layers, "int8": int8, "architecture": type(model).__name__,
+        "spm": "spm.model" if spm else None,
+    }  # fmt: skip
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    if not os.path.isdir(parent):
+        raise ExportError(f"cannot create {out_dir}: {parent} is not a directory")
+    tmp = tempfile.mkdtemp(prefix=".onnx-export-", dir=parent)
+    try:
+        src, lengths = _probe(model, len(src_dict), src_dict.pad(), src_dict.eos())
+        cache_in, cache_out = _names(len(layers))
+        enc_out = ["enc_bias"] + [n for n in cache_in if n.startswith("cross_")]
+        enc_axes = {"src_tokens": {0: "B", 1: "S"}}
+        enc_axes.update({n: {0: "B", 3 if n == "enc_bias" else 2: "S"} for n in enc_out})
+        with torch.no_grad():
+            _trace(_Encoder(model), (src,), os.path.join(tmp, "encoder.raw.onnx"),
+                   ["src_tokens"], enc_out, enc_axes)  # fmt: skip
+            cross = _Encoder(model)(src)
+            step = _DecoderStep(model)
+            n = 4  # two sentences, two hypotheses each
+            expand = torch.tensor([0, 0, 1, 1])
+            caches = [cross[0].index_select(0, expand)]
+            for i, spec in enumerate(layers):
+                h, d = spec["heads"], spec["head_dim"]
+                g = torch.Generator().manual_seed(i)
+                caches += [torch.randn(n, h, 3, d, generator=g),
+                           torch.randn(n, h, 3, d, generator=g),
+                           cross[1 + 2 * i].index_select(0, expand),
+                           cross[2 + 2 * i].index_select(0, expand)]  # fmt: skip
+            prev = torch.randint(4, len(tgt_dict), (n,))
+            pos = torch.tensor([config["position_offset"] + 4])
+            order = torch.tensor([1, 0, 3, 2])
+            bias = torch.zeros(len(tgt_dict))
+            bias[tgt_dict.pad()] = float("-inf")
+            dec_axes = {"prev": {0: "N"}, "order": {0: "N"}, "enc_bias": {0: "N", 3: "S"},
+                        "top_lp": {0: "N"}, "top_ids": {0: "N"}}  # fmt: skip
+            for name in cache_in[1:]:
+                dec_axes[name] = {0: "N", 2: "S" if name.startswith("cross_") else "t"}
+            out_names = ["top_lp", "top_ids"] + cache_out
+            for name in cache_out:
+                dec_axes[name] = {0: "N", 2: "t1"}
+            args = (prev, pos, order, bias, *caches)
+            _trace(step, args, os.path.join(tmp, "decoder.raw.onnx"),
+                   ["prev", "pos", "order", "bias"] + cache_in, out_names, dec_axes)  # fmt: skip
+            ref = step(*args)
+        import onnx
+
+        protos = {
+            "encoder": onnx.load(os.path.join(tmp, "encoder.raw.onnx")),
+            "decoder": onnx.load(os.path.join(tmp, "decoder.raw.onnx")),
+        }
+        _k_as_input(protos["decoder"])
+        _share_weights(protos, tmp)
+        for name, proto in protos.items():
+            onnx.save(proto, os.path.join(tmp, f"{name}.onnx"))
+            os.remove(os.path.join(tmp, f"{name}.raw.onnx"))
+        if int8:
+            from lightcompress.measure.quantize import LARGE_MAP_ELEMENTS
+
+            limit = LARGE_MAP_ELEMENTS if int8 == "large" else 1
+            for name in ("encoder", "decoder"):
+                path = os.path.join(tmp, f"{name}.onnx")
+                _quantize(path, os.path.join(tmp, f"{name}.int8.onnx"), limit)
+                os.replace(os.path.join(tmp, f"{name}.int8.onnx"), path)
+            os.remove(os.path.join(tmp, WEIGHTS))  # the quantized graphs hold their weights
+        _write_dict(src_dict, os.path.join(tmp, "dict.src.txt"))
+        _write_dict(tgt_dict, os.path.join(tmp, "dict.tgt.txt"))
+        if spm:
+            shutil.copyfile(spm, os.path.join(tmp, "spm.model"))
+        shutil.copyfile(os.path.join(os.path.dirname(__file__), "onnx_runtime.py"),
+                        os.path.join(tmp, "translate.py"))  # fmt: skip
+        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=1)
+        if check:
+            _check(tmp, args, ref, src, lengths, cross, int8)
+        if os.path.isdir(out_dir):
+            os.rmdir(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+    return config
+
+
+def _check(tmp, args, ref, src, lengths, cross, int8) -> None:
+    """The graphs in ``tmp`` reproduce the traced modules on the probe inputs."""
+    import numpy as np
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    enc = ort.InferenceSession(os.path.join(tmp, "encoder.onnx"), so,
+                               providers=["CPUExecutionProvider"])  # fmt: skip
+    dec = ort.InferenceSession(os.path.join(tmp, "decoder.onnx"), so,
+                               providers=["CPUExecutionProvider"])  # fmt: skip
+    tol = 5e-2 if int8 else 1e-3
+    got = enc.run(None, {"src_tokens": src.numpy()})
+    for g, r in zip(got, cross):
+        r = r.numpy()
+        if g.shape != r.shape or not np.allclose(g, r, atol=tol, rtol=tol):
+            raise ExportError("the exported encoder does not reproduce the model (check failed)")
+    names = [i.name for i in dec.get_inputs()]
+    feed = dict(zip(["prev", "pos", "order", "bias"] + names[4:], (a.numpy() for a in args)))
+    feed = {n: feed[n] for n in names if n != "k"}
+    feed["k"] = np.array([_K_PLACEHOLDER], dtype=np.int64)
+    out = dec.run(None, feed)
+    if not np.allclose(out[0], ref[0].numpy(), atol=tol * 10, rtol=tol):
+        raise ExportError("the exported decoder step does not reproduce the model (check failed)")
+
+
+# --------------------------------------------------------------------------------------------
+# command
+# --------------------------------------------------------------------------------------------
+
+
+def _arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="lightcompress-export-onnx",
+        description="Export a fairseq translation checkpoint (fairseq's Transformer, "
+        "LightFormer, Hypoformer, Smartformer) to ONNX Runtime graphs that keep its compressed "
+        "weights, with a torch-free runtime (translate.py) in the output directory.",
+    )
+    p.add_argument("--path", required=True, help="checkpoint")
+    p.add_argument("--data", required=True, help="directory with the model's dictionaries")
+    p.add_argument("-o", "--output", required=True, help="output directory (new or empty)")
+    p.add_argument("--spm", help="sentencepiece model to ship with the export (raw text)")
+    p.add_argument(
+        "--int8",
+        nargs="?",
+        const="large",
+        choices=["large", "all"],
+        help="ONNX Runtime dynamic int8 of the large maps (default) or of every map",
+    )
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arg_parser().parse_args(argv)
+    prog = "lightcompress-export-onnx"
+    try:
+        if args.spm is not None and not os.path.isfile(args.spm):
+            raise ExportError(f"sentencepiece model not found: {args.spm}")
+        if args.spm is not None:
+            import sentencepiece
+
+            try:
+                sentencepiece.SentencePieceProcessor(model_file=args.spm)
+            except (RuntimeError, OSError) as exc:
+                detail = " ".join(str(exc).split())[:200]
+                raise ExportError(f"cannot load the sentencepiece model {args.spm}: {detail}")
+        if not os.path.isfile(args.path):
+            raise ExportError(f"checkpoint not found: {args.path}")
+        if os.path.exists(args.output) and (
+            not os.path.isdir(args.output) or os.listdir(args.output)
+        ):
+            raise ExportError(f"{args.output} exists: give a new or empty directory")
+        import lightcompress  # noqa: F401  (plugin architectures)
+        from lightcompress.measure.speed import SpeedError, load_checkpoint
+
+        try:
+            model, task, _ = load_checkpoint(args.path, args.data)
+        except SpeedError as exc:
+            raise ExportError(str(exc)) from None
+        export_onnx(model, task, args.output, int8=args.int8, spm=args.spm)
+    except ExportError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{prog}: wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def cli_main() -> None:
+    import logging
+    import warnings
+
+    logging.disable(logging.WARNING)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    sys.exit(main())

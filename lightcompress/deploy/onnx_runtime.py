@@ -1,0 +1,427 @@
+"""Translate with a model exported by ``lightcompress-export-onnx``: numpy + ONNX Runtime, no torch.
+
+This file is self-contained (it imports numpy, onnxruntime and, for raw text, sentencepiece):
+the exporter copies it into every export as ``translate.py``, so a deployment needs neither
+torch nor fairseq nor lightcompress::
+
+    python model-onnx/translate.py model-onnx --beam 5 < test.de > test.en
+
+    from lightcompress.deploy.onnx_runtime import OnnxTranslator
+    t = OnnxTranslator("model-onnx", beam=5, threads=1)
+    t.translate(["Die Datei konnte nicht gelesen werden.", ""])   # -> ["...", ""]
+
+:class:`OnnxGenerator` is fairseq's ``SequenceGenerator`` beam search (the same candidate
+selection, finalization, length penalty, ``min_len`` / ``max_len`` rules, batch shrinking and
+results as :class:`lightcompress.deploy.generator.FastGenerator`) in numpy, over the exported
+graphs: the encoder once per batch, then one decoder-graph call per step, which reorders the
+self-attention caches, adds the score bias and returns each hypothesis' ``2 x beam`` best next
+tokens (the global top ``2 x beam`` of a sentence is among them). Scores are fairseq's to
+floating-point order (ONNX Runtime's kernels sum in another order than PyTorch's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+__all__ = ["OnnxError", "OnnxGenerator", "OnnxTranslator", "main"]
+
+FORMAT = "lightcompress-onnx"
+
+
+class OnnxError(ValueError):
+    """An input the runtime cannot use (one line for the user)."""
+
+
+def _session(path: str, threads: int):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3
+    from onnxruntime.capi import onnxruntime_pybind11_state as errors
+
+    # onnxruntime's own exception types (they derive from Exception only)
+    ort_errors = tuple(
+        getattr(errors, n)
+        for n in ("Fail", "InvalidArgument", "NoSuchFile", "InvalidProtobuf", "InvalidGraph",
+                  "RuntimeException", "NotImplemented")
+        if hasattr(errors, n)
+    )  # fmt: skip
+    try:
+        return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    except (*ort_errors, OSError, RuntimeError) as exc:
+        detail = " ".join(str(exc).split())[:200]
+        raise OnnxError(f"cannot load {path}: {detail}") from None
+
+
+def load_config(model_dir: str) -> dict:
+    """The export's ``config.json`` (checked)."""
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.isdir(model_dir):
+        raise OnnxError(f"model directory not found: {model_dir}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except FileNotFoundError:
+        raise OnnxError(f"{model_dir} is not an ONNX export (no config.json)") from None
+    except (OSError, ValueError) as exc:
+        raise OnnxError(f"cannot read {path}: {exc}") from None
+    if not isinstance(config, dict) or config.get("format") != FORMAT:
+        raise OnnxError(f"{path} is not a lightcompress ONNX export")
+    for name in ("encoder.onnx", "decoder.onnx", "dict.src.txt", "dict.tgt.txt"):
+        if not os.path.isfile(os.path.join(model_dir, name)):
+            raise OnnxError(f"{model_dir} lacks {name} (an incomplete export)")
+    return config
+
+
+class OnnxGenerator:
+    """Beam search over an export's graphs (see the module notes).
+
+    Parameters
+    ----------
+    model_dir : str
+        An export of ``lightcompress-export-onnx``.
+    beam_size, len_penalty, min_len, max_len_a, max_len_b, unk_penalty
+        As fairseq's ``--beam``, ``--lenpen``, ``--min-len``, ``--max-len-a``,
+        ``--max-len-b``, ``--unkpen``.
+    threads : int
+        ONNX Runtime's intra-op threads.
+    """
+
+    def __init__(self, model_dir: str, beam_size: int = 5, len_penalty: float = 1.0,
+                 min_len: int = 1, max_len_a: float = 0.0, max_len_b: int = 200,
+                 unk_penalty: float = 0.0, threads: int = 1):  # fmt: skip
+        self.config = config = load_config(model_dir)
+        self.pad, self.eos, self.unk = config["pad"], config["eos"], config["unk"]
+        self.vocab_size = config["vocab_size"]
+        self.layers = config["layers"]
+        self.beam_size = min(beam_size, self.vocab_size - 1)
+        self.len_penalty, self.unk_penalty = len_penalty, unk_penalty
+        self.min_len, self.max_len_a, self.max_len_b = min_len, max_len_a, max_len_b
+        self.max_positions = config["max_decoder_positions"]
+        self.offset = config["position_offset"]
+        self.encoder = _session(os.path.join(model_dir, "encoder.onnx"), threads)
+        self.decoder = _session(os.path.join(model_dir, "decoder.onnx"), threads)
+        self._dec_inputs = [i.name for i in self.decoder.get_inputs()]
+        self._enc_outputs = [o.name for o in self.encoder.get_outputs()]
+
+    def _bias(self, step: int, max_len: int) -> np.ndarray:
+        bias = np.zeros(self.vocab_size, dtype=np.float32)
+        bias[self.pad] = -np.inf
+        bias[self.unk] -= self.unk_penalty
+        if step >= max_len:
+            bias[: self.eos] = -np.inf
+            bias[self.eos + 1 :] = -np.inf
+        elif step < self.min_len:
+            bias[self.eos] = -np.inf
+        return bias
+
+    def generate(self, src_tokens: np.ndarray, src_lengths: np.ndarray) -> list[list[dict]]:
+        """Translate a batch: ``src_tokens`` ``[B x S]`` int64, left-padded, ``src_lengths``
+        ``[B]``. Returns, per sentence, the ``beam`` finished hypotheses best first:
+        ``{"tokens": int64 array (ending with EOS), "score": float}``."""
+        beam, eos, pad = self.beam_size, self.eos, self.pad
+        src_tokens = np.ascontiguousarray(src_tokens, dtype=np.int64)
+        bsz, src_len = src_tokens.shape
+        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_positions - 1)
+        if self.min_len > max_len:
+            raise OnnxError(f"min_len {self.min_len} is larger than max_len {max_len}")
+        enc = self.encoder.run(None, {"src_tokens": src_tokens})
+        cross = {n: np.repeat(a, beam, axis=0) for n, a in zip(self._enc_outputs, enc)}
+        n = bsz * beam
+        past = {}
+        for i, spec in enumerate(self.layers):
+            empty = np.zeros((n, spec["heads"], 0, spec["head_dim"]), dtype=np.float32)
+            past[f"past_k{i}"], past[f"past_v{i}"] = empty, empty
+
+        scores = np.zeros((n, max_len + 1), dtype=np.float32)
+        tokens = np.full((n, max_len + 2), pad, dtype=np.int64)
+        tokens[:, 0] = eos
+        cands_to_ignore = np.zeros((bsz, beam), dtype=bool)
+        finalized: list[list[dict]] = [[] for _ in range(bsz)]
+        finished = [False] * bsz
+        num_remaining = bsz
+        cand_size = 2 * beam
+        bbsz_offsets = (np.arange(bsz) * beam)[:, None]
+        cand_offsets = np.arange(cand_size)
+        order = np.arange(n, dtype=np.int64)
+        batch_idxs: np.ndarray | None = None
+        k_row = np.array([min(cand_size, self.vocab_size)], dtype=np.int64)
+
+        for step in range(max_len + 1):  # one extra step for EOS
+            if step > 0 and batch_idxs is not None:  # finished sentences left the batch
+                corr = batch_idxs - np.arange(batch_idxs.size)
+                order = (order.reshape(-1, beam) + corr[:, None] * beam).reshape(-1)
+                cross = {name: a[order] for name, a in cross.items()}
+            feed = {"prev": tokens[:, step], "pos": np.array([self.offset + step + 1], np.int64),
+                    "order": order, "bias": self._bias(step, max_len), "k": k_row}  # fmt: skip
+            feed.update(cross)
+            feed.update(past)
+            out = self.decoder.run(None, feed)
+            top_lp, top_ids = out[0], out[1]
+            for i in range(len(self.layers)):
+                past[f"past_k{i}"], past[f"past_v{i}"] = out[2 + 2 * i], out[3 + 2 * i]
+
+            # fairseq's BeamSearch.step over each hypothesis' best k_row tokens
+            k = top_lp.shape[1]
+            if step == 0:
+                vals = top_lp[::beam]  # [bsz x k]: the first hypothesis of each sentence
+                flat = top_ids[::beam]
+            else:
+                vals = (top_lp + scores[:, step - 1][:, None]).reshape(bsz, beam * k)
+                flat = (top_ids + np.tile(np.arange(beam) * self.vocab_size, bsz)[:, None]
+                        ).reshape(bsz, beam * k)  # fmt: skip
+            want = min(cand_size, (beam if step > 0 else 1) * self.vocab_size - 1)
+            pick = np.lexsort((flat, -vals), axis=1)[:, :want]  # best first, ties: lower index
+            cand_scores = np.take_along_axis(vals, pick, axis=1).astype(np.float32)
+            cand_flat = np.take_along_axis(flat, pick, axis=1)
+            cand_beams = cand_flat // self.vocab_size
+            cand_indices = cand_flat % self.vocab_size
+
+            cand_bbsz_idx = cand_beams + bbsz_offsets
+            eos_mask = (cand_indices == eos) & (cand_scores != -np.inf)
+            eos_mask[:, :beam][cands_to_ignore] = False
+            eos_bbsz_idx = cand_bbsz_idx[:, :beam][eos_mask[:, :beam]]
+            finalized_sents: list[int] = []
+            if eos_bbsz_idx.size > 0:
+                eos_scores = cand_scores[:, :beam][eos_mask[:, :beam]]
+                finalized_sents = self._finalize(
+                    step, eos_bbsz_idx, eos_scores, tokens, finalized, finished, beam, max_len
+                )
+                num_remaining -= len(finalized_sents)
+            if num_remaining == 0:
+                break
+            if finalized_sents:
+                new_bsz = bsz - len(finalized_sents)
+                batch_mask = np.ones(bsz, dtype=bool)
+                batch_mask[finalized_sents] = False
+                batch_idxs = np.nonzero(batch_mask)[0]
+                eos_mask = eos_mask[batch_idxs]
+                cand_beams = cand_beams[batch_idxs]
+                bbsz_offsets = (np.arange(new_bsz) * beam)[:, None]
+                cand_bbsz_idx = cand_beams + bbsz_offsets
+                cand_scores = cand_scores[batch_idxs]
+                cand_indices = cand_indices[batch_idxs]
+                cands_to_ignore = cands_to_ignore[batch_idxs]
+                scores = scores.reshape(bsz, -1)[batch_idxs].reshape(new_bsz * beam, -1)
+                tokens = tokens.reshape(bsz, -1)[batch_idxs].reshape(new_bsz * beam, -1)
+                bsz = new_bsz
+            else:
+                batch_idxs = None
+
+            eos_mask[:, :beam] = ~((~cands_to_ignore) & (~eos_mask[:, :beam]))
+            active_mask = eos_mask.astype(np.int64) * cand_size + cand_offsets[: eos_mask.shape[1]]
+            active_hypos = np.argsort(active_mask, axis=1, kind="stable")[:, :beam]
+            new_cands_to_ignore = np.take_along_axis(active_mask, active_hypos, axis=1)
+            cands_to_ignore = (new_cands_to_ignore >= cand_size)[:, :beam]
+            active_bbsz_idx = np.take_along_axis(cand_bbsz_idx, active_hypos, axis=1).reshape(-1)
+            tokens[:, : step + 1] = tokens[active_bbsz_idx, : step + 1]
+            tokens.reshape(bsz, beam, -1)[:, :, step + 1] = np.take_along_axis(
+                cand_indices, active_hypos, axis=1
+            )
+            if step > 0:
+                scores[:, :step] = scores[active_bbsz_idx, :step]
+            scores.reshape(bsz, beam, -1)[:, :, step] = np.take_along_axis(
+                cand_scores, active_hypos, axis=1
+            )
+            order = active_bbsz_idx.astype(np.int64)
+
+        for sent in range(len(finalized)):
+            s = np.array([h["score"] for h in finalized[sent]], dtype=np.float64)
+            finalized[sent] = [finalized[sent][i] for i in np.argsort(-s, kind="stable")]
+        return finalized
+
+    def _finalize(self, step, bbsz_idx, eos_scores, tokens, finalized, finished, beam, max_len):
+        """fairseq's ``finalize_hypos`` (as :class:`FastGenerator` does it)."""
+        tokens_clone = tokens[bbsz_idx, 1 : step + 2].copy()  # no leading EOS
+        tokens_clone[:, step] = self.eos
+        eos_scores = eos_scores / (step + 1) ** self.len_penalty
+        cum_unfin: list[int] = []
+        prev = 0
+        for f in finished:
+            if f:
+                prev += 1
+            else:
+                cum_unfin.append(prev)
+        cum_fin = np.array(cum_unfin, dtype=np.int64)
+        unfin_idx = bbsz_idx // beam
+        sent = unfin_idx + cum_fin[unfin_idx]
+        seen = (sent << 32) + unfin_idx
+        for i in range(bbsz_idx.size):
+            if len(finalized[sent[i]]) < beam:
+                finalized[sent[i]].append(
+                    {"tokens": tokens_clone[i], "score": float(eos_scores[i])}
+                )
+        newly_finished: list[int] = []
+        for unique_s in np.unique(seen).tolist():
+            unique_sent = unique_s >> 32
+            unique_unfin_idx = unique_s - (unique_sent << 32)
+            if not finished[unique_sent] and (
+                len(finalized[unique_sent]) == beam or step == max_len
+            ):
+                finished[unique_sent] = True
+                newly_finished.append(unique_unfin_idx)
+        return newly_finished
+
+
+def _read_symbols(path: str) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f]
+
+
+def left_pad_batches(sentences: Sequence[np.ndarray], batch_size: int, pad: int):
+    """Batches of at most ``batch_size`` sentences of similar length (longest first),
+    left-padded as fairseq pads sources: ``(indices, src_tokens [B x S], src_lengths [B])``."""
+    order = sorted(range(len(sentences)), key=lambda i: (-len(sentences[i]), i))
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        length = max(len(sentences[i]) for i in idx)
+        src = np.full((len(idx), length), pad, dtype=np.int64)
+        for row, i in enumerate(idx):
+            s = sentences[i]
+            src[row, length - len(s) :] = s
+        yield idx, src, np.array([len(sentences[i]) for i in idx], dtype=np.int64)
+
+
+class OnnxTranslator:
+    """Raw text in, raw text out, with an export (and its ``spm.model`` when it has one;
+    without it, lines are space-separated subword units and so are the translations).
+
+    Parameters are :class:`OnnxGenerator`'s, plus ``batch_size`` (sentences per batch).
+    """
+
+    def __init__(self, model_dir: str, beam: int = 5, lenpen: float = 1.0,
+                 max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
+                 batch_size: int = 32, threads: int = 1, unk_penalty: float = 0.0):  # fmt: skip
+        for name, value in (("beam", beam), ("batch_size", batch_size), ("threads", threads),
+                            ("min_len", min_len), ("max_len_b", max_len_b)):  # fmt: skip
+            if value < 1:
+                raise OnnxError(f"{name} must be >= 1, got {value}")
+        if max_len_a < 0:
+            raise OnnxError("max_len_a must be >= 0")
+        if max_len_a == 0 and min_len > max_len_b:
+            raise OnnxError(f"min_len {min_len} is larger than max_len_b {max_len_b}")
+        self.generator = OnnxGenerator(
+            model_dir, beam_size=beam, len_penalty=lenpen, min_len=min_len,
+            max_len_a=max_len_a, max_len_b=max_len_b, unk_penalty=unk_penalty, threads=threads,
+        )  # fmt: skip
+        config = self.generator.config
+        self.batch_size = batch_size
+        self.src_symbols = _read_symbols(os.path.join(model_dir, "dict.src.txt"))
+        self.tgt_symbols = _read_symbols(os.path.join(model_dir, "dict.tgt.txt"))
+        if (
+            len(self.src_symbols) != config["src_vocab_size"]
+            or len(self.tgt_symbols) != config["vocab_size"]
+        ):
+            raise OnnxError(f"the dictionaries in {model_dir} do not fit its config.json")
+        self.src_index = {s: i for i, s in enumerate(self.src_symbols)}
+        self.src_eos, self.src_unk, self.src_pad = (
+            config["src_eos"], config["src_unk"], config["src_pad"],
+        )  # fmt: skip
+        self.spm = None
+        if config.get("spm"):
+            import sentencepiece
+
+            path = os.path.join(model_dir, config["spm"])
+            try:
+                self.spm = sentencepiece.SentencePieceProcessor(model_file=path)
+            except (RuntimeError, OSError) as exc:
+                detail = " ".join(str(exc).split())[:200]
+                raise OnnxError(f"cannot load the sentencepiece model {path}: {detail}") from None
+
+    def encode(self, line: str) -> np.ndarray:
+        """Source ids (ending with EOS) of one raw line."""
+        pieces = self.spm.encode(line, out_type=str) if self.spm is not None else line.split()
+        ids = [self.src_index.get(p, self.src_unk) for p in pieces]
+        return np.array(ids + [self.src_eos], dtype=np.int64)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Raw text of target ids (EOS excluded)."""
+        text = " ".join(self.tgt_symbols[i] for i in ids)
+        if self.spm is not None:  # fairseq's sentencepiece post-processing
+            text = text.replace(" ", "").replace("\u2581", " ").strip()
+        return text
+
+    def translate_ids(self, sentences: Sequence[np.ndarray]) -> list[list[int]]:
+        """Best hypothesis (target ids, no EOS) of every source id array."""
+        out: list[list[int]] = [[] for _ in sentences]
+        eos = self.generator.eos
+        for idx, src, lengths in left_pad_batches(sentences, self.batch_size, self.src_pad):
+            for i, hyps in zip(idx, self.generator.generate(src, lengths)):
+                out[i] = [int(t) for t in hyps[0]["tokens"] if t != eos]
+        return out
+
+    def translate(self, lines: Iterable[str]) -> list[str]:
+        """Translations of ``lines`` in order; an empty or blank line gives ``""``."""
+        lines = [line.rstrip("\n") for line in lines]
+        todo = [i for i, line in enumerate(lines) if line.strip()]
+        ids = self.translate_ids([self.encode(lines[i]) for i in todo])
+        out = [""] * len(lines)
+        for i, hyp in zip(todo, ids):
+            out[i] = self.decode(hyp)
+        return out
+
+
+def _arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description="Translate raw text (one sentence per line) with a lightcompress ONNX "
+        "export (numpy + onnxruntime; fairseq's beam search)."
+    )
+    p.add_argument("model_dir", help="the export's directory")
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--lenpen", type=float, default=1.0)
+    p.add_argument("--max-len-a", type=float, default=0.0, help="as fairseq's (default 0)")
+    p.add_argument("--max-len-b", type=int, default=200, help="as fairseq's (default 200)")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    p.add_argument("-i", "--input", help="input file (default: standard input)")
+    p.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _arg_parser().parse_args(argv)
+    prog = os.path.basename(sys.argv[0]) or "translate.py"
+    try:
+        if args.output is not None and os.path.isdir(args.output):
+            raise OnnxError(f"--output {args.output} is a directory")
+        if args.input is not None and not os.path.isfile(args.input):
+            raise OnnxError(f"input file not found: {args.input}")
+        translator = OnnxTranslator(
+            args.model_dir, beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
+            max_len_b=args.max_len_b, batch_size=args.batch_size, threads=args.threads,
+        )  # fmt: skip
+        try:
+            if args.input is None:
+                lines = sys.stdin.read().splitlines()
+            else:
+                with open(args.input, encoding="utf-8") as f:
+                    lines = f.read().splitlines()
+        except UnicodeDecodeError as exc:
+            raise OnnxError(f"the input is not UTF-8 text ({exc.reason})") from None
+        out = translator.translate(lines)
+    except OnnxError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    text = "".join(line + "\n" for line in out)
+    if args.output is None:
+        sys.stdout.write(text)
+    else:
+        tmp = f"{args.output}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, args.output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
