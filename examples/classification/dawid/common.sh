@@ -51,7 +51,7 @@ dawid_glue_task() {
 dawid_glue_prepare() {
   dawid_glue_task "$1"
   local raw="$GLUE_RAW/$TASK" proc="$GLUE_RAW/$TASK/processed" f split
-  require tar
+  require tar fairseq-preprocess
   need_python
   report_missing
   for f in encoder.json vocab.bpe dict.txt; do
