@@ -36,8 +36,10 @@ in the decoder and the encoder.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -65,22 +67,60 @@ class ExportError(ValueError):
 # --------------------------------------------------------------------------------------------
 
 
-def _position_table(dec) -> Tensor | None:
-    """The decoder's positional table (rows indexed by fairseq's positions), or None."""
+def _sinusoid(positions: Tensor, dim: int) -> Tensor:
+    """fairseq's sinusoidal embedding of ``positions`` (the rows of
+    ``SinusoidalPositionalEmbedding.get_embedding``, same float32 arithmetic), computed in the
+    graph instead of stored: the table would add ``1026 x C`` floats per graph to the export."""
+    half = dim // 2
+    freq = torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000) / (half - 1)))
+    angles = positions.float().unsqueeze(-1) * freq
+    emb = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+    if dim % 2 == 1:
+        emb = F.pad(emb, (0, 1))
+    return emb
+
+
+class _SinusoidalInGraph(nn.Module):
+    """Stands in for the encoder's ``SinusoidalPositionalEmbedding`` while it is traced:
+    fairseq's positions (``make_positions``), embeddings computed, padding rows zero."""
+
+    def __init__(self, original):
+        super().__init__()
+        self.dim, self.padding_idx = original.embedding_dim, original.padding_idx
+
+    def forward(self, input, incremental_state=None, timestep=None, positions=None):
+        mask = input.ne(self.padding_idx).long()
+        positions = torch.cumsum(mask, dim=1) * mask + self.padding_idx
+        return _sinusoid(positions, self.dim) * mask.unsqueeze(-1).float()
+
+
+@contextlib.contextmanager
+def _positions_in_graph(model):
+    """The encoder's sinusoidal table replaced by :class:`_SinusoidalInGraph` (restored after)."""
+    from fairseq.modules import SinusoidalPositionalEmbedding
+
+    enc = model.encoder
+    original = getattr(enc, "embed_positions", None)
+    if isinstance(original, SinusoidalPositionalEmbedding):
+        enc.embed_positions = _SinusoidalInGraph(original)
+    try:
+        yield
+    finally:
+        if original is not None:
+            enc.embed_positions = original
+
+
+def _position_kind(dec) -> str | None:
+    """``"sinusoidal"``, ``"learned"`` or None (no positions) for the decoder."""
     from fairseq.modules import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
 
     ep = dec.embed_positions
     if ep is None:
         return None
     if isinstance(ep, SinusoidalPositionalEmbedding):
-        need = dec.max_target_positions + ep.padding_idx + 1
-        if ep.weights is None or ep.weights.size(0) < need:
-            ep.weights = SinusoidalPositionalEmbedding.get_embedding(
-                need, ep.embedding_dim, ep.padding_idx
-            )
-        return ep.weights
+        return "sinusoidal"
     if isinstance(ep, LearnedPositionalEmbedding):
-        return ep.weight
+        return "learned"
     raise ExportError(f"positional embedding {type(ep).__name__} is not supported")
 
 
@@ -101,20 +141,17 @@ class _DecoderStep(nn.Module):
         self.model = model
         dec = model.decoder
         self.num_layers = len(dec.layers)
-        table = _position_table(dec)
-        if table is not None and not isinstance(table, nn.Parameter):
-            self.register_buffer("positions", table.detach().clone(), persistent=False)
-        else:
-            self.positions = None
+        self.position_kind = _position_kind(dec)
 
     def forward(self, prev: Tensor, pos: Tensor, order: Tensor, bias: Tensor, *caches: Tensor):
         dec = self.model.decoder
         x = dec.embed_scale * dec.embed_tokens(prev)  # [N x C]
         if dec.project_in_dim is not None:
             x = dec.project_in_dim(x)
-        if dec.embed_positions is not None:
-            table = self.positions if self.positions is not None else dec.embed_positions.weight
-            x = x + table.index_select(0, pos)  # [1 x C]
+        if self.position_kind == "sinusoidal":
+            x = x + _sinusoid(pos, dec.embed_positions.embedding_dim)  # [1 x C]
+        elif self.position_kind == "learned":
+            x = x + dec.embed_positions.weight.index_select(0, pos)
         if dec.layernorm_embedding is not None:
             x = dec.layernorm_embedding(x)
         new = []
@@ -220,7 +257,7 @@ def export_error(model) -> str | None:
     if enc is None or not hasattr(enc, "padding_idx"):
         return "its encoder is not fairseq's Transformer encoder"
     try:
-        _position_table(model.decoder)
+        _position_kind(model.decoder)
     except ExportError as exc:
         return str(exc)
     return None
@@ -273,12 +310,68 @@ def _k_as_input(model_proto) -> None:
         raise ExportError(f"the decoder graph has {len(topk)} TopK nodes, expected 1")
     topk[0].input[1] = "k"
     g.input.append(helper.make_tensor_value_info("k", TensorProto.INT64, [1]))
+    for out in g.output:  # [N x k]: k is now an input
+        if out.name in ("top_lp", "top_ids"):
+            dim = out.type.tensor_type.shape.dim[1]
+            dim.ClearField("dim_value")
+            dim.dim_param = "K"
     onnx.checker.check_model(model_proto)
 
 
+def _simplify(model_proto) -> int:
+    """Remove the reshapes that do not change a shape, and what only computed their target
+    shapes (the modules' ``x.view(*lead, out)`` on inputs that already have that shape: one
+    third of a factorized decoder step's nodes), by ONNX Runtime's symbolic shape inference.
+    Returns the number of nodes removed."""
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    g = model_proto.graph
+    before = len(g.node)
+    try:
+        inferred = SymbolicShapeInference.infer_shapes(model_proto, auto_merge=True)
+    except Exception:  # noqa: BLE001  (an optimization: without shapes, the graph stays as is)
+        return 0
+    shapes: dict = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.input):
+        t = vi.type.tensor_type
+        if t.HasField("shape"):
+            shapes[vi.name] = [
+                d.dim_param if d.HasField("dim_param") else
+                (d.dim_value if d.HasField("dim_value") else None)
+                for d in t.shape.dim
+            ]  # fmt: skip
+    outputs = {o.name for o in g.output}
+    rename: dict = {}
+    keep = []
+    for n in g.node:
+        for i, name in enumerate(n.input):
+            if name in rename:
+                n.input[i] = rename[name]
+        if n.op_type == "Reshape" and n.output[0] not in outputs:
+            a, b = shapes.get(n.input[0]), shapes.get(n.output[0])
+            if a is not None and a == b and None not in a and "" not in a:
+                rename[n.output[0]] = n.input[0]
+                continue
+        keep.append(n)
+    # dead nodes (the shape computations of the removed reshapes), iterated to a fixed point
+    while True:
+        used = outputs | {i for n in keep for i in n.input}
+        alive = [n for n in keep if any(o in used for o in n.output)]
+        if len(alive) == len(keep):
+            break
+        keep = alive
+    del g.node[:]
+    g.node.extend(keep)
+    used = {i for n in keep for i in n.input}
+    inits = [i for i in g.initializer if i.name in used]
+    del g.initializer[:]
+    g.initializer.extend(inits)
+    return before - len(keep)
+
+
 def _share_weights(protos: dict, out_dir: str) -> int:
-    """Every initializer of the graphs into one ``weights.bin`` (equal tensors once; ONNX
-    external data); returns its size in bytes."""
+    """Every initializer of the graphs (but constants under 4 KiB) into one ``weights.bin``
+    (equal tensors once; ONNX external data); returns its size in bytes."""
     from onnx import numpy_helper
 
     offsets: dict = {}
@@ -288,6 +381,8 @@ def _share_weights(protos: dict, out_dir: str) -> int:
             for init in proto.graph.initializer:
                 array = numpy_helper.to_array(init)
                 raw = array.tobytes()
+                if len(raw) < 4096:  # small constants (shapes, axes) stay in the graph
+                    continue
                 key = (init.data_type, tuple(init.dims), hashlib.sha256(raw).hexdigest())
                 if key not in offsets:
                     pad = (-size) % 64  # aligned (memory-mappable) offsets
@@ -323,14 +418,21 @@ def _quantize(path: str, out_path: str, min_elements: int) -> None:
     ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     proto = onnx.load(folded)
     sizes = {i.name: int(numpy_helper.to_array(i).size) for i in proto.graph.initializer}
-    nodes = [
-        n.name
-        for n in proto.graph.node
-        if n.op_type in ("MatMul", "Gemm") and sizes.get(n.input[1], 0) >= max(min_elements, 1)
-    ]
+    nodes = []
+    for n in proto.graph.node:
+        if n.op_type in ("MatMul", "Gemm") and sizes.get(n.input[1], 0) >= max(min_elements, 1):
+            # (the quantizer turns a Gemm into a MatMul named <gemm>_MatMul first)
+            nodes += [n.name, f"{n.name}_MatMul"] if n.op_type == "Gemm" else [n.name]
     if nodes:
-        quantize_dynamic(folded, out_path, weight_type=QuantType.QInt8,
-                         op_types_to_quantize=["MatMul", "Gemm"], nodes_to_quantize=nodes)  # fmt: skip
+        import logging
+
+        level = logging.getLogger().level
+        logging.getLogger().setLevel(logging.ERROR)  # the quantizer logs every node
+        try:
+            quantize_dynamic(folded, out_path, weight_type=QuantType.QInt8,
+                             op_types_to_quantize=["MatMul", "Gemm"], nodes_to_quantize=nodes)  # fmt: skip
+        finally:
+            logging.getLogger().setLevel(level)
     else:
         shutil.copyfile(folded, out_path)
     os.remove(folded)
@@ -381,11 +483,14 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         enc_out = ["enc_bias"] + [n for n in cache_in if n.startswith("cross_")]
         enc_axes = {"src_tokens": {0: "B", 1: "S"}}
         enc_axes.update({n: {0: "B", 3 if n == "enc_bias" else 2: "S"} for n in enc_out})
-        with torch.no_grad():
-            _trace(_Encoder(model), (src,), os.path.join(tmp, "encoder.raw.onnx"),
-                   ["src_tokens"], enc_out, enc_axes)  # fmt: skip
-            cross = _Encoder(model)(src)
-            step = _DecoderStep(model)
+        with torch.no_grad(), _positions_in_graph(model):
+            # (eval wrappers: the exporter puts a module back into its own mode afterwards,
+            # and a new module is in training mode, which would switch dropout on)
+            encoder = _Encoder(model).eval()
+            _trace(encoder, (src,), os.path.join(tmp, "encoder.raw.onnx"), ["src_tokens"],
+                   enc_out, enc_axes)  # fmt: skip
+            cross = encoder(src)
+            step = _DecoderStep(model).eval()
             n = 4  # two sentences, two hypotheses each
             expand = torch.tensor([0, 0, 1, 1])
             caches = [cross[0].index_select(0, expand)]
@@ -419,19 +524,24 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             "decoder": onnx.load(os.path.join(tmp, "decoder.raw.onnx")),
         }
         _k_as_input(protos["decoder"])
-        _share_weights(protos, tmp)
-        for name, proto in protos.items():
-            onnx.save(proto, os.path.join(tmp, f"{name}.onnx"))
-            os.remove(os.path.join(tmp, f"{name}.raw.onnx"))
+        for proto in protos.values():
+            _simplify(proto)
         if int8:
             from lightcompress.measure.quantize import LARGE_MAP_ELEMENTS
 
             limit = LARGE_MAP_ELEMENTS if int8 == "large" else 1
-            for name in ("encoder", "decoder"):
-                path = os.path.join(tmp, f"{name}.onnx")
-                _quantize(path, os.path.join(tmp, f"{name}.int8.onnx"), limit)
-                os.replace(os.path.join(tmp, f"{name}.int8.onnx"), path)
-            os.remove(os.path.join(tmp, WEIGHTS))  # the quantized graphs hold their weights
+            work = os.path.join(tmp, "int8")
+            os.makedirs(work)
+            for name, proto in protos.items():
+                path = os.path.join(work, f"{name}.onnx")
+                onnx.save(proto, path)
+                _quantize(path, os.path.join(work, f"{name}.int8.onnx"), limit)
+                protos[name] = onnx.load(os.path.join(work, f"{name}.int8.onnx"))
+            shutil.rmtree(work)
+        _share_weights(protos, tmp)
+        for name, proto in protos.items():
+            onnx.save(proto, os.path.join(tmp, f"{name}.onnx"))
+            os.remove(os.path.join(tmp, f"{name}.raw.onnx"))
         _write_dict(src_dict, os.path.join(tmp, "dict.src.txt"))
         _write_dict(tgt_dict, os.path.join(tmp, "dict.tgt.txt"))
         if spm:
@@ -441,7 +551,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=1)
         if check:
-            _check(tmp, args, ref, src, lengths, cross, int8)
+            _check(tmp, args, ref, src, cross, int8)
         if os.path.isdir(out_dir):
             os.rmdir(out_dir)
         os.replace(tmp, out_dir)
@@ -451,7 +561,24 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
     return config
 
 
-def _check(tmp, args, ref, src, lengths, cross, int8) -> None:
+def _close(got, ref, int8: bool) -> tuple[bool, float]:
+    """float32: equal to 1e-3; int8: within 30 % relative (Frobenius) error, a bound that
+    catches a broken graph (errors near 100 %) and passes int8 rounding, which reaches 10-15 %
+    on random weights (-inf entries must agree). int8 translations are judged by BLEU."""
+    import numpy as np
+
+    if got.shape != ref.shape or not np.array_equal(np.isfinite(got), np.isfinite(ref)):
+        return False, float("inf")
+    fin = np.isfinite(ref)
+    g, r = got[fin].astype(np.float64), ref[fin].astype(np.float64)
+    if int8:
+        err = float(np.linalg.norm(g - r) / max(np.linalg.norm(r), 1e-12))
+        return err <= 0.3, err
+    err = float(np.abs(g - r).max()) if g.size else 0.0
+    return bool(np.allclose(g, r, atol=1e-3, rtol=1e-3)), err
+
+
+def _check(tmp, args, ref, src, cross, int8) -> None:
     """The graphs in ``tmp`` reproduce the traced modules on the probe inputs."""
     import numpy as np
     import onnxruntime as ort
@@ -462,19 +589,23 @@ def _check(tmp, args, ref, src, lengths, cross, int8) -> None:
                                providers=["CPUExecutionProvider"])  # fmt: skip
     dec = ort.InferenceSession(os.path.join(tmp, "decoder.onnx"), so,
                                providers=["CPUExecutionProvider"])  # fmt: skip
-    tol = 5e-2 if int8 else 1e-3
     got = enc.run(None, {"src_tokens": src.numpy()})
     for g, r in zip(got, cross):
-        r = r.numpy()
-        if g.shape != r.shape or not np.allclose(g, r, atol=tol, rtol=tol):
-            raise ExportError("the exported encoder does not reproduce the model (check failed)")
+        ok, err = _close(g, r.numpy(), bool(int8))
+        if not ok:
+            raise ExportError(
+                f"the exported encoder does not reproduce the model (check failed: error {err:.3g})"
+            )
     names = [i.name for i in dec.get_inputs()]
     feed = dict(zip(["prev", "pos", "order", "bias"] + names[4:], (a.numpy() for a in args)))
     feed = {n: feed[n] for n in names if n != "k"}
     feed["k"] = np.array([_K_PLACEHOLDER], dtype=np.int64)
     out = dec.run(None, feed)
-    if not np.allclose(out[0], ref[0].numpy(), atol=tol * 10, rtol=tol):
-        raise ExportError("the exported decoder step does not reproduce the model (check failed)")
+    ok, err = _close(out[0], ref[0].numpy(), bool(int8))
+    if not ok:
+        raise ExportError(
+            f"the exported decoder step does not reproduce the model (check failed: error {err:.3g})"
+        )
 
 
 # --------------------------------------------------------------------------------------------
