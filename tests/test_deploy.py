@@ -577,3 +577,204 @@ def test_int8_keeps_layer_sharing_one_packed_map_per_shared_map():
     unshared = build_model_without_data(arch, 300, no_groups, True).eval()
     # the shared model stores about half the encoder and decoder maps of the unshared one
     assert state_dict_bytes(q) < 0.75 * state_dict_bytes(quantize_model_int8(unshared))
+
+
+# --------------------------------------------------------------------------------------------
+# ONNX Runtime: lightcompress-export-onnx and its torch-free runtime
+# --------------------------------------------------------------------------------------------
+
+ONNX_FAMILIES = ["transformer", "lightformer", "hypoformer", "smartformer"]
+
+
+@pytest.mark.parametrize("family", ONNX_FAMILIES)
+def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(family, tmp_path):
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from lightcompress.deploy.onnx_export import export_onnx
+    from lightcompress.deploy.onnx_runtime import OnnxGenerator
+    from lightcompress.measure.params import build_model_without_data
+
+    arch, flags = FAMILIES[family]
+    torch.manual_seed(0)
+    vocab = 40
+    model, task, _ = build_model_without_data(arch, vocab, flags + ["--dropout", "0.3"], True,
+                                              return_task=True)  # fmt: skip
+    model.eval()  # (dropout must stay off in the graphs: the exporter once switched it on)
+    d = task.target_dictionary
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, vocab, (4, 6), generator=g)
+    with torch.no_grad():
+        spread = float(model(src, torch.full((4,), 6), src)[0].std())
+    model.decoder.output_projection = _EosBias(
+        model.decoder.output_projection, d.eos(), EOS_BIAS * spread
+    )
+    export_onnx(model, task, str(tmp_path / "onnx"))
+    assert not model.training
+    sentences = [
+        torch.cat([torch.randint(4, vocab, (int(n),), generator=g), torch.tensor([d.eos()])])
+        for n in torch.randint(2, 9, (6,), generator=g)
+    ]
+    lengths = set()
+    for beam in (1, 5):
+        settings = {"beam_size": beam, "max_len_a": 1.0, "max_len_b": 3}
+        ours = OnnxGenerator(str(tmp_path / "onnx"), **settings)
+        fairseq = SequenceGenerator([model], d, **settings)
+        for _idx, src, src_lengths in _batches(sentences, 3):  # padded batches that shrink
+            with torch.inference_mode():
+                ref = fairseq.generate([model], {"net_input": {"src_tokens": src,
+                                                               "src_lengths": src_lengths}})  # fmt: skip
+            out = ours.generate(src.numpy(), src_lengths.numpy())
+            for r, o in zip(ref, out):
+                assert [h["tokens"].tolist() for h in o] == [h["tokens"].tolist() for h in r]
+                assert [h["score"] for h in o] == pytest.approx(
+                    [float(h["score"]) for h in r], abs=1e-4
+                )
+                lengths |= {len(h["tokens"]) for h in o}
+    assert len(lengths) > 2  # hypotheses finished at different steps
+
+
+def _unique_parameter_bytes(model) -> int:
+    seen, total = set(), 0
+    for p in model.parameters():  # a shared parameter once
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel() * p.element_size()
+    return total
+
+
+def test_onnx_export_keeps_the_compressed_size_shared_layers_and_tables_once(tmp_path):
+    import onnx
+    from onnx import numpy_helper
+
+    from lightcompress.deploy.onnx_export import export_onnx
+    from lightcompress.measure.params import build_model_without_data
+
+    flags = [
+        "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim",
+        "128", "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2",
+        "--decoder-attention-heads", "2", "--encoder-layers", "6", "--decoder-layers", "2",
+        "--lc-rank", "16", "--lc-embed-rank", "16", "--lc-encoder-groups", "2",
+    ]  # fmt: skip
+    model, task, _ = build_model_without_data("lightformer_iwslt_de_en", 500, flags, True,
+                                              return_task=True)  # fmt: skip
+    out = tmp_path / "onnx"
+    export_onnx(model.eval(), task, str(out))
+    unique = _unique_parameter_bytes(model)
+    every = sum(p.numel() * 4 for _n, p in model.named_parameters(remove_duplicate=False))
+    assert every > 1.5 * unique  # the encoder shares layers and the table is tied
+    stored = os.path.getsize(out / "weights.bin")
+    for name in ("encoder.onnx", "decoder.onnx"):  # constants under 4 KiB stay in the graphs
+        graph = onnx.load(str(out / name), load_external_data=False).graph
+        stored += sum(
+            numpy_helper.to_array(i).nbytes for i in graph.initializer if i.data_location != 1
+        )
+    # (below: torch's exporter stores equal initializers once, e.g. layer norms at their
+    # initial values)
+    assert 0.95 * unique <= stored <= unique * 1.02 + 64 * 1024, (unique, stored)
+
+
+def test_onnx_int8_export_translates_the_trained_teacher_like_float32(toy, tmp_path):
+    from lightcompress.deploy.onnx_export import export_onnx
+    from lightcompress.deploy.onnx_runtime import OnnxTranslator
+
+    model, task = _load(toy["teacher"], toy["data"])
+    export_onnx(model, task, str(tmp_path / "f32"), spm=toy["spm"])
+    export_onnx(model, task, str(tmp_path / "int8"), int8="all", spm=toy["spm"])
+    with open(os.path.join(toy["raw"], "test.de")) as f:
+        lines = [line.strip() for line in f]
+    f32 = OnnxTranslator(str(tmp_path / "f32"), beam=5).translate(lines)
+    int8 = OnnxTranslator(str(tmp_path / "int8"), beam=5).translate(lines)
+    # int8 weights and activations move some near-ties on this barely trained toy model (30
+    # updates): most translations stay the same, the rest stay close
+    import sacrebleu
+
+    same = sum(a == b for a, b in zip(f32, int8))
+    bleu = sacrebleu.corpus_bleu(int8, [f32]).score
+    assert same >= 0.5 * len(lines) and bleu >= 60, (same, bleu)
+    print("int8 vs float32:", same, "of", len(lines), "identical, BLEU", bleu)
+    assert os.path.getsize(tmp_path / "int8" / "weights.bin") < os.path.getsize(
+        tmp_path / "f32" / "weights.bin"
+    )
+
+
+def _no_torch_env(tmp_path) -> dict:
+    """An environment where ``import torch`` (and fairseq, lightcompress) fails."""
+    block = tmp_path / "block"
+    for name in ("torch", "fairseq", "lightcompress"):
+        (block / name).mkdir(parents=True)
+        (block / name / "__init__.py").write_text(f"raise ImportError('{name} is blocked')\n")
+    return dict(os.environ, PYTHONPATH=str(block), PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+
+
+def test_onnx_export_command_and_its_torch_free_translate_py_give_the_fast_paths_text(
+    toy, tmp_path
+):
+    from lightcompress.deploy import Translator
+
+    out = tmp_path / "onnx"
+    proc = subprocess.run(
+        [sys.executable, "-c", "from lightcompress.deploy.onnx_export import cli_main; cli_main()",
+         "--path", toy["teacher"], "--data", toy["data"], "--spm", toy["spm"], "-o", str(out)],
+        capture_output=True, text=True, timeout=300, check=False,
+        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(out)) == ["config.json", "decoder.onnx", "dict.src.txt",
+                                       "dict.tgt.txt", "encoder.onnx", "spm.model",
+                                       "translate.py", "weights.bin"]  # fmt: skip
+    with open(os.path.join(toy["raw"], "test.de")) as f:
+        lines = [line.strip() for line in f][:12]
+    lines[4] = ""
+    expected = Translator(toy["teacher"], toy["data"], spm=toy["spm"], beam=5).translate(lines)
+    proc = subprocess.run(
+        [sys.executable, str(out / "translate.py"), str(out), "--beam", "5", "--batch-size", "3"],
+        input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=300,
+        check=False, env=_no_torch_env(tmp_path), cwd=str(tmp_path),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:-1] == expected
+    assert expected[4] == "" and all(expected[i] for i in range(12) if i != 4)
+
+
+def test_onnx_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
+    from lightcompress.deploy.onnx_export import main
+    from lightcompress.deploy.onnx_runtime import main as translate_main
+
+    subformer = make_checkpoint(
+        toy["data"], str(tmp_path / "subformer.pt"), "subformer",
+        T32 + ["--safe-dim", "16", "--safe-heads", "2", "--encoder-layers", "2",
+               "--decoder-layers", "2", "--share-all-embeddings"],
+    )  # fmt: skip
+    notspm = tmp_path / "not.model"
+    notspm.write_text("hello\n")
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("x")
+    out = str(tmp_path / "out")
+    base = ["--path", toy["teacher"], "--data", toy["data"]]
+    cases = [
+        (["--path", str(tmp_path / "none.pt"), "--data", toy["data"], "-o", out],
+         "checkpoint not found"),
+        (base + ["-o", str(full)], "give a new or empty directory"),
+        (base + ["-o", out, "--spm", str(tmp_path / "none.model")],
+         "sentencepiece model not found"),
+        (base + ["-o", out, "--spm", str(notspm)], "cannot load the sentencepiece model"),
+        (["--path", subformer, "--data", toy["data"], "-o", out],
+         "cannot be exported to ONNX: its decoder is not the lean step's"),
+    ]  # fmt: skip
+    for args, message in cases:
+        assert main(args) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (args, lines)
+        assert lines[0].startswith("lightcompress-export-onnx: error: ")
+    assert sorted(os.listdir(tmp_path)) == ["full", "not.model", "subformer.pt"]
+    assert os.listdir(full) == ["x"]
+    # the runtime: a directory that is not an export, a missing input, bad settings
+    cases = [
+        ([str(full)], "is not an ONNX export (no config.json)"),
+        ([str(tmp_path / "none")], "model directory not found"),
+    ]
+    for args, message in cases:
+        assert translate_main(args) == 2, args
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0], (args, lines)

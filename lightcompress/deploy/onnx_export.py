@@ -278,13 +278,14 @@ def _names(num_layers: int):
 
 
 def _probe(model, vocab: int, pad: int, eos: int):
-    """A padded probe batch of two sentences (the encoder is traced with its mask path)."""
+    """A padded probe batch of two sentences ``[2 x 7]`` (the encoder is traced with its mask
+    path)."""
     g = torch.Generator().manual_seed(0)
     low = min(4, vocab - 1)
     src = torch.randint(low, vocab, (2, 7), generator=g)
     src[:, -1] = eos
     src[1, :2] = pad
-    return src, torch.tensor([7, 5])
+    return src
 
 
 def _trace(module, args, path, input_names, output_names, dynamic_axes) -> None:
@@ -455,7 +456,8 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         raise ExportError(f"int8 must be 'large' or 'all', got {int8!r}")
     if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
         raise ExportError(f"{out_dir} exists: give a new or empty directory")
-    model = model.eval().float().cpu()
+    model.eval()
+    model.float().cpu()
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     dec = model.decoder
     layers = [
@@ -478,7 +480,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         raise ExportError(f"cannot create {out_dir}: {parent} is not a directory")
     tmp = tempfile.mkdtemp(prefix=".onnx-export-", dir=parent)
     try:
-        src, lengths = _probe(model, len(src_dict), src_dict.pad(), src_dict.eos())
+        src = _probe(model, len(src_dict), src_dict.pad(), src_dict.eos())
         cache_in, cache_out = _names(len(layers))
         enc_out = ["enc_bias"] + [n for n in cache_in if n.startswith("cross_")]
         enc_axes = {"src_tokens": {0: "B", 1: "S"}}
