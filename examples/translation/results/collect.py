@@ -8,13 +8,15 @@
 For every model folder of ``--save-root`` that run.sh trains (``MODELS``) and that has a
 ``generate-test.txt`` (fairseq-generate of its ``checkpoint_best.pt``): sacreBLEU and chrF
 against the raw test references (detokenized text, one line per test sentence, scored with
-sacreBLEU's defaults; the signatures go under the table), where the models trained (``machine.txt``, written by run.sh), parameters (fairseq-train's
+sacreBLEU's defaults; the signatures go under the table), where the models trained (``machine.txt``, written by run.sh), parameters (``params.json``,
+``lightcompress-params --path`` of the evaluated checkpoint, where run.sh writes one: DA-WID's
+fused model, whose training model is its teacher with compactors and masks; else fairseq-train's
 ``num. shared model params``), updates trained and the update of the best validation loss
 (``train.log``), training wall-clock (``train.seconds``, one line per invocation of run.sh),
 tokens/s from ``measure_speed --json`` (one thread, batch 1, beam 5), and BLEU / size / speed
 relative to the teacher. Then findings: each compressed model against the teacher (within
 1 BLEU at 3-7x fewer parameters, the papers' claim), SVD transfer against random
-initialisation at equal student updates, KD. Writes ``--out`` (markdown) and ``--json`` (the
+initialisation at equal student updates, KD, DA-WID against its own (post-LN) teacher. Writes ``--out`` (markdown) and ``--json`` (the
 ``models`` format ``scripts/plot_frontier.py`` reads). Models without a translation are
 listed as missing. Bad input (no model at all, a references file whose length does not match
 a translation, an unreadable speed file) ends with one line on stderr and exit status 2.
@@ -45,6 +47,8 @@ MODELS = (
     ("hypoformer_kd", "Hypoformer + seq-KD", "ground truth + teacher's translations"),
     ("subformer", "Subformer (sandwich, SAFE)", "ground truth, early stopping"),
     ("smartformer", "Smartformer (CPAC, fixed rank)", "ground truth, early stopping"),
+    ("dawid_teacher", "Transformer post-LN (DA-WID's teacher)", "ground truth, early stopping"),
+    ("dawid", "DA-WID, fused", "from its post-LN teacher: masks + distillation, fixed updates"),
 )
 
 
@@ -84,6 +88,13 @@ def _training(save_dir: str) -> dict:
         if valid:
             upd, loss = min(valid, key=lambda p: p[1])
             info["best_update"], info["best_valid_loss"] = int(upd), loss
+    counted = os.path.join(save_dir, "params.json")
+    if os.path.exists(counted):
+        try:
+            with open(counted, encoding="utf-8") as f:
+                info["params"] = int(json.load(f)["total"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CollectError(f"{counted}: not lightcompress-params output ({exc})") from None
     secs = os.path.join(save_dir, "train.seconds")
     if os.path.exists(secs):
         with open(secs, encoding="utf-8") as f:
@@ -188,6 +199,13 @@ def findings(records: list[dict]) -> list[str]:
                    f"({svd['updates']} vs {rnd['updates']}): {svd['bleu']:.2f} vs {rnd['bleu']:.2f} "
                    f"BLEU: SVD transfer {'helps' if better else 'does NOT help'} here"
                    + ("" if better else " (the paper claims it does)") + ".")  # fmt: skip
+    wid, wt = by.get("dawid"), by.get("dawid_teacher")
+    if wid and wt:
+        size = (f" at {wt['params'] / wid['params']:.1f}x fewer parameters"
+                if wid["params"] and wt["params"] else "")  # fmt: skip
+        out.append(f"DA-WID against its own post-LN teacher (the one it inherits from): "
+                   f"{wid['bleu']:.2f} vs {wt['bleu']:.2f} BLEU ({wid['bleu'] - wt['bleu']:+.2f})"
+                   f"{size}.")  # fmt: skip
     hyp = by.get("hypoformer_kd")
     if hyp and t:
         out.append(f"Hypoformer is trained with sequence-level KD only (no run without KD in "

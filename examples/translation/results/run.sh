@@ -7,12 +7,19 @@
 #      $SAVE_ROOT/site (a machine without network); build the corpus unless DATA_DIR has it
 #   1. the models that do not need a teacher (LightFormer from random initialisation, Subformer,
 #      Smartformer; in the background with PARALLEL=1, the GPU default) and the dense teacher
+#      DA-WID's chain (independent of the teacher, in the background with PARALLEL=1): its own
+#      post-LN teacher (DA-WID's compactors sit around the LayerNorms of a post-LN Transformer;
+#      `teacher` is pre-LN), then DA-WID from it (masked training with the dawid criterion,
+#      STUDENT_UPDATES updates, target sparsity DAWID_SPARSITY), fused by lightcompress-convert
+#      dawid-fuse into an ordinary smaller model (dawid/fused.pt, counted by lightcompress-params
+#      into dawid/params.json)
 #   2. as soon as the teacher is trained: lightcompress-convert, SVD transfer teacher ->
 #      LightFormer, fine-tuned for as many
 #      updates as the random-init LightFormer (equal student updates, no early stop for either);
 #      sequence-level KD data (the teacher's beam-search translation of the training set,
 #      scripts/distill_data.sh) and Hypoformer trained on ground truth + KD data
-#   3. each model's checkpoint_best.pt (lowest validation loss) translates the test split
+#   3. each model's checkpoint_best.pt (lowest validation loss; DA-WID: its fused model, from
+#      the last checkpoint, where the masks' schedule ends) translates the test split
 #      (fairseq-generate, beam 5); scripts/measure_speed.sh times all of them side by side on
 #      the CPU (one thread, batch 1, beam 5)
 #   4. collect.py: results.md (params, sacreBLEU with signature, chrF, BLEU relative to the
@@ -33,6 +40,9 @@
 #   TEACHER_UPDATES / STUDENT_UPDATES / MAX_UPDATE  update caps of the teacher / the two
 #                  LightFormers / the other students       (GPU: 3000 / 2500 / 3000)
 #   PATIENCE       early stopping: validations without a better loss (default 8)
+#   DAWID_SPARSITY DA-WID's target: 1 - student / teacher non-embedding parameters (default: the
+#                  LightFormers' non-embedding size: 0.8 with SMALL=1, 0.77 full)
+#   DAWID_LR       DA-WID's learning rate (default 2e-4; the masks and multipliers at 50x)
 #   MAX_TOKENS, LR, WARMUP, DROPOUT, SEED  training settings (GPU: 8192, 7e-4, 1000, 0.3, 1)
 #   SPEED_RUNS / SPEED_SENTENCES   speed protocol, shortened (default 3 / 20)
 #   TIME_BUDGET    seconds for the trainings of this invocation (default: none); a training is
@@ -56,12 +66,12 @@ if [[ "$SMALL" == 1 ]]; then
   SAVE_ROOT="${SAVE_ROOT:-checkpoints/results-small}"
   : "${TEACHER_UPDATES:=800}" "${STUDENT_UPDATES:=600}" "${MAX_UPDATE:=800}"
   : "${MAX_TOKENS:=2048}" "${LR:=2e-3}" "${WARMUP:=200}" "${DROPOUT:=0.1}"
-  : "${VALIDATE_EVERY:=100}" "${KD_BEAM:=1}"
+  : "${VALIDATE_EVERY:=100}" "${KD_BEAM:=1}" "${DAWID_SPARSITY:=0.8}"
 else
   SAVE_ROOT="${SAVE_ROOT:-checkpoints/results}"
   : "${TEACHER_UPDATES:=3000}" "${STUDENT_UPDATES:=2500}" "${MAX_UPDATE:=3000}"
   : "${MAX_TOKENS:=8192}" "${LR:=7e-4}" "${WARMUP:=1000}" "${DROPOUT:=0.3}"
-  : "${VALIDATE_EVERY:=250}" "${KD_BEAM:=5}"
+  : "${VALIDATE_EVERY:=250}" "${KD_BEAM:=5}" "${DAWID_SPARSITY:=0.77}"
 fi
 : "${PATIENCE:=8}" "${SPEED_RUNS:=3}" "${SPEED_SENTENCES:=20}" "${FP16:=0}"
 if ((NUM_GPUS > 0)); then : "${PARALLEL:=1}"; else : "${PARALLEL:=0}"; fi
@@ -74,6 +84,9 @@ fi
 for v in TEACHER_UPDATES STUDENT_UPDATES MAX_UPDATE PATIENCE MAX_TOKENS SPEED_RUNS SPEED_SENTENCES; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
 done
+[[ "$DAWID_SPARSITY" =~ ^0?\.[0-9]+$|^0$ ]] ||
+  die "DAWID_SPARSITY must be a number in [0, 1), not '$DAWID_SPARSITY'"
+: "${DAWID_LR:=2e-4}"
 
 # ---------------------------------------------------------------------------------------------
 # 0. Tools (from carried wheels on a machine without network) and the corpus
@@ -105,6 +118,11 @@ if command -v lightcompress-convert >/dev/null 2>&1; then
   CONVERT=(lightcompress-convert)
 else  # carried checkout without console scripts
   CONVERT=("$PYTHON" -m lightcompress.convert.cli)
+fi
+if command -v lightcompress-params >/dev/null 2>&1; then
+  PARAMS=(lightcompress-params)
+else
+  PARAMS=("$PYTHON" -m lightcompress.measure.params)
 fi
 
 if [[ -f "$DATA_BIN/dict.$SRC.txt" && -f "$DATA_DIR/raw/test.$TGT" ]]; then
@@ -145,18 +163,34 @@ LIGHTFORMER=(--arch lightformer "${LAYERS[@]}" "${WIDTH[@]}" "${PRELN[@]}" --sha
   --lc-encoder-groups 0 "${LF_RANKS[@]}")
 SMART=(--arch smartformer_iwslt_de_en "${LAYERS[@]}" "${WIDTH[@]}" "${PRELN[@]}"
   --sm-rank "$SM_RANK" --sm-attn all)
+# DA-WID compresses a post-LN Transformer: its teacher is `teacher` in post-LN. The student
+# trains as many updates as the LightFormers; its schedule is the translation recipe's
+# (examples/translation/dawid/: distillation only for 2,200 of 30,000 updates, the target
+# warmed up over 11,000, head and layer masks 6,600 after the dimension masks) scaled to them.
+# The default target gives the LightFormers' non-embedding size (DA-WID keeps the embedding
+# table, which the paper does not count): SMALL=1 1.11M of the teacher's 5.53M, full 7.17M of
+# 31.5M at the corpus's 8,084 types.
+DAWID_TEACHER=(--arch transformer "${LAYERS[@]}" "${WIDTH[@]}" --share-all-embeddings)
+DAWID=(--arch dawid --dawid-teacher "$SAVE_ROOT/dawid_teacher/checkpoint_best.pt"
+  --criterion dawid --dawid-lambda 0.5 --dawid-init data-aware --dawid-calib-tokens 4096
+  --dawid-target-sparsity "$DAWID_SPARSITY" --dawid-masks "dim,head,layer"
+  --dawid-distill-updates $((STUDENT_UPDATES * 11 / 150))
+  --dawid-sparsity-warmup $((STUDENT_UPDATES * 11 / 30))
+  --dawid-structure-updates $((STUDENT_UPDATES * 11 / 50)) --dawid-gate-lr-scale 50
+  --lr "$DAWID_LR")
 
 DEVICE=()
 if ((NUM_GPUS == 0)); then
   DEVICE=(--cpu)
 fi
-# res_train_flags UPDATES EARLY: the shared schedule; EARLY=1 adds early stopping (PATIENCE)
+# res_train_flags UPDATES EARLY [DAWID]: the shared schedule; EARLY=1 adds early stopping
+# (PATIENCE); DAWID=1 leaves out the criterion and the dropout (a DA-WID student has its own
+# criterion and keeps its teacher's dropout: --arch dawid has no --dropout)
 res_train_flags() {
   TRAIN_FLAGS=(
     "${DEVICE[@]}" --task translation --source-lang "$SRC" --target-lang "$TGT"
     --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm 0.0 --lr "$LR"
     --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-7
-    --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --dropout "$DROPOUT"
     --weight-decay 0.0001 --max-tokens "$MAX_TOKENS" --max-update "$1" --seed "${SEED:-1}"
     --validate-interval 1000000 --validate-interval-updates "$VALIDATE_EVERY"
     --save-interval 1000000 --save-interval-updates "$VALIDATE_EVERY" --keep-interval-updates 1
@@ -164,6 +198,9 @@ res_train_flags() {
     --num-workers 0 --data-buffer-size 0
   )
   if [[ "$2" == 1 ]]; then TRAIN_FLAGS+=(--patience "$PATIENCE"); fi
+  if [[ "${3:-0}" != 1 ]]; then
+    TRAIN_FLAGS+=(--criterion label_smoothed_cross_entropy --label-smoothing 0.1 --dropout "$DROPOUT")
+  fi
   # one GPU per training (fairseq would otherwise spread each over every visible GPU, and
   # trainings running side by side would contend for the same ports)
   if ((NUM_GPUS > 0)); then TRAIN_FLAGS+=(--distributed-world-size 1); fi
@@ -194,13 +231,14 @@ res_check_last() {
 # The output goes to NAME/train.log (appended: a resumed run continues it); a run stopped by
 # TIME_BUDGET leaves no train.done and resumes next time.
 res_train() {
-  local name="$1" updates="$2" early="$3" dir="$SAVE_ROOT/$1" rc=0 t0=$SECONDS limit=()
+  local name="$1" updates="$2" early="$3" dir="$SAVE_ROOT/$1" rc=0 t0=$SECONDS limit=() dawid=0
   shift 3
+  if [[ " $* " == *" --dawid-teacher "* ]]; then dawid=1; fi
   if [[ "$DRY_RUN" != 1 && -f "$dir/train.done" ]]; then
     log "$name: trained before (remove $dir/train.done to train again)"
     return 0
   fi
-  res_train_flags "$updates" "$early"
+  res_train_flags "$updates" "$early" "$dawid"
   if [[ -n "$TIME_BUDGET" ]]; then
     if (($(res_remaining) < ${MIN_TRAIN_SECONDS:-30})); then
       log "$name: no time left in TIME_BUDGET; run again to train it"
@@ -257,8 +295,14 @@ res_wait_all() {
   PIDS=()
 }
 
-# res_evaluate NAME: translate the test split with NAME's checkpoint_best.pt (skipped when
-# generate-test.txt exists; written atomically)
+# res_checkpoint NAME: the checkpoint of NAME that is evaluated and timed: checkpoint_best.pt
+# (lowest validation loss), DA-WID's fused model (from its last checkpoint, see res_dawid)
+res_checkpoint() {
+  if [[ "$1" == dawid ]]; then echo "$SAVE_ROOT/dawid/fused.pt"; else echo "$SAVE_ROOT/$1/checkpoint_best.pt"; fi
+}
+
+# res_evaluate NAME: translate the test split with NAME's checkpoint (res_checkpoint; skipped
+# when generate-test.txt exists; written atomically)
 res_evaluate() {
   local dir="$SAVE_ROOT/$1"
   if [[ "$DRY_RUN" != 1 ]]; then
@@ -270,12 +314,39 @@ res_evaluate() {
   fi
   log "$1: translating the test split"
   run_to "$dir/generate-test.txt" fairseq-generate "$DATA_BIN" --user-dir "$USER_DIR" \
-    "${DEVICE[@]}" --path "$dir/checkpoint_best.pt" --task translation --source-lang "$SRC" \
+    "${DEVICE[@]}" --path "$(res_checkpoint "$1")" --task translation --source-lang "$SRC" \
     --target-lang "$TGT" --gen-subset test --beam "$BEAM" --lenpen "$LENPEN" --batch-size 128 \
     --required-batch-size-multiple 1 --post-process sentencepiece
 }
 
-MODELS=(teacher lightformer_svd lightformer_random hypoformer_kd subformer smartformer)
+# res_dawid: DA-WID's chain: its post-LN teacher (early stopping, as `teacher`), the DA-WID
+# student (fixed updates), fused from its last checkpoint (the masks' final structure: the
+# lowest validation loss of a run whose sparsity rises is an early, barely pruned checkpoint)
+# and counted. The fusion and the count are not redone once done, nor once the student's test
+# translation exists (a SAVE_ROOT copied back without checkpoints).
+res_dawid() {
+  local dir="$SAVE_ROOT/dawid" rc=0
+  res_train dawid_teacher "$TEACHER_UPDATES" 1 "${DAWID_TEACHER[@]}" || return $?
+  res_train dawid "$STUDENT_UPDATES" 0 "${DAWID[@]}" || return $?
+  if [[ "$DRY_RUN" == 1 || (! -f "$dir/fused.pt" && ! -f "$dir/generate-test.txt") ]]; then
+    log "dawid: fusing the masks and compactors into an ordinary smaller model ($dir/fused.pt)"
+    run "${CONVERT[@]}" dawid-fuse -i "$dir/checkpoint_last.pt" -o "$dir/fused.pt" --quiet || rc=$?
+    if ((rc != 0)); then
+      log "dawid: lightcompress-convert dawid-fuse failed (exit $rc)"
+      return 1
+    fi
+  fi
+  if [[ "$DRY_RUN" == 1 || ! -s "$dir/params.json" ]]; then
+    run_to "$dir/params.json" "${PARAMS[@]}" --path "$dir/fused.pt" || rc=$?
+    if ((rc != 0)); then
+      log "dawid: lightcompress-params --path $dir/fused.pt failed (exit $rc)"
+      return 1
+    fi
+  fi
+}
+
+MODELS=(teacher lightformer_svd lightformer_random hypoformer_kd subformer smartformer
+  dawid_teacher dawid)
 log "plan: $([[ "$SMALL" == 1 ]] && echo "SMALL (CPU-sized)" || echo full), NUM_GPUS=$NUM_GPUS, PARALLEL=$PARALLEL, runs in $SAVE_ROOT"
 
 # 1. the models that do not need the teacher (in the background with PARALLEL=1), then the
@@ -290,6 +361,7 @@ fi
 res_in_parallel res_train lightformer_random "$STUDENT_UPDATES" 0 "${LIGHTFORMER[@]}"
 res_in_parallel res_train subformer "$MAX_UPDATE" 1 "${SUB[@]}" --share-all-embeddings
 res_in_parallel res_train smartformer "$MAX_UPDATE" 1 "${SMART[@]}" --share-all-embeddings
+res_in_parallel res_dawid
 res_train teacher "$TEACHER_UPDATES" 1 "${TEACHER[@]}" || res_note_rc $?
 
 # 2. what needs the trained teacher (while the others may still train), then wait for all
@@ -336,7 +408,7 @@ if [[ "$MEASURE_SPEED" != 1 ]]; then
   log "MEASURE_SPEED=$MEASURE_SPEED: no speed column"
 elif [[ "$DRY_RUN" == 1 || ! -f "$SPEED" ]]; then
   paths=""
-  for m in "${MODELS[@]}"; do paths+="${paths:+,}$m=$SAVE_ROOT/$m/checkpoint_best.pt"; done
+  for m in "${MODELS[@]}"; do paths+="${paths:+,}$m=$(res_checkpoint "$m")"; done
   log "speed: tokens/s of every model on the CPU (one thread, batch 1, beam $BEAM)"
   run_log "$SAVE_ROOT/speed.txt" bash scripts/measure_speed.sh --data "$DATA_BIN" --user-dir "$USER_DIR" \
     --path "$paths" --src-len 12 --num-sentences "$SPEED_SENTENCES" --runs "$SPEED_RUNS" \
@@ -348,7 +420,7 @@ fi
 RESULTS="$SAVE_ROOT/results.md"
 if [[ "$DRY_RUN" != 1 && -f "$RESULTS" && -f "$SAVE_ROOT/curves.png" && -f "$SAVE_ROOT/frontier.png" &&
   -z "$(find "$SAVE_ROOT" -maxdepth 2 \( -name generate-test.txt \
-  -o -name train.log -o -name speed.json \) -newer "$RESULTS" 2>/dev/null | head -n 1)" ]]; then
+  -o -name train.log -o -name speed.json -o -name params.json \) -newer "$RESULTS" 2>/dev/null | head -n 1)" ]]; then
   log "$RESULTS is up to date"
 else
   run "$PYTHON" "$HERE/collect.py" --save-root "$SAVE_ROOT" --ref "$DATA_DIR/raw/test.$TGT" \
@@ -357,7 +429,8 @@ else
     --out "$SAVE_ROOT/results.tmp.md" --json "$SAVE_ROOT/results.json"
   logs=() labels=""
   for m in "${MODELS[@]}"; do
-    if [[ "$DRY_RUN" == 1 || -s "$SAVE_ROOT/$m/train.log" ]]; then
+    # (not DA-WID's student: its loss is its own criterion's, on another scale)
+    if [[ "$m" != dawid ]] && [[ "$DRY_RUN" == 1 || -s "$SAVE_ROOT/$m/train.log" ]]; then
       logs+=("$SAVE_ROOT/$m/train.log") labels+="${labels:+,}$m"
     fi
   done
