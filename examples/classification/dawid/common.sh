@@ -104,10 +104,10 @@ dawid_glue_roberta() {
   run tar -xzf "$GLUE_RAW/roberta.base.tar.gz" -C "$(dirname "$ROBERTA_DIR")"
 }
 
-# dawid_glue_flags LR EPOCHS_OR_UPDATES...: TRAIN_FLAGS shared by fine-tuning and DA-WID.
+# dawid_glue_flags: TRAIN_FLAGS shared by fine-tuning and DA-WID (no dropout flags: the DA-WID
+# student keeps its teacher's, and fairseq-train refuses them for --arch dawid_roberta).
 dawid_glue_flags() {
-  TRAIN_FLAGS=("${TASK_FLAGS[@]}" --batch-size "$TASK_BSZ" --max-tokens 4400
-    --dropout 0.1 --attention-dropout 0.1 --weight-decay 0.1
+  TRAIN_FLAGS=("${TASK_FLAGS[@]}" --batch-size "$TASK_BSZ" --max-tokens 4400 --weight-decay 0.1
     --optimizer adam --adam-betas '(0.9, 0.98)' --adam-eps 1e-06 --clip-norm 0.0
     --seed "$SEED" --log-format simple --log-interval 50 --no-epoch-checkpoints)
   if [[ "$REGRESSION" == 1 ]]; then
@@ -139,7 +139,7 @@ dawid_glue_teacher() {
   dawid_glue_roberta
   dawid_glue_flags
   TRAIN_FLAGS+=(--lr-scheduler polynomial_decay --lr "$TASK_LR" --total-num-update "$TASK_UPDATES"
-    --warmup-updates "$TASK_WARMUP" --max-epoch 10)
+    --warmup-updates "$TASK_WARMUP" --max-epoch 10 --dropout 0.1 --attention-dropout 0.1)
   local report=()
   # fairseq-validate builds the criterion a checkpoint names: STS-B's must report correlations
   if [[ "$REGRESSION" == 1 ]]; then report=(--report-pearson-and-spearman); fi

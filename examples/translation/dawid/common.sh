@@ -47,14 +47,16 @@ dawid_teacher_flags() {
   extra_train_flags
 }
 
-# dawid_wid_flags: DA-WID's schedule (the masks, the Lagrangian, the distillation loss).
+# dawid_wid_flags: DA-WID's schedule (the masks, the Lagrangian, the distillation loss). No
+# --dropout: the student keeps its teacher's dropout (--arch dawid has no such flag, and
+# fairseq-train refuses it).
 dawid_wid_flags() {
   set_update_freq
   TRAIN_FLAGS=(
     --task translation --source-lang "$SRC" --target-lang "$TGT"
     --optimizer adam --adam-betas '(0.9, 0.98)' --clip-norm 0.0
     --lr "${WID_LR:-2e-4}" --lr-scheduler inverse_sqrt --warmup-updates 1000 --warmup-init-lr 1e-07
-    --dropout "$DROPOUT" --criterion dawid --dawid-lambda "${DAWID_LAMBDA:-0.5}"
+    --criterion dawid --dawid-lambda "${DAWID_LAMBDA:-0.5}"
     --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --max-update "${WID_UPDATES:-30000}"
     --seed "$SEED" --log-format simple --log-interval 100 --no-epoch-checkpoints
   )
