@@ -202,6 +202,34 @@ def test_dawid_fuse_refuses_other_checkpoints_and_empty_models_writing_nothing(
     ]
 
 
+@pytest.mark.parametrize("damage", ["no update count", "teacher config", "a compactor"])
+def test_dawid_fuse_refuses_a_damaged_training_checkpoint_with_one_line(
+    wid_student, tmp_path, capsys, damage
+):
+    from lightcompress.convert.cli import cli_main
+
+    save_dir, _ = wid_student
+    state = torch.load(os.path.join(save_dir, "checkpoint_last.pt"), map_location="cpu")
+    sd = state["model"]
+    if damage == "no update count":
+        del sd["wid_num_updates"]
+        needle = "wid_num_updates"
+    elif damage == "teacher config":
+        sd["wid_teacher_config"] = torch.tensor(list(b"{not json"), dtype=torch.uint8)
+        needle = "a damaged DA-WID training checkpoint (JSONDecodeError"
+    else:
+        del sd["encoder.layers.0.blocks.0.site.c_in"]
+        needle = "encoder.layers.0.blocks.0.site.c_in"
+    bad = str(tmp_path / "damaged.pt")
+    torch.save(state, bad)
+    out = str(tmp_path / "fused.pt")
+    assert cli_main(["dawid-fuse", "-i", bad, "-o", out]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lightcompress-convert dawid-fuse: error:"), err
+    assert needle in err[0], err[0]
+    assert sorted(os.listdir(tmp_path)) == ["damaged.pt"]
+
+
 def test_too_few_calibration_tokens_for_the_width_are_refused_before_any_data_is_read():
     import argparse
 

@@ -64,6 +64,11 @@ def _check_output(opts):
         raise ConversionError(why)
 
 
+def _one_line(exc: BaseException, limit: int = 400) -> str:
+    """An exception's message on one line (torch's state-dict errors span several)."""
+    return " ".join(str(exc).split())[:limit]
+
+
 def _check_equivalence(student, fused) -> float:
     """Largest |fused - training model| output difference on a random batch (relative to the
     largest output): teacher-forced logits of a translation model, every classification head's
@@ -170,7 +175,12 @@ def fuse_checkpoint(argv=None, out=None):
     except FusionError as exc:
         raise ConversionError(str(exc)) from None
     except (ConfigError, RuntimeError) as exc:
-        raise ConversionError(f"{opts.input}: {exc}") from None
+        raise ConversionError(f"{opts.input}: {_one_line(exc)}") from None
+    except (KeyError, ValueError, TypeError) as exc:  # a damaged teacher configuration
+        raise ConversionError(
+            f"{opts.input}: a damaged DA-WID training checkpoint "
+            f"({type(exc).__name__}: {_one_line(exc)})"
+        ) from None
     rel = _check_equivalence(student, fused)
 
     counts = count_parameters(fused)
