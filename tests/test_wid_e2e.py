@@ -176,6 +176,49 @@ def test_a_pre_ln_teacher_is_refused_with_one_line(wid_data, wid_teacher, tmp_pa
     assert not os.path.exists(tmp_path / "ckpt") or not os.listdir(tmp_path / "ckpt")
 
 
+def _lightformer_teacher(wid_data, path):
+    from fairseq.data import Dictionary
+
+    from lightcompress.build import build_model_without_data, parse_model_args
+
+    flags = [str(a) for a in harness.tiny_arch_args("transformer")[2:]] + [
+        "--lc-rank", "4", "--lc-embed-rank", "8", "--lc-encoder-groups", "1",
+        "--lc-decoder-groups", "1",
+    ]  # fmt: skip
+    args = parse_model_args("lightformer", flags)
+    model = build_model_without_data(args, Dictionary.load(os.path.join(wid_data, "dict.de.txt")))
+    torch.save({"args": None, "cfg": {"model": args}, "model": model.state_dict()}, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "case, needles",
+    [
+        ("sparsity 1", ["--dawid-target-sparsity must be in [0, 1), got 1.0"]),
+        ("sparsity -0.2", ["--dawid-target-sparsity must be in [0, 1), got -0.2"]),
+        ("calibration > data", ["--dawid-calib-tokens 100000: the train data has only"]),
+        ("calibration < width", ["--dawid-calib-tokens 16 is smaller than the model width 32"]),
+        ("lightformer teacher", ["the teacher is a lightformer model", "--arch dawid compresses"]),
+    ],
+)
+def test_fairseq_train_refuses_bad_dawid_input_with_one_line(
+    wid_data, wid_teacher, tmp_path, case, needles
+):
+    teacher, extra = wid_teacher, []
+    if case.startswith("sparsity"):
+        extra = ["--dawid-target-sparsity", case.split()[1]]
+    elif case == "calibration > data":
+        extra = ["--dawid-calib-tokens", "100000"]
+    elif case == "calibration < width":
+        extra = ["--dawid-calib-tokens", "16"]
+    else:
+        teacher = _lightformer_teacher(wid_data, str(tmp_path / "lightformer.pt"))
+    save_dir = tmp_path / "ckpt"
+    proc = _dawid_train(wid_data, teacher, str(save_dir), extra=extra, check=False, max_update=2)
+    _one_error_line(proc, *needles)
+    assert not save_dir.exists() or not os.listdir(save_dir)  # nothing written
+
+
 def test_dawid_fuse_refuses_other_checkpoints_and_empty_models_writing_nothing(
     wid_teacher, wid_student, tmp_path, capsys
 ):
