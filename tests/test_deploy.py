@@ -778,3 +778,28 @@ def test_onnx_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
         assert translate_main(args) == 2, args
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (args, lines)
+
+
+def test_measure_speed_times_onnx_exports_with_fairseqs_bleu_size_and_memory(toy, tmp_path):
+    out = tmp_path / "speed.json"
+    subformer = make_checkpoint(
+        toy["data"], str(tmp_path / "subformer.pt"), "subformer",
+        T32 + ["--safe-dim", "16", "--safe-heads", "2", "--encoder-layers", "2",
+               "--decoder-layers", "2", "--share-all-embeddings"],
+    )  # fmt: skip
+    proc = _measure("--data", toy["data"], "--path",
+                    f"teacher={toy['teacher']},subformer={subformer}", "--onnx", "--bleu",
+                    "--memory", "--runs", "1", "--warmup", "0",
+                    "--num-sentences", "4", "--src-len", "6", "--quiet", "--json", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    rows = {(r["label"], r["engine"], r["precision"]): r for r in result["models"]}
+    assert ("teacher", "onnxruntime", "float32") in rows
+    assert not any(k[0] == "subformer" and k[1] == "onnxruntime" for k in rows)
+    assert "subformer: no ONNX export" in proc.stdout
+    onnx, ref = rows["teacher", "onnxruntime", "float32"], rows["teacher", "fairseq", "float32"]
+    assert onnx["bleu"] == pytest.approx(ref["bleu"], abs=0.1)  # fairseq's translations
+    assert onnx["tokens_per_s"] > 0 and onnx["size_bytes"] > 0
+    # the ONNX process (numpy + onnxruntime through the export's translate.py) holds no torch
+    assert onnx["peak_rss_kib"] >= onnx["baseline_rss_kib"] > 0
+    assert onnx["baseline_rss_kib"] < ref["baseline_rss_kib"] / 2

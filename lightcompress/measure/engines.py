@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["CT2Runner", "fairseq_max_len"]
+__all__ = ["CT2Runner", "FastRunner", "OnnxRunner", "fairseq_max_len"]
 
 
 def fairseq_max_len(src_len: int, gen, max_positions: int) -> int:
@@ -182,4 +182,69 @@ class FastRunner:
         for idx, src, lengths in left_pad_batches(sentences, batch_size, pad):
             for i, hyps in zip(idx, runner.generator.generate(src, lengths)):
                 out[i] = [t for t in hyps[0]["tokens"].tolist() if t != runner.generator.eos]
+        return out
+
+
+class OnnxRunner:
+    """A ``lightcompress-export-onnx`` export on ONNX Runtime's CPU provider
+    (:class:`lightcompress.deploy.onnx_runtime.OnnxGenerator`: fairseq's beam search in numpy),
+    the same settings as fairseq.
+
+    Parameters
+    ----------
+    model_dir : str
+        The export.
+    threads : int
+        ONNX Runtime's intra-op threads.
+    pad : int
+        The source padding id (left-padded batches, as fairseq pads them).
+    model_max_positions : tuple
+        The fairseq model's ``max_positions()``.
+    """
+
+    engine = "onnxruntime"
+
+    def __init__(self, model_dir: str, threads: int, pad: int, model_max_positions=None):
+        from lightcompress.deploy.onnx_runtime import OnnxGenerator
+
+        self.model_dir = model_dir
+        self.pad = pad
+        self.threads = threads
+        self.generator = OnnxGenerator(model_dir, threads=threads)
+        self.model_max_positions = model_max_positions
+
+    def _set(self, gen) -> None:
+        g = self.generator
+        g.beam_size = min(gen.beam, g.vocab_size - 1)
+        g.len_penalty, g.min_len = gen.lenpen, gen.min_len
+        g.max_len_a, g.max_len_b = gen.max_len_a, gen.max_len_b
+
+    def prepare(self, sentences: Sequence[torch.Tensor], gen, batch_size: int = 1) -> list:
+        """Left-padded numpy batches of ``batch_size`` consecutive sentences."""
+        out = []
+        for start in range(0, len(sentences), batch_size):
+            src, lengths = left_padded(sentences[start : start + batch_size], self.pad)
+            out.append((gen, src.numpy(), lengths.numpy()))
+        return out
+
+    def run_one(self, prepared) -> int:
+        gen, src, lengths = prepared
+        self._set(gen)
+        eos = self.generator.eos
+        tokens = 0
+        for hyps in self.generator.generate(src, lengths):
+            hyp = hyps[0]["tokens"]
+            n = len(hyp)
+            tokens += n - 1 if n and int(hyp[-1]) == eos else n
+        return tokens
+
+    def translate(self, sentences: Sequence[torch.Tensor], gen, batch_size: int) -> list[list[int]]:
+        from lightcompress.deploy.translate import left_pad_batches
+
+        self._set(gen)
+        eos = self.generator.eos
+        out: list[list[int] | None] = [None] * len(sentences)
+        for idx, src, lengths in left_pad_batches(sentences, batch_size, self.pad):
+            for i, hyps in zip(idx, self.generator.generate(src.numpy(), lengths.numpy())):
+                out[i] = [int(t) for t in hyps[0]["tokens"] if t != eos]
         return out

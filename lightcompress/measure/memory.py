@@ -2,10 +2,11 @@
 
 What a user's translation process holds: ``measure_speed`` writes each model (a fairseq model as
 its configuration and float32 weights, as a checkpoint holds them, quantized in the child for
-int8; a CTranslate2 model as its directory) and the timing
+int8; a CTranslate2 model or an ONNX export as its directory) and the timing
 sentences into a work directory, and starts ``python -m lightcompress.measure.memory JOB.json``
 for it. The child imports only what its engine needs (torch, fairseq and the plugin, or only
-ctranslate2: it runs as a script, not through the package),
+ctranslate2, or numpy + onnxruntime through the export's ``translate.py``: it runs as a script,
+not through the package),
 notes its resident size (``VmRSS``) as the *baseline*, loads the model, translates every
 sentence once (batch 1, the timing's generation settings) and prints one JSON line:
 ``{"baseline_kib", "peak_kib"}``, ``peak_kib`` being the process's peak resident size
@@ -50,6 +51,10 @@ def write_job(workdir: str, index: int, candidate, sentences, gen) -> str:
         job["compute_type"] = candidate.runner.compute_type
         # the child imports nothing but ctranslate2: the inputs go as plain lists
         job["inputs"] = candidate.runner.prepare(sentences, gen)
+    elif candidate.engine == "onnxruntime":
+        # the child imports numpy and onnxruntime (the export's own translate.py), no torch
+        job["model_dir"] = candidate.runner.model_dir
+        job["inputs"] = [s.tolist() for s in sentences]
     else:
         # what a checkpoint holds: the configuration and float32 weights (int8: quantized in
         # the child, as a user would after loading)
@@ -97,6 +102,22 @@ def _child(job_path: str) -> dict:
         )  # fmt: skip
         for tokens, options in job["inputs"]:
             translator.translate_batch(tokens, **options)
+    elif job["engine"] == "onnxruntime":
+        import importlib.util
+
+        import numpy as np
+
+        baseline = _status_kib("VmRSS")
+        path = os.path.join(job["model_dir"], "translate.py")  # the export's runtime
+        spec = importlib.util.spec_from_file_location("onnx_export_runtime", path)
+        runtime = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(runtime)
+        generator = runtime.OnnxGenerator(
+            job["model_dir"], beam_size=gen.beam, len_penalty=gen.lenpen, min_len=gen.min_len,
+            max_len_a=gen.max_len_a, max_len_b=gen.max_len_b, threads=job["threads"],
+        )  # fmt: skip
+        for s in job["inputs"]:
+            generator.generate(np.array([s], dtype=np.int64), np.array([len(s)]))
     else:
         import torch
         from fairseq.sequence_generator import SequenceGenerator

@@ -48,7 +48,12 @@ compressed models get a ``note:`` line instead (CTranslate2 would store them den
 the model's weights as stored (fairseq: ``torch.save(state_dict())``, shared tensors once;
 CTranslate2: its model directory). ``--memory`` adds the peak resident memory of a fresh process
 per model that imports only its engine, loads the model and translates the timing sentences once
-(:mod:`lightcompress.measure.memory`).
+(:mod:`lightcompress.measure.memory`). ``--onnx`` exports every model that
+:mod:`lightcompress.deploy.onnx_export` can express (fairseq's Transformer, LightFormer,
+Hypoformer, Smartformer; compressed weights kept) and times it on ONNX Runtime
+(:class:`lightcompress.deploy.onnx_runtime.OnnxGenerator`, engine ``onnxruntime``) in float32,
+and in ONNX Runtime's int8 with ``--int8-large`` (the large maps) / ``--compare-int8`` (every
+map); its size is the export directory.
 
 ``--json OUT`` writes every raw run, the protocol, date, CPU model and library versions (the
 file is written atomically).
@@ -399,6 +404,45 @@ def with_ct2(
             out.append(
                 Candidate(c.label, target, None, c.task, c.params, precision, c.random_weights,
                           c.args, engine="ctranslate2", runner=runner, model_args=c.model_args,
+                          size_bytes=directory_bytes(target))
+            )  # fmt: skip
+    return out, notes
+
+
+def with_onnx(
+    candidates: Sequence[Candidate],
+    workdir: str,
+    threads: int,
+    variants: Sequence[str],
+    log=None,
+) -> tuple[list[Candidate], list[str]]:
+    """ONNX Runtime candidates (:mod:`lightcompress.deploy.onnx_export`, into ``workdir``) of
+    every float32 fairseq candidate: float32, and ``int8`` (every map) / ``int8-large`` (the
+    maps of at least 2^17 weights) when in ``variants``. Returns the new candidates and one
+    note per model that could not be exported."""
+    from lightcompress.deploy.onnx_export import ExportError, export_onnx
+    from lightcompress.measure.engines import OnnxRunner
+
+    os.makedirs(workdir, exist_ok=True)
+    out, notes = [], []
+    for i, c in enumerate(candidates):
+        if c.engine != "fairseq" or c.precision != "float32":
+            continue
+        for precision in ("float32", *variants):
+            target = os.path.join(workdir, f"{i}-onnx-{precision}")
+            int8 = {"float32": None, "int8": "all", "int8-large": "large"}[precision]
+            try:
+                export_onnx(c.model, c.task, target, int8=int8)
+            except ExportError as exc:
+                notes.append(f"{c.label}: no ONNX export ({exc})")
+                break
+            if log:
+                log(f"exported {c.label} to ONNX ({precision}): {target}")
+            runner = OnnxRunner(target, threads, c.task.source_dictionary.pad(),
+                                c.model.max_positions())  # fmt: skip
+            out.append(
+                Candidate(c.label, target, None, c.task, c.params, precision, c.random_weights,
+                          c.args, engine="onnxruntime", runner=runner, model_args=c.model_args,
                           size_bytes=directory_bytes(target))
             )  # fmt: skip
     return out, notes
@@ -886,6 +930,13 @@ def _arg_parser() -> argparse.ArgumentParser:
         "fairseq's beam search and results, lean decoder step), float32 and int8 alike",
     )
     e.add_argument(
+        "--onnx",
+        action="store_true",
+        help="also time ONNX Runtime exports (lightcompress.deploy.onnx_export: compressed "
+        "weights kept, numpy beam search) of every model it can export, in float32 and, with "
+        "--int8-large / --compare-int8, in ONNX Runtime's int8 of the large maps / of every map",
+    )
+    e.add_argument(
         "--ct2-dir",
         help="keep the CTranslate2 exports in this (new or empty) directory instead of a "
         "temporary one",
@@ -1007,6 +1058,13 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
     if args.ct2:
         ct2_dir = args.ct2_dir or os.path.join(workdir, "ct2")
         ct2, notes = with_ct2(candidates, ct2_dir, args.threads, log)
+    if args.onnx:
+        onnx_variants = [v for v, on in (("int8-large", args.int8_large),
+                                         ("int8", args.compare_int8)) if on]  # fmt: skip
+        onnx, onnx_notes = with_onnx(
+            candidates, os.path.join(workdir, "onnx"), args.threads, onnx_variants, log
+        )
+        ct2, notes = onnx + ct2, notes + onnx_notes
     variants = [v for v, on in (("int8", args.compare_int8 or args.quantize == "int8"),
                                 ("int8-large", args.int8_large or args.quantize == "int8-large"))
                 if on]  # fmt: skip
