@@ -114,16 +114,20 @@ class OnnxGenerator:
         self._dec_inputs = [i.name for i in self.decoder.get_inputs()]
         self._enc_outputs = [o.name for o in self.encoder.get_outputs()]
 
-    def _bias(self, step: int, max_len: int) -> np.ndarray:
-        bias = np.zeros(self.vocab_size, dtype=np.float32)
-        bias[self.pad] = -np.inf
-        bias[self.unk] -= self.unk_penalty
-        if step >= max_len:
-            bias[: self.eos] = -np.inf
-            bias[self.eos + 1 :] = -np.inf
-        elif step < self.min_len:
-            bias[self.eos] = -np.inf
-        return bias
+    def _biases(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The per-token score bias before ``min_len``, between, and at ``max_len`` (fairseq:
+        ``-inf`` for padding, the unknown penalty, EOS forbidden / forced)."""
+        key = (self.pad, self.unk, self.eos, self.unk_penalty, self.vocab_size)
+        if getattr(self, "_bias_key", None) != key:
+            normal = np.zeros(self.vocab_size, dtype=np.float32)
+            normal[self.pad] = -np.inf
+            normal[self.unk] -= self.unk_penalty
+            short = normal.copy()
+            short[self.eos] = -np.inf
+            end = np.full(self.vocab_size, -np.inf, dtype=np.float32)
+            end[self.eos] = normal[self.eos]
+            self._bias_cache, self._bias_key = (short, normal, end), key
+        return self._bias_cache
 
     def generate(self, src_tokens: np.ndarray, src_lengths: np.ndarray) -> list[list[dict]]:
         """Translate a batch: ``src_tokens`` ``[B x S]`` int64, left-padded, ``src_lengths``
@@ -156,20 +160,28 @@ class OnnxGenerator:
         order = np.arange(n, dtype=np.int64)
         batch_idxs: np.ndarray | None = None
         k_row = np.array([min(cand_size, self.vocab_size)], dtype=np.int64)
+        short, normal, end = self._biases()
+        rows = np.arange(bsz)[:, None]
+        beam_offsets = np.tile(np.arange(beam) * self.vocab_size, bsz)[:, None]
+        feed = {"k": k_row, **cross, **past}
 
         for step in range(max_len + 1):  # one extra step for EOS
             if step > 0 and batch_idxs is not None:  # finished sentences left the batch
                 corr = batch_idxs - np.arange(batch_idxs.size)
                 order = (order.reshape(-1, beam) + corr[:, None] * beam).reshape(-1)
-                cross = {name: a[order] for name, a in cross.items()}
-            feed = {"prev": tokens[:, step], "pos": np.array([self.offset + step + 1], np.int64),
-                    "order": order, "bias": self._bias(step, max_len), "k": k_row}  # fmt: skip
-            feed.update(cross)
-            feed.update(past)
+                for name in cross:
+                    cross[name] = cross[name][order]
+                feed.update(cross)
+                rows = np.arange(bsz)[:, None]
+                beam_offsets = np.tile(np.arange(beam) * self.vocab_size, bsz)[:, None]
+            feed["prev"] = tokens[:, step]
+            feed["pos"] = np.array([self.offset + step + 1], np.int64)
+            feed["order"] = order
+            feed["bias"] = end if step >= max_len else (short if step < self.min_len else normal)
             out = self.decoder.run(None, feed)
             top_lp, top_ids = out[0], out[1]
-            for i in range(len(self.layers)):
-                past[f"past_k{i}"], past[f"past_v{i}"] = out[2 + 2 * i], out[3 + 2 * i]
+            for i, name in enumerate(past):
+                feed[name] = out[2 + i]
 
             # fairseq's BeamSearch.step over each hypothesis' best k_row tokens
             k = top_lp.shape[1]
@@ -178,12 +190,11 @@ class OnnxGenerator:
                 flat = top_ids[::beam]
             else:
                 vals = (top_lp + scores[:, step - 1][:, None]).reshape(bsz, beam * k)
-                flat = (top_ids + np.tile(np.arange(beam) * self.vocab_size, bsz)[:, None]
-                        ).reshape(bsz, beam * k)  # fmt: skip
+                flat = (top_ids + beam_offsets).reshape(bsz, beam * k)
             want = min(cand_size, (beam if step > 0 else 1) * self.vocab_size - 1)
             pick = np.lexsort((flat, -vals), axis=1)[:, :want]  # best first, ties: lower index
-            cand_scores = np.take_along_axis(vals, pick, axis=1).astype(np.float32)
-            cand_flat = np.take_along_axis(flat, pick, axis=1)
+            cand_scores = vals[rows, pick].astype(np.float32)
+            cand_flat = flat[rows, pick]
             cand_beams = cand_flat // self.vocab_size
             cand_indices = cand_flat % self.vocab_size
 
@@ -215,24 +226,20 @@ class OnnxGenerator:
                 scores = scores.reshape(bsz, -1)[batch_idxs].reshape(new_bsz * beam, -1)
                 tokens = tokens.reshape(bsz, -1)[batch_idxs].reshape(new_bsz * beam, -1)
                 bsz = new_bsz
+                rows = np.arange(bsz)[:, None]
             else:
                 batch_idxs = None
 
             eos_mask[:, :beam] = ~((~cands_to_ignore) & (~eos_mask[:, :beam]))
             active_mask = eos_mask.astype(np.int64) * cand_size + cand_offsets[: eos_mask.shape[1]]
             active_hypos = np.argsort(active_mask, axis=1, kind="stable")[:, :beam]
-            new_cands_to_ignore = np.take_along_axis(active_mask, active_hypos, axis=1)
-            cands_to_ignore = (new_cands_to_ignore >= cand_size)[:, :beam]
-            active_bbsz_idx = np.take_along_axis(cand_bbsz_idx, active_hypos, axis=1).reshape(-1)
+            cands_to_ignore = active_mask[rows, active_hypos] >= cand_size
+            active_bbsz_idx = cand_bbsz_idx[rows, active_hypos].reshape(-1)
             tokens[:, : step + 1] = tokens[active_bbsz_idx, : step + 1]
-            tokens.reshape(bsz, beam, -1)[:, :, step + 1] = np.take_along_axis(
-                cand_indices, active_hypos, axis=1
-            )
+            tokens.reshape(bsz, beam, -1)[:, :, step + 1] = cand_indices[rows, active_hypos]
             if step > 0:
                 scores[:, :step] = scores[active_bbsz_idx, :step]
-            scores.reshape(bsz, beam, -1)[:, :, step] = np.take_along_axis(
-                cand_scores, active_hypos, axis=1
-            )
+            scores.reshape(bsz, beam, -1)[:, :, step] = cand_scores[rows, active_hypos]
             order = active_bbsz_idx.astype(np.int64)
 
         for sent in range(len(finalized)):
