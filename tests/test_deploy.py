@@ -751,10 +751,16 @@ def test_onnx_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
     full.mkdir()
     (full / "x").write_text("x")
     out = str(tmp_path / "out")
+    small = tmp_path / "small"
+    small.mkdir()
+    for name in ("dict.de.txt", "dict.en.txt"):  # dictionaries of another size
+        with open(os.path.join(toy["data"], name)) as f:
+            (small / name).write_text("".join(f.readlines()[:10]))
     base = ["--path", toy["teacher"], "--data", toy["data"]]
     cases = [
         (["--path", str(tmp_path / "none.pt"), "--data", toy["data"], "-o", out],
          "checkpoint not found"),
+        (["--path", toy["teacher"], "--data", str(small), "-o", out], "do not fit"),
         (base + ["-o", str(full)], "give a new or empty directory"),
         (base + ["-o", out, "--spm", str(tmp_path / "none.model")],
          "sentencepiece model not found"),
@@ -767,7 +773,7 @@ def test_onnx_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (args, lines)
         assert lines[0].startswith("lightcompress-export-onnx: error: ")
-    assert sorted(os.listdir(tmp_path)) == ["full", "not.model", "subformer.pt"]
+    assert sorted(os.listdir(tmp_path)) == ["full", "not.model", "small", "subformer.pt"]
     assert os.listdir(full) == ["x"]
     # the runtime: a directory that is not an export, a missing input, bad settings
     cases = [

@@ -663,7 +663,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             model, task, _ = load_checkpoint(args.path, args.data)
         except SpeedError as exc:
-            raise ExportError(str(exc)) from None
+            message = str(exc)
+            if "size mismatch" in message:
+                message = (
+                    f"the dictionaries in {args.data} do not fit {args.path} (its embedding or "
+                    "output tables have another size): give the data directory the model was "
+                    "trained with"
+                )
+            raise ExportError(message) from None
         export_onnx(model, task, args.output, int8=args.int8, spm=args.spm)
     except ExportError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
