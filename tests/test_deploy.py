@@ -779,6 +779,8 @@ def test_onnx_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
     cases = [
         ([str(full)], "is not an ONNX export (no config.json)"),
         ([str(tmp_path / "none")], "model directory not found"),
+        ([str(full), "-o", str(tmp_path / "no" / "out.txt")], "is not a writable directory"),
+        ([str(full), "-i", str(tmp_path / "none.txt")], "input file not found"),
     ]
     for args, message in cases:
         assert translate_main(args) == 2, args

@@ -399,8 +399,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _arg_parser().parse_args(argv)
     prog = os.path.basename(sys.argv[0]) or "translate.py"
     try:
-        if args.output is not None and os.path.isdir(args.output):
-            raise OnnxError(f"--output {args.output} is a directory")
+        if args.output is not None:
+            parent = os.path.dirname(os.path.abspath(args.output))
+            if os.path.isdir(args.output):
+                raise OnnxError(f"--output {args.output} is a directory")
+            if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+                raise OnnxError(f"--output {args.output}: {parent} is not a writable directory")
         if args.input is not None and not os.path.isfile(args.input):
             raise OnnxError(f"input file not found: {args.input}")
         translator = OnnxTranslator(
