@@ -679,7 +679,9 @@ def test_onnx_int8_export_translates_the_trained_teacher_like_float32(toy, tmp_p
 
     model, task = _load(toy["teacher"], toy["data"])
     export_onnx(model, task, str(tmp_path / "f32"), spm=toy["spm"])
-    export_onnx(model, task, str(tmp_path / "int8"), int8="all", spm=toy["spm"])
+    config = export_onnx(model, task, str(tmp_path / "int8"), int8="all", spm=toy["spm"])
+    assert set(config["int8_error"]) == {"encoder", "decoder"}  # recorded, as a relative error
+    assert all(0 < e < 0.5 for e in config["int8_error"].values()), config["int8_error"]
     with open(os.path.join(toy["raw"], "test.de")) as f:
         lines = [line.strip() for line in f]
     f32 = OnnxTranslator(str(tmp_path / "f32"), beam=5).translate(lines)

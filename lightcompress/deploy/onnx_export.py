@@ -25,7 +25,9 @@ projection...), so every compressed family whose decoder the lean step of
 LightFormer (low-rank maps and table, tied factorized output projection, shared layers, Admin),
 Hypoformer (fused HTT Q/K/V), Smartformer (CP Q/K/V). A decoder the lean step cannot compute
 (Subformer's sandwich layers) is refused with one line. The export is checked before anything
-is written: the graphs' log-probabilities must match the model's on a probe batch.
+is written: the float32 graphs must reproduce the model's encoder outputs and log-probabilities
+on a probe batch (to 1e-3); an int8 export records how far int8 moved them
+(``config.json``: ``int8_error``, relative) and the command prints it.
 
 ``--int8``: ONNX Runtime's dynamic int8 quantization (int8 weights, activations quantized on
 the fly: ``MatMulInteger``) of the large maps (``large``: at least 2^17 weights, the
@@ -535,8 +537,11 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             work = os.path.join(tmp, "int8")
             os.makedirs(work)
             for name, proto in protos.items():
+                onnx.save(proto, os.path.join(work, f"{name}.onnx"))
+            if check:  # the float32 graphs first, exactly
+                _check(work, args, ref, src, cross, strict=True)
+            for name in protos:
                 path = os.path.join(work, f"{name}.onnx")
-                onnx.save(proto, path)
                 _quantize(path, os.path.join(work, f"{name}.int8.onnx"), limit)
                 protos[name] = onnx.load(os.path.join(work, f"{name}.int8.onnx"))
             shutil.rmtree(work)
@@ -550,10 +555,12 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             shutil.copyfile(spm, os.path.join(tmp, "spm.model"))
         shutil.copyfile(os.path.join(os.path.dirname(__file__), "onnx_runtime.py"),
                         os.path.join(tmp, "translate.py"))  # fmt: skip
+        if check:  # float32: exact (or ExportError); int8: how far it moved, recorded
+            errors = _check(tmp, args, ref, src, cross, strict=not int8)
+            if int8:
+                config["int8_error"] = errors
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=1)
-        if check:
-            _check(tmp, args, ref, src, cross, int8)
         if os.path.isdir(out_dir):
             os.rmdir(out_dir)
         os.replace(tmp, out_dir)
@@ -563,52 +570,63 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
     return config
 
 
-def _close(got, ref, int8: bool) -> tuple[bool, float]:
-    """float32: equal to 1e-3; int8: within 50 % relative (Frobenius) error, a bound that
-    catches a broken graph (errors near 100 % and more) and passes int8 rounding (3-5 % on the
-    cross-attention keys of random 256-wide models, once 32 % on a random model's flat
-    log-probabilities); -inf entries must agree. int8 translations are judged by BLEU."""
+def _error(got, ref) -> float:
+    """Largest absolute difference (``inf`` where shapes or -inf entries disagree)."""
     import numpy as np
 
     if got.shape != ref.shape or not np.array_equal(np.isfinite(got), np.isfinite(ref)):
-        return False, float("inf")
+        return float("inf")
+    fin = np.isfinite(ref)
+    return float(np.abs(got[fin].astype(np.float64) - ref[fin]).max()) if fin.any() else 0.0
+
+
+def _relative_error(got, ref) -> float:
+    """Relative (Frobenius) error over the finite entries (``inf`` where they disagree)."""
+    import numpy as np
+
+    if got.shape != ref.shape or not np.array_equal(np.isfinite(got), np.isfinite(ref)):
+        return float("inf")
     fin = np.isfinite(ref)
     g, r = got[fin].astype(np.float64), ref[fin].astype(np.float64)
-    if int8:
-        err = float(np.linalg.norm(g - r) / max(np.linalg.norm(r), 1e-12))
-        return err <= 0.5, err
-    err = float(np.abs(g - r).max()) if g.size else 0.0
-    return bool(np.allclose(g, r, atol=1e-3, rtol=1e-3)), err
+    return float(np.linalg.norm(g - r) / max(np.linalg.norm(r), 1e-12))
 
 
-def _check(tmp, args, ref, src, cross, int8) -> None:
-    """The graphs in ``tmp`` reproduce the traced modules on the probe inputs."""
+def _check(folder, args, ref, src, cross, strict: bool) -> dict:
+    """Run the graphs in ``folder`` on the probe inputs against the traced modules' outputs.
+    ``strict`` (float32): equal to 1e-3 or :class:`ExportError`. Returns the relative errors
+    ``{"encoder": ..., "decoder": ...}`` (int8 exports record them: int8 weights and
+    activations move the outputs; ONNX Runtime quantizes activations per tensor, which deep
+    random-weight encoders feel most)."""
     import numpy as np
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
-    enc = ort.InferenceSession(os.path.join(tmp, "encoder.onnx"), so,
+    so.log_severity_level = 3
+    enc = ort.InferenceSession(os.path.join(folder, "encoder.onnx"), so,
                                providers=["CPUExecutionProvider"])  # fmt: skip
-    dec = ort.InferenceSession(os.path.join(tmp, "decoder.onnx"), so,
+    dec = ort.InferenceSession(os.path.join(folder, "decoder.onnx"), so,
                                providers=["CPUExecutionProvider"])  # fmt: skip
     got = enc.run(None, {"src_tokens": src.numpy()})
-    for g, r in zip(got, cross):
-        ok, err = _close(g, r.numpy(), bool(int8))
-        if not ok:
-            raise ExportError(
-                f"the exported encoder does not reproduce the model (check failed: error {err:.3g})"
-            )
     names = [i.name for i in dec.get_inputs()]
     feed = dict(zip(["prev", "pos", "order", "bias"] + names[4:], (a.numpy() for a in args)))
     feed = {n: feed[n] for n in names if n != "k"}
     feed["k"] = np.array([_K_PLACEHOLDER], dtype=np.int64)
     out = dec.run(None, feed)
-    ok, err = _close(out[0], ref[0].numpy(), bool(int8))
-    if not ok:
-        raise ExportError(
-            f"the exported decoder step does not reproduce the model (check failed: error {err:.3g})"
-        )
+    pairs = {"encoder": [(g, r.numpy()) for g, r in zip(got, cross)],
+             "decoder": [(out[0], ref[0].numpy())]}  # fmt: skip
+    errors = {}
+    for part, items in pairs.items():
+        if strict:
+            worst = max(_error(g, r) for g, r in items)
+            scale = max(float(np.abs(r[np.isfinite(r)]).max(initial=0.0)) for _g, r in items)
+            if not worst <= 1e-3 * max(1.0, scale):
+                raise ExportError(
+                    f"the exported {part} does not reproduce the model (check failed: largest "
+                    f"difference {worst:.3g})"
+                )
+        errors[part] = round(max(_relative_error(g, r) for g, r in items), 6)
+    return errors
 
 
 # --------------------------------------------------------------------------------------------
@@ -671,10 +689,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "trained with"
                 )
             raise ExportError(message) from None
-        export_onnx(model, task, args.output, int8=args.int8, spm=args.spm)
+        config = export_onnx(model, task, args.output, int8=args.int8, spm=args.spm)
     except ExportError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
+    errors = config.get("int8_error")
+    if errors:
+        print(f"{prog}: int8 moved the encoder's outputs by {100 * errors['encoder']:.1f} % and "
+              f"the decoder's log-probabilities by {100 * errors['decoder']:.1f} % (relative, on "
+              "a probe batch): compare its BLEU with the float32 export's", file=sys.stderr)  # fmt: skip
     print(f"{prog}: wrote {args.output}", file=sys.stderr)
     return 0
 
