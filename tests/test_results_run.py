@@ -330,11 +330,11 @@ def _fairseq_parses(argv, capsys):
 
 
 @pytest.mark.parametrize(
-    "small, sparsity, updates, teacher_updates, width",
-    [("1", 0.8, 600, 800, 256), ("0", 0.77, 2500, 3000, 512)],
+    "small, sparsity, updates, teacher_updates, width, gate_scale",
+    [("1", 0.8, 600, 800, 256, 150), ("0", 0.77, 2500, 3000, 512, 50)],
 )
 def test_dry_run_shows_the_dawid_chain_and_fairseq_accepts_its_flags(
-    bench, capsys, small, sparsity, updates, teacher_updates, width
+    bench, capsys, small, sparsity, updates, teacher_updates, width, gate_scale
 ):
     env, calls, save = bench
     commands = _dry_run_commands(env, SMALL=small)
@@ -352,7 +352,7 @@ def test_dry_run_shows_the_dawid_chain_and_fairseq_accepts_its_flags(
     assert student.dawid_distill_updates == updates * 11 // 150
     assert student.dawid_sparsity_warmup == updates * 11 // 30
     assert student.dawid_structure_updates == updates * 11 // 50
-    assert student.lr == [2e-4] and student.dawid_gate_lr_scale == 50
+    assert student.lr == [2e-4] and student.dawid_gate_lr_scale == gate_scale
     assert student.dawid_init == "data-aware" and student.dawid_calib_tokens == 4096
     # fused from the last checkpoint, counted, translated and timed as the fused model
     fuse = [c for c in commands if "dawid-fuse" in c]

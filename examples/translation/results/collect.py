@@ -253,7 +253,8 @@ def render_markdown(result: dict, plan: str, corpus: dict | None) -> str:
         (
             f"BLEU: sacreBLEU {sig['bleu_signature']}; chrF: {sig['chrf_signature']}; on the "
             f"{sig['test_sentences']:,} test sentences (packages never seen in training), "
-            "checkpoint_best.pt (lowest validation loss), beam 5, lenpen 1.0. tokens/s: "
+            "checkpoint_best.pt (lowest validation loss; DA-WID: its fused model, from its last "
+            "checkpoint), beam 5, lenpen 1.0. tokens/s: "
             "scripts/measure_speed.sh, one CPU thread, batch 1, beam 5, float32; speed relative "
             "to the teacher. updates: trained (best validation loss at). train time: wall-clock "
             "of each model's own training (models may have shared the device)."

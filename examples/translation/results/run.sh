@@ -42,7 +42,11 @@
 #   PATIENCE       early stopping: validations without a better loss (default 8)
 #   DAWID_SPARSITY DA-WID's target: 1 - student / teacher non-embedding parameters (default: the
 #                  LightFormers' non-embedding size: 0.8 with SMALL=1, 0.77 full)
-#   DAWID_LR       DA-WID's learning rate (default 2e-4; the masks and multipliers at 50x)
+#   DAWID_LR       DA-WID's learning rate (default 2e-4)
+#   DAWID_GATE_SCALE  the masks and Lagrange multipliers train at this times DAWID_LR (default:
+#                  50, the translation recipe's; SMALL=1: 150, for its 600 updates: at 50 a
+#                  600-update run on a toy corpus fused at sparsity 0.63 of its 0.8, at 150 at
+#                  0.86)
 #   MAX_TOKENS, LR, WARMUP, DROPOUT, SEED  training settings (GPU: 8192, 7e-4, 1000, 0.3, 1)
 #   SPEED_RUNS / SPEED_SENTENCES   speed protocol, shortened (default 3 / 20)
 #   TIME_BUDGET    seconds for the trainings of this invocation (default: none); a training is
@@ -66,12 +70,12 @@ if [[ "$SMALL" == 1 ]]; then
   SAVE_ROOT="${SAVE_ROOT:-checkpoints/results-small}"
   : "${TEACHER_UPDATES:=800}" "${STUDENT_UPDATES:=600}" "${MAX_UPDATE:=800}"
   : "${MAX_TOKENS:=2048}" "${LR:=2e-3}" "${WARMUP:=200}" "${DROPOUT:=0.1}"
-  : "${VALIDATE_EVERY:=100}" "${KD_BEAM:=1}" "${DAWID_SPARSITY:=0.8}"
+  : "${VALIDATE_EVERY:=100}" "${KD_BEAM:=1}" "${DAWID_SPARSITY:=0.8}" "${DAWID_GATE_SCALE:=150}"
 else
   SAVE_ROOT="${SAVE_ROOT:-checkpoints/results}"
   : "${TEACHER_UPDATES:=3000}" "${STUDENT_UPDATES:=2500}" "${MAX_UPDATE:=3000}"
   : "${MAX_TOKENS:=8192}" "${LR:=7e-4}" "${WARMUP:=1000}" "${DROPOUT:=0.3}"
-  : "${VALIDATE_EVERY:=250}" "${KD_BEAM:=5}" "${DAWID_SPARSITY:=0.77}"
+  : "${VALIDATE_EVERY:=250}" "${KD_BEAM:=5}" "${DAWID_SPARSITY:=0.77}" "${DAWID_GATE_SCALE:=50}"
 fi
 : "${PATIENCE:=8}" "${SPEED_RUNS:=3}" "${SPEED_SENTENCES:=20}" "${FP16:=0}"
 if ((NUM_GPUS > 0)); then : "${PARALLEL:=1}"; else : "${PARALLEL:=0}"; fi
@@ -81,7 +85,8 @@ START=$SECONDS
 if [[ -n "$TIME_BUDGET" ]] && ! [[ "$TIME_BUDGET" =~ ^[1-9][0-9]*$ ]]; then
   die "TIME_BUDGET must be a number of seconds, not '$TIME_BUDGET'"
 fi
-for v in TEACHER_UPDATES STUDENT_UPDATES MAX_UPDATE PATIENCE MAX_TOKENS SPEED_RUNS SPEED_SENTENCES; do
+for v in TEACHER_UPDATES STUDENT_UPDATES MAX_UPDATE PATIENCE MAX_TOKENS SPEED_RUNS SPEED_SENTENCES \
+  DAWID_GATE_SCALE; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
 done
 [[ "$DAWID_SPARSITY" =~ ^0?\.[0-9]+$|^0$ ]] ||
@@ -176,7 +181,7 @@ DAWID=(--arch dawid --dawid-teacher "$SAVE_ROOT/dawid_teacher/checkpoint_best.pt
   --dawid-target-sparsity "$DAWID_SPARSITY" --dawid-masks "dim,head,layer"
   --dawid-distill-updates $((STUDENT_UPDATES * 11 / 150))
   --dawid-sparsity-warmup $((STUDENT_UPDATES * 11 / 30))
-  --dawid-structure-updates $((STUDENT_UPDATES * 11 / 50)) --dawid-gate-lr-scale 50
+  --dawid-structure-updates $((STUDENT_UPDATES * 11 / 50)) --dawid-gate-lr-scale "$DAWID_GATE_SCALE"
   --lr "$DAWID_LR")
 
 DEVICE=()
