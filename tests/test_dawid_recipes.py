@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import REPO_ROOT
+from harness import REPO_ROOT, USER_DIR
 
 RECIPES = [
     ("examples/translation/dawid/iwslt14-dawid.sh", ["transformer_iwslt_de_en", "dawid"]),
@@ -22,7 +22,8 @@ RECIPES = [
 
 def _train_commands(script: str, tmp_path) -> list[list[str]]:
     env = {k: v for k, v in os.environ.items() if k not in ("SAVE_ROOT", "DATA_BIN", "TEACHER")}
-    env.update(DRY_RUN="1", PYTHON=sys.executable, NUM_GPUS="0",
+    # USER_DIR: this checkout's plugin (the one this process imports), not an installed copy
+    env.update(DRY_RUN="1", PYTHON=sys.executable, NUM_GPUS="0", USER_DIR=USER_DIR,
                PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")  # fmt: skip
     proc = subprocess.run(
         ["bash", os.path.join(REPO_ROOT, script)],
