@@ -583,7 +583,14 @@ def test_int8_keeps_layer_sharing_one_packed_map_per_shared_map():
 # ONNX Runtime: lightcompress-export-onnx and its torch-free runtime
 # --------------------------------------------------------------------------------------------
 
-ONNX_FAMILIES = ["transformer", "lightformer", "hypoformer", "smartformer"]
+ONNX_FAMILIES = ["transformer", "lightformer", "hypoformer", "smartformer", "subformer",
+                 "subformer_wide"]  # fmt: skip
+# Subformer with a wider sandwich (d_s 48 > d 32): projections in and out of the middle
+# layers and cross-attention through query projections at the encoder's width
+FAMILIES_ONNX = dict(FAMILIES, subformer_wide=(
+    "subformer", FAMILIES["subformer"][1] + ["--subformer-sandwich-dim", "48",
+                                             "--subformer-sandwich-heads", "2",
+                                             "--subformer-sandwich-ffn-dim", "96"]))  # fmt: skip
 
 
 @pytest.mark.parametrize("family", ONNX_FAMILIES)
@@ -594,7 +601,7 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
     from lightcompress.deploy.onnx_runtime import OnnxGenerator
     from lightcompress.measure.params import build_model_without_data
 
-    arch, flags = FAMILIES[family]
+    arch, flags = FAMILIES_ONNX[family]
     torch.manual_seed(0)
     vocab = 40
     model, task, _ = build_model_without_data(arch, vocab, flags + ["--dropout", "0.3"], True,
@@ -610,6 +617,11 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
     )
     export_onnx(model, task, str(tmp_path / "onnx"))
     assert not model.training
+    if family == "subformer_wide":  # the sandwich and query-projected attention are exercised
+        from lightcompress.modules.safe import QueryProjectedAttention
+
+        assert any(isinstance(layer.encoder_attn, QueryProjectedAttention)
+                   for layer in model.decoder.layers)  # fmt: skip
     sentences = [
         torch.cat([torch.randint(4, vocab, (int(n),), generator=g), torch.tensor([d.eos()])])
         for n in torch.randint(2, 9, (6,), generator=g)
@@ -742,10 +754,12 @@ def test_onnx_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
     from lightcompress.deploy.onnx_export import main
     from lightcompress.deploy.onnx_runtime import main as translate_main
 
-    subformer = make_checkpoint(
-        toy["data"], str(tmp_path / "subformer.pt"), "subformer",
-        T32 + ["--safe-dim", "16", "--safe-heads", "2", "--encoder-layers", "2",
-               "--decoder-layers", "2", "--share-all-embeddings"],
+    # a decoder with cross self-attention (keys and values from the source and the prefix),
+    # which the decoder step does not compute
+    crossself = make_checkpoint(
+        toy["data"], str(tmp_path / "crossself.pt"), "transformer",
+        T32 + ["--encoder-layers", "1", "--decoder-layers", "1", "--share-all-embeddings",
+               "--cross-self-attention"],
     )  # fmt: skip
     notspm = tmp_path / "not.model"
     notspm.write_text("hello\n")
@@ -767,15 +781,15 @@ def test_onnx_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
         (base + ["-o", out, "--spm", str(tmp_path / "none.model")],
          "sentencepiece model not found"),
         (base + ["-o", out, "--spm", str(notspm)], "cannot load the sentencepiece model"),
-        (["--path", subformer, "--data", toy["data"], "-o", out],
-         "cannot be exported to ONNX: its decoder is not the lean step's"),
+        (["--path", crossself, "--data", toy["data"], "-o", out],
+         "cannot be exported to ONNX: decoder.layers.0: cross self-attention"),
     ]  # fmt: skip
     for args, message in cases:
         assert main(args) == 2, args
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and message in lines[0], (args, lines)
         assert lines[0].startswith("lightcompress-export-onnx: error: ")
-    assert sorted(os.listdir(tmp_path)) == ["full", "not.model", "small", "subformer.pt"]
+    assert sorted(os.listdir(tmp_path)) == ["crossself.pt", "full", "not.model", "small"]
     assert os.listdir(full) == ["x"]
     # the runtime: a directory that is not an export, a missing input, bad settings
     cases = [
@@ -792,21 +806,21 @@ def test_onnx_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
 
 def test_measure_speed_times_onnx_exports_with_fairseqs_bleu_size_and_memory(toy, tmp_path):
     out = tmp_path / "speed.json"
-    subformer = make_checkpoint(
-        toy["data"], str(tmp_path / "subformer.pt"), "subformer",
-        T32 + ["--safe-dim", "16", "--safe-heads", "2", "--encoder-layers", "2",
-               "--decoder-layers", "2", "--share-all-embeddings"],
+    crossself = make_checkpoint(  # (--cross-self-attention: no ONNX export)
+        toy["data"], str(tmp_path / "crossself.pt"), "transformer",
+        T32 + ["--encoder-layers", "1", "--decoder-layers", "1", "--share-all-embeddings",
+               "--cross-self-attention"],
     )  # fmt: skip
     proc = _measure("--data", toy["data"], "--path",
-                    f"teacher={toy['teacher']},subformer={subformer}", "--onnx", "--bleu",
+                    f"teacher={toy['teacher']},crossself={crossself}", "--onnx", "--bleu",
                     "--memory", "--runs", "1", "--warmup", "0",
                     "--num-sentences", "4", "--src-len", "6", "--quiet", "--json", str(out))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     rows = {(r["label"], r["engine"], r["precision"]): r for r in result["models"]}
     assert ("teacher", "onnxruntime", "float32") in rows
-    assert not any(k[0] == "subformer" and k[1] == "onnxruntime" for k in rows)
-    assert "subformer: no ONNX export" in proc.stdout
+    assert not any(k[0] == "crossself" and k[1] == "onnxruntime" for k in rows)
+    assert "crossself: no ONNX export" in proc.stdout
     onnx, ref = rows["teacher", "onnxruntime", "float32"], rows["teacher", "fairseq", "float32"]
     assert onnx["bleu"] == pytest.approx(ref["bleu"], abs=0.1)  # fairseq's translations
     assert onnx["tokens_per_s"] > 0 and onnx["size_bytes"] > 0

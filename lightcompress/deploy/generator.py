@@ -36,12 +36,12 @@ __all__ = ["FastGenerator", "lean_step_supported"]
 _INCREMENTAL: dict = {}  # a non-None incremental state: positional embeddings of the last step
 
 
-def _lean_layer_error(layer) -> str | None:
+def _lean_layer_error(layer, extra_forwards=()) -> str | None:
     from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 
     if not isinstance(layer, TransformerDecoderLayerBase):
         return f"{type(layer).__name__} is not fairseq's decoder layer"
-    if type(layer).forward not in _LEAN_FORWARDS():
+    if type(layer).forward not in (*_LEAN_FORWARDS(), *extra_forwards):
         return f"{type(layer).__name__} has its own forward"
     for name in ("c_attn", "attn_ln", "ffn_layernorm", "w_resid"):
         if getattr(layer, name, None) is not None:
@@ -49,6 +49,7 @@ def _lean_layer_error(layer) -> str | None:
     if layer.cross_self_attention:
         return "cross self-attention"
     for attn in (layer.self_attn, layer.encoder_attn):
+        attn = getattr(attn, "attention", attn)  # (Subformer's query-projected attention)
         if attn is not None and (attn.bias_k is not None or attn.add_zero_attn):
             return "attention bias_k / zero attention"
     return None

@@ -23,8 +23,9 @@ The graphs are traced from the model's own modules (``q_proj(x)``, ``fc1(x)``, t
 projection...), so every compressed family whose decoder the lean step of
 :class:`~lightcompress.deploy.generator.FastGenerator` computes exports: fairseq's Transformer,
 LightFormer (low-rank maps and table, tied factorized output projection, shared layers, Admin),
-Hypoformer (fused HTT Q/K/V), Smartformer (CP Q/K/V). A decoder the lean step cannot compute
-(Subformer's sandwich layers) is refused with one line. The export is checked before anything
+Hypoformer (fused HTT Q/K/V), Smartformer (CP Q/K/V), Subformer (SAFE block without
+cross-attention, sandwich projections, query-projected cross-attention, output reduction). A
+decoder with other layers is refused with one line. The export is checked before anything
 is written: the float32 graphs must reproduce the model's encoder outputs and log-probabilities
 on a probe batch (to 1e-3); an int8 export records how far int8 moved them
 (``config.json``: ``int8_error``, relative) and the command prints it.
@@ -157,9 +158,12 @@ class _DecoderStep(nn.Module):
         if dec.layernorm_embedding is not None:
             x = dec.layernorm_embedding(x)
         new = []
-        enc_bias = caches[0]
-        for i, layer in enumerate(dec.layers):
-            past_k, past_v, cross_k, cross_v = caches[1 + 4 * i : 5 + 4 * i]
+        enc_bias, rest = caches[0], list(caches[1:])
+        for layer in dec.layers:
+            past_k, past_v = rest.pop(0), rest.pop(0)
+            cross_k = cross_v = None
+            if layer.encoder_attn is not None:
+                cross_k, cross_v = rest.pop(0), rest.pop(0)
             x, k, v = self._layer(layer, x, past_k, past_v, cross_k, cross_v, enc_bias, order)
             new += [k, v]
         if dec.layer_norm is not None:
@@ -174,9 +178,13 @@ class _DecoderStep(nn.Module):
 
     @staticmethod
     def _layer(layer, x, past_k, past_v, cross_k, cross_v, enc_bias, order):
+        cross = layer.encoder_attn is not None
+        project_in = getattr(layer, "project_in", None)  # Subformer's sandwich projections
+        if project_in is not None:
+            x = project_in(x)
         start_admin = getattr(layer, "_start_admin", None)
         if start_admin is not None:
-            start_admin(["self_attn", "encoder_attn", "ffn"])
+            start_admin(["self_attn", "encoder_attn", "ffn"] if cross else ["self_attn", "ffn"])
         pre = layer.normalize_before
         residual = x
         if pre:
@@ -192,18 +200,23 @@ class _DecoderStep(nn.Module):
         x = layer.residual_connection(x, residual)
         if not pre:
             x = layer.self_attn_layer_norm(x)
-        residual = x
-        if pre:
-            x = layer.encoder_attn_layer_norm(x)
-        a = layer.encoder_attn
-        h, d = a.num_heads, a.head_dim
-        q = (a.q_proj(x) * a.scaling).reshape(-1, h, 1, d)
-        w = torch.matmul(q, cross_k.transpose(2, 3)) + enc_bias  # [N x H x 1 x S]
-        p = F.softmax(w.float(), dim=-1)
-        x = a.out_proj(torch.matmul(p, cross_v).reshape(-1, h * d))
-        x = layer.residual_connection(x, residual)
-        if not pre:
-            x = layer.encoder_attn_layer_norm(x)
+        if cross:
+            residual = x
+            if pre:
+                x = layer.encoder_attn_layer_norm(x)
+            a, inner = layer.encoder_attn, _inner_attention(layer.encoder_attn)
+            if inner is not a:  # Subformer: attention at the encoder's width
+                x = a.project_query(x)
+            h, d = inner.num_heads, inner.head_dim
+            q = (inner.q_proj(x) * inner.scaling).reshape(-1, h, 1, d)
+            w = torch.matmul(q, cross_k.transpose(2, 3)) + enc_bias  # [N x H x 1 x S]
+            p = F.softmax(w.float(), dim=-1)
+            x = inner.out_proj(torch.matmul(p, cross_v).reshape(-1, h * d))
+            if inner is not a:
+                x = a.project_back(x)
+            x = layer.residual_connection(x, residual)
+            if not pre:
+                x = layer.encoder_attn_layer_norm(x)
         residual = x
         if pre:
             x = layer.final_layer_norm(x)
@@ -211,6 +224,9 @@ class _DecoderStep(nn.Module):
         x = layer.residual_connection(x, residual)
         if not pre:
             x = layer.final_layer_norm(x)
+        project_out = getattr(layer, "project_out", None)
+        if project_out is not None:
+            x = project_out(x)
         return x, k, v
 
 
@@ -230,7 +246,9 @@ class _Encoder(nn.Module):
         outs = [enc_bias.unsqueeze(1).unsqueeze(2)]  # [B x 1 x 1 x S]
         enc = enc.transpose(0, 1)  # [B x S x C]
         for layer in self.model.decoder.layers:
-            a = layer.encoder_attn
+            if layer.encoder_attn is None:  # (Subformer's SAFE block)
+                continue
+            a = _inner_attention(layer.encoder_attn)
             h, d = a.num_heads, a.head_dim
             for proj in (a.k_proj, a.v_proj):
                 y = proj(enc)  # [B x S x C]
@@ -243,16 +261,34 @@ class _Encoder(nn.Module):
 # --------------------------------------------------------------------------------------------
 
 
+def _inner_attention(attn):
+    """fairseq's attention inside Subformer's :class:`QueryProjectedAttention` (or ``attn``)."""
+    from lightcompress.modules.safe import QueryProjectedAttention
+
+    return attn.attention if isinstance(attn, QueryProjectedAttention) else attn
+
+
 def export_error(model) -> str | None:
     """``None`` when the model exports, else why not (one line)."""
-    from lightcompress.deploy.generator import lean_step_supported
+    from fairseq.models.transformer import TransformerDecoderBase
 
-    why = lean_step_supported(model)
-    if why is not None:
-        return f"its decoder is not the lean step's ({why})"
-    for i, layer in enumerate(model.decoder.layers):
-        if layer.encoder_attn is None:
-            return f"decoder.layers.{i} has no encoder attention"
+    from lightcompress.deploy.generator import _lean_layer_error
+    from lightcompress.models.subformer import SubformerDecoderLayer
+
+    dec = getattr(model, "decoder", None)
+    if not isinstance(dec, TransformerDecoderBase):
+        return f"its decoder ({type(dec).__name__}) is not fairseq's Transformer decoder"
+    if (
+        type(dec).extract_features_scriptable
+        is not TransformerDecoderBase.extract_features_scriptable
+    ):
+        return f"its decoder ({type(dec).__name__}) computes its own features"
+    if dec.adaptive_softmax is not None:
+        return "adaptive softmax"
+    for i, layer in enumerate(dec.layers):
+        why = _lean_layer_error(layer, extra_forwards=(SubformerDecoderLayer.forward,))
+        if why is not None:
+            return f"decoder.layers.{i}: {why}"
         if layer.self_attn.head_dim * layer.self_attn.num_heads != layer.self_attn.embed_dim:
             return f"decoder.layers.{i}: heads do not split the width"
     enc = getattr(model, "encoder", None)
@@ -270,11 +306,15 @@ def export_error(model) -> str | None:
 # --------------------------------------------------------------------------------------------
 
 
-def _names(num_layers: int):
+def _names(layers: list):
+    """The decoder graph's cache inputs (after ``enc_bias``) and outputs, in the step's order;
+    a layer without cross-attention (Subformer's SAFE block) has no ``cross_*``."""
     cache_in = ["enc_bias"]
     cache_out = []
-    for i in range(num_layers):
-        cache_in += [f"past_k{i}", f"past_v{i}", f"cross_k{i}", f"cross_v{i}"]
+    for i, spec in enumerate(layers):
+        cache_in += [f"past_k{i}", f"past_v{i}"]
+        if spec["cross"]:
+            cache_in += [f"cross_k{i}", f"cross_v{i}"]
         cache_out += [f"new_k{i}", f"new_v{i}"]
     return cache_in, cache_out
 
@@ -463,9 +503,10 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     dec = model.decoder
     layers = [
-        {"heads": int(layer.self_attn.num_heads), "head_dim": int(layer.self_attn.head_dim)}
+        {"heads": int(layer.self_attn.num_heads), "head_dim": int(layer.self_attn.head_dim),
+         "cross": layer.encoder_attn is not None}
         for layer in dec.layers
-    ]
+    ]  # fmt: skip
     config = {
         "format": FORMAT, "version": VERSION,
         "pad": tgt_dict.pad(), "eos": tgt_dict.eos(), "unk": tgt_dict.unk(),
@@ -483,7 +524,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
     tmp = tempfile.mkdtemp(prefix=".onnx-export-", dir=parent)
     try:
         src = _probe(model, len(src_dict), src_dict.pad(), src_dict.eos())
-        cache_in, cache_out = _names(len(layers))
+        cache_in, cache_out = _names(layers)
         enc_out = ["enc_bias"] + [n for n in cache_in if n.startswith("cross_")]
         enc_axes = {"src_tokens": {0: "B", 1: "S"}}
         enc_axes.update({n: {0: "B", 3 if n == "enc_bias" else 2: "S"} for n in enc_out})
@@ -498,13 +539,14 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             n = 4  # two sentences, two hypotheses each
             expand = torch.tensor([0, 0, 1, 1])
             caches = [cross[0].index_select(0, expand)]
+            kv = iter(cross[1:])
             for i, spec in enumerate(layers):
                 h, d = spec["heads"], spec["head_dim"]
                 g = torch.Generator().manual_seed(i)
                 caches += [torch.randn(n, h, 3, d, generator=g),
-                           torch.randn(n, h, 3, d, generator=g),
-                           cross[1 + 2 * i].index_select(0, expand),
-                           cross[2 + 2 * i].index_select(0, expand)]  # fmt: skip
+                           torch.randn(n, h, 3, d, generator=g)]  # fmt: skip
+                if spec["cross"]:
+                    caches += [next(kv).index_select(0, expand), next(kv).index_select(0, expand)]
             prev = torch.randint(4, len(tgt_dict), (n,))
             pos = torch.tensor([config["position_offset"] + 4])
             order = torch.tensor([1, 0, 3, 2])
