@@ -6,8 +6,8 @@
   results over a lean decoder step that keeps the compressed weights as they are;
 - :mod:`lightcompress.deploy.ct2`: export of dense fairseq Transformers (teachers, dense
   baselines, dense plugin architectures) to CTranslate2 (``lightcompress-export-ct2``);
-- :mod:`lightcompress.deploy.onnx_export`: export of the Transformer, LightFormer, Hypoformer
-  and Smartformer to ONNX Runtime graphs that keep the compressed weights
+- :mod:`lightcompress.deploy.onnx_export`: export of the Transformer, LightFormer, Hypoformer,
+  Smartformer and Subformer to ONNX Runtime graphs that keep the compressed weights
   (``lightcompress-export-onnx``), and :mod:`lightcompress.deploy.onnx_runtime`
   (:class:`OnnxTranslator`, :class:`OnnxGenerator`): fairseq's beam search in numpy over them,
   without torch (copied into every export as ``translate.py``).

@@ -680,7 +680,7 @@ def _arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lightcompress-export-onnx",
         description="Export a fairseq translation checkpoint (fairseq's Transformer, "
-        "LightFormer, Hypoformer, Smartformer) to ONNX Runtime graphs that keep its compressed "
+        "LightFormer, Hypoformer, Smartformer, Subformer) to ONNX Runtime graphs that keep its compressed "
         "weights, with a torch-free runtime (translate.py) in the output directory.",
     )
     p.add_argument("--path", required=True, help="checkpoint")

@@ -50,7 +50,7 @@ CTranslate2: its model directory). ``--memory`` adds the peak resident memory of
 per model that imports only its engine, loads the model and translates the timing sentences once
 (:mod:`lightcompress.measure.memory`). ``--onnx`` exports every model that
 :mod:`lightcompress.deploy.onnx_export` can express (fairseq's Transformer, LightFormer,
-Hypoformer, Smartformer; compressed weights kept) and times it on ONNX Runtime
+Hypoformer, Smartformer, Subformer; compressed weights kept) and times it on ONNX Runtime
 (:class:`lightcompress.deploy.onnx_runtime.OnnxGenerator`, engine ``onnxruntime``) in float32,
 and in ONNX Runtime's int8 with ``--int8-large`` (the large maps) / ``--compare-int8`` (every
 map); its size is the export directory.
