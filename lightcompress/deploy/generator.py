@@ -63,8 +63,10 @@ def _LEAN_FORWARDS():
     return (TransformerDecoderLayerBase.forward, CompressedDecoderLayer.forward)
 
 
-def lean_step_supported(model) -> str | None:
-    """``None`` when the lean decoder step computes ``model``'s decoder, else why not."""
+def lean_step_supported(model, extra_forwards=()) -> str | None:
+    """``None`` when the lean decoder step computes ``model``'s decoder, else why not;
+    ``extra_forwards``: further layer ``forward`` functions a caller's step computes (the ONNX
+    export's step also computes Subformer's layers)."""
     from fairseq.models.transformer import TransformerDecoderBase
 
     dec = getattr(model, "decoder", None)
@@ -78,7 +80,7 @@ def lean_step_supported(model) -> str | None:
     if dec.adaptive_softmax is not None:
         return "adaptive softmax"
     for i, layer in enumerate(dec.layers):
-        why = _lean_layer_error(layer)
+        why = _lean_layer_error(layer, extra_forwards)
         if why:
             return f"decoder.layers.{i}: {why}"
     return None

@@ -270,25 +270,13 @@ def _inner_attention(attn):
 
 def export_error(model) -> str | None:
     """``None`` when the model exports, else why not (one line)."""
-    from fairseq.models.transformer import TransformerDecoderBase
-
-    from lightcompress.deploy.generator import _lean_layer_error
+    from lightcompress.deploy.generator import lean_step_supported
     from lightcompress.models.subformer import SubformerDecoderLayer
 
-    dec = getattr(model, "decoder", None)
-    if not isinstance(dec, TransformerDecoderBase):
-        return f"its decoder ({type(dec).__name__}) is not fairseq's Transformer decoder"
-    if (
-        type(dec).extract_features_scriptable
-        is not TransformerDecoderBase.extract_features_scriptable
-    ):
-        return f"its decoder ({type(dec).__name__}) computes its own features"
-    if dec.adaptive_softmax is not None:
-        return "adaptive softmax"
-    for i, layer in enumerate(dec.layers):
-        why = _lean_layer_error(layer, extra_forwards=(SubformerDecoderLayer.forward,))
-        if why is not None:
-            return f"decoder.layers.{i}: {why}"
+    why = lean_step_supported(model, extra_forwards=(SubformerDecoderLayer.forward,))
+    if why is not None:
+        return why
+    for i, layer in enumerate(model.decoder.layers):
         if layer.self_attn.head_dim * layer.self_attn.num_heads != layer.self_attn.embed_dim:
             return f"decoder.layers.{i}: heads do not split the width"
     enc = getattr(model, "encoder", None)
