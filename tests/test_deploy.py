@@ -617,6 +617,17 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
     )
     export_onnx(model, task, str(tmp_path / "onnx"))
     assert not model.training
+    # fairseq's encoder layers (every family but Subformer's) are exported lean: the heads'
+    # shapes are computed once, not per reshape as fairseq's traced attention computes them
+    import onnx
+
+    from lightcompress.deploy.onnx_export import lean_encoder_error
+
+    why = lean_encoder_error(model)
+    assert (why is None) == (arch != "subformer"), why
+    nodes = onnx.load(str(tmp_path / "onnx" / "encoder.onnx"), load_external_data=False).graph.node
+    attention_shapes = sum(n.op_type == "Shape" and "self_attn" in n.name for n in nodes)
+    assert attention_shapes == 0 if why is None else attention_shapes > 0
     if family == "subformer_wide":  # the sandwich and query-projected attention are exercised
         from lightcompress.modules.safe import QueryProjectedAttention
 

@@ -134,6 +134,18 @@ def _qkv(attn, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
 
 
+def _ffn_block(layer, x: Tensor) -> Tensor:
+    """A fairseq layer's feed-forward sublayer with its residual and layer norm (pre or post)."""
+    residual = x
+    if layer.normalize_before:
+        x = layer.final_layer_norm(x)
+    x = layer.fc2(layer.activation_fn(layer.fc1(x)))
+    x = layer.residual_connection(x, residual)
+    if not layer.normalize_before:
+        x = layer.final_layer_norm(x)
+    return x
+
+
 class _DecoderStep(nn.Module):
     """One incremental decoder step for hypotheses ``N``, as fairseq's
     ``TransformerDecoderLayerBase`` computes it (pre- or post-LN, Admin residuals), with
@@ -170,11 +182,13 @@ class _DecoderStep(nn.Module):
             x = dec.layer_norm(x)
         if dec.project_out_dim is not None:
             x = dec.project_out_dim(x)
-        logits = dec.output_layer(x)  # [N x V]
-        lp = F.log_softmax(logits.float(), dim=-1)
-        lp = torch.where(torch.isnan(lp), torch.full_like(lp, float("-inf")), lp) + bias
-        top = torch.topk(lp, _K_PLACEHOLDER, dim=-1)
-        return (top[0], top[1], *new)
+        lp = F.log_softmax(dec.output_layer(x).float(), dim=-1)  # [N x V]
+        # fairseq's ``lprobs[lprobs != lprobs] = -inf`` on the k best only: a NaN or +inf
+        # logit makes every entry of the row NaN or -inf after the log-softmax, so the row
+        # ends up -inf, as in fairseq (masking all N x V entries: two more full-width passes)
+        top = torch.topk(lp + bias, _K_PLACEHOLDER, dim=-1)
+        lp = torch.where(torch.isnan(top[0]), torch.tensor(float("-inf")), top[0])
+        return (lp, top[1], *new)
 
     @staticmethod
     def _layer(layer, x, past_k, past_v, cross_k, cross_v, enc_bias, order):
@@ -217,13 +231,7 @@ class _DecoderStep(nn.Module):
             x = layer.residual_connection(x, residual)
             if not pre:
                 x = layer.encoder_attn_layer_norm(x)
-        residual = x
-        if pre:
-            x = layer.final_layer_norm(x)
-        x = layer.fc2(layer.activation_fn(layer.fc1(x)))
-        x = layer.residual_connection(x, residual)
-        if not pre:
-            x = layer.final_layer_norm(x)
+        x = _ffn_block(layer, x)
         project_out = getattr(layer, "project_out", None)
         if project_out is not None:
             x = project_out(x)
@@ -231,29 +239,106 @@ class _DecoderStep(nn.Module):
 
 
 class _Encoder(nn.Module):
-    """The model's encoder, then every decoder layer's cross-attention keys and values."""
+    """The model's encoder, then every decoder layer's cross-attention keys and values.
 
-    def __init__(self, model):
+    ``lean``: the encoder layers as fairseq's ``TransformerEncoderLayerBase`` computes them, on
+    ``[B*S x C]`` rows with the head split's shapes computed once (fairseq's attention, traced,
+    computes every reshape's target shape from its input: two thirds of the graph's nodes);
+    for encoders :func:`lean_encoder_error` accepts. Otherwise the model's own encoder."""
+
+    def __init__(self, model, lean: bool = False):
         super().__init__()
         self.model = model
+        self.lean = lean
 
     def forward(self, src_tokens: Tensor):
-        pad = self.model.encoder.padding_idx
-        out = self.model.encoder(src_tokens, src_lengths=src_tokens.ne(pad).sum(1))
-        enc = out["encoder_out"][0]  # [S x B x C]
-        mask = src_tokens.eq(self.model.encoder.padding_idx)  # [B x S]
-        enc_bias = torch.zeros(mask.shape, dtype=torch.float32).masked_fill(mask, float("-inf"))
-        outs = [enc_bias.unsqueeze(1).unsqueeze(2)]  # [B x 1 x 1 x S]
-        enc = enc.transpose(0, 1)  # [B x S x C]
+        from torch.onnx.operators import reshape_from_tensor_shape, shape_as_tensor
+
+        enc = self.model.encoder
+        mask = src_tokens.eq(enc.padding_idx)  # [B x S]
+        enc_bias = torch.where(mask, torch.tensor(float("-inf")), torch.tensor(0.0))
+        enc_bias = enc_bias.unsqueeze(1).unsqueeze(2)  # [B x 1 x 1 x S] (0 or -inf)
+        shape_bs = shape_as_tensor(src_tokens)  # [B, S]
+        split_shapes: dict = {}
+
+        def heads(y: Tensor, h: int, d: int) -> Tensor:
+            # [B*S x C] or [B x S x C] -> [B x S x H x d]
+            if (h, d) not in split_shapes:
+                split_shapes[(h, d)] = torch.cat([shape_bs, torch.tensor([h, d])])
+            return reshape_from_tensor_shape(y, split_shapes[(h, d)])
+
+        if self.lean:
+            x, _ = enc.forward_embedding(src_tokens)  # [B x S x C]
+            x = x * (1 - mask.unsqueeze(-1).type_as(x))  # (fairseq: padded rows zeroed)
+            x = x.reshape(-1, int(x.shape[-1]))  # [B*S x C] (a constant width)
+            for layer in enc.layers:
+                x = self._layer(layer, x, enc_bias, heads)
+            if enc.layer_norm is not None:
+                x = enc.layer_norm(x)
+        else:
+            out = enc(src_tokens, src_lengths=src_tokens.ne(enc.padding_idx).sum(1))
+            x = out["encoder_out"][0].transpose(0, 1)  # [B x S x C]
+        outs = [enc_bias]
         for layer in self.model.decoder.layers:
             if layer.encoder_attn is None:  # (Subformer's SAFE block)
                 continue
             a = _inner_attention(layer.encoder_attn)
-            h, d = a.num_heads, a.head_dim
             for proj in (a.k_proj, a.v_proj):
-                y = proj(enc)  # [B x S x C]
-                outs.append(y.unflatten(-1, (h, d)).transpose(1, 2))  # [B x H x S x d]
+                y = heads(proj(x), a.num_heads, a.head_dim)  # [B x S x H x d]
+                outs.append(y.transpose(1, 2))  # [B x H x S x d]
         return tuple(outs)
+
+    @staticmethod
+    def _layer(layer, x: Tensor, enc_bias: Tensor, heads) -> Tensor:
+        """fairseq's ``TransformerEncoderLayerBase.forward`` (pre- or post-LN, Admin residuals)
+        on ``[B*S x C]`` rows."""
+        start_admin = getattr(layer, "_start_admin", None)
+        if start_admin is not None:
+            start_admin(["self_attn", "ffn"])
+        residual = x
+        if layer.normalize_before:
+            x = layer.self_attn_layer_norm(x)
+        a = layer.self_attn
+        h, d = a.num_heads, a.head_dim
+        q, k, v = _qkv(a, x)
+        q = heads(q * a.scaling, h, d).transpose(1, 2)  # [B x H x S x d]
+        k = heads(k, h, d).permute(0, 2, 3, 1)  # [B x H x d x S]
+        v = heads(v, h, d).transpose(1, 2)
+        p = F.softmax((torch.matmul(q, k) + enc_bias).float(), dim=-1)
+        x = torch.matmul(p, v).transpose(1, 2).reshape(-1, h * d)  # [B*S x C]
+        x = layer.residual_connection(a.out_proj(x), residual)
+        if not layer.normalize_before:
+            x = layer.self_attn_layer_norm(x)
+        return _ffn_block(layer, x)
+
+
+def lean_encoder_error(model) -> str | None:
+    """``None`` when :class:`_Encoder`'s lean layers compute ``model``'s encoder (fairseq's
+    Transformer encoder and encoder layers, the plugin's compressed ones), else why not."""
+    from fairseq.models.transformer import TransformerEncoderBase
+    from fairseq.modules import MultiheadAttention
+    from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+
+    from lightcompress.models.compressed import CompressedEncoderLayer
+
+    enc = model.encoder
+    if not isinstance(enc, TransformerEncoderBase):
+        return f"{type(enc).__name__} is not fairseq's Transformer encoder"
+    for name in ("forward", "forward_scriptable"):
+        if getattr(type(enc), name) is not getattr(TransformerEncoderBase, name):
+            return f"{type(enc).__name__} has its own {name}"
+    for i, layer in enumerate(enc.layers):
+        if type(layer).forward not in (TransformerEncoderLayerBase.forward,
+                                       CompressedEncoderLayer.forward):  # fmt: skip
+            return f"encoder.layers.{i}: {type(layer).__name__} has its own forward"
+        a = layer.self_attn
+        if type(a).forward is not MultiheadAttention.forward:
+            return f"encoder.layers.{i}: {type(a).__name__} has its own forward"
+        if a.bias_k is not None or a.add_zero_attn or a.head_dim * a.num_heads != a.embed_dim:
+            return f"encoder.layers.{i}: attention bias_k / zero attention / uneven heads"
+        if getattr(a, "use_xformers", False):
+            return f"encoder.layers.{i}: xformers attention"
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -519,7 +604,13 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         with torch.no_grad(), _positions_in_graph(model):
             # (eval wrappers: the exporter puts a module back into its own mode afterwards,
             # and a new module is in training mode, which would switch dropout on)
-            encoder = _Encoder(model).eval()
+            encoder = _Encoder(model, lean=lean_encoder_error(model) is None).eval()
+            if encoder.lean:  # the lean layers must be the model's encoder, exactly
+                own = _Encoder(model).eval()(src)
+                lean = encoder(src)
+                worst = max(_error(a.numpy(), b.numpy()) for a, b in zip(lean, own))
+                if not worst <= 1e-4 * max(1.0, max(float(b.abs().max()) for b in own[1:])):
+                    encoder = _Encoder(model).eval()  # (the model's own encoder is traced)
             _trace(encoder, (src,), os.path.join(tmp, "encoder.raw.onnx"), ["src_tokens"],
                    enc_out, enc_axes)  # fmt: skip
             cross = encoder(src)
