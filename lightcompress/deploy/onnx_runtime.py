@@ -168,11 +168,12 @@ class OnnxGenerator:
         cand_offsets = np.arange(cand_size)
         order = np.arange(n, dtype=np.int64)
         batch_idxs: np.ndarray | None = None
-        k_row = np.array([min(cand_size, self.vocab_size)], dtype=np.int64)
         short, normal, end = self._biases()
+        positions = np.arange(self.offset + 1, self.offset + max_len + 2, dtype=np.int64)
+        past_names = list(past)
         rows = np.arange(bsz)[:, None]
-        beam_offsets = np.tile(np.arange(beam) * self.vocab_size, bsz)[:, None]
-        feed = {"k": k_row, **cross, **past}
+        feed = {"k": np.array([min(cand_size, self.vocab_size)], dtype=np.int64), **cross, **past}
+        feed["prev"] = tokens[:, 0].copy()
 
         for step in range(max_len + 1):  # one extra step for EOS
             if step > 0 and batch_idxs is not None:  # finished sentences left the batch
@@ -181,39 +182,34 @@ class OnnxGenerator:
                 for name in cross:
                     cross[name] = cross[name][order]
                 feed.update(cross)
-                rows = np.arange(bsz)[:, None]
-                beam_offsets = np.tile(np.arange(beam) * self.vocab_size, bsz)[:, None]
-            feed["prev"] = tokens[:, step]
-            feed["pos"] = np.array([self.offset + step + 1], np.int64)
+            feed["pos"] = positions[step : step + 1]
             feed["order"] = order
             feed["bias"] = end if step >= max_len else (short if step < self.min_len else normal)
             out = self._run_decoder(feed)
             top_lp, top_ids = out[0], out[1]
-            for i, name in enumerate(past):
-                feed[name] = out[2 + i]
+            feed.update(zip(past_names, out[2:]))
 
-            # fairseq's BeamSearch.step over each hypothesis' best k_row tokens
+            # fairseq's BeamSearch.step over each hypothesis' best k tokens: the sentence's
+            # 2 x beam best of beam x k, best first, ties to the lower (beam, token) index
+            # (within equal values, positions are in that order: a stable sort keeps it)
             k = top_lp.shape[1]
-            if step == 0:
-                vals = top_lp[::beam]  # [bsz x k]: the first hypothesis of each sentence
-                flat = top_ids[::beam]
+            if step == 0:  # the first hypothesis of each sentence
+                vals, ids = top_lp[::beam], top_ids[::beam]  # [bsz x k]
             else:
-                vals = (top_lp + scores[:, step - 1][:, None]).reshape(bsz, beam * k)
-                flat = (top_ids + beam_offsets).reshape(bsz, beam * k)
+                vals = (top_lp + scores[:, step - 1 : step]).reshape(bsz, beam * k)
+                ids = top_ids.reshape(bsz, beam * k)
             want = min(cand_size, (beam if step > 0 else 1) * self.vocab_size - 1)
-            # best first, ties: lower index (positions are in index order within equal values)
             pick = np.argsort(-vals, axis=1, kind="stable")[:, :want]
-            cand_scores = vals[rows, pick].astype(np.float32)
-            cand_flat = flat[rows, pick]
-            cand_beams = cand_flat // self.vocab_size
-            cand_indices = cand_flat % self.vocab_size
-
+            cand_scores = vals[rows, pick]
+            cand_indices = ids[rows, pick]
+            cand_beams = pick // k
             cand_bbsz_idx = cand_beams + bbsz_offsets
+
             eos_mask = (cand_indices == eos) & (cand_scores != -np.inf)
-            eos_mask[:, :beam][cands_to_ignore] = False
-            eos_bbsz_idx = cand_bbsz_idx[:, :beam][eos_mask[:, :beam]]
+            eos_mask[:, :beam] &= ~cands_to_ignore
             finalized_sents: list[int] = []
-            if eos_bbsz_idx.size > 0:
+            if eos_mask[:, :beam].any():
+                eos_bbsz_idx = cand_bbsz_idx[:, :beam][eos_mask[:, :beam]]
                 eos_scores = cand_scores[:, :beam][eos_mask[:, :beam]]
                 finalized_sents = self._finalize(
                     step, eos_bbsz_idx, eos_scores, tokens, finalized, finished, beam, max_len
@@ -227,8 +223,8 @@ class OnnxGenerator:
                 batch_mask[finalized_sents] = False
                 batch_idxs = np.nonzero(batch_mask)[0]
                 eos_mask = eos_mask[batch_idxs]
-                cand_beams = cand_beams[batch_idxs]
                 bbsz_offsets = (np.arange(new_bsz) * beam)[:, None]
+                cand_beams = cand_beams[batch_idxs]
                 cand_bbsz_idx = cand_beams + bbsz_offsets
                 cand_scores = cand_scores[batch_idxs]
                 cand_indices = cand_indices[batch_idxs]
@@ -240,17 +236,17 @@ class OnnxGenerator:
             else:
                 batch_idxs = None
 
-            eos_mask[:, :beam] = ~((~cands_to_ignore) & (~eos_mask[:, :beam]))
-            active_mask = eos_mask.astype(np.int64) * cand_size + cand_offsets[: eos_mask.shape[1]]
+            # the beam best candidates that do not end, in order (fairseq's active hypotheses)
+            eos_mask[:, :beam] |= cands_to_ignore
+            active_mask = eos_mask * cand_size + cand_offsets[: eos_mask.shape[1]]
             active_hypos = np.argsort(active_mask, axis=1, kind="stable")[:, :beam]
             cands_to_ignore = active_mask[rows, active_hypos] >= cand_size
             active_bbsz_idx = cand_bbsz_idx[rows, active_hypos].reshape(-1)
-            tokens[:, : step + 1] = tokens[active_bbsz_idx, : step + 1]
-            tokens.reshape(bsz, beam, -1)[:, :, step + 1] = cand_indices[rows, active_hypos]
-            if step > 0:
-                scores[:, :step] = scores[active_bbsz_idx, :step]
-            scores.reshape(bsz, beam, -1)[:, :, step] = cand_scores[rows, active_hypos]
-            order = active_bbsz_idx.astype(np.int64)
+            tokens = tokens[active_bbsz_idx]  # (columns after this step are padding in all)
+            feed["prev"] = tokens[:, step + 1] = cand_indices[rows, active_hypos].reshape(-1)
+            scores = scores[active_bbsz_idx]
+            scores[:, step] = cand_scores[rows, active_hypos].reshape(-1)
+            order = active_bbsz_idx
 
         for sent in range(len(finalized)):
             s = np.array([h["score"] for h in finalized[sent]], dtype=np.float64)
