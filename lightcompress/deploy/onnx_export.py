@@ -7,7 +7,8 @@ writes a self-contained directory that :mod:`lightcompress.deploy.onnx_runtime` 
 - ``encoder.onnx``: ``src_tokens [B x S]`` (left-padded) -> the additive
   source mask ``[B x 1 x 1 x S]`` (0 or -inf) and, per decoder layer, the cross-attention keys
   and values ``[B x H x S x d]`` (computed once per sentence, as fairseq does);
-- ``decoder.onnx``: one beam-search step. Inputs: the last tokens ``[N]``, their position, the
+- ``decoder.onnx``: one beam-search step. Inputs: the last tokens ``[N]``, their position
+  (``pos``; for sinusoidal positions ``pos_emb``, the embedding row ``[1 x C]``), the
   order of the previous step's hypotheses ``[N]`` (the self-attention caches are reordered
   inside the graph), a per-token score bias ``[V]`` (fairseq's ``-inf`` for padding, the unknown
   penalty, the EOS rules of ``min_len`` / ``max_len``), ``k``, and the caches. Outputs: the
@@ -70,12 +71,17 @@ class ExportError(ValueError):
 # --------------------------------------------------------------------------------------------
 
 
+def _frequencies(dim: int) -> Tensor:
+    """The frequencies of fairseq's sinusoidal embedding (its float32 arithmetic)."""
+    half = dim // 2
+    return torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000) / (half - 1)))
+
+
 def _sinusoid(positions: Tensor, dim: int) -> Tensor:
     """fairseq's sinusoidal embedding of ``positions`` (the rows of
     ``SinusoidalPositionalEmbedding.get_embedding``, same float32 arithmetic), computed in the
     graph instead of stored: the table would add ``1026 x C`` floats per graph to the export."""
-    half = dim // 2
-    freq = torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000) / (half - 1)))
+    freq = _frequencies(dim)
     angles = positions.float().unsqueeze(-1) * freq
     emb = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
     if dim % 2 == 1:
@@ -163,8 +169,8 @@ class _DecoderStep(nn.Module):
         x = dec.embed_scale * dec.embed_tokens(prev)  # [N x C]
         if dec.project_in_dim is not None:
             x = dec.project_in_dim(x)
-        if self.position_kind == "sinusoidal":
-            x = x + _sinusoid(pos, dec.embed_positions.embedding_dim)  # [1 x C]
+        if self.position_kind == "sinusoidal":  # the row, computed by the runtime
+            x = x + pos  # [1 x C]
         elif self.position_kind == "learned":
             x = x + dec.embed_positions.weight.index_select(0, pos)
         if dec.layernorm_embedding is not None:
@@ -588,6 +594,11 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         "max_decoder_positions": int(model.max_decoder_positions()),
         "max_source_positions": int(model.max_positions()[0]),
         "position_offset": int(dec.embed_positions.padding_idx) if dec.embed_positions is not None else 0,
+        "position_kind": _position_kind(dec),
+        "position_dim": int(dec.embed_positions.embedding_dim) if dec.embed_positions is not None else 0,
+        # (torch's float32 frequencies: the runtime's rows are then torch's to rounding)
+        "position_freq": _frequencies(dec.embed_positions.embedding_dim).tolist()
+        if _position_kind(dec) == "sinusoidal" else None,
         "layers": layers, "int8": int8, "architecture": type(model).__name__,
         "spm": "spm.model" if spm else None,
     }  # fmt: skip
@@ -628,6 +639,10 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
                     caches += [next(kv).index_select(0, expand), next(kv).index_select(0, expand)]
             prev = torch.randint(4, len(tgt_dict), (n,))
             pos = torch.tensor([config["position_offset"] + 4])
+            pos_name = "pos"
+            if step.position_kind == "sinusoidal":  # (the runtime feeds the row: 6 fewer nodes)
+                pos = _sinusoid(pos, config["position_dim"])
+                pos_name = "pos_emb"
             order = torch.tensor([1, 0, 3, 2])
             bias = torch.zeros(len(tgt_dict))
             bias[tgt_dict.pad()] = float("-inf")
@@ -639,8 +654,9 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             for name in cache_out:
                 dec_axes[name] = {0: "N", 2: "t1"}
             args = (prev, pos, order, bias, *caches)
-            _trace(step, args, os.path.join(tmp, "decoder.raw.onnx"),
-                   ["prev", "pos", "order", "bias"] + cache_in, out_names, dec_axes)  # fmt: skip
+            arg_names = ["prev", pos_name, "order", "bias"] + cache_in
+            _trace(step, args, os.path.join(tmp, "decoder.raw.onnx"), arg_names, out_names,
+                   dec_axes)  # fmt: skip
             ref = step(*args)
         import onnx
 
@@ -660,7 +676,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             for name, proto in protos.items():
                 onnx.save(proto, os.path.join(work, f"{name}.onnx"))
             if check:  # the float32 graphs first, exactly
-                _check(work, args, ref, src, cross, strict=True)
+                _check(work, dict(zip(arg_names, args)), ref, src, cross, strict=True)
             for name in protos:
                 path = os.path.join(work, f"{name}.onnx")
                 _quantize(path, os.path.join(work, f"{name}.int8.onnx"), limit)
@@ -677,7 +693,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         shutil.copyfile(os.path.join(os.path.dirname(__file__), "onnx_runtime.py"),
                         os.path.join(tmp, "translate.py"))  # fmt: skip
         if check:  # float32: exact (or ExportError); int8: how far it moved, recorded
-            errors = _check(tmp, args, ref, src, cross, strict=not int8)
+            errors = _check(tmp, dict(zip(arg_names, args)), ref, src, cross, strict=not int8)
             if int8:
                 config["int8_error"] = errors
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
@@ -712,7 +728,7 @@ def _relative_error(got, ref) -> float:
     return float(np.linalg.norm(g - r) / max(np.linalg.norm(r), 1e-12))
 
 
-def _check(folder, args, ref, src, cross, strict: bool) -> dict:
+def _check(folder, args: dict, ref, src, cross, strict: bool) -> dict:
     """Run the graphs in ``folder`` on the probe inputs against the traced modules' outputs.
     ``strict`` (float32): equal to 1e-3 or :class:`ExportError`. Returns the relative errors
     ``{"encoder": ..., "decoder": ...}`` (int8 exports record them: int8 weights and
@@ -729,9 +745,7 @@ def _check(folder, args, ref, src, cross, strict: bool) -> dict:
     dec = ort.InferenceSession(os.path.join(folder, "decoder.onnx"), so,
                                providers=["CPUExecutionProvider"])  # fmt: skip
     got = enc.run(None, {"src_tokens": src.numpy()})
-    names = [i.name for i in dec.get_inputs()]
-    feed = dict(zip(["prev", "pos", "order", "bias"] + names[4:], (a.numpy() for a in args)))
-    feed = {n: feed[n] for n in names if n != "k"}
+    feed = {i.name: args[i.name].numpy() for i in dec.get_inputs() if i.name != "k"}
     feed["k"] = np.array([_K_PLACEHOLDER], dtype=np.int64)
     out = dec.run(None, feed)
     pairs = {"encoder": [(g, r.numpy()) for g, r in zip(got, cross)],

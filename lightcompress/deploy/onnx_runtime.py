@@ -63,6 +63,22 @@ def _session(path: str, threads: int):
         raise OnnxError(f"cannot load {path}: {detail}") from None
 
 
+def sinusoid(positions: np.ndarray, dim: int, freq: Sequence[float] | None = None) -> np.ndarray:
+    """fairseq's sinusoidal embeddings of ``positions`` ``[P]`` -> ``[P x dim]`` float32
+    (``SinusoidalPositionalEmbedding.get_embedding``'s rows, its float32 arithmetic);
+    ``freq``: the frequencies as torch computed them (the export's ``config.json``)."""
+    half = dim // 2
+    if freq is None:
+        scaled = np.arange(half, dtype=np.float32) * np.float32(-np.log(10000) / (half - 1))
+        freq = np.exp(scaled.astype(np.float64))
+    freq = np.asarray(freq, dtype=np.float32)
+    angles = (positions.astype(np.float32)[:, None] * freq[None, :]).astype(np.float64)
+    emb = np.concatenate([np.sin(angles), np.cos(angles)], axis=1)  # (float64: exact rounding)
+    if dim % 2 == 1:
+        emb = np.pad(emb, ((0, 0), (0, 1)))
+    return np.ascontiguousarray(emb, dtype=np.float32)
+
+
 def load_config(model_dir: str) -> dict:
     """The export's ``config.json`` (checked)."""
     path = os.path.join(model_dir, "config.json")
@@ -114,6 +130,7 @@ class OnnxGenerator:
         self._dec_inputs = [i.name for i in self.decoder.get_inputs()]
         self._enc_outputs = [o.name for o in self.encoder.get_outputs()]
         self._dec_outputs = [o.name for o in self.decoder.get_outputs()]
+        self._pos_input = "pos_emb" if "pos_emb" in self._dec_inputs else "pos"
         # the session's own run, without the Python wrapper's per-call input validation (about
         # 50 us a step, 5 % of a small model's step; the feed is built here, always complete)
         inner = getattr(self.decoder, "_sess", None)
@@ -170,6 +187,9 @@ class OnnxGenerator:
         batch_idxs: np.ndarray | None = None
         short, normal, end = self._biases()
         positions = np.arange(self.offset + 1, self.offset + max_len + 2, dtype=np.int64)
+        if "pos_emb" in self._dec_inputs:  # the rows of fairseq's sinusoidal table
+            config = self.config
+            positions = sinusoid(positions, config["position_dim"], config.get("position_freq"))
         past_names = list(past)
         rows = np.arange(bsz)[:, None]
         feed = {"k": np.array([min(cand_size, self.vocab_size)], dtype=np.int64), **cross, **past}
@@ -182,7 +202,7 @@ class OnnxGenerator:
                 for name in cross:
                     cross[name] = cross[name][order]
                 feed.update(cross)
-            feed["pos"] = positions[step : step + 1]
+            feed[self._pos_input] = positions[step : step + 1]
             feed["order"] = order
             feed["bias"] = end if step >= max_len else (short if step < self.min_len else normal)
             out = self._run_decoder(feed)
