@@ -12,6 +12,7 @@ import subprocess
 import sys
 from argparse import Namespace
 
+import numpy as np
 import pytest
 import torch
 from harness import REPO_ROOT, make_parallel_corpus
@@ -583,11 +584,14 @@ def test_int8_keeps_layer_sharing_one_packed_map_per_shared_map():
 # ONNX Runtime: lightcompress-export-onnx and its torch-free runtime
 # --------------------------------------------------------------------------------------------
 
-ONNX_FAMILIES = ["transformer", "lightformer", "hypoformer", "smartformer", "subformer",
-                 "subformer_wide"]  # fmt: skip
+ONNX_FAMILIES = ["transformer", "transformer_learned_pos", "lightformer", "hypoformer",
+                 "smartformer", "subformer", "subformer_wide"]  # fmt: skip
 # Subformer with a wider sandwich (d_s 48 > d 32): projections in and out of the middle
 # layers and cross-attention through query projections at the encoder's width
-FAMILIES_ONNX = dict(FAMILIES, subformer_wide=(
+FAMILIES_ONNX = dict(FAMILIES, transformer_learned_pos=(
+    # learned positions: the decoder graph gathers the row itself (input "pos")
+    "transformer", FAMILIES["transformer"][1] + ["--encoder-learned-pos",
+                                                 "--decoder-learned-pos"]), subformer_wide=(
     "subformer", FAMILIES["subformer"][1] + ["--subformer-sandwich-dim", "48",
                                              "--subformer-sandwich-heads", "2",
                                              "--subformer-sandwich-ffn-dim", "96"]))  # fmt: skip
@@ -654,6 +658,23 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
                 )
                 lengths |= {len(h["tokens"]) for h in o}
     assert len(lengths) > 2  # hypotheses finished at different steps
+
+
+def test_onnx_runtime_sinusoid_rows_are_fairseqs_table_to_rounding():
+    """The runtime computes the sinusoidal rows it feeds the decoder graph (``pos_emb``) from
+    the frequencies the export wrote: fairseq's table to one float32 rounding."""
+    from fairseq.modules import SinusoidalPositionalEmbedding
+
+    from lightcompress.deploy.onnx_export import _frequencies
+    from lightcompress.deploy.onnx_runtime import sinusoid
+
+    positions = np.arange(2, 1026)
+    for dim in (8, 9, 256, 512):
+        table = SinusoidalPositionalEmbedding.get_embedding(1026, dim, 1)[positions].numpy()
+        rows = sinusoid(positions, dim, _frequencies(dim).tolist())
+        assert rows.dtype == np.float32 and rows.shape == table.shape
+        assert np.abs(rows - table).max() <= 1.2e-7
+        assert np.abs(sinusoid(positions, dim) - table).max() < 2e-4  # (numpy's own exp)
 
 
 def _unique_parameter_bytes(model) -> int:
