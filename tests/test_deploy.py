@@ -677,6 +677,41 @@ def test_onnx_runtime_sinusoid_rows_are_fairseqs_table_to_rounding():
         assert np.abs(sinusoid(positions, dim) - table).max() < 2e-4  # (numpy's own exp)
 
 
+def test_onnx_regrouped_maps_give_the_modules_outputs_and_keep_shared_weights_once():
+    """The exporter's regrouping (Q/K/V first factors or dense weights stacked into one
+    product, the query scaling folded into the last weight) computes what the modules do;
+    maps of layers that share their weights get one regrouped weight; other kinds of maps
+    are applied as they are."""
+    from lightcompress.deploy.onnx_export import _Regrouped
+    from lightcompress.modules.lowrank import LowRankLinear
+
+    torch.manual_seed(0)
+    x = torch.randn(5, 16)
+    lowrank = [LowRankLinear(16, 16, 4), LowRankLinear(16, 16, 4), LowRankLinear(16, 12, 3)]
+    dense = [torch.nn.Linear(16, 16), torch.nn.Linear(16, 8)]
+    mixed = [LowRankLinear(16, 16, 4), torch.nn.Linear(16, 16)]
+    for maps in (lowrank, dense, mixed):
+        scales = [0.25] + [1.0] * (len(maps) - 1)
+        regrouped = _Regrouped()
+        regrouped.prepare(maps, scales)
+        with torch.no_grad():
+            got = regrouped.apply(x, maps, scales)
+            want = [m(x) * sc for m, sc in zip(maps, scales)]
+        assert [g.shape for g in got] == [w.shape for w in want]
+        for g, w in zip(got, want):
+            assert torch.allclose(g, w, atol=1e-6)
+        assert (len(list(regrouped.parameters())) == 0) == (maps is mixed)
+    # a second layer sharing the first one's parameters (layer sharing ties the tensors)
+    regrouped = _Regrouped()
+    regrouped.prepare(lowrank, [0.25, 1.0, 1.0])
+    twins = [LowRankLinear(16, 16, 4), LowRankLinear(16, 16, 4), LowRankLinear(16, 12, 3)]
+    for twin, m in zip(twins, lowrank):
+        twin.u, twin.v, twin.bias = m.u, m.v, m.bias
+    before = len(list(regrouped.parameters()))
+    regrouped.prepare(twins, [0.25, 1.0, 1.0])
+    assert len(list(regrouped.parameters())) == before == 3  # stacked first factors, q: u, b
+
+
 def _unique_parameter_bytes(model) -> int:
     seen, total = set(), 0
     for p in model.parameters():  # a shared parameter once

@@ -140,6 +140,107 @@ def _qkv(attn, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
 
 
+def _factors(m):
+    """``(first, second, bias)`` of a map whose weights the export may regroup: a low-rank
+    map (``x v^T u^T + b``: ``(v, u, b)``), a dense one (``(None, W, b)``), else None."""
+    from lightcompress.modules.lowrank import LowRankLinear
+
+    if type(m) is LowRankLinear:
+        return m.v, m.u, m.bias
+    if type(m) is nn.Linear:
+        return None, m.weight, m.bias
+    return None
+
+
+class _Regrouped(nn.Module):
+    """Maps that read the same input, regrouped at export time (the same products, in fewer,
+    larger graph nodes; the stored weights are the same size):
+
+    - several low-rank maps (the Q, K, V of an attention; the cross-attention K, V of a
+      decoder layer): their first factors stacked, one product, then each second factor;
+      several dense maps: their weights stacked, one product;
+    - a scale on a map's output (fairseq's query scaling) folded into its last weight and bias.
+
+    :meth:`prepare` (before tracing: the regrouped weights are parameters of this module, so
+    a weight shared by several layers stays one initializer) and :meth:`apply`; maps of other
+    kinds are applied as they are."""
+
+    def __init__(self):
+        super().__init__()
+        self._plans: dict = {}
+        self._weights: dict = {}
+
+    def _weight(self, key, make) -> nn.Parameter:
+        if key not in self._weights:
+            weight = nn.Parameter(make().detach().clone(), requires_grad=False)
+            self.register_parameter(f"regrouped_{len(self._weights)}", weight)
+            self._weights[key] = weight
+        return self._weights[key]
+
+    def _scaled(self, t, scale: float):
+        if t is None or scale == 1.0:
+            return t
+        return self._weight(("scaled", id(t), scale), lambda: t * scale)
+
+    def prepare(self, maps, scales) -> None:
+        parts = [_factors(m) for m in maps]
+        if any(p is None for p in parts) or len({p[0] is None for p in parts}) > 1:
+            return
+        if len({p[1].shape[1] if p[0] is None else p[0].shape[1] for p in parts}) > 1:
+            return  # (different input widths)
+        if len({p[2] is None for p in parts}) > 1:
+            return
+        key = tuple(id(m) for m in maps) + tuple(scales)
+        if parts[0][0] is not None:  # low-rank: one first product, then each second factor
+            first = tuple(p[0] for p in parts)
+            stacked = (
+                first[0] if len(first) == 1
+                else self._weight(("stack",) + tuple(map(id, first)), lambda: torch.cat(first))
+            )  # fmt: skip
+            seconds = [(self._scaled(u, sc), self._scaled(b, sc))
+                       for (_v, u, b), sc in zip(parts, scales)]  # fmt: skip
+            self._plans[key] = ("lowrank", stacked, [p[0].shape[0] for p in parts], seconds)
+        else:  # dense: one product of the stacked (scaled) weights
+            ws = [self._scaled(w, sc) for (_f, w, _b), sc in zip(parts, scales)]
+            bs = [self._scaled(b, sc) for (_f, _w, b), sc in zip(parts, scales)]
+            w = ws[0] if len(ws) == 1 else self._weight(
+                ("stack",) + tuple(map(id, ws)), lambda: torch.cat(ws))  # fmt: skip
+            b = bs[0] if len(bs) == 1 or bs[0] is None else self._weight(
+                ("stack",) + tuple(map(id, bs)), lambda: torch.cat(bs))  # fmt: skip
+            self._plans[key] = ("dense", w, b, [p[1].shape[0] for p in parts])
+
+    def apply(self, x: Tensor, maps, scales) -> list:
+        plan = self._plans.get(tuple(id(m) for m in maps) + tuple(scales))
+        if plan is None:
+            return [m(x) if sc == 1.0 else m(x) * sc for m, sc in zip(maps, scales)]
+        if plan[0] == "lowrank":
+            _kind, stacked, ranks, seconds = plan
+            h = F.linear(x, stacked)
+            hs = h.split(ranks, dim=-1) if len(ranks) > 1 else [h]
+            return [F.linear(hi, u, b) for hi, (u, b) in zip(hs, seconds)]
+        _kind, w, b, sizes = plan
+        y = F.linear(x, w, b)
+        return list(y.split(sizes, dim=-1)) if len(sizes) > 1 else [y]
+
+
+def _qkv_maps(attn):
+    """The Q, K, V maps of a fairseq attention and their output scales (the query's scaling),
+    or None for Hypoformer's fused map (``qkv``, one call already)."""
+    if getattr(attn, "qkv", None) is not None:
+        return None
+    return [attn.q_proj, attn.k_proj, attn.v_proj], [attn.scaling, 1.0, 1.0]
+
+
+def _project_qkv(regrouped: _Regrouped, attn, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(q * scaling, k, v)`` of ``x``."""
+    spec = _qkv_maps(attn)
+    if spec is None:
+        q, k, v = _qkv(attn, x)
+        return q * attn.scaling, k, v
+    q, k, v = regrouped.apply(x, *spec)
+    return q, k, v
+
+
 def _ffn_block(layer, x: Tensor) -> Tensor:
     """A fairseq layer's feed-forward sublayer with its residual and layer norm (pre or post)."""
     residual = x
@@ -163,6 +264,14 @@ class _DecoderStep(nn.Module):
         dec = model.decoder
         self.num_layers = len(dec.layers)
         self.position_kind = _position_kind(dec)
+        self.regrouped = _Regrouped()
+        for layer in dec.layers:
+            spec = _qkv_maps(layer.self_attn)
+            if spec is not None:
+                self.regrouped.prepare(*spec)
+            if layer.encoder_attn is not None:
+                inner = _inner_attention(layer.encoder_attn)
+                self.regrouped.prepare([inner.q_proj], [inner.scaling])
 
     def forward(self, prev: Tensor, pos: Tensor, order: Tensor, bias: Tensor, *caches: Tensor):
         dec = self.model.decoder
@@ -196,8 +305,7 @@ class _DecoderStep(nn.Module):
         lp = torch.where(torch.isnan(top[0]), torch.tensor(float("-inf")), top[0])
         return (lp, top[1], *new)
 
-    @staticmethod
-    def _layer(layer, x, past_k, past_v, cross_k, cross_v, enc_bias, order):
+    def _layer(self, layer, x, past_k, past_v, cross_k, cross_v, enc_bias, order):
         cross = layer.encoder_attn is not None
         project_in = getattr(layer, "project_in", None)  # Subformer's sandwich projections
         if project_in is not None:
@@ -211,8 +319,8 @@ class _DecoderStep(nn.Module):
             x = layer.self_attn_layer_norm(x)
         a = layer.self_attn
         h, d = a.num_heads, a.head_dim
-        q, k, v = _qkv(a, x)
-        q = (q * a.scaling).reshape(-1, h, 1, d)
+        q, k, v = _project_qkv(self.regrouped, a, x)
+        q = q.reshape(-1, h, 1, d)
         k = torch.cat([past_k.index_select(0, order), k.reshape(-1, h, 1, d)], dim=2)
         v = torch.cat([past_v.index_select(0, order), v.reshape(-1, h, 1, d)], dim=2)
         p = F.softmax(torch.matmul(q, k.transpose(2, 3)).float(), dim=-1)
@@ -228,7 +336,8 @@ class _DecoderStep(nn.Module):
             if inner is not a:  # Subformer: attention at the encoder's width
                 x = a.project_query(x)
             h, d = inner.num_heads, inner.head_dim
-            q = (inner.q_proj(x) * inner.scaling).reshape(-1, h, 1, d)
+            (q,) = self.regrouped.apply(x, [inner.q_proj], [inner.scaling])
+            q = q.reshape(-1, h, 1, d)
             w = torch.matmul(q, cross_k.transpose(2, 3)) + enc_bias  # [N x H x 1 x S]
             p = F.softmax(w.float(), dim=-1)
             x = inner.out_proj(torch.matmul(p, cross_v).reshape(-1, h * d))
@@ -256,6 +365,14 @@ class _Encoder(nn.Module):
         super().__init__()
         self.model = model
         self.lean = lean
+        self.regrouped = _Regrouped()
+        if lean:
+            for layer in model.encoder.layers:
+                self.regrouped.prepare(*_qkv_maps(layer.self_attn) or ([], []))
+        for layer in model.decoder.layers:
+            if layer.encoder_attn is not None:
+                a = _inner_attention(layer.encoder_attn)
+                self.regrouped.prepare([a.k_proj, a.v_proj], [1.0, 1.0])
 
     def forward(self, src_tokens: Tensor):
         from torch.onnx.operators import reshape_from_tensor_shape, shape_as_tensor
@@ -289,13 +406,12 @@ class _Encoder(nn.Module):
             if layer.encoder_attn is None:  # (Subformer's SAFE block)
                 continue
             a = _inner_attention(layer.encoder_attn)
-            for proj in (a.k_proj, a.v_proj):
-                y = heads(proj(x), a.num_heads, a.head_dim)  # [B x S x H x d]
+            for y in self.regrouped.apply(x, [a.k_proj, a.v_proj], [1.0, 1.0]):
+                y = heads(y, a.num_heads, a.head_dim)  # [B x S x H x d]
                 outs.append(y.transpose(1, 2))  # [B x H x S x d]
         return tuple(outs)
 
-    @staticmethod
-    def _layer(layer, x: Tensor, enc_bias: Tensor, heads) -> Tensor:
+    def _layer(self, layer, x: Tensor, enc_bias: Tensor, heads) -> Tensor:
         """fairseq's ``TransformerEncoderLayerBase.forward`` (pre- or post-LN, Admin residuals)
         on ``[B*S x C]`` rows."""
         start_admin = getattr(layer, "_start_admin", None)
@@ -306,8 +422,8 @@ class _Encoder(nn.Module):
             x = layer.self_attn_layer_norm(x)
         a = layer.self_attn
         h, d = a.num_heads, a.head_dim
-        q, k, v = _qkv(a, x)
-        q = heads(q * a.scaling, h, d).transpose(1, 2)  # [B x H x S x d]
+        q, k, v = _project_qkv(self.regrouped, a, x)
+        q = heads(q, h, d).transpose(1, 2)  # [B x H x S x d]
         k = heads(k, h, d).permute(0, 2, 3, 1)  # [B x H x d x S]
         v = heads(v, h, d).transpose(1, 2)
         p = F.softmax((torch.matmul(q, k) + enc_bias).float(), dim=-1)
