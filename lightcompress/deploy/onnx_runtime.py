@@ -140,6 +140,18 @@ class OnnxGenerator:
             else (lambda feed: self.decoder.run(self._dec_outputs, feed))
         )
 
+    def _positions(self, steps: int) -> np.ndarray:
+        """The decoder's position inputs of the first ``steps`` steps: the position ids, or
+        for sinusoidal positions the embedding rows (computed once, kept for longer outputs)."""
+        cached = getattr(self, "_position_cache", None)
+        if cached is None or len(cached) < steps:
+            ids = np.arange(self.offset + 1, self.offset + steps + 1, dtype=np.int64)
+            if self._pos_input == "pos_emb":  # the rows of fairseq's sinusoidal table
+                config = self.config
+                ids = sinusoid(ids, config["position_dim"], config.get("position_freq"))
+            self._position_cache = cached = ids
+        return cached
+
     def _biases(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The per-token score bias before ``min_len``, between, and at ``max_len`` (fairseq:
         ``-inf`` for padding, the unknown penalty, EOS forbidden / forced)."""
@@ -186,10 +198,7 @@ class OnnxGenerator:
         order = np.arange(n, dtype=np.int64)
         batch_idxs: np.ndarray | None = None
         short, normal, end = self._biases()
-        positions = np.arange(self.offset + 1, self.offset + max_len + 2, dtype=np.int64)
-        if "pos_emb" in self._dec_inputs:  # the rows of fairseq's sinusoidal table
-            config = self.config
-            positions = sinusoid(positions, config["position_dim"], config.get("position_freq"))
+        positions = self._positions(max_len + 1)  # [steps] ids or [steps x C] sinusoid rows
         past_names = list(past)
         rows = np.arange(bsz)[:, None]
         feed = {"k": np.array([min(cand_size, self.vocab_size)], dtype=np.int64), **cross, **past}
