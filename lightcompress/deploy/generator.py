@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["FastGenerator", "lean_step_supported"]
+__all__ = ["FastGenerator", "layer_step", "lean_step_supported"]
 
 _INCREMENTAL: dict = {}  # a non-None incremental state: positional embeddings of the last step
 
@@ -61,6 +61,34 @@ def _LEAN_FORWARDS():
     from lightcompress.models.compressed import CompressedDecoderLayer
 
     return (TransformerDecoderLayerBase.forward, CompressedDecoderLayer.forward)
+
+
+def _sublayer(layer, x: Tensor, norm, f) -> Tensor:
+    """``f`` with the layer's residual and ``norm`` around it (pre- or post-LN)."""
+    residual = x
+    if layer.normalize_before:
+        x = norm(x)
+    x = layer.residual_connection(f(x), residual)
+    if not layer.normalize_before:
+        x = norm(x)
+    return x
+
+
+def layer_step(layer, x: Tensor, self_attention, cross_attention=None) -> Tensor:
+    """fairseq's ``TransformerDecoderLayerBase.forward`` (or ``TransformerEncoderLayerBase``'s)
+    around the attentions, which the caller computes: ``self_attention(x)`` and, for a layer
+    with encoder attention, ``cross_attention(x)`` get the normalized input and return the
+    output projection's result. Residuals (Admin's too), pre- or post-LN, the feed-forward
+    sublayer. The one layer walk of the PyTorch fast path and of the ONNX export."""
+    cross = getattr(layer, "encoder_attn", None) is not None
+    start_admin = getattr(layer, "_start_admin", None)
+    if start_admin is not None:
+        start_admin(["self_attn", "encoder_attn", "ffn"] if cross else ["self_attn", "ffn"])
+    x = _sublayer(layer, x, layer.self_attn_layer_norm, self_attention)
+    if cross:
+        x = _sublayer(layer, x, layer.encoder_attn_layer_norm, cross_attention)
+    ffn = lambda y: layer.fc2(layer.activation_fn(layer.fc1(y)))
+    return _sublayer(layer, x, layer.final_layer_norm, ffn)
 
 
 def lean_step_supported(model, extra_forwards=()) -> str | None:
@@ -201,34 +229,10 @@ class FastGenerator:
 
     def _layer(self, layer, x: Tensor, cache: dict) -> Tensor:
         """fairseq's ``TransformerDecoderLayerBase.forward`` for one incremental step."""
-        cross = layer.encoder_attn is not None
-        start_admin = getattr(layer, "_start_admin", None)
-        if start_admin is not None:
-            start_admin(["self_attn", "encoder_attn", "ffn"] if cross else ["self_attn", "ffn"])
-        pre = layer.normalize_before
-        residual = x
-        if pre:
-            x = layer.self_attn_layer_norm(x)
-        x = self._self_attention(layer.self_attn, x, cache)
-        x = layer.residual_connection(x, residual)
-        if not pre:
-            x = layer.self_attn_layer_norm(x)
-        if cross:
-            residual = x
-            if pre:
-                x = layer.encoder_attn_layer_norm(x)
-            x = self._cross_attention(layer.encoder_attn, x, cache)
-            x = layer.residual_connection(x, residual)
-            if not pre:
-                x = layer.encoder_attn_layer_norm(x)
-        residual = x
-        if pre:
-            x = layer.final_layer_norm(x)
-        x = layer.fc2(layer.activation_fn(layer.fc1(x)))
-        x = layer.residual_connection(x, residual)
-        if not pre:
-            x = layer.final_layer_norm(x)
-        return x
+        return layer_step(
+            layer, x, lambda y: self._self_attention(layer.self_attn, y, cache),
+            lambda y: self._cross_attention(layer.encoder_attn, y, cache),
+        )  # fmt: skip
 
     @staticmethod
     def _self_attention(a, x: Tensor, cache: dict) -> Tensor:

@@ -241,18 +241,6 @@ def _project_qkv(regrouped: _Regrouped, attn, x: Tensor) -> tuple[Tensor, Tensor
     return q, k, v
 
 
-def _ffn_block(layer, x: Tensor) -> Tensor:
-    """A fairseq layer's feed-forward sublayer with its residual and layer norm (pre or post)."""
-    residual = x
-    if layer.normalize_before:
-        x = layer.final_layer_norm(x)
-    x = layer.fc2(layer.activation_fn(layer.fc1(x)))
-    x = layer.residual_connection(x, residual)
-    if not layer.normalize_before:
-        x = layer.final_layer_norm(x)
-    return x
-
-
 class _DecoderStep(nn.Module):
     """One incremental decoder step for hypotheses ``N``, as fairseq's
     ``TransformerDecoderLayerBase`` computes it (pre- or post-LN, Admin residuals), with
@@ -306,32 +294,24 @@ class _DecoderStep(nn.Module):
         return (lp, top[1], *new)
 
     def _layer(self, layer, x, past_k, past_v, cross_k, cross_v, enc_bias, order):
-        cross = layer.encoder_attn is not None
-        project_in = getattr(layer, "project_in", None)  # Subformer's sandwich projections
-        if project_in is not None:
-            x = project_in(x)
-        start_admin = getattr(layer, "_start_admin", None)
-        if start_admin is not None:
-            start_admin(["self_attn", "encoder_attn", "ffn"] if cross else ["self_attn", "ffn"])
-        pre = layer.normalize_before
-        residual = x
-        if pre:
-            x = layer.self_attn_layer_norm(x)
-        a = layer.self_attn
-        h, d = a.num_heads, a.head_dim
-        q, k, v = _project_qkv(self.regrouped, a, x)
-        q = q.reshape(-1, h, 1, d)
-        k = torch.cat([past_k.index_select(0, order), k.reshape(-1, h, 1, d)], dim=2)
-        v = torch.cat([past_v.index_select(0, order), v.reshape(-1, h, 1, d)], dim=2)
-        p = F.softmax(torch.matmul(q, k.transpose(2, 3)).float(), dim=-1)
-        x = a.out_proj(torch.matmul(p, v).reshape(-1, h * d))
-        x = layer.residual_connection(x, residual)
-        if not pre:
-            x = layer.self_attn_layer_norm(x)
-        if cross:
-            residual = x
-            if pre:
-                x = layer.encoder_attn_layer_norm(x)
+        """One layer of the step (:func:`layer_step` around the attentions below); returns
+        the output and the grown self-attention caches."""
+        from lightcompress.deploy.generator import layer_step
+
+        grown = []
+
+        def self_attention(x):
+            a = layer.self_attn
+            h, d = a.num_heads, a.head_dim
+            q, k, v = _project_qkv(self.regrouped, a, x)
+            q = q.reshape(-1, h, 1, d)
+            k = torch.cat([past_k.index_select(0, order), k.reshape(-1, h, 1, d)], dim=2)
+            v = torch.cat([past_v.index_select(0, order), v.reshape(-1, h, 1, d)], dim=2)
+            grown.extend([k, v])
+            p = F.softmax(torch.matmul(q, k.transpose(2, 3)).float(), dim=-1)
+            return a.out_proj(torch.matmul(p, v).reshape(-1, h * d))
+
+        def cross_attention(x):
             a, inner = layer.encoder_attn, _inner_attention(layer.encoder_attn)
             if inner is not a:  # Subformer: attention at the encoder's width
                 x = a.project_query(x)
@@ -341,16 +321,16 @@ class _DecoderStep(nn.Module):
             w = torch.matmul(q, cross_k.transpose(2, 3)) + enc_bias  # [N x H x 1 x S]
             p = F.softmax(w.float(), dim=-1)
             x = inner.out_proj(torch.matmul(p, cross_v).reshape(-1, h * d))
-            if inner is not a:
-                x = a.project_back(x)
-            x = layer.residual_connection(x, residual)
-            if not pre:
-                x = layer.encoder_attn_layer_norm(x)
-        x = _ffn_block(layer, x)
+            return a.project_back(x) if inner is not a else x
+
+        project_in = getattr(layer, "project_in", None)  # Subformer's sandwich projections
+        if project_in is not None:
+            x = project_in(x)
+        x = layer_step(layer, x, self_attention, cross_attention)
         project_out = getattr(layer, "project_out", None)
         if project_out is not None:
             x = project_out(x)
-        return x, k, v
+        return x, grown[0], grown[1]
 
 
 class _Encoder(nn.Module):
@@ -412,26 +392,21 @@ class _Encoder(nn.Module):
         return tuple(outs)
 
     def _layer(self, layer, x: Tensor, enc_bias: Tensor, heads) -> Tensor:
-        """fairseq's ``TransformerEncoderLayerBase.forward`` (pre- or post-LN, Admin residuals)
-        on ``[B*S x C]`` rows."""
-        start_admin = getattr(layer, "_start_admin", None)
-        if start_admin is not None:
-            start_admin(["self_attn", "ffn"])
-        residual = x
-        if layer.normalize_before:
-            x = layer.self_attn_layer_norm(x)
-        a = layer.self_attn
-        h, d = a.num_heads, a.head_dim
-        q, k, v = _project_qkv(self.regrouped, a, x)
-        q = heads(q, h, d).transpose(1, 2)  # [B x H x S x d]
-        k = heads(k, h, d).permute(0, 2, 3, 1)  # [B x H x d x S]
-        v = heads(v, h, d).transpose(1, 2)
-        p = F.softmax((torch.matmul(q, k) + enc_bias).float(), dim=-1)
-        x = torch.matmul(p, v).transpose(1, 2).reshape(-1, h * d)  # [B*S x C]
-        x = layer.residual_connection(a.out_proj(x), residual)
-        if not layer.normalize_before:
-            x = layer.self_attn_layer_norm(x)
-        return _ffn_block(layer, x)
+        """fairseq's ``TransformerEncoderLayerBase.forward`` (:func:`layer_step`: pre- or
+        post-LN, Admin residuals) on ``[B*S x C]`` rows."""
+        from lightcompress.deploy.generator import layer_step
+
+        def self_attention(x):
+            a = layer.self_attn
+            h, d = a.num_heads, a.head_dim
+            q, k, v = _project_qkv(self.regrouped, a, x)
+            q = heads(q, h, d).transpose(1, 2)  # [B x H x S x d]
+            k = heads(k, h, d).permute(0, 2, 3, 1)  # [B x H x d x S]
+            v = heads(v, h, d).transpose(1, 2)
+            p = F.softmax((torch.matmul(q, k) + enc_bias).float(), dim=-1)
+            return a.out_proj(torch.matmul(p, v).transpose(1, 2).reshape(-1, h * d))
+
+        return layer_step(layer, x, self_attention)
 
 
 def lean_encoder_error(model) -> str | None:
