@@ -531,19 +531,17 @@ def _k_as_input(model_proto) -> None:
     onnx.checker.check_model(model_proto)
 
 
-def _simplify(model_proto) -> int:
+def _simplify(model_proto) -> None:
     """Remove the reshapes that do not change a shape, and what only computed their target
     shapes (the modules' ``x.view(*lead, out)`` on inputs that already have that shape: one
-    third of a factorized decoder step's nodes), by ONNX Runtime's symbolic shape inference.
-    Returns the number of nodes removed."""
+    third of a factorized decoder step's nodes), by ONNX Runtime's symbolic shape inference."""
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
     g = model_proto.graph
-    before = len(g.node)
     try:
         inferred = SymbolicShapeInference.infer_shapes(model_proto, auto_merge=True)
     except Exception:  # noqa: BLE001  (an optimization: without shapes, the graph stays as is)
-        return 0
+        return
     shapes: dict = {}
     for vi in list(inferred.graph.value_info) + list(inferred.graph.input):
         t = vi.type.tensor_type
@@ -579,12 +577,11 @@ def _simplify(model_proto) -> int:
     inits = [i for i in g.initializer if i.name in used]
     del g.initializer[:]
     g.initializer.extend(inits)
-    return before - len(keep)
 
 
-def _share_weights(protos: dict, out_dir: str) -> int:
+def _share_weights(protos: dict, out_dir: str) -> None:
     """Every initializer of the graphs (but constants under 4 KiB) into one ``weights.bin``
-    (equal tensors once; ONNX external data); returns its size in bytes."""
+    (equal tensors once; ONNX external data)."""
     from onnx import numpy_helper
 
     offsets: dict = {}
@@ -613,7 +610,6 @@ def _share_weights(protos: dict, out_dir: str) -> int:
                              ("length", str(len(raw)))):  # fmt: skip
                     entry = init.external_data.add()
                     entry.key, entry.value = k, v
-    return size
 
 
 def _quantize(path: str, out_path: str, min_elements: int) -> None:

@@ -373,6 +373,34 @@ def with_int8(
     return out
 
 
+def _with_exports(candidates, workdir, engine, name, precisions, export, make_runner, errors,
+                  log=None, prefix=""):  # fmt: skip
+    """For every float32 fairseq candidate, one candidate per precision of ``engine``:
+    ``export(candidate, target, precision)`` writes it into ``workdir``, ``make_runner(
+    candidate, target, precision)`` times it. An export refused with one of ``errors`` gives
+    a note (and no candidates of that model). Returns the new candidates and the notes."""
+    os.makedirs(workdir, exist_ok=True)
+    out, notes = [], []
+    for i, c in enumerate(candidates):
+        if c.engine != "fairseq" or c.precision != "float32":
+            continue
+        for precision in precisions:
+            target = os.path.join(workdir, f"{i}-{prefix}{precision}")
+            try:
+                export(c, target, precision)
+            except errors as exc:
+                notes.append(f"{c.label}: no {name} export ({exc})")
+                break
+            if log:
+                log(f"exported {c.label} to {name} ({precision}): {target}")
+            out.append(
+                Candidate(c.label, target, None, c.task, c.params, precision, c.random_weights,
+                          c.args, engine=engine, runner=make_runner(c, target, precision),
+                          model_args=c.model_args, size_bytes=directory_bytes(target))
+            )  # fmt: skip
+    return out, notes
+
+
 def with_ct2(
     candidates: Sequence[Candidate], workdir: str, threads: int, log=None
 ) -> tuple[list[Candidate], list[str]]:
@@ -383,30 +411,17 @@ def with_ct2(
     from lightcompress.deploy.ct2 import ExportError, export_model
     from lightcompress.measure.engines import CT2Runner
 
-    os.makedirs(workdir, exist_ok=True)
-    out, notes = [], []
-    for i, c in enumerate(candidates):
-        if c.engine != "fairseq" or c.precision != "float32":
-            continue
-        for precision in ("float32", "int8"):
-            target = os.path.join(workdir, f"{i}-{precision}")
-            try:
-                export_model(c.model, c.task, c.model_args, target, precision)
-            except ExportError as exc:
-                notes.append(f"{c.label}: no CTranslate2 export ({exc})")
-                break
-            if log:
-                log(f"exported {c.label} to CTranslate2 ({precision}): {target}")
-            runner = CT2Runner(
-                target, precision, threads, c.task.source_dictionary, c.task.target_dictionary,
-                c.model.max_decoder_positions(), c.model.max_positions(),
-            )  # fmt: skip
-            out.append(
-                Candidate(c.label, target, None, c.task, c.params, precision, c.random_weights,
-                          c.args, engine="ctranslate2", runner=runner, model_args=c.model_args,
-                          size_bytes=directory_bytes(target))
-            )  # fmt: skip
-    return out, notes
+    def export(c, target, precision):
+        export_model(c.model, c.task, c.model_args, target, precision)
+
+    def runner(c, target, precision):
+        return CT2Runner(
+            target, precision, threads, c.task.source_dictionary, c.task.target_dictionary,
+            c.model.max_decoder_positions(), c.model.max_positions(),
+        )  # fmt: skip
+
+    return _with_exports(candidates, workdir, "ctranslate2", "CTranslate2",
+                         ("float32", "int8"), export, runner, ExportError, log)  # fmt: skip
 
 
 def with_onnx(
@@ -423,29 +438,15 @@ def with_onnx(
     from lightcompress.deploy.onnx_export import ExportError, export_onnx
     from lightcompress.measure.engines import OnnxRunner
 
-    os.makedirs(workdir, exist_ok=True)
-    out, notes = [], []
-    for i, c in enumerate(candidates):
-        if c.engine != "fairseq" or c.precision != "float32":
-            continue
-        for precision in ("float32", *variants):
-            target = os.path.join(workdir, f"{i}-onnx-{precision}")
-            int8 = {"float32": None, "int8": "all", "int8-large": "large"}[precision]
-            try:
-                export_onnx(c.model, c.task, target, int8=int8)
-            except ExportError as exc:
-                notes.append(f"{c.label}: no ONNX export ({exc})")
-                break
-            if log:
-                log(f"exported {c.label} to ONNX ({precision}): {target}")
-            runner = OnnxRunner(target, threads, c.task.source_dictionary.pad(),
-                                c.model.max_positions())  # fmt: skip
-            out.append(
-                Candidate(c.label, target, None, c.task, c.params, precision, c.random_weights,
-                          c.args, engine="onnxruntime", runner=runner, model_args=c.model_args,
-                          size_bytes=directory_bytes(target))
-            )  # fmt: skip
-    return out, notes
+    def export(c, target, precision):
+        int8 = {"float32": None, "int8": "all", "int8-large": "large"}[precision]
+        export_onnx(c.model, c.task, target, int8=int8)
+
+    def runner(c, target, precision):
+        return OnnxRunner(target, threads, c.task.source_dictionary.pad(), c.model.max_positions())
+
+    return _with_exports(candidates, workdir, "onnxruntime", "ONNX", ("float32", *variants),
+                         export, runner, ExportError, log, prefix="onnx-")  # fmt: skip
 
 
 def with_fast(candidates: Sequence[Candidate], gen_args: Namespace) -> list[Candidate]:
