@@ -237,8 +237,7 @@ def _project_qkv(regrouped: _Regrouped, attn, x: Tensor) -> tuple[Tensor, Tensor
     if spec is None:
         q, k, v = _qkv(attn, x)
         return q * attn.scaling, k, v
-    q, k, v = regrouped.apply(x, *spec)
-    return q, k, v
+    return tuple(regrouped.apply(x, *spec))
 
 
 class _DecoderStep(nn.Module):

@@ -131,6 +131,7 @@ class OnnxGenerator:
         self._enc_outputs = [o.name for o in self.encoder.get_outputs()]
         self._dec_outputs = [o.name for o in self.decoder.get_outputs()]
         self._pos_input = "pos_emb" if "pos_emb" in self._dec_inputs else "pos"
+        self._position_cache: np.ndarray | None = None
         # the session's own run, without the Python wrapper's per-call input validation (about
         # 50 us a step, 5 % of a small model's step; the feed is built here, always complete)
         inner = getattr(self.decoder, "_sess", None)
@@ -143,7 +144,7 @@ class OnnxGenerator:
     def _positions(self, steps: int) -> np.ndarray:
         """The decoder's position inputs of the first ``steps`` steps: the position ids, or
         for sinusoidal positions the embedding rows (computed once, kept for longer outputs)."""
-        cached = getattr(self, "_position_cache", None)
+        cached = self._position_cache
         if cached is None or len(cached) < steps:
             ids = np.arange(self.offset + 1, self.offset + steps + 1, dtype=np.int64)
             if self._pos_input == "pos_emb":  # the rows of fairseq's sinusoidal table
