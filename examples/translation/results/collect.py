@@ -50,6 +50,18 @@ MODELS = (
     ("dawid_teacher", "Transformer post-LN (DA-WID's teacher)", "ground truth, early stopping"),
     ("dawid", "DA-WID, fused", "from its post-LN teacher: masks + distillation, fixed updates"),
 )
+# the CPU plan's rows (run.sh SMALL=1, cpu_plan.sh): one post-LN teacher, fixed updates
+CPU_MODELS = (
+    ("teacher", "Transformer (dense teacher, post-LN)", "ground truth"),
+    ("lightformer_svd", "LightFormer, SVD transfer", "from the teacher by SVD"),
+    ("lightformer_random", "LightFormer, random init", "random init, same updates as SVD"),
+    ("hypoformer_kd", "Hypoformer + seq-KD", "ground truth + teacher's translations"),
+    ("hypoformer", "Hypoformer, no KD", "ground truth"),
+    ("subformer", "Subformer (sandwich, SAFE)", "ground truth"),
+    ("smartformer_search", "Smartformer, searched ranks (A2C)", "ground truth, rank search"),
+    ("smartformer", "Smartformer, fixed rank (same size)", "ground truth"),
+    ("dawid", "DA-WID, fused", "from the teacher: masks + distillation"),
+)
 
 
 class CollectError(ValueError):
@@ -58,6 +70,7 @@ class CollectError(ValueError):
 
 _HYP = re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$")
 _UPDATES = re.compile(r"num_updates[= ](\d+)")
+_WPS = re.compile(r"\| train_inner \|.*?wps=([0-9.]+)")
 
 
 def read_generate(path: str) -> dict[int, str]:
@@ -74,11 +87,13 @@ def read_generate(path: str) -> dict[int, str]:
 def _training(save_dir: str) -> dict:
     log = os.path.join(save_dir, "train.log")
     info = {"params": None, "updates": None, "best_update": None, "best_valid_loss": None,
-            "train_seconds": None}  # fmt: skip
+            "train_seconds": None, "train_wps": None}  # fmt: skip
     if os.path.exists(log):
         with open(log, encoding="utf-8", errors="replace") as f:
             text = f.read()
         info["params"] = params_from_log(text)
+        wps = [float(w) for w in _WPS.findall(text)]
+        info["train_wps"] = round(sum(wps) / len(wps), 1) if wps else None
         ups = [int(u) for u in _UPDATES.findall(text)]
         info["updates"] = max(ups) if ups else None
         try:
@@ -114,9 +129,38 @@ def _speed(path: str | None) -> dict[str, dict]:
     return {r["label"]: r for r in recs if r.get("precision", "float32") == "float32"}
 
 
+def read_refs(ref_path: str) -> list[str]:
+    """The references, one per line (split at \\n only, as fairseq reads text)."""
+    try:
+        with open(ref_path, encoding="utf-8", newline="") as f:
+            text = f.read()
+        return text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
+    except OSError as exc:
+        raise CollectError(f"--ref {ref_path}: cannot read ({exc.strerror})") from None
+
+
+def model_record(d: str, name: str, method: str, how: str, refs: list[str], ref_path: str) -> dict:
+    """One model's record from its folder: BLEU / chrF of generate-test.txt and training."""
+    import sacrebleu
+
+    gen = os.path.join(d, "generate-test.txt")
+    hyps = read_generate(gen)
+    if sorted(hyps) != list(range(len(refs))):
+        raise CollectError(
+            f"{gen}: {len(hyps)} translations for {len(refs)} references in {ref_path} "
+            "(a translation of another test set?)"
+        )
+    sys_out = [hyps[i] for i in range(len(refs))]
+    bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+    b, c = bleu.corpus_score(sys_out, [refs]), chrf.corpus_score(sys_out, [refs])
+    return {"label": name, "method": method, "training": how, "precision": "float32",
+            "bleu": round(b.score, 2), "bleu_signature": str(bleu.get_signature()),
+            "chrf": round(c.score, 2), "chrf_signature": str(chrf.get_signature()),
+            "test_sentences": len(refs), **_training(d)}  # fmt: skip
+
+
 def collect(save_root: str, ref_path: str, speed_path: str | None = None) -> dict:
     """The records of every model (see the module docstring)."""
-    import sacrebleu
 
     try:
         with open(ref_path, encoding="utf-8") as f:
@@ -131,19 +175,7 @@ def collect(save_root: str, ref_path: str, speed_path: str | None = None) -> dic
         if not os.path.exists(gen):
             missing.append(name)
             continue
-        hyps = read_generate(gen)
-        if sorted(hyps) != list(range(len(refs))):
-            raise CollectError(
-                f"{gen}: {len(hyps)} translations for {len(refs)} references in {ref_path} "
-                "(a translation of another test set?)"
-            )
-        sys_out = [hyps[i] for i in range(len(refs))]
-        bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
-        b, c = bleu.corpus_score(sys_out, [refs]), chrf.corpus_score(sys_out, [refs])
-        rec = {"label": name, "method": method, "training": how, "precision": "float32",
-               "bleu": round(b.score, 2), "bleu_signature": str(bleu.get_signature()),
-               "chrf": round(c.score, 2), "chrf_signature": str(chrf.get_signature()),
-               "test_sentences": len(refs), **_training(d)}  # fmt: skip
+        rec = model_record(d, name, method, how, refs, ref_path)
         sp = speed.get(name, {})
         rec["tokens_per_s"] = sp.get("tokens_per_s")
         rec["tokens_per_s_std"] = sp.get("tokens_per_s_std")
@@ -266,7 +298,298 @@ def render_markdown(result: dict, plan: str, corpus: dict | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --------------------------------------------------------------------------------------------
+# The CPU plan: one JSON file per finished row in the repository, the table from those alone
+# --------------------------------------------------------------------------------------------
+
+
+def _write_json(path: str, doc) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(doc, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _read_json(path: str, what: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise CollectError(f"{path}: not a readable {what} ({exc})") from None
+
+
+def write_row(save_root: str, name: str, ref_path: str, rows_dir: str, commit: str,
+              plan: str = "cpu") -> dict:  # fmt: skip
+    """The figures of one finished model into ``rows_dir/name.json`` (written atomically)."""
+    known = {m[0]: m for m in CPU_MODELS + MODELS}
+    if name not in known:
+        raise CollectError(f"unknown model {name!r} (one of {', '.join(sorted(known))})")
+    _, method, how = known[name]
+    d = os.path.join(save_root, name)
+    if not os.path.exists(os.path.join(d, "generate-test.txt")):
+        raise CollectError(f"{d}: no generate-test.txt: the model is not evaluated yet")
+    rec = model_record(d, name, method, how, read_refs(ref_path), ref_path)
+    machine = None
+    mpath = os.path.join(save_root, "machine.txt")
+    if os.path.exists(mpath):
+        with open(mpath, encoding="utf-8") as f:
+            machine = f.read().strip() or None
+    rec.update(plan=plan, commit=commit, machine=machine,
+               finished=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"))  # fmt: skip
+    os.makedirs(rows_dir, exist_ok=True)
+    _write_json(os.path.join(rows_dir, f"{name}.json"), rec)
+    return rec
+
+
+def write_speed(b1: str, b32: str, rows_dir: str, commit: str) -> dict:
+    """measure_speed --json of batch 1 and batch 32 -> ``rows_dir/speed.json``: per model and
+    engine (fairseq, onnx, ct2) and precision, tokens/s at each batch size and size on disk."""
+    out = {"commit": commit, "machine": f"{platform.node()} ({platform.machine()}, "
+           f"{os.cpu_count()} CPUs)",  # fmt: skip
+           "measured": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+           "models": {}}  # fmt: skip
+    for batch, path in ((1, b1), (32, b32)):
+        doc = _read_json(path, "measure_speed --json output")
+        try:
+            recs = doc["models"]
+            out[f"protocol_b{batch}"] = doc.get("protocol")
+        except (KeyError, TypeError) as exc:
+            raise CollectError(f"{path}: not measure_speed --json output ({exc})") from None
+        for r in recs:
+            key = f"{r.get('engine', 'fairseq')}-{r.get('precision', 'float32')}"
+            m = out["models"].setdefault(r["label"], {}).setdefault(key, {})
+            m[f"tokens_per_s_b{batch}"] = round(r["tokens_per_s"], 1)
+            m[f"tokens_per_s_std_b{batch}"] = round(r.get("tokens_per_s_std") or 0.0, 1)
+            if r.get("size_bytes") is not None:
+                m["size_bytes"] = r["size_bytes"]
+    os.makedirs(rows_dir, exist_ok=True)
+    _write_json(os.path.join(rows_dir, "speed.json"), out)
+    return out
+
+
+def table_from_rows(rows_dir: str) -> dict:
+    """The CPU plan's records from ``rows_dir`` alone (no checkpoint, no log needed)."""
+    records, missing = [], []
+    for name, _method, _how in CPU_MODELS:
+        path = os.path.join(rows_dir, f"{name}.json")
+        if not os.path.exists(path):
+            missing.append(name)
+            continue
+        records.append(_read_json(path, "row"))
+    if not records:
+        raise CollectError(f"{rows_dir}: no row yet (run.sh SMALL=1 writes one per finished model)")
+    speed_path = os.path.join(rows_dir, "speed.json")
+    speed = _read_json(speed_path, "speed file") if os.path.exists(speed_path) else None
+    for r in records:
+        sp = (speed or {}).get("models", {}).get(r["label"], {})
+        fs, ox = sp.get("fairseq-float32", {}), sp.get("onnx-float32", {})
+        ct = sp.get("ct2-int8", {})
+        r["fairseq_b1"], r["fairseq_b32"] = fs.get("tokens_per_s_b1"), fs.get("tokens_per_s_b32")
+        r["onnx_b1"], r["onnx_b32"] = ox.get("tokens_per_s_b1"), ox.get("tokens_per_s_b32")
+        r["onnx_bytes"] = ox.get("size_bytes")
+        r["ct2_int8_b1"], r["ct2_int8_b32"] = ct.get("tokens_per_s_b1"), ct.get("tokens_per_s_b32")
+        # the deployment path's batch-1 figure is the frontier's speed axis
+        r["tokens_per_s"] = r["onnx_b1"] if r["onnx_b1"] is not None else r["fairseq_b1"]
+    teacher = next((r for r in records if r["label"] == "teacher"), None)
+    for r in records:
+        if teacher is None or r is teacher:
+            continue
+        r["bleu_vs_teacher"] = round(r["bleu"] - teacher["bleu"], 2)
+        if r.get("params") and teacher.get("params"):
+            r["compression"] = round(teacher["params"] / r["params"], 2)
+        for k in ("onnx_b1", "onnx_b32"):
+            if r.get(k) and teacher.get(k):
+                r[f"speedup_{k}"] = round(r[k] / teacher[k], 2)
+    return {"models": records, "missing": missing, "speed": speed}
+
+
+def claims(records: list[dict]) -> list[str]:
+    """One line per paper claim, in direction, from the CPU plan's records."""
+    by = {r["label"]: r for r in records}
+    t = by.get("teacher")
+    out = []
+
+    def cmp(a, b, claim, why_not):
+        if a is None or b is None:
+            return
+        holds = a["bleu"] > b["bleu"]
+        out.append(f"{claim}: {a['bleu']:.2f} vs {b['bleu']:.2f} BLEU "
+                   f"({a['bleu'] - b['bleu']:+.2f}): **{'holds' if holds else 'does not hold'} here**"
+                   + ("." if holds else f" ({why_not})."))  # fmt: skip
+
+    cmp(by.get("lightformer_svd"), by.get("lightformer_random"),
+        "SVD transfer beats random initialisation at equal updates (LightFormer)",
+        "see the findings below")  # fmt: skip
+    cmp(by.get("hypoformer_kd"), by.get("hypoformer"), "KD helps Hypoformer",
+        "see the findings below")  # fmt: skip
+    s, f = by.get("smartformer_search"), by.get("smartformer")
+    if s and f:
+        size = (f"{s['params'] / 1e6:.2f}M vs {f['params'] / 1e6:.2f}M parameters"
+                if s.get("params") and f.get("params") else "sizes unknown")  # fmt: skip
+        cmp(s, f, f"The searched ranks beat the fixed rank at equal size ({size})",
+            "see the findings below")  # fmt: skip
+    cmp(
+        by.get("dawid"),
+        by.get("lightformer_svd"),
+        "DA-WID beats the LightFormer of the same size (SVD transfer)",
+        "see the findings below",
+    )
+    if t is not None:
+        for r in records:
+            if r is t or "compression" not in r:
+                continue
+            ok_bleu, ok_size = r["bleu_vs_teacher"] >= -1.0, r["compression"] >= 3.0
+            verdict = "holds" if ok_bleu and ok_size else "does not hold"
+            why = []
+            if not ok_bleu:
+                why.append(f"{-r['bleu_vs_teacher']:.2f} BLEU below the teacher")
+            if not ok_size:
+                why.append(f"only {r['compression']:.2f}x fewer parameters")
+            out.append(f"{r['method']} within 1 BLEU of its teacher at 3x or more fewer "
+                       f"parameters ({r['bleu_vs_teacher']:+.2f} BLEU, {r['compression']:.2f}x): "
+                       f"**{verdict} here**" + (f" ({'; '.join(why)})." if why else "."))  # fmt: skip
+    return out
+
+
+def render_cpu_markdown(result: dict, corpus: dict | None) -> str:
+    recs = result["models"]
+    commits = sorted({r.get("commit") or "?" for r in recs})
+    machines = sorted({r.get("machine") or "?" for r in recs})
+    dates = sorted(r.get("finished") or "?" for r in recs)
+    lines = [f"CPU plan (`SMALL=1 bash examples/translation/results/run.sh`); trained on "
+             f"{'; '.join(machines)}; code {', '.join(commits)}; rows finished "
+             f"{dates[0]} to {dates[-1]}.", ""]  # fmt: skip
+    if corpus:
+        p = corpus.get("pairs", {})
+        lines += [(f"Corpus: {_fmt(p.get('train'), ',', '?')} / {_fmt(p.get('valid'), ',', '?')} / "
+                  f"{_fmt(p.get('test'), ',', '?')} sentence pairs (train / valid / test, split "
+                  f"by package), joined dictionary {_fmt(corpus.get('fairseq_dict_size'), ',', '?')} "
+                  "types."), ""]  # fmt: skip
+    lines += [
+        "| model | params | x fewer | ONNX size | BLEU | vs teacher | chrF | ONNX tok/s b1 | b32 | fairseq tok/s b1 | b32 | updates | train time | train tok/s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]  # fmt: skip
+    for r in recs:
+        secs = r.get("train_seconds")
+        mib = r.get("onnx_bytes") and r["onnx_bytes"] / 2**20
+        lines.append(
+            f"| {r['method']} | {_fmt(r.get('params') and r['params'] / 1e6, '.2f')}M "
+            f"| {_fmt(r.get('compression'), '.2f', '1.00' if r['label'] == 'teacher' else '-')} "
+            f"| {_fmt(mib, '.1f')}{' MiB' if mib else ''} "
+            f"| {r['bleu']:.2f} | {_fmt(r.get('bleu_vs_teacher'), '+.2f')} | {r['chrf']:.2f} "
+            f"| {_fmt(r.get('onnx_b1'), '.1f')} | {_fmt(r.get('onnx_b32'), '.1f')} "
+            f"| {_fmt(r.get('fairseq_b1'), '.1f')} | {_fmt(r.get('fairseq_b32'), '.1f')} "
+            f"| {_fmt(r.get('updates'))} "
+            f"| {_fmt(secs and secs / 60, '.1f')}{' min' if secs else ''} "
+            f"| {_fmt(r.get('train_wps'), '.0f')} |"
+        )
+    sig = recs[0]
+    speed = result.get("speed") or {}
+    ct2 = [r for r in recs if r.get("ct2_int8_b1")]
+    lines += [
+        "",
+        (
+            f"BLEU: sacreBLEU `{sig['bleu_signature']}`; chrF: `{sig['chrf_signature']}`; on the "
+            f"{sig['test_sentences']:,} test sentences (packages never seen in training), "
+            "checkpoint_best.pt (lowest validation loss; DA-WID: its fused model), fairseq-generate, "
+            "beam 5, lenpen 1.0. params: every parameter, embeddings included (DA-WID: "
+            "`lightcompress-params` of the fused model). tokens/s: `scripts/measure_speed.sh "
+            "--onnx --ct2`, one CPU thread, beam 5, float32, test sentences of about 12 tokens, "
+            "batch 1 and batch 32 measured side by side on the two cores"
+            + (f" ({speed.get('measured')}, code {speed.get('commit')})" if speed else "")
+            + "; ONNX size: the export's folder on disk. updates: trained; train time: wall-clock "
+            "of the model's training, one thread, two trainings at a time; train tok/s: target "
+            "tokens per second in training."
+        ),  # fmt: skip
+    ]
+    for r in ct2:
+        lines += ["", f"CTranslate2 int8 on {r['label']} (what users deploy dense models with): "
+                  f"{r['ct2_int8_b1']:.1f} tokens/s at batch 1, {_fmt(r.get('ct2_int8_b32'), '.1f')} "
+                  "at batch 32."]  # fmt: skip
+    if result["missing"]:
+        lines += ["", "Not (yet) finished: " + ", ".join(result["missing"]) + "."]
+    lines += ["", "Paper claims, in direction, on this run:", ""] + [f"- {c}" for c in claims(recs)]
+    return "\n".join(lines) + "\n"
+
+
+def _cpu_main(argv) -> int:
+    p = argparse.ArgumentParser(prog="collect.py", description="the CPU plan's rows and table")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("row", help="one finished model's figures -> ROWS_DIR/NAME.json")
+    r.add_argument("name")
+    r.add_argument("--save-root", required=True)
+    r.add_argument("--ref", required=True)
+    r.add_argument("--rows-dir", required=True)
+    r.add_argument("--commit", default="unknown")
+    r.add_argument("--plan", default="cpu")
+    sp = sub.add_parser("speed", help="measure_speed --json (batch 1, 32) -> ROWS_DIR/speed.json")
+    sp.add_argument("--b1", required=True)
+    sp.add_argument("--b32", required=True)
+    sp.add_argument("--rows-dir", required=True)
+    sp.add_argument("--commit", default="unknown")
+    t = sub.add_parser("table", help="results.md / results.json from ROWS_DIR alone")
+    t.add_argument("--rows-dir", required=True)
+    t.add_argument("--corpus-stats")
+    t.add_argument("--out", required=True)
+    t.add_argument("--json", dest="json_out", required=True)
+    t.add_argument("--readme", help="replace the block between <!-- results-cpu:start --> and "
+                   "<!-- results-cpu:end --> of this file with the table")  # fmt: skip
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "row":
+            rec = write_row(
+                args.save_root, args.name, args.ref, args.rows_dir, args.commit, args.plan
+            )
+            print(
+                f"{args.name}: BLEU {rec['bleu']:.2f}, chrF {rec['chrf']:.2f}, params {rec['params']}"
+            )
+            return 0
+        if args.cmd == "speed":
+            write_speed(args.b1, args.b32, args.rows_dir, args.commit)
+            return 0
+        result = table_from_rows(args.rows_dir)
+        corpus = None
+        if args.corpus_stats and os.path.exists(args.corpus_stats):
+            corpus = _read_json(args.corpus_stats, "corpus stats file")
+        text = render_cpu_markdown(result, corpus)
+        if args.readme:
+            update_readme(args.readme, text)
+    except CollectError as exc:
+        print(f"collect: error: {exc}", file=sys.stderr)
+        return 2
+    with open(f"{args.out}.tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(f"{args.out}.tmp", args.out)
+    _write_json(args.json_out, {"source": "examples/translation/results/run.sh (SMALL=1)",
+                                "plan": "cpu", "models": result["models"],
+                                "missing": result["missing"]})  # fmt: skip
+    print(text, end="")
+    return 0
+
+
+START, END = "<!-- results-cpu:start -->", "<!-- results-cpu:end -->"
+
+
+def update_readme(path: str, table: str) -> None:
+    """Put ``table`` between the README's markers (both must be there, once each)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise CollectError(f"--readme {path}: cannot read ({exc.strerror})") from None
+    if text.count(START) != 1 or text.count(END) != 1 or text.index(START) > text.index(END):
+        raise CollectError(f"--readme {path}: needs one {START} line and one {END} line after it")
+    head, rest = text.split(START)
+    _, tail = rest.split(END)
+    with open(f"{path}.tmp", "w", encoding="utf-8") as f:
+        f.write(f"{head}{START}\n{table}{END}{tail}")
+    os.replace(f"{path}.tmp", path)
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("row", "speed", "table"):
+        return _cpu_main(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--save-root", required=True, help="run.sh's SAVE_ROOT")
     p.add_argument("--ref", required=True, help="raw test references (DATA_DIR/raw/test.en)")

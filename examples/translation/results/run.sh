@@ -63,22 +63,33 @@ source "$HERE/../../common/lib.sh"
 LOG_TAG=results
 cd "$REPO_ROOT"
 
-DATA_DIR="${DATA_DIR:-data/results}"
-DATA_BIN="$DATA_DIR/bin"
 SRC=de TGT=en
+[[ "$SMALL" == 0 || "$SMALL" == 1 ]] || die "SMALL must be 0 (the GPU plan) or 1 (the CPU plan), not '$SMALL'"
 if [[ "$SMALL" == 1 ]]; then
-  SAVE_ROOT="${SAVE_ROOT:-checkpoints/results-small}"
-  : "${TEACHER_UPDATES:=800}" "${STUDENT_UPDATES:=600}" "${MAX_UPDATE:=800}"
-  : "${MAX_TOKENS:=2048}" "${LR:=2e-3}" "${WARMUP:=200}" "${DROPOUT:=0.1}"
-  : "${VALIDATE_EVERY:=100}" "${KD_BEAM:=1}" "${DAWID_SPARSITY:=0.8}" "${DAWID_GATE_SCALE:=150}"
+  # The CPU plan keeps its state outside the checkout (a fresh clone on the same machine
+  # resumes it) and writes each finished row into the repository (ROWS_DIR).
+  CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/lightcompress"
+  DATA_DIR="${DATA_DIR:-$CACHE_ROOT/data/results}"
+  SAVE_ROOT="${SAVE_ROOT:-$CACHE_ROOT/results-cpu}"
+  ROWS_DIR="${ROWS_DIR:-$HERE/cpu}"
+  # sized from measurements on this 2-core machine (README.md of this folder): one thread per
+  # training, two trainings at a time
+  : "${TEACHER_UPDATES:=750}" "${STUDENT_UPDATES:=450}" "${MAX_UPDATE:=$STUDENT_UPDATES}"
+  : "${MAX_TOKENS:=4096}" "${LR:=1.5e-3}" "${WARMUP:=250}" "${DROPOUT:=0.1}"
+  : "${VALIDATE_EVERY:=150}" "${KD_BEAM:=1}" "${DAWID_SPARSITY:=0.8}" "${DAWID_GATE_SCALE:=150}"
+  : "${SEARCH_INTERVAL:=25}" "${SEARCH_SETTLE:=2}" "${SEARCH_VALID_BATCHES:=20}"
 else
+  DATA_DIR="${DATA_DIR:-data/results}"
+  ROWS_DIR="${ROWS_DIR:-}"
   SAVE_ROOT="${SAVE_ROOT:-checkpoints/results}"
   : "${TEACHER_UPDATES:=3000}" "${STUDENT_UPDATES:=2500}" "${MAX_UPDATE:=3000}"
   : "${MAX_TOKENS:=8192}" "${LR:=7e-4}" "${WARMUP:=1000}" "${DROPOUT:=0.3}"
   : "${VALIDATE_EVERY:=250}" "${KD_BEAM:=5}" "${DAWID_SPARSITY:=0.77}" "${DAWID_GATE_SCALE:=50}"
 fi
+DATA_BIN="$DATA_DIR/bin"
 : "${PATIENCE:=8}" "${SPEED_RUNS:=3}" "${SPEED_SENTENCES:=20}" "${FP16:=0}"
-if ((NUM_GPUS > 0)); then : "${PARALLEL:=1}"; else : "${PARALLEL:=0}"; fi
+if ((NUM_GPUS > 0)) || [[ "$SMALL" == 1 ]]; then : "${PARALLEL:=1}"; else : "${PARALLEL:=0}"; fi
+[[ "$PARALLEL" == 0 || "$PARALLEL" == 1 ]] || die "PARALLEL must be 0 or 1, not '$PARALLEL'"
 TIME_BUDGET="${TIME_BUDGET:-}"
 BEAM=5 LENPEN=1.0
 START=$SECONDS
@@ -163,11 +174,25 @@ else
   SM_RANK=64
 fi
 PRELN=(--encoder-normalize-before --decoder-normalize-before)
-TEACHER=(--arch transformer "${LAYERS[@]}" "${WIDTH[@]}" "${PRELN[@]}" --share-all-embeddings)
-LIGHTFORMER=(--arch lightformer "${LAYERS[@]}" "${WIDTH[@]}" "${PRELN[@]}" --share-all-embeddings
+# The CPU plan has one post-LN teacher that every method starts from (LightFormer's and
+# Hypoformer's papers use post-LN teachers; DA-WID needs one); the GPU plan a pre-LN teacher
+# and DA-WID's own post-LN one.
+TEACHER_LN=("${PRELN[@]}")
+if [[ "$SMALL" == 1 ]]; then TEACHER_LN=(); fi
+TEACHER=(--arch transformer "${LAYERS[@]}" "${WIDTH[@]}" "${TEACHER_LN[@]}" --share-all-embeddings)
+LIGHTFORMER=(--arch lightformer "${LAYERS[@]}" "${WIDTH[@]}" "${TEACHER_LN[@]}" --share-all-embeddings
   --lc-encoder-groups 0 "${LF_RANKS[@]}")
 SMART=(--arch smartformer_iwslt_de_en "${LAYERS[@]}" "${WIDTH[@]}" "${PRELN[@]}"
   --sm-rank "$SM_RANK" --sm-attn all)
+# Smartformer's rank search (CPU plan): from rank 2 x SM_RANK, the agent picks each layer's CP
+# rank among SEARCH_RANKS every SEARCH_INTERVAL updates (shorter than the paper's, so that it
+# takes real decisions within the budget; a layer settles after SEARCH_SETTLE equal actions);
+# the fixed-rank row then trains at the rank that gives the searched model's size
+SEARCH_RANKS="${SEARCH_RANKS:-$((SM_RANK / 2)),$SM_RANK,$((SM_RANK * 2))}"
+SMART_SEARCH=(--arch smartformer_iwslt_de_en "${LAYERS[@]}" "${WIDTH[@]}" "${PRELN[@]}"
+  --sm-rank $((SM_RANK * 2)) --sm-attn all --task translation_smartformer --sm-search
+  --sm-search-ranks "$SEARCH_RANKS" --sm-search-interval "${SEARCH_INTERVAL:-200}"
+  --sm-search-settle "${SEARCH_SETTLE:-5}" --sm-search-valid-batches "${SEARCH_VALID_BATCHES:-0}")
 # DA-WID compresses a post-LN Transformer: its teacher is `teacher` in post-LN. The student
 # trains as many updates as the LightFormers; its schedule is the translation recipe's
 # (examples/translation/dawid/: distillation only for 2,200 of 30,000 updates, the target
@@ -176,7 +201,9 @@ SMART=(--arch smartformer_iwslt_de_en "${LAYERS[@]}" "${WIDTH[@]}" "${PRELN[@]}"
 # table, which the paper does not count): SMALL=1 1.11M of the teacher's 5.53M, full 7.17M of
 # 31.5M at the corpus's 8,084 types.
 DAWID_TEACHER=(--arch transformer "${LAYERS[@]}" "${WIDTH[@]}" --share-all-embeddings)
-DAWID=(--arch dawid --dawid-teacher "$SAVE_ROOT/dawid_teacher/checkpoint_best.pt"
+DAWID_FROM=dawid_teacher
+if [[ "$SMALL" == 1 ]]; then DAWID_FROM=teacher; fi
+DAWID=(--arch dawid --dawid-teacher "$SAVE_ROOT/$DAWID_FROM/checkpoint_best.pt"
   --criterion dawid --dawid-lambda 0.5 --dawid-init data-aware --dawid-calib-tokens 4096
   --dawid-target-sparsity "$DAWID_SPARSITY" --dawid-masks "dim,head,layer"
   --dawid-distill-updates $((STUDENT_UPDATES * 11 / 150))
@@ -331,7 +358,9 @@ res_evaluate() {
 # translation exists (a SAVE_ROOT copied back without checkpoints).
 res_dawid() {
   local dir="$SAVE_ROOT/dawid" rc=0
-  res_train dawid_teacher "$TEACHER_UPDATES" 1 "${DAWID_TEACHER[@]}" || return $?
+  if [[ "$DAWID_FROM" == dawid_teacher ]]; then
+    res_train dawid_teacher "$TEACHER_UPDATES" 1 "${DAWID_TEACHER[@]}" || return $?
+  fi
   res_train dawid "$STUDENT_UPDATES" 0 "${DAWID[@]}" || return $?
   if [[ "$DRY_RUN" == 1 || (! -f "$dir/fused.pt" && ! -f "$dir/generate-test.txt") ]]; then
     log "dawid: fusing the masks and compactors into an ordinary smaller model ($dir/fused.pt)"
@@ -350,8 +379,13 @@ res_dawid() {
   fi
 }
 
-MODELS=(teacher lightformer_svd lightformer_random hypoformer_kd subformer smartformer
-  dawid_teacher dawid)
+if [[ "$SMALL" == 1 ]]; then
+  MODELS=(teacher lightformer_svd lightformer_random hypoformer_kd hypoformer subformer
+    smartformer_search smartformer dawid)
+else
+  MODELS=(teacher lightformer_svd lightformer_random hypoformer_kd subformer smartformer
+    dawid_teacher dawid)
+fi
 log "plan: $([[ "$SMALL" == 1 ]] && echo "SMALL (CPU-sized)" || echo full), NUM_GPUS=$NUM_GPUS, PARALLEL=$PARALLEL, runs in $SAVE_ROOT"
 
 # 1. the models that do not need the teacher (in the background with PARALLEL=1), then the
@@ -362,6 +396,11 @@ if [[ "$DRY_RUN" != 1 && ! -s "$SAVE_ROOT/machine.txt" ]]; then
   mkdir -p "$SAVE_ROOT"
   gpu="$(nvidia-smi -L 2>/dev/null | head -n 1 | sed -E 's/^GPU [0-9]+: //; s/ \(UUID.*//' || true)"
   echo "$(date -u +%Y-%m-%d), $(uname -n) ($(uname -m), $(nproc 2>/dev/null || echo '?') CPUs${gpu:+, $gpu}, NUM_GPUS=$NUM_GPUS)" >"$SAVE_ROOT/machine.txt"
+fi
+if [[ "$SMALL" == 1 ]]; then
+  # shellcheck source-path=SCRIPTDIR source=cpu_plan.sh
+  source "$HERE/cpu_plan.sh"
+  exit 0
 fi
 res_in_parallel res_train lightformer_random "$STUDENT_UPDATES" 0 "${LIGHTFORMER[@]}"
 res_in_parallel res_train subformer "$MAX_UPDATE" 1 "${SUB[@]}" --share-all-embeddings

@@ -1,0 +1,207 @@
+# The CPU plan of run.sh (SMALL=1), sourced by run.sh after its settings and step functions.
+#
+# Two lanes, one CPU thread each (two trainings at a time on a 2-core machine; at 256 wide
+# one thread per training uses the cores as well as one training on both):
+#   lane 1: teacher (post-LN) -> SVD transfer -> lightformer_svd -> dawid (masks from the
+#           teacher, fused) -> KD data (the teacher's greedy translation of the training set)
+#           -> hypoformer_kd
+#   lane 2: lightformer_random -> hypoformer (no KD) -> subformer -> smartformer_search ->
+#           smartformer (fixed rank, matched to the searched model's size)
+# Each model is evaluated as soon as it is trained (fairseq-generate of the test split, beam 5)
+# and its row (params, BLEU, chrF, signatures, updates, wall-clock, training tokens/s) is
+# written to ROWS_DIR/NAME.json; then the speed of every model (fairseq and ONNX Runtime, one
+# thread, beam 5, batch 1 and batch 32, size of the ONNX export) to ROWS_DIR/speed.json, and
+# the table (ROWS_DIR/results.md, results.json) and the plots (curves.png, frontier.png),
+# which collect.py builds from the JSON files alone.
+#
+# A second run on the same SAVE_ROOT is refused while the first lives (its pid is named);
+# stopping run.sh (Ctrl-C, kill) ends its trainings; the same command resumes.
+
+COLLECT=("$PYTHON" "$HERE/collect.py")
+CODE_COMMIT="$(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+if [[ "$DRY_RUN" != 1 ]]; then
+  mkdir -p "$SAVE_ROOT" "$ROWS_DIR"
+  exec 9>>"$SAVE_ROOT/run.lock"
+  if ! flock -n 9; then
+    die "another run.sh (pid $(cat "$SAVE_ROOT/run.pid" 2>/dev/null || echo '?')) is working in $SAVE_ROOT; stop it first or wait for it"
+  fi
+  echo $$ >"$SAVE_ROOT/run.pid"
+  # stopping run.sh stops its trainings (they are in its process group)
+  trap 'trap - INT TERM; log "stopped: ending the trainings (run the same command to resume)"; kill 0 2>/dev/null; exit 130' INT TERM
+fi
+if [[ "$PARALLEL" == 1 ]]; then
+  export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+fi
+
+# cpu_evaluate NAME: the test translation of NAME's evaluated checkpoint (skipped when done;
+# written atomically; a failure is returned, not hidden)
+cpu_evaluate() {
+  local name="$1" dir="$SAVE_ROOT/$1" out="$SAVE_ROOT/$1/generate-test.txt" rc=0
+  local cmd=(fairseq-generate "$DATA_BIN" --user-dir "$USER_DIR" "${DEVICE[@]}"
+    --path "$(res_checkpoint "$name")" --task translation --source-lang "$SRC" --target-lang "$TGT"
+    --gen-subset test --beam "$BEAM" --lenpen "$LENPEN" --batch-size 64
+    --required-batch-size-multiple 1 --post-process sentencepiece)
+  if [[ "$DRY_RUN" == 1 ]]; then
+    run "${cmd[@]}"
+    echo "  (stdout written to $out)"
+    return 0
+  fi
+  [[ -s "$out" ]] && return 0
+  log "$name: translating the test split"
+  "${cmd[@]}" >"$out.tmp" 2>"$dir/generate.log" || rc=$?
+  if ((rc != 0)); then
+    log "$name: fairseq-generate failed (exit $rc); the end of $dir/generate.log:"
+    tail -n 5 "$dir/generate.log" >&2
+    return 1
+  fi
+  mv "$out.tmp" "$out"
+}
+
+# cpu_row NAME: NAME's figures into ROWS_DIR/NAME.json (only once its translation exists)
+cpu_row() {
+  local name="$1" rc=0
+  if [[ "$DRY_RUN" == 1 ]]; then
+    run "${COLLECT[@]}" row "$name" --save-root "$SAVE_ROOT" --ref "$DATA_DIR/raw/test.$TGT" \
+      --rows-dir "$ROWS_DIR" --commit "$CODE_COMMIT" --plan cpu
+    return 0
+  fi
+  [[ -s "$ROWS_DIR/$name.json" ]] && return 0
+  "${COLLECT[@]}" row "$name" --save-root "$SAVE_ROOT" --ref "$DATA_DIR/raw/test.$TGT" \
+    --rows-dir "$ROWS_DIR" --commit "$CODE_COMMIT" --plan cpu || rc=$?
+  if ((rc != 0)); then
+    log "$name: collect.py row failed (exit $rc)"
+    return 1
+  fi
+  log "$name: row written to $ROWS_DIR/$name.json"
+}
+
+# cpu_model NAME UPDATES [fairseq-train flags...]: train (fixed updates), translate, row
+cpu_model() {
+  local name="$1" updates="$2"
+  shift 2
+  res_train "$name" "$updates" 0 "$@" || return $?
+  cpu_evaluate "$name" || return 1
+  cpu_row "$name" || return 1
+}
+
+# the Smartformer rank matched to the searched model's size: every Q/K/V map costs
+# R (d + h + d_k) parameters, an encoder layer has one attention, a decoder layer two
+# (--sm-attn all), so the fixed rank is the mean of the searched ranks weighted by that
+cpu_matched_rank() {
+  local log="$SAVE_ROOT/smartformer_search/rank_search.jsonl"
+  "$PYTHON" - "$log" "$((SM_RANK * 2))" <<'EOF'
+import json, sys
+path, start = sys.argv[1], int(sys.argv[2])
+try:
+    with open(path, encoding="utf-8") as f:
+        recs = [json.loads(line) for line in f if line.strip()]
+except FileNotFoundError:
+    recs = []
+if not recs:
+    print(start)
+    sys.exit(0)
+ranks = recs[-1]["ranks"]
+weight = {"encoder": 1, "decoder": 2}
+num = sum(weight[k.split(".")[0]] * r for k, r in ranks.items())
+den = sum(weight[k.split(".")[0]] for k in ranks)
+print(max(1, round(num / den)))
+EOF
+}
+
+cpu_lane_teacher() {
+  cpu_model teacher "$TEACHER_UPDATES" "${TEACHER[@]}" || return $?
+  local init="$SAVE_ROOT/lightformer_init.pt"
+  if [[ "$DRY_RUN" == 1 || (! -f "$init" && ! -f "$SAVE_ROOT/lightformer_svd/train.done") ]]; then
+    log "SVD transfer: teacher -> LightFormer ($init)"
+    run "${CONVERT[@]}" -i "$SAVE_ROOT/teacher/checkpoint_best.pt" -o "$init" --force \
+      "${LIGHTFORMER[@]}" || {
+      log "SVD transfer failed"
+      return 1
+    }
+  fi
+  cpu_model lightformer_svd "$STUDENT_UPDATES" "${LIGHTFORMER[@]}" --finetune-from-model "$init" ||
+    return $?
+  res_dawid || return $?
+  cpu_evaluate dawid || return 1
+  cpu_row dawid || return 1
+  local kd="$SAVE_ROOT/kd-bin"
+  if [[ "$DRY_RUN" == 1 || (! -f "$kd/.done" && ! -f "$SAVE_ROOT/hypoformer_kd/train.done") ]]; then
+    log "KD data: the teacher translates the training set (beam $KD_BEAM) -> $kd"
+    run "$REPO_ROOT/scripts/distill_data.sh" "$DATA_BIN" --path "$SAVE_ROOT/teacher/checkpoint_best.pt" \
+      --out-dir "$kd" --user-dir "$USER_DIR" --beam "$KD_BEAM" --lenpen "$LENPEN" \
+      --max-tokens $((MAX_TOKENS * 2)) --num-shards 0 --progress-interval 120 \
+      --generate-args "--max-len-a 1.2 --max-len-b 10" "${DEVICE[@]}" || {
+      log "KD data: scripts/distill_data.sh failed"
+      return 1
+    }
+    [[ "$DRY_RUN" == 1 ]] || touch "$kd/.done"
+  fi
+  cpu_model hypoformer_kd "$MAX_UPDATE" "${HYPO[@]}" --task translation_seqkd \
+    --kd-data-mode both --kd-distilled-data "$kd" || return $?
+}
+
+cpu_lane_free() {
+  cpu_model lightformer_random "$STUDENT_UPDATES" "${LIGHTFORMER[@]}" || return $?
+  cpu_model hypoformer "$MAX_UPDATE" "${HYPO[@]}" || return $?
+  cpu_model subformer "$MAX_UPDATE" "${SUB[@]}" --share-all-embeddings || return $?
+  cpu_model smartformer_search "$MAX_UPDATE" "${SMART_SEARCH[@]}" --share-all-embeddings || return $?
+  local rank="$SM_RANK"
+  if [[ "$DRY_RUN" != 1 ]]; then
+    rank="$(cpu_matched_rank)" || return 1
+    log "smartformer: fixed CP rank $rank (the searched model's size)"
+  fi
+  cpu_model smartformer "$MAX_UPDATE" "${SMART[@]}" --sm-rank "$rank" --share-all-embeddings ||
+    return $?
+}
+
+if [[ "$DRY_RUN" != 1 && ! -s "$SAVE_ROOT/machine.txt" ]]; then
+  echo "$(date -u +%Y-%m-%d), $(uname -n) ($(uname -m), $(nproc 2>/dev/null || echo '?') CPUs, $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //'), NUM_GPUS=0)" >"$SAVE_ROOT/machine.txt"
+fi
+log "CPU plan: rows in $ROWS_DIR, runs in $SAVE_ROOT, code $CODE_COMMIT"
+PIDS=()
+res_in_parallel cpu_lane_teacher
+res_in_parallel cpu_lane_free
+res_wait_all
+if ((INTERRUPTED)); then
+  log "TIME_BUDGET spent after $((SECONDS - START)) s: run the same command again to go on"
+  exit 3
+fi
+
+# the speed of every model: fairseq's generator and the ONNX Runtime export (and CTranslate2
+# for the dense models), one thread, beam 5; batch 1 and batch 32 side by side on the two cores
+SPEED1="$SAVE_ROOT/speed-b1.json" SPEED32="$SAVE_ROOT/speed-b32.json"
+paths=""
+for m in "${MODELS[@]}"; do paths+="${paths:+,}$m=$(res_checkpoint "$m")"; done
+cpu_speed() {  # OUT BATCH SENTENCES
+  [[ "$DRY_RUN" != 1 && -s "$1" ]] && return 0
+  run_log "${1%.json}.txt" bash scripts/measure_speed.sh --data "$DATA_BIN" --user-dir "$USER_DIR" \
+    --path "$paths" --src-len 12 --num-sentences "$3" --timing-batch-size "$2" --runs "$SPEED_RUNS" \
+    --threads 1 --beam "$BEAM" --lenpen "$LENPEN" --max-len-a 1.2 --max-len-b 10 --onnx --ct2 \
+    --json "$1" --quiet
+}
+if [[ "$MEASURE_SPEED" == 1 ]]; then
+  log "speed: fairseq, ONNX Runtime and CTranslate2, one thread, beam $BEAM, batch 1 and 32"
+  res_in_parallel cpu_speed "$SPEED1" 1 "$SPEED_SENTENCES"
+  res_in_parallel cpu_speed "$SPEED32" 32 $((SPEED_SENTENCES < 64 ? 64 : SPEED_SENTENCES))
+  res_wait_all
+  run "${COLLECT[@]}" speed --b1 "$SPEED1" --b32 "$SPEED32" --rows-dir "$ROWS_DIR" --commit "$CODE_COMMIT"
+fi
+
+# the table and the plots, from the rows alone
+run "${COLLECT[@]}" table --rows-dir "$ROWS_DIR" --corpus-stats "$DATA_DIR/stats.json" \
+  --out "$ROWS_DIR/results.md" --json "$ROWS_DIR/results.json"
+logs=() labels=""
+for m in "${MODELS[@]}"; do
+  if [[ "$m" != dawid ]] && [[ "$DRY_RUN" == 1 || -s "$SAVE_ROOT/$m/train.log" ]]; then
+    logs+=("$SAVE_ROOT/$m/train.log") labels+="${labels:+,}$m"
+  fi
+done
+if [[ "$DRY_RUN" == 1 ]] || "$PYTHON" -c 'import matplotlib' 2>/dev/null; then
+  run "$PYTHON" scripts/plot_curves.py "${logs[@]}" --labels "$labels" \
+    --title "results corpus, CPU plan: validation loss" --out "$ROWS_DIR/curves.png"
+  run "$PYTHON" scripts/plot_frontier.py "$ROWS_DIR/results.json" \
+    --title "results corpus, CPU plan: BLEU vs size vs speed" --out "$ROWS_DIR/frontier.png"
+else
+  log "matplotlib not installed: no plots"
+fi
+log "done in $((SECONDS - START)) s: $ROWS_DIR/results.md"
