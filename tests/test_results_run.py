@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -45,7 +46,7 @@ echo "2026-01-01 00:00:01 | INFO | valid | epoch 001 | valid on 'valid' subset |
 echo "2026-01-01 00:00:02 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 6.1 | nll_loss 5 | num_updates 20"
 printf best > "$save/checkpoint_best.pt"
 printf last > "$save/checkpoint_last.pt"
-if [[ "${SLOW_TRAIN:-}" == "$name" ]]; then exec sleep 60; fi
+if [[ "${SLOW_TRAIN:-}" == "$name" ]]; then echo $$ > "$save/train.pid"; exec sleep 60; fi
 """
 FAKE_GENERATE = r"""#!/usr/bin/env bash
 ckpt="" prev=""
@@ -331,22 +332,25 @@ def _fairseq_parses(argv, capsys):
 
 @pytest.mark.parametrize(
     "small, sparsity, updates, teacher_updates, width, gate_scale",
-    [("1", 0.8, 600, 800, 256, 150), ("0", 0.77, 2500, 3000, 512, 50)],
+    [("1", 0.8, 450, 750, 256, 150), ("0", 0.77, 2500, 3000, 512, 50)],
 )
 def test_dry_run_shows_the_dawid_chain_and_fairseq_accepts_its_flags(
-    bench, capsys, small, sparsity, updates, teacher_updates, width, gate_scale
+    bench, capsys, tmp_path, small, sparsity, updates, teacher_updates, width, gate_scale
 ):
     env, calls, save = bench
-    commands = _dry_run_commands(env, SMALL=small)
+    commands = _dry_run_commands(env, SMALL=small, ROWS_DIR=str(tmp_path / "rows"))
     assert _calls(calls) == []  # printed, nothing run
-    teacher = _fairseq_parses(_train_command(commands, "dawid_teacher"), capsys)
+    # the CPU plan's DA-WID starts from the one post-LN teacher every method shares (fixed
+    # updates); the GPU plan's from its own post-LN teacher (early stopping)
+    tname = "teacher" if small == "1" else "dawid_teacher"
+    teacher = _fairseq_parses(_train_command(commands, tname), capsys)
     assert teacher.arch == "transformer" and teacher.max_update == teacher_updates
     assert not teacher.encoder_normalize_before and not teacher.decoder_normalize_before
     assert teacher.encoder_embed_dim == width and teacher.share_all_embeddings
-    assert teacher.patience == 8  # early stopping, as the other teacher
+    assert teacher.patience == (8 if small == "0" else -1)
     student = _fairseq_parses(_train_command(commands, "dawid"), capsys)
     assert student.arch == "dawid" and student.criterion == "dawid"
-    assert student.dawid_teacher == f"{save}/dawid_teacher/checkpoint_best.pt"
+    assert student.dawid_teacher == f"{save}/{tname}/checkpoint_best.pt"
     assert student.dawid_target_sparsity == sparsity and student.dawid_masks == "dim,head,layer"
     assert student.max_update == updates and student.patience == -1  # as the LightFormers
     assert student.dawid_distill_updates == updates * 11 // 150
@@ -359,11 +363,9 @@ def test_dry_run_shows_the_dawid_chain_and_fairseq_accepts_its_flags(
     assert len(fuse) == 1 and fuse[0][fuse[0].index("-i") + 1] == f"{save}/dawid/checkpoint_last.pt"
     assert fuse[0][fuse[0].index("-o") + 1] == f"{save}/dawid/fused.pt"
     assert ["lightcompress-params", "--path", f"{save}/dawid/fused.pt"] in commands
-    generate = [c for c in commands if c[0] == "fairseq-generate"]
-    assert [c[c.index("--path") + 1] for c in generate][-2:] == [
-        f"{save}/dawid_teacher/checkpoint_best.pt",
-        f"{save}/dawid/fused.pt",
-    ]
+    generate = [c[c.index("--path") + 1] for c in commands if c[0] == "fairseq-generate"]
+    assert f"{save}/{tname}/checkpoint_best.pt" in generate
+    assert f"{save}/dawid/fused.pt" in generate
 
 
 def test_measure_speed_times_the_fused_dawid_model(bench):
@@ -444,3 +446,171 @@ def test_collect_counts_dawid_by_its_params_json_and_refuses_a_damaged_one(tmp_p
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "params.json: not lightcompress-params output" in err[0]
     assert not (tmp_path / "r.md").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# The CPU plan (SMALL=1, cpu_plan.sh): rows in the repository, the table from them alone
+# ---------------------------------------------------------------------------------------------
+
+CPU_ROWS = ["teacher", "lightformer_svd", "lightformer_random", "hypoformer_kd", "hypoformer",
+            "subformer", "smartformer_search", "smartformer", "dawid"]  # fmt: skip
+
+
+def _cpu_env(env, tmp_path):
+    return {**env, "SMALL": "1", "ROWS_DIR": str(tmp_path / "rows"), "PARALLEL": "1"}
+
+
+def test_cpu_plan_dry_run_names_every_row_and_keeps_its_state_outside_the_checkout(bench, tmp_path):
+    env, _, _ = bench
+    env = {k: v for k, v in _cpu_env(env, tmp_path).items() if k not in ("SAVE_ROOT", "DATA_DIR")}
+    proc = _run(env, DRY_RUN="1", MEASURE_SPEED="1")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    cache = tmp_path / ".cache" / "lightcompress"  # HOME is tmp_path
+    for name in CPU_ROWS:
+        assert f"--save-dir {cache}/results-cpu/{name} " in out, name
+        assert f"collect.py row {name} " in out, name
+    assert f"--dawid-teacher {cache}/results-cpu/teacher/checkpoint_best.pt" in out
+    assert "--task translation_smartformer --sm-search" in out
+    assert "--task translation_seqkd" in out
+    assert out.count("--timing-batch-size 1 ") == 1 and out.count("--timing-batch-size 32 ") == 1
+    assert "collect.py table" in out
+    assert "dawid_teacher" not in out  # one post-LN teacher for every method
+    # the teacher is post-LN, the LightFormers with it
+    teacher_cmd = next(line for line in out.splitlines() if "results-cpu/teacher " in line)
+    assert "normalize-before" not in teacher_cmd
+
+
+def test_cpu_plan_interrupted_resumes_rows_only_when_finished_table_from_rows_alone(
+    bench, tmp_path
+):
+    env, calls, save = bench
+    env = _cpu_env(env, tmp_path)
+    rows = tmp_path / "rows"
+    # 1. the teacher outlives the budget: its lane stops there, the other lane finishes
+    first = _run(env, TIME_BUDGET="4", MIN_TRAIN_SECONDS="1", SLOW_TRAIN="teacher")
+    assert first.returncode == 3, first.stderr
+    assert (save / "teacher" / "checkpoint_last.pt").exists()
+    assert not (save / "teacher" / "train.done").exists()
+    written = sorted(p.stem for p in rows.glob("*.json"))
+    assert written == sorted(["lightformer_random", "hypoformer", "subformer",
+                              "smartformer_search", "smartformer"])  # fmt: skip
+    rec = json.loads((rows / "subformer.json").read_text())
+    assert rec["bleu"] < 100 and rec["params"] == 2_000_000 and rec["commit"]
+    # the fixed-rank Smartformer trains at the searched size (no decision: the start rank)
+    assert "smartformer: fixed CP rank 64" in first.stderr
+
+    # 2. the same command: the teacher resumes from its checkpoint, the rest follows
+    before = len(_calls(calls))
+    second = _run(env)
+    assert second.returncode == 0, second.stderr
+    new = _calls(calls)[before:]
+    assert new[0].startswith("train teacher resume:")  # (the stand-in checkpoint is no zip)
+    assert sorted(c.split()[1] for c in new if c.startswith("train ")) == sorted(
+        ["teacher", "lightformer_svd", "dawid", "hypoformer_kd"]
+    )
+    assert sorted(p.stem for p in rows.glob("*.json") if p.stem not in ("results",)) == sorted(
+        CPU_ROWS
+    )
+    table = (rows / "results.md").read_text()
+    assert "| Transformer (dense teacher, post-LN) | 2.00M | 1.00 |" in table
+
+    # 3. checkpoints and logs gone: the table is built from the rows alone
+    shutil.rmtree(save)
+    col = ROOT / "examples" / "translation" / "results" / "collect.py"
+    proc = subprocess.run([sys.executable, str(col), "table", "--rows-dir", str(rows),
+                           "--corpus-stats", env["DATA_DIR"] + "/stats.json",
+                           "--out", str(tmp_path / "t.md"), "--json", str(tmp_path / "t.json")],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "t.md").read_text() == table
+    doc = json.loads((tmp_path / "t.json").read_text())
+    assert [r["label"] for r in doc["models"]] == CPU_ROWS
+    assert "SVD transfer beats random initialisation" in table
+    assert "KD helps Hypoformer" in table
+    assert "searched ranks beat the fixed rank" in table
+    assert "DA-WID beats the LightFormer" in table
+
+
+def test_cpu_plan_refuses_a_second_run_and_stopping_it_ends_its_trainings(bench, tmp_path):
+    env, _, save = bench
+    env = _cpu_env(env, tmp_path)
+    first = subprocess.Popen(["bash", str(RUN)], env={**env, "SLOW_TRAIN": "teacher"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)  # fmt: skip
+    try:
+        pidfile = save / "teacher" / "train.pid"
+        for _ in range(600):
+            if pidfile.exists() and pidfile.read_text().strip():
+                break
+            time.sleep(0.05)
+        assert pidfile.exists()
+        train_pid = int(pidfile.read_text())
+        second = _run(env)
+        assert second.returncode == 1
+        assert f"another run.sh (pid {first.pid})" in second.stderr
+        first.terminate()
+        _, err = first.communicate(timeout=30)
+        assert "ending the trainings" in err
+        for _ in range(100):
+            if not os.path.exists(f"/proc/{train_pid}"):
+                break
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{train_pid}"), "the training outlived run.sh"
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, 9)
+
+
+def test_collect_row_and_speed_files(tmp_path, capsys):
+    col = _collect()
+    d = tmp_path / "runs" / "teacher"
+    d.mkdir(parents=True)
+    (tmp_path / "ref.txt").write_text("\n".join(REFS) + "\n")
+    (d / "generate-test.txt").write_text("".join(f"D-{i}\t-0.1\t{r}\n" for i, r in enumerate(REFS)))
+    (d / "train.log").write_text(
+        "x | INFO | fairseq_cli.train | num. shared model params: 7,600,128 (num. trained: 7,600,128)\n"
+        "x | INFO | train_inner | epoch 001:  5 / 9 loss=1, wps=1000.0, ups=0.3, num_updates=5\n"
+        "x | INFO | train_inner | epoch 001:  9 / 9 loss=1, wps=1200.0, ups=0.3, num_updates=9\n"
+    )
+    (d / "train.seconds").write_text("60\n30\n")
+    rec = col.write_row(str(tmp_path / "runs"), "teacher", str(tmp_path / "ref.txt"),
+                        str(tmp_path / "rows"), "abc123")  # fmt: skip
+    assert rec["bleu"] == 100.0 and rec["params"] == 7_600_128 and rec["updates"] == 9
+    assert rec["train_wps"] == 1100.0 and rec["train_seconds"] == 90 and rec["commit"] == "abc123"
+    assert json.loads((tmp_path / "rows" / "teacher.json").read_text()) == rec
+    with pytest.raises(col.CollectError, match="not evaluated yet"):
+        col.write_row(str(tmp_path / "runs"), "hypoformer", str(tmp_path / "ref.txt"),
+                      str(tmp_path / "rows"), "abc123")  # fmt: skip
+    assert not (tmp_path / "rows" / "hypoformer.json").exists()
+    for b in (1, 32):
+        (tmp_path / f"s{b}.json").write_text(json.dumps({"protocol": {"batch": b}, "models": [
+            {"label": "teacher", "engine": "fairseq", "precision": "float32",
+             "tokens_per_s": 10.0 * b, "size_bytes": 100},
+            {"label": "teacher", "engine": "onnx", "precision": "float32",
+             "tokens_per_s": 20.0 * b, "size_bytes": 3 * 2**20},
+            {"label": "teacher", "engine": "ct2", "precision": "int8",
+             "tokens_per_s": 30.0 * b, "size_bytes": 50}]}))  # fmt: skip
+    col.write_speed(
+        str(tmp_path / "s1.json"), str(tmp_path / "s32.json"), str(tmp_path / "rows"), "abc"
+    )
+    res = col.table_from_rows(str(tmp_path / "rows"))
+    t = res["models"][0]
+    assert (t["onnx_b1"], t["onnx_b32"], t["fairseq_b1"], t["ct2_int8_b32"]) == (
+        20.0,
+        640.0,
+        10.0,
+        960.0,
+    )
+    md = col.render_cpu_markdown(res, None)
+    assert "| 3.0 MiB | 100.00 |" in md and "CTranslate2 int8 on teacher" in md
+    assert "Not (yet) finished: lightformer_svd" in md
+    # the README block is replaced between its markers, and only there
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{col.START}\nold\n{col.END}\noutro\n")
+    col.update_readme(str(readme), md)
+    assert readme.read_text() == f"intro\n{col.START}\n{md}{col.END}\noutro\n"
+    readme.write_text("no markers\n")
+    with pytest.raises(col.CollectError, match="needs one"):
+        col.update_readme(str(readme), md)
+    assert readme.read_text() == "no markers\n"

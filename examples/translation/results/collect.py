@@ -321,7 +321,7 @@ def _read_json(path: str, what: str):
 def write_row(save_root: str, name: str, ref_path: str, rows_dir: str, commit: str,
               plan: str = "cpu") -> dict:  # fmt: skip
     """The figures of one finished model into ``rows_dir/name.json`` (written atomically)."""
-    known = {m[0]: m for m in CPU_MODELS + MODELS}
+    known = {m[0]: m for m in (CPU_MODELS if plan == "cpu" else MODELS)}
     if name not in known:
         raise CollectError(f"unknown model {name!r} (one of {', '.join(sorted(known))})")
     _, method, how = known[name]
@@ -344,10 +344,12 @@ def write_row(save_root: str, name: str, ref_path: str, rows_dir: str, commit: s
 def write_speed(b1: str, b32: str, rows_dir: str, commit: str) -> dict:
     """measure_speed --json of batch 1 and batch 32 -> ``rows_dir/speed.json``: per model and
     engine (fairseq, onnx, ct2) and precision, tokens/s at each batch size and size on disk."""
-    out = {"commit": commit, "machine": f"{platform.node()} ({platform.machine()}, "
-           f"{os.cpu_count()} CPUs)",  # fmt: skip
-           "measured": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-           "models": {}}  # fmt: skip
+    out = {
+        "commit": commit,
+        "machine": f"{platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs)",
+        "measured": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "models": {},
+    }
     for batch, path in ((1, b1), (32, b32)):
         doc = _read_json(path, "measure_speed --json output")
         try:
@@ -456,9 +458,12 @@ def render_cpu_markdown(result: dict, corpus: dict | None) -> str:
     commits = sorted({r.get("commit") or "?" for r in recs})
     machines = sorted({r.get("machine") or "?" for r in recs})
     dates = sorted(r.get("finished") or "?" for r in recs)
-    lines = [f"CPU plan (`SMALL=1 bash examples/translation/results/run.sh`); trained on "
-             f"{'; '.join(machines)}; code {', '.join(commits)}; rows finished "
-             f"{dates[0]} to {dates[-1]}.", ""]  # fmt: skip
+    first = (
+        f"CPU plan (`SMALL=1 bash examples/translation/results/run.sh`); trained on "
+        f"{'; '.join(machines)}; code {', '.join(commits)}; rows finished "
+        f"{dates[0]} to {dates[-1]}."
+    )
+    lines = [first, ""]
     if corpus:
         p = corpus.get("pairs", {})
         lines += [(f"Corpus: {_fmt(p.get('train'), ',', '?')} / {_fmt(p.get('valid'), ',', '?')} / "
@@ -500,12 +505,15 @@ def render_cpu_markdown(result: dict, corpus: dict | None) -> str:
             + "; ONNX size: the export's folder on disk. updates: trained; train time: wall-clock "
             "of the model's training, one thread, two trainings at a time; train tok/s: target "
             "tokens per second in training."
-        ),  # fmt: skip
+        ),
     ]
     for r in ct2:
-        lines += ["", f"CTranslate2 int8 on {r['label']} (what users deploy dense models with): "
-                  f"{r['ct2_int8_b1']:.1f} tokens/s at batch 1, {_fmt(r.get('ct2_int8_b32'), '.1f')} "
-                  "at batch 32."]  # fmt: skip
+        ct2_line = (
+            f"CTranslate2 int8 on {r['label']} (what users deploy dense models with): "
+            f"{r['ct2_int8_b1']:.1f} tokens/s at batch 1, {_fmt(r.get('ct2_int8_b32'), '.1f')} "
+            "at batch 32."
+        )
+        lines += ["", ct2_line]
     if result["missing"]:
         lines += ["", "Not (yet) finished: " + ", ".join(result["missing"]) + "."]
     lines += ["", "Paper claims, in direction, on this run:", ""] + [f"- {c}" for c in claims(recs)]

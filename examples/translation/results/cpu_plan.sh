@@ -1,4 +1,5 @@
-# The CPU plan of run.sh (SMALL=1), sourced by run.sh after its settings and step functions.
+# The CPU plan of run.sh (SMALL=1): functions only; run.sh sources this file after its settings
+# and step functions and calls cpu_plan_main.
 #
 # Two lanes, one CPU thread each (two trainings at a time on a 2-core machine; at 256 wide
 # one thread per training uses the cores as well as one training on both):
@@ -16,22 +17,6 @@
 #
 # A second run on the same SAVE_ROOT is refused while the first lives (its pid is named);
 # stopping run.sh (Ctrl-C, kill) ends its trainings; the same command resumes.
-
-COLLECT=("$PYTHON" "$HERE/collect.py")
-CODE_COMMIT="$(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
-if [[ "$DRY_RUN" != 1 ]]; then
-  mkdir -p "$SAVE_ROOT" "$ROWS_DIR"
-  exec 9>>"$SAVE_ROOT/run.lock"
-  if ! flock -n 9; then
-    die "another run.sh (pid $(cat "$SAVE_ROOT/run.pid" 2>/dev/null || echo '?')) is working in $SAVE_ROOT; stop it first or wait for it"
-  fi
-  echo $$ >"$SAVE_ROOT/run.pid"
-  # stopping run.sh stops its trainings (they are in its process group)
-  trap 'trap - INT TERM; log "stopped: ending the trainings (run the same command to resume)"; kill 0 2>/dev/null; exit 130' INT TERM
-fi
-if [[ "$PARALLEL" == 1 ]]; then
-  export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-fi
 
 # cpu_evaluate NAME: the test translation of NAME's evaluated checkpoint (skipped when done;
 # written atomically; a failure is returned, not hidden)
@@ -154,54 +139,69 @@ cpu_lane_free() {
     return $?
 }
 
-if [[ "$DRY_RUN" != 1 && ! -s "$SAVE_ROOT/machine.txt" ]]; then
-  echo "$(date -u +%Y-%m-%d), $(uname -n) ($(uname -m), $(nproc 2>/dev/null || echo '?') CPUs, $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //'), NUM_GPUS=0)" >"$SAVE_ROOT/machine.txt"
-fi
-log "CPU plan: rows in $ROWS_DIR, runs in $SAVE_ROOT, code $CODE_COMMIT"
-PIDS=()
-res_in_parallel cpu_lane_teacher
-res_in_parallel cpu_lane_free
-res_wait_all
-if ((INTERRUPTED)); then
-  log "TIME_BUDGET spent after $((SECONDS - START)) s: run the same command again to go on"
-  exit 3
-fi
-
-# the speed of every model: fairseq's generator and the ONNX Runtime export (and CTranslate2
-# for the dense models), one thread, beam 5; batch 1 and batch 32 side by side on the two cores
-SPEED1="$SAVE_ROOT/speed-b1.json" SPEED32="$SAVE_ROOT/speed-b32.json"
-paths=""
-for m in "${MODELS[@]}"; do paths+="${paths:+,}$m=$(res_checkpoint "$m")"; done
-cpu_speed() {  # OUT BATCH SENTENCES
-  [[ "$DRY_RUN" != 1 && -s "$1" ]] && return 0
-  run_log "${1%.json}.txt" bash scripts/measure_speed.sh --data "$DATA_BIN" --user-dir "$USER_DIR" \
-    --path "$paths" --src-len 12 --num-sentences "$3" --timing-batch-size "$2" --runs "$SPEED_RUNS" \
-    --threads 1 --beam "$BEAM" --lenpen "$LENPEN" --max-len-a 1.2 --max-len-b 10 --onnx --ct2 \
-    --json "$1" --quiet
-}
-if [[ "$MEASURE_SPEED" == 1 ]]; then
-  log "speed: fairseq, ONNX Runtime and CTranslate2, one thread, beam $BEAM, batch 1 and 32"
-  res_in_parallel cpu_speed "$SPEED1" 1 "$SPEED_SENTENCES"
-  res_in_parallel cpu_speed "$SPEED32" 32 $((SPEED_SENTENCES < 64 ? 64 : SPEED_SENTENCES))
-  res_wait_all
-  run "${COLLECT[@]}" speed --b1 "$SPEED1" --b32 "$SPEED32" --rows-dir "$ROWS_DIR" --commit "$CODE_COMMIT"
-fi
-
-# the table and the plots, from the rows alone
-run "${COLLECT[@]}" table --rows-dir "$ROWS_DIR" --corpus-stats "$DATA_DIR/stats.json" \
-  --out "$ROWS_DIR/results.md" --json "$ROWS_DIR/results.json"
-logs=() labels=""
-for m in "${MODELS[@]}"; do
-  if [[ "$m" != dawid ]] && [[ "$DRY_RUN" == 1 || -s "$SAVE_ROOT/$m/train.log" ]]; then
-    logs+=("$SAVE_ROOT/$m/train.log") labels+="${labels:+,}$m"
+cpu_plan_main() {
+  COLLECT=("$PYTHON" "$HERE/collect.py")
+  CODE_COMMIT="$(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+  if [[ "$DRY_RUN" != 1 ]]; then
+    mkdir -p "$SAVE_ROOT" "$ROWS_DIR"
+    exec 9>>"$SAVE_ROOT/run.lock"
+    if ! flock -n 9; then
+      die "another run.sh (pid $(cat "$SAVE_ROOT/run.pid" 2>/dev/null || echo '?')) is working in $SAVE_ROOT; stop it first or wait for it"
+    fi
+    echo $$ >"$SAVE_ROOT/run.pid"
+    # stopping run.sh stops its trainings (they are in its process group)
+    trap 'trap - INT TERM; log "stopped: ending the trainings (run the same command to resume)"; kill 0 2>/dev/null; exit 130' INT TERM
   fi
-done
-if [[ "$DRY_RUN" == 1 ]] || "$PYTHON" -c 'import matplotlib' 2>/dev/null; then
-  run "$PYTHON" scripts/plot_curves.py "${logs[@]}" --labels "$labels" \
-    --title "results corpus, CPU plan: validation loss" --out "$ROWS_DIR/curves.png"
-  run "$PYTHON" scripts/plot_frontier.py "$ROWS_DIR/results.json" \
-    --title "results corpus, CPU plan: BLEU vs size vs speed" --out "$ROWS_DIR/frontier.png"
-else
-  log "matplotlib not installed: no plots"
-fi
-log "done in $((SECONDS - START)) s: $ROWS_DIR/results.md"
+  if [[ "$PARALLEL" == 1 ]]; then
+    export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+  fi
+
+  log "CPU plan: rows in $ROWS_DIR, runs in $SAVE_ROOT, code $CODE_COMMIT"
+  PIDS=()
+  res_in_parallel cpu_lane_teacher
+  res_in_parallel cpu_lane_free
+  res_wait_all
+  if ((INTERRUPTED)); then
+    log "TIME_BUDGET spent after $((SECONDS - START)) s: run the same command again to go on"
+    exit 3
+  fi
+
+  # the speed of every model: fairseq's generator and the ONNX Runtime export (and CTranslate2
+  # for the dense models), one thread, beam 5; batch 1 and batch 32 side by side on the two cores
+  SPEED1="$SAVE_ROOT/speed-b1.json" SPEED32="$SAVE_ROOT/speed-b32.json"
+  paths=""
+  for m in "${MODELS[@]}"; do paths+="${paths:+,}$m=$(res_checkpoint "$m")"; done
+  cpu_speed() {  # OUT BATCH SENTENCES
+    [[ "$DRY_RUN" != 1 && -s "$1" ]] && return 0
+    run_log "${1%.json}.txt" bash scripts/measure_speed.sh --data "$DATA_BIN" --user-dir "$USER_DIR" \
+      --path "$paths" --src-len 12 --num-sentences "$3" --timing-batch-size "$2" --runs "$SPEED_RUNS" \
+      --threads 1 --beam "$BEAM" --lenpen "$LENPEN" --max-len-a 1.2 --max-len-b 10 --onnx --ct2 \
+      --json "$1" --quiet
+  }
+  if [[ "$MEASURE_SPEED" == 1 ]]; then
+    log "speed: fairseq, ONNX Runtime and CTranslate2, one thread, beam $BEAM, batch 1 and 32"
+    res_in_parallel cpu_speed "$SPEED1" 1 "$SPEED_SENTENCES"
+    res_in_parallel cpu_speed "$SPEED32" 32 $((SPEED_SENTENCES < 64 ? 64 : SPEED_SENTENCES))
+    res_wait_all
+    run "${COLLECT[@]}" speed --b1 "$SPEED1" --b32 "$SPEED32" --rows-dir "$ROWS_DIR" --commit "$CODE_COMMIT"
+  fi
+
+  # the table and the plots, from the rows alone
+  run "${COLLECT[@]}" table --rows-dir "$ROWS_DIR" --corpus-stats "$DATA_DIR/stats.json" \
+    --out "$ROWS_DIR/results.md" --json "$ROWS_DIR/results.json"
+  logs=() labels=""
+  for m in "${MODELS[@]}"; do
+    if [[ "$m" != dawid ]] && [[ "$DRY_RUN" == 1 || -s "$SAVE_ROOT/$m/train.log" ]]; then
+      logs+=("$SAVE_ROOT/$m/train.log") labels+="${labels:+,}$m"
+    fi
+  done
+  if [[ "$DRY_RUN" == 1 ]] || "$PYTHON" -c 'import matplotlib' 2>/dev/null; then
+    run "$PYTHON" scripts/plot_curves.py "${logs[@]}" --labels "$labels" \
+      --title "results corpus, CPU plan: validation loss" --out "$ROWS_DIR/curves.png"
+    run "$PYTHON" scripts/plot_frontier.py "$ROWS_DIR/results.json" \
+      --title "results corpus, CPU plan: BLEU vs size vs speed" --out "$ROWS_DIR/frontier.png"
+  else
+    log "matplotlib not installed: no plots"
+  fi
+  log "done in $((SECONDS - START)) s: $ROWS_DIR/results.md"
+}

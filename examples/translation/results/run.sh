@@ -395,11 +395,13 @@ BUDGET_START=$SECONDS
 if [[ "$DRY_RUN" != 1 && ! -s "$SAVE_ROOT/machine.txt" ]]; then
   mkdir -p "$SAVE_ROOT"
   gpu="$(nvidia-smi -L 2>/dev/null | head -n 1 | sed -E 's/^GPU [0-9]+: //; s/ \(UUID.*//' || true)"
-  echo "$(date -u +%Y-%m-%d), $(uname -n) ($(uname -m), $(nproc 2>/dev/null || echo '?') CPUs${gpu:+, $gpu}, NUM_GPUS=$NUM_GPUS)" >"$SAVE_ROOT/machine.txt"
+  cpu="$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //' || true)"
+  echo "$(date -u +%Y-%m-%d), $(uname -n) ($(uname -m), $(nproc 2>/dev/null || echo '?') CPUs${cpu:+ $cpu}${gpu:+, $gpu}, NUM_GPUS=$NUM_GPUS)" >"$SAVE_ROOT/machine.txt"
 fi
 if [[ "$SMALL" == 1 ]]; then
   # shellcheck source-path=SCRIPTDIR source=cpu_plan.sh
   source "$HERE/cpu_plan.sh"
+  cpu_plan_main
   exit 0
 fi
 res_in_parallel res_train lightformer_random "$STUDENT_UPDATES" 0 "${LIGHTFORMER[@]}"
