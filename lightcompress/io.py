@@ -39,6 +39,32 @@ __all__ = ["atomic_directory", "atomic_path", "atomic_write", "current_umask", "
 _WRITE_MODES = ("w", "wt", "wb")
 
 
+def split_lines(text: str) -> list[str]:
+    """Input text -> one item per line, as fairseq's text commands read it: split at ``\\n``
+    only (U+2028, U+0085, form feed or a lone CR inside a line stay in it), a trailing
+    ``\\r`` of a line (CRLF files) removed, no item after a final ``\\n``."""
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
+def read_text_lines(path: str | None) -> list[str]:
+    """:func:`split_lines` of a UTF-8 file, or of standard input when ``path`` is None (read
+    as bytes: text-mode reading would also break lines at a lone CR). Raises
+    UnicodeDecodeError for text that is not UTF-8."""
+    if path is None:
+        import sys
+
+        data = sys.stdin.buffer.read()
+    else:
+        with open(path, "rb") as f:
+            data = f.read()
+    return split_lines(data.decode("utf-8"))
+
+
 def output_error(path: str | os.PathLike, flag: str = "--out") -> str | None:
     """Why ``path`` cannot be written, in one line (``flag`` names the option); ``None`` when
     it can. For checks made before hours of work: an empty name, a directory, a folder that does

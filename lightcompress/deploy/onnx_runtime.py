@@ -316,6 +316,19 @@ class OnnxGenerator:
         return newly_finished
 
 
+def split_lines(text: str) -> list[str]:
+    """One item per input line, as fairseq reads text: split at ``\\n`` only (U+2028, U+0085,
+    form feed or a lone CR stay inside the line), a trailing ``\\r`` removed, nothing after a
+    final ``\\n``. (The same as lightcompress.io.split_lines: this file runs without the
+    package.)"""
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
 def _read_symbols(path: str) -> list[str]:
     with open(path, encoding="utf-8") as f:
         return [line.rstrip("\n") for line in f]
@@ -449,10 +462,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         )  # fmt: skip
         try:
             if args.input is None:
-                lines = sys.stdin.read().splitlines()
+                data = sys.stdin.buffer.read()
             else:
-                with open(args.input, encoding="utf-8") as f:
-                    lines = f.read().splitlines()
+                with open(args.input, "rb") as f:
+                    data = f.read()
+            lines = split_lines(data.decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise OnnxError(f"the input is not UTF-8 text ({exc.reason})") from None
         out = translator.translate(lines)

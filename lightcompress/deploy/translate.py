@@ -258,12 +258,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_len_b=args.max_len_b, batch_size=args.batch_size, threads=args.threads,
             int8=args.int8 or False,
         )  # fmt: skip
+        from lightcompress.io import read_text_lines
+
         try:
-            if args.input is None:
-                lines = sys.stdin.read().splitlines()
-            else:
-                with open(args.input, encoding="utf-8") as f:
-                    lines = f.read().splitlines()
+            lines = read_text_lines(args.input)  # at \n only, as fairseq
         except UnicodeDecodeError as exc:
             raise TranslateError(f"the input is not UTF-8 text ({exc.reason})") from None
         out = translator.translate(lines)
