@@ -75,3 +75,51 @@ def test_translate_refuses_non_utf8_input_with_one_line(tiny_data, tiny_transfor
     err = proc.stderr.decode().strip().splitlines()
     assert err == [err[-1]] and "not UTF-8" in err[-1]
     assert proc.stdout == b""
+
+
+# ------------------------------------------------------------------ NaN-aware numeric checks
+
+
+def test_dawid_fusion_check_refuses_a_model_that_outputs_nan():
+    import torch
+    from test_wid import _pruned_student
+
+    from lightcompress.convert.core import ConversionError
+    from lightcompress.convert.wid import _check_equivalence
+    from lightcompress.wid.model import fuse_model
+
+    targs, _, student = _pruned_student()
+    fused, _, _ = fuse_model(student, targs)
+    assert _check_equivalence(student, fused) < 1e-4  # the sound pair passes
+    with torch.no_grad():
+        student.decoder.output_projection.weight.fill_(float("nan"))
+    with pytest.raises(ConversionError, match="training model gives non-finite outputs"):
+        _check_equivalence(student, fused)
+
+
+# ------------------------------------------------------------------ ranks without a bound
+
+
+def test_a_cp_rank_beyond_the_largest_possible_rank_is_refused_before_fitting(
+    tiny_transformer, tmp_path
+):
+    import harness
+
+    from lightcompress.modules.cp import CPLinear
+
+    with pytest.raises(ValueError, match="exceeds the largest possible rank 512"):
+        CPLinear(512, 512, 5000, 4)  # (512, 4, 128): at most 4 x 128
+    CPLinear(32, 32, 32, 2)  # the bound itself is allowed (32 x 2 x 16: 2 x 16)
+    out = tmp_path / "sm.pt"
+    flags = [str(a) for a in harness.tiny_arch_args("smartformer_iwslt_de_en")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightcompress.convert.cli", "-i",
+         os.path.join(tiny_transformer, "checkpoint_best.pt"), "-o", str(out), *flags,
+         "--sm-rank", "5000"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "exceeds the largest possible rank 32" in err[0], err
+    assert not out.exists()

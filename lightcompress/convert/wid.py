@@ -102,8 +102,16 @@ def _check_equivalence(student, fused) -> float:
                     )
                 )
     for a, b in pairs:
+        # NaN-aware: max() keeps its first argument when the other is NaN, so a non-finite
+        # output of either model is an error of its own, never a difference of 0
+        if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+            which = "the training model" if not torch.isfinite(a).all() else "the fused model"
+            raise ConversionError(
+                f"{which} gives non-finite outputs (NaN or Inf): the checkpoint's weights are "
+                "damaged or training diverged; nothing written"
+            )
         worst = max(worst, float((a - b).abs().max() / a.abs().max().clamp_min(1e-6)))
-    if worst > _TOLERANCE:
+    if not worst <= _TOLERANCE:
         raise ConversionError(
             f"internal error: the fused model differs from the training model (relative {worst:.2e})"
         )

@@ -27,7 +27,18 @@ def _check(in_features: int, out_features: int, rank: int, heads: int) -> int:
             f"in_features={in_features} must be divisible by heads={heads} to view the input "
             "as (heads, d_k)"
         )
-    return in_features // heads
+    d_k = in_features // heads
+    # the largest rank a (out, heads, d_k) tensor can have is at most the smallest product of
+    # two of its sides: a higher CP rank only repeats components (and its ALS fit runs for
+    # ever at sizes like 5,000)
+    bound = min(out_features * heads, out_features * d_k, heads * d_k)
+    if rank > bound:
+        raise ValueError(
+            f"CP rank {rank} exceeds the largest possible rank {bound} of a {out_features}x"
+            f"{in_features} layer viewed as ({out_features}, {heads}, {d_k}); choose a rank "
+            f"<= {bound}"
+        )
+    return d_k
 
 
 def cp_to_dense(w0: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
