@@ -584,11 +584,14 @@ def test_int8_keeps_layer_sharing_one_packed_map_per_shared_map():
 # ONNX Runtime: lightcompress-export-onnx and its torch-free runtime
 # --------------------------------------------------------------------------------------------
 
-ONNX_FAMILIES = ["transformer", "transformer_learned_pos", "lightformer", "hypoformer",
+ONNX_FAMILIES = ["transformer", "transformer_no_pos", "transformer_learned_pos", "lightformer", "hypoformer",
                  "smartformer", "subformer", "subformer_wide"]  # fmt: skip
 # Subformer with a wider sandwich (d_s 48 > d 32): projections in and out of the middle
 # layers and cross-attention through query projections at the encoder's width
-FAMILIES_ONNX = dict(FAMILIES, transformer_learned_pos=(
+FAMILIES_ONNX = dict(FAMILIES, transformer_no_pos=(
+    # no positions: the decoder graph has no position input (the runtime once fed "pos" anyway)
+    "transformer", FAMILIES["transformer"][1] + ["--no-token-positional-embeddings"]),
+    transformer_learned_pos=(
     # learned positions: the decoder graph gathers the row itself (input "pos")
     "transformer", FAMILIES["transformer"][1] + ["--encoder-learned-pos",
                                                  "--decoder-learned-pos"]), subformer_wide=(

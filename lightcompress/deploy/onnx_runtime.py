@@ -130,7 +130,8 @@ class OnnxGenerator:
         self._dec_inputs = [i.name for i in self.decoder.get_inputs()]
         self._enc_outputs = [o.name for o in self.encoder.get_outputs()]
         self._dec_outputs = [o.name for o in self.decoder.get_outputs()]
-        self._pos_input = "pos_emb" if "pos_emb" in self._dec_inputs else "pos"
+        # (none for a model without positions: the traced graph has no such input)
+        self._pos_input = next((n for n in ("pos_emb", "pos") if n in self._dec_inputs), None)
         self._position_cache: np.ndarray | None = None
         # the session's own run, without the Python wrapper's per-call input validation (about
         # 50 us a step, 5 % of a small model's step; the feed is built here, always complete)
@@ -212,7 +213,8 @@ class OnnxGenerator:
                 for name in cross:
                     cross[name] = cross[name][order]
                 feed.update(cross)
-            feed[self._pos_input] = positions[step : step + 1]
+            if self._pos_input is not None:
+                feed[self._pos_input] = positions[step : step + 1]
             feed["order"] = order
             feed["bias"] = end if step >= max_len else (short if step < self.min_len else normal)
             out = self._run_decoder(feed)
