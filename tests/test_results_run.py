@@ -246,7 +246,9 @@ def test_bad_settings_stop_before_anything_runs(bench, tmp_path):
     proc = _run(env, WHEELS=str(tmp_path / "empty"))
     assert proc.returncode == 1
     assert "holds no .whl file" in proc.stderr
-    for extra in ({"TIME_BUDGET": "soon"}, {"STUDENT_UPDATES": "0"}):
+    for extra in ({"TIME_BUDGET": "soon"}, {"STUDENT_UPDATES": "0"}, {"SMALL": "2"},
+                  {"PARALLEL": "yes"}, {"NUM_GPUS": "-1"}, {"LR": "fast"}, {"LR": "0"},
+                  {"DAWID_LR": "-2e-4"}, {"SEED": "x"}, {"DROPOUT": "1.5"}, {"WARMUP": "0"}):  # fmt: skip
         proc = _run(env, **extra)
         assert proc.returncode == 1
         assert "must be" in proc.stderr
@@ -411,6 +413,20 @@ def test_a_failed_fusion_stops_before_the_table(bench):
     assert "dawid-fuse failed (exit 2)" in proc.stderr
     assert not any(c.startswith("params") for c in _calls(calls))
     assert not (save / "dawid" / "fused.pt").exists() and not (save / "results.md").exists()
+
+
+def test_a_failed_parameter_count_stops_the_run_and_leaves_no_params_json(bench):
+    # (run_to once hid the failure: inside `... || rc=$?` set -e does not act, so the output
+    # was moved into place and the run went on to die in collect.py)
+    env, _, save = bench
+    fake = Path(env["PATH"].split(":")[0]) / "lightcompress-params"
+    fake.write_text(FAKE_PARAMS.replace("echo '{", "echo 'error: no model' >&2; exit 2; echo '{"))
+    proc = _run(env)
+    assert proc.returncode == 1
+    assert "lightcompress-params --path" in proc.stderr and "failed (exit 2)" in proc.stderr
+    assert not (save / "dawid" / "params.json").exists()
+    assert not (save / "dawid" / "params.json.tmp").exists()
+    assert not (save / "results.md").exists()
 
 
 @pytest.mark.parametrize("value", ["1", "0.8x", "-0.1"])

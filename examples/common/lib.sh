@@ -144,7 +144,13 @@ run_to() {
     echo "  (stdout written to $out)"
   else
     mkdir -p "$(dirname "$out")"
-    "$@" >"$out.tmp"
+    # (explicit: set -e does not act inside a function called with || or in an if)
+    local rc=0
+    "$@" >"$out.tmp" || rc=$?
+    if ((rc != 0)); then
+      rm -f "$out.tmp"
+      return "$rc"
+    fi
     mv "$out.tmp" "$out"
   fi
 }

@@ -102,7 +102,21 @@ for v in TEACHER_UPDATES STUDENT_UPDATES MAX_UPDATE PATIENCE MAX_TOKENS SPEED_RU
 done
 [[ "$DAWID_SPARSITY" =~ ^0?\.[0-9]+$|^0$ ]] ||
   die "DAWID_SPARSITY must be a number in [0, 1), not '$DAWID_SPARSITY'"
-: "${DAWID_LR:=2e-4}"
+: "${DAWID_LR:=2e-4}" "${SEED:=1}"
+# every setting is checked here, before hours of training
+_positive_number='^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?$'
+for v in LR DAWID_LR DROPOUT; do
+  [[ "${!v}" =~ $_positive_number ]] || die "$v must be a number, not '${!v}'"
+done
+for v in LR DAWID_LR; do
+  awk -v x="${!v}" 'BEGIN { exit !(x > 0) }' || die "$v must be > 0, not '${!v}'"
+done
+awk -v x="$DROPOUT" 'BEGIN { exit !(x < 1) }' || die "DROPOUT must be in [0, 1), not '$DROPOUT'"
+[[ "$SEED" =~ ^[0-9]+$ ]] || die "SEED must be a non-negative integer, not '$SEED'"
+[[ "$NUM_GPUS" =~ ^[0-9]+$ ]] || die "NUM_GPUS must be a non-negative integer, not '$NUM_GPUS'"
+for v in WARMUP VALIDATE_EVERY KD_BEAM; do
+  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, not '${!v}'"
+done
 
 # ---------------------------------------------------------------------------------------------
 # 0. Tools (from carried wheels on a machine without network) and the corpus
@@ -223,7 +237,7 @@ res_train_flags() {
     "${DEVICE[@]}" --task translation --source-lang "$SRC" --target-lang "$TGT"
     --optimizer adam --adam-betas "(0.9, 0.98)" --clip-norm 0.0 --lr "$LR"
     --lr-scheduler inverse_sqrt --warmup-updates "$WARMUP" --warmup-init-lr 1e-7
-    --weight-decay 0.0001 --max-tokens "$MAX_TOKENS" --max-update "$1" --seed "${SEED:-1}"
+    --weight-decay 0.0001 --max-tokens "$MAX_TOKENS" --max-update "$1" --seed "$SEED"
     --validate-interval 1000000 --validate-interval-updates "$VALIDATE_EVERY"
     --save-interval 1000000 --save-interval-updates "$VALIDATE_EVERY" --keep-interval-updates 1
     --no-epoch-checkpoints --log-format simple --log-interval 50 --no-progress-bar
