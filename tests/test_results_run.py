@@ -42,6 +42,7 @@ echo "train $name $state" >> "$CALLS"
 if [[ -n "${WHEELS:-}" ]]; then "$PYTHON" -c "import lc_probe_mod" || exit 5; fi
 mkdir -p "$save"
 echo "2026-01-01 00:00:00 | INFO | fairseq_cli.train | num. shared model params: 2,000,000 (num. trained: 2,000,000)"
+for u in 5 10; do echo "2026-01-01 00:00:01 | INFO | train_inner | epoch 001:  $u / 9 loss=7, wps=1000.0, ups=0.30, num_updates=$u"; done
 echo "2026-01-01 00:00:01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 6.5 | nll_loss 5 | num_updates 10"
 echo "2026-01-01 00:00:02 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 6.1 | nll_loss 5 | num_updates 20"
 printf best > "$save/checkpoint_best.pt"
@@ -630,3 +631,24 @@ def test_collect_row_and_speed_files(tmp_path, capsys):
     with pytest.raises(col.CollectError, match="needs one"):
         col.update_readme(str(readme), md)
     assert readme.read_text() == "no markers\n"
+
+
+def test_cpu_plan_measures_the_cost_of_every_model_before_sizing(bench, tmp_path):
+    env, calls, save = bench
+    proc = _run(_cpu_env(env, tmp_path), MEASURE_COSTS="10")
+    assert proc.returncode == 0, proc.stderr
+    trained = [c for c in _calls(calls) if c.startswith("train ")]
+    assert sorted(trained) == sorted(
+        f"train {m} fresh"
+        for m in (
+            "teacher",
+            "lightformer",
+            "hypoformer",
+            "subformer",
+            "smartformer",
+            "smartformer_search",
+        )
+    )
+    costs = json.loads((save / "costs.json").read_text())
+    assert costs["teacher"] == {"params": 2_000_000, "tokens_per_s": 1000.0, "updates_per_s": 0.3}
+    assert "smartformer_search" in proc.stdout and not (tmp_path / "rows").exists()

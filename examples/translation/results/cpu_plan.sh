@@ -139,6 +139,64 @@ cpu_lane_free() {
     return $?
 }
 
+# cpu_measure_costs N: the sizing step. Trains every kind of model of the plan for N updates
+# with the plan's settings (one thread each, two at a time, as the plan runs them; no
+# checkpoint, no validation) into SAVE_ROOT/costs/ and prints target tokens/s and updates/s
+# per model (SAVE_ROOT/costs.json): what TEACHER_UPDATES and STUDENT_UPDATES are sized from.
+cpu_measure_costs() {
+  local n="$1" dir="$SAVE_ROOT/costs" name
+  local -a names=(teacher lightformer hypoformer subformer smartformer smartformer_search)
+  cpu_cost_one() {  # NAME FLAGS...
+    local name="$1"
+    shift
+    res_train_flags "$n" 0
+    mkdir -p "$dir/$name"
+    local cmd=(fairseq-train "$DATA_BIN" --user-dir "$USER_DIR" --save-dir "$dir/$name"
+      "${TRAIN_FLAGS[@]}" --no-save --disable-validation --log-interval 5 "$@")
+    if [[ "$DRY_RUN" == 1 ]]; then
+      run "${cmd[@]}"
+    else
+      "${cmd[@]}" >"$dir/$name/train.log" 2>&1 || {
+        log "$name: fairseq-train failed; the end of $dir/$name/train.log:"
+        tail -n 5 "$dir/$name/train.log" >&2
+        return 1
+      }
+    fi
+  }
+  cpu_cost_pair() {
+    res_in_parallel cpu_cost_one "$1" "${@:3:$2}"
+    shift $(($2 + 2))
+    res_in_parallel cpu_cost_one "$@"
+    res_wait_all
+  }
+  if [[ "$PARALLEL" == 1 ]]; then export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1; fi
+  [[ "$DRY_RUN" == 1 ]] || rm -rf "$dir"
+  PIDS=()
+  cpu_cost_pair teacher ${#TEACHER[@]} "${TEACHER[@]}" lightformer "${LIGHTFORMER[@]}"
+  cpu_cost_pair hypoformer ${#HYPO[@]} "${HYPO[@]}" subformer "${SUB[@]}" --share-all-embeddings
+  cpu_cost_pair smartformer $((${#SMART[@]} + 1)) "${SMART[@]}" --share-all-embeddings \
+    smartformer_search "${SMART_SEARCH[@]}" --share-all-embeddings
+  [[ "$DRY_RUN" == 1 ]] && return 0
+  "$PYTHON" - "$dir" "${names[@]}" <<'EOF2'
+import json, re, sys
+root, names = sys.argv[1], sys.argv[2:]
+out = {}
+print(f"{'model':<20} {'params':>10} {'tokens/s':>9} {'updates/s':>9}")
+for name in names:
+    text = open(f"{root}/{name}/train.log", encoding="utf-8", errors="replace").read()
+    inner = re.findall(r"\| train_inner \|.*?wps=([0-9.]+), ups=([0-9.]+)", text)[1:]  # (no warm-up)
+    params = re.search(r"num\. shared model params: ([0-9,]+)", text)
+    if not inner:
+        sys.exit(f"{name}: no training progress in {root}/{name}/train.log")
+    wps = sum(float(w) for w, _ in inner) / len(inner)
+    ups = sum(float(u) for _, u in inner) / len(inner)
+    out[name] = {"params": int(params.group(1).replace(",", "")) if params else None,
+                 "tokens_per_s": round(wps, 1), "updates_per_s": round(ups, 3)}
+    print(f"{name:<20} {out[name]['params'] or 0:>10,} {wps:>9.0f} {ups:>9.3f}")
+json.dump(out, open(f"{root}.json", "w"), indent=2)
+EOF2
+}
+
 cpu_plan_main() {
   COLLECT=("$PYTHON" "$HERE/collect.py")
   CODE_COMMIT="$(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"

@@ -415,6 +415,12 @@ fi
 if [[ "$SMALL" == 1 ]]; then
   # shellcheck source-path=SCRIPTDIR source=cpu_plan.sh
   source "$HERE/cpu_plan.sh"
+  if [[ -n "${MEASURE_COSTS:-}" ]]; then
+    [[ "$MEASURE_COSTS" =~ ^[1-9][0-9]*$ ]] || die "MEASURE_COSTS must be a number of updates, not '$MEASURE_COSTS'"
+    log "measuring: $MEASURE_COSTS updates of each model of the CPU plan (SAVE_ROOT/costs.json)"
+    cpu_measure_costs "$MEASURE_COSTS"
+    exit 0
+  fi
   cpu_plan_main
   exit 0
 fi
