@@ -123,3 +123,32 @@ def test_a_cp_rank_beyond_the_largest_possible_rank_is_refused_before_fitting(
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "exceeds the largest possible rank 32" in err[0], err
     assert not out.exists()
+
+
+# ------------------------------------------------------------------ exporters prove their output
+
+
+def test_ct2_export_of_a_model_it_cannot_express_is_refused_before_writing(tiny_data, tmp_path):
+    import harness
+
+    from lightcompress.deploy.ct2 import ExportError, check_export, export_ctranslate2
+
+    flags = [str(a) for a in harness.tiny_arch_args("transformer")]
+    plain, crossself = tmp_path / "plain", tmp_path / "crossself"
+    harness.train(tiny_data, str(plain), flags, max_update=3)
+    harness.train(tiny_data, str(crossself), flags + ["--cross-self-attention"], max_update=3)
+    out = tmp_path / "ct2"
+    # CTranslate2 ignores cross self-attention: the export would be another model
+    with pytest.raises(ExportError, match="computes another model"):
+        export_ctranslate2(str(crossself / "checkpoint_last.pt"), tiny_data, str(out))
+    assert not out.exists() and not list(tmp_path.glob("*.tmp*"))
+    # the plain model exports, proven to rounding
+    export_ctranslate2(str(plain / "checkpoint_last.pt"), tiny_data, str(out))
+    import json
+
+    check = json.loads((out / "check.json").read_text())
+    assert check["quantization"] == "float32" and check["max_abs_logprob_difference"] < 1e-4
+    from lightcompress.measure.speed import load_checkpoint
+
+    model, task, _ = load_checkpoint(str(plain / "checkpoint_last.pt"), tiny_data)
+    assert check_export(model, task, str(out)) == check["max_abs_logprob_difference"]

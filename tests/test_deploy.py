@@ -163,7 +163,8 @@ def teacher_ct2(toy):
 def test_ct2_export_of_the_teacher_translates_greedily_as_fairseq_does(toy, teacher_ct2):
     from lightcompress.measure.engines import CT2Runner
 
-    assert sorted(os.listdir(teacher_ct2)) == ["config.json", "model.bin", "shared_vocabulary.json"]
+    assert sorted(os.listdir(teacher_ct2)) == ["check.json", "config.json", "model.bin",
+                                               "shared_vocabulary.json"]  # fmt: skip
     model, task = _load(toy["teacher"], toy["data"])
     runner = CT2Runner(teacher_ct2, "float32", 1, task.source_dictionary, task.target_dictionary,
                        model.max_decoder_positions(), model.max_positions())  # fmt: skip

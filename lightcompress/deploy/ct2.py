@@ -26,6 +26,8 @@ The output directory is written atomically (a complete model or nothing).
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -201,9 +203,75 @@ def export_model(model, task, model_args, output_dir: str, quantization: str | N
     try:
         with atomic_directory(output_dir) as tmp:
             converter.convert(tmp, quantization=quantization, force=True)
+            # proven before it is written: the export scores probe pairs as the model does
+            # (float32 weights: to rounding; quantized weights: the deviation is recorded in
+            # the export's check.json and reported, as the ONNX exporter's int8_error)
+            worst = check_export(model, task, tmp)
+            exact = quantization in (None, "float32")
+            if (exact and not worst <= TOLERANCE) or not math.isfinite(worst):
+                raise ExportError(
+                    "the CTranslate2 export computes another model: its log-probabilities of "
+                    f"probe translations differ from fairseq's by up to {worst:.3g} (allowed "
+                    f"{TOLERANCE:g}); options CTranslate2 ignores (e.g. --cross-self-attention) "
+                    "change the model; nothing written"
+                )
+            with open(os.path.join(tmp, "check.json"), "w", encoding="utf-8") as f:
+                json.dump({"quantization": quantization or "float32",
+                           "max_abs_logprob_difference": worst, "tolerance": TOLERANCE if exact else None},
+                          f)  # fmt: skip
     except ValueError as exc:  # CTranslate2's ConfigurationChecker: options it cannot express
+        if isinstance(exc, ExportError):
+            raise
         raise ExportError(f"CTranslate2 cannot express it: {_one_line(exc)}") from None
     return output_dir
+
+
+# largest |log p| difference per target token between fairseq and a float32 export on the
+# probes (they agree to rounding: ~1e-6)
+TOLERANCE = 1e-3
+
+
+@torch.no_grad()
+def check_export(model, task, ct2_dir: str, sentences: int = 4, seed: int = 0) -> float:
+    """Largest absolute difference between fairseq's and the CTranslate2 export's
+    log-probability of each target token (and EOS) of random probe pairs (teacher forcing);
+    NaN-aware: a non-finite value on either side gives ``inf``."""
+    import ctranslate2
+
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    gen = torch.Generator().manual_seed(seed)
+    lo = src_dict.nspecial
+    srcs, tgts = [], []
+    for i in range(sentences):
+        srcs.append(torch.randint(lo, len(src_dict), (5 + i,), generator=gen))
+        tgts.append(torch.randint(tgt_dict.nspecial, len(tgt_dict), (4 + i,), generator=gen))
+    was_training = model.training
+    model.eval()
+    try:
+        ours = []
+        for src, tgt in zip(srcs, tgts):
+            src_tokens = torch.cat([src, torch.tensor([src_dict.eos()])]).unsqueeze(0)
+            prev = torch.cat([torch.tensor([tgt_dict.eos()]), tgt]).unsqueeze(0)
+            out = model(src_tokens, torch.tensor([src_tokens.shape[1]]), prev)
+            lprobs = model.get_normalized_probs(out, log_probs=True)[0].float()
+            gold = torch.cat([tgt, torch.tensor([tgt_dict.eos()])])
+            ours.append(lprobs.gather(-1, gold.unsqueeze(-1)).squeeze(-1))
+    finally:
+        model.train(was_training)
+    translator = ctranslate2.Translator(ct2_dir, device="cpu", inter_threads=1, intra_threads=1)
+    results = translator.score_batch(
+        [[src_dict[int(t)] for t in s] for s in srcs],
+        [[tgt_dict[int(t)] for t in t_] for t_ in tgts],
+    )
+    worst = 0.0
+    for ref, res in zip(ours, results):
+        theirs = torch.tensor(res.log_probs, dtype=torch.float32)
+        if theirs.shape != ref.shape or not (
+            torch.isfinite(theirs).all() and torch.isfinite(ref).all()
+        ):
+            return float("inf")
+        worst = max(worst, float((theirs - ref).abs().max()))
+    return worst
 
 
 def _arg_parser() -> argparse.ArgumentParser:
@@ -231,7 +299,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ExportError as exc:
         print(f"lightcompress-export-ct2: error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {out}")
+    with open(os.path.join(out, "check.json"), encoding="utf-8") as f:
+        check = json.load(f)
+    print(f"wrote {out} (checked against fairseq on probe translations: largest log-probability "
+          f"difference {check['max_abs_logprob_difference']:.2g} per token, "
+          f"{check['quantization']} weights)")  # fmt: skip
     return 0
 
 
