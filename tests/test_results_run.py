@@ -335,7 +335,7 @@ def _fairseq_parses(argv, capsys):
 
 @pytest.mark.parametrize(
     "small, sparsity, updates, teacher_updates, width, gate_scale",
-    [("1", 0.8, 450, 750, 256, 150), ("0", 0.77, 2500, 3000, 512, 50)],
+    [("1", 0.8, 350, 600, 256, 150), ("0", 0.77, 2500, 3000, 512, 50)],
 )
 def test_dry_run_shows_the_dawid_chain_and_fairseq_accepts_its_flags(
     bench, capsys, tmp_path, small, sparsity, updates, teacher_updates, width, gate_scale
@@ -345,7 +345,7 @@ def test_dry_run_shows_the_dawid_chain_and_fairseq_accepts_its_flags(
     assert _calls(calls) == []  # printed, nothing run
     # the CPU plan's DA-WID starts from the one post-LN teacher every method shares (fixed
     # updates); the GPU plan's from its own post-LN teacher (early stopping)
-    tname = "teacher" if small == "1" else "dawid_teacher"
+    tname = "dawid_teacher"
     teacher = _fairseq_parses(_train_command(commands, tname), capsys)
     assert teacher.arch == "transformer" and teacher.max_update == teacher_updates
     assert not teacher.encoder_normalize_before and not teacher.decoder_normalize_before
@@ -470,7 +470,7 @@ def test_collect_counts_dawid_by_its_params_json_and_refuses_a_damaged_one(tmp_p
 # ---------------------------------------------------------------------------------------------
 
 CPU_ROWS = ["teacher", "lightformer_svd", "lightformer_random", "hypoformer_kd", "hypoformer",
-            "subformer", "smartformer_search", "smartformer", "dawid"]  # fmt: skip
+            "subformer", "smartformer_search", "smartformer", "dawid_teacher", "dawid"]  # fmt: skip
 
 
 def _cpu_env(env, tmp_path):
@@ -487,15 +487,16 @@ def test_cpu_plan_dry_run_names_every_row_and_keeps_its_state_outside_the_checko
     for name in CPU_ROWS:
         assert f"--save-dir {cache}/results-cpu/{name} " in out, name
         assert f"collect.py row {name} " in out, name
-    assert f"--dawid-teacher {cache}/results-cpu/teacher/checkpoint_best.pt" in out
+    assert f"--dawid-teacher {cache}/results-cpu/dawid_teacher/checkpoint_best.pt" in out
     assert "--task translation_smartformer --sm-search" in out
     assert "--task translation_seqkd" in out
     assert out.count("--timing-batch-size 1 ") == 1 and out.count("--timing-batch-size 32 ") == 1
     assert "collect.py table" in out
-    assert "dawid_teacher" not in out  # one post-LN teacher for every method
-    # the teacher is post-LN, the LightFormers with it
+    # the teacher is pre-LN (the LightFormers with it), DA-WID's own teacher post-LN
     teacher_cmd = next(line for line in out.splitlines() if "results-cpu/teacher " in line)
-    assert "normalize-before" not in teacher_cmd
+    assert "--encoder-normalize-before" in teacher_cmd
+    dawid_cmd = next(line for line in out.splitlines() if "results-cpu/dawid_teacher " in line)
+    assert "normalize-before" not in dawid_cmd and "--max-update 600 " in dawid_cmd
 
 
 def test_cpu_plan_interrupted_resumes_rows_only_when_finished_table_from_rows_alone(
@@ -510,9 +511,9 @@ def test_cpu_plan_interrupted_resumes_rows_only_when_finished_table_from_rows_al
     assert (save / "teacher" / "checkpoint_last.pt").exists()
     assert not (save / "teacher" / "train.done").exists()
     written = sorted(p.stem for p in rows.glob("*.json"))
-    assert written == sorted(["lightformer_random", "hypoformer", "subformer",
+    assert written == sorted(["dawid_teacher", "dawid", "lightformer_random", "hypoformer",
                               "smartformer_search", "smartformer"])  # fmt: skip
-    rec = json.loads((rows / "subformer.json").read_text())
+    rec = json.loads((rows / "hypoformer.json").read_text())
     assert rec["bleu"] < 100 and rec["params"] == 2_000_000 and rec["commit"]
     # the fixed-rank Smartformer trains at the searched size (no decision: the start rank)
     assert "smartformer: fixed CP rank 64" in first.stderr
@@ -524,13 +525,14 @@ def test_cpu_plan_interrupted_resumes_rows_only_when_finished_table_from_rows_al
     new = _calls(calls)[before:]
     assert new[0].startswith("train teacher resume:")  # (the stand-in checkpoint is no zip)
     assert sorted(c.split()[1] for c in new if c.startswith("train ")) == sorted(
-        ["teacher", "lightformer_svd", "dawid", "hypoformer_kd"]
+        ["teacher", "lightformer_svd", "hypoformer_kd", "subformer"]
     )
     assert sorted(p.stem for p in rows.glob("*.json") if p.stem not in ("results",)) == sorted(
         CPU_ROWS
     )
     table = (rows / "results.md").read_text()
-    assert "| Transformer (dense teacher, post-LN) | 2.00M | 1.00 |" in table
+    assert "| Transformer (dense teacher) | 2.00M | 1.00 |" in table
+    assert "DA-WID against its own post-LN teacher" in table
 
     # 3. checkpoints and logs gone: the table is built from the rows alone
     shutil.rmtree(save)

@@ -52,7 +52,7 @@ MODELS = (
 )
 # the CPU plan's rows (run.sh SMALL=1, cpu_plan.sh): one post-LN teacher, fixed updates
 CPU_MODELS = (
-    ("teacher", "Transformer (dense teacher, post-LN)", "ground truth"),
+    ("teacher", "Transformer (dense teacher)", "ground truth"),
     ("lightformer_svd", "LightFormer, SVD transfer", "from the teacher by SVD"),
     ("lightformer_random", "LightFormer, random init", "random init, same updates as SVD"),
     ("hypoformer_kd", "Hypoformer + seq-KD", "ground truth + teacher's translations"),
@@ -60,7 +60,8 @@ CPU_MODELS = (
     ("subformer", "Subformer (sandwich, SAFE)", "ground truth"),
     ("smartformer_search", "Smartformer, searched ranks (A2C)", "ground truth, rank search"),
     ("smartformer", "Smartformer, fixed rank (same size)", "ground truth"),
-    ("dawid", "DA-WID, fused", "from the teacher: masks + distillation"),
+    ("dawid_teacher", "Transformer post-LN (DA-WID's teacher)", "ground truth"),
+    ("dawid", "DA-WID, fused", "from its post-LN teacher: masks + distillation"),
 )
 
 
@@ -436,9 +437,16 @@ def claims(records: list[dict]) -> list[str]:
         "DA-WID beats the LightFormer of the same size (SVD transfer)",
         "see the findings below",
     )
+    wid, wt = by.get("dawid"), by.get("dawid_teacher")
+    if wid and wt:
+        size = (f" at {wt['params'] / wid['params']:.2f}x fewer parameters"
+                if wid.get("params") and wt.get("params") else "")  # fmt: skip
+        out.append(f"DA-WID against its own post-LN teacher (the one it inherits from): "
+                   f"{wid['bleu']:.2f} vs {wt['bleu']:.2f} BLEU ({wid['bleu'] - wt['bleu']:+.2f})"
+                   f"{size}.")  # fmt: skip
     if t is not None:
         for r in records:
-            if r is t or "compression" not in r:
+            if r is t or "compression" not in r or r["label"] == "dawid_teacher":
                 continue
             ok_bleu, ok_size = r["bleu_vs_teacher"] >= -1.0, r["compression"] >= 3.0
             verdict = "holds" if ok_bleu and ok_size else "does not hold"

@@ -3,11 +3,11 @@
 #
 # Two lanes, one CPU thread each (two trainings at a time on a 2-core machine; at 256 wide
 # one thread per training uses the cores as well as one training on both):
-#   lane 1: teacher (post-LN) -> SVD transfer -> lightformer_svd -> dawid (masks from the
-#           teacher, fused) -> KD data (the teacher's greedy translation of the training set)
-#           -> hypoformer_kd
-#   lane 2: lightformer_random -> hypoformer (no KD) -> subformer -> smartformer_search ->
-#           smartformer (fixed rank, matched to the searched model's size)
+#   lane 1: teacher (pre-LN) -> SVD transfer -> lightformer_svd -> KD data (the teacher's
+#           greedy translation of the training set) -> hypoformer_kd -> subformer
+#   lane 2: dawid_teacher (post-LN) -> dawid (masks and compactors, fused) ->
+#           lightformer_random -> hypoformer (no KD) -> smartformer_search -> smartformer
+#           (fixed rank, matched to the searched model's size)
 # Each model is evaluated as soon as it is trained (fairseq-generate of the test split, beam 5)
 # and its row (params, BLEU, chrF, signatures, updates, wall-clock, training tokens/s) is
 # written to ROWS_DIR/NAME.json; then the speed of every model (fairseq and ONNX Runtime, one
@@ -106,9 +106,6 @@ cpu_lane_teacher() {
   fi
   cpu_model lightformer_svd "$STUDENT_UPDATES" "${LIGHTFORMER[@]}" --finetune-from-model "$init" ||
     return $?
-  res_dawid || return $?
-  cpu_evaluate dawid || return 1
-  cpu_row dawid || return 1
   local kd="$SAVE_ROOT/kd-bin"
   if [[ "$DRY_RUN" == 1 || (! -f "$kd/.done" && ! -f "$SAVE_ROOT/hypoformer_kd/train.done") ]]; then
     log "KD data: the teacher translates the training set (beam $KD_BEAM) -> $kd"
@@ -123,12 +120,16 @@ cpu_lane_teacher() {
   fi
   cpu_model hypoformer_kd "$MAX_UPDATE" "${HYPO[@]}" --task translation_seqkd \
     --kd-data-mode both --kd-distilled-data "$kd" || return $?
+  cpu_model subformer "$MAX_UPDATE" "${SUB[@]}" --share-all-embeddings || return $?
 }
 
 cpu_lane_free() {
+  # DA-WID's chain: its post-LN teacher, the masked student, the fused model
+  res_dawid || return $?
+  cpu_evaluate dawid || return 1
+  cpu_row dawid || return 1
   cpu_model lightformer_random "$STUDENT_UPDATES" "${LIGHTFORMER[@]}" || return $?
   cpu_model hypoformer "$MAX_UPDATE" "${HYPO[@]}" || return $?
-  cpu_model subformer "$MAX_UPDATE" "${SUB[@]}" --share-all-embeddings || return $?
   cpu_model smartformer_search "$MAX_UPDATE" "${SMART_SEARCH[@]}" --share-all-embeddings || return $?
   local rank="$SM_RANK"
   if [[ "$DRY_RUN" != 1 ]]; then
