@@ -63,11 +63,32 @@ def allow_fairseq_checkpoints():
         add(fairseq_checkpoint_safe_globals())
 
 
+def _running_a_command() -> bool:
+    """True in fairseq's and the plugin's commands (``fairseq-train``, ``lightcompress-*``,
+    ``python -m fairseq_cli.* / lightcompress.*``, ``python -c``); False in an interactive
+    shell (``python``, ``python -i``) and in a user's own program, which keep the interpreter's
+    handling (a traceback, the shell alive, the program's atexit handlers run)."""
+    import os
+    import sys
+
+    if hasattr(sys, "ps1") or sys.flags.interactive:
+        return False
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0 == "-c":
+        return True
+    parts = os.path.normpath(os.path.abspath(argv0)).split(os.sep) if argv0 else []
+    name = parts[-1] if parts else ""
+    return name.startswith(("fairseq-", "lightcompress-")) or any(
+        p in ("fairseq_cli", "lightcompress") for p in parts[:-1]
+    )
+
+
 def report_config_errors() -> None:
     """Make an uncaught :class:`~lightcompress.modules.registry.ConfigError` (a bad plugin flag,
     spec or combination, found when fairseq builds the model) end the command with one line,
     ``<command>: error: <message>``, and exit status 2, instead of a traceback through fairseq.
-    Every other exception keeps the interpreter's handling."""
+    Only in commands (:func:`_running_a_command`): a library user's shell or program keeps
+    the interpreter's handling. Every other exception keeps it too."""
     import os
     import sys
 
@@ -78,7 +99,7 @@ def report_config_errors() -> None:
         return
 
     def hook(exc_type, exc, tb):
-        if not issubclass(exc_type, ConfigError):
+        if not issubclass(exc_type, ConfigError) or not _running_a_command():
             return previous(exc_type, exc, tb)
         prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "lightcompress"
         if prog in ("-c", "__main__.py", ""):

@@ -152,3 +152,34 @@ def test_ct2_export_of_a_model_it_cannot_express_is_refused_before_writing(tiny_
 
     model, task, _ = load_checkpoint(str(plain / "checkpoint_last.pt"), tiny_data)
     assert check_export(model, task, str(out)) == check["max_abs_logprob_difference"]
+
+
+# ------------------------------------------------------------------ the library is not a command
+
+
+def test_a_config_error_in_a_python_shell_or_program_keeps_the_interpreter_alive(tmp_path):
+    code = (
+        "import atexit, lightcompress\n"
+        "from lightcompress.modules.spec import CompressionSpec\n"
+        "atexit.register(lambda: print('atexit ran'))\n"
+    )
+    # interactive shell: the error is reported and the shell goes on
+    proc = subprocess.run(
+        [sys.executable, "-i", "-q"], input=code + "CompressionSpec.parse('x = nokind()')\n"
+        "print('still alive')\n", capture_output=True, text=True, timeout=120, check=False,
+        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"),
+    )  # fmt: skip
+    assert "still alive" in proc.stdout and "atexit ran" in proc.stdout, proc.stderr
+    assert "Traceback" in proc.stderr
+    # a user's program: a traceback, exit status 1, its atexit handlers run
+    script = tmp_path / "program.py"
+    script.write_text(code + "CompressionSpec.parse('x = nokind()')\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, check=False,
+                          env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"))  # fmt: skip
+    assert proc.returncode == 1 and "atexit ran" in proc.stdout and "Traceback" in proc.stderr
+    # a command keeps its one line and exit status 2
+    proc = subprocess.run([sys.executable, "-c", code + "CompressionSpec.parse('x = nokind()')"],
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"))  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.startswith("lightcompress: error:"), proc.stderr
