@@ -18,8 +18,10 @@ def _arch_help(arch: str) -> int:
     import lightcompress  # noqa: F401  (registers the models)
     from lightcompress.models.presets import PRESETS
 
+    if arch not in PRESETS and arch in _other_archs():
+        return _model_flags_help(arch)
     if arch not in PRESETS:
-        close = [a for a in PRESETS if arch.split("_")[0] in a][:8]
+        close = [a for a in [*PRESETS, *_other_archs()] if arch.split("_")[0] in a][:8]
         print(
             f"python -m lightcompress: error: {arch!r} is not an architecture of the plugin"
             + (f" (similar: {', '.join(close)})" if close else ""),
@@ -39,6 +41,40 @@ def _arch_help(arch: str) -> int:
     return 0
 
 
+def _other_archs() -> dict[str, str]:
+    """The plugin's architectures that are not presets (DA-WID's training and fused models):
+    architecture name -> fairseq model name."""
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
+
+    import lightcompress  # noqa: F401
+    from lightcompress.models.presets import PRESETS
+
+    return {
+        arch: ARCH_MODEL_NAME_REGISTRY[arch]
+        for arch, cls in ARCH_MODEL_REGISTRY.items()
+        if cls.__module__.startswith("lightcompress.") and arch not in PRESETS
+    }
+
+
+def _model_flags_help(arch: str) -> int:
+    """The flags of a plugin architecture without a preset: its model's own options."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    cls = ARCH_MODEL_REGISTRY[arch]
+    parser = argparse.ArgumentParser(add_help=False)
+    cls.add_args(parser)
+    doc = (cls.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+    print(f"{arch} (fairseq model {_other_archs()[arch]!r}): {doc}\n")
+    print("Flags (default; any flag given on the command line wins):")
+    for action in parser._actions:
+        if not action.option_strings:
+            continue
+        flag = max(action.option_strings, key=len)
+        default = "-" if action.default in (None, argparse.SUPPRESS) else action.default
+        print(f"  {flag:36s} {default!s:14s} {action.help or ''}")
+    return 0
+
+
 def _list_archs() -> int:
     import lightcompress  # noqa: F401
     from lightcompress.models.presets import PRESETS
@@ -46,6 +82,8 @@ def _list_archs() -> int:
     for name, preset in PRESETS.items():
         size = f"paper {preset.paper_params}M" if preset.paper_params else ""
         print(f"{name:42s} {preset.model:13s} {size}")
+    for name, model in sorted(_other_archs().items()):
+        print(f"{name:42s} {model:13s}")
     return 0
 
 

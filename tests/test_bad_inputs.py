@@ -183,3 +183,19 @@ def test_a_config_error_in_a_python_shell_or_program_keeps_the_interpreter_alive
                           capture_output=True, text=True, timeout=120, check=False,
                           env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"))  # fmt: skip
     assert proc.returncode == 2 and proc.stderr.startswith("lightcompress: error:"), proc.stderr
+
+
+def test_every_plugin_architecture_is_listed_and_has_help():
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "lightcompress", *a],
+                                    capture_output=True, text=True, timeout=120, check=False,
+                                    env=env)  # fmt: skip
+    listed = {line.split()[0] for line in run("--list-archs").stdout.splitlines() if line.strip()}
+    assert {"dawid", "dawid_fused", "dawid_roberta", "dawid_roberta_fused"} <= listed
+    assert "lightformer_iwslt_de_en" in listed
+    proc = run("--arch-help", "dawid")
+    assert (
+        proc.returncode == 0 and "--dawid-teacher" in proc.stdout and "--dawid-masks" in proc.stdout
+    )
+    proc = run("--arch-help", "dawid_nonexistent")
+    assert proc.returncode == 2 and "dawid" in proc.stderr
