@@ -199,3 +199,17 @@ def test_every_plugin_architecture_is_listed_and_has_help():
     )
     proc = run("--arch-help", "dawid_nonexistent")
     assert proc.returncode == 2 and "dawid" in proc.stderr
+
+
+def test_params_counts_a_hypoformer_checkpoint(tiny_data, tmp_path):
+    # (its HTT table has neither .weight nor .u: the vocabulary is read from its dense part)
+    from test_deploy import FAMILIES, make_checkpoint
+
+    from lightcompress.measure.params import checkpoint_report, count_parameters
+    from lightcompress.measure.speed import load_checkpoint
+
+    arch, flags = FAMILIES["hypoformer"]
+    path = make_checkpoint(tiny_data, str(tmp_path / "hypo.pt"), arch, flags)
+    report = checkpoint_report(path)
+    model, _, _ = load_checkpoint(path, tiny_data)
+    assert report["arch"] == arch and report["total"] == count_parameters(model)["total"]

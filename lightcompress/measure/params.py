@@ -593,8 +593,10 @@ def checkpoint_report(path: str, macs: bool = False) -> dict:
     if is_sentence_encoder(arch):
         return _sentence_encoder_checkpoint_report(path, args, arch, sd, macs)
 
-    def table_rows(side):  # a dense table's weight, or a low-rank table's (V, r) factor
-        for key in (f"{side}.embed_tokens.weight", f"{side}.embed_tokens.u"):
+    def table_rows(side):  # a dense table's weight, a low-rank table's (V, r) factor, or a
+        # hybrid TT table's dense (V, alpha d) part (Hypoformer's HTT embedding)
+        for key in (f"{side}.embed_tokens.weight", f"{side}.embed_tokens.u",
+                    f"{side}.embed_tokens.dense"):  # fmt: skip
             if key in sd:
                 return sd[key]
         raise ParamsError(
