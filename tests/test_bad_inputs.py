@@ -213,3 +213,23 @@ def test_params_counts_a_hypoformer_checkpoint(tiny_data, tmp_path):
     report = checkpoint_report(path)
     model, _, _ = load_checkpoint(path, tiny_data)
     assert report["arch"] == arch and report["total"] == count_parameters(model)["total"]
+
+
+@pytest.mark.parametrize(
+    "arch, flags, message",
+    [
+        ("hypoformer_iwslt_de_en", ["--cross-self-attention"], "does not support --cross-self"),
+        ("subformer", ["--subformer-sharing", "all", "--subformer-sandwich-dim", "48"],
+         "need --subformer-sharing sandwich"),
+    ],
+)  # fmt: skip
+def test_model_configuration_errors_are_config_errors(tiny_data, arch, flags, message):
+    # (a plain ValueError gave a traceback through fairseq instead of the one-line error)
+    from fairseq import tasks
+
+    from lightcompress.build import parse_model_args
+    from lightcompress.modules.registry import ConfigError
+
+    args = parse_model_args(arch, ["-s", "de", "-t", "en", *flags], data=tiny_data)
+    with pytest.raises(ConfigError, match=message):
+        tasks.setup_task(args).build_model(args)

@@ -392,7 +392,7 @@ class CompressedTransformerModel(TransformerModel):
             for other in present[1:]:
                 a, b = state_dict[present[0]], state_dict[other]
                 if a.shape == b.shape and not torch.equal(a, b):
-                    raise ValueError(
+                    raise ConfigError(
                         f"{present[0]} and {other} share parameters in this model (a sharing "
                         "group or a tied table), but the checkpoint holds different values for "
                         "them (a checkpoint of an unshared model, or an average of different "
@@ -409,7 +409,7 @@ class CompressedTransformerModel(TransformerModel):
         if new is None:
             return super().build_embedding(args, dictionary, embed_dim, path)
         if path:
-            raise ValueError(
+            raise ConfigError(
                 f"--{side}-embed-path cannot load pretrained vectors into a factorized table"
             )
         return new

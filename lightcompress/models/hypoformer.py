@@ -58,6 +58,7 @@ from lightcompress.models.presets import (
     own_fields,
     register_presets,
 )
+from lightcompress.modules.registry import ConfigError
 
 __all__ = [
     "EMBED_KINDS",
@@ -85,7 +86,7 @@ def _kind_params(kind: str, alpha, cores, rank) -> str:
         return f"tt(ranks={rank}, num_cores={cores})"
     if kind == "htt":
         return f"htt(alpha={alpha}, ranks={rank}, num_cores={cores})"
-    raise ValueError(f"unknown kind {kind!r}")
+    raise ConfigError(f"unknown kind {kind!r}")
 
 
 def hypoformer_spec_text(args) -> str:
@@ -148,7 +149,7 @@ class HypoformerModel(CompressedTransformerModel):
     def check_args(cls, args) -> None:
         super().check_args(args)
         if getattr(args, "cross_self_attention", False):
-            raise ValueError("hypoformer does not support --cross-self-attention")
+            raise ConfigError("hypoformer does not support --cross-self-attention")
 
 
 register_presets("hypoformer")

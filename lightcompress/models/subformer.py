@@ -346,7 +346,7 @@ class _StackPlan:
         ffn_s = opts.sandwich_ffn_dim or (sub.ffn_embed_dim if d_s == d else 4 * d_s)
         heads_s = opts.sandwich_heads or (sub.attention_heads if d_s == d else subformer_heads(d_s))
         if opts.sharing != "sandwich" and (d_s, ffn_s) != (d, sub.ffn_embed_dim):
-            raise ValueError(
+            raise ConfigError(
                 "--subformer-sandwich-dim / --subformer-sandwich-ffn-dim need "
                 f"--subformer-sharing sandwich (got {opts.sharing!r})"
             )
@@ -398,14 +398,14 @@ class SubformerEncoder(TransformerEncoderBase):
 
     def __init__(self, cfg, dictionary, embed_tokens, opts: SubformerOptions):
         if opts.safe_dim and cfg.encoder.layerdrop > 0:
-            raise ValueError("--encoder-layerdrop would drop the SAFE block")
+            raise ConfigError("--encoder-layerdrop would drop the SAFE block")
         self._plan = _StackPlan(cfg, "encoder", opts)
         super().__init__(cfg, dictionary, embed_tokens)
         d = cfg.encoder.embed_dim
         self.has_safe = bool(opts.safe_dim)
         if self.has_safe:
             if embed_tokens.embedding_dim != opts.safe_dim:
-                raise ValueError(
+                raise ConfigError(
                     f"SAFE needs a {opts.safe_dim}-dim embedding, got {embed_tokens.embedding_dim}"
                 )
             self.layers.insert(0, SafeEncoderBlock(self._plan.safe_cfg, d))
@@ -448,7 +448,7 @@ class SubformerDecoder(TransformerDecoderBase):
         output_projection=None,
     ):
         if opts.safe_dim and cfg.decoder.layerdrop > 0:
-            raise ValueError("--decoder-layerdrop would drop the SAFE block")
+            raise ConfigError("--decoder-layerdrop would drop the SAFE block")
         self._plan = _StackPlan(cfg, "decoder", opts)
         super().__init__(
             cfg,
@@ -462,7 +462,7 @@ class SubformerDecoder(TransformerDecoderBase):
         if self.has_safe:
             r = embed_tokens.embedding_dim
             if r != opts.safe_dim:
-                raise ValueError(f"SAFE needs a {opts.safe_dim}-dim embedding, got {r}")
+                raise ConfigError(f"SAFE needs a {opts.safe_dim}-dim embedding, got {r}")
             self.project_in_dim = None
             if self.embed_positions is not None:
                 self.embed_positions = PositionalEmbedding(

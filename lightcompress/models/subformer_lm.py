@@ -35,6 +35,7 @@ from lightcompress.models.subformer import (
     SubformerDecoder,
     SubformerOptions,
 )
+from lightcompress.modules.registry import ConfigError
 from lightcompress.modules.safe import bert_init_model_
 
 __all__ = ["SubformerLanguageModel", "SubformerLanguageModelConfig"]
@@ -98,7 +99,7 @@ class SubformerLanguageModel(TransformerLanguageModel):
         if opts.safe_dim and (
             getattr(args, "adaptive_input", False) or getattr(args, "character_embeddings", False)
         ):
-            raise ValueError("--safe-dim needs a plain embedding table (no adaptive input)")
+            raise ConfigError("--safe-dim needs a plain embedding table (no adaptive input)")
         # fairseq builds the embedding (adaptive input / characters / table) with a decoder;
         # build that decoder without layers and put the Subformer decoder in its place.
         num_layers = args.decoder_layers
