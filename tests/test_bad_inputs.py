@@ -233,3 +233,27 @@ def test_model_configuration_errors_are_config_errors(tiny_data, arch, flags, me
     args = parse_model_args(arch, ["-s", "de", "-t", "en", *flags], data=tiny_data)
     with pytest.raises(ConfigError, match=message):
         tasks.setup_task(args).build_model(args)
+
+
+def test_roberta_fusion_refuses_fused_weights_without_a_place(monkeypatch):
+    import torch
+    from test_wid import _roberta, _student_of
+
+    import lightcompress.wid.fuse as fuse_mod
+    from lightcompress.wid.roberta import DAWIDRobertaModel as Model
+    from lightcompress.wid.roberta import fuse_roberta
+
+    targs, teacher = _roberta(seed=1, classes=3)
+    student = _student_of(Model, targs, teacher)
+    student.set_num_updates(1)
+    student.eval()
+    real = fuse_mod.fuse_state
+
+    def with_an_orphan(model):
+        shapes, tensors, folds = real(model)
+        tensors["encoder.sentence_encoder.layers.0.orphan"] = torch.zeros(1)
+        return shapes, tensors, folds
+
+    monkeypatch.setattr(fuse_mod, "fuse_state", with_an_orphan)
+    with pytest.raises(RuntimeError, match="without a place"):
+        fuse_roberta(student, targs)

@@ -226,6 +226,10 @@ def fuse_roberta(student: DAWIDRobertaModel, teacher_args):
                 f"does not fit the fused model's {tuple(value.shape)}"
             )
         sd[key] = new.to(value.dtype)
+    # (as the translation fusion: a fused weight the model has no place for would be dropped)
+    unused = [k for k in tensors if k not in sd]
+    if unused:
+        raise RuntimeError(f"internal error: fused weights without a place: {unused[:5]}")
     fused.load_state_dict(sd, strict=True)
     fused.eval()
     return fused, fargs, shapes
