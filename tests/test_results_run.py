@@ -551,9 +551,10 @@ def test_cpu_plan_interrupted_resumes_rows_only_when_finished_table_from_rows_al
     assert "DA-WID beats the LightFormer" in table
 
 
-def test_cpu_plan_refuses_a_second_run_and_stopping_it_ends_its_trainings(bench, tmp_path):
+@pytest.mark.parametrize("plan", ["cpu", "gpu"])
+def test_a_second_run_is_refused_and_stopping_run_sh_ends_its_trainings(bench, tmp_path, plan):
     env, _, save = bench
-    env = _cpu_env(env, tmp_path)
+    env = _cpu_env(env, tmp_path) if plan == "cpu" else {**env, "PARALLEL": "1"}
     first = subprocess.Popen(["bash", str(RUN)], env={**env, "SLOW_TRAIN": "teacher"},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)  # fmt: skip

@@ -15,8 +15,7 @@
 # the table (ROWS_DIR/results.md, results.json) and the plots (curves.png, frontier.png),
 # which collect.py builds from the JSON files alone.
 #
-# A second run on the same SAVE_ROOT is refused while the first lives (its pid is named);
-# stopping run.sh (Ctrl-C, kill) ends its trainings; the same command resumes.
+# (run.sh holds SAVE_ROOT's lock and ends its trainings when it is stopped.)
 
 # cpu_evaluate NAME: the test translation of NAME's evaluated checkpoint (skipped when done;
 # written atomically; a failure is returned, not hidden)
@@ -201,16 +200,7 @@ EOF2
 cpu_plan_main() {
   COLLECT=("$PYTHON" "$HERE/collect.py")
   CODE_COMMIT="$(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
-  if [[ "$DRY_RUN" != 1 ]]; then
-    mkdir -p "$SAVE_ROOT" "$ROWS_DIR"
-    exec 9>>"$SAVE_ROOT/run.lock"
-    if ! flock -n 9; then
-      die "another run.sh (pid $(cat "$SAVE_ROOT/run.pid" 2>/dev/null || echo '?')) is working in $SAVE_ROOT; stop it first or wait for it"
-    fi
-    echo $$ >"$SAVE_ROOT/run.pid"
-    # stopping run.sh stops its trainings (they are in its process group)
-    trap 'trap - INT TERM; log "stopped: ending the trainings (run the same command to resume)"; kill 0 2>/dev/null; exit 130' INT TERM
-  fi
+  if [[ "$DRY_RUN" != 1 ]]; then mkdir -p "$ROWS_DIR"; fi
   if [[ "$PARALLEL" == 1 ]]; then
     export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
   fi

@@ -306,8 +306,11 @@ res_train() {
   mkdir -p "$dir"
   res_check_last "$dir"
   log "$name: training (at most $updates updates$([[ "$early" == 1 ]] && echo ", early stopping after $PATIENCE validations without improvement"); log: $dir/train.log)"
+  # (in the background and waited for: bash runs the INT/TERM trap, which ends the trainings,
+  # only after a foreground child has ended, but at once during `wait`)
   "${limit[@]}" fairseq-train "$DATA_BIN" --user-dir "$USER_DIR" --save-dir "$dir" \
-    "${TRAIN_FLAGS[@]}" "$@" >>"$dir/train.log" 2>&1 || rc=$?
+    "${TRAIN_FLAGS[@]}" "$@" >>"$dir/train.log" 2>&1 &
+  wait $! || rc=$?
   echo $((SECONDS - t0)) >>"$dir/train.seconds"
   if ((rc == 0)); then
     touch "$dir/train.done"
@@ -414,6 +417,17 @@ log "plan: $([[ "$SMALL" == 1 ]] && echo "SMALL (CPU-sized)" || echo full), NUM_
 # 1. the models that do not need the teacher (in the background with PARALLEL=1), then the
 #    teacher (TIME_BUDGET counts from here)
 BUDGET_START=$SECONDS
+# one run per SAVE_ROOT: a second is refused while the first lives (its pid named); stopping
+# run.sh (Ctrl-C, kill) ends its trainings, which run in its process group
+if [[ "$DRY_RUN" != 1 ]]; then
+  mkdir -p "$SAVE_ROOT"
+  exec 9>>"$SAVE_ROOT/run.lock"
+  if ! flock -n 9; then
+    die "another run.sh (pid $(cat "$SAVE_ROOT/run.pid" 2>/dev/null || echo '?')) is working in $SAVE_ROOT; stop it first or wait for it"
+  fi
+  echo $$ >"$SAVE_ROOT/run.pid"
+  trap 'trap - INT TERM; log "stopped: ending the trainings (run the same command to resume)"; kill 0 2>/dev/null; exit 130' INT TERM
+fi
 # where the models trained (the table names it, also when it is redone on another machine)
 if [[ "$DRY_RUN" != 1 && ! -s "$SAVE_ROOT/machine.txt" ]]; then
   mkdir -p "$SAVE_ROOT"
