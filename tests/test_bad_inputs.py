@@ -257,3 +257,28 @@ def test_roberta_fusion_refuses_fused_weights_without_a_place(monkeypatch):
     monkeypatch.setattr(fuse_mod, "fuse_state", with_an_orphan)
     with pytest.raises(RuntimeError, match="without a place"):
         fuse_roberta(student, targs)
+
+
+def test_a_model_shipped_with_its_dictionaries_only_is_translated_with_s_and_t(
+    tiny_data, tiny_transformer, tmp_path
+):
+    import shutil
+
+    ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    for name in ("dict.de.txt", "dict.en.txt"):
+        shutil.copy(os.path.join(tiny_data, name), shipped / name)
+    with open(os.path.join(os.path.dirname(tiny_data), "raw", "test.de"), encoding="utf-8") as f:
+        text = "".join(f.readline() for _ in range(3))
+    full = _translate_cli("--path", ckpt, "--data", tiny_data, stdin=text.encode())
+    assert full.returncode == 0, full.stderr.decode()
+    # the checkpoint was trained with the languages inferred from the file names: with only
+    # the dictionaries, one line says what to give
+    proc = _translate_cli("--path", ckpt, "--data", str(shipped), stdin=text.encode())
+    assert proc.returncode == 2
+    err = proc.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and "-s SRC -t TGT" in err[0] and "dict.de.txt" in err[0], err
+    proc = _translate_cli("--path", ckpt, "--data", str(shipped), "-s", "de", "-t", "en",
+                          stdin=text.encode())  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout == full.stdout

@@ -864,6 +864,13 @@ def _arg_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--path", required=True, help="checkpoint")
     p.add_argument("--data", required=True, help="directory with the model's dictionaries")
+    p.add_argument(
+        "-s",
+        "--source-lang",
+        help="source language (dict.SRC.txt; needed when the "
+        "checkpoint does not name it and --data holds only dictionaries)",
+    )
+    p.add_argument("-t", "--target-lang", help="target language (as -s)")
     p.add_argument("-o", "--output", required=True, help="output directory (new or empty)")
     p.add_argument("--spm", help="sentencepiece model to ship with the export (raw text)")
     p.add_argument(
@@ -900,7 +907,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from lightcompress.measure.speed import SpeedError, load_checkpoint
 
         try:
-            model, task, _ = load_checkpoint(args.path, args.data)
+            model, task, _ = load_checkpoint(
+                args.path, args.data, args.source_lang, args.target_lang
+            )
         except SpeedError as exc:
             message = str(exc)
             if "size mismatch" in message:

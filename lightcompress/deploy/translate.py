@@ -122,7 +122,7 @@ class Translator:
         self.tokenizer = self.bpe = None
         self._build_encoders(spm, bpe_codes, tokenizer, source_lang, target_lang)
         try:
-            model, task, _args = load_checkpoint(checkpoint, data)
+            model, task, _args = load_checkpoint(checkpoint, data, source_lang, target_lang)
         except SpeedError as exc:
             message = str(exc)
             if "size mismatch" in message:
@@ -220,8 +220,13 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--spm", help="sentencepiece model of the data")
     p.add_argument("--bpe-codes", help="subword-nmt BPE codes of the data")
     p.add_argument("--tokenizer", choices=["moses"], help="Moses tokenization (with --bpe-codes)")
-    p.add_argument("-s", "--source-lang", help="source language (moses)")
-    p.add_argument("-t", "--target-lang", help="target language (moses)")
+    p.add_argument(
+        "-s",
+        "--source-lang",
+        help="source language (the dictionaries' dict.SRC.txt; "
+        "needed when the checkpoint does not name it; the moses tokenizer's)",
+    )
+    p.add_argument("-t", "--target-lang", help="target language (as -s)")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--lenpen", type=float, default=1.0)
     p.add_argument("--max-len-a", type=float, default=0.0, help="as fairseq's (default 0)")

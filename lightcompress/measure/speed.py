@@ -205,7 +205,9 @@ def _load_checkpoint(path: str, data: str | None):
     return model, task
 
 
-def load_checkpoint(path: str, data: str | None):
+def load_checkpoint(
+    path: str, data: str | None, source_lang: str | None = None, target_lang: str | None = None
+):
     """Load one checkpoint as ``fairseq-generate`` does, every failure as a :class:`SpeedError`.
 
     Returns ``(model, task, model_args)``: the model in eval mode, its task (dictionaries of
@@ -222,7 +224,12 @@ def load_checkpoint(path: str, data: str | None):
         raise SpeedError(f"checkpoint not found: {path}")
     if not os.path.isfile(path):
         raise SpeedError(f"checkpoint {path} is not a file")
-    overrides = {"data": data} if data else None
+    overrides = {"data": data} if data else {}
+    if bool(source_lang) != bool(target_lang):
+        raise SpeedError("give both the source and the target language (-s and -t), or neither")
+    if source_lang:
+        overrides.update(source_lang=source_lang, target_lang=target_lang)
+    overrides = overrides or None
     with open(path, "rb") as f:
         head = f.read(4)
     if not head.startswith((b"PK\x03\x04", b"\x80")):  # torch's zip format, legacy pickle
@@ -252,6 +259,14 @@ def load_checkpoint(path: str, data: str | None):
             f"cannot load {path}: {_one_line(exc)} (give --data with the checkpoint's dictionaries)"
         ) from None
     except Exception as exc:  # noqa: BLE001  (weights that do not fit, a plugin's ConfigError)
+        if "infer language pair" in str(exc):  # fairseq's translation task, from file names
+            dicts = sorted(f for f in os.listdir(data) if f.startswith("dict.")) if data else []
+            raise SpeedError(
+                f"the checkpoint does not name its languages and {data or 'its data directory'} "
+                "has no binarized split to infer them from"
+                + (f" (dictionaries: {', '.join(dicts)})" if dicts else " (and no dict.*.txt)")
+                + ": give them with -s SRC -t TGT"
+            ) from None
         raise SpeedError(
             f"cannot load {path} ({arch}): {type(exc).__name__}: {_one_line(exc)}"
         ) from None
