@@ -32,11 +32,17 @@
 # machines that limit one command's time. DRY_RUN=1 prints the pipeline and runs nothing.
 #
 # Environment (all optional):
-#   DATA_DIR       the corpus (l10n_corpus.py output: bin/, raw/test.en)  (default: data/results)
-#   SAVE_ROOT      runs and results           (default: checkpoints/results, SMALL=1: -small)
-#   SMALL=1        CPU-sized plan: 3-3 256-wide models, few updates, greedy KD (see below)
+#   DATA_DIR       the corpus (l10n_corpus.py output: bin/, raw/test.en)  (default: data/results;
+#                  SMALL=1: ~/.cache/lightcompress/data/results)
+#   SAVE_ROOT      runs and results  (default: checkpoints/results; SMALL=1:
+#                  ~/.cache/lightcompress/results-cpu, outside the checkout)
+#   SMALL=1        the CPU plan (cpu_plan.sh, README.md of this folder): 3-3 256-wide models,
+#                  fixed updates, two one-thread lanes, one JSON row per finished model in
+#                  ROWS_DIR (default examples/translation/results/cpu), greedy KD;
+#                  MEASURE_COSTS=N measures every model's tokens/s over N updates instead
 #   NUM_GPUS       default: the GPUs nvidia-smi lists (examples/common/lib.sh); 0 = CPU
-#   PARALLEL       1: train independent models at the same time (default: 1 on a GPU, else 0)
+#   PARALLEL       1: train independent models at the same time (default: 1 on a GPU and with
+#                  SMALL=1, else 0)
 #   TEACHER_UPDATES / STUDENT_UPDATES / MAX_UPDATE  update caps of the teacher / the two
 #                  LightFormers / the other students       (GPU: 3000 / 2500 / 3000)
 #   PATIENCE       early stopping: validations without a better loss (default 8)
