@@ -282,3 +282,38 @@ def test_a_model_shipped_with_its_dictionaries_only_is_translated_with_s_and_t(
     proc = _translate_cli("--path", ckpt, "--data", str(shipped), "-s", "de", "-t", "en",
                           stdin=text.encode())  # fmt: skip
     assert proc.returncode == 0 and proc.stdout == full.stdout
+
+
+@pytest.mark.parametrize("edit", ["config", "dictionary"])
+def test_an_edited_onnx_export_is_refused_with_one_line(tmp_path, edit):
+    import json
+
+    import torch
+
+    from lightcompress.deploy.onnx_export import export_onnx
+    from lightcompress.deploy.onnx_runtime import OnnxError, OnnxGenerator
+    from lightcompress.measure.params import build_model_without_data
+
+    torch.manual_seed(0)
+    model, task, _ = build_model_without_data(
+        "transformer", 40, ["--encoder-layers", "1", "--decoder-layers", "1",
+                            "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
+                            "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+                            "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"],
+        True, return_task=True)  # fmt: skip
+    model.eval()
+    out = tmp_path / "onnx"
+    export_onnx(model, task, str(out))
+    OnnxGenerator(str(out))  # as written: loads
+    if edit == "config":  # (a changed EOS id or maximum length changed every translation)
+        config = json.loads((out / "config.json").read_text())
+        config["eos"] = config["eos"] + 1
+        (out / "config.json").write_text(json.dumps(config))
+        name = "config.json"
+    else:  # two symbols swapped: the right size, the wrong words
+        lines = (out / "dict.tgt.txt").read_text().splitlines(keepends=True)
+        lines[0], lines[1] = lines[1], lines[0]
+        (out / "dict.tgt.txt").write_text("".join(lines))
+        name = "dict.tgt.txt"
+    with pytest.raises(OnnxError, match=f"{name} in .* was changed after the export"):
+        OnnxGenerator(str(out))

@@ -57,6 +57,7 @@ from torch import Tensor, nn
 __all__ = ["ExportError", "export_onnx", "main"]
 
 FORMAT = "lightcompress-onnx"
+MANIFEST = "MANIFEST.sha256"  # (the same name as onnx_runtime.MANIFEST)
 VERSION = 1
 WEIGHTS = "weights.bin"
 _K_PLACEHOLDER = 7  # the traced top-k size; replaced by the graph input "k"
@@ -784,6 +785,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
                 config["int8_error"] = errors
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=1)
+        _write_manifest(tmp)
         if os.path.isdir(out_dir):
             os.rmdir(out_dir)
         os.replace(tmp, out_dir)
@@ -791,6 +793,22 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         if os.path.isdir(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
     return config
+
+
+def _write_manifest(directory: str) -> None:
+    """``MANIFEST.sha256`` (``sha256sum`` format) of every file the runtime reads: it refuses
+    an export whose config, dictionaries or weights were edited after it was written."""
+    lines = []
+    for name in sorted(os.listdir(directory)):
+        if name in ("translate.py", MANIFEST):
+            continue
+        digest = hashlib.sha256()
+        with open(os.path.join(directory, name), "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        lines.append(f"{digest.hexdigest()}  {name}\n")
+    with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as f:
+        f.writelines(lines)
 
 
 def _error(got, ref) -> float:

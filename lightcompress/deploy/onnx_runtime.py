@@ -96,7 +96,39 @@ def load_config(model_dir: str) -> dict:
     for name in ("encoder.onnx", "decoder.onnx", "dict.src.txt", "dict.tgt.txt"):
         if not os.path.isfile(os.path.join(model_dir, name)):
             raise OnnxError(f"{model_dir} lacks {name} (an incomplete export)")
+    _verify_manifest(model_dir)
     return config
+
+
+MANIFEST = "MANIFEST.sha256"
+
+
+def _verify_manifest(model_dir: str) -> None:
+    """Refuse an export whose files differ from what the exporter wrote (MANIFEST.sha256; an
+    export written before the manifest existed is read as it is)."""
+    import hashlib
+
+    path = os.path.join(model_dir, MANIFEST)
+    if not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        entries = [line.rstrip("\n").split("  ", 1) for line in f if line.strip()]
+    for entry in entries:
+        if len(entry) != 2:
+            raise OnnxError(f"{path} is damaged (not sha256sum lines)")
+        expected, name = entry
+        file = os.path.join(model_dir, name)
+        if not os.path.isfile(file):
+            raise OnnxError(f"{model_dir} lacks {name} (an incomplete export)")
+        digest = hashlib.sha256()
+        with open(file, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        if digest.hexdigest() != expected:
+            raise OnnxError(
+                f"{name} in {model_dir} was changed after the export was written (its sha256 "
+                f"differs from {MANIFEST}): export the model again instead of editing it"
+            )
 
 
 class OnnxGenerator:
