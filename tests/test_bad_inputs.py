@@ -317,3 +317,19 @@ def test_an_edited_onnx_export_is_refused_with_one_line(tmp_path, edit):
         name = "dict.tgt.txt"
     with pytest.raises(OnnxError, match=f"{name} in .* was changed after the export"):
         OnnxGenerator(str(out))
+
+
+def test_every_script_with_a_shebang_is_executable():
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    found, not_executable = 0, []
+    for top in ("examples", "scripts"):
+        for root, _, files in os.walk(os.path.join(repo, top)):
+            for name in files:
+                path = os.path.join(root, name)
+                with open(path, "rb") as f:
+                    if f.read(2) != b"#!":
+                        continue
+                found += 1
+                if not os.access(path, os.X_OK):
+                    not_executable.append(os.path.relpath(path, repo))
+    assert found > 20 and not_executable == []
