@@ -11,15 +11,17 @@ from setuptools import find_packages, setup
 setup(
     name="lightcompress",
     version="0.1.0",
-    description="Compressed neural machine translation for fairseq: LightFormer, Hypoformer "
-    "and Subformer as a fairseq --user-dir plugin",
+    description="Compressed neural machine translation for fairseq: LightFormer, Hypoformer, "
+    "Subformer, Smartformer and DA-WID as a fairseq --user-dir plugin",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     license="MIT",
     packages=find_packages(include=["lightcompress", "lightcompress.*"]),
     install_requires=[
-        "torch>=2.0",
+        # >= 2.6: every loader relies on torch.load's weights_only=True default (fairseq
+        # checkpoints load through the plugin's allow-list, never with weights_only=False)
+        "torch>=2.6",
         # fairseq itself (ve-fairseq==0.12.3, or the fallback fairseq-fixed==0.12.3.1) is not
         # listed: both declare torchaudio, which must not be resolved by pip. The Makefile
         # installs it with --no-deps; importing lightcompress without it raises a clear error.
