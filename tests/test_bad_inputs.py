@@ -284,14 +284,10 @@ def test_a_model_shipped_with_its_dictionaries_only_is_translated_with_s_and_t(
     assert proc.returncode == 0 and proc.stdout == full.stdout
 
 
-@pytest.mark.parametrize("edit", ["config", "dictionary"])
-def test_an_edited_onnx_export_is_refused_with_one_line(tmp_path, edit):
-    import json
-
+def _tiny_onnx_export(out) -> None:
     import torch
 
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.deploy.onnx_runtime import OnnxError, OnnxGenerator
     from lightcompress.measure.params import build_model_without_data
 
     torch.manual_seed(0)
@@ -302,8 +298,17 @@ def test_an_edited_onnx_export_is_refused_with_one_line(tmp_path, edit):
                             "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"],
         True, return_task=True)  # fmt: skip
     model.eval()
-    out = tmp_path / "onnx"
     export_onnx(model, task, str(out))
+
+
+@pytest.mark.parametrize("edit", ["config", "dictionary"])
+def test_an_edited_onnx_export_is_refused_with_one_line(tmp_path, edit):
+    import json
+
+    from lightcompress.deploy.onnx_runtime import OnnxError, OnnxGenerator
+
+    out = tmp_path / "onnx"
+    _tiny_onnx_export(out)
     OnnxGenerator(str(out))  # as written: loads
     if edit == "config":  # (a changed EOS id or maximum length changed every translation)
         config = json.loads((out / "config.json").read_text())
@@ -333,3 +338,27 @@ def test_every_script_with_a_shebang_is_executable():
                 if not os.access(path, os.X_OK):
                     not_executable.append(os.path.relpath(path, repo))
     assert found > 20 and not_executable == []
+
+
+def test_translate_py_on_a_full_disk_is_one_line_and_leaves_no_temporary_file(
+    tmp_path, monkeypatch, capsys
+):
+    import errno
+
+    from lightcompress.deploy import onnx_runtime
+
+    out = tmp_path / "onnx"
+    _tiny_onnx_export(out)
+    src = tmp_path / "in.txt"
+    src.write_text("5 6 7\n")
+
+    def full(*_):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(onnx_runtime.os, "replace", full)
+    target = tmp_path / "result" / "out.txt"
+    target.parent.mkdir()
+    assert onnx_runtime.main([str(out), "-i", str(src), "-o", str(target)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No space left on device" in err[0]
+    assert os.listdir(target.parent) == []

@@ -22,6 +22,7 @@ floating-point order (ONNX Runtime's kernels sum in another order than PyTorch's
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -511,10 +512,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.output is None:
         sys.stdout.write(text)
     else:
-        tmp = f"{args.output}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, args.output)
+        tmp = os.path.join(
+            os.path.dirname(os.path.abspath(args.output)),
+            f".{os.path.basename(args.output)}.tmp{os.getpid()}",
+        )
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, args.output)
+        except OSError as exc:  # a full disk, a file system turned read-only
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            print(f"{prog}: error: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
+            return 2
     return 0
 
 
