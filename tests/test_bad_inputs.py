@@ -362,3 +362,31 @@ def test_translate_py_on_a_full_disk_is_one_line_and_leaves_no_temporary_file(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "No space left on device" in err[0]
     assert os.listdir(target.parent) == []
+
+
+def test_ct2_export_refuses_what_it_cannot_express_with_one_line_not_an_attribute_error(tmp_path):
+    import types
+
+    from test_wid import _pruned_student
+
+    from lightcompress.deploy.ct2 import ExportError, export_model
+    from lightcompress.measure.params import build_model_without_data
+    from lightcompress.wid.model import fuse_model
+
+    targs, _, student = _pruned_student()
+    fused, fargs, _ = fuse_model(student, targs)
+    task = types.SimpleNamespace(source_dictionary=fused.encoder.dictionary,
+                                 target_dictionary=fused.decoder.dictionary)  # fmt: skip
+    cases = [(fused, fargs, "FusedEncoderLayer"), (student, targs, "WIDEncoderLayer")]
+    small = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
+             "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
+             "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
+             "--decoder-attention-heads", "2", "--decoder-output-dim", "8"]  # fmt: skip
+    model, odim_task, odim_args = build_model_without_data("transformer", 40, small, True,
+                                                           return_task=True)  # fmt: skip
+    for i, (m, args, message) in enumerate(cases):
+        with pytest.raises(ExportError, match=message):
+            export_model(m, task, args, str(tmp_path / f"ct2-{i}"))
+    with pytest.raises(ExportError, match="project out dim"):
+        export_model(model, odim_task, odim_args, str(tmp_path / "ct2-odim"))
+    assert os.listdir(tmp_path) == []

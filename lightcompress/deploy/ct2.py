@@ -76,6 +76,27 @@ def dense_export_error(model: nn.Module, arch: str) -> str | None:
             )
         return None
 
+    from fairseq.modules.transformer_layer import (
+        TransformerDecoderLayerBase,
+        TransformerEncoderLayerBase,
+    )
+
+    for side, kind in (("encoder", TransformerEncoderLayerBase),
+                       ("decoder", TransformerDecoderLayerBase)):  # fmt: skip
+        for i, layer in enumerate(getattr(model, side).layers):
+            if not isinstance(layer, kind):
+                return (
+                    f"architecture {arch!r}: {side}.layers.{i} is a {type(layer).__name__}, not "
+                    "fairseq's Transformer layer (DA-WID's layers have per-layer widths, and its "
+                    "training model compactors and masks): CTranslate2 cannot express it"
+                )
+    for name in ("project_in_dim", "project_out_dim"):
+        if getattr(model.decoder, name, None) is not None:
+            return (
+                f"architecture {arch!r} has a decoder {name.replace('_', ' ')} projection "
+                "(--decoder-input-dim / --decoder-output-dim other than the model width): "
+                "CTranslate2's Transformer has none"
+            )
     slots = [("encoder.embed_tokens", model.encoder.embed_tokens, nn.Embedding),
              ("decoder.embed_tokens", model.decoder.embed_tokens, nn.Embedding),
              ("decoder.output_projection", model.decoder.output_projection, nn.Linear)]  # fmt: skip
