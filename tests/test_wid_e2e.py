@@ -288,3 +288,26 @@ def test_too_few_calibration_tokens_for_the_width_are_refused_before_any_data_is
         calibration_batches(
             None, argparse.Namespace(dawid_calib_tokens=16, dawid_calib_seed=1), teacher
         )
+
+
+def test_a_dawid_training_checkpoint_is_not_translated_but_named_for_fusion(
+    wid_data, wid_student, tmp_path
+):
+    # (issue 25's sweep: lightcompress-translate and lightcompress-export-ct2 on the training
+    # checkpoint gave AttributeErrors)
+    import subprocess
+    import sys
+
+    ckpt = os.path.join(wid_student[0], "checkpoint_last.pt")
+    env = dict(os.environ, PYTHONPATH=harness.REPO_ROOT, PYTHONWARNINGS="ignore")
+    for module, extra in (("lightcompress.deploy.translate", []),
+                          ("lightcompress.deploy.ct2", ["-o", str(tmp_path / "ct2")])):  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", f"from {module} import cli_main; cli_main()", "--path", ckpt,
+             "--data", wid_data, *extra],
+            input="5 6 7\n", capture_output=True, text=True, timeout=300, check=False, env=env,
+        )  # fmt: skip
+        err = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(err) == 1, (module, proc.stderr[-800:])
+        assert "dawid" in err[0].lower() and "Error" not in err[0].split(":")[0], err
+    assert not (tmp_path / "ct2").exists()

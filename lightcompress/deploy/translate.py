@@ -132,6 +132,13 @@ class Translator:
                     "trained with"
                 )
             raise TranslateError(message) from None
+        arch = getattr(_args, "arch", None) or getattr(_args, "_name", None)
+        if arch in ("dawid", "dawid_roberta"):
+            raise TranslateError(
+                f"{checkpoint} is a DA-WID training checkpoint (the teacher with compactors and "
+                f"masks): fuse it first (lightcompress-convert dawid-fuse -i {checkpoint} -o "
+                "FUSED.pt) and translate FUSED.pt"
+            )
         if int8:
             from lightcompress.measure.quantize import LARGE_MAP_ELEMENTS, quantize_model_int8
 
