@@ -390,3 +390,27 @@ def test_ct2_export_refuses_what_it_cannot_express_with_one_line_not_an_attribut
     with pytest.raises(ExportError, match="project out dim"):
         export_model(model, odim_task, odim_args, str(tmp_path / "ct2-odim"))
     assert os.listdir(tmp_path) == []
+
+
+def test_a_teacher_with_nan_weights_is_one_line_in_the_converter(tiny_transformer, tmp_path):
+    import harness
+    import torch
+
+    import lightcompress  # noqa: F401  (the allow-list of fairseq checkpoints' types)
+
+    state = torch.load(os.path.join(tiny_transformer, "checkpoint_best.pt"), weights_only=True)
+    key = next(k for k in state["model"] if k.endswith("fc1.weight"))
+    state["model"][key][0, 0] = float("nan")
+    bad = tmp_path / "nan.pt"
+    torch.save(state, bad)
+    out = tmp_path / "lf.pt"
+    flags = [str(a) for a in harness.tiny_arch_args("lightformer_iwslt_de_en")]
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightcompress.convert.cli", "-i", str(bad), "-o", str(out),
+         *flags, "--lc-rank", "4", "--lc-encoder-groups", "0"],
+        capture_output=True, text=True, timeout=120, check=False,
+        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"),
+    )  # fmt: skip
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1, proc.stderr[-800:]
+    assert f"{key} holds NaN or Inf" in err[0] and not out.exists()

@@ -88,6 +88,15 @@ def convert_checkpoint(argv=None, out=None):
             print(msg, file=out)
 
     state, teacher_args, teacher = load_teacher(opts.input)
+    import torch
+
+    for name, tensor in teacher.state_dict().items():  # (an SVD / CP fit of NaN or Inf fails
+        # deep inside LAPACK or tensorly with a traceback)
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise ConversionError(
+                f"{opts.input}: the teacher's {name} holds NaN or Inf values (a diverged or "
+                "damaged checkpoint): nothing to transfer"
+            )
     student_args = student_args_from(teacher_args, opts.arch, model_flags)
     converter = CONVERTERS[model_name]()
     try:
