@@ -414,3 +414,22 @@ def test_a_teacher_with_nan_weights_is_one_line_in_the_converter(tiny_transforme
     err = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(err) == 1, proc.stderr[-800:]
     assert f"{key} holds NaN or Inf" in err[0] and not out.exists()
+
+
+def test_rank_search_settings_are_checked_before_training(tiny_data, tmp_path):
+    import harness
+
+    from lightcompress.modules.registry import ConfigError
+    from lightcompress.search import SearchConfig
+
+    for bad in (-1.0, 0.0, float("nan")):
+        with pytest.raises(ConfigError, match="--sm-search-lr must be a number > 0"):
+            SearchConfig(ranks=[4], lr=bad).check()
+    model = [*harness.tiny_arch_args("smartformer_iwslt_de_en"), "--sm-rank", "8"]
+    search = ["--task", "translation_smartformer", "--sm-search", "--sm-search-ranks", "2,4",
+              "--sm-search-log", str(tmp_path / "missing" / "search.jsonl")]  # fmt: skip
+    proc = harness.train(tiny_data, str(tmp_path / "ckpt"), model, extra=search, max_update=4,
+                         check=False)  # fmt: skip
+    assert proc.returncode != 0
+    assert "--sm-search-log" in proc.stderr and "not a file in an existing directory" in proc.stderr
+    assert "Traceback" not in proc.stderr and "num_updates" not in proc.stderr

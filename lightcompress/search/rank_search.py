@@ -30,6 +30,7 @@ resumed training run continues the same search.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -194,6 +195,8 @@ class SearchConfig:
             raise ConfigError(f"--sm-search-gamma must be in [0, 1], got {self.gamma}")
         if self.refit_iters < 1:
             raise ConfigError(f"--sm-search-refit-iters must be >= 1, got {self.refit_iters}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"--sm-search-lr must be a number > 0, got {self.lr}")
 
 
 @dataclass

@@ -150,6 +150,18 @@ class TranslationSmartformerTask(TranslationTask):
                 )
             if cfg.sm_search_valid_batches < 0:
                 raise ConfigError("--sm-search-valid-batches must be >= 0")
+            log = cfg.sm_search_log
+            if log:  # (checked now, not at the first decision after many updates)
+                parent = os.path.dirname(os.path.abspath(log))
+                if os.path.isdir(log) or not os.path.isdir(parent):
+                    raise ConfigError(f"--sm-search-log {log}: not a file in an existing directory")
+                try:
+                    with open(log, "a", encoding="utf-8"):
+                        pass
+                except OSError as exc:
+                    raise ConfigError(
+                        f"--sm-search-log {log}: cannot write ({exc.strerror})"
+                    ) from None
         task = super().setup_task(cfg, **kwargs)
         task.search = None
         task._epoch = 0
