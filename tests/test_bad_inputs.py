@@ -308,7 +308,12 @@ def test_an_edited_onnx_export_is_refused_with_one_line(tmp_path, edit):
     from lightcompress.deploy.onnx_runtime import OnnxError, OnnxGenerator
 
     out = tmp_path / "onnx"
-    _tiny_onnx_export(out)
+    old = os.umask(0o022)
+    try:
+        _tiny_onnx_export(out)
+    finally:
+        os.umask(old)
+    assert oct(out.stat().st_mode & 0o777) == oct(0o755)  # the umask's mode, not mkdtemp's 0700
     OnnxGenerator(str(out))  # as written: loads
     if edit == "config":  # (a changed EOS id or maximum length changed every translation)
         config = json.loads((out / "config.json").read_text())

@@ -788,6 +788,9 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         _write_manifest(tmp)
         if os.path.isdir(out_dir):
             os.rmdir(out_dir)
+        from lightcompress.io import current_umask
+
+        os.chmod(tmp, 0o777 & ~current_umask())  # (mkdtemp makes it 0700)
         os.replace(tmp, out_dir)
     finally:
         if os.path.isdir(tmp):
