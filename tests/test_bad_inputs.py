@@ -438,3 +438,35 @@ def test_rank_search_settings_are_checked_before_training(tiny_data, tmp_path):
     assert proc.returncode != 0
     assert "--sm-search-log" in proc.stderr and "not a file in an existing directory" in proc.stderr
     assert "Traceback" not in proc.stderr and "num_updates" not in proc.stderr
+
+
+def test_a_full_disk_is_one_line_for_every_writing_deploy_command(
+    tiny_data, tiny_transformer, tmp_path, monkeypatch, capsys
+):
+    import errno
+
+    import lightcompress.io as lio
+    from lightcompress.deploy import ct2, onnx_export, translate
+
+    ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    src = tmp_path / "in.txt"
+    src.write_text("5 6 7\n")
+
+    def full(*_a, **_k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(lio.os, "replace", full)  # every atomic write's last step
+    monkeypatch.setattr(onnx_export.os, "replace", full)
+    cases = [
+        (translate.main, ["--path", ckpt, "--data", tiny_data, "-i", str(src), "-o",
+                          str(tmp_path / "out" / "t.txt")]),
+        (onnx_export.main, ["--path", ckpt, "--data", tiny_data, "-o", str(tmp_path / "out" / "onnx")]),
+        (ct2.main, ["--path", ckpt, "--data", tiny_data, "-o", str(tmp_path / "out" / "ct2")]),
+    ]  # fmt: skip
+    (tmp_path / "out").mkdir()
+    for main, argv in cases:
+        capsys.readouterr()
+        assert main(argv) == 2, main.__module__
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "No space left on device" in err[0], (main.__module__, err)
+        assert os.listdir(tmp_path / "out") == [], main.__module__

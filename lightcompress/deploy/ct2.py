@@ -201,6 +201,8 @@ def export_ctranslate2(
         return export_model(model, task, model_args, output_dir, quantization)
     except ExportError as exc:
         raise ExportError(f"{checkpoint}: {exc}") from None
+    except OSError as exc:  # a full disk, a read-only file system (atomic: nothing is left)
+        raise ExportError(f"cannot write {output_dir}: {exc.strerror or exc}") from None
 
 
 def export_model(model, task, model_args, output_dir: str, quantization: str | None = None) -> str:

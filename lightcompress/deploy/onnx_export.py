@@ -940,7 +940,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "trained with"
                 )
             raise ExportError(message) from None
-        config = export_onnx(model, task, args.output, int8=args.int8, spm=args.spm)
+        try:
+            config = export_onnx(model, task, args.output, int8=args.int8, spm=args.spm)
+        except OSError as exc:  # a full disk, a read-only file system (nothing is left)
+            raise ExportError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     except ExportError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2

@@ -286,8 +286,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         from lightcompress.io import atomic_write
 
-        with atomic_write(args.output) as f:
-            f.write(text)
+        try:
+            with atomic_write(args.output) as f:
+                f.write(text)
+        except OSError as exc:  # a full disk, a read-only file system (atomic: nothing left)
+            print(f"{prog}: error: cannot write {args.output}: {exc.strerror or exc}",
+                  file=sys.stderr)  # fmt: skip
+            return 2
     return 0
 
 
