@@ -470,3 +470,26 @@ def test_a_full_disk_is_one_line_for_every_writing_deploy_command(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "No space left on device" in err[0], (main.__module__, err)
         assert os.listdir(tmp_path / "out") == [], main.__module__
+
+
+def test_a_line_longer_than_the_models_positions_is_one_line(
+    tiny_data, tiny_transformer, tmp_path, capsys
+):
+    from lightcompress.deploy import onnx_runtime
+
+    long_line = " ".join(["5"] * 1100)
+    text = f"5 6\n{long_line}\n"
+    ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    proc = _translate_cli("--path", ckpt, "--data", tiny_data, stdin=text.encode())
+    err = proc.stderr.decode().strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1 and proc.stdout == b""
+    assert "input line 2 has 1101 tokens, more than the model's 1024" in err[0]
+    out = tmp_path / "onnx"
+    _tiny_onnx_export(out)
+    src = tmp_path / "in.txt"
+    src.write_text(text)
+    capsys.readouterr()
+    assert onnx_runtime.main([str(out), "-i", str(src), "-o", str(tmp_path / "o.txt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "input line 2 has 1101 tokens" in err[0]
+    assert not (tmp_path / "o.txt").exists()

@@ -208,7 +208,15 @@ class Translator:
         """Translations of ``lines`` in order; an empty or blank line gives ``""``."""
         lines = [line.rstrip("\n") for line in lines]
         todo = [i for i, line in enumerate(lines) if line.strip()]
-        ids = self.translate_ids([self.encode(lines[i]) for i in todo])
+        encoded = [self.encode(lines[i]) for i in todo]
+        limit = self.model.max_positions()[0]
+        for i, src in zip(todo, encoded):
+            if limit and src.numel() > limit:  # (fairseq-interactive refuses such input too)
+                raise TranslateError(
+                    f"input line {i + 1} has {src.numel()} tokens, more than the model's "
+                    f"{limit} source positions: split it"
+                )
+        ids = self.translate_ids(encoded)
         out = [""] * len(lines)
         for i, hyp in zip(todo, ids):
             out[i] = self.decode(hyp)
