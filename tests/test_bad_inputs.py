@@ -493,3 +493,22 @@ def test_a_line_longer_than_the_models_positions_is_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "input line 2 has 1101 tokens" in err[0]
     assert not (tmp_path / "o.txt").exists()
+
+
+def test_each_cause_of_a_missing_language_pair_has_its_own_message(
+    tiny_data, tiny_transformer, tmp_path
+):
+    from lightcompress.measure.speed import SpeedError, load_checkpoint
+
+    ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases = [
+        ((str(tmp_path / "nowhere"), None, None), "is not a directory"),
+        ((str(empty), None, None), "holds no dictionaries"),
+        ((tiny_data, "fr", "en"), "has no dict.fr.txt"),
+        ((tiny_data, "de", None), "give both the source and the target language"),
+    ]
+    for (data, s, t), message in cases:
+        with pytest.raises(SpeedError, match=message):
+            load_checkpoint(ckpt, data, s, t)

@@ -227,6 +227,17 @@ def load_checkpoint(
     overrides = {"data": data} if data else {}
     if bool(source_lang) != bool(target_lang):
         raise SpeedError("give both the source and the target language (-s and -t), or neither")
+    if data:  # (each cause its own message: fairseq says "Could not infer language pair")
+        if not os.path.isdir(data):
+            raise SpeedError(f"--data {data} is not a directory")
+        dicts = sorted(f for f in os.listdir(data) if f.startswith("dict.") and f.endswith(".txt"))
+        if not dicts:
+            raise SpeedError(f"--data {data} holds no dictionaries (dict.LANG.txt)")
+        for lang in (source_lang, target_lang):
+            if lang and f"dict.{lang}.txt" not in dicts:
+                raise SpeedError(
+                    f"--data {data} has no dict.{lang}.txt (it has {', '.join(dicts)})"
+                )
     if source_lang:
         overrides.update(source_lang=source_lang, target_lang=target_lang)
     overrides = overrides or None
