@@ -655,3 +655,18 @@ def test_cpu_plan_measures_the_cost_of_every_model_before_sizing(bench, tmp_path
     costs = json.loads((save / "costs.json").read_text())
     assert costs["teacher"] == {"params": 2_000_000, "tokens_per_s": 1000.0, "updates_per_s": 0.3}
     assert "smartformer_search" in proc.stdout and not (tmp_path / "rows").exists()
+
+
+@pytest.mark.parametrize(
+    "setting", [{"SMALL": "yes"}, {"MEASURE_SPEED": "2"}, {"SEED": "-1"}, {"NUM_GPUS": "two"},
+                {"SMALL_MAX_UPDATE": "0"}, {"DRY_RUN": "true"}],
+)  # fmt: skip
+def test_every_recipe_checks_the_shared_settings_before_anything_runs(bench, setting):
+    # (examples/common/lib.sh, which every recipe sources)
+    env, calls, _ = bench
+    recipe = ROOT / "examples" / "translation" / "lightformer" / "iwslt14-transformer-6-6.sh"
+    proc = subprocess.run(["bash", str(recipe)], env={**env, **setting}, capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    name = next(iter(setting))
+    assert proc.returncode == 1 and f"{name} must be" in proc.stderr, proc.stderr[-500:]
+    assert _calls(calls) == []

@@ -107,6 +107,17 @@ die() {
   exit 1
 }
 
+# the settings every recipe shares, checked before anything runs
+for _v in DRY_RUN SMALL MEASURE_SPEED; do
+  [[ "${!_v}" == 0 || "${!_v}" == 1 ]] || die "$_v must be 0 or 1, not '${!_v}'"
+done
+for _v in SMALL_MAX_UPDATE SMALL_MAX_TOKENS; do
+  [[ "${!_v}" =~ ^[1-9][0-9]*$ ]] || die "$_v must be a positive integer, not '${!_v}'"
+done
+[[ "$SEED" =~ ^[0-9]+$ ]] || die "SEED must be a non-negative integer, not '$SEED'"
+[[ "$NUM_GPUS" =~ ^[0-9]+$ ]] || die "NUM_GPUS must be a non-negative integer, not '$NUM_GPUS'"
+unset _v
+
 # ---------------------------------------------------------------------------------------------
 # Running commands (or printing them: DRY_RUN=1)
 # ---------------------------------------------------------------------------------------------
