@@ -512,3 +512,17 @@ def test_each_cause_of_a_missing_language_pair_has_its_own_message(
     for (data, s, t), message in cases:
         with pytest.raises(SpeedError, match=message):
             load_checkpoint(ckpt, data, s, t)
+
+
+def test_the_onnx_exporters_comparison_is_nan_aware():
+    import numpy as np
+
+    from lightcompress.deploy.onnx_export import _error
+
+    ref = np.array([[0.5, -np.inf], [1.0, 2.0]], dtype=np.float32)
+    assert _error(ref.copy(), ref) == 0.0  # -inf where both have it: masked entries
+    both_nan = np.full((2, 2), np.nan, dtype=np.float32)
+    assert _error(both_nan, both_nan) == float("inf")
+    one_nan = ref.copy()
+    one_nan[1, 1] = np.nan
+    assert _error(one_nan, ref) == float("inf")

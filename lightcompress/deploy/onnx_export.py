@@ -815,10 +815,13 @@ def _write_manifest(directory: str) -> None:
 
 
 def _error(got, ref) -> float:
-    """Largest absolute difference (``inf`` where shapes or -inf entries disagree)."""
+    """Largest absolute difference (``inf`` where shapes or -inf entries disagree, and for any
+    NaN: a model whose outputs hold NaN is never 'equal' to its export)."""
     import numpy as np
 
     if got.shape != ref.shape or not np.array_equal(np.isfinite(got), np.isfinite(ref)):
+        return float("inf")
+    if np.isnan(got).any() or np.isnan(ref).any():
         return float("inf")
     fin = np.isfinite(ref)
     return float(np.abs(got[fin].astype(np.float64) - ref[fin]).max()) if fin.any() else 0.0
