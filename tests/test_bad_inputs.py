@@ -526,3 +526,16 @@ def test_the_onnx_exporters_comparison_is_nan_aware():
     one_nan = ref.copy()
     one_nan[1, 1] = np.nan
     assert _error(one_nan, ref) == float("inf")
+
+
+def test_the_exports_translate_py_refuses_non_utf8_input_with_one_line(tmp_path, capsys):
+    from lightcompress.deploy import onnx_runtime
+
+    out = tmp_path / "onnx"
+    _tiny_onnx_export(out)
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"5 6 \xff 7\n")
+    capsys.readouterr()
+    assert onnx_runtime.main([str(out), "-i", str(src), "-o", str(tmp_path / "o.txt")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not UTF-8" in err[0] and not (tmp_path / "o.txt").exists()
