@@ -607,9 +607,9 @@ def test_collect_row_and_speed_files(tmp_path, capsys):
         (tmp_path / f"s{b}.json").write_text(json.dumps({"protocol": {"batch": b}, "models": [
             {"label": "teacher", "engine": "fairseq", "precision": "float32",
              "tokens_per_s": 10.0 * b, "size_bytes": 100},
-            {"label": "teacher", "engine": "onnx", "precision": "float32",
+            {"label": "teacher", "engine": "onnxruntime", "precision": "float32",
              "tokens_per_s": 20.0 * b, "size_bytes": 3 * 2**20},
-            {"label": "teacher", "engine": "ct2", "precision": "int8",
+            {"label": "teacher", "engine": "ctranslate2", "precision": "int8",
              "tokens_per_s": 30.0 * b, "size_bytes": 50}]}))  # fmt: skip
     col.write_speed(
         str(tmp_path / "s1.json"), str(tmp_path / "s32.json"), str(tmp_path / "rows"), "abc"
