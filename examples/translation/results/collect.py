@@ -275,6 +275,7 @@ def render_markdown(result: dict, plan: str, corpus: dict | None) -> str:
             f"| {r['method']} | {_fmt(r['params'] and r['params'] / 1e6, '.2f')}M "
             f"| {_fmt(r.get('compression'), '.1f', '1.0' if r['label'] == 'teacher' else '-')} "
             f"| {r['bleu']:.2f} | {_fmt(r.get('bleu_vs_teacher'), '+.2f')} | {r['chrf']:.2f} "
+            f"| {_fmt(r.get('best_valid_loss'), '.3f')} "
             f"| {_fmt(r['tokens_per_s'], '.1f')} "
             f"| {_fmt(r.get('speedup'), '.2f')}{'x' if r.get('speedup') else ''} "
             f"| {_fmt(r['updates'])} ({_fmt(r['best_update'])}) "
@@ -417,8 +418,13 @@ def claims(records: list[dict]) -> list[str]:
         if a is None or b is None:
             return
         holds = a["bleu"] > b["bleu"]
+        loss = ""
+        if a.get("best_valid_loss") is not None and b.get("best_valid_loss") is not None:
+            loss = (f"; validation loss {a['best_valid_loss']:.3f} vs {b['best_valid_loss']:.3f}"
+                    " (label-smoothed, lower is better)")  # fmt: skip
         out.append(f"{claim}: {a['bleu']:.2f} vs {b['bleu']:.2f} BLEU "
-                   f"({a['bleu'] - b['bleu']:+.2f}): **{'holds' if holds else 'does not hold'} here**"
+                   f"({a['bleu'] - b['bleu']:+.2f}){loss}: "
+                   f"**{'holds' if holds else 'does not hold'} here**"
                    + ("." if holds else f" ({why_not})."))  # fmt: skip
 
     cmp(by.get("lightformer_svd"), by.get("lightformer_random"),
@@ -487,8 +493,8 @@ def render_cpu_markdown(result: dict, corpus: dict | None) -> str:
                   f"by package), joined dictionary {_fmt(corpus.get('fairseq_dict_size'), ',', '?')} "
                   "types."), ""]  # fmt: skip
     lines += [
-        "| model | params | x fewer | ONNX size | BLEU | vs teacher | chrF | ONNX tok/s b1 | b32 | fairseq tok/s b1 | b32 | updates | train time | train tok/s |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| model | params | x fewer | ONNX size | BLEU | vs teacher | chrF | valid loss | ONNX tok/s b1 | b32 | fairseq tok/s b1 | b32 | updates | train time | train tok/s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]  # fmt: skip
     for r in recs:
         secs = r.get("train_seconds")
@@ -498,6 +504,7 @@ def render_cpu_markdown(result: dict, corpus: dict | None) -> str:
             f"| {_fmt(r.get('compression'), '.2f', '1.00' if r['label'] == 'teacher' else '-')} "
             f"| {_fmt(mib, '.1f')}{' MiB' if mib else ''} "
             f"| {r['bleu']:.2f} | {_fmt(r.get('bleu_vs_teacher'), '+.2f')} | {r['chrf']:.2f} "
+            f"| {_fmt(r.get('best_valid_loss'), '.3f')} "
             f"| {_fmt(r.get('onnx_b1'), '.1f')} | {_fmt(r.get('onnx_b32'), '.1f')} "
             f"| {_fmt(r.get('fairseq_b1'), '.1f')} | {_fmt(r.get('fairseq_b32'), '.1f')} "
             f"| {_fmt(r.get('updates'))} "
@@ -520,7 +527,8 @@ def render_cpu_markdown(result: dict, corpus: dict | None) -> str:
             + (f" ({speed.get('measured')}, code {speed.get('commit')})" if speed else "")
             + "; ONNX size: the export's folder on disk. updates: trained; train time: wall-clock "
             "of the model's training, one thread, two trainings at a time; train tok/s: target "
-            "tokens per second in training."
+            "tokens per second in training; valid loss: the lowest label-smoothed validation "
+            "loss in training (base 2; DA-WID's is its own criterion's, not comparable)."
         ),
     ]
     for r in ct2:
