@@ -670,3 +670,20 @@ def test_every_recipe_checks_the_shared_settings_before_anything_runs(bench, set
     name = next(iter(setting))
     assert proc.returncode == 1 and f"{name} must be" in proc.stderr, proc.stderr[-500:]
     assert _calls(calls) == []
+
+
+def test_an_offline_download_names_what_to_fetch_by_hand(bench, tmp_path):
+    env, _, _ = bench
+    fake_curl = Path(env["PATH"].split(":")[0]) / "curl"
+    fake_curl.write_text(
+        "#!/usr/bin/env bash\necho 'curl: (6) Could not resolve host' >&2\nexit 6\n"
+    )
+    fake_curl.chmod(0o755)
+    out = tmp_path / "dl" / "corpus.tgz"
+    script = f"source {ROOT}/examples/common/lib.sh; fetch https://example.org/corpus.tgz {out}"
+    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 1
+    assert "cannot download https://example.org/corpus.tgz" in proc.stderr
+    assert f"fetch it by hand to {out}" in proc.stderr
+    assert not out.exists() and not (tmp_path / "dl" / "corpus.tgz.part").exists()

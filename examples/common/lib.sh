@@ -210,14 +210,19 @@ fetch() {
   fi
   log "downloading $url -> $out"
   [[ "$DRY_RUN" == 1 ]] || mkdir -p "$(dirname "$out")"
+  local rc=0
   if [[ "$url" == *drive.google.com* ]]; then
     [[ "$DRY_RUN" == 1 ]] || command -v gdown >/dev/null 2>&1 ||
       die "$url is on Google Drive: install gdown (pip install gdown), or download it by hand to $out"
-    run gdown "$url" -O "$out.part"
+    run gdown "$url" -O "$out.part" || rc=$?
   elif command -v curl >/dev/null 2>&1; then
-    run curl -fL --retry 3 -o "$out.part" "$url"
+    run curl -fL --retry 3 -o "$out.part" "$url" || rc=$?
   else
-    run wget -O "$out.part" "$url"
+    run wget -O "$out.part" "$url" || rc=$?
+  fi
+  if ((rc != 0)); then
+    rm -f "$out.part"
+    die "cannot download $url (exit $rc: offline, or the address moved?): fetch it by hand to $out and run this script again (a file there is used as it is)"
   fi
   run mv "$out.part" "$out"
 }
