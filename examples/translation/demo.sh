@@ -103,30 +103,31 @@ STUDENT=(
   --lc-encoder-groups 3 --lc-rank "$RANK" --lc-embed-rank "$EMBED_RANK"
 )
 
-# train NAME UPDATES LR [fairseq-train flags...]: one run, skipped when already finished.
+# train NAME UPDATES LR [fairseq-train flags...]: one run, skipped when already finished
+# (DRY_RUN=1 prints the exact command it would run)
 train() {
   local updates="$2" lr="$3" dir="$OUT/$1"
   shift 3
-  if [[ -f "$dir/checkpoint_last.pt" && -f "$dir/.done" ]]; then
+  if [[ "$DRY_RUN" != 1 && -f "$dir/checkpoint_last.pt" && -f "$dir/.done" ]]; then
     echo "reusing $dir (FORCE=1 retrains)"
     return 0
   fi
+  local cmd=(fairseq-train "$BIN" --user-dir "$USER_DIR" --cpu --task translation
+    --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$lr"
+    --lr-scheduler inverse_sqrt --warmup-updates 100 --warmup-init-lr 1e-7
+    --criterion label_smoothed_cross_entropy --label-smoothing 0.1
+    --dropout 0.1 --weight-decay 0.0001 --max-tokens "$MAX_TOKENS"
+    --max-update "$updates" --validate-interval-updates 100 --save-interval-updates 100000
+    --no-epoch-checkpoints --keep-last-epochs 1 --no-progress-bar
+    --log-format simple --log-interval 25 --num-workers 0 --seed 1 --data-buffer-size 0
+    --save-dir "$dir" "$@")
   if [[ "$DRY_RUN" == 1 ]]; then
-    demo_run fairseq-train "$BIN" --user-dir "$USER_DIR" --cpu --task translation \
-      --max-update "$updates" --lr "$lr" --save-dir "$dir" "$@"
+    demo_run "${cmd[@]}"
     return 0
   fi
   rm -rf "$dir"
   mkdir -p "$dir"
-  fairseq-train "$BIN" --user-dir "$USER_DIR" --cpu --task translation \
-    --optimizer adam --adam-betas '(0.9, 0.98)' --lr "$lr" \
-    --lr-scheduler inverse_sqrt --warmup-updates 100 --warmup-init-lr 1e-7 \
-    --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
-    --dropout 0.1 --weight-decay 0.0001 --max-tokens "$MAX_TOKENS" \
-    --max-update "$updates" --validate-interval-updates 100 --save-interval-updates 100000 \
-    --no-epoch-checkpoints --keep-last-epochs 1 --no-progress-bar \
-    --log-format simple --log-interval 25 --num-workers 0 --seed 1 --data-buffer-size 0 \
-    --save-dir "$dir" "$@" 2>&1 | tee "$dir/train.log"
+  "${cmd[@]}" 2>&1 | tee "$dir/train.log"
   touch "$dir/.done"
 }
 
