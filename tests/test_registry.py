@@ -22,7 +22,8 @@ EXACT = [
     ("tt", "linear", Shape(16, 12), {"ranks": 0, "in_shape": [4, 4], "out_shape": [3, 4]}),
     ("htt", "linear", Shape(16, 12), {"alpha": 0.25, "ranks": 0, "in_shape": [4, 4]}),
     ("hmf", "linear", Shape(16, 12), {"alpha": 0.5, "rank": 6}),
-    ("cp", "linear", Shape(16, 8), {"rank": 32, "heads": 4}),
+    # (rank 16: the largest rank of an (8, 4, 4) tensor; a higher CP rank is refused)
+    ("cp", "linear", Shape(16, 8), {"rank": 16, "heads": 4}),
     ("identity", "linear", Shape(8, 8), {}),
     ("dense", "linear", Shape(16, 12), {}),
     ("lowrank", "embedding", Shape(30, 8, False, 1), {"rank": 8}),

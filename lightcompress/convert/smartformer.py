@@ -1,6 +1,6 @@
 """CP weight transfer: a trained dense Transformer -> a Smartformer (CPAC attention).
 
-Each Q, K, V projection the student's spec names is fitted by CP-ALS (tensorly ``parafac``) to
+Each Q, K, V projection the student's spec names is fitted by CP-ALS (torch, from an SVD start) to
 the teacher's weight viewed as ``(out, heads, d_k)``; the report gives each projection's kept
 energy (1 - relative squared fit error), like the SVD transfer's table. Everything else (the
 output projections, FFN, LayerNorms, embeddings) is copied. Widths, depths and heads must match
