@@ -700,3 +700,47 @@ def test_the_demos_dry_run_prints_the_exact_training_commands(tmp_path):
         for flag in ("--optimizer adam", "--lr-scheduler inverse_sqrt",
                      "--criterion label_smoothed_cross_entropy", "--dropout 0.1"):  # fmt: skip
             assert flag in line, (flag, line)
+
+
+def test_a_recipe_owns_its_save_directory_and_stopping_it_ends_its_training(tmp_path):
+    # (examples/common/lib.sh's fit, the one training step of every recipe)
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "fairseq-train").write_text(
+        '#!/usr/bin/env bash\nsave="" prev=""\n'
+        'for a in "$@"; do [[ "$prev" == --save-dir ]] && save="$a"; prev="$a"; done\n'
+        'mkdir -p "$save"; echo $$ > "$save/fake.pid"; exec sleep 60\n'
+    )
+    (bin_ / "fairseq-train").chmod(0o755)
+    data = tmp_path / "data" / "iwslt14.tokenized.de-en"
+    data.mkdir(parents=True)
+    (data / "dict.de.txt").write_text("Datei 3\n")
+    (data / "dict.en.txt").write_text("file 3\n")
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "DATA_ROOT": str(tmp_path / "data"),
+           "SAVE_ROOT": str(tmp_path / "save"), "NUM_GPUS": "1", "MEASURE_SPEED": "0"}  # fmt: skip
+    recipe = ROOT / "examples" / "translation" / "lightformer" / "iwslt14-transformer-6-6.sh"
+    save = tmp_path / "save" / "iwslt14" / "transformer-6-6"
+    first = subprocess.Popen(["bash", str(recipe)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, cwd=ROOT)  # fmt: skip
+    try:
+        for _ in range(600):
+            if (save / "fake.pid").exists() and (save / "fake.pid").read_text().strip():
+                break
+            time.sleep(0.05)
+        train_pid = int((save / "fake.pid").read_text())
+        second = subprocess.run(["bash", str(recipe)], env=env, capture_output=True, text=True,
+                                timeout=60, check=False, cwd=ROOT)  # fmt: skip
+        assert second.returncode == 1
+        assert f"another training (pid {first.pid}) is running in {save}" in second.stderr
+        first.terminate()
+        _, err = first.communicate(timeout=30)
+        assert "ending the training" in err
+        for _ in range(100):
+            if not os.path.exists(f"/proc/{train_pid}"):
+                break
+            time.sleep(0.05)
+        assert not os.path.exists(f"/proc/{train_pid}"), "the training outlived the recipe"
+        assert not (save / "train.done").exists()
+    finally:
+        if first.poll() is None:
+            first.kill()

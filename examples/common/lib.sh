@@ -601,9 +601,48 @@ fit() {
   FIT_ARGS=("$@" "${init[@]}" "${TRAIN_FLAGS[@]}")
   small_flags "$save_dir"
   cpu_warning "$save_dir"
+  if [[ "$DRY_RUN" == 1 ]]; then
+    run_log "$save_dir/train.log" fairseq-train "$DATA_BIN" --user-dir "$(user_dir)" \
+      --save-dir "$save_dir" "${FIT_ARGS[@]}"
+    return 0
+  fi
+  # one training per save directory (a second is refused with the live one's pid), and
+  # stopping the recipe ends its training: it runs in the background and is waited for, so
+  # that the INT/TERM trap runs at once (bash runs it only after a foreground child ends)
+  mkdir -p "$save_dir"
+  local lock_fd
+  exec {lock_fd}>>"$save_dir/train.lock"
+  if ! flock -n "$lock_fd"; then
+    die "another training (pid $(cat "$save_dir/train.pid" 2>/dev/null || echo '?')) is running in $save_dir; stop it first or wait for it"
+  fi
+  echo $$ >"$save_dir/train.pid"
+  trap lib_stop INT TERM
+  local rc=0
   run_log "$save_dir/train.log" fairseq-train "$DATA_BIN" --user-dir "$(user_dir)" \
-    --save-dir "$save_dir" "${FIT_ARGS[@]}"
-  [[ "$DRY_RUN" == 1 ]] || touch "$save_dir/train.done"
+    --save-dir "$save_dir" "${FIT_ARGS[@]}" &
+  wait $! || rc=$?
+  exec {lock_fd}>&-
+  ((rc == 0)) || die "fairseq-train failed (exit $rc); see $save_dir/train.log"
+  touch "$save_dir/train.done"
+}
+
+# lib_stop: the INT/TERM trap of a recipe that trains: its own descendants end (listed first,
+# signalled at once), not its process group, then the recipe exits 130
+lib_descendants() {
+  local child
+  for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+    echo "$child"
+    lib_descendants "$child"
+  done
+}
+lib_stop() {
+  trap - INT TERM
+  log "stopped: ending the training (run the same command to resume)"
+  local pids
+  pids="$(lib_descendants $$)"
+  # shellcheck disable=SC2086
+  [[ -z "$pids" ]] || kill -TERM $pids 2>/dev/null || true
+  exit 130
 }
 
 # average SAVE_DIR: average the last AVG_N checkpoints into SAVE_DIR/checkpoint_avg.pt (SMALL=1:
