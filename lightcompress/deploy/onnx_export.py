@@ -833,6 +833,8 @@ def _relative_error(got, ref) -> float:
 
     if got.shape != ref.shape or not np.array_equal(np.isfinite(got), np.isfinite(ref)):
         return float("inf")
+    if np.isnan(got).any() or np.isnan(ref).any():  # (as _error: NaN is never equal)
+        return float("inf")
     fin = np.isfinite(ref)
     g, r = got[fin].astype(np.float64), ref[fin].astype(np.float64)
     return float(np.linalg.norm(g - r) / max(np.linalg.norm(r), 1e-12))
