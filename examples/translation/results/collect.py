@@ -419,7 +419,11 @@ def claims(records: list[dict]) -> list[str]:
             return
         holds = a["bleu"] > b["bleu"]
         loss = ""
-        if a.get("best_valid_loss") is not None and b.get("best_valid_loss") is not None:
+        if (
+            a.get("best_valid_loss") is not None
+            and b.get("best_valid_loss") is not None
+            and "dawid" not in (a["label"], b["label"])
+        ):  # (DA-WID's: its own criterion)
             loss = (f"; validation loss {a['best_valid_loss']:.3f} vs {b['best_valid_loss']:.3f}"
                     " (label-smoothed, lower is better)")  # fmt: skip
         out.append(f"{claim}: {a['bleu']:.2f} vs {b['bleu']:.2f} BLEU "
