@@ -626,8 +626,10 @@ fit() {
   touch "$save_dir/train.done"
 }
 
-# lib_stop: the INT/TERM trap of a recipe that trains: its own descendants end (listed first,
-# signalled at once), not its process group, then the recipe exits 130
+# lib_stop: the INT/TERM trap of a script that trains (every recipe's fit, run.sh): its own
+# descendants end (listed first, signalled at once: a lane killed before its training could start
+# the next step, a training killed before its lane would be orphaned), not its process group,
+# then the script exits 130
 lib_descendants() {
   local child
   for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do
@@ -637,7 +639,7 @@ lib_descendants() {
 }
 lib_stop() {
   trap - INT TERM
-  log "stopped: ending the training (run the same command to resume)"
+  log "stopped: ending the trainings (run the same command to resume)"
   local pids
   pids="$(lib_descendants $$)"
   # shellcheck disable=SC2086

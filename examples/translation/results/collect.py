@@ -160,6 +160,15 @@ def model_record(d: str, name: str, method: str, how: str, refs: list[str], ref_
             "test_sentences": len(refs), **_training(d)}  # fmt: skip
 
 
+def _machine(save_root: str) -> str | None:
+    """Where the models trained (run.sh's machine.txt), or None."""
+    mpath = os.path.join(save_root, "machine.txt")
+    if not os.path.exists(mpath):
+        return None
+    with open(mpath, encoding="utf-8") as f:
+        return f.read().strip() or None
+
+
 def collect(save_root: str, ref_path: str, speed_path: str | None = None) -> dict:
     """The records of every model (see the module docstring)."""
 
@@ -194,12 +203,7 @@ def collect(save_root: str, ref_path: str, speed_path: str | None = None) -> dic
             r["compression"] = round(teacher["params"] / r["params"], 2)
         if r["tokens_per_s"] and teacher["tokens_per_s"]:
             r["speedup"] = round(r["tokens_per_s"] / teacher["tokens_per_s"], 2)
-    machine = None
-    mpath = os.path.join(save_root, "machine.txt")
-    if os.path.exists(mpath):
-        with open(mpath, encoding="utf-8") as f:
-            machine = f.read().strip() or None
-    return {"models": records, "missing": missing, "machine": machine}
+    return {"models": records, "missing": missing, "machine": _machine(save_root)}
 
 
 def findings(records: list[dict]) -> list[str]:
@@ -251,6 +255,14 @@ def _fmt(v, spec: str = "", none: str = "-") -> str:
     return none if v is None else format(v, spec)
 
 
+def _corpus_line(corpus: dict) -> str:
+    p = corpus.get("pairs", {})
+    return (f"Corpus: {_fmt(p.get('train'), ',', '?')} / {_fmt(p.get('valid'), ',', '?')} / "
+            f"{_fmt(p.get('test'), ',', '?')} sentence pairs (train / valid / test, split "
+            f"by package), joined dictionary {_fmt(corpus.get('fairseq_dict_size'), ',', '?')} "
+            "types.")  # fmt: skip
+
+
 def render_markdown(result: dict, plan: str, corpus: dict | None) -> str:
     recs = result["models"]
     made = f"table made {datetime.date.today().isoformat()} on {platform.node() or 'unknown host'}"
@@ -260,11 +272,7 @@ def render_markdown(result: dict, plan: str, corpus: dict | None) -> str:
         "",
     ]
     if corpus:
-        p = corpus.get("pairs", {})
-        lines += [(f"Corpus: {_fmt(p.get('train'), ',', '?')} / {_fmt(p.get('valid'), ',', '?')} / "
-                  f"{_fmt(p.get('test'), ',', '?')} sentence pairs (train / valid / test, split "
-                  f"by package), joined dictionary {_fmt(corpus.get('fairseq_dict_size'), ',', '?')} "
-                  "types."), ""]  # fmt: skip
+        lines += [_corpus_line(corpus), ""]
     lines += [
         "| model | params | x fewer | BLEU | vs teacher | chrF | tokens/s | speed | updates (best) | train time |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
@@ -331,12 +339,7 @@ def write_row(save_root: str, name: str, ref_path: str, rows_dir: str, commit: s
     if not os.path.exists(os.path.join(d, "generate-test.txt")):
         raise CollectError(f"{d}: no generate-test.txt: the model is not evaluated yet")
     rec = model_record(d, name, method, how, read_refs(ref_path), ref_path)
-    machine = None
-    mpath = os.path.join(save_root, "machine.txt")
-    if os.path.exists(mpath):
-        with open(mpath, encoding="utf-8") as f:
-            machine = f.read().strip() or None
-    rec.update(plan=plan, commit=commit, machine=machine,
+    rec.update(plan=plan, commit=commit, machine=_machine(save_root),
                finished=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"))  # fmt: skip
     os.makedirs(rows_dir, exist_ok=True)
     _write_json(os.path.join(rows_dir, f"{name}.json"), rec)
@@ -491,11 +494,7 @@ def render_cpu_markdown(result: dict, corpus: dict | None) -> str:
     )
     lines = [first, ""]
     if corpus:
-        p = corpus.get("pairs", {})
-        lines += [(f"Corpus: {_fmt(p.get('train'), ',', '?')} / {_fmt(p.get('valid'), ',', '?')} / "
-                  f"{_fmt(p.get('test'), ',', '?')} sentence pairs (train / valid / test, split "
-                  f"by package), joined dictionary {_fmt(corpus.get('fairseq_dict_size'), ',', '?')} "
-                  "types."), ""]  # fmt: skip
+        lines += [_corpus_line(corpus), ""]
     lines += [
         "| model | params | x fewer | ONNX size | BLEU | vs teacher | chrF | valid loss | ONNX tok/s b1 | b32 | fairseq tok/s b1 | b32 | updates | train time | train tok/s |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

@@ -432,26 +432,9 @@ if [[ "$DRY_RUN" != 1 ]]; then
     die "another run.sh (pid $(cat "$SAVE_ROOT/run.pid" 2>/dev/null || echo '?')) is working in $SAVE_ROOT; stop it first or wait for it"
   fi
   echo $$ >"$SAVE_ROOT/run.pid"
-  # (its descendants only, not its process group: a program that started run.sh lives on)
-  # (the whole tree is listed first and signalled at once: a lane killed before its training
-  # could start the next step, a training killed before its lane would leave it orphaned)
-  res_descendants() {
-    local child
-    for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do
-      echo "$child"
-      res_descendants "$child"
-    done
-  }
-  res_stop() {
-    trap - INT TERM
-    log "stopped: ending the trainings (run the same command to resume)"
-    local pids
-    pids="$(res_descendants $$)"
-    # shellcheck disable=SC2086
-    [[ -z "$pids" ]] || kill -TERM $pids 2>/dev/null || true
-    exit 130
-  }
-  trap res_stop INT TERM
+  # (lib.sh's lib_stop: its own descendants end, not its process group: a program that
+  # started run.sh lives on)
+  trap lib_stop INT TERM
 fi
 # where the models trained (the table names it, also when it is redone on another machine)
 if [[ "$DRY_RUN" != 1 && ! -s "$SAVE_ROOT/machine.txt" ]]; then
