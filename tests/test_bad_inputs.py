@@ -543,3 +543,92 @@ def test_the_exports_translate_py_refuses_non_utf8_input_with_one_line(tmp_path,
     assert onnx_runtime.main([str(out), "-i", str(src), "-o", str(tmp_path / "o.txt")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not UTF-8" in err[0] and not (tmp_path / "o.txt").exists()
+
+
+def _tiny_model(extra=()):
+    import torch
+
+    from lightcompress.measure.params import build_model_without_data
+
+    torch.manual_seed(0)
+    model, task, _ = build_model_without_data(
+        "transformer", 40, ["--encoder-layers", "1", "--decoder-layers", "1",
+                            "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
+                            "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+                            "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+                            *extra],
+        True, return_task=True)  # fmt: skip
+    return model.eval(), task
+
+
+# faults of the shipped runtime (translate.py) that the graph check cannot see:
+RUNTIME_FAULTS = {
+    # issue 25's export that could not run: the runtime fed "pos" to a graph without positions
+    "cannot_run": (
+        ["--no-token-positional-embeddings"],
+        'self._pos_input = next((n for n in ("pos_emb", "pos") if n in self._dec_inputs), None)',
+        'self._pos_input = "pos"',
+        "does not run with its translate.py",
+    ),
+    # a runtime that runs but answers with another hypothesis than the best
+    "other_translation": (
+        [],
+        'out[i] = [int(t) for t in hyps[0]["tokens"] if t != eos]',
+        'out[i] = [int(t) for t in hyps[-1]["tokens"] if t != eos][::-1] + [4]',
+        "does not translate like the model",
+    ),
+}
+
+
+@pytest.mark.parametrize("fault", list(RUNTIME_FAULTS))
+def test_an_onnx_export_whose_runtime_fails_or_translates_otherwise_is_never_written(
+    tmp_path, monkeypatch, fault
+):
+    """The exporter runs the export's own translate.py on probe sentences and compares with
+    fairseq's beam search before anything is written (issue 25: an export of a model without
+    positions printed 'wrote ...' and could not translate)."""
+    import shutil
+
+    from lightcompress.deploy import onnx_export
+    from lightcompress.deploy.onnx_export import ExportError, export_onnx
+
+    flags, good, bad, message = RUNTIME_FAULTS[fault]
+    model, task = _tiny_model(flags)
+    copy = shutil.copyfile
+
+    def faulty_copy(src, dst, *a, **k):
+        if os.path.basename(dst) == "translate.py":
+            with open(src, encoding="utf-8") as f:
+                text = f.read()
+            assert text.count(good) == 1, good  # (the fault must land in the shipped runtime)
+            with open(dst, "w", encoding="utf-8") as f:
+                f.write(text.replace(good, bad))
+            return dst
+        return copy(src, dst, *a, **k)
+
+    monkeypatch.setattr(onnx_export.shutil, "copyfile", faulty_copy)
+    out = tmp_path / "onnx"
+    with pytest.raises(ExportError, match=message):
+        export_onnx(model, task, str(out))
+    assert not out.exists() and os.listdir(tmp_path) == []  # nothing written, no temporary left
+    monkeypatch.setattr(onnx_export.shutil, "copyfile", copy)
+    config = export_onnx(model, task, str(out))  # the real runtime: proven and written
+    assert (out / "translate.py").is_file() and "int8_probe_agreement" not in config
+
+
+def test_an_int8_onnx_export_records_how_many_probe_translations_it_kept(tmp_path):
+    import json
+
+    from lightcompress.deploy.onnx_export import export_onnx
+    from lightcompress.deploy.onnx_proof import PROBE_LENGTHS
+
+    model, task = _tiny_model()
+    config = export_onnx(model, task, str(tmp_path / "onnx"), int8="all")
+    agreement = config["int8_probe_agreement"]
+    assert 0.0 <= agreement <= 1.0
+    assert round(agreement * len(PROBE_LENGTHS)) == pytest.approx(agreement * len(PROBE_LENGTHS))
+    written = json.loads((tmp_path / "onnx" / "config.json").read_text())
+    assert written["int8_probe_agreement"] == agreement
+    from lightcompress.deploy.onnx_runtime import OnnxGenerator
+
+    OnnxGenerator(str(tmp_path / "onnx"))  # the manifest was rewritten with the config

@@ -29,7 +29,11 @@ cross-attention, sandwich projections, query-projected cross-attention, output r
 decoder with other layers is refused with one line. The export is checked before anything
 is written: the float32 graphs must reproduce the model's encoder outputs and log-probabilities
 on a probe batch (to 1e-3); an int8 export records how far int8 moved them
-(``config.json``: ``int8_error``, relative) and the command prints it.
+(``config.json``: ``int8_error``, relative) and the command prints it. Then the export is run
+as a user runs it (its own ``translate.py``) on probe sentences and compared with fairseq's
+beam search (:mod:`lightcompress.deploy.onnx_proof`): a float32 export that does not give
+fairseq's translations, or does not run, is never written; an int8 export records the share of
+probe sentences it translates as the float32 model does (``int8_probe_agreement``).
 
 ``--int8``: ONNX Runtime's dynamic int8 quantization (int8 weights, activations quantized on
 the fly: ``MatMulInteger``) of the large maps (``large``: at least 2^17 weights, the
@@ -786,6 +790,15 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f, indent=1)
         _write_manifest(tmp)
+        if check:  # the export, run by its own translate.py, translates like the model
+            from lightcompress.deploy.onnx_proof import prove_translations
+
+            agreement = prove_translations(tmp, model, task, int8)
+            if int8:  # (recorded: int8 may move some best hypotheses)
+                config["int8_probe_agreement"] = round(agreement, 4)
+                with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
+                    json.dump(config, f, indent=1)
+                _write_manifest(tmp)
         if os.path.isdir(out_dir):
             os.rmdir(out_dir)
         from lightcompress.io import current_umask
@@ -957,6 +970,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prog}: int8 moved the encoder's outputs by {100 * errors['encoder']:.1f} % and "
               f"the decoder's log-probabilities by {100 * errors['decoder']:.1f} % (relative, on "
               "a probe batch): compare its BLEU with the float32 export's", file=sys.stderr)  # fmt: skip
+    agreement = config.get("int8_probe_agreement")
+    if agreement is not None:
+        print(f"{prog}: int8 kept the float32 model's best translation of "
+              f"{100 * agreement:.0f} % of the probe sentences", file=sys.stderr)  # fmt: skip
     print(f"{prog}: wrote {args.output}", file=sys.stderr)
     return 0
 
