@@ -202,6 +202,7 @@ class OnnxGenerator:
             self._bias_cache, self._bias_key = (short, normal, end), key
         return self._bias_cache
 
+    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@2da08cd2d0f3, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@8bca1991c598
     def generate(self, src_tokens: np.ndarray, src_lengths: np.ndarray) -> list[list[dict]]:
         """Translate a batch: ``src_tokens`` ``[B x S]`` int64, left-padded, ``src_lengths``
         ``[B]``. Returns, per sentence, the ``beam`` finished hypotheses best first:
@@ -318,6 +319,7 @@ class OnnxGenerator:
             finalized[sent] = [finalized[sent][i] for i in np.argsort(-s, kind="stable")]
         return finalized
 
+    # Mirrors: lightcompress.deploy.generator.FastGenerator._finalize@2cf60f12a9f8, fairseq.sequence_generator.SequenceGenerator.finalize_hypos@388f067e383e; self@371ee7610fb6
     def _finalize(self, step, bbsz_idx, eos_scores, tokens, finalized, finished, beam, max_len):
         """fairseq's ``finalize_hypos`` (as :class:`FastGenerator` does it)."""
         tokens_clone = tokens[bbsz_idx, 1 : step + 2].copy()  # no leading EOS
