@@ -634,6 +634,18 @@ def test_collect_row_and_speed_files(tmp_path, capsys):
     with pytest.raises(col.CollectError, match="needs one"):
         col.update_readme(str(readme), md)
     assert readme.read_text() == "no markers\n"
+    # the corpus's figures are kept with the rows: the table is rebuilt without the corpus
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps({"pairs": {"train": 1234, "valid": 5, "test": 6},
+                                 "fairseq_dict_size": 99, "sources": ["many"]}))  # fmt: skip
+    rows = str(tmp_path / "rows")
+    assert col.corpus_stats(rows, str(stats))["pairs"]["train"] == 1234
+    stats.unlink()
+    kept = col.corpus_stats(rows, str(stats))
+    assert kept == {"pairs": {"train": 1234, "valid": 5, "test": 6}, "fairseq_dict_size": 99}
+    assert "Corpus: 1,234 / 5 / 6 sentence pairs" in col.render_cpu_markdown(res, kept)
+    (tmp_path / "rows" / col.CORPUS_FILE).unlink()
+    assert col.corpus_stats(rows, None) is None
 
 
 def test_cpu_plan_measures_the_cost_of_every_model_before_sizing(bench, tmp_path):

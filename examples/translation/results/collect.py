@@ -255,6 +255,28 @@ def _fmt(v, spec: str = "", none: str = "-") -> str:
     return none if v is None else format(v, spec)
 
 
+CORPUS_FILE = "corpus.json"  # in the rows directory: the corpus's figures, kept with the rows
+
+
+def corpus_stats(rows_dir: str, stats_path: str | None) -> dict | None:
+    """The corpus's figures (pairs per split, dictionary size): from the corpus's ``stats.json``
+    when it is there, then also kept as ``ROWS_DIR/corpus.json``, so that the table can be built
+    again from the repository's files alone (the corpus itself is not committed); else from that
+    copy; ``None`` when neither exists."""
+    keep = os.path.join(rows_dir, CORPUS_FILE)
+    if stats_path and os.path.exists(stats_path):
+        stats = _read_json(stats_path, "corpus stats file")
+        corpus = {
+            "pairs": stats.get("pairs", {}),
+            "fairseq_dict_size": stats.get("fairseq_dict_size"),
+        }
+        _write_json(keep, corpus)
+        return corpus
+    if os.path.exists(keep):
+        return _read_json(keep, "corpus figures")
+    return None
+
+
 def _corpus_line(corpus: dict) -> str:
     p = corpus.get("pairs", {})
     return (f"Corpus: {_fmt(p.get('train'), ',', '?')} / {_fmt(p.get('valid'), ',', '?')} / "
@@ -436,21 +458,21 @@ def claims(records: list[dict]) -> list[str]:
 
     cmp(by.get("lightformer_svd"), by.get("lightformer_random"),
         "SVD transfer beats random initialisation at equal updates (LightFormer)",
-        "see the findings below")  # fmt: skip
+        "see the findings in docs/results.md")  # fmt: skip
     cmp(by.get("hypoformer_kd"), by.get("hypoformer"), "KD helps Hypoformer",
-        "see the findings below")  # fmt: skip
+        "see the findings in docs/results.md")  # fmt: skip
     s, f = by.get("smartformer_search"), by.get("smartformer")
     if s and f:
         size = (f"{s['params'] / 1e6:.2f}M vs {f['params'] / 1e6:.2f}M parameters"
                 if s.get("params") and f.get("params") else "sizes unknown")  # fmt: skip
         cmp(s, f, f"The searched ranks beat the fixed rank at equal size ({size})",
-            "see the findings below")  # fmt: skip
+            "see the findings in docs/results.md")  # fmt: skip
     d, lf = by.get("dawid"), by.get("lightformer_svd")
     if d and lf:
         size = (f"{d['params'] / 1e6:.2f}M vs {lf['params'] / 1e6:.2f}M parameters"
                 if d.get("params") and lf.get("params") else "sizes unknown")  # fmt: skip
         cmp(d, lf, f"DA-WID beats the LightFormer of the same size (SVD transfer; {size})",
-            "see the findings below")  # fmt: skip
+            "see the findings in docs/results.md")  # fmt: skip
     wid, wt = by.get("dawid"), by.get("dawid_teacher")
     if wid and wt:
         size = (f" at {wt['params'] / wid['params']:.2f}x fewer parameters"
@@ -583,9 +605,7 @@ def _cpu_main(argv) -> int:
             write_speed(args.b1, args.b32, args.rows_dir, args.commit)
             return 0
         result = table_from_rows(args.rows_dir)
-        corpus = None
-        if args.corpus_stats and os.path.exists(args.corpus_stats):
-            corpus = _read_json(args.corpus_stats, "corpus stats file")
+        corpus = corpus_stats(args.rows_dir, args.corpus_stats)
         text = render_cpu_markdown(result, corpus)
         if args.readme:
             update_readme(args.readme, text)
