@@ -28,7 +28,7 @@ def readme_blocks(section: str) -> list[str]:
     end = text.find("\n## ", start + 1)
     part = text[start : end if end != -1 else len(text)]
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", part, re.S):
+    for block in re.findall(r"```bash\n(.*?)```", part, re.DOTALL):
         joined = re.sub(r"\\\n\s*", " ", block)
         for line in joined.splitlines():
             line = re.sub(r"(^|\s)#.*$", "", line).strip()  # (a comment; no '#' in arguments)
