@@ -632,3 +632,31 @@ def test_an_int8_onnx_export_records_how_many_probe_translations_it_kept(tmp_pat
     from lightcompress.deploy.onnx_runtime import OnnxGenerator
 
     OnnxGenerator(str(tmp_path / "onnx"))  # the manifest was rewritten with the config
+
+
+@pytest.mark.parametrize("quantization", ["int8", "int16"])
+def test_a_quantized_ct2_export_leaves_the_model_it_exported_unchanged(tmp_path, quantization):
+    """CTranslate2's converter reads the parameters as numpy views and quantizes them in place:
+    measure_speed --ct2 then timed (and ONNX-exported) a model whose weights had been scaled by
+    127 / max per row, and translated garbage. The exporter converts a copy."""
+    import json
+
+    import torch
+
+    from lightcompress.deploy.ct2 import export_model
+    from lightcompress.measure.params import build_model_without_data
+
+    torch.manual_seed(0)
+    small = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
+             "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
+             "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
+             "--decoder-attention-heads", "2"]  # fmt: skip
+    model, task, args = build_model_without_data("transformer", 40, small, True, return_task=True)
+    model.eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    export_model(model, task, args, str(tmp_path / "ct2"), quantization)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    check = json.loads((tmp_path / "ct2" / "check.json").read_text())
+    # the recorded deviation is the quantized export's against the model as it was
+    assert 0.0 < check["max_abs_logprob_difference"] < 0.5, check

@@ -26,6 +26,7 @@ The output directory is written atomically (a complete model or nothing).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import os
@@ -222,7 +223,10 @@ def export_model(model, task, model_args, output_dir: str, quantization: str | N
     if ARCH_MODEL_NAME_REGISTRY.get(arch) not in ("transformer", "transformer_align"):
         # a dense plugin model is fairseq's Transformer: CTranslate2 knows it by that name
         spec_args.arch = "transformer"
-    converter = _converter(model, task, spec_args)
+    # (CTranslate2's converter reads the parameters as numpy views and its int8 / int16
+    # quantization scales them in place: it converts a copy, so that the caller's model is
+    # the same afterwards; measure_speed times that model next to the export)
+    converter = _converter(copy.deepcopy(model), task, spec_args)
     try:
         with atomic_directory(output_dir) as tmp:
             converter.convert(tmp, quantization=quantization, force=True)
