@@ -40,6 +40,7 @@ setup(
         "tensorly>=0.8",
         "rouge-score>=0.1.2",
         "matplotlib>=3.5",
+        "adjustText>=1.0",  # readable point labels in scripts/plot_frontier.py
         # deployment: CTranslate2 export and side-by-side speed (lightcompress.deploy)
         "ctranslate2==4.8.5",
         "onnx==1.23.2",
