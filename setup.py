@@ -50,6 +50,7 @@ setup(
         "console_scripts": [
             "lightcompress-params=lightcompress.measure.params:cli_main",
             "lightcompress-convert=lightcompress.convert.cli:cli_main",
+            "lightcompress-compress=lightcompress.compress:cli_main",
             "lightcompress-export-ct2=lightcompress.deploy.ct2:cli_main",
             "lightcompress-export-onnx=lightcompress.deploy.onnx_export:cli_main",
             "lightcompress-translate=lightcompress.deploy.translate:cli_main",
