@@ -52,7 +52,9 @@ PROG = "lightcompress-compress"
 def _count(text: str) -> int:
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)\s*", text)
     if not m:
-        raise argparse.ArgumentTypeError(f"not a parameter count: {text!r} (e.g. 2000000, 2M, 500k)")
+        raise argparse.ArgumentTypeError(
+            f"not a parameter count: {text!r} (e.g. 2000000, 2M, 500k)"
+        )
     scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2).lower()]
     value = int(float(m.group(1)) * scale)
     if value <= 0:
@@ -189,7 +191,9 @@ def build_plan(opts, extra: list[str], log=print):
 
     device = ["--cpu"] if opts.cpu or not torch.cuda.is_available() else []
     langs = ["-s", data.src, "-t", data.tgt]
-    post = opts.post_process or ("sentencepiece" if opts.spm else "subword_nmt" if opts.bpe_codes else None)
+    post = opts.post_process or (
+        "sentencepiece" if opts.spm else "subword_nmt" if opts.bpe_codes else None
+    )
     steps: list[Step] = []
     init = os.path.join(save, "student_init.pt")
     train_dir = os.path.join(save, "student")
@@ -210,7 +214,14 @@ def build_plan(opts, extra: list[str], log=print):
                                              *shape, *flags, "--energy", str(opts.energy),
                                              "--embed-energy", str(opts.energy)]],
             outputs=[init, init + ".spec"]))  # fmt: skip
-        student_flags = ["--arch", "lightformer", *shape, *flags, "--lc-spec", FileArg(init + ".spec")]
+        student_flags = [
+            "--arch",
+            "lightformer",
+            *shape,
+            *flags,
+            "--lc-spec",
+            FileArg(init + ".spec"),
+        ]
         student_model = f"lightformer, per-matrix ranks at energy {opts.energy:g}"
     else:
         if opts.rank is not None:
@@ -220,7 +231,9 @@ def build_plan(opts, extra: list[str], log=print):
                                     f"rank of this teacher ({method.max_rank(teacher)})")  # fmt: skip
             choice = f"{method.rank_name} {rank} (given)"
         else:
-            rank, n_student, n_teacher = search_rank(method, teacher, shape, target, opts.embed_rank, log)
+            rank, n_student, n_teacher = search_rank(
+                method, teacher, shape, target, opts.embed_rank, log
+            )
             choice = (f"{method.rank_name} {rank}: {n_student:,} parameters, "
                       f"{n_teacher / n_student:.2f}x fewer than the teacher ({target.describe()})")  # fmt: skip
         flags = method.flags(rank, opts.embed_rank, teacher)
@@ -371,9 +384,9 @@ def main(argv=None) -> int:
     extra = []
     if "--" in argv:
         i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
+        argv, extra = argv[:i], argv[i + 1 :]
     opts = get_parser().parse_args(argv)
-    say = lambda msg: print(f"[compress] {msg}", flush=True)  # noqa: E731
+    say = lambda msg: print(f"[compress] {msg}", flush=True)
     try:
         steps, plan = build_plan(opts, extra, log=say)
         save = os.path.abspath(opts.save_dir)

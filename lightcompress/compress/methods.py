@@ -130,7 +130,7 @@ def count_params(specs: dict[str, tuple[str, list[str]]], vocab: int) -> dict[st
     (one ``lightcompress-params --table --json`` call)."""
     table = ",".join(_spec(label, arch, flags) for label, (arch, flags) in specs.items())
     cmd = tool("lightcompress-params") + ["--vocab-size", str(vocab), "--table", table, "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         why = lines[-1].split("error: ", 1)[-1] if lines else f"exit {proc.returncode}"
@@ -188,7 +188,7 @@ def dawid_sparsity(teacher_path: str, target: Target) -> tuple[float, dict]:
     """DA-WID's target sparsity (1 - student / teacher non-embedding parameters; DA-WID keeps
     the embedding table) for a ratio or count of total parameters."""
     cmd = tool("lightcompress-params") + ["--path", teacher_path, "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
         raise CompressError(f"cannot count the teacher: {lines[-1] if lines else proc.returncode}")

@@ -120,18 +120,26 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
     lines = [
         f"# {plan['method']} student of {os.path.basename(plan['teacher']['checkpoint'])}",
         "",
-        f"Teacher: {plan['teacher']['model']}. Student: {plan['student']['model']}. "
-        f"{plan['choice']}.",
+        (
+            f"Teacher: {plan['teacher']['model']}. Student: {plan['student']['model']}. "
+            f"{plan['choice']}."
+        ),
         "",
         "| | teacher | student | student / teacher |",
         "| --- | ---: | ---: | ---: |",
-        f"| parameters | {t['params'] or 0:,} | {s['params'] or 0:,} | "
-        f"{ratio(s['params'], t['params'])} ({ratio(t['params'], s['params'])} fewer) |",
-        f"| size on disk (fairseq weights) | {_human(t['size_bytes'], 'B')} | "
-        f"{_human(s['size_bytes'], 'B')} | {ratio(s['size_bytes'], t['size_bytes'])} |",
-        f"| size on disk (ONNX Runtime export) | {_human(t.get('onnx_size_bytes'), 'B')} | "
-        f"{_human(s.get('onnx_size_bytes'), 'B')} | "
-        f"{ratio(s.get('onnx_size_bytes'), t.get('onnx_size_bytes'))} |",
+        (
+            f"| parameters | {t['params'] or 0:,} | {s['params'] or 0:,} | "
+            f"{ratio(s['params'], t['params'])} ({ratio(t['params'], s['params'])} fewer) |"
+        ),
+        (
+            f"| size on disk (fairseq weights) | {_human(t['size_bytes'], 'B')} | "
+            f"{_human(s['size_bytes'], 'B')} | {ratio(s['size_bytes'], t['size_bytes'])} |"
+        ),
+        (
+            f"| size on disk (ONNX Runtime export) | {_human(t.get('onnx_size_bytes'), 'B')} | "
+            f"{_human(s.get('onnx_size_bytes'), 'B')} | "
+            f"{ratio(s.get('onnx_size_bytes'), t.get('onnx_size_bytes'))} |"
+        ),
         f"| BLEU | {t['bleu']:.2f} | {s['bleu']:.2f} | {s['bleu'] - t['bleu']:+.2f} |",
         f"| chrF | {t['chrf']:.2f} | {s['chrf']:.2f} | {s['chrf'] - t['chrf']:+.2f} |",
     ]
@@ -140,9 +148,7 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
         a, b = t["tokens_per_s"].get(eng), s["tokens_per_s"].get(eng)
         if a is None and b is None:
             continue
-        lines.append(
-            f"| tokens/s, {eng} float32 | {_human(a)} | {_human(b)} | {ratio(b, a)} |"
-        )
+        lines.append(f"| tokens/s, {eng} float32 | {_human(a)} | {_human(b)} | {ratio(b, a)} |")
     for prec in ("int8", "float32"):
         v = t["tokens_per_s"].get(f"ctranslate2-{prec}")
         if v is not None:
@@ -153,16 +159,18 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
             )
     lines += [
         "",
-        f"BLEU and chrF: the {protocol['subset']} split ({t['sentences']} sentences), beam "
-        f"{protocol['beam']}, fairseq-generate, post-processing {protocol['post_process']}, "
-        f"references {protocol['references']}. Signatures: BLEU `{t['bleu_signature']}`; "
-        f"chrF `{t['chrf_signature']}`.",
+        (
+            f"BLEU and chrF: the {protocol['subset']} split ({t['sentences']} sentences), beam "
+            f"{protocol['beam']}, fairseq-generate, post-processing {protocol['post_process']}, "
+            f"references {protocol['references']}. Signatures: BLEU `{t['bleu_signature']}`; "
+            f"chrF `{t['chrf_signature']}`."
+        ),
         "",
         f"Speed: {protocol['speed']}.",
     ]
     if s.get("onnx_export"):
-        lines += ["", f"The student's ONNX Runtime export: `{s['onnx_export']}` "
-                  f"(`python {s['onnx_export']}/translate.py {s['onnx_export']} < in > out`)."]  # fmt: skip
+        lines += ["", (f"The student's ONNX Runtime export: `{s['onnx_export']}` "
+                  f"(`python {s['onnx_export']}/translate.py {s['onnx_export']} < in > out`).")]  # fmt: skip
     for note in protocol.get("notes", []):
         lines += ["", note]
     lines += ["", "Commands run (`plan.json` in this directory):", "", "```bash"]

@@ -181,7 +181,7 @@ class Runner:
             log.flush()
             out_file = open(tmp, "w", encoding="utf-8") if tmp else None  # noqa: SIM115
             try:
-                self.child = subprocess.Popen(  # noqa: S603
+                self.child = subprocess.Popen(
                     argv,
                     stdout=out_file if out_file else subprocess.PIPE,
                     stderr=subprocess.PIPE if out_file else subprocess.STDOUT,

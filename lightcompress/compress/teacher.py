@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "BOOL_SETTINGS",
-    "CompressError",
     "SHAPE_KEYS",
     "VALUE_SETTINGS",
+    "CompressError",
     "DataBin",
     "Teacher",
     "read_data_bin",
