@@ -40,6 +40,7 @@ setup(
         "tensorly>=0.8",
         "rouge-score>=0.1.2",
         "matplotlib>=3.5",
+        "adjustText>=1.0",  # readable point labels in scripts/plot_frontier.py
         # deployment: CTranslate2 export and side-by-side speed (lightcompress.deploy)
         "ctranslate2==4.8.5",
         "onnx==1.23.2",
@@ -49,6 +50,7 @@ setup(
         "console_scripts": [
             "lightcompress-params=lightcompress.measure.params:cli_main",
             "lightcompress-convert=lightcompress.convert.cli:cli_main",
+            "lightcompress-compress=lightcompress.compress:cli_main",
             "lightcompress-export-ct2=lightcompress.deploy.ct2:cli_main",
             "lightcompress-export-onnx=lightcompress.deploy.onnx_export:cli_main",
             "lightcompress-translate=lightcompress.deploy.translate:cli_main",

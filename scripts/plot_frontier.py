@@ -73,6 +73,27 @@ def load_points(paths) -> list[dict]:
     return points
 
 
+def _place_labels(ax, texts, xs, ys) -> None:
+    """Move the point labels of one panel apart and inside the axes (adjustText, pinned in
+    requirements/lock.txt): neighbouring points' names overprinted each other and the
+    rightmost ran off the figure."""
+    if not texts:
+        return
+    try:
+        from adjustText import adjust_text
+    except ImportError:  # an environment installed before the pin: labels stay where drawn
+        return
+    adjust_text(
+        texts,
+        x=xs,
+        y=ys,
+        ax=ax,
+        ensure_inside_axes=True,
+        expand=(1.15, 1.4),
+        arrowprops={"arrowstyle": "-", "color": "0.5", "lw": 0.5},
+    )
+
+
 def plot_frontier(points, out: str, title: str | None = None) -> None:
     """Draw the two panels into ``out``."""
     import matplotlib
@@ -80,9 +101,10 @@ def plot_frontier(points, out: str, title: str | None = None) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_p, ax_s) = plt.subplots(1, 2, figsize=(11, 4.2), constrained_layout=True)
+    fig, (ax_p, ax_s) = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
     labels = sorted({p["label"] for p in points}, key=[p["label"] for p in points].index)
     colors = {lab: f"C{i % 10}" for i, lab in enumerate(labels)}
+    placed = {ax_p: ([], [], []), ax_s: ([], [], [])}
     for p in points:
         c = colors[p["label"]]
         face = "none" if p["precision"] == "int8" else c
@@ -91,8 +113,11 @@ def plot_frontier(points, out: str, title: str | None = None) -> None:
             if x is None:
                 continue
             x = x / 1e6 if ax is ax_p else x
-            ax.scatter([x], [p["bleu"]], s=50, edgecolors=c, facecolors=face, label=name)
-            ax.annotate(name, (x, p["bleu"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+            ax.scatter([x], [p["bleu"]], s=50, edgecolors=c, facecolors=face, label=name, zorder=3)
+            texts, xs, ys = placed[ax]
+            texts.append(ax.text(x, p["bleu"], name, fontsize=8, zorder=4))
+            xs.append(x)
+            ys.append(p["bleu"])
     sigs = sorted({p["bleu_signature"] for p in points if p.get("bleu_signature")})
     ax_p.set_xlabel("parameters (M)")
     ax_s.set_xlabel("tokens/s")
@@ -101,12 +126,18 @@ def plot_frontier(points, out: str, title: str | None = None) -> None:
         ax.grid(alpha=0.3)
         if not ax.has_data():
             ax.text(0.5, 0.5, "no record has this value", ha="center", transform=ax.transAxes)
+            continue
+        # room for the labels: 12 % margins on every side
+        ax.margins(x=0.12, y=0.12)
     if sigs:
         fig.supxlabel("BLEU: sacreBLEU " + "; ".join(sigs), fontsize=7)
     ax_p.set_title("BLEU vs parameters")
     ax_s.set_title("BLEU vs speed")
     if title:
         fig.suptitle(title)
+    fig.canvas.draw()  # (final limits and layout before the labels are placed)
+    for ax, (texts, xs, ys) in placed.items():
+        _place_labels(ax, texts, xs, ys)
     fig.savefig(out, dpi=120)
     plt.close(fig)
 

@@ -13,7 +13,12 @@
 #   5. translate the test set with each model in float32 and int8 and print a table of params,
 #      sacreBLEU and tokens/s (the papers' protocol, shortened: SPEED_SENTENCES sentences of
 #      about 12 tokens, SPEED_RUNS runs, one thread, beam 5; outputs capped at 1.2 x source + 10
-#      tokens, as barely trained models otherwise babble to 200), plus the loss curves as a PNG.
+#      tokens, as barely trained models otherwise babble to 200), plus the loss curves as a PNG;
+#   6. the deployment path: teacher and SVD-transferred LightFormer exported to ONNX Runtime
+#      (lightcompress-export-onnx, with the sentencepiece model: OUT/deploy/*-onnx/translate.py
+#      translates raw text), and their BLEU and tokens/s next to CTranslate2 int8 of the dense
+#      teacher, on DEPLOY_SENTENCES test sentences spread evenly over the test set (their
+#      natural lengths; batch 1, one thread, beam 5), and the BLEU / size / speed frontier.
 #
 # Every step is a fairseq command line or a script of this repository. Training runs with
 # --data-buffer-size 0: fairseq's prefetch thread can abort the process at exit (see
@@ -25,6 +30,7 @@
 #   MAX_TOKENS       tokens per batch                        (default: 2048)
 #   RANK / EMBED_RANK  LightFormer ranks                     (default: 48 / 64)
 #   SPEED_RUNS / SPEED_SENTENCES  speed protocol, shortened  (default: 3 / 20)
+#   DEPLOY_SENTENCES  test sentences of the deployment comparison (default: 100)
 #   THREADS          CPU threads for training and BLEU      (default: 2)
 #   FORCE=1          retrain everything (finished runs are otherwise reused)
 #   DRY_RUN=1        print the pipeline's commands, run and write nothing
@@ -42,6 +48,7 @@ RANK="${RANK:-48}"
 EMBED_RANK="${EMBED_RANK:-64}"
 SPEED_RUNS="${SPEED_RUNS:-3}"
 SPEED_SENTENCES="${SPEED_SENTENCES:-20}"
+DEPLOY_SENTENCES="${DEPLOY_SENTENCES:-100}"
 THREADS="${THREADS:-2}"
 FORCE="${FORCE:-0}"
 DRY_RUN="${DRY_RUN:-0}"
@@ -166,4 +173,72 @@ demo_run bash scripts/measure_speed.sh --data "$BIN" --user-dir "$USER_DIR" \
   --json "$OUT/results.json" --quiet |
   if [[ "$DRY_RUN" == 1 ]]; then cat; else tee "$OUT/results.txt"; fi
 
-step "done in $((SECONDS - START)) s: $OUT/results.txt, $OUT/results.json, $OUT/curves.png"
+# the deployment path: what a user ships (ONNX Runtime exports of teacher and student) against
+# what a user would ship instead (CTranslate2 int8 of the dense teacher)
+DEPLOY="$OUT/deploy"
+SAMPLE="$DEPLOY/sample"
+step "deployment: ONNX Runtime exports of the teacher and the SVD LightFormer -> $DEPLOY"
+for m in teacher lightformer_svd; do
+  if [[ "$DRY_RUN" == 1 || ! -f "$DEPLOY/$m-onnx/MANIFEST.sha256" ]]; then
+    [[ "$DRY_RUN" == 1 ]] || mkdir -p "$DEPLOY"
+    demo_run lightcompress-export-onnx --path "$OUT/$m/checkpoint_last.pt" --data "$BIN" \
+      --spm "$DATA_DIR/spm/spm.model" -o "$DEPLOY/$m-onnx"
+  fi
+done
+
+step "deployment: $DEPLOY_SENTENCES test sentences spread over the test set (natural lengths)"
+# every k-th sentence pair of the sentencepiece-encoded test set, binarized with the demo's
+# dictionaries (measure_speed then times all of them, whatever their length)
+if [[ "$DRY_RUN" == 1 ]]; then
+  every=K
+else
+  total="$(wc -l <"$DATA_DIR/spm/test.de")"
+  ((DEPLOY_SENTENCES > total)) && DEPLOY_SENTENCES="$total"
+  every=$((total / DEPLOY_SENTENCES))
+  mkdir -p "$SAMPLE"
+fi
+if [[ "$DRY_RUN" == 1 || ! -f "$SAMPLE/bin/test.de-en.en.idx" ]]; then
+  for side in de en; do
+    if [[ "$DRY_RUN" == 1 ]]; then
+      demo_run awk -v k="$every" -v n="$DEPLOY_SENTENCES" '(NR - 1) % k == 0 && c++ < n' \
+        "$DATA_DIR/spm/test.$side"
+      echo "  (stdout written to $SAMPLE/test.$side)"
+    else
+      awk -v k="$every" -v n="$DEPLOY_SENTENCES" '(NR - 1) % k == 0 && c++ < n' \
+        "$DATA_DIR/spm/test.$side" >"$SAMPLE/test.$side"
+    fi
+  done
+  demo_run fairseq-preprocess -s de -t en --testpref "$SAMPLE/test" --srcdict "$BIN/dict.de.txt" \
+    --tgtdict "$BIN/dict.en.txt" --destdir "$SAMPLE/bin" --workers 1
+fi
+
+step "deployment: BLEU and tokens/s, ONNX Runtime (teacher, student) vs CTranslate2 int8 (teacher)"
+DEPLOY_FLAGS=(--data "$SAMPLE/bin" --user-dir "$USER_DIR" --bleu --post-process sentencepiece
+  --num-sentences "$DEPLOY_SENTENCES" --src-len 12 --runs "$SPEED_RUNS" --threads 1 --beam 5
+  --max-len-a 1.2 --max-len-b 10 --quiet)
+PAIR="teacher=$OUT/teacher/checkpoint_last.pt,lightformer_svd=$OUT/lightformer_svd/checkpoint_last.pt"
+# CTranslate2 in a run of its own: in one run with the fairseq rows, its export changed the
+# fairseq teacher's translations (lightcompress-compress does the same)
+# deploy_speed NAME FLAGS...: one measurement (its own table in DEPLOY/NAME.txt), skipped when done
+deploy_speed() {
+  local name="$1"
+  shift
+  if [[ "$DRY_RUN" == 1 ]]; then
+    demo_run bash scripts/measure_speed.sh "$@" "${DEPLOY_FLAGS[@]}" --json "$DEPLOY/$name.json"
+  elif [[ ! -s "$DEPLOY/$name.json" || "$FORCE" == 1 ]]; then
+    bash scripts/measure_speed.sh "$@" "${DEPLOY_FLAGS[@]}" --json "$DEPLOY/$name.json" \
+      >"$DEPLOY/$name.txt"
+  fi
+}
+deploy_speed speed-onnx --path "$PAIR" --onnx
+deploy_speed speed-ct2 --path "teacher=$OUT/teacher/checkpoint_last.pt" --ct2
+# one table (and one JSON for the frontier) from the two runs: the fairseq and ONNX Runtime
+# rows of the first, CTranslate2's of the second
+demo_run python scripts/deploy_table.py "$DEPLOY/speed-onnx.json" "$DEPLOY/speed-ct2.json" \
+  --json "$DEPLOY/deploy.json" |
+  if [[ "$DRY_RUN" == 1 ]]; then cat; else tee "$DEPLOY/deploy.txt"; fi
+demo_run python scripts/plot_frontier.py "$DEPLOY/deploy.json" \
+  --title "demo: teacher and LightFormer on ONNX Runtime, the teacher on CTranslate2" \
+  --out "$OUT/frontier.png"
+
+step "done in $((SECONDS - START)) s: $OUT/results.txt, $DEPLOY/deploy.txt, $OUT/curves.png, $OUT/frontier.png"

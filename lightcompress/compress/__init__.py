@@ -1,0 +1,27 @@
+"""``lightcompress-compress``: from a trained fairseq Transformer checkpoint to a compressed,
+fine-tuned, exported and measured student in one command.
+
+The command is the top layer of the package: it runs the project's own commands as
+subprocesses (``lightcompress-convert``, ``lightcompress-params``, ``lightcompress-export-onnx``,
+``fairseq-train``, ``fairseq-generate``, ``scripts/measure_speed.sh``, ``scripts/distill_data.sh``)
+and reads checkpoints with ``torch.load(weights_only=True)``; nothing in the package imports it.
+
+- :mod:`lightcompress.compress.teacher`: what the teacher checkpoint and its data-bin say
+  (shape, LayerNorm placement, languages), refusals before any work;
+- :mod:`lightcompress.compress.methods`: each method's student flags, rank search and
+  preconditions;
+- :mod:`lightcompress.compress.steps`: running steps (progress lines, logs, resume, lock);
+- :mod:`lightcompress.compress.report`: BLEU / chrF, speed, the markdown and PNG report;
+- :mod:`lightcompress.compress.cli`: the command line and the plan of steps.
+
+See ``docs/compress.md``.
+"""
+
+__all__ = ["cli_main"]
+
+
+def cli_main(argv=None):
+    """Entry point of ``lightcompress-compress`` (:func:`lightcompress.compress.cli.cli_main`)."""
+    from lightcompress.compress.cli import cli_main as main
+
+    return main(argv)

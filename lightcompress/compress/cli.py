@@ -1,0 +1,446 @@
+"""``lightcompress-compress``: a trained fairseq Transformer -> a compressed, fine-tuned student,
+exported to ONNX Runtime and measured beside its teacher, in one resumable command.
+
+    lightcompress-compress checkpoints/teacher/checkpoint_best.pt --data data/demo/bin \\
+        --spm data/demo/spm/spm.model --save-dir compressed --ratio 4
+    lightcompress-compress ... --method smartformer --rank 32 --dry-run   # print the commands
+
+Steps (each skipped when its outputs exist; rerun the same command after a stop): transfer
+(``lightcompress-convert``), optional KD data (``--kd``: ``scripts/distill_data.sh``),
+fine-tuning (``fairseq-train --finetune-from-model``; DA-WID: its own training, then
+``lightcompress-convert dawid-fuse``), ONNX Runtime export (``lightcompress-export-onnx``), test
+translations of teacher and student (``fairseq-generate``), speed (``scripts/measure_speed.sh``:
+fairseq and ONNX Runtime, CTranslate2 on the dense teacher) and the report (``report.md``,
+``report.png``, ``report.json``). Everything is checked, and a teacher the method cannot take
+refused, before anything is written. See docs/compress.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import sys
+
+from lightcompress.compress.methods import (
+    METHODS,
+    SUBFORMER_REFUSAL,
+    Target,
+    dawid_sparsity,
+    search_rank,
+    tool,
+)
+from lightcompress.compress.steps import (
+    FileArg,
+    Interrupted,
+    Runner,
+    Step,
+    StepFailed,
+    acquire_lock,
+    render,
+    train_progress,
+)
+from lightcompress.compress.teacher import CompressError, read_data_bin, read_teacher
+
+__all__ = ["build_plan", "cli_main", "get_parser", "main"]
+
+PROG = "lightcompress-compress"
+
+
+def _count(text: str) -> int:
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgG]?)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(
+            f"not a parameter count: {text!r} (e.g. 2000000, 2M, 500k)"
+        )
+    scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2).lower()]
+    value = int(float(m.group(1)) * scale)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _positive(kind, name, upper=None):
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, not {text!r}") from None
+        if value <= 0 or (upper is not None and value >= upper):
+            bound = f" and below {upper}" if upper is not None else ""
+            raise argparse.ArgumentTypeError(f"{name} must be above 0{bound}, not {text!r}")
+        return value
+
+    return parse
+
+
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Compress a trained fairseq Transformer checkpoint: weight transfer into a "
+        "smaller student whose shape is read from the teacher, ranks chosen for the target, "
+        "fine-tuning, ONNX Runtime export and a side-by-side report. Resumable: rerun the same "
+        "command after a stop.",
+        epilog="Arguments after `--` are passed to fairseq-train (e.g. -- --patience 5). "
+        "See docs/compress.md.",
+    )
+    p.add_argument("teacher", help="the trained teacher: a dense fairseq Transformer checkpoint")
+    p.add_argument("--data", required=True, help="the teacher's fairseq data-bin")
+    p.add_argument("--save-dir", "-o", required=True, help="where every output goes")
+    p.add_argument("--method", default="lightformer",
+                   choices=["lightformer", "hypoformer", "smartformer", "dawid", "subformer"],
+                   help="default: lightformer (SVD transfer)")  # fmt: skip
+    g = p.add_argument_group("target (one; default --ratio 4)")
+    t = g.add_mutually_exclusive_group()
+    t.add_argument("--ratio", type=_positive(float, "--ratio"),
+                   help="teacher / student total parameters (the ranks are searched)")  # fmt: skip
+    t.add_argument("--params", type=_count, help="at most this many parameters (e.g. 2M)")
+    t.add_argument("--rank", type=_positive(int, "--rank"),
+                   help="this rank, no search (LightFormer: every map; Hypoformer: the FFN "
+                   "maps; Smartformer: CP rank)")  # fmt: skip
+    t.add_argument("--energy", type=_positive(float, "--energy", 1.0 + 1e-9),
+                   help="LightFormer: per matrix, the smallest rank that keeps this fraction "
+                   "of the squared singular values (e.g. 0.9)")  # fmt: skip
+    t.add_argument("--sparsity", type=_positive(float, "--sparsity", 1.0),
+                   help="DA-WID: the fraction of non-embedding parameters to remove")  # fmt: skip
+    g.add_argument("--embed-rank", type=_positive(int, "--embed-rank"),
+                   help="LightFormer: the embedding's rank (default: 2 x rank, at most d / 2)")  # fmt: skip
+    d = p.add_argument_group("data and scoring")
+    d.add_argument("-s", "--source-lang", help="default: the teacher's, else the data-bin's pair")
+    d.add_argument("-t", "--target-lang")
+    d.add_argument("--spm", help="sentencepiece model of the data (post-processing, the export)")
+    d.add_argument("--bpe-codes", help="subword-nmt codes of the data (post-processing)")
+    d.add_argument("--post-process", help="fairseq --post-process before scoring (default: "
+                   "sentencepiece with --spm, subword_nmt with --bpe-codes, else none)")  # fmt: skip
+    d.add_argument("--ref", help="raw references of the test split (default: fairseq's "
+                   "post-processed targets)")  # fmt: skip
+    d.add_argument("--beam", type=_positive(int, "--beam"), default=5)
+    f = p.add_argument_group("fine-tuning (fairseq-train)")
+    f.add_argument("--kd", action="store_true",
+                   help="fine-tune on the teacher's translation of the training set as well "
+                   "(sequence-level KD, scripts/distill_data.sh)")  # fmt: skip
+    f.add_argument("--max-update", type=_positive(int, "--max-update"), default=1000)
+    f.add_argument("--max-tokens", type=_positive(int, "--max-tokens"), default=4096)
+    f.add_argument("--lr", type=_positive(float, "--lr"),
+                   help="default 1.5e-3 (DA-WID: 2e-4)")  # fmt: skip
+    f.add_argument("--warmup", type=_positive(int, "--warmup"), default=100)
+    f.add_argument("--validate-every", type=_positive(int, "--validate-every"),
+                   help="updates between validations and checkpoints (default: max-update / 4)")  # fmt: skip
+    f.add_argument("--cpu", action="store_true", help="train on the CPU even with a GPU")
+    s = p.add_argument_group("speed (scripts/measure_speed.sh)")
+    s.add_argument("--speed-sentences", type=_positive(int, "--speed-sentences"), default=20)
+    s.add_argument("--speed-runs", type=_positive(int, "--speed-runs"), default=3)
+    p.add_argument("--dry-run", action="store_true",
+                   help="check everything, choose the ranks, print the commands; write nothing")  # fmt: skip
+    return p
+
+
+def _script(name: str, module_call: str) -> list[str]:
+    """``scripts/NAME`` of this checkout, or the same entry point through python."""
+    import lightcompress
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(lightcompress.__file__)))
+    path = os.path.join(root, "scripts", name)
+    if os.path.isfile(path):
+        return ["bash", path]
+    return [sys.executable, "-c", module_call]
+
+
+MEASURE = ("import logging, sys; logging.disable(logging.WARNING); sys.argv[0] = 'measure_speed'; "
+           "from lightcompress.measure.speed import cli_main; cli_main()")  # fmt: skip
+DISTILL = "import sys; from lightcompress.kd.distill import cli_main; sys.exit(cli_main())"
+
+
+def build_plan(opts, extra: list[str], log=print):
+    """Check the teacher, data and target; choose the ranks; return ``(steps, plan)``."""
+    import lightcompress
+
+    if opts.method == "subformer":
+        raise CompressError(SUBFORMER_REFUSAL)
+    method = METHODS[opts.method]
+    if opts.energy is not None and method.name != "lightformer":
+        raise CompressError("--energy is LightFormer's (per-matrix SVD ranks); give --ratio, "
+                            "--params or --rank for " + method.name)  # fmt: skip
+    if opts.sparsity is not None and method.name != "dawid":
+        raise CompressError("--sparsity is DA-WID's; give --ratio, --params or --rank")
+    if method.name == "dawid" and (opts.rank or opts.energy):
+        raise CompressError("DA-WID has no rank: give --ratio, --params or --sparsity")
+    if opts.embed_rank is not None and method.name != "lightformer":
+        raise CompressError("--embed-rank is LightFormer's")
+    for path, flag in ((opts.spm, "--spm"), (opts.bpe_codes, "--bpe-codes"), (opts.ref, "--ref")):
+        if path and not os.path.isfile(path):
+            raise CompressError(f"{flag} {path}: no such file")
+    teacher = read_teacher(opts.teacher)
+    method.check(teacher)
+    data = read_data_bin(opts.data, teacher, opts.source_lang, opts.target_lang)
+    save = os.path.abspath(opts.save_dir)
+    if os.path.exists(save) and not os.path.isdir(save):
+        raise CompressError(f"--save-dir {opts.save_dir} exists and is not a directory")
+    log(f"teacher: {opts.teacher}: {teacher.describe()}, {teacher.params:,} parameters")
+    log(f"data: {opts.data} ({data.src} -> {data.tgt})")
+    target = Target(opts.ratio, opts.params, opts.rank, opts.energy, opts.sparsity)
+    if not any(v is not None for v in vars(target).values()):
+        target.ratio = 4.0
+    shape = teacher.shape_flags()
+    T = os.path.abspath(opts.teacher)
+    B = os.path.abspath(opts.data)
+    user_dir = os.path.dirname(os.path.abspath(lightcompress.__file__))
+    import torch
+
+    device = ["--cpu"] if opts.cpu or not torch.cuda.is_available() else []
+    langs = ["-s", data.src, "-t", data.tgt]
+    post = opts.post_process or (
+        "sentencepiece" if opts.spm else "subword_nmt" if opts.bpe_codes else None
+    )
+    steps: list[Step] = []
+    init = os.path.join(save, "student_init.pt")
+    train_dir = os.path.join(save, "student")
+
+    # 1. the student and its weights
+    if method.name == "dawid":
+        sparsity, counts = dawid_sparsity(T, target)
+        choice = (f"DA-WID target sparsity {sparsity:g} of the teacher's {counts['non_embedding']:,} "
+                  f"non-embedding parameters ({target.describe()})")  # fmt: skip
+        student_flags = ["--arch", "dawid", "--dawid-teacher", T, "--criterion", "dawid",
+                         *_dawid_flags(sparsity, opts.max_update)]  # fmt: skip
+        student_model = f"dawid (fused), sparsity {sparsity:g}"
+    elif opts.energy is not None:
+        flags = ["--lc-encoder-groups", "0", "--lc-decoder-groups", "0"]
+        choice = f"LightFormer ranks per matrix at energy {opts.energy:g} (in {init}.spec)"
+        steps.append(Step("transfer", "SVD weight transfer at the chosen energy", [
+            tool("lightcompress-convert") + ["-i", T, "-o", init, "--force", "-a", "lightformer",
+                                             *shape, *flags, "--energy", str(opts.energy),
+                                             "--embed-energy", str(opts.energy)]],
+            outputs=[init, init + ".spec"]))  # fmt: skip
+        student_flags = [
+            "--arch",
+            "lightformer",
+            *shape,
+            *flags,
+            "--lc-spec",
+            FileArg(init + ".spec"),
+        ]
+        student_model = f"lightformer, per-matrix ranks at energy {opts.energy:g}"
+    else:
+        if opts.rank is not None:
+            rank = opts.rank
+            if rank > method.max_rank(teacher):
+                raise CompressError(f"--rank {rank} is above the largest useful {method.name} "
+                                    f"rank of this teacher ({method.max_rank(teacher)})")  # fmt: skip
+            choice = f"{method.rank_name} {rank} (given)"
+        else:
+            rank, n_student, n_teacher = search_rank(
+                method, teacher, shape, target, opts.embed_rank, log
+            )
+            choice = (f"{method.rank_name} {rank}: {n_student:,} parameters, "
+                      f"{n_teacher / n_student:.2f}x fewer than the teacher ({target.describe()})")  # fmt: skip
+        flags = method.flags(rank, opts.embed_rank, teacher)
+        what = {"lightformer": "SVD", "hypoformer": "TT-SVD", "smartformer": "CP-ALS"}[method.name]
+        steps.append(Step("transfer", f"{what} weight transfer into the {method.name} student", [
+            tool("lightcompress-convert") + ["-i", T, "-o", init, "--force", "-a", method.arch,
+                                             *shape, *flags]], outputs=[init]))  # fmt: skip
+        student_flags = ["--arch", method.arch, *shape, *flags]
+        student_model = f"{method.arch}, " + " ".join(flags)
+    log(f"student: {choice}")
+
+    # 2. optional KD data, fine-tuning (DA-WID: its training and the fusion)
+    task = ["--task", "translation"]
+    if opts.kd:
+        kd = os.path.join(save, "kd-bin")
+        steps.append(Step("kd-data", "the teacher translates the training set (KD data)", [
+            _script("distill_data.sh", DISTILL) + [B, "--path", T, "--out-dir", kd, "--user-dir", user_dir,
+                                                   "--beam", str(opts.beam), "--max-tokens", str(opts.max_tokens),
+                                                   "--num-shards", "0", "--generate-args",
+                                                   "--max-len-a 1.2 --max-len-b 10", *device]],
+            outputs=[kd], marker=os.path.join(save, "kd-bin.done")))  # fmt: skip
+        task = ["--task", "translation_seqkd", "--kd-data-mode", "both", "--kd-distilled-data", kd]
+    every = opts.validate_every or max(1, opts.max_update // 4)
+    dawid = method.name == "dawid"
+    lr = opts.lr or (2e-4 if dawid else 1.5e-3)
+    loss = [] if dawid else ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+                             "--dropout", f"{teacher.dropout:g}"]  # fmt: skip
+    start = [] if dawid else ["--finetune-from-model", init]
+    train = ["fairseq-train", B, "--user-dir", user_dir, *task, *langs, *student_flags, *start,
+             "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
+             "--lr", f"{lr:g}", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(opts.warmup),
+             "--warmup-init-lr", "1e-07", *loss, "--weight-decay", "0.0001",
+             "--max-tokens", str(opts.max_tokens), "--max-update", str(opts.max_update),
+             "--validate-interval-updates", str(every), "--save-interval-updates", str(every),
+             "--keep-interval-updates", "1", "--no-epoch-checkpoints", "--save-dir", train_dir,
+             "--no-progress-bar", "--log-format", "simple", "--log-interval", "10",
+             "--num-workers", "0", "--seed", "1", "--data-buffer-size", "0", *device, *extra]  # fmt: skip
+    train[0:1] = tool("fairseq-train")
+    best = "checkpoint_last.pt" if dawid else "checkpoint_best.pt"
+    steps.append(Step("fine-tune", ("DA-WID training (masks, compactors, distillation)" if dawid else
+                                    f"fine-tuning the student, {opts.max_update} updates"),
+                      [train], outputs=[os.path.join(train_dir, best)],
+                      marker=os.path.join(train_dir, "train.done")))  # fmt: skip
+    student = os.path.join(train_dir, best)
+    if dawid:
+        student = os.path.join(save, "student.pt")
+        steps.append(Step("fuse", "DA-WID fusion into an ordinary smaller model", [
+            tool("lightcompress-convert") + ["dawid-fuse", "-i", os.path.join(train_dir, best),
+                                             "-o", student, "--force"]], outputs=[student]))  # fmt: skip
+
+    # 3. deployment export, test translations, speed, report
+    onnx_dir = os.path.join(save, "student-onnx")
+    notes = []
+    if method.onnx:
+        spm = ["--spm", os.path.abspath(opts.spm)] if opts.spm else []
+        steps.append(Step("export", "ONNX Runtime export of the student", [
+            tool("lightcompress-export-onnx") + ["--path", student, "--data", B, *langs, "-o", onnx_dir,
+                                                 *spm]], outputs=[os.path.join(onnx_dir, "MANIFEST.sha256")]))  # fmt: skip
+    else:
+        notes.append("The ONNX exporter cannot express DA-WID's fused model (its residual "
+                     "matrices between sublayers of different widths): timed on fairseq only.")  # fmt: skip
+    lengths = ["--max-len-a", "1.2", "--max-len-b", "10"]
+    for who, ckpt in (("teacher", T), ("student", student)):
+        out = os.path.join(save, "eval", f"{who}.txt")
+        gen = tool("fairseq-generate") + [B, "--user-dir", user_dir, "--path", ckpt, "--task", "translation",
+                                          *langs, "--gen-subset", "test", "--beam", str(opts.beam),
+                                          *lengths, "--batch-size", "64", "--required-batch-size-multiple", "1",
+                                          "--scoring", "sacrebleu", "--num-workers", "0",
+                                          "--data-buffer-size", "0", *device]  # fmt: skip
+        if post:
+            gen += ["--post-process", post]
+        steps.append(Step(f"test-{who}", f"the {who} translates the test split", [gen],
+                          outputs=[out], stdout_to=[out]))  # fmt: skip
+    src_len = max(1, round(data.mean_source_length("test")))
+    speed = ["--data", B, "--num-sentences", str(opts.speed_sentences), "--src-len", str(src_len),
+             "--runs", str(opts.speed_runs), "--threads", "1", "--beam", str(opts.beam), *lengths, "--quiet"]  # fmt: skip
+    measure = _script("measure_speed.sh", MEASURE)
+    speed_json, ct2_json = os.path.join(save, "speed.json"), os.path.join(save, "speed-ct2.json")
+    # CTranslate2 in a run of its own: measured in one run with the other engines, its export
+    # changed the fairseq teacher's translations (found here; reported upstream)
+    steps.append(Step("speed", "tokens/s of teacher and student (fairseq, ONNX Runtime), and "
+                      "CTranslate2 on the dense teacher", [
+        measure + ["--path", f"teacher={T},student={student}", *(["--onnx"] if method.onnx else []),
+                   *speed, "--json", speed_json],
+        measure + ["--path", f"teacher={T}", "--ct2", *speed, "--json", ct2_json]],
+        outputs=[speed_json, ct2_json]))  # fmt: skip
+    report = [os.path.join(save, f"report.{ext}") for ext in ("md", "png", "json")]
+    steps.append(Step("report", "the report (markdown, PNG, JSON)", outputs=report))
+    commands = [render(c) for st in steps for c in st.commands]
+    plan = {
+        "method": method.name,
+        "choice": choice,
+        "teacher": {"checkpoint": T, "model": teacher.describe()},
+        "student": {"checkpoint": student, "model": student_model},
+        "commands": commands,
+    }
+    protocol = {
+        "subset": "test",
+        "beam": opts.beam,
+        "post_process": post or "none",
+        "references": os.path.abspath(opts.ref) if opts.ref else "fairseq's post-processed targets",
+        "speed": f"scripts/measure_speed.sh: {opts.speed_sentences} test sentences of about {src_len} "
+        f"tokens, batch 1, one thread, beam {opts.beam}, {opts.speed_runs} runs; outputs capped at "
+        "1.2 x source + 10 tokens (as for BLEU)",
+        "notes": notes,
+    }
+    steps[-1].func = lambda: _report(save, plan, protocol, opts.ref)
+    return steps, plan
+
+
+def _report(save, plan, protocol, ref):
+    from lightcompress.compress.report import write_report
+
+    write_report(save, plan, protocol, ref)
+
+
+def _dawid_flags(sparsity: float, updates: int) -> list[str]:
+    """DA-WID's schedule of the results CPU plan (examples/translation/results/run.sh), scaled
+    to ``updates``: distillation only for 7.3 %, the target warmed up over 37 %, head and layer
+    masks 22 % after the dimension masks."""
+    return ["--dawid-lambda", "0.5", "--dawid-init", "data-aware", "--dawid-calib-tokens", "4096",
+            "--dawid-target-sparsity", f"{sparsity:g}", "--dawid-masks", "dim,head,layer",
+            "--dawid-distill-updates", str(updates * 11 // 150),
+            "--dawid-sparsity-warmup", str(max(1, updates * 11 // 30)),
+            "--dawid-structure-updates", str(updates * 11 // 50), "--dawid-gate-lr-scale", "150"]  # fmt: skip
+
+
+def _check_save_dir(save: str, plan: dict) -> None:
+    """A save directory holding another run (other commands) is refused."""
+    path = os.path.join(save, "plan.json")
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f).get("commands", [])
+    except (OSError, ValueError):
+        return
+    if old != plan["commands"]:
+        diff = next((a for a, b in zip(plan["commands"], old) if a != b), plan["commands"][-1])
+        raise CompressError(
+            f"{save} holds a run with other settings (it differs at: {diff[:160]}...): use "
+            "another --save-dir, or delete that one"
+        )
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1 :]
+    opts = get_parser().parse_args(argv)
+    say = lambda msg: print(f"[compress] {msg}", flush=True)
+    try:
+        steps, plan = build_plan(opts, extra, log=say)
+        save = os.path.abspath(opts.save_dir)
+        _check_save_dir(save, plan)
+    except CompressError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    if opts.dry_run:
+        say(f"dry run: {len(steps)} steps in {save}; nothing is run or written")
+        for n, step in enumerate(steps, 1):
+            state = " (done before: would be skipped)" if step.complete() else ""
+            print(f"step {n}/{len(steps)} {step.name}: {step.what}{state}")
+            for cmd in step.commands:
+                print("+ " + render(cmd))
+            if step.func is not None:
+                print(f"  (writes {', '.join(step.outputs)})")
+        return 0
+    try:
+        lock = acquire_lock(save)  # noqa: F841  (held until the process ends)
+    except CompressError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    tmp = os.path.join(save, "plan.json.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(plan, f, indent=1)
+    os.replace(tmp, os.path.join(save, "plan.json"))
+    runner = Runner(steps, os.path.join(save, "logs"))
+    runner.parsers["fine-tune"] = train_progress(opts.max_update)
+    os.makedirs(os.path.join(save, "eval"), exist_ok=True)
+
+    def stop(signum, _frame):
+        runner.stop(signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        runner.run()
+    except Interrupted as exc:
+        print(f"{PROG}: stopped by signal {exc.signum}; rerun the same command to resume",
+              file=sys.stderr)  # fmt: skip
+        return 128 + exc.signum
+    except (StepFailed, CompressError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    say(f"done: {os.path.join(save, 'report.md')}, report.png, report.json")
+    with open(os.path.join(save, "report.md"), encoding="utf-8") as f:
+        table = [line for line in f if line.startswith("|")]
+    print("".join(table), end="")
+    return 0
+
+
+def cli_main(argv=None) -> int:
+    return main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main())

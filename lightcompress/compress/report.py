@@ -1,0 +1,253 @@
+"""The report of ``lightcompress-compress``: teacher and student side by side (parameters, size
+on disk, BLEU and chrF with their sacreBLEU signatures, tokens/s per engine), as markdown, JSON
+and a PNG. Reads only files the earlier steps wrote: ``fairseq-generate`` outputs and
+``measure_speed --json`` results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+__all__ = ["dir_size", "read_generate", "read_speed", "score", "write_report"]
+
+
+def read_generate(path: str) -> tuple[list[str], list[str]]:
+    """Hypotheses (detokenized ``D-`` lines when fairseq wrote them, else ``H-``) and its
+    post-processed references (``T-``), ordered by sentence id."""
+    hyps: dict[int, str] = {}
+    dets: dict[int, str] = {}
+    refs: dict[int, str] = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            tag, _, rest = line.partition("\t")
+            if len(tag) < 3 or tag[1] != "-" or not tag[2:].isdigit():
+                continue
+            sid = int(tag[2:])
+            if tag[0] == "T":
+                refs[sid] = rest
+            elif tag[0] in "HD":
+                (hyps if tag[0] == "H" else dets)[sid] = rest.partition("\t")[2]
+    out = dets or hyps
+    ids = sorted(out)
+    return [out[i] for i in ids], [refs.get(i, "") for i in ids]
+
+
+def score(hyps: list[str], refs: list[str]) -> dict:
+    """sacreBLEU's BLEU and chrF of ``hyps`` against ``refs``, with their signatures."""
+    from sacrebleu.metrics import BLEU, CHRF
+
+    bleu, chrf = BLEU(), CHRF()
+    b = bleu.corpus_score(hyps, [refs])
+    c = chrf.corpus_score(hyps, [refs])
+    return {
+        "bleu": round(b.score, 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf": round(c.score, 2),
+        "chrf_signature": str(chrf.get_signature()),
+        "sentences": len(hyps),
+    }
+
+
+def read_speed(path: str) -> dict[tuple[str, str, str], dict]:
+    """``(label, engine, precision) -> record`` of a ``measure_speed --json`` file."""
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    return {(m["label"], m["engine"], m["precision"]): m for m in doc["models"]}
+
+
+def dir_size(path: str) -> int:
+    """Bytes of the files under ``path``."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+    return total
+
+
+def _human(n: float | None, unit: str = "") -> str:
+    if n is None:
+        return "-"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f}{suffix}{unit}"
+    return f"{n:.0f}{unit}"
+
+
+def _atomic_text(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def build_rows(plan: dict, speed: dict, ct2: dict | None, scores: dict, onnx_dir: str | None):
+    """The report's figures: ``{"teacher": {...}, "student": {...}}``."""
+    rows = {}
+    for who in ("teacher", "student"):
+        fair = speed.get((who, "fairseq", "float32"), {})
+        onnx = speed.get((who, "onnxruntime", "float32"), {})
+        row = {
+            "checkpoint": plan[who]["checkpoint"],
+            "model": plan[who]["model"],
+            "params": fair.get("params"),
+            "size_bytes": fair.get("size_bytes"),
+            "onnx_size_bytes": onnx.get("size_bytes"),
+            "tokens_per_s": {"fairseq": fair.get("tokens_per_s")},
+            **scores[who],
+        }
+        if onnx:
+            row["tokens_per_s"]["onnxruntime"] = onnx.get("tokens_per_s")
+        rows[who] = row
+    if onnx_dir and os.path.isdir(onnx_dir):
+        rows["student"]["onnx_export"] = onnx_dir
+        rows["student"]["onnx_size_bytes"] = dir_size(onnx_dir)
+    if ct2:
+        for prec in ("int8", "float32"):
+            rec = ct2.get(("teacher", "ctranslate2", prec))
+            if rec:
+                rows["teacher"]["tokens_per_s"][f"ctranslate2-{prec}"] = rec.get("tokens_per_s")
+                rows["teacher"][f"ctranslate2_{prec}_size_bytes"] = rec.get("size_bytes")
+    return rows
+
+
+def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
+    t, s = rows["teacher"], rows["student"]
+
+    def ratio(a, b, fmt="{:.2f}x"):
+        return fmt.format(a / b) if a and b else "-"
+
+    lines = [
+        f"# {plan['method']} student of {os.path.basename(plan['teacher']['checkpoint'])}",
+        "",
+        (
+            f"Teacher: {plan['teacher']['model']}. Student: {plan['student']['model']}. "
+            f"{plan['choice']}."
+        ),
+        "",
+        "| | teacher | student | student / teacher |",
+        "| --- | ---: | ---: | ---: |",
+        (
+            f"| parameters | {t['params'] or 0:,} | {s['params'] or 0:,} | "
+            f"{ratio(s['params'], t['params'])} ({ratio(t['params'], s['params'])} fewer) |"
+        ),
+        (
+            f"| size on disk (fairseq weights) | {_human(t['size_bytes'], 'B')} | "
+            f"{_human(s['size_bytes'], 'B')} | {ratio(s['size_bytes'], t['size_bytes'])} |"
+        ),
+        (
+            f"| size on disk (ONNX Runtime export) | {_human(t.get('onnx_size_bytes'), 'B')} | "
+            f"{_human(s.get('onnx_size_bytes'), 'B')} | "
+            f"{ratio(s.get('onnx_size_bytes'), t.get('onnx_size_bytes'))} |"
+        ),
+        f"| BLEU | {t['bleu']:.2f} | {s['bleu']:.2f} | {s['bleu'] - t['bleu']:+.2f} |",
+        f"| chrF | {t['chrf']:.2f} | {s['chrf']:.2f} | {s['chrf'] - t['chrf']:+.2f} |",
+    ]
+    engines = ["fairseq", "onnxruntime"]
+    for eng in engines:
+        a, b = t["tokens_per_s"].get(eng), s["tokens_per_s"].get(eng)
+        if a is None and b is None:
+            continue
+        lines.append(f"| tokens/s, {eng} float32 | {_human(a)} | {_human(b)} | {ratio(b, a)} |")
+    for prec in ("int8", "float32"):
+        v = t["tokens_per_s"].get(f"ctranslate2-{prec}")
+        if v is not None:
+            best = max(x for x in s["tokens_per_s"].values() if x is not None)
+            lines.append(
+                f"| tokens/s, CTranslate2 {prec} (the dense teacher) | {_human(v)} | "
+                f"{_human(best)} (student, fastest engine) | {ratio(best, v)} |"
+            )
+    lines += [
+        "",
+        (
+            f"BLEU and chrF: the {protocol['subset']} split ({t['sentences']} sentences), beam "
+            f"{protocol['beam']}, fairseq-generate, post-processing {protocol['post_process']}, "
+            f"references {protocol['references']}. Signatures: BLEU `{t['bleu_signature']}`; "
+            f"chrF `{t['chrf_signature']}`."
+        ),
+        "",
+        f"Speed: {protocol['speed']}.",
+    ]
+    if s.get("onnx_export"):
+        lines += ["", (f"The student's ONNX Runtime export: `{s['onnx_export']}` "
+                  f"(`python {s['onnx_export']}/translate.py {s['onnx_export']} < in > out`).")]  # fmt: skip
+    for note in protocol.get("notes", []):
+        lines += ["", note]
+    lines += ["", "Commands run (`plan.json` in this directory):", "", "```bash"]
+    lines += plan["commands"]
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def plot(rows: dict, path: str, title: str) -> None:
+    """Four panels, teacher beside student: parameters, size on disk, BLEU / chrF, tokens/s."""
+    import logging
+
+    import matplotlib
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t, s = rows["teacher"], rows["student"]
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.8), constrained_layout=True)
+    colors = ("C0", "C1")
+
+    def bars(ax, labels, teacher_vals, student_vals, ylabel):
+        xs = range(len(labels))
+        w = 0.38
+        for k, (vals, who) in enumerate(((teacher_vals, "teacher"), (student_vals, "student"))):
+            pos = [x + (k - 0.5) * w for x in xs]
+            heights = [v or 0 for v in vals]
+            ax.bar(pos, heights, w, color=colors[k], label=who)
+            for x, v in zip(pos, vals):
+                ax.annotate("-" if v is None else _human(v), (x, v or 0), ha="center",
+                            va="bottom", fontsize=7)  # fmt: skip
+        ax.set_xticks(list(xs), labels, fontsize=8)
+        ax.set_ylabel(ylabel)
+        ax.margins(y=0.15)
+
+    bars(axes[0], ["total"], [t["params"]], [s["params"]], "parameters")
+    bars(axes[1], ["fairseq", "ONNX"], [t["size_bytes"], t.get("onnx_size_bytes")],
+         [s["size_bytes"], s.get("onnx_size_bytes")], "bytes on disk")  # fmt: skip
+    bars(axes[2], ["BLEU", "chrF"], [t["bleu"], t["chrf"]], [s["bleu"], s["chrf"]], "score")
+    engines = sorted(set(t["tokens_per_s"]) | set(s["tokens_per_s"]),
+                     key=["fairseq", "onnxruntime", "ctranslate2-float32", "ctranslate2-int8"].index)  # fmt: skip
+    bars(axes[3], [e.replace("ctranslate2-", "CT2 ") for e in engines],
+         [t["tokens_per_s"].get(e) for e in engines], [s["tokens_per_s"].get(e) for e in engines],
+         "tokens/s")  # fmt: skip
+    axes[3].tick_params(axis="x", labelrotation=20)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title)
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def write_report(save_dir: str, plan: dict, protocol: dict, refs_file: str | None) -> None:
+    """Score the translations, read the speed results, write report.json / .md / .png."""
+    scores = {}
+    for who in ("teacher", "student"):
+        hyps, refs = read_generate(os.path.join(save_dir, "eval", f"{who}.txt"))
+        if refs_file:
+            with open(refs_file, encoding="utf-8") as f:
+                refs = [line.rstrip("\n") for line in f]
+            if len(refs) != len(hyps):
+                from lightcompress.compress.teacher import CompressError
+
+                raise CompressError(
+                    f"--ref {refs_file} has {len(refs)} lines, the {protocol['subset']} split "
+                    f"{len(hyps)} sentences"
+                )
+        scores[who] = score(hyps, refs)
+    speed = read_speed(os.path.join(save_dir, "speed.json"))
+    ct2_path = os.path.join(save_dir, "speed-ct2.json")
+    ct2 = read_speed(ct2_path) if os.path.exists(ct2_path) else None
+    onnx_dir = os.path.join(save_dir, "student-onnx")
+    rows = build_rows(plan, speed, ct2, scores, onnx_dir)
+    doc = {"plan": plan, "protocol": protocol, "models": rows}
+    _atomic_text(os.path.join(save_dir, "report.json"), json.dumps(doc, indent=1) + "\n")
+    plot(rows, os.path.join(save_dir, "report.png"),
+         f"{plan['method']}: teacher vs student ({plan['choice']})")  # fmt: skip
+    _atomic_text(os.path.join(save_dir, "report.md"), render_markdown(plan, rows, protocol))

@@ -1,0 +1,236 @@
+"""Running the steps of ``lightcompress-compress``: plain progress lines (step n/N, elapsed time)
+whether or not stdout is a terminal, each command's whole output in ``SAVE_DIR/logs/``, a step
+skipped when its outputs exist, one run per save directory (a lock naming the live pid), and
+children that end with the command (stopped by a signal, or killed: Linux's parent-death
+signal).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from lightcompress.compress.teacher import CompressError
+
+__all__ = ["FileArg", "Interrupted", "Runner", "Step", "StepFailed", "acquire_lock", "render"]
+
+
+class StepFailed(Exception):
+    """A command of a step ended with a non-zero status (its log names why)."""
+
+
+class Interrupted(Exception):
+    """The command was stopped by a signal (its children were ended)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@dataclass(frozen=True)
+class FileArg:
+    """An argument that is the content of a file a previous step writes (a converter's
+    per-matrix spec): printed as ``"$(cat PATH)"``, read when the command runs."""
+
+    path: str
+
+    def value(self) -> str:
+        with open(self.path, encoding="utf-8") as f:
+            return f.read().strip()
+
+
+def render(cmd) -> str:
+    """The command as one shell line (exactly what runs)."""
+    return " ".join(
+        f'"$(cat {shlex.quote(a.path)})"' if isinstance(a, FileArg) else shlex.quote(str(a))
+        for a in cmd
+    )
+
+
+@dataclass
+class Step:
+    """One step: commands run in order (or ``func`` in-process), complete when every path of
+    ``outputs`` exists. ``stdout_to[i]``: command i's standard output goes to that file
+    (written atomically); ``marker``: a file written after success (for outputs that cannot
+    prove themselves complete, such as a training directory)."""
+
+    name: str
+    what: str
+    commands: list[list] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    stdout_to: list[str | None] = field(default_factory=list)
+    marker: str | None = None
+    func: Callable[[], None] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def complete(self) -> bool:
+        paths = self.outputs + ([self.marker] if self.marker else [])
+        return bool(paths) and all(os.path.exists(p) for p in paths)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Linux: the child gets SIGTERM when this process dies, even by SIGKILL."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def acquire_lock(save_dir: str) -> int:
+    """Hold ``save_dir``'s lock for the life of this process (a second run is refused with
+    the live one's pid). Returns the lock's file descriptor."""
+    os.makedirs(save_dir, exist_ok=True)
+    fd = os.open(os.path.join(save_dir, ".compress.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        try:
+            with open(os.path.join(save_dir, ".compress.pid"), encoding="utf-8") as f:
+                pid = f.read().strip() or "?"
+        except OSError:
+            pid = "?"
+        raise CompressError(
+            f"another lightcompress-compress (pid {pid}) is working in {save_dir}; stop it "
+            "first or wait for it"
+        ) from None
+    with open(os.path.join(save_dir, ".compress.pid"), "w", encoding="utf-8") as f:
+        f.write(f"{os.getpid()}\n")
+    return fd
+
+
+_TRAIN = re.compile(
+    r"\| (train_inner|valid|train) \|.*?\bloss[= ]([0-9.]+).*?\bnum_updates[= ](\d+)"
+)
+
+
+def train_progress(max_update: int | None):
+    """fairseq-train's log lines (simple format) as short progress messages."""
+
+    def parse(line: str) -> str | None:
+        m = _TRAIN.search(line)
+        if not m:
+            return None
+        kind, loss, upd = m.groups()
+        of = f"/{max_update}" if max_update else ""
+        what = "validation loss" if kind == "valid" else "loss"
+        return f"update {upd}{of}, {what} {loss}"
+
+    return parse
+
+
+class Runner:
+    """Runs steps in order, printing ``[compress n/N name +h:mm:ss] message`` lines."""
+
+    def __init__(self, steps: list[Step], log_dir: str, out=None, heartbeat: float = 30.0):
+        self.steps = steps
+        self.log_dir = log_dir
+        self.out = out or sys.stdout
+        self.heartbeat = heartbeat
+        self.start = time.monotonic()
+        self.child: subprocess.Popen | None = None
+        self.parsers: dict[str, Callable[[str], str | None]] = {}
+
+    def elapsed(self) -> str:
+        s = int(time.monotonic() - self.start)
+        return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+    def say(self, n: int, step: Step, msg: str) -> None:
+        print(f"[compress {n}/{len(self.steps)} {step.name} +{self.elapsed()}] {msg}",
+              file=self.out, flush=True)  # fmt: skip
+
+    def run(self) -> None:
+        for n, step in enumerate(self.steps, 1):
+            if step.complete():
+                self.say(n, step, f"done before ({', '.join(step.outputs)}): skipped")
+                continue
+            self.say(n, step, step.what)
+            t0 = time.monotonic()
+            if step.func is not None:
+                step.func()
+            for i, cmd in enumerate(step.commands):
+                target = step.stdout_to[i] if i < len(step.stdout_to) else None
+                self._command(n, step, i, cmd, target)
+            if step.marker:
+                with open(step.marker, "w", encoding="utf-8") as f:
+                    f.write(time.strftime("%Y-%m-%d %H:%M:%S\n"))
+            self.say(n, step, f"done in {time.monotonic() - t0:.0f} s")
+
+    def _command(self, n: int, step: Step, i: int, cmd: list, stdout_path: str | None) -> None:
+        argv = [a.value() if isinstance(a, FileArg) else str(a) for a in cmd]
+        os.makedirs(self.log_dir, exist_ok=True)
+        log_path = os.path.join(self.log_dir, f"{n:02d}-{step.name}{f'-{i + 1}' if i else ''}.log")
+        self.say(n, step, f"+ {render(cmd)}")
+        self.say(n, step, f"  (log: {log_path})")
+        parse = self.parsers.get(step.name)
+        tmp = stdout_path + ".tmp" if stdout_path else None
+        last = [""]
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"$ {render(cmd)}\n")
+            log.flush()
+            out_file = open(tmp, "w", encoding="utf-8") if tmp else None  # noqa: SIM115
+            try:
+                self.child = subprocess.Popen(
+                    argv,
+                    stdout=out_file if out_file else subprocess.PIPE,
+                    stderr=subprocess.PIPE if out_file else subprocess.STDOUT,
+                    text=True,
+                    errors="replace",
+                    env={**os.environ, **step.env},
+                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+                )
+            except OSError as exc:
+                raise StepFailed(f"{step.name}: cannot run {argv[0]}: {exc.strerror}") from None
+            stream = self.child.stderr if out_file else self.child.stdout
+
+            def pump():
+                for line in stream:
+                    log.write(line)
+                    log.flush()
+                    last[0] = line.rstrip()
+                    msg = parse(line) if parse else None
+                    if msg:
+                        self.say(n, step, msg)
+
+            reader = threading.Thread(target=pump, daemon=True)
+            reader.start()
+            while True:
+                try:
+                    rc = self.child.wait(timeout=self.heartbeat)
+                    break
+                except subprocess.TimeoutExpired:
+                    if last[0]:
+                        self.say(n, step, f"running: {last[0][-160:]}")
+            reader.join(timeout=5)
+            self.child = None
+            if out_file:
+                out_file.close()
+        if rc != 0:
+            if tmp and os.path.exists(tmp):
+                os.remove(tmp)
+            tail = last[0][-200:] if last[0] else "(no output)"
+            raise StepFailed(f"{step.name}: {argv[0]} failed (exit {rc}): {tail}; see {log_path}")
+        if tmp:
+            os.replace(tmp, stdout_path)
+
+    def stop(self, signum: int) -> None:
+        """A signal handler's work: end the running child, then raise :class:`Interrupted`."""
+        child = self.child
+        if child is not None and child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        raise Interrupted(signum)

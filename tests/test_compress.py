@@ -1,0 +1,205 @@
+"""lightcompress-compress end to end on the tiny teacher: a dry run prints the exact commands
+and writes nothing; a run stopped during fine-tuning resumes with the finished steps skipped
+and ends with a report (student smaller, export translates); Hypoformer from the post-LN
+teacher; teachers the method cannot take are refused in one line before anything is written.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import harness
+import pytest
+import torch
+
+import lightcompress  # noqa: F401  (the checkpoint allow-list)
+
+FAST = ["--speed-runs", "1", "--speed-sentences", "3"]
+STEPS = ["transfer", "fine-tune", "export", "test-teacher", "test-student", "speed", "report"]
+
+
+def _env():
+    path = os.pathsep.join(p for p in (harness.REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", PYTHONPATH=path)
+
+
+# the command as `python -m` (what setup.py's console script lightcompress-compress runs), so
+# that the checkout under test runs whether or not it is installed
+CMD = [sys.executable, "-m", "lightcompress.compress"]
+
+
+def _compress(args, check=True):
+    proc = subprocess.run([*CMD, *map(str, args)], capture_output=True, text=True, env=_env(),
+                          timeout=900, check=False)  # fmt: skip
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
+    return proc
+
+
+def _skipped(out, n, name):
+    return (
+        re.search(rf"^\[compress {n}/\d+ {name} \+[0-9:]+\] done before", out, re.MULTILINE)
+        is not None
+    )
+
+
+def test_setup_declares_the_console_script():
+    setup = Path(harness.REPO_ROOT, "setup.py").read_text(encoding="utf-8")
+    assert '"lightcompress-compress=lightcompress.compress:cli_main"' in setup
+
+
+def _teacher(tiny_transformer):
+    return os.path.join(tiny_transformer, "checkpoint_best.pt")
+
+
+def _one_line_error(proc):
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = proc.stderr.strip()
+    assert err.startswith("lightcompress-compress: error: ") and "\n" not in err, err
+    return err
+
+
+def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
+    tiny_data, tiny_transformer, tmp_path
+):
+    save = tmp_path / "out"
+    proc = _compress([_teacher(tiny_transformer), "--data", tiny_data, "-o", save,
+                      "--ratio", "3", "--dry-run"])  # fmt: skip
+    assert not save.exists()  # nothing written
+    out = proc.stdout
+    convert = next(line for line in out.splitlines() if "lightcompress-convert" in line)
+    # the student's shape comes from the teacher (2-2, d 32, FFN 64, 2 heads, shared)
+    for flag in ("--encoder-layers 2", "--decoder-layers 2", "--encoder-embed-dim 32",
+                 "--encoder-ffn-embed-dim 64", "--decoder-attention-heads 2",
+                 "--share-all-embeddings"):  # fmt: skip
+        assert flag in convert, convert
+    # the chosen rank is said, and it is the largest within the target (lightcompress-params)
+    rank = int(convert.split("--lc-rank ")[1].split()[0])
+    assert f"rank of every attention / FFN map {rank}" in out
+    from lightcompress.compress.methods import METHODS, count_params
+    from lightcompress.compress.teacher import read_teacher
+
+    t = read_teacher(_teacher(tiny_transformer))
+    lf = METHODS["lightformer"]
+    counts = count_params({f"r{r}": ("lightformer", t.shape_flags() + lf.flags(r, None, t))
+                           for r in (rank, rank + 1)} | {"t": ("transformer", t.shape_flags())},
+                          t.src_vocab)  # fmt: skip
+    assert counts["t"] / counts[f"r{rank}"] >= 3 > counts["t"] / counts[f"r{rank + 1}"]
+    # every step's command, in order, exactly as run
+    steps = [line.split(":")[0] for line in out.splitlines() if line.startswith("step ")]
+    assert steps == [f"step {i}/7 {n}" for i, n in enumerate(STEPS, 1)]
+    train = next(line for line in out.splitlines() if "fairseq-train" in line)
+    for flag in ("--finetune-from-model", "--optimizer adam", "--lr 0.0015", ("--criterion "
+                 "label_smoothed_cross_entropy"), f"--lc-rank {rank}", "--max-update 1000"):  # fmt: skip
+        assert flag in train, train
+    assert "--scoring sacrebleu" in out and "--ct2" in out and "--onnx" in out
+
+
+def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
+    tiny_data, tiny_transformer, tmp_path
+):
+    save = tmp_path / "lf"
+    args = [_teacher(tiny_transformer), "--data", tiny_data, "-o", save, "--rank", "8",
+            "--max-update", "40", "--validate-every", "4", *FAST]  # fmt: skip
+    first = subprocess.Popen([*CMD, *map(str, args)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=_env())  # fmt: skip
+    last = save / "student" / "checkpoint_last.pt"
+    deadline = time.monotonic() + 300
+    while not last.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert last.exists(), first.communicate()
+    # a second run on the same directory is refused with the live one's pid
+    second = _compress(args, check=False)
+    assert f"pid {first.pid}" in _one_line_error(second)
+    first.send_signal(signal.SIGTERM)
+    out, err = first.communicate(timeout=60)
+    assert first.returncode == 128 + signal.SIGTERM, out + err
+    assert "rerun the same command to resume" in err
+    assert not (save / "student" / "train.done").exists() and not (save / "report.md").exists()
+    # its fairseq-train ended with it
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        assert not ("fairseq-train" in cmdline and str(save) in cmdline), cmdline
+
+    proc = _compress(args)
+    assert _skipped(proc.stdout, 1, "transfer") and not _skipped(proc.stdout, 2, "fine-tune")
+    log = (save / "logs" / "02-fine-tune.log").read_text()
+    assert log.count("$ ") == 2 and "Loaded checkpoint" in log.split("$ ")[2]  # resumed
+    for name in ("report.md", "report.png", "report.json", "student-onnx/MANIFEST.sha256"):
+        assert (save / name).exists(), name
+    rows = json.loads((save / "report.json").read_text())["models"]
+    assert rows["student"]["params"] < rows["teacher"]["params"]
+    assert rows["student"]["onnx_size_bytes"] < rows["teacher"]["onnx_size_bytes"]
+    for who in ("teacher", "student"):
+        assert rows[who]["bleu_signature"].startswith("nrefs:1|case:mixed")
+        assert rows[who]["tokens_per_s"]["onnxruntime"] > 0
+    assert rows["teacher"]["tokens_per_s"]["ctranslate2-int8"] > 0
+    assert rows["teacher"]["bleu"] > 20  # the teacher's own test translation
+    report = (save / "report.md").read_text()
+    assert "| parameters |" in report and "CTranslate2 int8" in report
+    # the export translates raw text with its own runtime (no torch needed)
+    src = Path(tiny_data).parent.joinpath("raw", "test.de").read_text().splitlines()[:3]
+    run = subprocess.run([sys.executable, str(save / "student-onnx" / "translate.py"),
+                          str(save / "student-onnx")], input="\n".join(src) + "\n",
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    assert len(run.stdout.splitlines()) == 3 and all(run.stdout.splitlines())
+    # a third run finds every step done
+    again = _compress(args)
+    assert all(_skipped(again.stdout, n, name) for n, name in enumerate(STEPS, 1))
+
+
+def test_hypoformer_from_the_post_ln_teacher(tiny_data, tiny_transformer, tmp_path):
+    save = tmp_path / "hypo"
+    proc = _compress([_teacher(tiny_transformer), "--data", tiny_data, "-o", save,
+                      "--method", "hypoformer", "--rank", "8", "--max-update", "6", *FAST])  # fmt: skip
+    assert "TT-SVD weight transfer" in proc.stdout
+    doc = json.loads((save / "report.json").read_text())
+    assert doc["plan"]["method"] == "hypoformer"
+    assert doc["models"]["student"]["params"] < doc["models"]["teacher"]["params"]
+    assert (save / "student-onnx" / "MANIFEST.sha256").exists()
+    state = torch.load(save / "student" / "checkpoint_best.pt", map_location="cpu")
+    assert (
+        state["cfg"]["model"].arch == "hypoformer" and state["cfg"]["model"].encoder_embed_dim == 32
+    )
+
+
+@pytest.mark.parametrize("case", ["pre-ln", "truncated", "compressed", "subformer"])
+def test_a_teacher_the_method_cannot_take_is_refused_before_any_work(
+    case, tiny_data, tiny_transformer, tmp_path
+):
+    teacher = _teacher(tiny_transformer)
+    method = "hypoformer"
+    if case == "pre-ln":
+        state = torch.load(teacher, map_location="cpu")
+        state["cfg"]["model"].encoder_normalize_before = True
+        teacher = tmp_path / "pre-ln.pt"
+        torch.save(state, teacher)
+        want = "pre-LN"
+    elif case == "truncated":
+        data = Path(teacher).read_bytes()
+        teacher = tmp_path / "truncated.pt"
+        teacher.write_bytes(data[: len(data) // 2])
+        want = "is the file complete?"
+    elif case == "compressed":
+        teacher = tmp_path / "lf.pt"
+        harness.run_cli("lightcompress-convert", ["-i", _teacher(tiny_transformer), "-o", teacher,
+                        "-a", "lightformer", *harness.tiny_arch_args("x")[2:],
+                        "--lc-encoder-groups", "0", "--lc-rank", "4", "--lc-embed-rank", "4"])  # fmt: skip
+        want = "not a dense fairseq Transformer"
+    else:
+        method, want = "subformer", "train it from scratch"
+    save = tmp_path / "out"
+    err = _one_line_error(_compress([teacher, "--data", tiny_data, "-o", save, "--method", method],
+                                    check=False))  # fmt: skip
+    assert want in err and ("--method" in err or "complete" in err or "input" in err), err
+    assert not save.exists()
