@@ -624,6 +624,19 @@ def test_collect_row_and_speed_files(tmp_path, capsys):
     )
     md = col.render_cpu_markdown(res, None)
     assert "| 3.0 MiB | 100.00 |" in md and "CTranslate2 int8 on teacher" in md
+    assert "void" not in md
+    # a speed file of the code whose CTranslate2 export quantized the model in place: the
+    # fairseq and ONNX figures of the models exported to CTranslate2 are void, the rest stand
+    speed_file = tmp_path / "rows" / "speed.json"
+    old = json.loads(speed_file.read_text())
+    del old["ct2_exports_copy"]
+    speed_file.write_text(json.dumps(old))
+    void = col.table_from_rows(str(tmp_path / "rows"))["models"][0]
+    assert void["speed_void"] and void["onnx_b1"] is None and void["fairseq_b32"] is None
+    assert void["ct2_int8_b1"] == 30.0 and void["onnx_bytes"] == 3 * 2**20
+    void_md = col.render_cpu_markdown(col.table_from_rows(str(tmp_path / "rows")), None)
+    assert "| void | void | void | void |" in void_md and "Void: measured on a model" in void_md
+    speed_file.write_text(json.dumps({**old, "ct2_exports_copy": True}))
     assert "Not (yet) finished: lightformer_svd" in md
     # the README block is replaced between its markers, and only there
     readme = tmp_path / "README.md"

@@ -375,6 +375,8 @@ def write_speed(b1: str, b32: str, rows_dir: str, commit: str) -> dict:
         "commit": commit,
         "machine": f"{platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs)",
         "measured": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        # measured by code whose CTranslate2 export converts a copy (see VOID_NOTE)
+        "ct2_exports_copy": True,
         "models": {},
     }
     for batch, path in ((1, b1), (32, b32)):
@@ -394,6 +396,27 @@ def write_speed(b1: str, b32: str, rows_dir: str, commit: str) -> dict:
     os.makedirs(rows_dir, exist_ok=True)
     _write_json(os.path.join(rows_dir, "speed.json"), out)
     return out
+
+
+# A speed file without "ct2_exports_copy" was measured by code whose CTranslate2 export
+# quantized the loaded model in place (its converter reads the parameters as numpy views):
+# measure_speed then timed, and exported to ONNX, the int8-scaled weights of every model it
+# had exported to CTranslate2. Those models' fairseq and ONNX Runtime figures are void; their
+# CTranslate2 figures (the export was made before the damage) and every BLEU stand.
+VOID_NOTE = (
+    "void: measured on a model that CTranslate2's int8 export had quantized in place (a "
+    "defect of `measure_speed --ct2`, found after this run and fixed in 7473f50; the "
+    "CTranslate2 figures and every BLEU stand)"
+)
+
+
+def _void_speed(speed: dict | None, label: str) -> bool:
+    models = (speed or {}).get("models", {})
+    return (
+        bool(speed)
+        and not speed.get("ct2_exports_copy")
+        and any(k.startswith("ctranslate2-") for k in models.get(label, {}))
+    )
 
 
 def table_from_rows(rows_dir: str) -> dict:
@@ -416,6 +439,9 @@ def table_from_rows(rows_dir: str) -> dict:
         r["fairseq_b1"], r["fairseq_b32"] = fs.get("tokens_per_s_b1"), fs.get("tokens_per_s_b32")
         r["onnx_b1"], r["onnx_b32"] = ox.get("tokens_per_s_b1"), ox.get("tokens_per_s_b32")
         r["onnx_bytes"] = ox.get("size_bytes")
+        if _void_speed(speed, r["label"]):
+            r["speed_void"] = True
+            r["fairseq_b1"] = r["fairseq_b32"] = r["onnx_b1"] = r["onnx_b32"] = None
         r["ct2_int8_b1"], r["ct2_int8_b32"] = ct.get("tokens_per_s_b1"), ct.get("tokens_per_s_b32")
         # the deployment path's batch-1 figure is the frontier's speed axis (one engine for
         # every point: a model without an ONNX export is left off that panel)
@@ -524,14 +550,16 @@ def render_cpu_markdown(result: dict, corpus: dict | None) -> str:
     for r in recs:
         secs = r.get("train_seconds")
         mib = r.get("onnx_bytes") and r["onnx_bytes"] / 2**20
+        void = "void" if r.get("speed_void") else "-"
         lines.append(
             f"| {r['method']} | {_fmt(r.get('params') and r['params'] / 1e6, '.2f')}M "
             f"| {_fmt(r.get('compression'), '.2f', '1.00' if r['label'] == 'teacher' else '-')} "
             f"| {_fmt(mib, '.1f')}{' MiB' if mib else ''} "
             f"| {r['bleu']:.2f} | {_fmt(r.get('bleu_vs_teacher'), '+.2f')} | {r['chrf']:.2f} "
             f"| {_fmt(r.get('best_valid_loss'), '.3f')} "
-            f"| {_fmt(r.get('onnx_b1'), '.1f')} | {_fmt(r.get('onnx_b32'), '.1f')} "
-            f"| {_fmt(r.get('fairseq_b1'), '.1f')} | {_fmt(r.get('fairseq_b32'), '.1f')} "
+            f"| {_fmt(r.get('onnx_b1'), '.1f', void)} | {_fmt(r.get('onnx_b32'), '.1f', void)} "
+            f"| {_fmt(r.get('fairseq_b1'), '.1f', void)} "
+            f"| {_fmt(r.get('fairseq_b32'), '.1f', void)} "
             f"| {_fmt(r.get('updates'))} "
             f"| {_fmt(secs and secs / 60, '.1f')}{' min' if secs else ''} "
             f"| {_fmt(r.get('train_wps'), '.0f')} |"
@@ -563,6 +591,8 @@ def render_cpu_markdown(result: dict, corpus: dict | None) -> str:
             "at batch 32."
         )
         lines += ["", ct2_line]
+    if any(r.get("speed_void") for r in recs):
+        lines += ["", VOID_NOTE[0].upper() + VOID_NOTE[1:] + "."]
     if result["missing"]:
         lines += ["", "Not (yet) finished: " + ", ".join(result["missing"]) + "."]
     lines += ["", "Paper claims, in direction, on this run:", ""] + [f"- {c}" for c in claims(recs)]
