@@ -35,6 +35,7 @@ from lightcompress.models.subformer import (
     SubformerDecoder,
     SubformerOptions,
 )
+from lightcompress.models.subformer_presets import SUBFORMER_PRESETS
 from lightcompress.modules.registry import ConfigError
 from lightcompress.modules.safe import bert_init_model_
 
@@ -128,4 +129,4 @@ class SubformerLanguageModel(TransformerLanguageModel):
 
 # --- architectures: the ``subformer_lm*`` entries of lightcompress.models.presets.PRESETS ---
 
-register_presets("subformer_lm")
+register_presets("subformer_lm", SUBFORMER_PRESETS)
