@@ -60,7 +60,9 @@ def layer_sources(student_layers: int, groups: int, teacher_layers: int, side: s
 def map_teacher(teacher, dense, student_args, group_init: str, log) -> dict:
     """The teacher's state dict with its layers mapped to the student's positions."""
     tsd = teacher.state_dict()
-    mapped = {k: v for k, v in tsd.items() if not k.startswith(("encoder.layers.", "decoder.layers."))}
+    mapped = {
+        k: v for k, v in tsd.items() if not k.startswith(("encoder.layers.", "decoder.layers."))
+    }
     for side in ("encoder", "decoder"):
         n_student = len(getattr(dense, side).layers)
         n_teacher = len(getattr(teacher, side).layers)
@@ -157,7 +159,7 @@ def family_converter(name: str) -> type:
         raise KeyError(name)
     known = _CLASSES.get(name)
     if known is None or known[0] is not family:
-        title = (family.class_name or family.name.title().replace("_", "") + "Model")
+        title = family.class_name or family.name.title().replace("_", "") + "Model"
         cls_name = title.removesuffix("Model") + "Converter"
         cls = type(cls_name, (FamilyConverter,), {
             "family": family, "__module__": __name__, "__qualname__": cls_name,

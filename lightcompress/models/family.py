@@ -197,7 +197,9 @@ def _check(family: Family) -> None:
     name = family.name
     if name in FAMILIES or name in MODEL_REGISTRY:
         raise ValueError(f"a fairseq model named {name!r} is already registered")
-    if not (dataclasses.is_dataclass(family.config) and issubclass(family.config, CompressionConfig)):
+    if not (
+        dataclasses.is_dataclass(family.config) and issubclass(family.config, CompressionConfig)
+    ):
         raise ValueError(f"family {name!r}: config must be a dataclass deriving CompressionConfig")
     clash = sorted({f.name for f in dataclasses.fields(family.flags())} & _transformer_flags())
     if clash:

@@ -300,7 +300,10 @@ def _transfer_param(rank, ratio, energy, flag):
 def _transfer_params(opts):
     """``(map parameter, embedding parameter)`` of the converter's options (None: the
     student's own flags)."""
-    get = lambda name: getattr(opts, name, None)  # noqa: E731
+
+    def get(name):
+        return getattr(opts, name, None)
+
     return (
         _transfer_param(get("rank"), get("rank_ratio"), get("energy"), "rank"),
         _transfer_param(get("embed_rank"), get("embed_rank_ratio"), get("embed_energy"),

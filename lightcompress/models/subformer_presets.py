@@ -68,8 +68,6 @@ class SubformerConfig:
     )  # fmt: skip
 
 
-
-
 def _sf(dim=512, ffn=None, layers=6, **extra):
     """A Subformer MT shape: the decoder follows the encoder, heads follow the width."""
     return {
