@@ -370,7 +370,9 @@ def test_int8_quantizes_the_toy_maps_and_keeps_the_function(tiny_data, trained):
     with torch.no_grad():
         want = model(src, lengths, prev)[0].log_softmax(-1)
         got = q(src, lengths, prev)[0].log_softmax(-1)
-    assert (got - want).abs().max() < 0.1 * want.abs().max()
+    # int8 rounding moves the log-probabilities by a few 0.01 (dropping the singular values
+    # from the int8 form, say, moves them by 0.3)
+    assert (got - want).norm() / want.norm() < 0.01 and (got - want).abs().max() < 0.15
 
 
 def test_onnx_export_translates_like_the_toy_model(tiny_data, trained, tmp_path):
