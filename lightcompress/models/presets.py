@@ -52,8 +52,8 @@ _MOVED = {
     "VOCAB": "lightcompress.models.hypoformer",
     "HEADS": "lightcompress.models.hypoformer",
     "SmartformerConfig": "lightcompress.models.smartformer",
-    "SubformerConfig": "lightcompress.models.subformer_presets",
-    "SUBFORMER_SHARING": "lightcompress.models.subformer_presets",
+    "SubformerConfig": "lightcompress.models.presets_subformer",
+    "SUBFORMER_SHARING": "lightcompress.models.presets_subformer",
 }
 
 

@@ -74,7 +74,7 @@ from fairseq.modules.transformer_layer import (
 from torch import nn
 
 from lightcompress.models.presets import PRESETS, add_config_args, register_presets
-from lightcompress.models.subformer_presets import SUBFORMER_PRESETS, SubformerConfig
+from lightcompress.models.presets_subformer import SUBFORMER_PRESETS, SubformerConfig
 from lightcompress.modules.registry import ConfigError
 from lightcompress.modules.safe import (
     OutputReduction,
@@ -176,7 +176,7 @@ class SubformerOptions:
 
 def add_subformer_args(parser):
     """The ``--subformer-*`` / ``--safe-*`` flags: the fields of
-    :class:`~lightcompress.models.subformer_presets.SubformerConfig` (no defaults: presets set them)."""
+    :class:`~lightcompress.models.presets_subformer.SubformerConfig` (no defaults: presets set them)."""
     add_config_args(parser, SubformerConfig, "Subformer (lightcompress)")
 
 

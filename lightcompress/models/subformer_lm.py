@@ -30,12 +30,12 @@ from fairseq.models.transformer_lm import (
 )
 
 from lightcompress.models.presets import register_presets
+from lightcompress.models.presets_subformer import SUBFORMER_PRESETS
 from lightcompress.models.subformer import (
     SHARING_SCHEDULES,
     SubformerDecoder,
     SubformerOptions,
 )
-from lightcompress.models.subformer_presets import SUBFORMER_PRESETS
 from lightcompress.modules.registry import ConfigError
 from lightcompress.modules.safe import bert_init_model_
 
