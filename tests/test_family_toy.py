@@ -207,6 +207,14 @@ def test_a_taken_model_or_architecture_name_is_refused_and_nothing_is_registered
         "lctoy_taken_tiny": preset, "lightformer_iwslt_de_en": preset})  # fmt: skip
     with pytest.raises(ValueError, match="'lightformer_iwslt_de_en' is already registered"):
         register_family(taken)
+    from lightcompress.models.presets import CompressionConfig, flag_field
+
+    @dataclass(frozen=True)
+    class Clashing(CompressionConfig):
+        dropout: float = flag_field(0.1, "a flag fairseq's Transformer already has", type=float)
+
+    with pytest.raises(ValueError, match=r"\['dropout'\] are already fairseq Transformer flags"):
+        register_family(dataclasses.replace(toy, name="lctoy_clash", config=Clashing, presets={}))
     assert (set(MODEL_REGISTRY), set(ARCH_MODEL_REGISTRY), list(PRESETS)) == before
     assert ARCH_MODEL_REGISTRY["lightformer_iwslt_de_en"] is MODEL_REGISTRY["lightformer"]
 

@@ -241,13 +241,13 @@ def register_family(family: Family, module: str | None = None) -> type:
     try:
         add_presets(family.presets)
     except ValueError:
-        unregister_family(family.name, cls)
+        unregister_family(family.name)
         raise
     FAMILIES[family.name] = family
     return cls
 
 
-def unregister_family(name: str, _cls: type | None = None) -> None:
+def unregister_family(name: str) -> None:
     """Remove a family registered by :func:`register_family` (its model, architectures and
     presets) from fairseq's registries and the plugin's tables: for tests and notebooks that
     declare a family for a while."""
@@ -259,8 +259,7 @@ def unregister_family(name: str, _cls: type | None = None) -> None:
         MODEL_REGISTRY,
     )
 
-    cls = MODEL_REGISTRY.get(name)
-    if _cls is None and (name not in FAMILIES or not issubclass(cls, FamilyModel)):
+    if name not in MODEL_REGISTRY or not issubclass(MODEL_REGISTRY[name], FamilyModel):
         raise ValueError(f"{name!r} is not a registered family")
     for arch in ARCH_MODEL_INV_REGISTRY.pop(name, []):
         for table in (ARCH_MODEL_REGISTRY, ARCH_MODEL_NAME_REGISTRY, ARCH_CONFIG_REGISTRY):
