@@ -2,8 +2,9 @@
 
 - :class:`TiedOutputProjection`: fairseq ties ``decoder.output_projection.weight`` to the
   embedding's ``weight`` Parameter; a factorized table has none, so the projection computes
-  the logits from the factors (``(x V^T) U^T`` for a low-rank table, cheaper than rebuilding
-  ``V x d``). :class:`~lightcompress.models.compressed.CompressedDecoder` builds it.
+  the logits from the factors when the table's kind declares two (``(x V^T) U^T`` for a
+  low-rank table, cheaper than rebuilding ``V x d``; the kind registry's ``factors``), else
+  from the restored table. :class:`~lightcompress.models.compressed.CompressedDecoder` builds it.
 - :func:`disable_attention_fast_path`: ``MultiheadAttention.forward`` calls
   ``F.multi_head_attention_forward`` with ``q_proj.weight``... whenever it is not decoding
   incrementally, which would silently bypass factorized (or int8-quantized) projections in
@@ -16,7 +17,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import nn
 
-from lightcompress.modules import LowRankEmbedding
+from lightcompress.modules.registry import two_factors
 
 __all__ = ["TiedOutputProjection", "disable_attention_fast_path"]
 
@@ -54,9 +55,11 @@ class TiedOutputProjection(nn.Module):
         # expanded weight, which made Hypoformer's decoding step 2x slower at beam 5.
         lead = x.shape[:-1]
         x = x.reshape(-1, x.shape[-1])  # [... x d] -> [N x d]
-        if isinstance(emb, LowRankEmbedding):
-            # [N x d] -> [N x r] -> [N x V]; the padding row of u is the pad logit
-            out = F.linear(F.linear(x, emb.v), emb.u)
+        factors = two_factors(emb)
+        if factors is not None:
+            # [N x d] -> [N x r] -> [N x V] (a low-rank table: the padding row of u is the pad
+            # logit)
+            out = F.linear(F.linear(x, factors[0]), factors[1])
         else:
             out = F.linear(x, emb.weight)
         return out.reshape(*lead, out.shape[-1])

@@ -146,12 +146,14 @@ def _qkv(attn, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def _factors(m):
-    """``(first, second, bias)`` of a map whose weights the export may regroup: a low-rank
-    map (``x v^T u^T + b``: ``(v, u, b)``), a dense one (``(None, W, b)``), else None."""
-    from lightcompress.modules.lowrank import LowRankLinear
+    """``(first, second, bias)`` of a map whose weights the export may regroup: a map whose
+    kind declares two factors (a low-rank map ``x v^T u^T + b``: ``(v, u, b)``; the kind
+    registry's ``factors``), a dense one (``(None, W, b)``), else None."""
+    from lightcompress.modules.registry import two_factors
 
-    if type(m) is LowRankLinear:
-        return m.v, m.u, m.bias
+    factors = two_factors(m)
+    if factors is not None:
+        return factors[0], factors[1], getattr(m, "bias", None)
     if type(m) is nn.Linear:
         return None, m.weight, m.bias
     return None

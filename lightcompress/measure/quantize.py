@@ -21,7 +21,8 @@ What happens
    - ``CPLinear`` -> ``Linear(d_k, R, bias=False)`` applied per head, the element-wise head
      weighting ``w1`` (kept float32), then ``Linear(R, out)``;
    - ``TiedOutputProjection`` (logits from a tied, possibly low-rank, embedding table) -> one
-     ``Linear(d, V)`` or, for a ``LowRankEmbedding``, ``Linear(d, r)`` then ``Linear(r, V)``: the
+     ``Linear(d, V)`` or, for a table whose kind declares two factors (``LowRankEmbedding``:
+     the registry's ``factors``), ``Linear(d, r)`` then ``Linear(r, V)``: the
      output projection gets its own int8 copy of the table, as fairseq's tied ``nn.Linear``
      does; the embedding lookup itself stays float32;
    - ``HybridLinear`` needs no handler: its dense part is an ``nn.Linear`` and its factorized part
@@ -51,9 +52,8 @@ import torch
 from torch import nn
 
 from lightcompress.integration import TiedOutputProjection, disable_attention_fast_path
-from lightcompress.modules.embeddings import LowRankEmbedding
 from lightcompress.modules.lowrank import TwoLinear
-from lightcompress.modules.registry import QUANTIZE
+from lightcompress.modules.registry import QUANTIZE, two_factors
 
 __all__ = [
     "LARGE_MAP_ELEMENTS",
@@ -85,20 +85,27 @@ def register_quantize_handler(cls: type):
 def _tied_output_projection(proj) -> nn.Module:
     """Logits ``x E^T`` of a tied (possibly low-rank) embedding as quantizable Linear(s)."""
     emb = proj.embedding
-    if isinstance(emb, LowRankEmbedding):
-        # low-rank table E = U V: [... x d] -> [... x r] -> [... x V]
-        rank, dim = emb.v.shape
-        first = nn.Linear(dim, rank, bias=False)
-        second = nn.Linear(rank, emb.u.shape[0], bias=False)
+    factors = two_factors(emb)
+    if factors is not None:
+        # factorized table E = U V: [... x d] -> [... x r] -> [... x V]
+        v, u = factors
+        first = nn.Linear(v.shape[1], v.shape[0], bias=False)
+        second = nn.Linear(u.shape[1], u.shape[0], bias=False)
         with torch.no_grad():
-            first.weight.copy_(emb.v)
-            second.weight.copy_(emb.u)
-        return TwoLinear(first, second).to(emb.u.dtype)
+            first.weight.copy_(v)
+            second.weight.copy_(u)
+        return TwoLinear(first, second).to(u.dtype)
     weight = emb.weight
     lin = nn.Linear(weight.shape[1], weight.shape[0], bias=False)
     with torch.no_grad():
         lin.weight.copy_(weight)
     return lin.to(weight.dtype)
+
+
+def _handler(cls: type):
+    """The int8 converter of ``cls``: registered here, or by its kind in the kind registry
+    (also a kind registered after this module was imported)."""
+    return QUANTIZE_HANDLERS.get(cls) or QUANTIZE.get(cls)
 
 
 def _sharing_key(module: nn.Module):
@@ -125,12 +132,12 @@ def prepare_for_int8(model: nn.Module, min_weight_elements: int = 0) -> int:
     targets = []
     for parent in model.modules():
         for name, child in parent.named_children():
-            if type(child) in QUANTIZE_HANDLERS:
+            if _handler(type(child)) is not None:
                 targets.append((parent, name, child))
     for parent, name, child in targets:
         key = _sharing_key(child)
         if key not in replaced:
-            new = QUANTIZE_HANDLERS[type(child)](child)
+            new = _handler(type(child))(child)
             if min_weight_elements > 0 and not _has_large_linear(new, min_weight_elements):
                 new = None  # stays float32 as it is
             replaced[key] = new

@@ -148,11 +148,6 @@ def _split_label(item: str) -> tuple[str | None, str]:
     return None, item
 
 
-# Model names whose architectures this package registers: a checkpoint naming one of them that
-# fairseq does not know was made by another version of the plugin, or loaded without it.
-PLUGIN_FAMILIES = ("lightformer", "hypoformer", "subformer")
-
-
 def _checkpoint_arch(state: dict) -> str | None:
     """The architecture a fairseq checkpoint was trained with (``args.arch`` or ``cfg.model``)."""
     args = state.get("args")
@@ -182,8 +177,12 @@ def _checkpoint_arch(state: dict) -> str | None:
 def _unknown_arch_message(path: str, arch: str) -> str:
     from fairseq.models import MODEL_REGISTRY
 
-    if arch.startswith(PLUGIN_FAMILIES):
-        family = next(f for f in PLUGIN_FAMILIES if arch.startswith(f))
+    from lightcompress.models.presets import family_of
+
+    # an architecture named like a family of the presets table that fairseq does not know was
+    # made by another version of the plugin, or is loaded without it
+    family = family_of(arch)
+    if family is not None:
         if family not in MODEL_REGISTRY:
             return (
                 f"{path}: architecture {arch!r} is a lightcompress architecture and the plugin "

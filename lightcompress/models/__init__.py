@@ -1,12 +1,21 @@
 """fairseq models and named architectures of lightcompress.
 
 Every module of this package is imported here (fairseq also imports them by path when the
-plugin is given as ``--user-dir``), so that ``import lightcompress`` registers all of them.
+plugin is given as ``--user-dir``), so that ``import lightcompress`` registers all of them:
+the families first, in the order their architectures are listed
+(``python -m lightcompress --list-archs``), then the rest.
 """
 
 import importlib
 import os
 
-for _file in sorted(os.listdir(os.path.dirname(__file__))):
-    if _file.endswith(".py") and not _file.startswith("_"):
-        importlib.import_module(f"{__name__}.{_file[:-3]}")
+_FIRST = ("lightformer", "hypoformer", "smartformer", "subformer", "subformer_lm")
+
+for _name in _FIRST + tuple(
+    sorted(
+        f[:-3]
+        for f in os.listdir(os.path.dirname(__file__))
+        if f.endswith(".py") and not f.startswith("_") and f[:-3] not in _FIRST
+    )
+):
+    importlib.import_module(f"{__name__}.{_name}")

@@ -1,8 +1,9 @@
 """One compressed Transformer: fairseq's Transformer whose build hooks ask a compression spec.
 
-Every compressed translation model of the plugin (LightFormer, Hypoformer; Smartformer next) is
+Every compressed translation model of the plugin (LightFormer, Hypoformer, Smartformer) is
 this model with a *preset*: spec text + layer sharing + Admin mode + sizes
-(:mod:`lightcompress.models.presets`). A family only says how its flags become spec text
+(:mod:`lightcompress.models.presets`). A family is a declaration
+(:mod:`lightcompress.models.family`) that says how its flags become spec text
 (:meth:`CompressedTransformerModel.spec_text`); building is the same code for all.
 
 How a layer is chosen (``docs/architecture.md`` walks through it): ``build_model`` parses the
@@ -328,9 +329,10 @@ def check_groups(side: str, groups: int, num_layers: int) -> None:
 class CompressedTransformerModel(TransformerModel):
     """fairseq's Transformer built through a compression spec (see the module docstring).
 
-    Subclasses (the families) register a fairseq model name and override :meth:`spec_text`
-    (their flags -> spec text), :meth:`add_args` and :meth:`check_args`; ``--lc-spec`` replaces
-    the family's rules for any of them.
+    The families' models (:class:`~lightcompress.models.family.FamilyModel`, one per
+    declaration) override :meth:`spec_text` (their flags -> spec text), :meth:`add_args` and
+    :meth:`check_args` from their declaration; ``--lc-spec`` replaces the family's rules for
+    any of them.
     """
 
     @classmethod

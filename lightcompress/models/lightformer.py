@@ -35,44 +35,90 @@ embedding rank so that the model has the paper's size at the paper's vocabulary 
 chooses ranks "according to the proportion of singular values to be retained", which for the
 embedding is a data-dependent energy threshold; ``lightcompress-convert --embed-energy`` does
 exactly that).
+
+**SVD weight transfer** (``lightcompress-convert --arch lightformer_*``; the declaration's
+:class:`~lightcompress.models.family.Transfer`, run by :mod:`lightcompress.convert.family`):
+a trained dense Transformer -> a LightFormer checkpoint.
+
+Layer mapping (documented rule; ``--group-init``):
+
+- teacher encoder depth == student depth ``L``: student position ``i`` in group ``g`` takes
+  the **first** teacher layer of its group (default, ``--group-init first``), or the element-wise
+  **mean** of the teacher layers of the group (``--group-init mean``);
+- teacher encoder depth == number of student groups ``N``: group ``g`` takes teacher layer
+  ``g`` (e.g. a 6-layer teacher initialises an 18-layer, 6-group student);
+- anything else is refused. The decoder follows the same rule with ``--lc-decoder-groups``.
+
+Then every matrix the student's compression spec names is factorized by truncated SVD of the
+(mapped) teacher weight (balanced split, float32), at the student's ranks or at the ranks
+given here (``--rank`` / ``--rank-ratio`` / ``--energy``; ``--embed-*`` for the embedding).
+With ``--energy`` the rank of each matrix depends on its spectrum; the converter then writes
+the exact per-module ranks into the checkpoint as an explicit ``--lc-spec`` (printed, and
+saved next to the output as ``OUT.spec`` for fine-tuning with ``--lc-spec "$(cat OUT.spec)"``).
 """
 
 from __future__ import annotations
 
-import logging
+import dataclasses
+from dataclasses import dataclass
 
-from fairseq.models import register_model
+from fairseq.models.transformer import base_architecture
+from fairseq.models.transformer.transformer_legacy import transformer_iwslt_de_en
 
-from lightcompress.models.compressed import (
-    CompressedTransformerModel,
-    apply_layer_sharing,
-)
+from lightcompress.models.compressed import apply_layer_sharing
+from lightcompress.models.family import Family, Transfer, register_family
 from lightcompress.models.presets import (
     CompressionConfig,
-    LightformerConfig,
+    Preset,
     add_config_args,
-    own_fields,
-    register_presets,
+    flag_field,
 )
 from lightcompress.modules.registry import ConfigError
 
-logger = logging.getLogger(__name__)
-
 __all__ = [
+    "LIGHTFORMER",
+    "LightformerConfig",
     "LightformerModel",
     "add_lightformer_args",
     "apply_layer_sharing",
     "lightformer_spec_text",
 ]
 
-_FACTORIZABLE = ("attn", "ffn", "embed")
+_f = flag_field
 
 
-def add_lightformer_args(parser):
-    """LightFormer's own ``--lc-*`` flags (the fields of LightformerConfig that are not common)."""
-    add_config_args(
-        parser, own_fields(LightformerConfig, CompressionConfig), "LightFormer (lightcompress)"
+@dataclass(frozen=True)
+class LightformerConfig(CompressionConfig):
+    """LightFormer (Lv et al.): one rank for every attention and FFN map, one for the table."""
+
+    lc_encoder_groups: int = _f(
+        6, CompressionConfig.__dataclass_fields__["lc_encoder_groups"].metadata["help"],
+        type=int, metavar="N",
+    )  # fmt: skip
+
+    lc_rank: int | None = _f(
+        80, "rank of every factorized attention and FFN map (paper: 80)", type=int, metavar="R"
     )
+    lc_rank_ratio: float | None = _f(
+        None,
+        "instead of --lc-rank: per-matrix rank floor(mn / (P (m + n))) (LightFormer Appendix "
+        "C, Eq. 12); overrides --lc-rank",
+        type=float, metavar="P",
+    )  # fmt: skip
+    lc_embed_rank: int | None = _f(
+        135, "rank of the factorized embedding table (paper IWSLT: 135)", type=int, metavar="R"
+    )
+    lc_embed_rank_ratio: float | None = _f(
+        None, "instead of --lc-embed-rank: the Eq. 12 compression ratio", type=float, metavar="P"
+    )
+    lc_factorize: str = _f(
+        "attn,ffn,embed",
+        "comma-separated sublayers to factorize: attn, ffn, embed; or none",
+        metavar="PARTS",
+    )
+
+
+_FACTORIZABLE = ("attn", "ffn", "embed")
 
 
 def _rank_param(rank, ratio, what):
@@ -131,28 +177,215 @@ def lightformer_spec_text(args, map_param: str | None = None, embed_param: str |
     return ";\n".join(rules)
 
 
-@register_model("lightformer")
-class LightformerModel(CompressedTransformerModel):
-    """LightFormer: the compressed Transformer with low-rank maps and group sharing.
+# --------------------------------------------------------------------------------------------
+# presets
+# --------------------------------------------------------------------------------------------
+
+_LF = LightformerConfig()
+_LF_DEPTH = {"encoder_layers": 18, "decoder_layers": 3, "share_all_embeddings": True}
+
+_PRESETS = {
+    "lightformer": Preset(
+        "lightformer",
+        _LF,
+        _LF_DEPTH,
+        base_architecture,
+        "Transformer-base widths, 18-3, 6 encoder groups, rank 80 maps, embedding rank 135.",
+    ),
+    "lightformer_iwslt_de_en": Preset(
+        "lightformer",
+        _LF,
+        _LF_DEPTH,
+        transformer_iwslt_de_en,
+        "Paper's IWSLT'14 De-En LightFormer (Tables 2, 6 r5/r6, 7, 8): 18-3, 6 groups, 7.7M.",
+        7.7,
+        10200,
+    ),
+    "lightformer_iwslt_de_en_dense": Preset(
+        "lightformer",
+        dataclasses.replace(_LF, lc_encoder_groups=0, lc_factorize="none"),
+        _LF_DEPTH,
+        transformer_iwslt_de_en,
+        "Table 6 r2: the dense 18-3 Transformer (52.5M); also the SVD-transfer teacher.",
+        52.5,
+        10200,
+    ),
+    "lightformer_iwslt_de_en_sharing": Preset(
+        "lightformer",
+        dataclasses.replace(_LF, lc_encoder_groups=9, lc_factorize="none"),
+        _LF_DEPTH,
+        transformer_iwslt_de_en,
+        "Table 6 r3: dense 18-3 with weight sharing, 9 unique encoder layers (33.6M).",
+        33.6,
+        10200,
+    ),
+    "lightformer_iwslt_de_en_lmf": Preset(
+        "lightformer",
+        dataclasses.replace(_LF, lc_encoder_groups=0),
+        _LF_DEPTH,
+        transformer_iwslt_de_en,
+        "Table 6 r4: LMF (rank 80, embedding 135) without sharing (14.6M).",
+        14.6,
+        10200,
+    ),
+    "lightformer_iwslt_de_en_lmf_sharing": Preset(
+        "lightformer",
+        _LF,
+        _LF_DEPTH,
+        transformer_iwslt_de_en,
+        "Table 6 r5 (random init) / r6 (SVD weight transfer): LMF + sharing, 7.7M.",
+        7.7,
+        10200,
+    ),
+    "lightformer_wmt_en_de": Preset(
+        "lightformer",
+        dataclasses.replace(_LF, lc_embed_rank=393),
+        _LF_DEPTH,
+        base_architecture,
+        "Table 2 WMT'14 En-De (22.5M at a 37,232-type joined vocabulary, where "
+        "transformer_wmt_en_de has the paper's 63.2M): base widths, 18-3, 6 groups, rank 80, "
+        "embedding rank 393.",
+        22.5,
+        37232,
+    ),
+    "lightformer_wmt_en_ro": Preset(
+        "lightformer",
+        dataclasses.replace(_LF, lc_embed_rank=214),
+        _LF_DEPTH,
+        base_architecture,
+        "Table 3 WMT'16 En-Ro (15.3M at a 34,976-type joined vocabulary, where "
+        "transformer_wmt_en_de has the paper's 62M): base widths, 18-3, 6 groups, rank 80, "
+        "embedding rank 214.",
+        15.3,
+        34976,
+    ),
+    "lightformer_gigaword": Preset(
+        "lightformer",
+        dataclasses.replace(_LF, lc_embed_rank=371),
+        _LF_DEPTH,
+        base_architecture,
+        "Table 4 GigaWord summarization: base widths, 18-3, 6 groups, rank 80; embedding rank "
+        "371 gives the paper's 13.04M at the 13,952-type vocabulary where the base "
+        "Transformer has its 51.28M.",
+        13.04,
+        13952,
+    ),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# SVD weight transfer (the converter's options and the flags it writes back)
+# --------------------------------------------------------------------------------------------
+
+
+def _transfer_param(rank, ratio, energy, flag):
+    given = [
+        (k, v) for k, v in (("rank", rank), ("ratio", ratio), ("energy", energy)) if v is not None
+    ]
+    if len(given) > 1:
+        energy = "--energy" if flag == "rank" else "--embed-energy"
+        raise ConfigError(f"give at most one of --{flag}, --{flag}-ratio, {energy}")
+    if not given:
+        return None
+    k, v = given[0]
+    if k == "energy" and not 0 < v <= 1:
+        raise ConfigError(f"an energy threshold must be in (0, 1], got {v}")
+    if k == "rank" and v <= 0:
+        raise ConfigError(f"--{flag} must be a positive integer, got {v}")
+    if k == "ratio" and v <= 0:
+        raise ConfigError(f"a compression ratio must be > 0, got {v}")
+    return f"{k}={v}"
+
+
+def _transfer_params(opts):
+    """``(map parameter, embedding parameter)`` of the converter's options (None: the
+    student's own flags)."""
+
+    def get(name):
+        return getattr(opts, name, None)
+
+    return (
+        _transfer_param(get("rank"), get("rank_ratio"), get("energy"), "rank"),
+        _transfer_param(get("embed_rank"), get("embed_rank_ratio"), get("embed_energy"),
+                        "embed-rank"),
+    )  # fmt: skip
+
+
+def _transfer_spec(student_args, opts) -> str:
+    map_param, embed_param = _transfer_params(opts)
+    if map_param and map_param.startswith("energy") and student_args.lc_spec:
+        raise ConfigError("--energy cannot be combined with a student --lc-spec")
+    return lightformer_spec_text(student_args, map_param, embed_param)
+
+
+def _transfer_finish(student_args, opts, records) -> None:
+    """The student's flags must rebuild exactly the converted model: with an energy threshold
+    the ranks it chose as an explicit ``--lc-spec``, else the ranks / ratios given."""
+    map_param, embed_param = _transfer_params(opts)
+    if (map_param or "").startswith("energy") or (embed_param or "").startswith("energy"):
+        by_rank: dict[tuple, list[str]] = {}
+        for r in records:
+            by_rank.setdefault((r.kind, r.rank), []).append(r.name)
+        student_args.lc_spec = ";\n".join(
+            f"{', '.join(names)} = {kind}(rank={rank})" for (kind, rank), names in by_rank.items()
+        )
+        return
+    for attr, param in (("lc_rank", map_param), ("lc_embed_rank", embed_param)):
+        if param:
+            k, v = param.split("=")
+            setattr(student_args, attr, int(v) if k == "rank" else None)
+            setattr(student_args, attr + "_ratio", float(v) if k == "ratio" else None)
+
+
+_TRANSFER_OPTIONS = (
+    (("--rank",), {"type": int, "help": "rank of every attention/FFN map (default: the "
+                   "student's --lc-rank)"}),
+    (("--rank-ratio",), {"type": float, "help": "per-matrix Eq. 12 compression ratio"}),
+    (("--energy",), {"type": float, "help": "keep the smallest rank whose singular values "
+                     "hold this fraction of the squared spectrum, per matrix (e.g. 0.9)"}),
+    (("--embed-rank",), {"type": int, "help": "rank of the embedding (default: the student's "
+                         "--lc-embed-rank)"}),
+    (("--embed-rank-ratio",), {"type": float, "help": "Eq. 12 ratio for the embedding"}),
+    (("--embed-energy",), {"type": float, "help": "energy threshold for the embedding"}),
+    (("--group-init",), {"choices": ("first", "mean"), "default": "first",
+                         "help": "weights of a shared group when the teacher has one layer per "
+                         "student position: the group's first layer (default) or the mean"}),
+)  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# the declaration
+# --------------------------------------------------------------------------------------------
+
+LIGHTFORMER = Family(
+    name="lightformer",
+    config=LightformerConfig,
+    spec=lightformer_spec_text,
+    presets=_PRESETS,
+    title="LightFormer (lightcompress)",
+    doc="""LightFormer: the compressed Transformer with low-rank maps and group sharing.
 
     See the module docstring for the configuration that reproduces the paper's sizes; the
     named architectures are the ``lightformer*`` entries of
     :data:`lightcompress.models.presets.PRESETS`.
-    """
+    """,
+    transfer=Transfer(
+        method="SVD transfer",
+        same=(
+            "encoder_embed_dim", "decoder_embed_dim", "encoder_ffn_embed_dim",
+            "decoder_ffn_embed_dim", "encoder_attention_heads", "decoder_attention_heads",
+            "encoder_normalize_before", "decoder_normalize_before",
+        ),
+        title="LightFormer SVD weight transfer",
+        options=_TRANSFER_OPTIONS,
+        spec=_transfer_spec,
+        finish=_transfer_finish,
+    ),
+)  # fmt: skip
 
-    @classmethod
-    def add_args(cls, parser):
-        super().add_args(parser)
-        add_lightformer_args(parser)
-
-    @classmethod
-    def spec_text(cls, args) -> str:
-        return lightformer_spec_text(args)
-
-    @classmethod
-    def check_args(cls, args) -> None:
-        super().check_args(args)
-        lightformer_spec_text(args)  # rank flags: one clear error before anything is built
+LightformerModel = register_family(LIGHTFORMER, __name__)
 
 
-register_presets("lightformer")
+def add_lightformer_args(parser):
+    """LightFormer's own ``--lc-*`` flags (the fields of LightformerConfig that are not common)."""
+    add_config_args(parser, LIGHTFORMER.flags(), "LightFormer (lightcompress)")

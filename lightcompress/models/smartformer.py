@@ -9,23 +9,50 @@ picks each layer's rank with an A2C agent during training: ``fairseq-train --tas
 translation_smartformer --sm-search`` (:mod:`lightcompress.search`); a checkpoint of such a
 run loads at the ranks it holds (CP layers resize on load). Architectures: the
 ``smartformer*`` entries of :data:`lightcompress.models.presets.PRESETS`.
+
+**CP weight transfer** (``lightcompress-convert --arch smartformer_*``, the declaration's
+:class:`~lightcompress.models.family.Transfer`, run by :mod:`lightcompress.convert.family`):
+a trained dense Transformer -> a Smartformer (CPAC attention).
+
+Each Q, K, V projection the student's spec names is fitted by CP-ALS (torch, from an SVD start) to
+the teacher's weight viewed as ``(out, heads, d_k)``; the report gives each projection's kept
+energy (1 - relative squared fit error), like the SVD transfer's table. Everything else (the
+output projections, FFN, LayerNorms, embeddings) is copied. Widths, depths and heads must match
+the teacher.
 """
 
 from __future__ import annotations
 
-from fairseq.models import register_model
+from dataclasses import dataclass
 
-from lightcompress.models.compressed import CompressedTransformerModel
-from lightcompress.models.presets import (
-    CompressionConfig,
-    SmartformerConfig,
-    add_config_args,
-    own_fields,
-    register_presets,
-)
+from fairseq.models.transformer import base_architecture
+from fairseq.models.transformer.transformer_legacy import transformer_iwslt_de_en
+
+from lightcompress.models.family import Family, Transfer, register_family
+from lightcompress.models.presets import CompressionConfig, Preset, flag_field
 from lightcompress.modules.registry import ConfigError
 
-__all__ = ["SmartformerModel", "smartformer_spec_text"]
+__all__ = ["SMARTFORMER", "SmartformerConfig", "SmartformerModel", "smartformer_spec_text"]
+
+_f = flag_field
+
+
+@dataclass(frozen=True)
+class SmartformerConfig(CompressionConfig):
+    """Smartformer (CPAC attention): every Q, K, V projection a CP decomposition over the
+    (heads, d_k) view of its input, the output projection dense. The paper chooses per-layer
+    ranks with an A2C agent during training (vision / time series); without that search the
+    ranks are fixed by ``--sm-rank`` (our default 64: the paper gives no NMT ranks); the task
+    ``translation_smartformer --sm-search`` runs that search inside fairseq-train."""
+
+    sm_rank: int = _f(
+        64, "CP rank R of every CPAC Q/K/V projection (R (d + heads + d_k) parameters each)",
+        type=int, metavar="R",
+    )  # fmt: skip
+    sm_attn: str = _f(
+        "all", "which attentions get CPAC projections: all (encoder self, decoder self and "
+        "cross) or self (self-attention only)", choices=("all", "self"),
+    )  # fmt: skip
 
 
 def smartformer_spec_text(args) -> str:
@@ -47,25 +74,60 @@ def smartformer_spec_text(args) -> str:
     return ";\n".join(rules)
 
 
-@register_model("smartformer")
-class SmartformerModel(CompressedTransformerModel):
-    """Smartformer's CPAC attention at fixed ranks (module docstring)."""
+# the A2C rank search is the task translation_smartformer (lightcompress.tasks)
+_PRESETS = {
+    "smartformer": Preset(
+        "smartformer",
+        SmartformerConfig(),
+        {"share_all_embeddings": True},
+        base_architecture,
+        "CPAC attention (rank 64) on Transformer-base widths, 6-6.",
+    ),
+    "smartformer_iwslt_de_en": Preset(
+        "smartformer",
+        SmartformerConfig(),
+        {"share_all_embeddings": True},
+        transformer_iwslt_de_en,
+        "CPAC attention (rank 64) on transformer_iwslt_de_en, 6-6.",
+    ),
+    "smartformer_iwslt_de_en_12_2": Preset(
+        "smartformer",
+        SmartformerConfig(),
+        {"encoder_layers": 12, "decoder_layers": 2, "share_all_embeddings": True},
+        transformer_iwslt_de_en,
+        "CPAC attention (rank 64), IWSLT widths, deep-shallow 12-2.",
+    ),
+    "smartformer_iwslt_de_en_18_3": Preset(
+        "smartformer",
+        SmartformerConfig(),
+        {"encoder_layers": 18, "decoder_layers": 3, "share_all_embeddings": True},
+        transformer_iwslt_de_en,
+        "CPAC attention (rank 64), IWSLT widths, deep-shallow 18-3.",
+    ),
+    "smartformer_wmt_en_de": Preset(
+        "smartformer",
+        SmartformerConfig(),
+        {"share_all_embeddings": True},
+        base_architecture,
+        "CPAC attention (rank 64) on transformer_wmt_en_de widths, 6-6.",
+    ),
+}
 
-    @classmethod
-    def add_args(cls, parser):
-        super().add_args(parser)
-        add_config_args(
-            parser, own_fields(SmartformerConfig, CompressionConfig), "Smartformer (lightcompress)"
-        )
+SMARTFORMER = Family(
+    name="smartformer",
+    config=SmartformerConfig,
+    spec=smartformer_spec_text,
+    presets=_PRESETS,
+    title="Smartformer (lightcompress)",
+    doc="Smartformer's CPAC attention at fixed ranks (module docstring).",
+    transfer=Transfer(
+        method="CP transfer",
+        same=(
+            "encoder_embed_dim", "decoder_embed_dim", "encoder_ffn_embed_dim",
+            "decoder_ffn_embed_dim", "encoder_attention_heads", "decoder_attention_heads",
+            "encoder_layers", "decoder_layers",
+        ),
+    ),
+)  # fmt: skip
 
-    @classmethod
-    def spec_text(cls, args) -> str:
-        return smartformer_spec_text(args)
-
-    @classmethod
-    def check_args(cls, args) -> None:
-        super().check_args(args)
-        smartformer_spec_text(args)
-
-
-register_presets("smartformer")
+SmartformerModel = register_family(SMARTFORMER, __name__)

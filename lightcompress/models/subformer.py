@@ -73,7 +73,8 @@ from fairseq.modules.transformer_layer import (
 )
 from torch import nn
 
-from lightcompress.models.presets import PRESETS, SubformerConfig, add_config_args, register_presets
+from lightcompress.models.presets import PRESETS, add_config_args, register_presets
+from lightcompress.models.presets_subformer import SUBFORMER_PRESETS, SubformerConfig
 from lightcompress.modules.registry import ConfigError
 from lightcompress.modules.safe import (
     OutputReduction,
@@ -175,7 +176,7 @@ class SubformerOptions:
 
 def add_subformer_args(parser):
     """The ``--subformer-*`` / ``--safe-*`` flags: the fields of
-    :class:`~lightcompress.models.presets.SubformerConfig` (no defaults: presets set them)."""
+    :class:`~lightcompress.models.presets_subformer.SubformerConfig` (no defaults: presets set them)."""
     add_config_args(parser, SubformerConfig, "Subformer (lightcompress)")
 
 
@@ -549,4 +550,4 @@ class SubformerModel(TransformerModel):
 
 # --- architectures: the ``subformer*`` entries of lightcompress.models.presets.PRESETS ----
 
-register_presets("subformer")
+register_presets("subformer", SUBFORMER_PRESETS)

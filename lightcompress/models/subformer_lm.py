@@ -30,6 +30,7 @@ from fairseq.models.transformer_lm import (
 )
 
 from lightcompress.models.presets import register_presets
+from lightcompress.models.presets_subformer import SUBFORMER_PRESETS
 from lightcompress.models.subformer import (
     SHARING_SCHEDULES,
     SubformerDecoder,
@@ -128,4 +129,4 @@ class SubformerLanguageModel(TransformerLanguageModel):
 
 # --- architectures: the ``subformer_lm*`` entries of lightcompress.models.presets.PRESETS ---
 
-register_presets("subformer_lm")
+register_presets("subformer_lm", SUBFORMER_PRESETS)

@@ -55,6 +55,7 @@ from lightcompress.modules.tensor_train import (
 
 __all__ = [
     "ALIASES",
+    "FACTORS",
     "KINDS",
     "PARAM_CHECKS",
     "QUANTIZE",
@@ -69,6 +70,8 @@ __all__ = [
     "register",
     "target_of",
     "tt_shapes",
+    "two_factors",
+    "unregister",
 ]
 
 TARGETS = ("linear", "embedding", "qkv")
@@ -154,6 +157,11 @@ class Variant:
     int8 : callable, optional
         ``module -> module of nn.Linear pieces`` computing the same function, for dynamic int8
         quantization; ``None`` when the class needs no conversion or cannot be quantized.
+    factors : callable, optional
+        ``module -> (first, second)`` with the weight ``W = second @ first`` (``first``
+        ``(r, in)``, ``second`` ``(out, r)``; for a table ``(V, d)``: ``(r, d)`` and
+        ``(V, r)``), for code that computes ``x W^T`` in two products: the logits of a tied
+        factorized table, the regrouped maps of the ONNX export. ``None``: no such form.
     """
 
     kind: str
@@ -165,6 +173,7 @@ class Variant:
     one_of: tuple[str, ...] = ()
     optional: tuple[str, ...] = ()
     int8: Callable[[nn.Module], nn.Module] | None = None
+    factors: Callable[[nn.Module], tuple] | None = None
 
     @property
     def allowed(self) -> set[str]:
@@ -255,6 +264,9 @@ ALIASES: dict[str, tuple[str, str]] = {
 QUANTIZE: dict[type, Callable[[nn.Module], nn.Module]] = {}
 """Layer class -> int8 converter, collected from the variants' ``int8``."""
 
+FACTORS: dict[type, Callable[[nn.Module], tuple]] = {}
+"""Layer class -> its two factors ``(first, second)``, collected from the variants' ``factors``."""
+
 
 def register(kind: str, target: str, cls, make, fit=None, *, help: str = "", **schema) -> Variant:
     """Register the ``target`` variant of ``kind`` (see :class:`Variant` for the fields)."""
@@ -269,7 +281,31 @@ def register(kind: str, target: str, cls, make, fit=None, *, help: str = "", **s
     entry.variants[target] = variant
     if variant.int8 is not None and cls is not None:
         QUANTIZE[cls] = variant.int8
+    if variant.factors is not None and cls is not None:
+        FACTORS[cls] = variant.factors
     return variant
+
+
+def unregister(kind: str) -> None:
+    """Remove ``kind`` and every variant of it (with its int8 and factor handlers): for tests
+    and notebooks that register a kind for a while. Built-in kinds are kept."""
+    if kind in _BUILTIN:
+        raise ValueError(f"kind {kind!r} is built in")
+    entry = KINDS.pop(kind, None)
+    if entry is None:
+        raise ValueError(f"unknown kind {kind!r}")
+    others = {v.cls for k in KINDS.values() for v in k.variants.values()}
+    for variant in entry.variants.values():
+        if variant.cls not in others:
+            QUANTIZE.pop(variant.cls, None)
+            FACTORS.pop(variant.cls, None)
+
+
+def two_factors(module: nn.Module) -> tuple | None:
+    """``(first, second)`` with ``module``'s weight ``= second @ first`` if its kind declares
+    them (:attr:`Variant.factors`; the exact class), else None."""
+    fn = FACTORS.get(type(module))
+    return None if fn is None else fn(module)
 
 
 def canonical_kind(name: str) -> str:
@@ -407,9 +443,11 @@ def _lowrank_embedding(s: Shape, p: dict) -> dict:
 
 register("lowrank", "linear", LowRankLinear, _lowrank_linear,
          lambda m, p: LowRankLinear.from_linear(m, **p), one_of=_RANK,
-         int8=lambda m: m.as_linears(), help="W = U V (SVD transfer)")  # fmt: skip
+         int8=lambda m: m.as_linears(), factors=lambda m: (m.v, m.u),
+         help="W = U V (SVD transfer)")  # fmt: skip
 register("lowrank", "embedding", LowRankEmbedding, _lowrank_embedding,
-         lambda m, p: LowRankEmbedding.from_embedding(m, **p), one_of=_RANK)  # fmt: skip
+         lambda m, p: LowRankEmbedding.from_embedding(m, **p), one_of=_RANK,
+         factors=lambda m: (m.v, m.u))  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------
@@ -552,3 +590,6 @@ def _register_qkv() -> None:
 
 
 _register_qkv()
+
+
+_BUILTIN = frozenset(KINDS)
