@@ -233,7 +233,7 @@ class SaveDirLock:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> SaveDirLock:
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
