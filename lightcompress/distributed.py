@@ -330,6 +330,10 @@ def run_worker(argv: list[str], env=None) -> None:
 
         sys.argv = ["fairseq-train", *argv, *extra]
         fairseq_train.cli_main()
+        import torch.distributed as dist
+
+        if dist.is_initialized():  # not left to the interpreter's exit, where gloo may abort
+            dist.destroy_process_group()
     finally:
         if lock is not None:
             lock.release()

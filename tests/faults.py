@@ -85,7 +85,8 @@ def dump_state(trainer, dump_dir: str) -> str:
 
     os.makedirs(dump_dir, exist_ok=True)
     state = {k: v.detach().clone() for k, v in trainer.get_model().state_dict().items()}
-    path = os.path.join(dump_dir, f"rank{trainer.data_parallel_rank}.pt")
+    rank = os.environ["RANK"]  # torchrun's (the process group is gone by now)
+    path = os.path.join(dump_dir, f"rank{rank}.pt")
     torch.save({"model": state, "num_updates": trainer.get_num_updates()}, path)
     return path
 

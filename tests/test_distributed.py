@@ -279,7 +279,11 @@ def test_tied_encoder_layers_stay_tied_after_distributed_training(runs):
 
 def root_cause(log):
     """(rank, exitcode) of torchrun's summary "Root Cause (first observed failure)"."""
-    found = re.search(r"Root Cause.*?rank\s*: (\d+) .*?exitcode\s*: (-?\d+)", log, re.DOTALL)
+    found = re.search(
+        r"Root Cause \(first observed failure\):.*?rank\s*: (\d+) .*?exitcode\s*: (-?\d+)",
+        log,
+        re.DOTALL,
+    )
     assert found, log[-3000:]
     return int(found[1]), int(found[2])
 
@@ -506,6 +510,8 @@ total = torch.tensor([float(os.environ["RANK"]) + 1])
 dist.all_reduce(total)
 print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}: sum {total.item():g} "
       f"timeout {os.environ.get('LC_DIST_TIMEOUT')} args {' '.join(sys.argv[1:])}", flush=True)
+dist.barrier()
+dist.destroy_process_group()  # not left to the interpreter's exit (gloo may abort there)
 """
 
 
