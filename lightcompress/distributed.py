@@ -244,15 +244,6 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _watching = False
 
 
-def _end_orphan(launcher: int) -> None:
-    with contextlib.suppress(OSError, ValueError):  # the output may have gone with torchrun
-        print(f"[rank] torchrun (pid {launcher}) is gone; ending this rank", file=sys.stderr)
-        sys.stderr.flush()
-    os.kill(os.getpid(), signal.SIGTERM)
-    time.sleep(5)
-    os._exit(128 + signal.SIGTERM)  # a SIGTERM handler that did not end the process
-
-
 def die_with_launcher(interval: float = 1.0) -> bool:
     """End this process when its parent (torchrun) dies; returns whether it watches.
 
@@ -272,7 +263,12 @@ def die_with_launcher(interval: float = 1.0) -> bool:
     def watch() -> None:
         while os.getppid() == launcher:
             time.sleep(interval)
-        _end_orphan(launcher)
+        with contextlib.suppress(OSError, ValueError):  # the output may have gone with torchrun
+            print(f"torchrun (pid {launcher}) is gone; ending this rank", file=sys.stderr)
+            sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        os._exit(128 + signal.SIGTERM)  # a SIGTERM handler that did not end the process
 
     threading.Thread(target=watch, daemon=True, name="lc-launcher-watch").start()
     _watching = True
@@ -311,7 +307,10 @@ def run_worker(argv: list[str], env=None) -> None:
         ) from None
     die_with_launcher()
     if env.get("LC_DIST_TIMEOUT"):
-        _end_after(float(env["LC_DIST_TIMEOUT"]), rank)
+        try:
+            _end_after(float(env["LC_DIST_TIMEOUT"]), rank)
+        except ValueError:
+            raise LaunchRefused(f"LC_DIST_TIMEOUT={env['LC_DIST_TIMEOUT']}: not seconds") from None
     save_dir = save_dir_of(argv) if rank == 0 else None
     lock = SaveDirLock(save_dir).acquire(command=argv) if save_dir else None
     print(
