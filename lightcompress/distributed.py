@@ -68,6 +68,14 @@ _PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Broken p
 _PEER_WAIT = 10.0  # seconds such a rank waits for torchrun to stop it
 
 
+def _say(line: str, stream=None) -> None:
+    """Write one line in one call: the ranks share torchrun's output, and a line written in
+    pieces (``print``'s text, then its newline) gets mixed with another rank's."""
+    stream = stream or sys.stderr
+    stream.write(line + "\n")
+    stream.flush()
+
+
 class LaunchRefused(RuntimeError):
     """Nothing was trained: not under torchrun, or the save directory is in use (one line)."""
 
@@ -264,8 +272,7 @@ def die_with_launcher(interval: float = 1.0) -> bool:
         while os.getppid() == launcher:
             time.sleep(interval)
         with contextlib.suppress(OSError, ValueError):  # the output may have gone with torchrun
-            print(f"torchrun (pid {launcher}) is gone; ending this rank", file=sys.stderr)
-            sys.stderr.flush()
+            _say(f"torchrun (pid {launcher}) is gone; ending this rank")
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)
         os._exit(128 + signal.SIGTERM)  # a SIGTERM handler that did not end the process
@@ -278,11 +285,9 @@ def die_with_launcher(interval: float = 1.0) -> bool:
 def _end_after(seconds: float, rank: int) -> None:
     def timeout() -> None:
         time.sleep(seconds)
-        print(
+        _say(
             f"[rank {rank}] error: timeout: still running after {seconds:g} s "
-            "(LC_DIST_TIMEOUT / TIMEOUT); ending this rank, torchrun stops the others",
-            file=sys.stderr,
-            flush=True,
+            "(LC_DIST_TIMEOUT / TIMEOUT); ending this rank, torchrun stops the others"
         )
         os._exit(124)
 
@@ -313,10 +318,10 @@ def run_worker(argv: list[str], env=None) -> None:
             raise LaunchRefused(f"LC_DIST_TIMEOUT={env['LC_DIST_TIMEOUT']}: not seconds") from None
     save_dir = save_dir_of(argv) if rank == 0 else None
     lock = SaveDirLock(save_dir).acquire(command=argv) if save_dir else None
-    print(
+    _say(
         f"[rank {rank}] pid {os.getpid()} of {world} ranks, torchrun pid {os.getppid()}, "
         f"rendezvous {env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}",
-        flush=True,
+        sys.stdout,
     )
     extra = cpu_rank_args(rank, world)
     if "--load-checkpoint-on-all-dp-ranks" not in argv:
@@ -347,24 +352,22 @@ def _rank_main(argv: list[str]) -> int:
     try:
         run_worker(argv)
     except LaunchRefused as exc:
-        print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
+        _say(f"[rank {rank}] error: {exc}")
         return 2
     except Exception as exc:  # noqa: BLE001 - one line naming the rank, then torchrun's summary
         cause = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         if type(exc).__module__.startswith("lightcompress."):  # the plugin's own: one line
-            print(f"[rank {rank}] error: {exc}", file=sys.stderr, flush=True)
+            _say(f"[rank {rank}] error: {exc}")
             return 2
         if any(s in str(exc) for s in _PEER_GONE):
-            print(
+            _say(
                 f"[rank {rank}] stopping: another rank ended first ({cause}); torchrun's "
-                f"summary below names it (Root Cause); {resume}",
-                file=sys.stderr,
-                flush=True,
+                f"summary below names it (Root Cause); {resume}"
             )
             time.sleep(_PEER_WAIT)  # torchrun records the dead rank first, then stops this one
         else:
             traceback.print_exc()
-            print(f"[rank {rank}] error: {cause}; {resume}", file=sys.stderr, flush=True)
+            _say(f"[rank {rank}] error: {cause}; {resume}")
         return 1
     return 0
 
@@ -397,7 +400,12 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     p.add_argument(
         "--heartbeat-timeout", type=int, default=300, help="fairseq's; 0: unset (default: 300)"
     )
-    p.add_argument("--worker", metavar="FILE", help="the rank entry (default: this file)")
+    p.add_argument(
+        "--worker",
+        default=os.environ.get("LC_DIST_WORKER") or None,
+        metavar="FILE",
+        help="the rank entry torchrun runs (default: $LC_DIST_WORKER, else this file)",
+    )
     return parser, p
 
 
@@ -431,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
         launch.error("give the fairseq-train arguments after --")
     if args.nproc < 1:
         launch.error(f"--nproc must be >= 1, got {args.nproc}")
+    if args.port is not None and not 1 <= args.port <= 65535:
+        launch.error(f"--port must be a TCP port (1-65535), got {args.port}")
     if args.worker and not os.path.isfile(args.worker):
         launch.error(f"--worker: no such file: {args.worker}")
     if args.heartbeat_timeout and "--heartbeat-timeout" not in rest:

@@ -32,11 +32,11 @@ import time
 
 PATH = os.path.abspath(__file__)
 REPO_ROOT = os.path.dirname(os.path.dirname(PATH))
-LAUNCHER = os.path.join(REPO_ROOT, "lightcompress", "distributed.py")
+ENTRY = os.path.join(REPO_ROOT, "lightcompress", "distributed.py")
 
 
-def _launcher():
-    spec = importlib.util.spec_from_file_location("_lc_distributed", LAUNCHER)
+def _entry():
+    spec = importlib.util.spec_from_file_location("_lc_distributed", ENTRY)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -92,7 +92,7 @@ def dump_state(trainer, dump_dir: str) -> str:
 
 
 def main(argv) -> int:
-    entry = _launcher()  # the rank entry by path: imports neither fairseq nor the package
+    entry = _entry()  # the rank entry by path: imports neither fairseq nor the package
     entry.die_with_launcher()  # first: end with torchrun, as the production entry does
     # fairseq_cli.train sets up fairseq-train's log format when imported: before anything
     # else of fairseq configures logging (the tests parse that format)
