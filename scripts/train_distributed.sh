@@ -17,6 +17,7 @@
 # NNODES                cpu: machines (default 1). With more than one, run the same command on
 #                       every machine with RDZV_ENDPOINT=HOST:PORT (a machine of the job that
 #                       all reach; torchrun's c10d rendezvous) and the same RDZV_ID
+# RDZV_ENDPOINT         cpu, NNODES > 1: HOST:PORT of torchrun's rendezvous store (required)
 # RDZV_ID               cpu, NNODES > 1: the job's name at the rendezvous (default: lightcompress)
 # PORT                  cpu, one machine: rendezvous port on 127.0.0.1 (default: torchrun picks a
 #                       free one); a port in use is refused before any rank starts
