@@ -1,9 +1,11 @@
-"""Test-only rank entry for ``lightcompress/distributed.py``: fault injection and state dumps.
+"""Test-only rank entry wrapping ``lightcompress/distributed.py``: fault injection and dumps.
 
-The launcher runs it on every rank when told to (``LC_DIST_WORKER=tests/faults.py``, or
-``launch --worker tests/faults.py``): ``python tests/faults.py FAIRSEQ_TRAIN_ARGS`` installs the
-hooks below on fairseq's ``Trainer`` and then calls the production rank entry,
-``lightcompress.distributed.run_worker``. Hooks, set by environment variables:
+torchrun runs it on every rank instead of the production entry when told to
+(``LC_DIST_WORKER=tests/faults.py`` for ``scripts/train_distributed.sh``, ``launch --worker
+tests/faults.py``, or ``torchrun ... tests/faults.py ARGS``): ``python tests/faults.py
+FAIRSEQ_TRAIN_ARGS`` installs the hooks below on fairseq's ``Trainer`` and then calls the
+production rank entry (``lightcompress.distributed.main``, which runs ``run_worker``). Hooks,
+set by environment variables:
 
 ``LC_DIST_DUMP_DIR``
     at the end of training every rank writes ``DIR/rank{R}.pt``: ``{"model": state_dict,
@@ -14,7 +16,7 @@ hooks below on fairseq's ``Trainer`` and then calls the production rank entry,
 ``LC_DIST_UPDATE_DELAY``
     every rank sleeps this many seconds after each update (a slow run, to act on it midway).
 
-Like the production entry, the rank ends when the launcher dies
+Like the production entry, the rank ends when torchrun dies
 (``lightcompress.distributed.die_with_launcher``, set up before fairseq is imported).
 
 It is run as a file, and loads ``distributed.py`` by path: the rank must not import the
@@ -30,11 +32,11 @@ import time
 
 PATH = os.path.abspath(__file__)
 REPO_ROOT = os.path.dirname(os.path.dirname(PATH))
-LAUNCHER = os.path.join(REPO_ROOT, "lightcompress", "distributed.py")
+ENTRY = os.path.join(REPO_ROOT, "lightcompress", "distributed.py")
 
 
-def _launcher():
-    spec = importlib.util.spec_from_file_location("_lc_distributed", LAUNCHER)
+def _entry():
+    spec = importlib.util.spec_from_file_location("_lc_distributed", ENTRY)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -83,24 +85,25 @@ def dump_state(trainer, dump_dir: str) -> str:
 
     os.makedirs(dump_dir, exist_ok=True)
     state = {k: v.detach().clone() for k, v in trainer.get_model().state_dict().items()}
-    path = os.path.join(dump_dir, f"rank{trainer.data_parallel_rank}.pt")
+    rank = os.environ["RANK"]  # torchrun's (the process group is gone by now)
+    path = os.path.join(dump_dir, f"rank{rank}.pt")
     torch.save({"model": state, "num_updates": trainer.get_num_updates()}, path)
     return path
 
 
 def main(argv) -> int:
-    launcher = _launcher()  # the launcher module by path: imports neither fairseq nor the package
-    launcher.die_with_launcher()  # first: end with the launcher, as the production entry does
+    entry = _entry()  # the rank entry by path: imports neither fairseq nor the package
+    entry.die_with_launcher()  # first: end with torchrun, as the production entry does
     # fairseq_cli.train sets up fairseq-train's log format when imported: before anything
     # else of fairseq configures logging (the tests parse that format)
     import fairseq_cli.train  # noqa: F401
 
     seen = install_hooks()
-    launcher.run_worker(argv)
+    code = entry.main(argv)
     dump_dir = os.environ.get("LC_DIST_DUMP_DIR")
-    if dump_dir and "trainer" in seen:
+    if code == 0 and dump_dir and "trainer" in seen:
         dump_state(seen["trainer"], dump_dir)
-    return 0
+    return code
 
 
 if __name__ == "__main__":

@@ -1,29 +1,32 @@
-"""Data-parallel training on CPU workers: ``scripts/train_distributed.sh`` with
-``DEVICE=cpu`` and ``lightcompress/distributed.py``.
+"""Data-parallel training on CPU workers: ``scripts/train_distributed.sh`` with ``DEVICE=cpu``,
+torchrun, and the rank entry ``lightcompress/distributed.py``.
 
 Claims checked on a tiny LightFormer with cross-layer sharing (4 encoder layers in 2 groups):
 
-- two gloo workers end with identical parameters, and equal to one worker with
-  ``--update-freq 2`` (same seed, same batches: rank ``r`` gets batches ``r, r+2, ...``; one
-  worker accumulates the same pairs);
+- two gloo workers started by torchrun end with identical parameters, and equal to one worker
+  with ``--update-freq 2`` (same seed, same batches: rank ``r`` gets batches ``r, r+2, ...``;
+  one worker accumulates the same pairs);
 - the encoder layers tied in a group are still tied after training: the checkpoint holds equal
   tensors for them, the reloaded model shares the Parameter objects, and its unique parameter
   count equals the single-worker model's;
-- a rank that dies makes the launcher stop the others and fail within seconds, naming the
-  rank; running the same command again resumes from the last checkpoint;
-- ``scripts/train_distributed.sh --help`` prints the script's and the launcher's help and starts
-  no rank (``DEVICE=gpu``: the script's help, then fairseq-train's);
-- the ranks die with the launcher: after a ``kill -9`` of the launcher mid-training they are
-  gone within seconds (``prctl(PR_SET_PDEATHSIG)``, and a parent-pid watchdog where that is
-  missing), and the same command resumes, taking over the dead run's lock with a warning;
-- one run per ``--save-dir``: a second launch while one is live is refused with one line;
-- a ``PORT`` in use is refused before any rank starts, naming ``PORT`` / ``--port``; a port the
-  launcher picked that is taken meanwhile is replaced by another.
+- a rank that dies makes torchrun stop the others and fail within seconds; its summary names
+  the rank that died first, the surviving rank says why it stops, and running the same command
+  again resumes from the last checkpoint;
+- ``scripts/train_distributed.sh --help`` prints the script's help, then fairseq-train's, and
+  starts no rank;
+- the ranks die with torchrun: after a ``kill -9`` of torchrun mid-training they are gone within
+  seconds (``prctl(PR_SET_PDEATHSIG)``, and a parent-pid watchdog where that is missing), and the
+  same command resumes, taking over the dead run's lock with a warning;
+- one run per ``--save-dir`` (rank 0 holds a lock in the directory, whatever its name): a second
+  run while one is live is refused with one line;
+- a ``PORT`` in use is refused before any rank starts;
+- the multi-node command (torchrun's c10d rendezvous): printed by a dry run, and two torchrun
+  "machines" on this one form one world.
 
 Faults are injected by the test-only rank entry ``tests/faults.py`` (selected with
-``LC_DIST_WORKER``), which wraps the production one; the launcher holds no fault hook.
+``LC_DIST_WORKER``), which wraps the production one; the rank entry holds no fault hook.
 
-Only 127.0.0.1, ports picked by the OS, every subprocess under a timeout.
+Only 127.0.0.1, ports picked by the OS or torchrun, every subprocess under a timeout.
 """
 
 import io
@@ -41,7 +44,7 @@ import pytest
 import torch
 
 SCRIPT = os.path.join(harness.REPO_ROOT, "scripts", "train_distributed.sh")
-LAUNCHER = os.path.join(harness.REPO_ROOT, "lightcompress", "distributed.py")
+ENTRY = os.path.join(harness.REPO_ROOT, "lightcompress", "distributed.py")
 FAULTS = os.path.join(harness.REPO_ROOT, "tests", "faults.py")  # the test-only rank entry
 HOOK_VARS = (
     "LC_DIST_WORKER",
@@ -49,8 +52,13 @@ HOOK_VARS = (
     "LC_DIST_KILL_RANK",
     "LC_DIST_KILL_AFTER_UPDATES",
     "LC_DIST_UPDATE_DELAY",
-    "LC_DIST_LAUNCHER_PID",
+    "LC_DIST_TIMEOUT",
     "PORT",
+    "NNODES",
+    "RDZV_ENDPOINT",
+    "RDZV_ID",
+    "RANK",
+    "WORLD_SIZE",
 )
 RUN_TIMEOUT = 120  # seconds, per fairseq run (a run here takes about 10 s)
 MAX_UPDATE = 8
@@ -177,43 +185,33 @@ def test_script_adds_update_freq_from_reference_gpus(tmp_path):
     assert "32768 tokens per update" in proc.stderr
 
 
-@pytest.mark.parametrize("flag", ["--help", "-h"])
-def test_script_help_prints_the_launchers_usage_and_starts_no_rank(flag):
-    """``train_distributed.sh --help`` reaches the launcher after ``--``: it answers with its
-    own usage (exit 0) instead of starting ranks that each print fairseq-train's help."""
-    env = dict(os.environ, PYTHON=sys.executable, DEVICE="cpu", NPROC="2")
-    for var in HOOK_VARS:
-        env.pop(var, None)
-    proc = subprocess.run(
-        ["bash", SCRIPT, flag],
-        check=False, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert "usage: python -m lightcompress.distributed launch" in proc.stdout
-    assert "--nproc" in proc.stdout and "fairseq-train --help" in proc.stdout
-    assert "[rank" not in proc.stdout + proc.stderr and "[launcher]" not in proc.stdout
-    # after fairseq-train arguments too, and without the launcher's required options
-    proc = subprocess.run(
-        [sys.executable, LAUNCHER, "launch", "--", "DATA", "--arch", "transformer", flag],
-        check=False, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
-    assert proc.returncode == 0 and "usage:" in proc.stdout and "[rank" not in proc.stdout
-
-
-def test_launcher_help_exits_0(capsys):
+def test_launch_help_exits_0_and_starts_no_rank(capsys):
     from lightcompress.distributed import main
 
-    assert main(["launch", "--nproc", "2", "--", "--help"]) == 0
-    assert "--nproc NPROC" in capsys.readouterr().out
-    for argv in (["--help"], ["launch", "-h"]):
+    assert main(["launch", "--nproc", "2", "--", "DATA", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--nproc NPROC" in out and "fairseq-train --help" in out
+    for argv in (["--help"], ["launch", "-h"], ["update-freq", "-h"]):
         with pytest.raises(SystemExit) as exit_:
             main(argv)
         assert exit_.value.code == 0
         assert "usage: python -m lightcompress.distributed" in capsys.readouterr().out
 
 
-def test_fault_injection_is_not_in_the_production_launcher():
-    with open(LAUNCHER, encoding="utf-8") as f:
+def test_the_rank_entry_outside_torchrun_says_how_to_start_it():
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    proc = subprocess.run(
+        [sys.executable, ENTRY, "DATA", "--arch", "transformer"],
+        check=False, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("[rank ?] error: not started by torchrun (RANK / WORLD_SIZE unset)")
+    assert "scripts/train_distributed.sh" in line and "torchrun --standalone" in line
+
+
+def test_fault_injection_is_not_in_the_production_rank_entry():
+    with open(ENTRY, encoding="utf-8") as f:
         source = f.read()
     assert "LC_DIST_KILL" not in source and "LC_DIST_UPDATE_DELAY" not in source
     assert "signal.SIGKILL" not in source  # its only self-signal: SIGTERM when orphaned
@@ -279,11 +277,28 @@ def test_tied_encoder_layers_stay_tied_after_distributed_training(runs):
     assert unique < total  # sharing is real: two of the four encoder layers are copies
 
 
+def root_cause(log):
+    """(rank, exitcode) of torchrun's summary "Root Cause (first observed failure)"."""
+    found = re.search(
+        r"Root Cause \(first observed failure\):.*?rank\s*: (\d+) .*?exitcode\s*: (-?\d+)",
+        log,
+        re.DOTALL,
+    )
+    assert found, log[-3000:]
+    return int(found[1]), int(found[2])
+
+
 def test_dead_rank_stops_the_others_with_a_clear_error(runs):
     failed = runs["failed"]
     assert failed.returncode != 0
-    assert "rank 1" in failed.stderr and "SIGKILL" in failed.stderr, failed.stderr[-3000:]
-    assert "resume" in failed.stderr
+    log = failed.stderr
+    assert root_cause(log) == (1, -signal.SIGKILL)  # torchrun names the rank that died first
+    assert "(SIGKILL)" in log and "LC_DIST_KILL_RANK: rank 1 kills itself" in failed.stdout
+    # the survivor, when gloo told it before torchrun stopped it, says why it stops and how
+    # to go on (and waits, so that torchrun records rank 1 first)
+    for line in [x for x in log.splitlines() if x.startswith("[rank 0] ")]:
+        assert line.startswith("[rank 0] stopping: another rank ended first (")
+        assert "Root Cause" in line and "rerun the same command to resume" in line
     # stopped at once, not after gloo's 30-minute collective timeout (start-up included)
     assert runs["failed_seconds"] < RUN_TIMEOUT - 30
     assert "num_updates=8," not in failed.stdout
@@ -301,11 +316,14 @@ def test_restart_resumes_from_the_last_checkpoint(runs):
     assert final["optimizer_history"][-1]["num_updates"] == MAX_UPDATE
 
 
-def test_script_help_with_device_gpu_prints_the_scripts_help_then_fairseq_trains(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_script_help_prints_the_scripts_help_then_fairseq_trains(tmp_path, device):
+    """``--help`` anywhere among the arguments: the script's help (its variables), then
+    fairseq-train's for the same arguments; no torchrun, no rank, no GPU count."""
     fake = tmp_path / "fake-train"
     fake.write_text('#!/bin/sh\necho "FAIRSEQ-TRAIN HELP: $*"\n')
     fake.chmod(0o755)
-    env = dict(os.environ, PYTHON=sys.executable, DEVICE="gpu", FAIRSEQ_TRAIN=str(fake))
+    env = dict(os.environ, PYTHON=sys.executable, DEVICE=device, FAIRSEQ_TRAIN=str(fake))
     env.pop("NPROC", None)  # the GPU count is not needed (no torch import) for --help
     for flag in ("--help", "-h"):
         proc = subprocess.run(
@@ -315,34 +333,32 @@ def test_script_help_with_device_gpu_prints_the_scripts_help_then_fairseq_trains
         assert proc.returncode == 0, proc.stderr
         out = proc.stdout
         assert out.startswith("Data-parallel fairseq-train on N workers")
-        for name in ("DEVICE=gpu", "NPROC", "EFFECTIVE_TOKENS", "REFERENCE_GPUS", "PORT"):
+        for name in ("DEVICE=gpu", "NPROC", "NNODES", "EFFECTIVE_TOKENS", "REFERENCE_GPUS", "PORT"):
             assert name in out
         assert f"FAIRSEQ-TRAIN HELP: DATA --arch transformer {flag}" in out
         assert out.index("EFFECTIVE_TOKENS") < out.index("FAIRSEQ-TRAIN HELP")
-        assert "--distributed-world-size" not in out  # help only, nothing launched
+        assert "--distributed-world-size" not in out and "[rank" not in out + proc.stderr
 
 
-# --- ranks die with the launcher; one run per save directory; ports -------------------------
+# --- ranks die with torchrun; one run per save directory; ports; several machines -----------
 
 _CHILD = """
 import os, sys, time
-sys.path.insert(0, os.path.dirname({launcher!r}))
+sys.path.insert(0, os.path.dirname({entry!r}))
 import distributed
 if {no_prctl}:
     sys.platform = "darwin"  # the parent-pid watchdog alone
 assert distributed.die_with_launcher(interval=0.2)
-assert "LC_DIST_LAUNCHER_PID" not in os.environ  # not passed on to what the rank starts
 print("ready", flush=True)
 time.sleep(120)
 """
 
 _PARENT = """
-import os, subprocess, sys, time
-env = dict(os.environ, LC_DIST_LAUNCHER_PID=str(os.getpid()))
-# the child's output goes to this process only, as a rank's goes to the launcher: once this
+import subprocess, sys, time
+# the child's output goes to this process only, as a rank's goes to torchrun: once this
 # process is killed, writing it fails (broken pipe)
-child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
+child = subprocess.Popen([sys.executable, "-c", sys.argv[1]], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
 assert child.stdout.readline() == "ready\\n"
 print(child.pid, flush=True)
 time.sleep(120)
@@ -375,12 +391,14 @@ def _wait_gone(pids, seconds):
 
 @pytest.mark.parametrize("no_prctl", [False, True], ids=["prctl", "watchdog"])
 def test_a_rank_dies_when_its_launcher_is_killed(no_prctl):
-    """die_with_launcher (called by the rank entry before fairseq starts): SIGKILL the parent,
-    the child ends within seconds; with PR_SET_PDEATHSIG and with the watchdog thread alone."""
-    child_code = _CHILD.format(launcher=LAUNCHER, no_prctl=no_prctl)
+    """die_with_launcher (called by the rank entry before fairseq starts): SIGKILL the parent
+    (which started the child in its own session, as torchrun does), the child ends within
+    seconds; with PR_SET_PDEATHSIG and with the watchdog thread alone."""
+    child_code = _CHILD.format(entry=ENTRY, no_prctl=no_prctl)
     parent = subprocess.Popen(
         [sys.executable, "-c", _PARENT, child_code], stdout=subprocess.PIPE, text=True
     )
+    child = None
     try:
         child = int(parent.stdout.readline())
         assert not _gone(child)
@@ -390,59 +408,73 @@ def test_a_rank_dies_when_its_launcher_is_killed(no_prctl):
     finally:
         parent.kill()
         parent.wait()
+        if child and not _gone(child):
+            os.kill(child, signal.SIGKILL)
 
 
-def test_save_dir_lock_refuses_a_live_run_and_takes_over_a_dead_ones(tmp_path):
+def test_save_dir_of_reads_every_form_of_the_flag():
+    from lightcompress.distributed import save_dir_of
+
+    assert save_dir_of(["DATA"]) == "checkpoints"  # fairseq's default
+    assert save_dir_of(["DATA", "--save-dir", "a"]) == "a"
+    assert save_dir_of(["--save-dir=b/", "DATA"]) == "b/"
+    assert save_dir_of(["--save-dir", "a", "--save-dir=c"]) == "c"  # the last one, as argparse
+    assert save_dir_of(["--save-dir", "a", "--no-save"]) is None
+
+
+def test_save_dir_lock_refuses_a_live_run_by_any_name_and_takes_over_a_dead_ones(
+    tmp_path, monkeypatch
+):
     from lightcompress.distributed import LOCK_NAME, LaunchRefused, SaveDirLock
 
     save = str(tmp_path / "ckpt")
     first = SaveDirLock(save).acquire(command=["first"])
     with pytest.raises(LaunchRefused, match=rf"--save-dir {save} is in use .*pid {os.getpid()}"):
         SaveDirLock(save).acquire()
+    # the same directory by other names: relative with a trailing slash, through a symlink
+    os.symlink(save, tmp_path / "link")
+    monkeypatch.chdir(tmp_path)
+    for name in ("ckpt/", "./ckpt", "link", str(tmp_path / "link" / ".")):
+        with pytest.raises(LaunchRefused, match="is in use by another training run"):
+            SaveDirLock(name).acquire()
     first.release()
     assert os.listdir(save) == []  # the lock file goes with the run
-    # a lock left by a run that was killed: its pid is gone; taken over with a warning
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+    # a file left by a run that was killed (no flock on it any more): taken over with a warning
     with open(os.path.join(save, LOCK_NAME), "w") as f:
-        json.dump({"pid": dead.pid, "host": socket.gethostname(), "ranks": []}, f)
+        json.dump({"pid": 4242, "started": "earlier", "host": socket.gethostname()}, f)
     warnings = io.StringIO()
-    with SaveDirLock(save).acquire(out=warnings) as lock:
+    with SaveDirLock("ckpt").acquire(out=warnings) as lock:
         assert "taking over the lock of an earlier run" in warnings.getvalue()
-        assert f"pid {dead.pid}" in warnings.getvalue()
+        assert "rank 0 pid 4242" in warnings.getvalue()
         with open(lock.path) as f:
             assert json.load(f)["pid"] == os.getpid()
-    # a file system without a working flock: the pids in the file decide (os.kill(pid, 0))
-    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        with open(os.path.join(save, LOCK_NAME), "w") as f:
-            json.dump({"pid": 1, "host": "elsewhere", "ranks": []}, f)  # another host: no say
-        SaveDirLock(save).acquire(out=io.StringIO()).release()
-        with open(os.path.join(save, LOCK_NAME), "w") as f:
-            json.dump({"pid": dead.pid, "ranks": [[alive.pid, None]]}, f)
-        with pytest.raises(LaunchRefused, match=rf"still run \(pids {alive.pid};"):
-            SaveDirLock(save).acquire(wait=0.3)
-    finally:
-        alive.kill()
-        alive.wait()
+    assert os.listdir(save) == []
 
 
-_FAKE_RANK = """
-import socket, sys
-args = sys.argv[1:]
-rank = int(args[args.index("--distributed-rank") + 1])
-host, port = args[args.index("--distributed-init-method") + 1][len("tcp://"):].split(":")
-open(sys.argv[0] + ".ports", "a").write(f"{rank} {port}\\n")
-if rank == 0:
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        s.bind((host, int(port)))
-    except OSError:
-        print("DistNetworkError: ... code: -98, name: EADDRINUSE, message: address already in use")
-        sys.exit(1)
-print("trained")
-"""
+def test_a_failing_rank_prints_one_line_naming_itself(monkeypatch, capsys):
+    """The rank entry's report: a peer's death (gloo's message) is named as such, after a
+    wait for torchrun to stop this rank; the plugin's own errors in one line (exit 2); others
+    with the traceback, then one line with the way to resume."""
+    import lightcompress.distributed as dist
+    from lightcompress.modules.registry import ConfigError
+
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(dist, "_PEER_WAIT", 0.0)
+    cases = [
+        (RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:1"), 1, "stopping"),
+        (ConfigError("--lc-rank must be positive"), 2, "error: --lc-rank must be positive"),
+        (KeyError("bad batch"), 1, "error: KeyError: 'bad batch'; rerun the same command"),
+    ]
+    for (exc, code, says), traced in zip(cases, (False, False, True), strict=True):
+
+        def fail(argv, exc=exc):
+            raise exc
+
+        monkeypatch.setattr(dist, "run_worker", fail)
+        assert dist.main(["DATA"]) == code
+        err = capsys.readouterr().err
+        assert err.splitlines()[-1].startswith(f"[rank 1] {says}"), err
+        assert ("Traceback" in err) == traced
 
 
 def _busy_port():
@@ -461,44 +493,120 @@ def test_a_port_in_use_is_refused_before_any_rank_starts(tmp_path):
         proc = run_script(["DATA", "--save-dir", str(save)], env)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     expected = (
-        f"[launcher] error: port {port} on 127.0.0.1 is in use (another training run's "
-        "rendezvous?): free it, or choose another port: PORT=N for "
-        "scripts/train_distributed.sh, --port N for the launcher (leave both unset and the "
-        "launcher picks a free one)"
+        f"train_distributed.sh: error: PORT {port} on 127.0.0.1 is in use (another training "
+        "run's rendezvous?): free it, or choose another PORT (leave it unset and torchrun picks "
+        "a free one)"
     )
     assert proc.stderr.splitlines() == [expected]
-    assert "[rank" not in proc.stdout and "Restart the same command" not in proc.stderr
+    assert proc.stdout == ""
     assert not save.exists()  # nothing written
 
 
-def test_a_picked_port_taken_meanwhile_is_replaced(tmp_path, monkeypatch):
-    """The launcher's own port was taken before rank 0 listened on it: it starts the ranks
-    again on another free port instead of advising a rerun that could fail the same way."""
-    import lightcompress.distributed as dist
+_FAKE_RANK = """
+import os, sys
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="env://")
+total = torch.tensor([float(os.environ["RANK"]) + 1])
+dist.all_reduce(total)
+print(f"rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']}: sum {total.item():g} "
+      f"timeout {os.environ.get('LC_DIST_TIMEOUT')} args {' '.join(sys.argv[1:])}", flush=True)
+dist.barrier()
+dist.destroy_process_group()  # not left to the interpreter's exit (gloo may abort there)
+"""
 
+
+def test_the_multi_node_command_in_a_dry_run():
+    """NNODES > 1: torchrun's c10d rendezvous at RDZV_ENDPOINT, the same command on each
+    machine; --update-freq counts the workers of every machine."""
+    env = dict(os.environ, PYTHON=sys.executable, DEVICE="cpu", DRY_RUN="1", NNODES="2")
+    env.update(NPROC="2", RDZV_ENDPOINT="node0.example:29400", RDZV_ID="job7", REFERENCE_GPUS="8")
+    env.pop("PORT", None)
+    args = ["DATA", "--max-tokens", "4096", "--save-dir", "ckpt/x"]
+    proc = subprocess.run(
+        ["bash", SCRIPT, *args], check=False, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.splitlines()
+    expected = [
+        "+", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+        "--max-restarts", "0", "--nnodes", "2", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", "node0.example:29400", "--rdzv-id", "job7", ENTRY, *args,
+        "--update-freq", "2", "--heartbeat-timeout", "300",
+    ]  # fmt: skip
+    assert line.split() == expected
+    assert "4 workers x 4096 tokens x --update-freq 2 = 32768 tokens per update" in proc.stderr
+    for bad, says in (
+        ({"RDZV_ENDPOINT": ""}, "NNODES=2 needs RDZV_ENDPOINT=HOST:PORT"),
+        ({"PORT": "29500"}, "PORT is for one machine"),
+        ({"NNODES": "two"}, "NNODES must be a positive integer"),
+    ):
+        proc = subprocess.run(
+            ["bash", SCRIPT, *args], check=False, env={**env, **bad}, capture_output=True,
+            text=True, timeout=60,
+        )  # fmt: skip
+        assert proc.returncode == 2 and proc.stdout == ""
+        (err,) = proc.stderr.splitlines()
+        assert err.startswith("train_distributed.sh: error: ") and says in err
+
+
+def test_two_machines_form_one_world(tmp_path):
+    """The multi-node command run twice on this machine (two torchrun agents, one rank each,
+    one c10d rendezvous): one world of 2 ranks, whose all-reduce sums both."""
     worker = tmp_path / "rank.py"
     worker.write_text(_FAKE_RANK)
-    sock, busy = _busy_port()
-    free = iter([busy])
-    real = dist.find_free_port
-    monkeypatch.setattr(dist, "find_free_port", lambda host: next(free, None) or real(host))
-    out = io.StringIO()
-    with sock:
-        dist.launch(["--save-dir", str(tmp_path / "ckpt")], 2, worker=str(worker), out=out)
-    ports = (tmp_path / "rank.py.ports").read_text().split()
-    assert ports[1] == str(busy) and ports[-1] != str(busy)
-    assert f"port {busy} was taken before rank 0 could listen on it" in out.getvalue()
-    assert "[rank 0] trained" in out.getvalue()
-    assert os.listdir(tmp_path / "ckpt") == []  # lock released
+    sock, port = _busy_port()
+    sock.close()  # a port free right now, for the rendezvous store
+    env = dict(os.environ, PYTHON=sys.executable, DEVICE="cpu", NNODES="2", NPROC="1")
+    env.update(RDZV_ENDPOINT=f"127.0.0.1:{port}", RDZV_ID="t", LC_DIST_WORKER=str(worker))
+    env.update(TIMEOUT="60", HEARTBEAT_TIMEOUT="0")
+    env.pop("PORT", None)
+    cmd = ["bash", SCRIPT, "DATA", "--save-dir", "x"]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    nodes = [subprocess.Popen(cmd, env=env, **pipes) for _ in range(2)]
+    outs = []
+    try:
+        for node in nodes:
+            out, err = node.communicate(timeout=RUN_TIMEOUT)
+            assert node.returncode == 0, err[-3000:]
+            outs.append(out)
+    finally:
+        for node in nodes:
+            node.kill()
+            node.wait()
+    lines = sorted(line for out in outs for line in out.splitlines())
+    expected = [f"rank {r} of 2: sum 3 timeout 60 args DATA --save-dir x" for r in (0, 1)]
+    assert lines == expected, outs
+
+
+def test_launch_runs_torchrun_on_this_machine(tmp_path):
+    """``python -m lightcompress.distributed launch --nproc N -- ARGS``, the earlier launcher's
+    command, runs the same torchrun command (here with a stand-in rank entry)."""
+    worker = tmp_path / "rank.py"
+    worker.write_text(_FAKE_RANK)
+    env = {k: v for k, v in os.environ.items() if k not in HOOK_VARS}
+    env["PYTHONPATH"] = harness.REPO_ROOT
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightcompress.distributed", "launch", "--nproc", "2",
+         "--timeout", "50", "--worker", str(worker), "--", "DATA"],
+        check=False, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # the two ranks share torchrun's stdout: a line and its newline may be apart
+    for r in (0, 1):
+        assert f"rank {r} of 2: sum 3 timeout 50.0 args DATA --heartbeat-timeout 300" in proc.stdout
+    assert proc.stdout.count("rank ") == 2
 
 
 @pytest.fixture(scope="module")
 def crash(tiny_data, tmp_path_factory):
     """A slow two-worker run (``LC_DIST_UPDATE_DELAY``, checkpoint every 3 updates); a second
-    launch on its save directory while it runs; ``kill -9`` of its launcher after update 4;
-    the same command again (without the delay)."""
-    save = str(tmp_path_factory.mktemp("crash") / "ckpt")
+    run on its save directory, named differently, while it runs; ``kill -9`` of its torchrun
+    after update 4; the same command again (without the delay)."""
+    root = tmp_path_factory.mktemp("crash")
+    save = str(root / "ckpt")
     args = train_args(tiny_data, save, MAX_UPDATE) + ["--save-interval-updates", "3"]
+    other_name = [a if a != save else f"--save-dir={root}/./ckpt/" for a in args]
+    other_name.remove("--save-dir")
     env = dict(os.environ, PYTHON=sys.executable, NPROC="2", DEVICE="cpu", OMP_NUM_THREADS="1")
     env.update(PYTHONWARNINGS="ignore", TIMEOUT=str(RUN_TIMEOUT - 10))
     for var in HOOK_VARS:
@@ -508,17 +616,17 @@ def crash(tiny_data, tmp_path_factory):
         ["bash", SCRIPT, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
-    result = {"save": save, "log": []}
+    result = {"save": save, "log": [], "ranks": []}
     try:
         deadline = time.monotonic() + RUN_TIMEOUT
         for line in first.stdout:
             result["log"].append(line)
-            if line.startswith("[launcher]") and " pids " in line:
-                result["ranks"] = [int(p) for p in line.split(" pids ")[1].split()]
-                result["second"] = run_script(args)  # same save dir, while the first runs
+            result["ranks"] += [int(p) for p in re.findall(r"\[rank \d\] pid (\d+) ", line)]
+            if "num_updates=2," in line and "second" not in result:
+                result["second"] = run_script(other_name)  # the same directory, while it runs
             if "num_updates=4," in line or time.monotonic() > deadline:
                 break
-        os.kill(first.pid, signal.SIGKILL)  # the launcher (the script exec's it)
+        os.kill(first.pid, signal.SIGKILL)  # torchrun (the script exec's it)
         first.wait(timeout=30)
         killed = time.monotonic()
         result["ranks_gone"] = _wait_gone(result["ranks"], 10)
@@ -530,7 +638,7 @@ def crash(tiny_data, tmp_path_factory):
         if first.poll() is None:
             first.kill()
         first.wait()
-        for pid in result.get("ranks", []):
+        for pid in result["ranks"]:
             if not _gone(pid):
                 os.kill(pid, signal.SIGKILL)
     return result
@@ -538,17 +646,20 @@ def crash(tiny_data, tmp_path_factory):
 
 def test_a_second_run_on_the_same_save_dir_is_refused(crash):
     second = crash["second"]
-    assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
-    (line,) = second.stderr.splitlines()
-    assert line.startswith(f"[launcher] error: --save-dir {crash['save']} is in use by another ")
+    assert second.returncode != 0, second.stdout[-2000:] + second.stderr[-2000:]
+    (line,) = [x for x in second.stderr.splitlines() if x.startswith("[rank 0] ")]
+    assert line.startswith(f"[rank 0] error: --save-dir {os.path.dirname(crash['save'])}/./ckpt/")
+    assert "is in use by another training run" in line
     assert "kill " in line and "another --save-dir" in line
-    assert "[rank" not in second.stdout  # it started nothing
+    assert root_cause(second.stderr) == (0, 2)
+    assert "num_updates" not in second.stdout  # it trained nothing
 
 
-def test_killing_the_launcher_ends_the_ranks_and_the_rerun_resumes(crash):
-    assert crash["ranks_gone"], f"ranks {crash['ranks']} still ran after the launcher's kill -9"
+def test_killing_torchrun_ends_the_ranks_and_the_rerun_resumes(crash):
+    assert len(crash["ranks"]) == 2, crash["log"]
+    assert crash["ranks_gone"], f"ranks {crash['ranks']} still ran after torchrun's kill -9"
     assert crash["gone_seconds"] < 5
-    assert crash["lock_left"]  # the killed launcher could not remove it ...
+    assert crash["lock_left"]  # the killed rank 0 could not remove it ...
     rerun = crash["rerun"]
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert "taking over the lock of an earlier run" in rerun.stderr  # ... the rerun takes it
