@@ -92,7 +92,7 @@ def report_config_errors() -> None:
     import os
     import sys
 
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.errors import ConfigError
 
     previous = sys.excepthook
     if getattr(previous, "_lightcompress", False):

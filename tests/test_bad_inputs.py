@@ -148,7 +148,7 @@ def test_ct2_export_of_a_model_it_cannot_express_is_refused_before_writing(tiny_
 
     check = json.loads((out / "check.json").read_text())
     assert check["quantization"] == "float32" and check["max_abs_logprob_difference"] < 1e-4
-    from lightcompress.measure.speed import load_checkpoint
+    from lightcompress.checkpoint import load_checkpoint
 
     model, task, _ = load_checkpoint(str(plain / "checkpoint_last.pt"), tiny_data)
     assert check_export(model, task, str(out)) == check["max_abs_logprob_difference"]
@@ -205,8 +205,8 @@ def test_params_counts_a_hypoformer_checkpoint(tiny_data, tmp_path):
     # (its HTT table has neither .weight nor .u: the vocabulary is read from its dense part)
     from test_deploy import FAMILIES, make_checkpoint
 
+    from lightcompress.checkpoint import load_checkpoint
     from lightcompress.measure.params import checkpoint_report, count_parameters
-    from lightcompress.measure.speed import load_checkpoint
 
     arch, flags = FAMILIES["hypoformer"]
     path = make_checkpoint(tiny_data, str(tmp_path / "hypo.pt"), arch, flags)
@@ -498,7 +498,7 @@ def test_a_line_longer_than_the_models_positions_is_one_line(
 def test_each_cause_of_a_missing_language_pair_has_its_own_message(
     tiny_data, tiny_transformer, tmp_path
 ):
-    from lightcompress.measure.speed import SpeedError, load_checkpoint
+    from lightcompress.checkpoint import CheckpointError, load_checkpoint
 
     ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
     empty = tmp_path / "empty"
@@ -510,7 +510,7 @@ def test_each_cause_of_a_missing_language_pair_has_its_own_message(
         ((tiny_data, "de", None), "give both the source and the target language"),
     ]
     for (data, s, t), message in cases:
-        with pytest.raises(SpeedError, match=message):
+        with pytest.raises(CheckpointError, match=message):
             load_checkpoint(ckpt, data, s, t)
 
 

@@ -118,7 +118,7 @@ def toy(tmp_path_factory):
 
 
 def _load(path, data):
-    from lightcompress.measure.speed import load_checkpoint
+    from lightcompress.checkpoint import load_checkpoint
 
     model, task, _args = load_checkpoint(path, data)
     return model, task

@@ -54,7 +54,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["ExportError", "export_onnx", "main"]
+from lightcompress import cli
+from lightcompress.errors import LightcompressError
+
+__all__ = ["ExportError", "cli_main", "export_onnx", "main"]
 
 FORMAT = "lightcompress-onnx"
 MANIFEST = "MANIFEST.sha256"  # (the same name as onnx_runtime.MANIFEST)
@@ -63,7 +66,7 @@ WEIGHTS = "weights.bin"
 _K_PLACEHOLDER = 7  # the traced top-k size; replaced by the graph input "k"
 
 
-class ExportError(ValueError):
+class ExportError(LightcompressError, ValueError):
     """A model or an input the exporter cannot use (one line for the user)."""
 
 
@@ -909,49 +912,49 @@ def _arg_parser() -> argparse.ArgumentParser:
     return p
 
 
+PROG = "lightcompress-export-onnx"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """``lightcompress-export-onnx``: the exit status (errors as one line, status 2)."""
+    return cli.run(_main, argv, PROG)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _arg_parser().parse_args(argv)
-    prog = "lightcompress-export-onnx"
+    prog = PROG
+    if args.spm is not None and not os.path.isfile(args.spm):
+        raise ExportError(f"sentencepiece model not found: {args.spm}")
+    if args.spm is not None:
+        import sentencepiece
+
+        try:
+            sentencepiece.SentencePieceProcessor(model_file=args.spm)
+        except (RuntimeError, OSError) as exc:
+            detail = " ".join(str(exc).split())[:200]
+            raise ExportError(f"cannot load the sentencepiece model {args.spm}: {detail}")
+    if not os.path.isfile(args.path):
+        raise ExportError(f"checkpoint not found: {args.path}")
+    if os.path.exists(args.output) and (not os.path.isdir(args.output) or os.listdir(args.output)):
+        raise ExportError(f"{args.output} exists: give a new or empty directory")
+    import lightcompress  # noqa: F401  (plugin architectures)
+    from lightcompress.checkpoint import CheckpointError, load_checkpoint
+
     try:
-        if args.spm is not None and not os.path.isfile(args.spm):
-            raise ExportError(f"sentencepiece model not found: {args.spm}")
-        if args.spm is not None:
-            import sentencepiece
-
-            try:
-                sentencepiece.SentencePieceProcessor(model_file=args.spm)
-            except (RuntimeError, OSError) as exc:
-                detail = " ".join(str(exc).split())[:200]
-                raise ExportError(f"cannot load the sentencepiece model {args.spm}: {detail}")
-        if not os.path.isfile(args.path):
-            raise ExportError(f"checkpoint not found: {args.path}")
-        if os.path.exists(args.output) and (
-            not os.path.isdir(args.output) or os.listdir(args.output)
-        ):
-            raise ExportError(f"{args.output} exists: give a new or empty directory")
-        import lightcompress  # noqa: F401  (plugin architectures)
-        from lightcompress.measure.speed import SpeedError, load_checkpoint
-
-        try:
-            model, task, _ = load_checkpoint(
-                args.path, args.data, args.source_lang, args.target_lang
+        model, task, _ = load_checkpoint(args.path, args.data, args.source_lang, args.target_lang)
+    except CheckpointError as exc:
+        message = str(exc)
+        if "size mismatch" in message:
+            message = (
+                f"the dictionaries in {args.data} do not fit {args.path} (its embedding or "
+                "output tables have another size): give the data directory the model was "
+                "trained with"
             )
-        except SpeedError as exc:
-            message = str(exc)
-            if "size mismatch" in message:
-                message = (
-                    f"the dictionaries in {args.data} do not fit {args.path} (its embedding or "
-                    "output tables have another size): give the data directory the model was "
-                    "trained with"
-                )
-            raise ExportError(message) from None
-        try:
-            config = export_onnx(model, task, args.output, int8=args.int8, spm=args.spm)
-        except OSError as exc:  # a full disk, a read-only file system (nothing is left)
-            raise ExportError(f"cannot write {args.output}: {exc.strerror or exc}") from None
-    except ExportError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
+        raise ExportError(message) from None
+    try:
+        config = export_onnx(model, task, args.output, int8=args.int8, spm=args.spm)
+    except OSError as exc:  # a full disk, a read-only file system (nothing is left)
+        raise ExportError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     errors = config.get("int8_error")
     if errors:
         print(f"{prog}: int8 moved the encoder's outputs by {100 * errors['encoder']:.1f} % and "
@@ -961,10 +964,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def cli_main() -> None:
-    import logging
-    import warnings
-
-    logging.disable(logging.WARNING)
-    warnings.filterwarnings("ignore", category=UserWarning)
-    sys.exit(main())
+cli_main = cli.entry_point(main, quiet=True)

@@ -100,6 +100,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from lightcompress import cli
+from lightcompress.errors import LightcompressError
 from lightcompress.measure.timing import format_table, human_count
 
 __all__ = [
@@ -117,6 +119,7 @@ __all__ = [
     "parse_model_specs",
 ]
 
+PROG = "lightcompress-params"
 MAC_SRC_LEN = 20
 MAC_TGT_LEN = 20
 
@@ -128,7 +131,7 @@ _SENTENCE_HEADS = ("encoder.lm_head.", "classification_heads.")
 _SENTENCE_MAX_POSITIONS = 512  # fairseq's sentence_prediction --max-positions default
 
 
-class ParamsError(ValueError):
+class ParamsError(LightcompressError, ValueError):
     """A user error (unknown architecture, bad vocabulary size, bad model flag)."""
 
 
@@ -567,19 +570,11 @@ def checkpoint_report(path: str, macs: bool = False) -> dict:
     weights in the file)."""
     import copy
 
-    from lightcompress.convert.core import (
-        ConversionError,
-        _model_args,
-        build_fairseq_model,
-        load_checkpoint_state,
-    )
+    from lightcompress.checkpoint import build_model, model_config, read_checkpoint
 
     _import_plugin()
-    try:
-        state = load_checkpoint_state(path)
-        args = copy.deepcopy(_model_args(state))
-    except ConversionError as exc:
-        raise ParamsError(str(exc)) from None
+    state = read_checkpoint(path)
+    args = copy.deepcopy(model_config(state))
     sd = state["model"]
     arch = getattr(args, "arch", None) or getattr(args, "_name", None)
     if isinstance(args, dict):
@@ -591,7 +586,7 @@ def checkpoint_report(path: str, macs: bool = False) -> dict:
             "FUSED.pt"
         )
     if is_sentence_encoder(arch):
-        return _sentence_encoder_checkpoint_report(path, args, arch, sd, macs)
+        return _sentence_encoder_checkpoint_report(path, args, arch, state, macs)
 
     def table_rows(side):  # a dense table's weight, a low-rank table's (V, r) factor, or a
         # hybrid TT table's dense (V, alpha d) part (Hypoformer's HTT embedding)
@@ -605,11 +600,7 @@ def checkpoint_report(path: str, macs: bool = False) -> dict:
         )
 
     src, tgt = table_rows("encoder"), table_rows("decoder")
-    try:
-        model = build_fairseq_model(args, src.shape[0], tgt.shape[0])
-        model.load_state_dict(sd, strict=True)
-    except (RuntimeError, ValueError) as exc:
-        raise ParamsError(f"{path}: the weights do not fit its architecture: {exc}") from None
+    model = build_model(state, src.shape[0], tgt.shape[0], path, args=args)
     out = {"path": path, "arch": arch, "vocab_size": int(src.shape[0])}
     out.update(_with_non_embedding(count_parameters(model)))
     if macs:
@@ -617,35 +608,21 @@ def checkpoint_report(path: str, macs: bool = False) -> dict:
     return out
 
 
-def _sentence_encoder_checkpoint_report(path: str, args, arch: str, sd: dict, macs: bool) -> dict:
+def _sentence_encoder_checkpoint_report(
+    path: str, args, arch: str, state: dict, macs: bool
+) -> dict:
     """:func:`checkpoint_report` of a RoBERTa-style sentence encoder (with the classification
     heads the checkpoint holds)."""
-    from lightcompress.build import build_model_without_data as build
-
     if macs:
         raise ParamsError(_NO_ENCODER_MACS.format(arch=arch))
-    rows = sd.get("encoder.sentence_encoder.embed_tokens.weight")
+    rows = state["model"].get("encoder.sentence_encoder.embed_tokens.weight")
     if rows is None:
         raise ParamsError(
             f"{path}: no encoder.sentence_encoder.embed_tokens.weight (the dictionary)"
         )
-    heads = {}
-    for key, value in sd.items():
-        if key.startswith("classification_heads.") and key.endswith(".out_proj.weight"):
-            heads[key[len("classification_heads.") : -len(".out_proj.weight")]] = (
-                int(value.shape[0]),
-                int(value.shape[1]),
-            )
-    try:
-        model = build(args, int(rows.shape[0]))
-    except Exception as exc:  # noqa: BLE001 - turn any build failure into one clear line
-        raise ParamsError(f"{path}: cannot build {arch}: {type(exc).__name__}: {exc}") from None
-    _with_classification_heads(model, heads, path)
-    try:
-        model.load_state_dict(sd, strict=True)
-    except (RuntimeError, ValueError) as exc:
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        raise ParamsError(f"{path}: the weights do not fit its architecture: {detail}") from None
+    from lightcompress.checkpoint import build_model
+
+    model = build_model(state, int(rows.shape[0]), None, path, args=args)
     out = {
         "path": path,
         "arch": arch,
@@ -707,16 +684,9 @@ def table(
     return format_table(headers, rows), records
 
 
-class _OneLineErrorParser(argparse.ArgumentParser):
-    """argparse that reports errors as one line (no usage dump) and exits with 2."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def _arg_parser() -> argparse.ArgumentParser:
-    p = _OneLineErrorParser(
-        prog="lightcompress-params",
+    p = cli.OneLineParser(
+        prog=PROG,
         description="Parameter (and MAC) counts of a fairseq translation model built without "
         "data (or of a RoBERTa-style sentence encoder, counted with the sentence_prediction task: "
         "--num-classes N adds its classification head). Unknown flags are passed to fairseq as "
@@ -758,52 +728,48 @@ def _arg_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``lightcompress-params``: the exit status (errors as one line, status 2)."""
+    return cli.run(_main, argv, PROG)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _arg_parser()
     args, extra = parser.parse_known_args(argv)
-    try:
-        if args.path:
-            if args.table or args.arch or extra or args.vocab_size or args.reference_arch:
-                raise ParamsError("--path counts one checkpoint: give no other model options")
-            out = checkpoint_report(args.path, args.macs)
-            print(json.dumps(out))
-            return 0
-        if args.vocab_size is None:
-            raise ParamsError("give --vocab-size N (or --path CHECKPOINT)")
-        if args.table:
-            if extra:
-                raise ParamsError(
-                    f"with --table give model flags per model (ARCH:--flag=value), not {extra}"
-                )
-            text, records = table(
-                parse_model_specs(args.table),
-                args.vocab_size,
-                args.share_all_embeddings,
+    if args.path:
+        if args.table or args.arch or extra or args.vocab_size or args.reference_arch:
+            raise ParamsError("--path counts one checkpoint: give no other model options")
+        out = checkpoint_report(args.path, args.macs)
+        print(json.dumps(out))
+        return 0
+    if args.vocab_size is None:
+        raise ParamsError("give --vocab-size N (or --path CHECKPOINT)")
+    if args.table:
+        if extra:
+            raise ParamsError(
+                f"with --table give model flags per model (ARCH:--flag=value), not {extra}"
             )
-            print(json.dumps(records, indent=1) if args.json else text)
-            return 0
-        if not args.arch:
-            raise ParamsError("give --arch ARCH or --table ARCH1,ARCH2,...")
-        out = report(
-            args.arch,
+        text, records = table(
+            parse_model_specs(args.table),
             args.vocab_size,
-            extra,
             args.share_all_embeddings,
-            args.reference_arch,
-            args.macs,
         )
-    except ParamsError as exc:
-        print(f"lightcompress-params: error: {exc}", file=sys.stderr)
-        return 2
+        print(json.dumps(records, indent=1) if args.json else text)
+        return 0
+    if not args.arch:
+        raise ParamsError("give --arch ARCH or --table ARCH1,ARCH2,...")
+    out = report(
+        args.arch,
+        args.vocab_size,
+        extra,
+        args.share_all_embeddings,
+        args.reference_arch,
+        args.macs,
+    )
     print(json.dumps(out))
     return 0
 
 
-def cli_main() -> None:
-    """Console entry point ``lightcompress-params``."""
-    import logging
-
-    logging.disable(logging.WARNING)  # fairseq's INFO/WARNING chatter would drown the JSON
-    sys.exit(main())
+cli_main = cli.entry_point(main, quiet=True)
 
 
 if __name__ == "__main__":

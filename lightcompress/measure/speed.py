@@ -69,7 +69,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import logging
 import math
 import os
 import platform
@@ -82,6 +81,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lightcompress import cli
+from lightcompress.checkpoint import load_checkpoint  # (re-exported: its old home)
+from lightcompress.errors import LightcompressError, one_line
 from lightcompress.measure.timing import (
     format_table,
     human_count,
@@ -108,11 +110,12 @@ __all__ = [
     "write_json",
 ]
 
+PROG = "measure_speed"
 IWSLT_AVG_LEN = 23
 WMT_AVG_LEN = 30
 
 
-class SpeedError(ValueError):
+class SpeedError(LightcompressError, ValueError):
     """A user error: reported as one line, exit code 2."""
 
 
@@ -146,155 +149,6 @@ def _split_label(item: str) -> tuple[str | None, str]:
         if label and "/" not in label:
             return label, rest
     return None, item
-
-
-# Model names whose architectures this package registers: a checkpoint naming one of them that
-# fairseq does not know was made by another version of the plugin, or loaded without it.
-PLUGIN_FAMILIES = ("lightformer", "hypoformer", "subformer")
-
-
-def _checkpoint_arch(state: dict) -> str | None:
-    """The architecture a fairseq checkpoint was trained with (``args.arch`` or ``cfg.model``)."""
-    args = state.get("args")
-    if args is not None and getattr(args, "arch", None):
-        return args.arch
-    cfg = state.get("cfg")
-    model_cfg = None
-    if cfg is not None:
-        try:
-            model_cfg = cfg["model"]
-        except (KeyError, TypeError):
-            model_cfg = getattr(cfg, "model", None)
-    for key in ("arch", "_name"):
-        value = None
-        if isinstance(model_cfg, dict):
-            value = model_cfg.get(key)
-        elif model_cfg is not None:
-            try:
-                value = getattr(model_cfg, key, None)
-            except Exception:  # noqa: BLE001  (omegaconf raises on missing keys of struct configs)
-                value = None
-        if value:
-            return str(value)
-    return None
-
-
-def _unknown_arch_message(path: str, arch: str) -> str:
-    from fairseq.models import MODEL_REGISTRY
-
-    if arch.startswith(PLUGIN_FAMILIES):
-        family = next(f for f in PLUGIN_FAMILIES if arch.startswith(f))
-        if family not in MODEL_REGISTRY:
-            return (
-                f"{path}: architecture {arch!r} is a lightcompress architecture and the plugin "
-                "is not loaded: pass --user-dir lightcompress"
-            )
-        return (
-            f"{path}: architecture {arch!r} is not one of this lightcompress's (a checkpoint of "
-            "another version of the plugin? `python -m lightcompress --list-archs` lists them)"
-        )
-    return (
-        f"{path}: architecture {arch!r} is not registered: a checkpoint of a fairseq plugin "
-        "needs that plugin (pass --user-dir DIR)"
-    )
-
-
-def _load_checkpoint(path: str, data: str | None):
-    """``(model, task)`` of :func:`load_checkpoint`."""
-    model, task, _args = load_checkpoint(path, data)
-    return model, task
-
-
-def load_checkpoint(
-    path: str, data: str | None, source_lang: str | None = None, target_lang: str | None = None
-):
-    """Load one checkpoint as ``fairseq-generate`` does, every failure as a :class:`SpeedError`.
-
-    Returns ``(model, task, model_args)``: the model in eval mode, its task (dictionaries of
-    ``data``), and the model configuration the checkpoint holds (``args`` or ``cfg.model``).
-
-    The file is read once (``load_checkpoint_to_cpu``, which also applies ``--data`` and
-    upgrades old checkpoints), checked (a fairseq checkpoint, a registered architecture), then
-    built by ``load_model_ensemble_and_task`` from that state.
-    """
-    from fairseq import checkpoint_utils
-    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
-
-    if not os.path.exists(path):
-        raise SpeedError(f"checkpoint not found: {path}")
-    if not os.path.isfile(path):
-        raise SpeedError(f"checkpoint {path} is not a file")
-    overrides = {"data": data} if data else {}
-    if bool(source_lang) != bool(target_lang):
-        raise SpeedError("give both the source and the target language (-s and -t), or neither")
-    if data:  # (each cause its own message: fairseq says "Could not infer language pair")
-        if not os.path.isdir(data):
-            raise SpeedError(f"--data {data} is not a directory")
-        dicts = sorted(f for f in os.listdir(data) if f.startswith("dict.") and f.endswith(".txt"))
-        if not dicts:
-            raise SpeedError(f"--data {data} holds no dictionaries (dict.LANG.txt)")
-        for lang in (source_lang, target_lang):
-            if lang and f"dict.{lang}.txt" not in dicts:
-                raise SpeedError(
-                    f"--data {data} has no dict.{lang}.txt (it has {', '.join(dicts)})"
-                )
-    if source_lang:
-        overrides.update(source_lang=source_lang, target_lang=target_lang)
-    overrides = overrides or None
-    with open(path, "rb") as f:
-        head = f.read(4)
-    if not head.startswith((b"PK\x03\x04", b"\x80")):  # torch's zip format, legacy pickle
-        raise SpeedError(f"{path} is not a checkpoint (no zip or pickle header: a text file?)")
-    try:
-        state = checkpoint_utils.load_checkpoint_to_cpu(path, overrides)
-    except KeyError as exc:  # fairseq's upgrade of the state reads entries every checkpoint has
-        raise SpeedError(f"{path} is not a fairseq checkpoint (no {exc.args[0]!r} entry)") from None
-    except Exception as exc:  # noqa: BLE001  (truncated zip, foreign pickle, old format)
-        raise SpeedError(
-            f"cannot read {path} as a fairseq checkpoint ({type(exc).__name__}: "
-            f"{_one_line(exc, first_sentence=True)}); is the file complete?"
-        ) from None
-    if not isinstance(state, dict) or "model" not in state:
-        raise SpeedError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
-    arch = _checkpoint_arch(state)
-    if arch is None:
-        raise SpeedError(f"{path} is not a fairseq checkpoint (no 'args' or 'cfg' naming a model)")
-    if arch not in ARCH_MODEL_REGISTRY and arch not in MODEL_REGISTRY:
-        raise SpeedError(_unknown_arch_message(path, arch))
-    try:
-        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-            [path], arg_overrides=overrides, state=state
-        )
-    except FileNotFoundError as exc:
-        raise SpeedError(
-            f"cannot load {path}: {_one_line(exc)} (give --data with the checkpoint's dictionaries)"
-        ) from None
-    except Exception as exc:  # noqa: BLE001  (weights that do not fit, a plugin's ConfigError)
-        if "infer language pair" in str(exc):  # fairseq's translation task, from file names
-            dicts = sorted(f for f in os.listdir(data) if f.startswith("dict.")) if data else []
-            raise SpeedError(
-                f"the checkpoint does not name its languages and {data or 'its data directory'} "
-                "has no binarized split to infer them from"
-                + (f" (dictionaries: {', '.join(dicts)})" if dicts else " (and no dict.*.txt)")
-                + ": give them with -s SRC -t TGT"
-            ) from None
-        raise SpeedError(
-            f"cannot load {path} ({arch}): {type(exc).__name__}: {_one_line(exc)}"
-        ) from None
-    model_args = state.get("args") or state["cfg"]["model"]
-    del state
-    model = models[0]
-    model.prepare_for_inference_(cfg)
-    model.eval()
-    return model, task, model_args
-
-
-def _one_line(exc: BaseException, limit: int = 300, first_sentence: bool = False) -> str:
-    """An exception's message on one line (long ones cut; optionally its first sentence)."""
-    text = " ".join(str(exc).split())
-    if first_sentence and ". " in text:
-        text = text.split(". ", 1)[0]
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _build_random(spec, vocab_size: int | None, data: str | None, share: bool):
@@ -830,14 +684,9 @@ def _protocol_line(p: dict) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-class _OneLineErrorParser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def _arg_parser() -> argparse.ArgumentParser:
-    p = _OneLineErrorParser(
-        prog="measure_speed",
+    p = cli.OneLineParser(
+        prog=PROG,
         description="Translation speed (tokens/s) of fairseq models on the papers' CPU "
         "protocol, side by side. See the module docstring of lightcompress.measure.speed.",
     )
@@ -1066,7 +915,7 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
         except FileNotFoundError:
             raise SpeedError(f"--user-dir {args.user_dir}: no such directory") from None
         except ImportError as exc:
-            raise SpeedError(f"--user-dir {args.user_dir}: {_one_line(exc)}") from None
+            raise SpeedError(f"--user-dir {args.user_dir}: {one_line(exc)}") from None
     import lightcompress  # noqa: F401  (plugin architectures)
 
     torch.set_num_threads(args.threads)
@@ -1234,31 +1083,28 @@ def write_json(path: str, result: dict) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``measure_speed``: the exit status (errors as one line, status 2)."""
+    return cli.run(_main, argv, PROG)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _arg_parser().parse_args(argv)
-    try:
-        result = run(args)
-        print(_protocol_line(result["protocol"]))
-        env = result["environment"]
-        print(f"CPU: {env['cpu']}; torch {env['torch']}, fairseq {env['fairseq']}")
-        print(format_results(result["models"], bleu=args.bleu))
-        for note in result.get("notes", []):
-            print(f"note: {note}")
-        for line in bleu_lines(result["models"], result["protocol"]):
-            print(line)
-        if args.json_out:
-            write_json(args.json_out, result)
-            print(f"wrote {args.json_out}")
-    except SpeedError as exc:
-        print(f"measure_speed: error: {exc}", file=sys.stderr)
-        return 2
+    result = run(args)
+    print(_protocol_line(result["protocol"]))
+    env = result["environment"]
+    print(f"CPU: {env['cpu']}; torch {env['torch']}, fairseq {env['fairseq']}")
+    print(format_results(result["models"], bleu=args.bleu))
+    for note in result.get("notes", []):
+        print(f"note: {note}")
+    for line in bleu_lines(result["models"], result["protocol"]):
+        print(line)
+    if args.json_out:
+        write_json(args.json_out, result)
+        print(f"wrote {args.json_out}")
     return 0
 
 
-def cli_main() -> None:
-    """Entry point of ``python -m lightcompress.measure.speed`` / scripts/measure_speed.sh."""
-    logging.disable(logging.WARNING)  # fairseq's INFO/WARNING lines would interleave the table
-    warnings.filterwarnings("ignore", category=UserWarning)
-    sys.exit(main())
+cli_main = cli.entry_point(main, quiet=True)
 
 
 if __name__ == "__main__":

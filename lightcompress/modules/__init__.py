@@ -3,6 +3,7 @@
 Nothing in this package imports fairseq.
 """
 
+from lightcompress.errors import SpecError
 from lightcompress.modules.cp import CPLinear, cp_factors, cp_to_dense
 from lightcompress.modules.embeddings import HTTEmbedding, LowRankEmbedding
 from lightcompress.modules.hybrid import HybridLinear, dense_columns
@@ -16,7 +17,6 @@ from lightcompress.modules.lowrank import (
 from lightcompress.modules.registry import (
     KINDS,
     Shape,
-    SpecError,
     canonical_kind,
     get_variant,
     register,

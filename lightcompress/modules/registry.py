@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from lightcompress.errors import ConfigError, SpecError  # (re-exported: their old home)
 from lightcompress.modules.cp import CPLinear
 from lightcompress.modules.embeddings import HTTEmbedding, LowRankEmbedding
 from lightcompress.modules.hybrid import HybridLinear, dense_columns
@@ -72,18 +73,6 @@ __all__ = [
 ]
 
 TARGETS = ("linear", "embedding", "qkv")
-
-
-class ConfigError(ValueError):
-    """A configuration the plugin cannot build (a bad flag value, spec or combination).
-
-    Raised before anything is built or trained; importing :mod:`lightcompress` makes an
-    uncaught one end the command with one line (``fairseq-train: error: ...``), exit status 2.
-    """
-
-
-class SpecError(ConfigError):
-    """An invalid compression spec or kind configuration (one clear message)."""
 
 
 @dataclass(frozen=True)

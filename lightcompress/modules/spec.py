@@ -58,11 +58,11 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from lightcompress.errors import SpecError
 from lightcompress.modules.registry import (
     ALIASES,
     KINDS,
     Shape,
-    SpecError,
     canonical_kind,
     get_variant,
     schema_names,

@@ -29,7 +29,7 @@ from fairseq.models.transformer import TransformerDecoder, TransformerEncoder, T
 from fairseq.models.transformer.transformer_legacy import base_architecture
 from torch import nn
 
-from lightcompress.modules.registry import ConfigError
+from lightcompress.errors import CheckpointError, ConfigError
 from lightcompress.wid.calibrate import qk_compactors, site_compactors, vo_compactors
 from lightcompress.wid.fused import FusedDecoderLayer, FusedEncoderLayer
 from lightcompress.wid.gates import HardConcreteGate, LagrangianSparsity
@@ -110,8 +110,7 @@ def load_teacher_model(path: str, src_dict, tgt_dict=None, family: str = "transf
     (``family="roberta"``) comes with the classification heads its checkpoint holds."""
     import os
 
-    from lightcompress.build import build_model_without_data
-    from lightcompress.convert.core import ConversionError, _model_args, load_checkpoint_state
+    from lightcompress.checkpoint import build_model, model_config, read_checkpoint
 
     student_arch = FAMILIES[family][1]
     if not path:
@@ -121,9 +120,9 @@ def load_teacher_model(path: str, src_dict, tgt_dict=None, family: str = "transf
     if not os.path.isfile(path):
         raise ConfigError(f"--dawid-teacher: teacher checkpoint {path} not found")
     try:
-        state = load_checkpoint_state(path)
-        targs = _namespace(_model_args(state))
-    except ConversionError as exc:
+        state = read_checkpoint(path)
+        targs = _namespace(model_config(state))
+    except CheckpointError as exc:
         raise ConfigError(f"--dawid-teacher: {exc}") from None
     check_teacher(targs, f"--dawid-teacher {path}", family)
     sd = state["model"]
@@ -140,28 +139,11 @@ def load_teacher_model(path: str, src_dict, tgt_dict=None, family: str = "transf
                 f"{len(d)} types (the teacher must be trained on the same dictionaries)"
             )
     try:
-        teacher = build_model_without_data(targs, src_dict, tgt_dict)
-        for name, (classes, inner) in classification_heads_in(sd).items():
-            teacher.register_classification_head(name, num_classes=classes, inner_dim=inner)
-        teacher.load_state_dict(sd, strict=True)
-    except (RuntimeError, ValueError) as exc:
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        raise ConfigError(
-            f"--dawid-teacher {path}: weights do not fit its architecture: {detail}"
-        ) from None
-    teacher.eval()
+        teacher = build_model(state, src_dict, tgt_dict, f"--dawid-teacher {path}", args=targs)
+    except CheckpointError as exc:
+        raise ConfigError(str(exc)) from None
     teacher.requires_grad_(False)
     return targs, teacher
-
-
-def classification_heads_in(sd) -> dict:
-    """``{name: (num_classes, inner_dim)}`` of the RoBERTa classification heads in a state dict."""
-    heads = {}
-    for key, value in sd.items():
-        if key.startswith("classification_heads.") and key.endswith(".out_proj.weight"):
-            name = key[len("classification_heads.") : -len(".out_proj.weight")]
-            heads[name] = (value.shape[0], value.shape[1])
-    return heads
 
 
 def teacher_structure_args(targs) -> dict:
@@ -466,9 +448,9 @@ class DAWIDModel(WIDMixin, TransformerModel):
     def rebuild(cls, state: dict):
         """The training model of a checkpoint ``state`` (weights loaded), without the teacher file."""
         from lightcompress.build import build_model_without_data
-        from lightcompress.convert.core import _model_args
+        from lightcompress.checkpoint import model_config
 
-        args = _namespace(_model_args(state))
+        args = _namespace(model_config(state))
         sd = state["model"]
         if "wid_teacher_config" not in sd:
             raise ConfigError("the checkpoint is not a DA-WID training checkpoint (--arch dawid)")
