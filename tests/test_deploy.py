@@ -425,7 +425,7 @@ def test_fast_path_on_the_trained_teacher_equals_fairseq_generate_int8_too(toy):
     from fairseq.sequence_generator import SequenceGenerator
 
     from lightcompress.deploy.generator import FastGenerator
-    from lightcompress.measure.quantize import quantize_model_int8
+    from lightcompress.deploy.quantize import quantize_model_int8
 
     model, task = _load(toy["teacher"], toy["data"])
     sources = _test_sources(task)
@@ -530,8 +530,8 @@ def test_int8_large_quantizes_only_the_maps_with_enough_weights():
     from torch.ao.nn.quantized import dynamic as nnqd
 
     from lightcompress.deploy.generator import FastGenerator
+    from lightcompress.deploy.quantize import quantize_model_int8
     from lightcompress.measure.params import build_model_without_data
-    from lightcompress.measure.quantize import quantize_model_int8
 
     arch, flags = FAMILIES["lightformer"]
     torch.manual_seed(0)
@@ -560,8 +560,8 @@ def test_int8_large_quantizes_only_the_maps_with_enough_weights():
 
 
 def test_int8_keeps_layer_sharing_one_packed_map_per_shared_map():
+    from lightcompress.deploy.quantize import quantize_model_int8
     from lightcompress.measure.params import build_model_without_data
-    from lightcompress.measure.quantize import quantize_model_int8
     from lightcompress.measure.speed import state_dict_bytes
 
     arch, flags = FAMILIES["lightformer"]  # 4 encoder layers in 2 groups, 2 decoder layers in 1

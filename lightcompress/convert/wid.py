@@ -147,7 +147,7 @@ def fuse_checkpoint(argv=None, out=None):
     from lightcompress.convert.core import ConversionError, save_student_checkpoint
     from lightcompress.errors import ConfigError
     from lightcompress.io import atomic_write
-    from lightcompress.measure.params import count_parameters
+    from lightcompress.modules.counting import count_parameters
     from lightcompress.wid.fuse import FusionError
     from lightcompress.wid.model import DAWIDModel, fuse_model
     from lightcompress.wid.roberta import DAWIDRobertaModel, fuse_roberta

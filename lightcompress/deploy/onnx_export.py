@@ -33,7 +33,7 @@ on a probe batch (to 1e-3); an int8 export records how far int8 moved them
 
 ``--int8``: ONNX Runtime's dynamic int8 quantization (int8 weights, activations quantized on
 the fly: ``MatMulInteger``) of the large maps (``large``: at least 2^17 weights, the
-:func:`lightcompress.measure.quantize.quantize_model_int8` rule) or of every map (``all``),
+:func:`lightcompress.deploy.quantize.quantize_model_int8` rule) or of every map (``all``),
 in the decoder and the encoder.
 """
 
@@ -758,7 +758,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         for proto in protos.values():
             _simplify(proto)
         if int8:
-            from lightcompress.measure.quantize import LARGE_MAP_ELEMENTS
+            from lightcompress.deploy.quantize import LARGE_MAP_ELEMENTS
 
             limit = LARGE_MAP_ELEMENTS if int8 == "large" else 1
             work = os.path.join(tmp, "int8")

@@ -16,7 +16,7 @@ the tokenizer (``moses``, or none), the subword model (``--spm`` sentencepiece, 
 round. Translation runs on :class:`~lightcompress.deploy.generator.FastGenerator` (fairseq's
 beam search and results, lean decoder step, the checkpoint's compressed weights as they are),
 in batches of ``batch_size`` sentences of similar length, on ``threads`` CPU threads; ``int8``
-quantizes the large maps (or all) first (:func:`lightcompress.measure.quantize.quantize_model_int8`).
+quantizes the large maps (or all) first (:func:`lightcompress.deploy.quantize.quantize_model_int8`).
 Empty (or blank) lines give empty translations. Every input error (a missing file, a
 sentencepiece model that does not load, dictionaries that do not fit the checkpoint) is a
 :class:`TranslateError` with one line; the command prints it and exits with status 2, writing
@@ -143,7 +143,7 @@ class Translator:
                 "FUSED.pt) and translate FUSED.pt"
             )
         if int8:
-            from lightcompress.measure.quantize import LARGE_MAP_ELEMENTS, quantize_model_int8
+            from lightcompress.deploy.quantize import LARGE_MAP_ELEMENTS, quantize_model_int8
 
             large = LARGE_MAP_ELEMENTS if int8 in (True, "large") else 0
             model = quantize_model_int8(model, inplace=True, min_weight_elements=large)

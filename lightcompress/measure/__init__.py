@@ -12,7 +12,7 @@
   of a fresh process per model;
 - :mod:`lightcompress.measure.timing`: the protocol's pure logic (trimmed mean, run order, tables);
 - :mod:`lightcompress.measure.quantize`: ``quantize_model_int8`` (every map, or only the large
-  ones) and ``QUANTIZE_HANDLERS``.
+  ones) and ``QUANTIZE_HANDLERS``, from :mod:`lightcompress.deploy.quantize`.
 """
 
 import importlib

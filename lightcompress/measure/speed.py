@@ -231,8 +231,8 @@ def with_int8(
 ) -> list[Candidate]:
     """int8 copies of ``candidates`` (after each float one when ``keep_float``), one per
     variant: ``int8`` (every linear map) or ``int8-large`` (only maps with at least
-    :data:`~lightcompress.measure.quantize.LARGE_MAP_ELEMENTS` weights)."""
-    from lightcompress.measure.quantize import LARGE_MAP_ELEMENTS, quantize_model_int8
+    :data:`~lightcompress.deploy.quantize.LARGE_MAP_ELEMENTS` weights)."""
+    from lightcompress.deploy.quantize import LARGE_MAP_ELEMENTS, quantize_model_int8
 
     out = []
     for c in candidates:
