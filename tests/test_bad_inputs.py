@@ -517,7 +517,7 @@ def test_each_cause_of_a_missing_language_pair_has_its_own_message(
 def test_the_onnx_exporters_comparison_is_nan_aware():
     import numpy as np
 
-    from lightcompress.deploy.onnx_export import _error, _relative_error
+    from lightcompress.deploy.onnx_tools import _error, _relative_error
 
     ref = np.array([[0.5, -np.inf], [1.0, 2.0]], dtype=np.float32)
     assert _error(ref.copy(), ref) == 0.0  # -inf where both have it: masked entries

@@ -686,7 +686,7 @@ def test_onnx_regrouped_maps_give_the_modules_outputs_and_keep_shared_weights_on
     product, the query scaling folded into the last weight) computes what the modules do;
     maps of layers that share their weights get one regrouped weight; other kinds of maps
     are applied as they are."""
-    from lightcompress.deploy.onnx_export import _Regrouped
+    from lightcompress.deploy.onnx_graphs import _Regrouped
     from lightcompress.modules.lowrank import LowRankLinear
 
     torch.manual_seed(0)
