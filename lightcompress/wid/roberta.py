@@ -27,18 +27,11 @@ from torch import nn
 
 from lightcompress.checkpoint import classification_heads_in
 from lightcompress.errors import ConfigError
+from lightcompress.wid.data_aware import finish_student
+from lightcompress.wid.fused_model import _FusedEncoder, parse_shapes
 from lightcompress.wid.masked import WIDEncoderLayer
-from lightcompress.wid.model import (
-    DAWIDModel,
-    WIDMixin,
-    _from_json_buffer,
-    _FusedEncoder,
-    _namespace,
-    dawid_architecture,
-    finish_student,
-    load_teacher_model,
-    parse_shapes,
-)
+from lightcompress.wid.model import DAWIDModel, WIDMixin, dawid_architecture
+from lightcompress.wid.teacher import _from_json_buffer, _namespace, load_teacher_model
 
 __all__ = ["DAWIDFusedRobertaModel", "DAWIDRobertaModel", "fuse_roberta"]
 
