@@ -288,10 +288,10 @@ def _tiny_onnx_export(out) -> None:
     import torch
 
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.measure.params import build_model_without_data
+    from lightcompress.measure.params import build_random_model
 
     torch.manual_seed(0)
-    model, task, _ = build_model_without_data(
+    model, task, _ = build_random_model(
         "transformer", 40, ["--encoder-layers", "1", "--decoder-layers", "1",
                             "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
                             "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
@@ -375,7 +375,7 @@ def test_ct2_export_refuses_what_it_cannot_express_with_one_line_not_an_attribut
     from test_wid import _pruned_student
 
     from lightcompress.deploy.ct2 import ExportError, export_model
-    from lightcompress.measure.params import build_model_without_data
+    from lightcompress.measure.params import build_random_model
     from lightcompress.wid.model import fuse_model
 
     targs, _, student = _pruned_student()
@@ -387,7 +387,7 @@ def test_ct2_export_refuses_what_it_cannot_express_with_one_line_not_an_attribut
              "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
              "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
              "--decoder-attention-heads", "2", "--decoder-output-dim", "8"]  # fmt: skip
-    model, odim_task, odim_args = build_model_without_data("transformer", 40, small, True,
+    model, odim_task, odim_args = build_random_model("transformer", 40, small, True,
                                                            return_task=True)  # fmt: skip
     for i, (m, args, message) in enumerate(cases):
         with pytest.raises(ExportError, match=message):

@@ -67,7 +67,7 @@ def split_label(item: str) -> tuple[str | None, str]:
 
 
 def _build_random(spec, vocab_size: int | None, data: str | None, share: bool):
-    from lightcompress.measure import params as P
+    from lightcompress.measure import specs as P
 
     share = share and spec.share_all_embeddings
     if data:
@@ -80,7 +80,7 @@ def _build_random(spec, vocab_size: int | None, data: str | None, share: bool):
         return model, task, args
     if vocab_size is None:
         raise SpeedError("--arch without --data needs --vocab-size")
-    model, task, args = P.build_model_without_data(
+    model, task, args = P.build_random_model(
         spec.arch, vocab_size, spec.args, share, return_task=True
     )
     return model, task, args
@@ -95,7 +95,8 @@ def load_candidates(
     seed: int = 1,
 ) -> list[Candidate]:
     """Load checkpoints (``[LABEL=]path``) and build random-weight models (model specs)."""
-    from lightcompress.measure.params import ParamsError, count_parameters, parse_model_specs
+    from lightcompress.measure.specs import ParamsError, parse_model_specs
+    from lightcompress.modules.counting import count_parameters
 
     out = []
     for item in paths:
