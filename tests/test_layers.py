@@ -1,7 +1,7 @@
 """The package's layers hold: no module imports from a higher layer, no import circle, no source
 file over the line bound.
 
-Layers, bottom to top (docs/architecture.md, /work/shared/STYLE.md):
+Layers, bottom to top:
 
 0. foundation: ``errors``, ``cli``, ``io``, ``compat``, ``checkpoint``, ``build``;
 1. ``modules`` (plain PyTorch);
@@ -53,9 +53,9 @@ LAYER_NAMES = ["foundation", "modules", "models/wid/search", "tasks/criterions/c
                "deploy", "measure/commands"]  # fmt: skip
 
 MAX_LINES = 600
-# Owned by other work in progress (issue 24): the presets table is being rewritten as family
-# declarations and the launcher replaced by torchrun; the lead removes them from this list
-# after merging those branches.
+# Owned by other work in progress: the presets table is being rewritten as family declarations
+# and the home-made launcher replaced by torchrun; remove them from this list once that work
+# is merged.
 OVER_THE_BOUND_FOR_NOW = {"models/presets.py", "distributed.py"}
 
 
