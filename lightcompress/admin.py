@@ -180,7 +180,7 @@ def admin_residual(cfg, side: str, prefix: str, sublayers) -> AdminResidual | No
     ValueError
         An unknown mode, or a pre-LN layer (Admin is a post-LN method).
     """
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.errors import ConfigError
 
     mode = getattr(cfg, "admin_init", None) or "none"
     if mode not in ADMIN_MODES:
@@ -202,7 +202,7 @@ def admin_residual(cfg, side: str, prefix: str, sublayers) -> AdminResidual | No
 
 def read_profile(path: str) -> dict[str, float]:
     """Read an Admin profile file (JSON ``{"encoder.layers.0.self_attn": omega, ...}``)."""
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.errors import ConfigError
 
     try:
         with open(path) as f:
@@ -277,7 +277,7 @@ def connect_admin(model: nn.Module, args, profile_file: str | None = None) -> di
     ValueError
         A profile file without a value for some sublayer.
     """
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.errors import ConfigError
 
     mode = getattr(args, "admin_init", None) or "none"
     stacks = [

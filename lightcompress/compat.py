@@ -84,7 +84,7 @@ def _running_a_command() -> bool:
 
 
 def report_config_errors() -> None:
-    """Make an uncaught :class:`~lightcompress.modules.registry.ConfigError` (a bad plugin flag,
+    """Make an uncaught :class:`~lightcompress.errors.ConfigError` (a bad plugin flag,
     spec or combination, found when fairseq builds the model) end the command with one line,
     ``<command>: error: <message>``, and exit status 2, instead of a traceback through fairseq.
     Only in commands (:func:`_running_a_command`): a library user's shell or program keeps
@@ -92,7 +92,7 @@ def report_config_errors() -> None:
     import os
     import sys
 
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.errors import ConfigError
 
     previous = sys.excepthook
     if getattr(previous, "_lightcompress", False):

@@ -62,9 +62,10 @@ def main(argv=None) -> int:
     from fairseq.sequence_generator import SequenceGenerator
 
     import lightcompress  # noqa: F401
-    from lightcompress.deploy.ct2 import ExportError, export_model
+    from lightcompress.checkpoint import load_checkpoint
+    from lightcompress.deploy.ct2 import export_model
+    from lightcompress.errors import LightcompressError
     from lightcompress.measure.engines import CT2Runner
-    from lightcompress.measure.speed import SpeedError, load_checkpoint
 
     torch.set_num_threads(1)
     if args.num_sentences < 1 or args.beam < 1:
@@ -73,7 +74,7 @@ def main(argv=None) -> int:
     try:
         model, task, model_args = load_checkpoint(args.path, args.data)
         task.load_dataset(args.subset)
-    except (SpeedError, FileNotFoundError) as exc:
+    except (LightcompressError, FileNotFoundError) as exc:
         print(f"ct2_beam_agreement: error: {exc}", file=sys.stderr)
         return 2
     ds = task.dataset(args.subset)
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
         out = os.path.join(tmp, "ct2")
         try:
             export_model(model, task, model_args, out)
-        except ExportError as exc:
+        except LightcompressError as exc:
             print(f"ct2_beam_agreement: error: {exc}", file=sys.stderr)
             return 2
         runner = CT2Runner(out, "float32", 1, task.source_dictionary, tgt,

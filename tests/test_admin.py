@@ -14,7 +14,7 @@ import torch
 
 import lightcompress  # noqa: F401
 from lightcompress.admin import AdminResidual, admin_values, closed_form_omega
-from lightcompress.measure.params import build_model_without_data
+from lightcompress.measure.params import build_random_model
 from lightcompress.modules import count_unique_params
 
 logging.disable(logging.WARNING)
@@ -31,7 +31,7 @@ def dense(layers=(2, 2), extra=(), admin="none", profile=None):
         "--encoder-layers", str(layers[0]), "--decoder-layers", str(layers[1]),
         "--dropout", "0", *extra,
     ]  # fmt: skip
-    return build_model_without_data("lightformer", 40, args)
+    return build_random_model("lightformer", 40, args)
 
 
 def batch(seed=0, bsz=4, length=9):

@@ -148,7 +148,7 @@ def test_ct2_export_of_a_model_it_cannot_express_is_refused_before_writing(tiny_
 
     check = json.loads((out / "check.json").read_text())
     assert check["quantization"] == "float32" and check["max_abs_logprob_difference"] < 1e-4
-    from lightcompress.measure.speed import load_checkpoint
+    from lightcompress.checkpoint import load_checkpoint
 
     model, task, _ = load_checkpoint(str(plain / "checkpoint_last.pt"), tiny_data)
     assert check_export(model, task, str(out)) == check["max_abs_logprob_difference"]
@@ -205,8 +205,8 @@ def test_params_counts_a_hypoformer_checkpoint(tiny_data, tmp_path):
     # (its HTT table has neither .weight nor .u: the vocabulary is read from its dense part)
     from test_deploy import FAMILIES, make_checkpoint
 
+    from lightcompress.checkpoint import load_checkpoint
     from lightcompress.measure.params import checkpoint_report, count_parameters
-    from lightcompress.measure.speed import load_checkpoint
 
     arch, flags = FAMILIES["hypoformer"]
     path = make_checkpoint(tiny_data, str(tmp_path / "hypo.pt"), arch, flags)
@@ -288,10 +288,10 @@ def _tiny_onnx_export(out) -> None:
     import torch
 
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.measure.params import build_model_without_data
+    from lightcompress.measure.params import build_random_model
 
     torch.manual_seed(0)
-    model, task, _ = build_model_without_data(
+    model, task, _ = build_random_model(
         "transformer", 40, ["--encoder-layers", "1", "--decoder-layers", "1",
                             "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
                             "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
@@ -375,7 +375,7 @@ def test_ct2_export_refuses_what_it_cannot_express_with_one_line_not_an_attribut
     from test_wid import _pruned_student
 
     from lightcompress.deploy.ct2 import ExportError, export_model
-    from lightcompress.measure.params import build_model_without_data
+    from lightcompress.measure.params import build_random_model
     from lightcompress.wid.model import fuse_model
 
     targs, _, student = _pruned_student()
@@ -387,7 +387,7 @@ def test_ct2_export_refuses_what_it_cannot_express_with_one_line_not_an_attribut
              "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
              "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
              "--decoder-attention-heads", "2", "--decoder-output-dim", "8"]  # fmt: skip
-    model, odim_task, odim_args = build_model_without_data("transformer", 40, small, True,
+    model, odim_task, odim_args = build_random_model("transformer", 40, small, True,
                                                            return_task=True)  # fmt: skip
     for i, (m, args, message) in enumerate(cases):
         with pytest.raises(ExportError, match=message):
@@ -498,7 +498,7 @@ def test_a_line_longer_than_the_models_positions_is_one_line(
 def test_each_cause_of_a_missing_language_pair_has_its_own_message(
     tiny_data, tiny_transformer, tmp_path
 ):
-    from lightcompress.measure.speed import SpeedError, load_checkpoint
+    from lightcompress.checkpoint import CheckpointError, load_checkpoint
 
     ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
     empty = tmp_path / "empty"
@@ -510,14 +510,14 @@ def test_each_cause_of_a_missing_language_pair_has_its_own_message(
         ((tiny_data, "de", None), "give both the source and the target language"),
     ]
     for (data, s, t), message in cases:
-        with pytest.raises(SpeedError, match=message):
+        with pytest.raises(CheckpointError, match=message):
             load_checkpoint(ckpt, data, s, t)
 
 
 def test_the_onnx_exporters_comparison_is_nan_aware():
     import numpy as np
 
-    from lightcompress.deploy.onnx_export import _error, _relative_error
+    from lightcompress.deploy.onnx_tools import _error, _relative_error
 
     ref = np.array([[0.5, -np.inf], [1.0, 2.0]], dtype=np.float32)
     assert _error(ref.copy(), ref) == 0.0  # -inf where both have it: masked entries

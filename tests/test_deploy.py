@@ -118,7 +118,7 @@ def toy(tmp_path_factory):
 
 
 def _load(path, data):
-    from lightcompress.measure.speed import load_checkpoint
+    from lightcompress.checkpoint import load_checkpoint
 
     model, task, _args = load_checkpoint(path, data)
     return model, task
@@ -384,12 +384,12 @@ def test_fast_path_gives_fairseqs_hypotheses_and_scores_on_every_family(family):
 
     from lightcompress.build import dictionary_of_size
     from lightcompress.deploy.generator import FastGenerator
-    from lightcompress.measure.params import build_model_without_data
+    from lightcompress.measure.params import build_random_model
 
     arch, flags = FAMILIES[family]
     torch.manual_seed(0)
     vocab = 40
-    model = build_model_without_data(arch, vocab, flags, True).eval()
+    model = build_random_model(arch, vocab, flags, True).eval()
     d = dictionary_of_size(vocab)
     g = torch.Generator().manual_seed(1)
     src = torch.randint(4, vocab, (4, 6), generator=g)
@@ -425,7 +425,7 @@ def test_fast_path_on_the_trained_teacher_equals_fairseq_generate_int8_too(toy):
     from fairseq.sequence_generator import SequenceGenerator
 
     from lightcompress.deploy.generator import FastGenerator
-    from lightcompress.measure.quantize import quantize_model_int8
+    from lightcompress.deploy.quantize import quantize_model_int8
 
     model, task = _load(toy["teacher"], toy["data"])
     sources = _test_sources(task)
@@ -530,12 +530,12 @@ def test_int8_large_quantizes_only_the_maps_with_enough_weights():
     from torch.ao.nn.quantized import dynamic as nnqd
 
     from lightcompress.deploy.generator import FastGenerator
-    from lightcompress.measure.params import build_model_without_data
-    from lightcompress.measure.quantize import quantize_model_int8
+    from lightcompress.deploy.quantize import quantize_model_int8
+    from lightcompress.measure.params import build_random_model
 
     arch, flags = FAMILIES["lightformer"]
     torch.manual_seed(0)
-    model = build_model_without_data(arch, 300, flags, True).eval()
+    model = build_random_model(arch, 300, flags, True).eval()
     q = quantize_model_int8(model, min_weight_elements=300 * 8)  # the 300 x 8 output factor
     kinds = {name: type(m) for name, m in q.named_modules() if type(m) in (nn.Linear, nnqd.Linear)}
     int8 = {name for name, k in kinds.items() if k is nnqd.Linear}
@@ -560,13 +560,13 @@ def test_int8_large_quantizes_only_the_maps_with_enough_weights():
 
 
 def test_int8_keeps_layer_sharing_one_packed_map_per_shared_map():
-    from lightcompress.measure.params import build_model_without_data
-    from lightcompress.measure.quantize import quantize_model_int8
+    from lightcompress.deploy.quantize import quantize_model_int8
+    from lightcompress.measure.params import build_random_model
     from lightcompress.measure.speed import state_dict_bytes
 
     arch, flags = FAMILIES["lightformer"]  # 4 encoder layers in 2 groups, 2 decoder layers in 1
     torch.manual_seed(0)
-    model = build_model_without_data(arch, 300, flags, True).eval()
+    model = build_random_model(arch, 300, flags, True).eval()
     q = quantize_model_int8(model)
     enc, dec = q.encoder.layers, q.decoder.layers
     assert enc[0].fc1.first is enc[1].fc1.first and enc[2].fc1.first is enc[3].fc1.first
@@ -576,7 +576,7 @@ def test_int8_keeps_layer_sharing_one_packed_map_per_shared_map():
         "0" if before in ("--lc-encoder-groups", "--lc-decoder-groups") else flag
         for before, flag in zip(["", *flags], flags)
     ]
-    unshared = build_model_without_data(arch, 300, no_groups, True).eval()
+    unshared = build_random_model(arch, 300, no_groups, True).eval()
     # the shared model stores about half the encoder and decoder maps of the unshared one
     assert state_dict_bytes(q) < 0.75 * state_dict_bytes(quantize_model_int8(unshared))
 
@@ -607,12 +607,12 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
 
     from lightcompress.deploy.onnx_export import export_onnx
     from lightcompress.deploy.onnx_runtime import OnnxGenerator
-    from lightcompress.measure.params import build_model_without_data
+    from lightcompress.measure.params import build_random_model
 
     arch, flags = FAMILIES_ONNX[family]
     torch.manual_seed(0)
     vocab = 40
-    model, task, _ = build_model_without_data(arch, vocab, flags + ["--dropout", "0.3"], True,
+    model, task, _ = build_random_model(arch, vocab, flags + ["--dropout", "0.3"], True,
                                               return_task=True)  # fmt: skip
     model.eval()  # (dropout must stay off in the graphs: the exporter once switched it on)
     d = task.target_dictionary
@@ -686,7 +686,7 @@ def test_onnx_regrouped_maps_give_the_modules_outputs_and_keep_shared_weights_on
     product, the query scaling folded into the last weight) computes what the modules do;
     maps of layers that share their weights get one regrouped weight; other kinds of maps
     are applied as they are."""
-    from lightcompress.deploy.onnx_export import _Regrouped
+    from lightcompress.deploy.onnx_graphs import _Regrouped
     from lightcompress.modules.lowrank import LowRankLinear
 
     torch.manual_seed(0)
@@ -730,7 +730,7 @@ def test_onnx_export_keeps_the_compressed_size_shared_layers_and_tables_once(tmp
     from onnx import numpy_helper
 
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.measure.params import build_model_without_data
+    from lightcompress.measure.params import build_random_model
 
     flags = [
         "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim",
@@ -738,7 +738,7 @@ def test_onnx_export_keeps_the_compressed_size_shared_layers_and_tables_once(tmp
         "--decoder-attention-heads", "2", "--encoder-layers", "6", "--decoder-layers", "2",
         "--lc-rank", "16", "--lc-embed-rank", "16", "--lc-encoder-groups", "2",
     ]  # fmt: skip
-    model, task, _ = build_model_without_data("lightformer_iwslt_de_en", 500, flags, True,
+    model, task, _ = build_random_model("lightformer_iwslt_de_en", 500, flags, True,
                                               return_task=True)  # fmt: skip
     out = tmp_path / "onnx"
     export_onnx(model.eval(), task, str(out))

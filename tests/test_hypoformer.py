@@ -15,7 +15,7 @@ import lightcompress  # noqa: F401  (registers the architectures)
 from lightcompress.build import dictionary_of_size
 from lightcompress.convert.core import ConversionError, build_fairseq_model, student_args_from
 from lightcompress.convert.hypoformer import HypoformerConverter
-from lightcompress.measure.params import build_model_without_data
+from lightcompress.measure.params import build_random_model
 from lightcompress.models.hypoformer import TABLE2, TABLE5, VOCAB, HTTSelfAttention
 from lightcompress.modules import HTTEmbedding, count_unique_params
 from lightcompress.modules.fused_qkv import FusedQKV, split_qkv
@@ -32,7 +32,7 @@ TINY = [
 
 
 def tiny_model(extra=(), vocab=60):
-    return build_model_without_data("hypoformer", vocab, TINY + list(extra))
+    return build_random_model("hypoformer", vocab, TINY + list(extra))
 
 
 def batch(vocab=60, bsz=3, src_len=7, tgt_len=6, seed=0):
@@ -98,7 +98,7 @@ REPRODUCED = {1, 2, 3, 4, 6, 9, 12}
 
 def _count(arch):
     entry = TABLE5.get(arch) or TABLE2[arch]
-    return count_unique_params(build_model_without_data(arch, VOCAB[entry[0]]))
+    return count_unique_params(build_random_model(arch, VOCAB[entry[0]]))
 
 
 @pytest.mark.parametrize("arch", sorted(TABLE5, key=lambda a: TABLE5[a][1]))
@@ -114,7 +114,7 @@ def test_table5_row_parameter_count(arch):
 
 
 def test_row1_is_9_782_672_at_iwslt_vocab_10152_and_7_2m_without_embedding():
-    model = build_model_without_data("hypoformer_iwslt_de_en", 10152)
+    model = build_random_model("hypoformer_iwslt_de_en", 10152)
     emb = model.encoder.embed_tokens
     assert isinstance(emb, HTTEmbedding) and emb is model.decoder.embed_tokens
     assert emb.tt.in_shape == [21, 22, 22] and emb.tt.out_shape == [4, 8, 8]

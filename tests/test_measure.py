@@ -11,7 +11,7 @@ from harness import REPO_ROOT
 from torch import nn
 
 from lightcompress.measure import timing
-from lightcompress.measure.params import build_model_without_data
+from lightcompress.measure.params import build_random_model
 from lightcompress.measure.quantize import (
     count_quantized_linears,
     prepare_for_int8,
@@ -79,7 +79,7 @@ def test_table_is_aligned():
 
 def _tiny_model():
     torch.manual_seed(0)
-    return build_model_without_data("transformer", 60, TINY, return_task=True)
+    return build_random_model("transformer", 60, TINY, return_task=True)
 
 
 def _translate(task, model, length=6):

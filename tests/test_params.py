@@ -23,11 +23,11 @@ TINY = [
 
 
 def total(arch, vocab, extra=(), share=True):
-    return P.count_parameters(P.build_model_without_data(arch, vocab, extra, share))["total"]
+    return P.count_parameters(P.build_random_model(arch, vocab, extra, share))["total"]
 
 
 def test_transformer_iwslt_de_en_has_36_8m_parameters_at_a_10_2k_joined_vocabulary():
-    counts = P.count_parameters(P.build_model_without_data("transformer_iwslt_de_en", 10200))
+    counts = P.count_parameters(P.build_random_model("transformer_iwslt_de_en", 10200))
     assert abs(counts["total"] - 36.8e6) / 36.8e6 < 0.01
     assert counts["total"] == 36_765_696
     # one shared table of 10200 x 512, counted once
@@ -203,7 +203,7 @@ def test_build_helpers_refuse_unknown_architectures_and_bad_flags():
 def test_macs_are_positive_and_grow_linearly_with_layers():
     macs = []
     for layers in (1, 2, 3):
-        model = P.build_model_without_data(
+        model = P.build_random_model(
             "transformer", 100, TINY + ["--encoder-layers", str(layers), "--decoder-layers", "1"]
         )
         macs.append(P.count_macs(model)["macs"])
@@ -214,7 +214,7 @@ def test_macs_are_positive_and_grow_linearly_with_layers():
 
 
 def test_macs_count_the_output_projection_and_both_stacks():
-    model = P.build_model_without_data("transformer_iwslt_de_en", 10200)
+    model = P.build_random_model("transformer_iwslt_de_en", 10200)
     m = P.count_macs(model)
     assert m["macs"] == m["macs_encoder"] + m["macs_decoder"]
     assert m["macs_decoder"] > 20 * 10200 * 512  # the (tied) output projection alone

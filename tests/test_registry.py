@@ -133,20 +133,20 @@ def test_plan_reports_a_pattern_that_matched_no_path():
 def test_a_compressed_model_is_built_compressed_by_its_hooks():
     """The spec decides at build time: no dense layer is replaced afterwards, and a rule on
     a path the model does not have fails the build with the pattern named."""
-    from lightcompress.measure.params import build_model_without_data
+    from lightcompress.measure.params import build_random_model
     from lightcompress.modules import LowRankLinear
 
     tiny = ["--encoder-layers", "2", "--decoder-layers", "1", "--encoder-embed-dim", "16",
             "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
             "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
             "--decoder-attention-heads", "2", "--lc-encoder-groups", "0"]  # fmt: skip
-    model = build_model_without_data(
+    model = build_random_model(
         "lightformer", 30, [*tiny, "--lc-spec", "encoder.layers.1.fc1 = lowrank(rank=3)"]
     )
     assert isinstance(model.encoder.layers[1].fc1, LowRankLinear)
     assert type(model.encoder.layers[0].fc1) is nn.Linear
     with pytest.raises(Exception, match="encoder.layers.5"):
-        build_model_without_data(
+        build_random_model(
             "lightformer", 30, [*tiny, "--lc-spec", "encoder.layers.5.fc1 = lowrank(rank=3)"]
         )
 

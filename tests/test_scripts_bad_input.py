@@ -108,10 +108,10 @@ def test_measure_speed_bad_checkpoints(which, message, plugin_checkpoints, tiny_
 def test_measure_speed_names_the_user_dir_when_the_plugin_is_not_loaded(monkeypatch):
     from fairseq.models import MODEL_REGISTRY
 
-    from lightcompress.measure import speed
+    from lightcompress import checkpoint
 
     monkeypatch.delitem(MODEL_REGISTRY, "lightformer")
-    msg = speed._unknown_arch_message("x.pt", "lightformer_iwslt_de_en")
+    msg = checkpoint._unknown_arch_message("x.pt", "lightformer_iwslt_de_en")
     assert "pass --user-dir lightcompress" in msg
 
 

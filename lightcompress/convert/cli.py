@@ -19,7 +19,9 @@ import os
 import shlex
 import sys
 
-__all__ = ["cli_main", "convert_checkpoint", "get_parser"]
+from lightcompress import cli
+
+__all__ = ["cli_main", "convert_checkpoint", "get_parser", "main"]
 
 
 def get_parser(converters=()):
@@ -146,20 +148,21 @@ def convert_checkpoint(argv=None, out=None):
     return student, records
 
 
-def cli_main(argv=None):
-    from lightcompress.convert.core import ConversionError
+PROG = "lightcompress-convert"
 
+
+def main(argv=None) -> int:
+    """``lightcompress-convert`` (and ``lightcompress-convert dawid-fuse ...``): the exit
+    status (errors as one line, status 2)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["dawid-fuse"]:  # DA-WID fusion: lightcompress/convert/wid.py
-        from lightcompress.convert.wid import cli_main as dawid_fuse
+        from lightcompress.convert.wid import main as dawid_fuse
 
         return dawid_fuse(argv[1:])
-    try:
-        convert_checkpoint(argv)
-    except ConversionError as exc:
-        print(f"lightcompress-convert: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return cli.run(convert_checkpoint, argv, PROG)
+
+
+cli_main = cli.entry_point(main, exits=False)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ from fairseq.models import (
 )
 
 from lightcompress.build import NoDataTask
+from lightcompress.checkpoint import build_model, model_config, read_checkpoint
+from lightcompress.errors import LightcompressError
 
 __all__ = [
     "CONVERTERS",
@@ -75,7 +77,7 @@ FUNCTION_SETTINGS = (
 )
 
 
-class ConversionError(Exception):
+class ConversionError(LightcompressError):
     """A checkpoint or a configuration that cannot be converted (one clear message)."""
 
 
@@ -117,32 +119,6 @@ def dictionary_of_size(size: int) -> Dictionary:
     return make(size)
 
 
-def _model_args(state: dict):
-    cfg = state.get("cfg")
-    if cfg is not None and cfg.get("model") is not None:
-        return cfg["model"]
-    if state.get("args") is not None:
-        return state["args"]
-    raise ConversionError("the checkpoint holds no model configuration (no cfg.model, no args)")
-
-
-def load_checkpoint_state(path: str) -> dict:
-    """``torch.load`` a fairseq checkpoint with clear errors for missing or damaged files."""
-    if not os.path.isfile(path):
-        raise ConversionError(f"no such checkpoint: {path}")
-    try:
-        # weights_only stays on: the plugin allow-lists the types fairseq checkpoints hold
-        state = torch.load(path, map_location="cpu")
-    except Exception as exc:  # noqa: BLE001  (truncated zip, not a torch file, foreign pickle)
-        raise ConversionError(
-            f"cannot read {path} as a fairseq checkpoint ({type(exc).__name__}: {exc}); "
-            "is the file complete?"
-        ) from None
-    if not isinstance(state, dict) or "model" not in state:
-        raise ConversionError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
-    return state
-
-
 def build_fairseq_model(args, src_size: int, tgt_size: int | None = None):
     """Build ``args.arch`` with dictionaries of the given sizes (no data needed):
     :func:`lightcompress.build.build_model_without_data`."""
@@ -152,9 +128,10 @@ def build_fairseq_model(args, src_size: int, tgt_size: int | None = None):
 
 
 def load_teacher(path: str):
-    """Load a dense fairseq Transformer checkpoint: ``(state, teacher_args, teacher_model)``."""
-    state = load_checkpoint_state(path)
-    targs = _model_args(state)
+    """Load a dense fairseq Transformer checkpoint: ``(state, teacher_args, teacher_model)``
+    (:mod:`lightcompress.checkpoint`; a checkpoint of another kind is a ConversionError)."""
+    state = read_checkpoint(path)
+    targs = model_config(state)
     arch = getattr(targs, "arch", None) or getattr(targs, "_name", None)
     model_name = ARCH_MODEL_NAME_REGISTRY.get(arch)
     if model_name is None:
@@ -179,12 +156,9 @@ def load_teacher(path: str):
     if key not in sd or "decoder.embed_tokens.weight" not in sd:
         raise ConversionError(f"{path}: no encoder/decoder embedding in the model weights")
     targs = copy.deepcopy(targs)
-    model = build_fairseq_model(targs, sd[key].shape[0], sd["decoder.embed_tokens.weight"].shape[0])
-    try:
-        model.load_state_dict(sd, strict=True)
-    except RuntimeError as exc:
-        raise ConversionError(f"{path}: weights do not fit architecture {arch}: {exc}") from None
-    model.eval()
+    model = build_model(
+        state, sd[key].shape[0], sd["decoder.embed_tokens.weight"].shape[0], path, args=targs
+    )
     return state, targs, model
 
 

@@ -19,24 +19,22 @@ it; on any error neither is left behind.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 
-__all__ = ["cli_main", "fuse_checkpoint", "get_parser"]
+from lightcompress import cli
+from lightcompress.errors import one_line
 
+__all__ = ["cli_main", "fuse_checkpoint", "get_parser", "main"]
+
+PROG = "lightcompress-convert dawid-fuse"
 _TOLERANCE = 1e-3  # relative to the largest logit
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def get_parser():
-    p = _OneLineParser(
-        prog="lightcompress-convert dawid-fuse",
+    p = cli.OneLineParser(
+        prog=PROG,
         description="Prune a DA-WID training checkpoint (--arch dawid) by its final masks and fuse "
         "its compactors into an ordinary smaller fairseq model (--arch dawid_fused).",
     )
@@ -62,11 +60,6 @@ def _check_output(opts):
     why = output_error(opts.output, "--output")
     if why:
         raise ConversionError(why)
-
-
-def _one_line(exc: BaseException, limit: int = 400) -> str:
-    """An exception's message on one line (torch's state-dict errors span several)."""
-    return " ".join(str(exc).split())[:limit]
 
 
 def _check_equivalence(student, fused) -> float:
@@ -150,23 +143,19 @@ def fuse_checkpoint(argv=None, out=None):
     """Run the fusion; returns ``(fused_model, shapes)``. Raises ConversionError."""
     out = sys.stdout if out is None else out
     import lightcompress  # noqa: F401  (registers the models, allow-lists checkpoint types)
-    from lightcompress.convert.core import (
-        ConversionError,
-        _model_args,
-        load_checkpoint_state,
-        save_student_checkpoint,
-    )
+    from lightcompress.checkpoint import model_config, read_checkpoint
+    from lightcompress.convert.core import ConversionError, save_student_checkpoint
+    from lightcompress.errors import ConfigError
     from lightcompress.io import atomic_write
-    from lightcompress.measure.params import count_parameters
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.modules.counting import count_parameters
     from lightcompress.wid.fuse import FusionError
     from lightcompress.wid.model import DAWIDModel, fuse_model
     from lightcompress.wid.roberta import DAWIDRobertaModel, fuse_roberta
 
     opts = get_parser().parse_args(argv)
     _check_output(opts)
-    state = load_checkpoint_state(opts.input)
-    args = _model_args(state)
+    state = read_checkpoint(opts.input)
+    args = model_config(state)
     arch = getattr(args, "arch", None) or (args.get("arch") if isinstance(args, dict) else None)
     if arch not in ("dawid", "dawid_roberta") or "wid_teacher_config" not in state["model"]:
         raise ConversionError(
@@ -183,11 +172,11 @@ def fuse_checkpoint(argv=None, out=None):
     except FusionError as exc:
         raise ConversionError(str(exc)) from None
     except (ConfigError, RuntimeError) as exc:
-        raise ConversionError(f"{opts.input}: {_one_line(exc)}") from None
+        raise ConversionError(f"{opts.input}: {one_line(exc, 400)}") from None
     except (KeyError, ValueError, TypeError) as exc:  # a damaged teacher configuration
         raise ConversionError(
             f"{opts.input}: a damaged DA-WID training checkpoint "
-            f"({type(exc).__name__}: {_one_line(exc)})"
+            f"({type(exc).__name__}: {one_line(exc, 400)})"
         ) from None
     rel = _check_equivalence(student, fused)
 
@@ -236,15 +225,12 @@ def fuse_checkpoint(argv=None, out=None):
     return fused, shapes
 
 
-def cli_main(argv=None) -> int:
-    from lightcompress.convert.core import ConversionError
+def main(argv=None) -> int:
+    """``lightcompress-convert dawid-fuse``: the exit status (errors as one line, status 2)."""
+    return cli.run(fuse_checkpoint, argv, PROG)
 
-    try:
-        fuse_checkpoint(argv)
-    except ConversionError as exc:
-        print(f"lightcompress-convert dawid-fuse: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+
+cli_main = cli.entry_point(main, exits=False)
 
 
 if __name__ == "__main__":

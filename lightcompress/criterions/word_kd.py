@@ -22,7 +22,7 @@ import os
 from dataclasses import dataclass, field
 
 import torch
-from fairseq import checkpoint_utils, utils
+from fairseq import utils
 from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
@@ -30,7 +30,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from fairseq.logging import metrics
 
-from lightcompress.modules.registry import ConfigError
+from lightcompress.checkpoint import load_for_task
+from lightcompress.errors import CheckpointError, ConfigError
 
 __all__ = ["WordKDCriterion", "WordKDCriterionConfig", "load_teacher"]
 
@@ -68,21 +69,16 @@ def load_teacher(path, task):
         raise ConfigError(f"--kd-teacher-path: teacher checkpoint {path} not found")
     saved = {k: getattr(task, k) for k in ("sequence_generator", "tokenizer") if hasattr(task, k)}
     try:
-        models, _ = checkpoint_utils.load_model_ensemble([path], task=task)
-    except ConfigError:
-        raise
-    except Exception as exc:  # size mismatches (other dictionaries), a damaged file, ...
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
+        teacher = load_for_task(path, task)
+    except CheckpointError as exc:  # size mismatches (other dictionaries), a damaged file, ...
         raise ConfigError(
-            f"--kd-teacher-path: cannot load the teacher {path}: {detail} (the teacher must be a "
+            f"--kd-teacher-path: cannot load the teacher {path}: {exc} (the teacher must be a "
             f"fairseq checkpoint trained on this task's dictionaries: source "
             f"{len(task.source_dictionary)}, target {len(task.target_dictionary)} types)"
-        ) from exc
+        ) from None
     finally:
         for k, v in saved.items():
             setattr(task, k, v)
-    teacher = models[0]
-    teacher.eval()
     teacher.requires_grad_(False)
     return teacher
 

@@ -10,7 +10,9 @@
   Smartformer and Subformer to ONNX Runtime graphs that keep the compressed weights
   (``lightcompress-export-onnx``), and :mod:`lightcompress.deploy.onnx_runtime`
   (:class:`OnnxTranslator`, :class:`OnnxGenerator`): fairseq's beam search in numpy over them,
-  without torch (copied into every export as ``translate.py``).
+  without torch (copied into every export as ``translate.py``);
+- :mod:`lightcompress.deploy.quantize`: dynamic int8 of every map, factorized ones included
+  (``quantize_model_int8``; the large maps only with ``min_weight_elements``).
 """
 
 from lightcompress.deploy.generator import FastGenerator

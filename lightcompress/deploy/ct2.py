@@ -30,18 +30,27 @@ import copy
 import json
 import math
 import os
-import sys
 from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-__all__ = ["ExportError", "dense_export_error", "export_ctranslate2", "export_model", "main"]
+from lightcompress import cli
+from lightcompress.errors import LightcompressError
+
+__all__ = [
+    "ExportError",
+    "cli_main",
+    "dense_export_error",
+    "export_ctranslate2",
+    "export_model",
+    "main",
+]
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16")
 
 
-class ExportError(ValueError):
+class ExportError(LightcompressError, ValueError):
     """A checkpoint that cannot be exported (one line for the user)."""
 
 
@@ -177,7 +186,7 @@ def export_ctranslate2(
         ``output_dir``.
     """
     import lightcompress  # noqa: F401  (plugin architectures; fairseq checkpoints load)
-    from lightcompress.measure.speed import SpeedError, load_checkpoint
+    from lightcompress.checkpoint import CheckpointError, load_checkpoint
 
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ExportError(
@@ -196,7 +205,7 @@ def export_ctranslate2(
         raise ExportError(f"--data is not a directory: {data}")
     try:
         model, task, model_args = load_checkpoint(checkpoint, data)
-    except SpeedError as exc:
+    except CheckpointError as exc:
         raise ExportError(str(exc)) from None
     try:
         return export_model(model, task, model_args, output_dir, quantization)
@@ -212,8 +221,8 @@ def export_model(model, task, model_args, output_dir: str, quantization: str | N
     (replaced atomically). Raises :class:`ExportError` for a model CTranslate2 cannot express."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
+    from lightcompress.errors import one_line
     from lightcompress.io import atomic_directory
-    from lightcompress.measure.speed import _one_line
 
     spec_args = _model_namespace(model_args)
     arch = getattr(spec_args, "arch", None) or getattr(spec_args, "_name", None) or "?"
@@ -249,7 +258,7 @@ def export_model(model, task, model_args, output_dir: str, quantization: str | N
     except ValueError as exc:  # CTranslate2's ConfigurationChecker: options it cannot express
         if isinstance(exc, ExportError):
             raise
-        raise ExportError(f"CTranslate2 cannot express it: {_one_line(exc)}") from None
+        raise ExportError(f"CTranslate2 cannot express it: {one_line(exc)}") from None
     return output_dir
 
 
@@ -317,15 +326,17 @@ def _arg_parser() -> argparse.ArgumentParser:
     return p
 
 
+PROG = "lightcompress-export-ct2"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """``lightcompress-export-ct2``: the exit status (errors as one line, status 2)."""
+    return cli.run(_main, argv, PROG)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _arg_parser().parse_args(argv)
-    try:
-        out = export_ctranslate2(
-            args.path, args.data, args.output_dir, args.quantization, args.force
-        )
-    except ExportError as exc:
-        print(f"lightcompress-export-ct2: error: {exc}", file=sys.stderr)
-        return 2
+    out = export_ctranslate2(args.path, args.data, args.output_dir, args.quantization, args.force)
     with open(os.path.join(out, "check.json"), encoding="utf-8") as f:
         check = json.load(f)
     print(f"wrote {out} (checked against fairseq on probe translations: largest log-probability "
@@ -334,10 +345,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def cli_main() -> None:
-    import logging
-    import warnings
-
-    logging.disable(logging.WARNING)
-    warnings.filterwarnings("ignore", category=UserWarning)
-    sys.exit(main())
+cli_main = cli.entry_point(main, quiet=True)

@@ -94,7 +94,7 @@ def prove_translations(folder: str, model, task, int8: str | None) -> float:
     """Translate the probe sentences with the export in ``folder`` (complete: config, manifest,
     ``translate.py``) and with fairseq; returns the share of equal best hypotheses (1.0 for a
     float32 export, which must agree or raises ``ExportError``)."""
-    from lightcompress.deploy.onnx_export import ExportError
+    from lightcompress.deploy.onnx_graphs import ExportError
 
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     sentences = probe_sentences(src_dict, model.max_positions()[0])

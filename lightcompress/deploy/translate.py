@@ -16,7 +16,7 @@ the tokenizer (``moses``, or none), the subword model (``--spm`` sentencepiece, 
 round. Translation runs on :class:`~lightcompress.deploy.generator.FastGenerator` (fairseq's
 beam search and results, lean decoder step, the checkpoint's compressed weights as they are),
 in batches of ``batch_size`` sentences of similar length, on ``threads`` CPU threads; ``int8``
-quantizes the large maps (or all) first (:func:`lightcompress.measure.quantize.quantize_model_int8`).
+quantizes the large maps (or all) first (:func:`lightcompress.deploy.quantize.quantize_model_int8`).
 Empty (or blank) lines give empty translations. Every input error (a missing file, a
 sentencepiece model that does not load, dictionaries that do not fit the checkpoint) is a
 :class:`TranslateError` with one line; the command prints it and exits with status 2, writing
@@ -33,10 +33,13 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
-__all__ = ["TranslateError", "Translator", "left_pad_batches", "main"]
+from lightcompress import cli
+from lightcompress.errors import LightcompressError
+
+__all__ = ["TranslateError", "Translator", "cli_main", "left_pad_batches", "main"]
 
 
-class TranslateError(ValueError):
+class TranslateError(LightcompressError, ValueError):
     """An input the translator cannot use (one line for the user)."""
 
 
@@ -115,7 +118,7 @@ class Translator:
         if not data or not os.path.isdir(data):
             raise TranslateError(f"data directory not found: {data}")
         import lightcompress  # noqa: F401  (plugin architectures; checkpoints load)
-        from lightcompress.measure.speed import SpeedError, load_checkpoint
+        from lightcompress.checkpoint import CheckpointError, load_checkpoint
 
         torch.set_num_threads(threads)
         self.batch_size = batch_size
@@ -123,7 +126,7 @@ class Translator:
         self._build_encoders(spm, bpe_codes, tokenizer, source_lang, target_lang)
         try:
             model, task, _args = load_checkpoint(checkpoint, data, source_lang, target_lang)
-        except SpeedError as exc:
+        except CheckpointError as exc:
             message = str(exc)
             if "size mismatch" in message:
                 message = (
@@ -140,7 +143,7 @@ class Translator:
                 "FUSED.pt) and translate FUSED.pt"
             )
         if int8:
-            from lightcompress.measure.quantize import LARGE_MAP_ELEMENTS, quantize_model_int8
+            from lightcompress.deploy.quantize import LARGE_MAP_ELEMENTS, quantize_model_int8
 
             large = LARGE_MAP_ELEMENTS if int8 in (True, "large") else 0
             model = quantize_model_int8(model, inplace=True, min_weight_elements=large)
@@ -260,34 +263,37 @@ def _arg_parser() -> argparse.ArgumentParser:
     return p
 
 
+PROG = "lightcompress-translate"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """``lightcompress-translate``: the exit status (errors as one line, status 2)."""
+    return cli.run(_main, argv, PROG)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _arg_parser().parse_args(argv)
-    prog = "lightcompress-translate"
+    if args.output is not None:
+        from lightcompress.io import output_error
+
+        message = output_error(args.output, "--output")
+        if message:
+            raise TranslateError(message)
+    _file(args.input, "input file")
+    translator = Translator(
+        args.path, args.data, spm=args.spm, bpe_codes=args.bpe_codes,
+        tokenizer=args.tokenizer, source_lang=args.source_lang, target_lang=args.target_lang,
+        beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b, batch_size=args.batch_size, threads=args.threads,
+        int8=args.int8 or False,
+    )  # fmt: skip
+    from lightcompress.io import read_text_lines
+
     try:
-        if args.output is not None:
-            from lightcompress.io import output_error
-
-            message = output_error(args.output, "--output")
-            if message:
-                raise TranslateError(message)
-        _file(args.input, "input file")
-        translator = Translator(
-            args.path, args.data, spm=args.spm, bpe_codes=args.bpe_codes,
-            tokenizer=args.tokenizer, source_lang=args.source_lang, target_lang=args.target_lang,
-            beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
-            max_len_b=args.max_len_b, batch_size=args.batch_size, threads=args.threads,
-            int8=args.int8 or False,
-        )  # fmt: skip
-        from lightcompress.io import read_text_lines
-
-        try:
-            lines = read_text_lines(args.input)  # at \n only, as fairseq
-        except UnicodeDecodeError as exc:
-            raise TranslateError(f"the input is not UTF-8 text ({exc.reason})") from None
-        out = translator.translate(lines)
-    except TranslateError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 2
+        lines = read_text_lines(args.input)  # at \n only, as fairseq
+    except UnicodeDecodeError as exc:
+        raise TranslateError(f"the input is not UTF-8 text ({exc.reason})") from None
+    out = translator.translate(lines)
     text = "".join(line + "\n" for line in out)
     if args.output is None:
         sys.stdout.write(text)
@@ -298,16 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             with atomic_write(args.output) as f:
                 f.write(text)
         except OSError as exc:  # a full disk, a read-only file system (atomic: nothing left)
-            print(f"{prog}: error: cannot write {args.output}: {exc.strerror or exc}",
-                  file=sys.stderr)  # fmt: skip
-            return 2
+            raise TranslateError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     return 0
 
 
-def cli_main() -> None:
-    import logging
-    import warnings
-
-    logging.disable(logging.WARNING)
-    warnings.filterwarnings("ignore", category=UserWarning)
-    sys.exit(main())
+cli_main = cli.entry_point(main, quiet=True)

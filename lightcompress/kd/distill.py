@@ -44,23 +44,30 @@ import subprocess
 import sys
 import time
 
+from lightcompress import cli
+from lightcompress.errors import LightcompressError
 from lightcompress.io import atomic_directory, atomic_path, atomic_write
 
 __all__ = [
     "DistillError",
     "UsageError",
     "check_shard",
+    "cli_main",
     "main",
     "parse_generate_output",
 ]
 
 
-class DistillError(RuntimeError):
+class DistillError(LightcompressError, RuntimeError):
     """A distillation run that cannot go on (incomplete output, changed settings, ...)."""
+
+    exit_status = 1
 
 
 class UsageError(DistillError):
     """A bad argument, found before anything is written (exit status 2)."""
+
+    exit_status = 2
 
 
 def _lines_str(numbers, limit=20):
@@ -480,9 +487,7 @@ def main(argv=None):
     return 0
 
 
-def cli_main(argv=None):
-    try:
-        return main(argv)
-    except DistillError as exc:
-        print(f"distill_data: error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, UsageError) else 1
+def cli_main(argv=None) -> int:
+    """``scripts/distill_data.py``: :func:`main`'s exit status, a :class:`DistillError` as one
+    line (status 2 for a bad argument, 1 for a run that cannot go on)."""
+    return cli.run(main, argv, "distill_data")

@@ -3,7 +3,7 @@
 - :mod:`lightcompress.measure.params`: ``lightcompress-params`` (counts without data, the papers'
   shared-embedding convention, MACs of a 20+20-token pass), ``count_parameters`` (per category,
   on :func:`lightcompress.modules.sharing.unique_parameters`, the counter behind
-  ``count_unique_params``), ``build_model_without_data(arch, vocab_size, flags)`` (the papers'
+  ``count_unique_params``), ``build_random_model(arch, vocab_size, flags)`` (the papers'
   convention on :mod:`lightcompress.build`, the package's one way to build without data);
 - :mod:`lightcompress.measure.speed`: tokens/s on the papers' protocol, several models side by
   side (``scripts/measure_speed.sh``), int8 and BLEU;
@@ -12,7 +12,7 @@
   of a fresh process per model;
 - :mod:`lightcompress.measure.timing`: the protocol's pure logic (trimmed mean, run order, tables);
 - :mod:`lightcompress.measure.quantize`: ``quantize_model_int8`` (every map, or only the large
-  ones) and ``QUANTIZE_HANDLERS``.
+  ones) and ``QUANTIZE_HANDLERS``, from :mod:`lightcompress.deploy.quantize`.
 """
 
 import importlib
@@ -22,7 +22,8 @@ import importlib
 _LAZY = {
     "ModelSpec": "params",
     "ParamsError": "params",
-    "build_model_without_data": "params",
+    "build_random_model": "params",
+    "build_model_without_data": "params",  # (build_random_model's old name)
     "count_macs": "params",
     "count_parameters": "params",
     "parse_model_specs": "params",
@@ -39,7 +40,7 @@ __all__ = [
     "QUANTIZE_HANDLERS",
     "ModelSpec",
     "ParamsError",
-    "build_model_without_data",
+    "build_random_model",
     "count_macs",
     "count_parameters",
     "format_table",

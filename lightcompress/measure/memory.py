@@ -128,7 +128,7 @@ def _child(job_path: str) -> dict:
         baseline = _status_kib("VmRSS")
 
         from lightcompress.build import build_model_without_data
-        from lightcompress.measure.quantize import quantize_model_int8
+        from lightcompress.deploy.quantize import quantize_model_int8
 
         saved = torch.load(job["model"], weights_only=False)  # written by this package
         tgt_dict = saved["tgt_dict"]
@@ -137,7 +137,7 @@ def _child(job_path: str) -> dict:
         del saved
         model.eval()
         if job["precision"] in ("int8", "int8-large"):
-            from lightcompress.measure.quantize import LARGE_MAP_ELEMENTS
+            from lightcompress.deploy.quantize import LARGE_MAP_ELEMENTS
 
             large = LARGE_MAP_ELEMENTS if job["precision"] == "int8-large" else 0
             model = quantize_model_int8(model, inplace=True, min_weight_elements=large)

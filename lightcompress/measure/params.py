@@ -92,22 +92,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
+from lightcompress import cli
+from lightcompress.measure.specs import (  # (re-exported: their old home)
+    ModelSpec,
+    ParamsError,
+    _import_plugin,
+    build_random_model,
+    is_sentence_encoder,
+    make_dictionary,
+    parse_model_args,
+    parse_model_specs,
+)
 from lightcompress.measure.timing import format_table, human_count
+from lightcompress.modules.counting import count_parameters  # (re-exported)
 
 __all__ = [
     "MAC_SRC_LEN",
     "MAC_TGT_LEN",
     "ModelSpec",
     "ParamsError",
-    "build_model_without_data",
+    "build_random_model",
     "cli_main",
     "count_macs",
     "count_parameters",
@@ -117,71 +126,13 @@ __all__ = [
     "parse_model_specs",
 ]
 
+PROG = "lightcompress-params"
 MAC_SRC_LEN = 20
 MAC_TGT_LEN = 20
-
-_EMBEDDING_MODULES = ("embed_tokens", "output_projection", "adaptive_softmax")
-# RoBERTa-style sentence encoders: the embedding layer of Xia et al. (2022) and the output heads
-_SENTENCE_ENCODER = "encoder.sentence_encoder."
-_SENTENCE_EMBEDDING_MODULES = ("embed_positions", "layernorm_embedding", "emb_layer_norm")
-_SENTENCE_HEADS = ("encoder.lm_head.", "classification_heads.")
-_SENTENCE_MAX_POSITIONS = 512  # fairseq's sentence_prediction --max-positions default
-
-
-class ParamsError(ValueError):
-    """A user error (unknown architecture, bad vocabulary size, bad model flag)."""
-
 
 # --------------------------------------------------------------------------------------------
 # counting
 # --------------------------------------------------------------------------------------------
-
-
-def _category(names: Iterable[str]) -> str:
-    names = list(names)
-    for name in names:
-        parts = name.split(".")
-        if any(m in parts[:-1] for m in _EMBEDDING_MODULES):
-            return "embedding"
-    first = names[0]
-    if first.startswith(_SENTENCE_ENCODER):  # a RoBERTa-style sentence encoder
-        module = first[len(_SENTENCE_ENCODER) :].split(".")[0]
-        return "embedding" if module in _SENTENCE_EMBEDDING_MODULES else "encoder"
-    if first.startswith(_SENTENCE_HEADS):
-        return "other"
-    if first.startswith("encoder."):
-        return "encoder"
-    if first.startswith("decoder."):
-        return "decoder"
-    return "other"
-
-
-def count_parameters(model: nn.Module) -> dict:
-    """Parameter counts of ``model`` by category, each tensor counted once.
-
-    Parameters
-    ----------
-    model : nn.Module
-        Typically a fairseq encoder-decoder model (``model.encoder``, ``model.decoder``).
-
-    Returns
-    -------
-    dict
-        Integers ``total``, ``embedding``, ``encoder``, ``decoder``, ``other`` with
-        ``total = embedding + encoder + decoder + other`` (see the module docstring for the
-        categories). Tensors are deduplicated as
-        :func:`lightcompress.modules.sharing.count_unique_params` does (by ``Parameter``
-        identity and, for real tensors, by storage), so ``total`` equals it, on the meta device
-        too.
-    """
-    from lightcompress.modules.sharing import unique_parameters
-
-    groups = unique_parameters(model)
-    counts = {"total": 0, "embedding": 0, "encoder": 0, "decoder": 0, "other": 0}
-    for p, names in groups:
-        counts[_category(names)] += p.numel()
-    counts["total"] = counts["embedding"] + counts["encoder"] + counts["decoder"] + counts["other"]
-    return counts
 
 
 def _sdpa_cpu_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kw):
@@ -264,258 +215,6 @@ def count_macs(
 
 
 # --------------------------------------------------------------------------------------------
-# building models without data
-# --------------------------------------------------------------------------------------------
-
-
-def _import_plugin():
-    import lightcompress  # noqa: F401  (registers the plugin's architectures)
-
-
-def _check_arch(arch: str) -> None:
-    from lightcompress.build import check_arch
-
-    try:
-        check_arch(arch)
-    except ValueError as exc:
-        raise ParamsError(str(exc)) from None
-
-
-def make_dictionary(vocab_size: int):
-    """A fairseq ``Dictionary`` of exactly ``vocab_size`` entries (4 specials + dummy words);
-    :func:`lightcompress.build.dictionary_of_size` with the CLI's error message."""
-    from lightcompress.build import dictionary_of_size
-
-    nspecial = 4
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size <= nspecial:
-        raise ParamsError(
-            f"--vocab-size must be an integer > {nspecial} (the dictionary's total size, "
-            f"{nspecial} special symbols included), got {vocab_size!r}"
-        )
-    return dictionary_of_size(vocab_size)
-
-
-def parse_model_args(
-    arch: str, extra_args: Sequence[str] = (), data: str = "<no-data>"
-) -> argparse.Namespace:
-    """fairseq's training arguments for ``arch`` (translation task) plus ``extra_args``:
-    :func:`lightcompress.build.parse_model_args`, errors as :class:`ParamsError`."""
-    from lightcompress.build import parse_model_args as parse
-
-    try:
-        return parse(arch, extra_args, task="translation", data=data)
-    except ValueError as exc:
-        raise ParamsError(str(exc)) from None
-
-
-def _with_sharing(extra_args: Sequence[str], share: bool) -> list[str]:
-    extra = [str(a) for a in extra_args]
-    if share and "--share-all-embeddings" not in extra:
-        extra.append("--share-all-embeddings")
-    if not share:
-        extra = [a for a in extra if a != "--share-all-embeddings"]
-    return extra
-
-
-def build_model_without_data(
-    arch: str,
-    vocab_size: int,
-    extra_args: Sequence[str] = (),
-    share_all_embeddings: bool = True,
-    return_task: bool = False,
-):
-    """Build a fairseq translation model with random weights and no data directory, with the
-    papers' convention (one joined dictionary, ``--share-all-embeddings``): flags are parsed by
-    :func:`lightcompress.build.parse_model_args`, the model built by
-    :func:`lightcompress.build.build_model_without_data`.
-
-    Parameters
-    ----------
-    arch : str
-        Any registered architecture (fairseq's or the plugin's).
-    vocab_size : int
-        Total size of the joined source = target dictionary (4 specials included).
-    extra_args : sequence of str
-        fairseq model flags, e.g. ``["--encoder-layers", "12"]``.
-    share_all_embeddings : bool
-        Add ``--share-all-embeddings`` (the papers' convention). When fairseq refuses it (encoder
-        and decoder widths differ), the model is built without it and ``args.share_all_embeddings``
-        is False.
-    return_task : bool
-        Also return the ``TranslationTask`` (holding the dictionaries) and the parsed args.
-
-    Returns
-    -------
-    model, or (model, task, args) with ``return_task``
-    """
-    from lightcompress.build import build_model_without_data as build
-
-    _check_arch(arch)  # an unknown architecture is reported before a bad vocabulary size
-    dictionary = make_dictionary(vocab_size)
-    if is_sentence_encoder(arch):
-        model, args = _build_sentence_encoder(arch, dictionary, extra_args)
-        if return_task:
-            from lightcompress.build import NoDataTask
-
-            return model, NoDataTask(dictionary), args
-        return model
-    args = parse_model_args(
-        arch,
-        ["-s", "src", "-t", "tgt"] + _with_sharing(extra_args, share_all_embeddings),
-    )
-    try:
-        model = build(args, dictionary)
-    except ValueError as exc:
-        if not (share_all_embeddings and "share-all-embeddings" in str(exc)):
-            raise ParamsError(f"cannot build {arch}: {exc}") from None
-        print(
-            f"note: {arch} cannot share all embeddings ({exc}); built without "
-            "--share-all-embeddings",
-            file=sys.stderr,
-        )
-        args = parse_model_args(arch, ["-s", "src", "-t", "tgt"] + _with_sharing(extra_args, False))
-        model = build(args, dictionary)
-    except Exception as exc:  # noqa: BLE001 - turn any build failure into one clear line
-        raise ParamsError(f"cannot build {arch}: {type(exc).__name__}: {exc}") from None
-    model.eval()
-    if return_task:
-        from fairseq.tasks.translation import TranslationTask
-
-        return model, TranslationTask(args, dictionary, dictionary), args
-    return model
-
-
-def is_sentence_encoder(arch: str | None) -> bool:
-    """Whether ``arch`` (an architecture or a model name) is a RoBERTa-style sentence encoder
-    (fairseq's ``roberta_*``, DA-WID's ``dawid_roberta_fused``, ...), counted with the
-    ``sentence_prediction`` task (module docstring)."""
-    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
-    from fairseq.models.roberta import RobertaModel
-
-    _import_plugin()
-    cls = ARCH_MODEL_REGISTRY.get(arch) or MODEL_REGISTRY.get(arch)
-    return cls is not None and issubclass(cls, RobertaModel)
-
-
-def _with_classification_heads(model, heads: dict, where: str):
-    """Register ``{name: (num_classes, inner_dim or None)}`` on a sentence encoder."""
-    for name, (classes, inner) in heads.items():
-        try:
-            model.register_classification_head(name, num_classes=classes, inner_dim=inner)
-        except Exception as exc:  # noqa: BLE001 - one clear line
-            raise ParamsError(
-                f"{where}: cannot add classification head {name!r}: {type(exc).__name__}: {exc}"
-            ) from None
-    return model
-
-
-def _build_sentence_encoder(arch: str, dictionary, extra_args: Sequence[str]):
-    """``(model, args)``: a sentence encoder of ``arch`` parsed with the ``sentence_prediction``
-    task's flags, with the classification head fairseq's task adds (``--num-classes N``)."""
-    from lightcompress.build import build_model_without_data as build
-    from lightcompress.build import parse_model_args as parse
-
-    extra = [str(a) for a in extra_args if a != "--share-all-embeddings"]
-    if "--criterion" not in extra:  # its --classification-head-name, as fairseq-train has it
-        extra = ["--criterion", "sentence_prediction", *extra]
-    try:
-        args = parse(arch, extra, task="sentence_prediction")
-    except ValueError as exc:
-        raise ParamsError(str(exc)) from None
-    if getattr(args, "max_positions", None) is None:
-        args.max_positions = _SENTENCE_MAX_POSITIONS
-    try:
-        model = build(args, dictionary)
-    except Exception as exc:  # noqa: BLE001 - turn any build failure into one clear line
-        raise ParamsError(f"cannot build {arch}: {type(exc).__name__}: {exc}") from None
-    classes = getattr(args, "num_classes", -1)
-    if classes is not None and classes > 0:
-        name = getattr(args, "classification_head_name", None) or "sentence_classification_head"
-        _with_classification_heads(model, {name: (classes, None)}, arch)
-    model.eval()
-    return model, args
-
-
-# --------------------------------------------------------------------------------------------
-# model specs: "[LABEL=]ARCH[:--flag[=value]]..."
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class ModelSpec:
-    """One model of a comparison: ``[LABEL=]ARCH[:--flag[=value]]...``.
-
-    Examples: ``transformer_iwslt_de_en``,
-    ``12-2=transformer_iwslt_de_en:--encoder-layers=12:--decoder-layers=2``,
-    ``lf=lightformer_iwslt_de_en:--no-share-all-embeddings``. Flags are separated by ``:`` followed
-    by ``--``; ``--flag=value`` becomes ``["--flag", "value"]`` (values may contain ``=``, ``,``
-    and ``:``), a bare ``--flag`` is a switch. ``--no-share-all-embeddings`` is understood per model.
-    """
-
-    arch: str
-    args: list[str] = field(default_factory=list)
-    label: str | None = None
-    share_all_embeddings: bool = True
-
-    @property
-    def name(self) -> str:
-        return self.label or self.arch
-
-    @classmethod
-    def parse(cls, text: str) -> ModelSpec:
-        text = text.strip()
-        if not text:
-            raise ParamsError("empty model spec")
-        head, *flags = re.split(r":(?=--)", text)
-        label = None
-        if "=" in head:
-            label, head = head.split("=", 1)
-            label = label.strip() or None
-        spec = cls(arch=head.strip(), label=label)
-        for flag in flags:
-            if not flag.startswith("--") or flag == "--":
-                raise ParamsError(f"bad flag {flag!r} in model spec {text!r}")
-            if flag == "--no-share-all-embeddings":
-                spec.share_all_embeddings = False
-                continue
-            if "=" in flag:
-                key, value = flag.split("=", 1)
-                spec.args += [key, value]
-            else:
-                spec.args.append(flag)
-        return spec
-
-
-def parse_model_specs(text: str | Sequence[str]) -> list[ModelSpec]:
-    """Split comma-separated model specs (one string or several) into :class:`ModelSpec` s.
-
-    A comma starts a new model only where the text after it begins with ``[LABEL=]ARCH`` of a
-    registered architecture; other commas belong to a flag value of the previous model.
-    """
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
-    _import_plugin()
-    texts = [text] if isinstance(text, str) else list(text)
-    items: list[str] = []
-    for t in texts:
-        pieces = t.split(",")
-        current: str | None = None
-        for piece in pieces:
-            head = re.split(r":(?=--)", piece, maxsplit=1)[0]
-            arch = head.split("=", 1)[-1].strip()
-            starts_model = arch in ARCH_MODEL_REGISTRY or current is None
-            if starts_model:
-                if current is not None:
-                    items.append(current)
-                current = piece
-            else:
-                current += "," + piece
-        if current is not None:
-            items.append(current)
-    return [ModelSpec.parse(i) for i in items if i.strip()]
-
-
-# --------------------------------------------------------------------------------------------
 # command line
 # --------------------------------------------------------------------------------------------
 
@@ -542,7 +241,7 @@ def report(
     """The JSON report of ``lightcompress-params`` as a dict."""
     if macs and is_sentence_encoder(arch):
         raise ParamsError(_NO_ENCODER_MACS.format(arch=arch))
-    model, _task, args = build_model_without_data(
+    model, _task, args = build_random_model(
         arch, vocab_size, extra_args, share_all_embeddings, return_task=True
     )
     out = {"arch": arch, "vocab_size": vocab_size}
@@ -552,7 +251,7 @@ def report(
         out["share_all_embeddings"] = bool(getattr(args, "share_all_embeddings", False))
     out.update(_with_non_embedding(count_parameters(model)))
     if reference_arch:
-        ref = build_model_without_data(reference_arch, vocab_size, (), share_all_embeddings)
+        ref = build_random_model(reference_arch, vocab_size, (), share_all_embeddings)
         out["reference_arch"] = reference_arch
         out["reference_total"] = count_parameters(ref)["total"]
         out["ratio"] = out["reference_total"] / out["total"]
@@ -567,19 +266,11 @@ def checkpoint_report(path: str, macs: bool = False) -> dict:
     weights in the file)."""
     import copy
 
-    from lightcompress.convert.core import (
-        ConversionError,
-        _model_args,
-        build_fairseq_model,
-        load_checkpoint_state,
-    )
+    from lightcompress.checkpoint import build_model, model_config, read_checkpoint
 
     _import_plugin()
-    try:
-        state = load_checkpoint_state(path)
-        args = copy.deepcopy(_model_args(state))
-    except ConversionError as exc:
-        raise ParamsError(str(exc)) from None
+    state = read_checkpoint(path)
+    args = copy.deepcopy(model_config(state))
     sd = state["model"]
     arch = getattr(args, "arch", None) or getattr(args, "_name", None)
     if isinstance(args, dict):
@@ -591,7 +282,7 @@ def checkpoint_report(path: str, macs: bool = False) -> dict:
             "FUSED.pt"
         )
     if is_sentence_encoder(arch):
-        return _sentence_encoder_checkpoint_report(path, args, arch, sd, macs)
+        return _sentence_encoder_checkpoint_report(path, args, arch, state, macs)
 
     def table_rows(side):  # a dense table's weight, a low-rank table's (V, r) factor, or a
         # hybrid TT table's dense (V, alpha d) part (Hypoformer's HTT embedding)
@@ -605,11 +296,7 @@ def checkpoint_report(path: str, macs: bool = False) -> dict:
         )
 
     src, tgt = table_rows("encoder"), table_rows("decoder")
-    try:
-        model = build_fairseq_model(args, src.shape[0], tgt.shape[0])
-        model.load_state_dict(sd, strict=True)
-    except (RuntimeError, ValueError) as exc:
-        raise ParamsError(f"{path}: the weights do not fit its architecture: {exc}") from None
+    model = build_model(state, src.shape[0], tgt.shape[0], path, args=args)
     out = {"path": path, "arch": arch, "vocab_size": int(src.shape[0])}
     out.update(_with_non_embedding(count_parameters(model)))
     if macs:
@@ -617,35 +304,21 @@ def checkpoint_report(path: str, macs: bool = False) -> dict:
     return out
 
 
-def _sentence_encoder_checkpoint_report(path: str, args, arch: str, sd: dict, macs: bool) -> dict:
+def _sentence_encoder_checkpoint_report(
+    path: str, args, arch: str, state: dict, macs: bool
+) -> dict:
     """:func:`checkpoint_report` of a RoBERTa-style sentence encoder (with the classification
     heads the checkpoint holds)."""
-    from lightcompress.build import build_model_without_data as build
-
     if macs:
         raise ParamsError(_NO_ENCODER_MACS.format(arch=arch))
-    rows = sd.get("encoder.sentence_encoder.embed_tokens.weight")
+    rows = state["model"].get("encoder.sentence_encoder.embed_tokens.weight")
     if rows is None:
         raise ParamsError(
             f"{path}: no encoder.sentence_encoder.embed_tokens.weight (the dictionary)"
         )
-    heads = {}
-    for key, value in sd.items():
-        if key.startswith("classification_heads.") and key.endswith(".out_proj.weight"):
-            heads[key[len("classification_heads.") : -len(".out_proj.weight")]] = (
-                int(value.shape[0]),
-                int(value.shape[1]),
-            )
-    try:
-        model = build(args, int(rows.shape[0]))
-    except Exception as exc:  # noqa: BLE001 - turn any build failure into one clear line
-        raise ParamsError(f"{path}: cannot build {arch}: {type(exc).__name__}: {exc}") from None
-    _with_classification_heads(model, heads, path)
-    try:
-        model.load_state_dict(sd, strict=True)
-    except (RuntimeError, ValueError) as exc:
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        raise ParamsError(f"{path}: the weights do not fit its architecture: {detail}") from None
+    from lightcompress.checkpoint import build_model
+
+    model = build_model(state, int(rows.shape[0]), None, path, args=args)
     out = {
         "path": path,
         "arch": arch,
@@ -667,7 +340,7 @@ def table(
             raise ParamsError(
                 f"--table compares translation models (with MACs); count {spec.arch} with --arch"
             )
-        model = build_model_without_data(
+        model = build_random_model(
             spec.arch,
             vocab_size,
             spec.args,
@@ -707,16 +380,9 @@ def table(
     return format_table(headers, rows), records
 
 
-class _OneLineErrorParser(argparse.ArgumentParser):
-    """argparse that reports errors as one line (no usage dump) and exits with 2."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def _arg_parser() -> argparse.ArgumentParser:
-    p = _OneLineErrorParser(
-        prog="lightcompress-params",
+    p = cli.OneLineParser(
+        prog=PROG,
         description="Parameter (and MAC) counts of a fairseq translation model built without "
         "data (or of a RoBERTa-style sentence encoder, counted with the sentence_prediction task: "
         "--num-classes N adds its classification head). Unknown flags are passed to fairseq as "
@@ -758,52 +424,52 @@ def _arg_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``lightcompress-params``: the exit status (errors as one line, status 2)."""
+    return cli.run(_main, argv, PROG)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _arg_parser()
     args, extra = parser.parse_known_args(argv)
-    try:
-        if args.path:
-            if args.table or args.arch or extra or args.vocab_size or args.reference_arch:
-                raise ParamsError("--path counts one checkpoint: give no other model options")
-            out = checkpoint_report(args.path, args.macs)
-            print(json.dumps(out))
-            return 0
-        if args.vocab_size is None:
-            raise ParamsError("give --vocab-size N (or --path CHECKPOINT)")
-        if args.table:
-            if extra:
-                raise ParamsError(
-                    f"with --table give model flags per model (ARCH:--flag=value), not {extra}"
-                )
-            text, records = table(
-                parse_model_specs(args.table),
-                args.vocab_size,
-                args.share_all_embeddings,
+    if args.path:
+        if args.table or args.arch or extra or args.vocab_size or args.reference_arch:
+            raise ParamsError("--path counts one checkpoint: give no other model options")
+        out = checkpoint_report(args.path, args.macs)
+        print(json.dumps(out))
+        return 0
+    if args.vocab_size is None:
+        raise ParamsError("give --vocab-size N (or --path CHECKPOINT)")
+    if args.table:
+        if extra:
+            raise ParamsError(
+                f"with --table give model flags per model (ARCH:--flag=value), not {extra}"
             )
-            print(json.dumps(records, indent=1) if args.json else text)
-            return 0
-        if not args.arch:
-            raise ParamsError("give --arch ARCH or --table ARCH1,ARCH2,...")
-        out = report(
-            args.arch,
+        text, records = table(
+            parse_model_specs(args.table),
             args.vocab_size,
-            extra,
             args.share_all_embeddings,
-            args.reference_arch,
-            args.macs,
         )
-    except ParamsError as exc:
-        print(f"lightcompress-params: error: {exc}", file=sys.stderr)
-        return 2
+        print(json.dumps(records, indent=1) if args.json else text)
+        return 0
+    if not args.arch:
+        raise ParamsError("give --arch ARCH or --table ARCH1,ARCH2,...")
+    out = report(
+        args.arch,
+        args.vocab_size,
+        extra,
+        args.share_all_embeddings,
+        args.reference_arch,
+        args.macs,
+    )
     print(json.dumps(out))
     return 0
 
 
-def cli_main() -> None:
-    """Console entry point ``lightcompress-params``."""
-    import logging
+cli_main = cli.entry_point(main, quiet=True)
 
-    logging.disable(logging.WARNING)  # fairseq's INFO/WARNING chatter would drown the JSON
-    sys.exit(main())
+# The name build_random_model had before lightcompress.build.build_model_without_data became
+# the package's one builder without data; kept for callers of the old name (not in __all__).
+build_model_without_data = build_random_model
 
 
 if __name__ == "__main__":

@@ -67,26 +67,46 @@ checked before any model is loaded or timed.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
-import logging
 import math
 import os
-import platform
 import sys
-import time
-import warnings
 from argparse import Namespace
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
 
+from lightcompress import cli
+from lightcompress.checkpoint import load_checkpoint  # (re-exported: its old home)
+from lightcompress.errors import one_line
+from lightcompress.measure.candidates import (  # (re-exported: their old home)
+    Candidate,
+    SpeedError,
+    directory_bytes,
+    load_candidates,
+    split_label,
+    state_dict_bytes,
+    with_ct2,
+    with_fast,
+    with_int8,
+    with_onnx,
+)
+from lightcompress.measure.protocol import (  # (re-exported)
+    as_samples,
+    measure,
+    pick_sentences,
+    random_sentences,
+    sacrebleu_of,
+    time_run,
+)
+from lightcompress.measure.report import (  # (re-exported)
+    bleu_lines,
+    cpu_model,
+    environment,
+    format_results,
+    protocol_line,
+    write_json,
+)
 from lightcompress.measure.timing import (
-    format_table,
-    human_count,
-    interleaved_schedule,
-    summarize_runs,
     trim_count,
 )
 
@@ -96,7 +116,10 @@ __all__ = [
     "bleu_lines",
     "check_args",
     "check_output_file",
+    "cli_main",
     "cpu_model",
+    "directory_bytes",
+    "format_results",
     "load_candidates",
     "load_checkpoint",
     "main",
@@ -104,724 +127,18 @@ __all__ = [
     "pick_sentences",
     "random_sentences",
     "sacrebleu_of",
+    "state_dict_bytes",
     "time_run",
+    "with_ct2",
+    "with_fast",
+    "with_int8",
+    "with_onnx",
     "write_json",
 ]
 
+PROG = "measure_speed"
 IWSLT_AVG_LEN = 23
 WMT_AVG_LEN = 30
-
-
-class SpeedError(ValueError):
-    """A user error: reported as one line, exit code 2."""
-
-
-@dataclass
-class Candidate:
-    """One model under measurement."""
-
-    label: str
-    source: str  # checkpoint path or arch spec
-    model: torch.nn.Module
-    task: object
-    params: int
-    precision: str = "float32"
-    random_weights: bool = False
-    args: list = field(default_factory=list)
-    engine: str = "fairseq"
-    runner: object = None  # engines other than fairseq's generator (lightcompress.measure.engines)
-    model_args: object = None  # the model configuration (args / cfg.model)
-    size_bytes: int | None = None
-    float_model: torch.nn.Module | None = None  # the float32 model an int8 one was made from
-
-
-# --------------------------------------------------------------------------------------------
-# models
-# --------------------------------------------------------------------------------------------
-
-
-def _split_label(item: str) -> tuple[str | None, str]:
-    if "=" in item:
-        label, rest = item.split("=", 1)
-        if label and "/" not in label:
-            return label, rest
-    return None, item
-
-
-def _checkpoint_arch(state: dict) -> str | None:
-    """The architecture a fairseq checkpoint was trained with (``args.arch`` or ``cfg.model``)."""
-    args = state.get("args")
-    if args is not None and getattr(args, "arch", None):
-        return args.arch
-    cfg = state.get("cfg")
-    model_cfg = None
-    if cfg is not None:
-        try:
-            model_cfg = cfg["model"]
-        except (KeyError, TypeError):
-            model_cfg = getattr(cfg, "model", None)
-    for key in ("arch", "_name"):
-        value = None
-        if isinstance(model_cfg, dict):
-            value = model_cfg.get(key)
-        elif model_cfg is not None:
-            try:
-                value = getattr(model_cfg, key, None)
-            except Exception:  # noqa: BLE001  (omegaconf raises on missing keys of struct configs)
-                value = None
-        if value:
-            return str(value)
-    return None
-
-
-def _unknown_arch_message(path: str, arch: str) -> str:
-    from fairseq.models import MODEL_REGISTRY
-
-    from lightcompress.models.presets import family_of
-
-    # an architecture named like a family of the presets table that fairseq does not know was
-    # made by another version of the plugin, or is loaded without it
-    family = family_of(arch)
-    if family is not None:
-        if family not in MODEL_REGISTRY:
-            return (
-                f"{path}: architecture {arch!r} is a lightcompress architecture and the plugin "
-                "is not loaded: pass --user-dir lightcompress"
-            )
-        return (
-            f"{path}: architecture {arch!r} is not one of this lightcompress's (a checkpoint of "
-            "another version of the plugin? `python -m lightcompress --list-archs` lists them)"
-        )
-    return (
-        f"{path}: architecture {arch!r} is not registered: a checkpoint of a fairseq plugin "
-        "needs that plugin (pass --user-dir DIR)"
-    )
-
-
-def _load_checkpoint(path: str, data: str | None):
-    """``(model, task)`` of :func:`load_checkpoint`."""
-    model, task, _args = load_checkpoint(path, data)
-    return model, task
-
-
-def load_checkpoint(
-    path: str, data: str | None, source_lang: str | None = None, target_lang: str | None = None
-):
-    """Load one checkpoint as ``fairseq-generate`` does, every failure as a :class:`SpeedError`.
-
-    Returns ``(model, task, model_args)``: the model in eval mode, its task (dictionaries of
-    ``data``), and the model configuration the checkpoint holds (``args`` or ``cfg.model``).
-
-    The file is read once (``load_checkpoint_to_cpu``, which also applies ``--data`` and
-    upgrades old checkpoints), checked (a fairseq checkpoint, a registered architecture), then
-    built by ``load_model_ensemble_and_task`` from that state.
-    """
-    from fairseq import checkpoint_utils
-    from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
-
-    if not os.path.exists(path):
-        raise SpeedError(f"checkpoint not found: {path}")
-    if not os.path.isfile(path):
-        raise SpeedError(f"checkpoint {path} is not a file")
-    overrides = {"data": data} if data else {}
-    if bool(source_lang) != bool(target_lang):
-        raise SpeedError("give both the source and the target language (-s and -t), or neither")
-    if data:  # (each cause its own message: fairseq says "Could not infer language pair")
-        if not os.path.isdir(data):
-            raise SpeedError(f"--data {data} is not a directory")
-        dicts = sorted(f for f in os.listdir(data) if f.startswith("dict.") and f.endswith(".txt"))
-        if not dicts:
-            raise SpeedError(f"--data {data} holds no dictionaries (dict.LANG.txt)")
-        for lang in (source_lang, target_lang):
-            if lang and f"dict.{lang}.txt" not in dicts:
-                raise SpeedError(
-                    f"--data {data} has no dict.{lang}.txt (it has {', '.join(dicts)})"
-                )
-    if source_lang:
-        overrides.update(source_lang=source_lang, target_lang=target_lang)
-    overrides = overrides or None
-    with open(path, "rb") as f:
-        head = f.read(4)
-    if not head.startswith((b"PK\x03\x04", b"\x80")):  # torch's zip format, legacy pickle
-        raise SpeedError(f"{path} is not a checkpoint (no zip or pickle header: a text file?)")
-    try:
-        state = checkpoint_utils.load_checkpoint_to_cpu(path, overrides)
-    except KeyError as exc:  # fairseq's upgrade of the state reads entries every checkpoint has
-        raise SpeedError(f"{path} is not a fairseq checkpoint (no {exc.args[0]!r} entry)") from None
-    except Exception as exc:  # noqa: BLE001  (truncated zip, foreign pickle, old format)
-        raise SpeedError(
-            f"cannot read {path} as a fairseq checkpoint ({type(exc).__name__}: "
-            f"{_one_line(exc, first_sentence=True)}); is the file complete?"
-        ) from None
-    if not isinstance(state, dict) or "model" not in state:
-        raise SpeedError(f"{path} is not a fairseq checkpoint (no 'model' entry)")
-    arch = _checkpoint_arch(state)
-    if arch is None:
-        raise SpeedError(f"{path} is not a fairseq checkpoint (no 'args' or 'cfg' naming a model)")
-    if arch not in ARCH_MODEL_REGISTRY and arch not in MODEL_REGISTRY:
-        raise SpeedError(_unknown_arch_message(path, arch))
-    try:
-        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-            [path], arg_overrides=overrides, state=state
-        )
-    except FileNotFoundError as exc:
-        raise SpeedError(
-            f"cannot load {path}: {_one_line(exc)} (give --data with the checkpoint's dictionaries)"
-        ) from None
-    except Exception as exc:  # noqa: BLE001  (weights that do not fit, a plugin's ConfigError)
-        if "infer language pair" in str(exc):  # fairseq's translation task, from file names
-            dicts = sorted(f for f in os.listdir(data) if f.startswith("dict.")) if data else []
-            raise SpeedError(
-                f"the checkpoint does not name its languages and {data or 'its data directory'} "
-                "has no binarized split to infer them from"
-                + (f" (dictionaries: {', '.join(dicts)})" if dicts else " (and no dict.*.txt)")
-                + ": give them with -s SRC -t TGT"
-            ) from None
-        raise SpeedError(
-            f"cannot load {path} ({arch}): {type(exc).__name__}: {_one_line(exc)}"
-        ) from None
-    model_args = state.get("args") or state["cfg"]["model"]
-    del state
-    model = models[0]
-    model.prepare_for_inference_(cfg)
-    model.eval()
-    return model, task, model_args
-
-
-def _one_line(exc: BaseException, limit: int = 300, first_sentence: bool = False) -> str:
-    """An exception's message on one line (long ones cut; optionally its first sentence)."""
-    text = " ".join(str(exc).split())
-    if first_sentence and ". " in text:
-        text = text.split(". ", 1)[0]
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _build_random(spec, vocab_size: int | None, data: str | None, share: bool):
-    from lightcompress.measure import params as P
-
-    share = share and spec.share_all_embeddings
-    if data:
-        from fairseq import tasks
-
-        args = P.parse_model_args(spec.arch, P._with_sharing(spec.args, share), data=data)
-        task = tasks.setup_task(args)
-        model = task.build_model(args)
-        model.eval()
-        return model, task, args
-    if vocab_size is None:
-        raise SpeedError("--arch without --data needs --vocab-size")
-    model, task, args = P.build_model_without_data(
-        spec.arch, vocab_size, spec.args, share, return_task=True
-    )
-    return model, task, args
-
-
-def load_candidates(
-    paths: Sequence[str] = (),
-    archs: Sequence[str] = (),
-    data: str | None = None,
-    vocab_size: int | None = None,
-    share_all_embeddings: bool = True,
-    seed: int = 1,
-) -> list[Candidate]:
-    """Load checkpoints (``[LABEL=]path``) and build random-weight models (model specs)."""
-    from lightcompress.measure.params import ParamsError, count_parameters, parse_model_specs
-
-    out = []
-    for item in paths:
-        label, path = _split_label(item)
-        model, task, model_args = load_checkpoint(path, data)
-        if label is None:
-            stem = os.path.splitext(os.path.basename(path))[0]
-            label = f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}/{stem}"
-        out.append(
-            Candidate(label, path, model, task, count_parameters(model)["total"],
-                      model_args=model_args)
-        )  # fmt: skip
-    if archs:
-        try:
-            specs = parse_model_specs(list(archs))
-        except ParamsError as exc:
-            raise SpeedError(str(exc)) from None
-        for spec in specs:
-            torch.manual_seed(seed)
-            try:
-                model, task, model_args = _build_random(
-                    spec, vocab_size, data, share_all_embeddings
-                )
-            except ParamsError as exc:
-                raise SpeedError(str(exc)) from None
-            out.append(
-                Candidate(
-                    spec.name,
-                    spec.arch + "".join(f" {a}" for a in spec.args),
-                    model,
-                    task,
-                    count_parameters(model)["total"],
-                    random_weights=True,
-                    args=list(spec.args),
-                    model_args=model_args,
-                )
-            )
-    if not out:
-        raise SpeedError("nothing to measure: give --path and/or --arch")
-    labels = [c.label for c in out]
-    if len(set(labels)) != len(labels):
-        raise SpeedError(f"labels must be unique, got {labels} (use LABEL=... to name models)")
-    return out
-
-
-def with_int8(
-    candidates: Sequence[Candidate], keep_float: bool, variants: Sequence[str] = ("int8",)
-) -> list[Candidate]:
-    """int8 copies of ``candidates`` (after each float one when ``keep_float``), one per
-    variant: ``int8`` (every linear map) or ``int8-large`` (only maps with at least
-    :data:`~lightcompress.measure.quantize.LARGE_MAP_ELEMENTS` weights)."""
-    from lightcompress.measure.quantize import LARGE_MAP_ELEMENTS, quantize_model_int8
-
-    out = []
-    for c in candidates:
-        if keep_float:
-            out.append(c)
-        for variant in variants:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # torch's qint8 deprecation notice
-                warnings.simplefilter("ignore", DeprecationWarning)
-                q = quantize_model_int8(
-                    c.model,
-                    min_weight_elements=LARGE_MAP_ELEMENTS if variant == "int8-large" else 0,
-                )
-            out.append(
-                Candidate(c.label, c.source, q, c.task, c.params, variant, c.random_weights,
-                          c.args, model_args=c.model_args, float_model=c.model)
-            )  # fmt: skip
-    return out
-
-
-def _with_exports(candidates, workdir, engine, name, precisions, export, make_runner, errors,
-                  log=None, prefix=""):  # fmt: skip
-    """For every float32 fairseq candidate, one candidate per precision of ``engine``:
-    ``export(candidate, target, precision)`` writes it into ``workdir``, ``make_runner(
-    candidate, target, precision)`` times it. An export refused with one of ``errors`` gives
-    a note (and no candidates of that model). Returns the new candidates and the notes."""
-    os.makedirs(workdir, exist_ok=True)
-    out, notes = [], []
-    for i, c in enumerate(candidates):
-        if c.engine != "fairseq" or c.precision != "float32":
-            continue
-        for precision in precisions:
-            target = os.path.join(workdir, f"{i}-{prefix}{precision}")
-            try:
-                export(c, target, precision)
-            except errors as exc:
-                notes.append(f"{c.label}: no {name} export ({exc})")
-                break
-            if log:
-                log(f"exported {c.label} to {name} ({precision}): {target}")
-            out.append(
-                Candidate(c.label, target, None, c.task, c.params, precision, c.random_weights,
-                          c.args, engine=engine, runner=make_runner(c, target, precision),
-                          model_args=c.model_args, size_bytes=directory_bytes(target))
-            )  # fmt: skip
-    return out, notes
-
-
-def with_ct2(
-    candidates: Sequence[Candidate], workdir: str, threads: int, log=None
-) -> tuple[list[Candidate], list[str]]:
-    """CTranslate2 float32 and int8 candidates exported from every dense float32 fairseq
-    candidate (:func:`lightcompress.deploy.ct2.export_model`, into ``workdir``; the int8 model
-    is exported with int8 weights). Returns the new candidates and one note per model that
-    could not be exported (a compressed one: CTranslate2 would have to store it dense)."""
-    from lightcompress.deploy.ct2 import ExportError, export_model
-    from lightcompress.measure.engines import CT2Runner
-
-    def export(c, target, precision):
-        export_model(c.model, c.task, c.model_args, target, precision)
-
-    def runner(c, target, precision):
-        return CT2Runner(
-            target, precision, threads, c.task.source_dictionary, c.task.target_dictionary,
-            c.model.max_decoder_positions(), c.model.max_positions(),
-        )  # fmt: skip
-
-    return _with_exports(candidates, workdir, "ctranslate2", "CTranslate2",
-                         ("float32", "int8"), export, runner, ExportError, log)  # fmt: skip
-
-
-def with_onnx(
-    candidates: Sequence[Candidate],
-    workdir: str,
-    threads: int,
-    variants: Sequence[str],
-    log=None,
-) -> tuple[list[Candidate], list[str]]:
-    """ONNX Runtime candidates (:mod:`lightcompress.deploy.onnx_export`, into ``workdir``) of
-    every float32 fairseq candidate: float32, and ``int8`` (every map) / ``int8-large`` (the
-    maps of at least 2^17 weights) when in ``variants``. Returns the new candidates and one
-    note per model that could not be exported."""
-    from lightcompress.deploy.onnx_export import ExportError, export_onnx
-    from lightcompress.measure.engines import OnnxRunner
-
-    def export(c, target, precision):
-        int8 = {"float32": None, "int8": "all", "int8-large": "large"}[precision]
-        export_onnx(c.model, c.task, target, int8=int8)
-
-    def runner(c, target, precision):
-        return OnnxRunner(target, threads, c.task.source_dictionary.pad(), c.model.max_positions())
-
-    return _with_exports(candidates, workdir, "onnxruntime", "ONNX", ("float32", *variants),
-                         export, runner, ExportError, log, prefix="onnx-")  # fmt: skip
-
-
-def with_fast(candidates: Sequence[Candidate], gen_args: Namespace) -> list[Candidate]:
-    """After each fairseq candidate (float32 or int8), the same model on lightcompress's fast
-    path (:class:`lightcompress.deploy.generator.FastGenerator`)."""
-    from lightcompress.measure.engines import FastRunner
-
-    out = []
-    for c in candidates:
-        out.append(c)
-        if c.engine == "fairseq":
-            out.append(
-                Candidate(c.label, c.source, c.model, c.task, c.params, c.precision,
-                          c.random_weights, c.args, engine="lightcompress",
-                          runner=FastRunner(c.model, c.task, gen_args), model_args=c.model_args,
-                          float_model=c.float_model)
-            )  # fmt: skip
-    return out
-
-
-def directory_bytes(path: str) -> int:
-    """Total size of the files under ``path``."""
-    return sum(
-        os.path.getsize(os.path.join(root, f))
-        for root, _dirs, files in os.walk(path)
-        for f in files
-    )
-
-
-def state_dict_bytes(model: torch.nn.Module) -> int:
-    """Bytes of the model's weights as ``torch.save`` stores them: its state dict with a module
-    that several parents share saved once and a tensor that several modules share stored once
-    (layer sharing); int8 models store int8 weights."""
-    import io
-
-    state: dict = {}
-    for prefix, module in model.named_modules():  # a module shared by several parents once
-        module._save_to_state_dict(state, prefix + "." if prefix else "", keep_vars=False)
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.tell()
-
-
-# --------------------------------------------------------------------------------------------
-# sentences
-# --------------------------------------------------------------------------------------------
-
-
-def pick_sentences(task, subset: str, n: int, src_len: int) -> list[torch.Tensor]:
-    """The ``n`` source sentences of ``subset`` with length (no EOS) closest to ``src_len``."""
-    try:
-        task.load_dataset(subset)
-    except FileNotFoundError as exc:
-        raise SpeedError(f"cannot load subset {subset!r}: {exc}") from None
-    ds = task.dataset(subset)
-    src = getattr(ds, "src", None)
-    if src is None or len(ds) == 0:
-        raise SpeedError(f"subset {subset!r} has no source sentences")
-    sizes = [int(s) - 1 for s in ds.src_sizes]  # binarized sentences end with EOS
-    order = sorted(range(len(sizes)), key=lambda i: (abs(sizes[i] - src_len), i))
-    return [src[i].long() for i in order[:n]]
-
-
-def random_sentences(dictionary, n: int, src_len: int, seed: int = 1) -> list[torch.Tensor]:
-    """``n`` sentences of ``src_len`` random word ids (no specials) followed by EOS."""
-    gen = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(n):
-        ids = torch.randint(dictionary.nspecial, len(dictionary), (src_len,), generator=gen)
-        out.append(torch.cat([ids, torch.tensor([dictionary.eos()])]))
-    return out
-
-
-def _samples(sentences: Sequence[torch.Tensor], batch_size: int = 1, pad: int = 1) -> list[dict]:
-    """fairseq samples of ``batch_size`` consecutive sentences, left-padded as fairseq pads."""
-    from lightcompress.measure.engines import left_padded
-
-    out = []
-    for start in range(0, len(sentences), batch_size):
-        src, lengths = left_padded(sentences[start : start + batch_size], pad)
-        out.append(
-            {
-                "id": torch.arange(start, start + len(src)),
-                "net_input": {"src_tokens": src, "src_lengths": lengths},
-            }
-        )
-    return out
-
-
-# --------------------------------------------------------------------------------------------
-# timing
-# --------------------------------------------------------------------------------------------
-
-
-def _generator(candidate: Candidate, gen_args: Namespace):
-    return candidate.task.build_generator([candidate.model], gen_args)
-
-
-def _hyp_tokens(tokens: torch.Tensor, eos: int) -> int:
-    n = int(tokens.numel())
-    return n - 1 if n and int(tokens[-1]) == eos else n
-
-
-def time_run(candidate: Candidate, generator, samples: Sequence) -> tuple[float, int]:
-    """One timed pass over ``samples`` (batch 1): (seconds, generated tokens without EOS).
-
-    ``generator`` is fairseq's generator, or ``None`` for a candidate with a runner (another
-    engine), whose ``samples`` are what its ``prepare`` returned."""
-    if candidate.runner is not None:
-        run_one = candidate.runner.run_one
-        tokens = 0
-        start = time.perf_counter()
-        for prepared in samples:
-            tokens += run_one(prepared)
-        return time.perf_counter() - start, tokens
-    eos = candidate.task.target_dictionary.eos()
-    task, models = candidate.task, [candidate.model]
-    tokens = 0
-    start = time.perf_counter()
-    for sample in samples:
-        hyps = task.inference_step(generator, models, sample)
-        tokens += sum(_hyp_tokens(h[0]["tokens"], eos) for h in hyps)
-    return time.perf_counter() - start, tokens
-
-
-def measure(
-    candidates: Sequence[Candidate],
-    samples: Sequence[dict],
-    gen_args: Namespace,
-    runs: int = 10,
-    warmup: int = 1,
-    trim: float = 0.1,
-    log=None,
-    sentences: Sequence[torch.Tensor] | None = None,
-    batch_size: int = 1,
-) -> list[dict]:
-    """Warm up each model, then time ``runs`` interleaved passes; returns one record per model.
-
-    ``samples`` are fairseq's batches of ``batch_size`` of the source ``sentences``."""
-    gens = [None if c.runner is not None else _generator(c, gen_args) for c in candidates]
-    if sentences is None:  # batch 1
-        sentences = [s["net_input"]["src_tokens"][0] for s in samples]
-    inputs = [
-        samples if c.runner is None else c.runner.prepare(sentences, gen_args, batch_size)
-        for c in candidates
-    ]
-    with torch.inference_mode():
-        for c, g, x in zip(candidates, gens, inputs):
-            for _ in range(warmup):
-                time_run(c, g, x)
-        raw = [[] for _ in candidates]
-        for r, m in interleaved_schedule(len(candidates), runs):
-            seconds, tokens = time_run(candidates[m], gens[m], inputs[m])
-            raw[m].append({"run": r, "seconds": seconds, "tokens": tokens})
-            if log:
-                log(
-                    f"run {r + 1}/{runs} {candidates[m].label} [{candidates[m].engine} "
-                    f"{candidates[m].precision}]: "
-                    f"{tokens / seconds:.1f} tokens/s"
-                )
-    records = []
-    for c, runs_c in zip(candidates, raw):
-        summary = summarize_runs(
-            [x["seconds"] for x in runs_c], [x["tokens"] for x in runs_c], trim
-        )
-        for x, rate in zip(runs_c, summary["tokens_per_s"]):
-            x["tokens_per_s"] = rate
-        records.append(
-            {
-                "label": c.label,
-                "source": c.source,
-                "engine": c.engine,
-                "precision": c.precision,
-                "size_bytes": c.size_bytes
-                if c.size_bytes is not None
-                else state_dict_bytes(c.model),
-                "random_weights": c.random_weights,
-                "params": c.params,
-                "runs": runs_c,
-                "kept_tokens_per_s": summary["kept"],
-                "tokens_per_s": summary["mean"],
-                "tokens_per_s_std": summary["std"],
-                "tokens_per_s_min": summary["min"],
-                "tokens_per_s_max": summary["max"],
-                "tokens_per_run": runs_c[0]["tokens"],
-            }
-        )
-    ref = records[0]["tokens_per_s"]
-    for rec in records:
-        rec["speed_ratio"] = rec["tokens_per_s"] / ref
-    return records
-
-
-# --------------------------------------------------------------------------------------------
-# BLEU
-# --------------------------------------------------------------------------------------------
-
-
-def sacrebleu_of(
-    candidate: Candidate,
-    subset: str,
-    gen_args: Namespace,
-    batch_size: int = 32,
-    post_process: str | None = None,
-    tokenize: str = "13a",
-) -> dict:
-    """Translate the whole ``subset`` and score it with sacreBLEU.
-
-    Returns ``{"bleu", "bleu_signature", "hypotheses"}`` (hypotheses in sentence-id order).
-    """
-    import sacrebleu
-    from fairseq import utils
-
-    task, model, runner = candidate.task, candidate.model, candidate.runner
-    task.load_dataset(subset)
-    dataset = task.dataset(subset)
-    tgt_dict = task.target_dictionary
-    if runner is None:
-        generator = task.build_generator([model], gen_args)
-        strip = getattr(generator, "symbols_to_strip_from_output", {generator.eos})
-    else:
-        strip = {tgt_dict.eos()}
-    max_positions = runner.model_max_positions if runner is not None else model.max_positions()
-    itr = task.get_batch_iterator(
-        dataset=dataset,
-        max_sentences=batch_size,
-        max_positions=utils.resolve_max_positions(task.max_positions(), max_positions),
-        ignore_invalid_inputs=True,
-        seed=1,
-        num_workers=0,
-    ).next_epoch_itr(shuffle=False)
-    hyps, refs = {}, {}
-    pending = []  # (sentence id, source ids) for an engine other than fairseq's generator
-    with torch.inference_mode():
-        for sample in itr:
-            if not sample:
-                continue
-            out = None if runner is not None else task.inference_step(generator, [model], sample)
-            for i, sid in enumerate(sample["id"].tolist()):
-                if out is None:
-                    src = sample["net_input"]["src_tokens"][i]
-                    pending.append((sid, utils.strip_pad(src, task.source_dictionary.pad())))
-                else:
-                    hyp = out[i][0]["tokens"].int().cpu()
-                    hyps[sid] = tgt_dict.string(hyp, post_process, extra_symbols_to_ignore=strip)
-                ref = utils.strip_pad(sample["target"][i], tgt_dict.pad()).int().cpu()
-                refs[sid] = tgt_dict.string(
-                    ref, post_process, escape_unk=True, extra_symbols_to_ignore=strip
-                )
-        if pending:
-            ids = runner.translate([src for _sid, src in pending], gen_args, batch_size)
-            for (sid, _src), hyp in zip(pending, ids):
-                hyp = torch.tensor(hyp, dtype=torch.int)
-                hyps[sid] = tgt_dict.string(hyp, post_process, extra_symbols_to_ignore=strip)
-    ids = sorted(hyps)
-    metric = sacrebleu.metrics.BLEU(tokenize=tokenize)
-    score = metric.corpus_score([hyps[i] for i in ids], [[refs[i] for i in ids]])
-    return {
-        "bleu": score.score,
-        "bleu_signature": str(metric.get_signature()),
-        "hypotheses": [hyps[i] for i in ids],
-    }
-
-
-# --------------------------------------------------------------------------------------------
-# reporting
-# --------------------------------------------------------------------------------------------
-
-
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo (or ``platform.processor()``)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def _environment() -> dict:
-    import fairseq
-
-    return {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "cpu": cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "fairseq": getattr(fairseq, "__version__", "unknown"),
-        "python": platform.python_version(),
-        "torch_threads": torch.get_num_threads(),
-        "quantized_engine": torch.backends.quantized.engine,
-    }
-
-
-def format_results(records: Sequence[dict], bleu: bool = False) -> str:
-    """The side-by-side table."""
-    memory = any("peak_rss_kib" in r for r in records)
-    headers = ["Model", "Engine", "Precision", "Params", "Size"]
-    if memory:
-        headers += ["Peak RSS", "+Model"]
-    headers += ["Tokens/s", "Std", "Kept min-max", "Speed"]
-    if bleu:
-        headers.append("BLEU")
-    rows = []
-    for r in records:
-        row = [
-            r["label"],
-            r.get("engine", "fairseq"),
-            r["precision"],
-            human_count(r["params"], 2),
-            _mib(r.get("size_bytes")),
-        ]
-        if memory:
-            peak, base = r.get("peak_rss_kib"), r.get("baseline_rss_kib")
-            row += [_mib(peak * 1024 if peak else None),
-                    _mib((peak - base) * 1024 if peak and base else None)]  # fmt: skip
-        row += [
-            f"{r['tokens_per_s']:.1f}",
-            f"{r['tokens_per_s_std']:.1f}",
-            f"{r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f}",
-            f"{r['speed_ratio']:.2f}x",
-        ]
-        if bleu:
-            row.append(f"{r['bleu']:.2f}" if r.get("bleu") is not None else "-")
-        rows.append(row)
-    return format_table(headers, rows, align="lll" + "r" * (len(headers) - 3))
-
-
-def _mib(n: float | None) -> str:
-    return "-" if n is None else f"{n / 2**20:.1f}M" if n >= 2**20 else f"{n / 1024:.0f}K"
-
-
-def _protocol_line(p: dict) -> str:
-    length = (
-        f"output forced to {p['min_len']} tokens"
-        if p["min_len"] == p["max_len_b"] and p["max_len_a"] == 0
-        else f"output length free (max {p['max_len_a']}*src+{p['max_len_b']}, min {p['min_len']})"
-    )
-    return (
-        f"{p['num_sentences']} sentences (source length {p['mean_src_len']:.1f} on average, "
-        f"target {p['src_len']}; {p['sentences_from']}), batch {p['batch_size']}, "
-        f"beam {p['beam']}, "
-        f"lenpen {p['lenpen']}, {p['threads']} thread(s), {p['runs']} runs after "
-        f"{p['warmup']} warm-up, {p['dropped_each_end']} fastest + "
-        f"{p['dropped_each_end']} slowest dropped; {length}. "
-        "Tokens/s counts generated target tokens EXCLUDING EOS (mean of kept runs; Std and "
-        "min-max over kept runs; Speed relative to the first row)."
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -829,14 +146,9 @@ def _protocol_line(p: dict) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-class _OneLineErrorParser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def _arg_parser() -> argparse.ArgumentParser:
-    p = _OneLineErrorParser(
-        prog="measure_speed",
+    p = cli.OneLineParser(
+        prog=PROG,
         description="Translation speed (tokens/s) of fairseq models on the papers' CPU "
         "protocol, side by side. See the module docstring of lightcompress.measure.speed.",
     )
@@ -1025,7 +337,7 @@ def check_args(args: argparse.Namespace) -> None:
     if args.data and not os.path.isdir(args.data):
         raise SpeedError(f"--data is not a directory: {args.data}")
     for item in _split_list(args.path):
-        path = _split_label(item)[1]
+        path = split_label(item)[1]
         if not os.path.exists(path):
             raise SpeedError(f"checkpoint not found: {path}")
         if not os.path.isfile(path):
@@ -1065,7 +377,7 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
         except FileNotFoundError:
             raise SpeedError(f"--user-dir {args.user_dir}: no such directory") from None
         except ImportError as exc:
-            raise SpeedError(f"--user-dir {args.user_dir}: {_one_line(exc)}") from None
+            raise SpeedError(f"--user-dir {args.user_dir}: {one_line(exc)}") from None
     import lightcompress  # noqa: F401  (plugin architectures)
 
     torch.set_num_threads(args.threads)
@@ -1133,7 +445,7 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
         candidates = with_fast(candidates, gen_args)
     records = measure(
         candidates,
-        _samples(sentences, args.timing_batch_size, first.source_dictionary.pad()),
+        as_samples(sentences, args.timing_batch_size, first.source_dictionary.pad()),
         gen_args, args.runs, args.warmup, args.trim, log,
         sentences=sentences, batch_size=args.timing_batch_size,
     )  # fmt: skip
@@ -1201,63 +513,33 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
             "fairseq + lightcompress, or ctranslate2 alone), loads the model and translates the "
             "timing sentences once; +Model: peak minus the process's size after the imports"
         )
-    return {"protocol": protocol, "environment": _environment(), "models": records,
+    return {"protocol": protocol, "environment": environment(), "models": records,
             "notes": notes}  # fmt: skip
 
 
-def bleu_lines(records: Sequence[dict], protocol: dict) -> list[str]:
-    """What the BLEU column is: one line per distinct sacreBLEU signature (normally one) with
-    the text it scored. Empty without BLEU."""
-    sigs = sorted({r["bleu_signature"] for r in records if r.get("bleu_signature")})
-    if not sigs:
-        return []
-    b = protocol.get("bleu", {})
-    sentences = "/".join(sorted({str(r.get("bleu_sentences")) for r in records if "bleu" in r}))
-    post = repr(b["post_process"]) if b.get("post_process") else "none"
-    what = (
-        f"on the {b.get('subset', '?')} split ({sentences} sentences, post-process {post}, "
-        f"beam {protocol['beam']}, lenpen {protocol['lenpen']}, output length not forced)"
-    )
-    return [f"BLEU: sacreBLEU {sig} {what}" for sig in sigs]
-
-
-def write_json(path: str, result: dict) -> None:
-    """``result`` as JSON into ``path`` (atomically: a complete file or the old one)."""
-    from lightcompress.io import atomic_write
-
-    try:
-        with atomic_write(path) as f:
-            json.dump(result, f, indent=1)
-    except OSError as exc:
-        raise SpeedError(f"--json {path}: cannot write ({exc.strerror or exc})") from None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    """``measure_speed``: the exit status (errors as one line, status 2)."""
+    return cli.run(_main, argv, PROG)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _arg_parser().parse_args(argv)
-    try:
-        result = run(args)
-        print(_protocol_line(result["protocol"]))
-        env = result["environment"]
-        print(f"CPU: {env['cpu']}; torch {env['torch']}, fairseq {env['fairseq']}")
-        print(format_results(result["models"], bleu=args.bleu))
-        for note in result.get("notes", []):
-            print(f"note: {note}")
-        for line in bleu_lines(result["models"], result["protocol"]):
-            print(line)
-        if args.json_out:
-            write_json(args.json_out, result)
-            print(f"wrote {args.json_out}")
-    except SpeedError as exc:
-        print(f"measure_speed: error: {exc}", file=sys.stderr)
-        return 2
+    result = run(args)
+    print(protocol_line(result["protocol"]))
+    env = result["environment"]
+    print(f"CPU: {env['cpu']}; torch {env['torch']}, fairseq {env['fairseq']}")
+    print(format_results(result["models"], bleu=args.bleu))
+    for note in result.get("notes", []):
+        print(f"note: {note}")
+    for line in bleu_lines(result["models"], result["protocol"]):
+        print(line)
+    if args.json_out:
+        write_json(args.json_out, result)
+        print(f"wrote {args.json_out}")
     return 0
 
 
-def cli_main() -> None:
-    """Entry point of ``python -m lightcompress.measure.speed`` / scripts/measure_speed.sh."""
-    logging.disable(logging.WARNING)  # fairseq's INFO/WARNING lines would interleave the table
-    warnings.filterwarnings("ignore", category=UserWarning)
-    sys.exit(main())
+cli_main = cli.entry_point(main, quiet=True)
 
 
 if __name__ == "__main__":

@@ -268,3 +268,6 @@ def unregister_family(name: str) -> None:
             del PRESETS[arch]
     MODEL_REGISTRY.pop(name, None)
     FAMILIES.pop(name, None)
+    from lightcompress.checkpoint import unregister_plugin_model
+
+    unregister_plugin_model(name)

@@ -194,8 +194,11 @@ def add_presets(presets: Mapping[str, Preset], model_name: str | None = None) ->
             raise ValueError(f"architecture {name!r} is already registered")
         if preset.model not in MODEL_REGISTRY:
             raise ValueError(f"preset {name!r}: fairseq model {preset.model!r} is not registered")
+    from lightcompress.checkpoint import register_plugin_model
+
     for name, preset in chosen.items():
         PRESETS[name] = preset
+        register_plugin_model(preset.model)
 
         def arch(args, preset=preset):
             preset.apply(args)
@@ -225,6 +228,6 @@ def family_of(arch: str) -> str | None:
     of (``<model>`` or ``<model>_...``, the longest such model name in :data:`PRESETS`), even
     when ``arch`` itself is not registered (a checkpoint of another version of the plugin);
     None for a name of no family of the plugin."""
-    models = {p.model for p in PRESETS.values()}
-    matches = [m for m in models if arch == m or arch.startswith(m + "_")]
-    return max(matches, key=len) if matches else None
+    from lightcompress.checkpoint import plugin_model_of
+
+    return plugin_model_of(arch)

@@ -3,8 +3,11 @@
 Nothing in this package imports fairseq.
 """
 
+from lightcompress.errors import SpecError
+from lightcompress.modules.counting import count_parameters
 from lightcompress.modules.cp import CPLinear, cp_factors, cp_to_dense
 from lightcompress.modules.embeddings import HTTEmbedding, LowRankEmbedding
+from lightcompress.modules.fused_qkv import FusedQKV  # (registers the qkv variants)
 from lightcompress.modules.hybrid import HybridLinear, dense_columns
 from lightcompress.modules.lowrank import (
     LowRankLinear,
@@ -16,7 +19,6 @@ from lightcompress.modules.lowrank import (
 from lightcompress.modules.registry import (
     KINDS,
     Shape,
-    SpecError,
     canonical_kind,
     get_variant,
     register,
@@ -53,6 +55,7 @@ __all__ = [
     "CPLinear",
     "CompressionReport",
     "CompressionSpec",
+    "FusedQKV",
     "HTTEmbedding",
     "HybridLinear",
     "LowRankEmbedding",
@@ -66,6 +69,7 @@ __all__ = [
     "all_except_last",
     "all_shared",
     "canonical_kind",
+    "count_parameters",
     "count_params",
     "count_unique_params",
     "cp_factors",

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from lightcompress.modules.hybrid import dense_columns
+from lightcompress.modules.registry import _RANK, _TT_OPT, Shape, get_variant, register
 
 __all__ = ["FUSED_KINDS", "FusedQKV", "fused_rows", "split_qkv"]
 
@@ -129,8 +130,6 @@ class FusedQKV(nn.Module):
             params = _legacy_params(kind, beta, ranks, rank, num_cores, in_shape, out_shape)
         self.params = dict(params)
         self.num_dense, inner = self.inner_params(self.dim, kind, self.params)
-        from lightcompress.modules.registry import Shape, get_variant
-
         self.proj = get_variant(kind, "linear").build(Shape(dim, 3 * dim, bias), inner)
         if kind in ("htt", "hmf") and self.proj.num_dense != 3 * self.num_dense:
             raise ValueError(  # pragma: no cover - rounding guard
@@ -166,8 +165,6 @@ class FusedQKV(nn.Module):
     ) -> FusedQKV:
         """Fuse trained ``q``, ``k``, ``v`` projections (rows permuted per Eq. 8), then slice
         the dense part and TT-SVD / SVD the rest. ``ranks=None`` or 0: exact TT ranks."""
-        from lightcompress.modules.registry import get_variant
-
         d = q.in_features
         for name, lin in (("q", q), ("k", k), ("v", v)):
             if lin.weight.shape != (d, d):
@@ -239,3 +236,39 @@ def _legacy_params(kind, beta, ranks, rank, num_cores, in_shape, out_shape) -> d
     if kind in ("hmf", "lowrank"):
         p["rank"] = rank
     return p
+
+
+# ------------------------------------------------------------------------------------------
+# the qkv target of the kind registry (Hypoformer's HTT SAN and its Table 2 baselines)
+# ------------------------------------------------------------------------------------------
+
+
+def _register_qkv() -> None:
+    def make(kind):
+        def fn(s: Shape, p: dict) -> dict:
+            if s.out_features != 3 * s.in_features:
+                raise ValueError(
+                    f"a fused Q/K/V map is d -> 3d, not {s.in_features}->{s.out_features}"
+                )
+            _, inner = FusedQKV.inner_params(s.in_features, kind, p)
+            get_variant(kind, "linear").kwargs(Shape(s.in_features, s.out_features, s.bias), inner)
+            return {"dim": s.in_features, "kind": kind, "params": p, "bias": s.bias}
+
+        return fn
+
+    def fit(kind):
+        # the dense source of a fused slot is the triple (q_proj, k_proj, v_proj)
+        return lambda qkv, p: FusedQKV.from_linears(*qkv, kind=kind, params=p)
+
+    schemas = {
+        "dense": {},
+        "lowrank": {"one_of": _RANK},
+        "tt": {"required": ("ranks",), "optional": _TT_OPT},
+        "htt": {"required": ("alpha", "ranks"), "optional": _TT_OPT},
+        "hmf": {"required": ("alpha",), "one_of": _RANK},
+    }
+    for kind, schema in schemas.items():
+        register(kind, "qkv", FusedQKV, make(kind), fit(kind), **schema)
+
+
+_register_qkv()

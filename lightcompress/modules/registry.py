@@ -9,7 +9,8 @@ target     what the slot is
 linear     an ``nn.Linear(in, out)`` (attention projections, FFN maps, output projection)
 embedding  an ``nn.Embedding(V, d)`` token table (``in`` = V, ``out`` = d)
 qkv        the fused ``d -> 3d`` Q/K/V map of a self-attention (Hypoformer Eq. 6-8), a
-           :class:`~lightcompress.modules.fused_qkv.FusedQKV`
+           :class:`~lightcompress.modules.fused_qkv.FusedQKV` (its variants are registered
+           there, below the class; importing :mod:`lightcompress.modules` registers them)
 ========== ===================================================================================
 
 Each :class:`Variant` knows its parameter schema (required / exactly-one-of / optional names,
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from lightcompress.errors import ConfigError, SpecError  # (re-exported: their old home)
 from lightcompress.modules.cp import CPLinear
 from lightcompress.modules.embeddings import HTTEmbedding, LowRankEmbedding
 from lightcompress.modules.hybrid import HybridLinear, dense_columns
@@ -75,18 +77,6 @@ __all__ = [
 ]
 
 TARGETS = ("linear", "embedding", "qkv")
-
-
-class ConfigError(ValueError):
-    """A configuration the plugin cannot build (a bad flag value, spec or combination).
-
-    Raised before anything is built or trained; importing :mod:`lightcompress` makes an
-    uncaught one end the command with one line (``fairseq-train: error: ...``), exit status 2.
-    """
-
-
-class SpecError(ConfigError):
-    """An invalid compression spec or kind configuration (one clear message)."""
 
 
 @dataclass(frozen=True)
@@ -552,44 +542,6 @@ register("cp", "linear", CPLinear, _cp_linear,
          lambda m, p: CPLinear.from_linear(m, p["rank"], p["heads"]),
          required=("rank", "heads"), int8=lambda m: m.as_linears(),
          help="CP over the (heads, d_k) view of the input (CP-ALS transfer)")  # fmt: skip
-
-
-# ------------------------------------------------------------------------------------------
-# fused Q/K/V (Hypoformer's HTT SAN and its Table 2 baselines)
-# ------------------------------------------------------------------------------------------
-
-
-def _register_qkv() -> None:
-    from lightcompress.modules.fused_qkv import FusedQKV
-
-    def make(kind):
-        def fn(s: Shape, p: dict) -> dict:
-            if s.out_features != 3 * s.in_features:
-                raise ValueError(
-                    f"a fused Q/K/V map is d -> 3d, not {s.in_features}->{s.out_features}"
-                )
-            _, inner = FusedQKV.inner_params(s.in_features, kind, p)
-            get_variant(kind, "linear").kwargs(Shape(s.in_features, s.out_features, s.bias), inner)
-            return {"dim": s.in_features, "kind": kind, "params": p, "bias": s.bias}
-
-        return fn
-
-    def fit(kind):
-        # the dense source of a fused slot is the triple (q_proj, k_proj, v_proj)
-        return lambda qkv, p: FusedQKV.from_linears(*qkv, kind=kind, params=p)
-
-    schemas = {
-        "dense": {},
-        "lowrank": {"one_of": _RANK},
-        "tt": {"required": ("ranks",), "optional": _TT_OPT},
-        "htt": {"required": ("alpha", "ranks"), "optional": _TT_OPT},
-        "hmf": {"required": ("alpha",), "one_of": _RANK},
-    }
-    for kind, schema in schemas.items():
-        register(kind, "qkv", FusedQKV, make(kind), fit(kind), **schema)
-
-
-_register_qkv()
 
 
 _BUILTIN = frozenset(KINDS)

@@ -47,26 +47,37 @@ Two ways to use a spec, with the same rules and the same layer classes:
 - :class:`SpecPlan` answers a model's build hooks path by path (``plan.linear("encoder.
   layers.3.fc1", 512, 1024)``), so that a compressed fairseq model is built compressed;
   :meth:`SpecPlan.finish` then reports the patterns that matched nothing.
+
+The grammar and its :class:`Rule` s are in :mod:`lightcompress.modules.spec_grammar`, the
+records and reports in :mod:`lightcompress.modules.spec_report` (both importable from here).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from torch import nn
 
+from lightcompress.errors import SpecError
 from lightcompress.modules.registry import (
-    ALIASES,
     KINDS,
     Shape,
-    SpecError,
-    canonical_kind,
-    get_variant,
-    schema_names,
     target_of,
+)
+from lightcompress.modules.spec_grammar import (  # (re-exported: their old home)
+    Rule,
+    _parse_rule,
+    _split_top,
+    parse_value,
+)
+from lightcompress.modules.spec_report import (  # (re-exported: their old home)
+    CompressionReport,
+    ReplacementRecord,
+    _describe,
+    _numel,
+    _shape_of,
+    count_params,
 )
 
 __all__ = [
@@ -80,267 +91,6 @@ __all__ = [
     "count_params",
     "parse_value",
 ]
-
-
-_INT_RE = re.compile(r"^[+-]?\d+$")
-_LIST_RE = re.compile(r"^\d+(?:x\d+)+$")
-_RHS_RE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(?:\((.*)\))?$", re.DOTALL)
-
-
-def parse_value(text: str):
-    """Parse a spec value: ``80`` -> int, ``0.5`` -> float, ``8x8x8`` -> list, ``true``."""
-    s = text.strip()
-    if _INT_RE.match(s):
-        return int(s)
-    if _LIST_RE.match(s):
-        return [int(x) for x in s.split("x")]
-    if s.lower() in ("true", "false"):
-        return s.lower() == "true"
-    try:
-        return float(s)
-    except ValueError:
-        return s
-
-
-def _format_value(v) -> str:
-    if isinstance(v, (list, tuple)):
-        return "x".join(str(x) for x in v)
-    if isinstance(v, bool):
-        return str(v).lower()
-    return str(v)
-
-
-@dataclass(frozen=True)
-class Rule:
-    """One ``patterns = kind(params)`` rule.
-
-    Attributes
-    ----------
-    patterns : tuple of str
-        fnmatch patterns on module names.
-    kind : str
-        One of :data:`KINDS`.
-    params : dict
-        Keyword parameters of the kind.
-    text : str
-        The rule as written (used in error messages).
-    """
-
-    patterns: tuple[str, ...]
-    kind: str
-    params: dict = field(default_factory=dict)
-    text: str = ""
-
-    def __post_init__(self):
-        if not self.text:
-            object.__setattr__(self, "text", self.to_text())
-        self._validate()
-
-    def to_text(self) -> str:
-        """Canonical text of the rule."""
-        args = ",".join(f"{k}={_format_value(v)}" for k, v in self.params.items())
-        return f"{','.join(self.patterns)}={self.kind}" + (f"({args})" if args else "")
-
-    @property
-    def canonical_kind(self) -> str:
-        """The registry name of the kind (aliases resolved)."""
-        return canonical_kind(self.kind)
-
-    def variant(self, target: str, where: str = ""):
-        """The registry variant of this rule's kind for ``target`` (parameters checked)."""
-        where = f"in rule {self.text!r}" + (f" on {where}" if where else "")
-        v = get_variant(self.kind, target, where)
-        v.check(self.params, where)
-        return v
-
-    def _validate(self) -> None:
-        where = f"in rule {self.text!r}"
-        if not self.patterns or any(not p for p in self.patterns):
-            raise SpecError(f"empty module pattern {where}")
-        if self.kind not in KINDS and self.kind not in ALIASES:
-            raise SpecError(
-                f"unknown kind {self.kind!r} {where}; known kinds: {sorted(KINDS)} "
-                f"(aliases: {sorted(ALIASES)})"
-            )
-        allowed = schema_names(self.kind)
-        unknown = sorted(set(self.params) - allowed)
-        if unknown:
-            raise SpecError(
-                f"unknown parameter(s) {unknown} for kind {self.kind!r} {where}; allowed: "
-                f"{sorted(allowed) or 'none'}"
-            )
-        from lightcompress.modules.registry import PARAM_CHECKS
-
-        for name, value in self.params.items():
-            check, desc = PARAM_CHECKS[name]
-            if not check(value):
-                raise SpecError(f"parameter {name}={value!r} must be {desc} {where}")
-        # required / exactly-one-of: every variant of a kind shares them, except targets the
-        # kind cannot fill; check against the first variant that accepts these names
-        variants = (
-            [KINDS[ALIASES[self.kind][0]].variants[ALIASES[self.kind][1]]]
-            if self.kind in ALIASES
-            else list(KINDS[self.kind].variants.values())
-        )
-        fitting = [v for v in variants if set(self.params) <= v.allowed]
-        if not fitting:
-            raise SpecError(
-                f"parameters {sorted(self.params)} of kind {self.kind!r} {where} do not belong "
-                f"to one of its forms ({', '.join(sorted(v.target for v in variants))})"
-            )
-        fitting[0].check(self.params, where)
-
-
-def _split_top(text: str, sep: str) -> list[str]:
-    """Split on ``sep`` outside parentheses and brackets."""
-    out, depth, cur = [], 0, []
-    for ch in text:
-        if ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        if ch == sep and depth == 0:
-            out.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-    out.append("".join(cur))
-    return out
-
-
-def _parse_rule(text: str) -> Rule:
-    raw = text.strip()
-    if "=" not in raw:
-        raise SpecError(f"rule {raw!r} has no '=': write 'pattern=kind(params)'")
-    lhs, rhs = raw.split("=", 1)
-    patterns = tuple(p.strip() for p in lhs.split(","))
-    m = _RHS_RE.match(rhs.strip())
-    if not m:
-        raise SpecError(f"cannot parse {rhs.strip()!r} as 'kind(params)' in rule {raw!r}")
-    kind, args = m.group(1), (m.group(2) or "").strip()
-    params: dict = {}
-    if args:
-        for item in _split_top(args, ","):
-            if "=" not in item:
-                raise SpecError(f"parameter {item.strip()!r} is not 'name=value' in rule {raw!r}")
-            k, v = (s.strip() for s in item.split("=", 1))
-            if k in params:
-                raise SpecError(f"parameter {k!r} given twice in rule {raw!r}")
-            params[k] = parse_value(v)
-    return Rule(patterns, kind, params, raw)
-
-
-@dataclass
-class ReplacementRecord:
-    """What the spec did (or would do) to one module.
-
-    ``shape`` is ``(out, in)`` for a Linear and ``(V, d)`` for an Embedding; ``rank`` is an
-    int (low-rank, CP), a list (TT ranks) or None; ``params_after`` is None when it cannot be
-    known before converting (``energy``).
-    """
-
-    name: str
-    kind: str
-    shape: tuple[int, int]
-    rank: int | list[int] | None
-    kept_energy: float | None
-    params_before: int
-    params_after: int | None
-    rule: str
-
-
-class CompressionReport(list):
-    """A list of :class:`ReplacementRecord` with totals and a printable table."""
-
-    @property
-    def params_before(self) -> int:
-        return sum(r.params_before for r in self)
-
-    @property
-    def params_after(self) -> int | None:
-        if any(r.params_after is None for r in self):
-            return None
-        return sum(r.params_after for r in self)
-
-    def format(self) -> str:
-        """A plain-text table, one line per module."""
-        lines = [
-            (
-                f"{'module':40s} {'kind':18s} {'shape':>12s} {'rank':>10s} {'energy':>7s} "
-                f"{'before':>10s} {'after':>10s}"
-            )
-        ]
-        for r in self:
-            rank = "x".join(map(str, r.rank)) if isinstance(r.rank, list) else str(r.rank or "-")
-            energy = f"{r.kept_energy:.4f}" if r.kept_energy is not None else "-"
-            lines.append(
-                f"{r.name:40s} {r.kind:18s} {'x'.join(map(str, r.shape)):>12s} {rank:>10s} "
-                f"{energy:>7s} {r.params_before:>10d} {r.params_after!s:>10s}"
-            )
-        return "\n".join(lines)
-
-
-def count_params(
-    kind: str,
-    in_features: int,
-    out_features: int,
-    bias: bool = True,
-    target: str | None = None,
-    **params,
-) -> int:
-    """Exact parameter count of a layer of ``kind`` replacing a dense one.
-
-    Parameters
-    ----------
-    kind : str
-        A kind of the registry (or an alias, which fixes the target).
-    in_features, out_features : int
-        The dense layer's shape; for an embedding ``num_embeddings, embedding_dim``; for a
-        fused Q/K/V map ``d, 3d``.
-    bias : bool
-        Whether the (linear) layer has a bias; ignored for embeddings.
-    target : {"linear", "embedding", "qkv"}, optional
-        The slot (default: ``linear``, or the alias's target).
-    **params
-        The kind's parameters as in a spec rule (``energy`` is not countable statically).
-
-    Returns
-    -------
-    int
-
-    Raises
-    ------
-    ValueError
-        Invalid parameters for this shape (SpecError for an unknown kind or parameter).
-    """
-    rule = Rule(("*",), kind, dict(params))  # kind / parameter-name / range validation
-    if target is None:
-        target = ALIASES[kind][1] if kind in ALIASES else "linear"
-    if canonical_kind(kind) == "dense" and target != "qkv":  # pass bias=False for a table
-        return in_features * out_features + (out_features if bias and target == "linear" else 0)
-    variant = rule.variant(target)
-    return variant.num_params(Shape(in_features, out_features, bias), params)
-
-
-def _shape_of(module: nn.Module) -> tuple[int, int]:
-    if isinstance(module, nn.Embedding):
-        return (module.num_embeddings, module.embedding_dim)
-    if isinstance(module, nn.Linear):
-        return (module.out_features, module.in_features)
-    w = getattr(module, "weight", None)
-    return tuple(w.shape[:2]) if w is not None and w.dim() >= 2 else (0, 0)
-
-
-def _numel(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
-def _describe(name: str, module: nn.Module) -> str:
-    if isinstance(module, nn.Linear):
-        return f"module {name!r} (nn.Linear {module.in_features}->{module.out_features})"
-    if isinstance(module, nn.Embedding):
-        return f"module {name!r} (nn.Embedding {module.num_embeddings}x{module.embedding_dim})"
-    return f"module {name!r} ({type(module).__name__})"
 
 
 class CompressionSpec:

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from lightcompress.errors import ConfigError
 from lightcompress.modules.cp import CPLinear
-from lightcompress.modules.registry import ConfigError
 from lightcompress.modules.sharing import count_unique_params
 from lightcompress.search.agent import A2CAgent, ArchitectureEncoder, layer_token
 

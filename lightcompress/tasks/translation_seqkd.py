@@ -48,7 +48,7 @@ from fairseq.tasks.translation import (
     load_langpair_dataset,
 )
 
-from lightcompress.modules.registry import ConfigError
+from lightcompress.errors import ConfigError
 
 __all__ = [
     "KDDataError",

@@ -44,8 +44,8 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from omegaconf import II
 
+from lightcompress.errors import ConfigError
 from lightcompress.io import atomic_write
-from lightcompress.modules.registry import ConfigError
 from lightcompress.search import RankSearch, SearchConfig, replace_parameters
 
 __all__ = ["TranslationSmartformerConfig", "TranslationSmartformerTask", "parse_ranks"]

@@ -5,7 +5,11 @@
 - :mod:`~lightcompress.wid.masked`: the training-time layers (compactors + masks);
 - :mod:`~lightcompress.wid.fused`: the fused layers (per-layer and per-head widths);
 - :mod:`~lightcompress.wid.fuse`: expected / final size and fusion;
-- :mod:`~lightcompress.wid.model`: the fairseq models ``dawid`` and ``dawid_fused`` (translation);
+- :mod:`~lightcompress.wid.teacher`: the teacher (checks, loading, its stored configuration);
+- :mod:`~lightcompress.wid.model`: the fairseq training model ``dawid`` (translation);
+- :mod:`~lightcompress.wid.data_aware`: its data-aware initialisation (calibration batches,
+  teacher features);
+- :mod:`~lightcompress.wid.fused_model`: the fused model ``dawid_fused`` and the fusion into it;
 - :mod:`~lightcompress.wid.roberta`: ``dawid_roberta`` and ``dawid_roberta_fused``
   (``sentence_prediction``);
 - :mod:`~lightcompress.wid.criterion`: the ``dawid`` criterion (KL + layer MSE + Lagrangian).
@@ -13,4 +17,4 @@
 Importing this package registers the models and the criterion with fairseq.
 """
 
-from lightcompress.wid import criterion, model, roberta  # noqa: F401  (registration)
+from lightcompress.wid import criterion, fused_model, model, roberta  # noqa: F401  (registration)

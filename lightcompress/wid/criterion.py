@@ -29,7 +29,7 @@ from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 from fairseq.logging import metrics
 
-from lightcompress.modules.registry import ConfigError
+from lightcompress.errors import ConfigError
 
 __all__ = ["DAWIDCriterion", "DAWIDCriterionConfig", "layer_distillation"]
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from lightcompress.modules.registry import ConfigError
+from lightcompress.errors import ConfigError
 from lightcompress.wid.fused import block_params
 from lightcompress.wid.masked import LayerNormSite, MaskedAttention, MaskedFFN
 

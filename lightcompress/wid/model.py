@@ -19,167 +19,64 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 
-import numpy as np
 import torch
-from fairseq import utils
-from fairseq.models import ARCH_MODEL_NAME_REGISTRY, register_model, register_model_architecture
-from fairseq.models.transformer import TransformerDecoder, TransformerEncoder, TransformerModel
-from fairseq.models.transformer.transformer_legacy import base_architecture
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerModel
 from torch import nn
 
-from lightcompress.modules.registry import ConfigError
-from lightcompress.wid.calibrate import qk_compactors, site_compactors, vo_compactors
-from lightcompress.wid.fused import FusedDecoderLayer, FusedEncoderLayer
+from lightcompress.errors import ConfigError
+from lightcompress.wid.data_aware import (  # (re-exported: their old home)
+    calibration_batches,
+    collect_features,
+    finish_student,
+    init_data_aware,
+    teacher_layers,
+)
+from lightcompress.wid.fused_model import (  # (re-exported: their old home)
+    DAWIDFusedModel,
+    dawid_fused_architecture,
+    fuse_model,
+    fused_args,
+    parse_shapes,
+)
 from lightcompress.wid.gates import HardConcreteGate, LagrangianSparsity
 from lightcompress.wid.masked import (
-    LayerNormSite,
-    MaskedAttention,
     WIDDecoderLayer,
     WIDEncoderLayer,
 )
+from lightcompress.wid.teacher import (  # (re-exported: their old home)
+    FAMILIES,
+    _from_json_buffer,
+    _json_buffer,
+    _namespace,
+    check_teacher,
+    load_teacher_model,
+    teacher_structure_args,
+)
 
 __all__ = [
+    "FAMILIES",
+    "MASK_LEVELS",
     "DAWIDFusedModel",
     "DAWIDModel",
+    "WIDMixin",
+    "calibration_batches",
     "check_teacher",
+    "collect_features",
+    "dawid_architecture",
+    "dawid_fused_architecture",
+    "finish_student",
+    "fuse_model",
+    "fused_args",
+    "init_data_aware",
     "load_teacher_model",
+    "parse_shapes",
+    "teacher_layers",
     "teacher_structure_args",
 ]
 
 MASK_LEVELS = ("dim", "head", "layer")
-
-
-# --------------------------------------------------------------------------------------------
-# the teacher
-# --------------------------------------------------------------------------------------------
-
-
-def _namespace(args) -> argparse.Namespace:
-    if isinstance(args, argparse.Namespace):
-        return copy.deepcopy(args)
-    try:
-        from omegaconf import OmegaConf
-
-        return argparse.Namespace(**OmegaConf.to_container(args, resolve=True))
-    except Exception:  # noqa: BLE001  (a plain dict)
-        return argparse.Namespace(**dict(args))
-
-
-FAMILIES = {  # teacher model name -> what DA-WID calls it, and the student architecture
-    "transformer": ("a fairseq Transformer (--arch transformer_*)", "dawid"),
-    "roberta": ("a fairseq RoBERTa (--arch roberta_*)", "dawid_roberta"),
-}
-
-
-def check_teacher(targs, where: str, family: str = "transformer") -> None:
-    """Refuse a teacher DA-WID cannot compress (ConfigError naming why). ``family``: the model
-    name of fairseq the student expects (``transformer``: translation, ``roberta``)."""
-    arch = getattr(targs, "arch", None) or getattr(targs, "_name", None)
-    model_name = ARCH_MODEL_NAME_REGISTRY.get(arch)
-    what, student_arch = FAMILIES[family]
-    if model_name != family:
-        raise ConfigError(
-            f"{where}: the teacher is a {model_name or 'unknown'!s} model ({arch}); "
-            f"--arch {student_arch} compresses {what}"
-        )
-    for key, why in (
-        ("encoder_normalize_before", "pre-LN"),
-        ("decoder_normalize_before", "pre-LN"),
-        ("no_cross_attention", "no cross-attention"),
-        ("cross_self_attention", "cross+self attention"),
-        ("adaptive_softmax_cutoff", "an adaptive softmax"),
-        ("encoder_layers_to_keep", "layers to keep"),
-    ):
-        if getattr(targs, key, None):
-            raise ConfigError(
-                f"{where}: the teacher has {why} ({key}); DA-WID's compactors sit around the "
-                "LayerNorms of a post-LN Transformer (train the teacher without it)"
-            )
-    if family == "transformer":
-        dim = getattr(targs, "decoder_embed_dim", None)
-        for key in ("decoder_input_dim", "decoder_output_dim"):
-            if getattr(targs, key, dim) != dim:
-                raise ConfigError(f"{where}: the teacher's {key} differs from decoder_embed_dim")
-
-
-def load_teacher_model(path: str, src_dict, tgt_dict=None, family: str = "transformer"):
-    """``(teacher_args, teacher)``: a frozen teacher from ``path`` (ConfigError when it is
-    missing, damaged, of another architecture or of other dictionaries). A RoBERTa teacher
-    (``family="roberta"``) comes with the classification heads its checkpoint holds."""
-    import os
-
-    from lightcompress.build import build_model_without_data
-    from lightcompress.convert.core import ConversionError, _model_args, load_checkpoint_state
-
-    student_arch = FAMILIES[family][1]
-    if not path:
-        raise ConfigError(
-            f"--arch {student_arch} needs --dawid-teacher (a trained {FAMILIES[family][0]} checkpoint)"
-        )
-    if not os.path.isfile(path):
-        raise ConfigError(f"--dawid-teacher: teacher checkpoint {path} not found")
-    try:
-        state = load_checkpoint_state(path)
-        targs = _namespace(_model_args(state))
-    except ConversionError as exc:
-        raise ConfigError(f"--dawid-teacher: {exc}") from None
-    check_teacher(targs, f"--dawid-teacher {path}", family)
-    sd = state["model"]
-    if family == "roberta":
-        sides = (("input", src_dict, "encoder.sentence_encoder"),)
-    else:
-        sides = (("source", src_dict, "encoder"), ("target", tgt_dict, "decoder"))
-    for side, d, key in sides:
-        rows = sd.get(f"{key}.embed_tokens.weight")
-        if rows is None or rows.shape[0] != len(d):
-            raise ConfigError(
-                f"--dawid-teacher {path}: its {side} embedding has "
-                f"{None if rows is None else rows.shape[0]} rows, the task's {side} dictionary "
-                f"{len(d)} types (the teacher must be trained on the same dictionaries)"
-            )
-    try:
-        teacher = build_model_without_data(targs, src_dict, tgt_dict)
-        for name, (classes, inner) in classification_heads_in(sd).items():
-            teacher.register_classification_head(name, num_classes=classes, inner_dim=inner)
-        teacher.load_state_dict(sd, strict=True)
-    except (RuntimeError, ValueError) as exc:
-        detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        raise ConfigError(
-            f"--dawid-teacher {path}: weights do not fit its architecture: {detail}"
-        ) from None
-    teacher.eval()
-    teacher.requires_grad_(False)
-    return targs, teacher
-
-
-def classification_heads_in(sd) -> dict:
-    """``{name: (num_classes, inner_dim)}`` of the RoBERTa classification heads in a state dict."""
-    heads = {}
-    for key, value in sd.items():
-        if key.startswith("classification_heads.") and key.endswith(".out_proj.weight"):
-            name = key[len("classification_heads.") : -len(".out_proj.weight")]
-            heads[name] = (value.shape[0], value.shape[1])
-    return heads
-
-
-def teacher_structure_args(targs) -> dict:
-    """The teacher's configuration as JSON-able values (stored in the student's checkpoint, so
-    that fusion can rebuild the training model without the teacher file)."""
-    out = {}
-    for key, value in vars(targs).items():
-        if isinstance(value, (str, int, float, bool)) or value is None:
-            out[key] = value
-    return out
-
-
-def _json_buffer(obj) -> torch.Tensor:
-    return torch.tensor(list(json.dumps(obj, sort_keys=True).encode()), dtype=torch.uint8)
-
-
-def _from_json_buffer(t: torch.Tensor):
-    return json.loads(bytes(t.tolist()).decode())
 
 
 # --------------------------------------------------------------------------------------------
@@ -466,9 +363,9 @@ class DAWIDModel(WIDMixin, TransformerModel):
     def rebuild(cls, state: dict):
         """The training model of a checkpoint ``state`` (weights loaded), without the teacher file."""
         from lightcompress.build import build_model_without_data
-        from lightcompress.convert.core import _model_args
+        from lightcompress.checkpoint import model_config
 
-        args = _namespace(_model_args(state))
+        args = _namespace(model_config(state))
         sd = state["model"]
         if "wid_teacher_config" not in sd:
             raise ConfigError("the checkpoint is not a DA-WID training checkpoint (--arch dawid)")
@@ -506,313 +403,3 @@ def dawid_architecture(args):
     args.dawid_train_weights = bool(getattr(args, "dawid_train_weights", False))
     if getattr(args, "dawid_gate_lr_scale", None) is None:
         args.dawid_gate_lr_scale = 20.0
-
-
-# --------------------------------------------------------------------------------------------
-# data-aware initialisation
-# --------------------------------------------------------------------------------------------
-
-
-def finish_student(student, teacher, task, args, calibrate_from=None):
-    """The last steps of building a DA-WID training model (translation or RoBERTa): the
-    data-aware initialisation (``--dawid-init data-aware``; calibration batches from the task
-    unless given), the frozen teacher attached, the inherited weights frozen unless
-    ``--dawid-train-weights``."""
-    if args.dawid_init == "data-aware":
-        if calibrate_from is None:
-            calibrate_from = calibration_batches(task, args, teacher)
-        init_data_aware(
-            student, teacher, calibrate_from, args.dawid_calib_tokens, args.dawid_calib_seed
-        )
-    student.set_teacher(teacher)
-    if not args.dawid_train_weights:
-        student.freeze_teacher_weights()
-    return student
-
-
-def calibration_batches(task, args, teacher, batch_sentences: int = 32):
-    """Batches of randomly chosen training sentence pairs holding at least
-    ``--dawid-calib-tokens`` source and target tokens (ConfigError when the data has fewer)."""
-    n = args.dawid_calib_tokens
-    widest = max(m.embedding_dim for m in teacher.modules() if isinstance(m, nn.Embedding))
-    if n < widest:
-        raise ConfigError(
-            f"--dawid-calib-tokens {n} is smaller than the model width {widest}: the SVD of the "
-            "calibration features must span every dimension (give at least the width)"
-        )
-    split = getattr(args, "train_subset", "train") or "train"
-    try:
-        dataset = task.dataset(split)
-    except KeyError:
-        task.load_dataset(split)
-        dataset = task.dataset(split)
-    src_sizes = getattr(dataset, "src_sizes", None)
-    if src_sizes is None:  # sentence_prediction: one input
-        src_sizes = np.asarray(dataset.sizes).reshape(len(dataset), -1)[:, 0]
-    tgt_sizes = getattr(dataset, "tgt_sizes", None)
-    order = np.random.RandomState(args.dawid_calib_seed).permutation(len(dataset))
-    chosen, src_tok, tgt_tok = [], 0, 0
-    for i in order:
-        if src_tok >= n and (tgt_sizes is None or tgt_tok >= n):
-            break
-        chosen.append(int(i))
-        src_tok += int(src_sizes[i])
-        tgt_tok += int(tgt_sizes[i]) if tgt_sizes is not None else 0
-    if src_tok < n or (tgt_sizes is not None and tgt_tok < n):
-        have = f"{src_tok} source and {tgt_tok} target" if tgt_sizes is not None else str(src_tok)
-        raise ConfigError(f"--dawid-calib-tokens {n}: the {split} data has only {have} tokens")
-    return [
-        dataset.collater([dataset[i] for i in chosen[k : k + batch_sentences]])
-        for k in range(0, len(chosen), batch_sentences)
-    ]
-
-
-class _Recorder:
-    """Forward hooks collecting features of non-padding positions, one list per key."""
-
-    def __init__(self):
-        self.features: dict[str, list[torch.Tensor]] = {}
-        self.masks = {}
-        self.handles = []
-
-    def _store(self, key, side, x):
-        keep = self.masks[side]  # [T x B]
-        self.features.setdefault(key, []).append(x.detach()[keep].float().cpu())
-
-    def output(self, module, key, side):
-        self.handles.append(module.register_forward_hook(lambda m, i, o: self._store(key, side, o)))
-
-    def input(self, module, key, side):
-        self.handles.append(
-            module.register_forward_pre_hook(lambda m, i: self._store(key, side, i[0]))
-        )
-
-    def remove(self):
-        for h in self.handles:
-            h.remove()
-
-
-def teacher_layers(teacher):
-    """``[(stack name, layers), ...]`` of a teacher: a translation Transformer's encoder and
-    decoder, or a RoBERTa's sentence encoder."""
-    if hasattr(teacher, "decoder"):
-        return [("encoder", teacher.encoder.layers), ("decoder", teacher.decoder.layers)]
-    return [("encoder", teacher.encoder.sentence_encoder.layers)]
-
-
-def collect_features(teacher, batches) -> dict[str, torch.Tensor]:
-    """Features of the teacher on ``batches``: per layer the attention queries, keys, per-head
-    attention outputs (the input of ``out_proj``) and the inputs of the LayerNorms."""
-    from lightcompress.integration import disable_attention_fast_path
-
-    disable_attention_fast_path(teacher, every=True)  # the fast path skips the projection hooks
-    rec = _Recorder()
-    for name, layers in teacher_layers(teacher):
-        side = "src" if name == "encoder" else "tgt"
-        for i, layer in enumerate(layers):
-            p = f"{name}.{i}."
-            rec.output(layer.self_attn.q_proj, p + "self.q", side)
-            rec.output(layer.self_attn.k_proj, p + "self.k", side)
-            rec.input(layer.self_attn.out_proj, p + "self.ctx", side)
-            rec.input(layer.self_attn_layer_norm, p + "self.ln", side)
-            rec.input(layer.final_layer_norm, p + "ffn.ln", side)
-            if getattr(layer, "encoder_attn", None) is not None:
-                rec.output(layer.encoder_attn.q_proj, p + "cross.q", side)
-                rec.output(layer.encoder_attn.k_proj, p + "cross.k", "src")
-                rec.input(layer.encoder_attn.out_proj, p + "cross.ctx", side)
-                rec.input(layer.encoder_attn_layer_norm, p + "cross.ln", side)
-    was_training = teacher.training
-    teacher.eval()
-    pad = teacher.encoder.dictionary.pad()
-    try:
-        with torch.no_grad():
-            for batch in batches:
-                net = batch["net_input"]
-                rec.masks["src"] = net["src_tokens"].ne(pad).t()
-                if "prev_output_tokens" in net:
-                    rec.masks["tgt"] = net["prev_output_tokens"].ne(pad).t()
-                    teacher(**net)
-                else:  # RoBERTa: the encoder only
-                    teacher(net["src_tokens"], features_only=True)
-    finally:
-        rec.remove()
-        teacher.train(was_training)
-    return {k: torch.cat(v) for k, v in rec.features.items()}
-
-
-def _sample_rows(x: torch.Tensor, n: int, gen: torch.Generator) -> torch.Tensor:
-    if x.shape[0] <= n:
-        return x
-    return x[torch.randperm(x.shape[0], generator=gen)[:n]]
-
-
-@torch.no_grad()
-def init_data_aware(student: DAWIDModel, teacher, batches, n_tokens: int, seed: int = 1) -> None:
-    """Set every compactor of ``student`` from the teacher's features on ``batches`` (Eq. 8-12),
-    ``n_tokens`` sampled tokens per feature matrix."""
-    feats = collect_features(teacher, batches)
-    gen = torch.Generator().manual_seed(seed)
-    feats = {k: _sample_rows(v, n_tokens, gen) for k, v in feats.items()}
-    kind_of = {"self_attn": "self", "cross_attn": "cross", "ffn": "ffn"}
-    try:
-        for name, _, layers, _ in student.wid_stacks():
-            for i, layer in enumerate(layers):
-                for block in layer.blocks:
-                    kind = kind_of[block.kind]
-                    p = f"{name}.{i}.{kind}."
-                    if isinstance(block.sub, MaskedAttention):
-                        _init_attention(block.sub, feats[p + "q"], feats[p + "k"], feats[p + "ctx"])
-                    if isinstance(block.site, LayerNormSite):
-                        c_in, c_out, bias = site_compactors(
-                            feats[p + "ln"], block.site.c_out.diagonal(), block.site.bias
-                        )
-                        block.site.c_in.copy_(c_in)
-                        block.site.c_out.copy_(c_out)
-                        block.site.bias.copy_(bias)
-    except ValueError as exc:  # too few calibration tokens for a width
-        raise ConfigError(f"--dawid-calib-tokens: {exc}") from None
-
-
-def _init_attention(sub: MaskedAttention, q, k, ctx) -> None:
-    dh = sub.head_dim
-    for h in range(sub.num_heads):
-        sl = slice(h * dh, (h + 1) * dh)
-        c_q, c_k = qk_compactors(q[:, sl], k[:, sl])
-        c_v, c_o = vo_compactors(ctx[:, sl])
-        sub.c_q[h].copy_(c_q)
-        sub.c_k[h].copy_(c_k)
-        sub.c_v[h].copy_(c_v)
-        sub.c_o[h].copy_(c_o)
-
-
-# --------------------------------------------------------------------------------------------
-# the fused model
-# --------------------------------------------------------------------------------------------
-
-
-def parse_shapes(text, parts=("encoder",)) -> dict:
-    """The ``--dawid-shapes`` JSON (a dict passes through); ``parts`` must be there."""
-    if isinstance(text, dict):
-        return text
-    try:
-        shapes = json.loads(text or "")
-        layers = [shapes[p]["layers"] for p in parts]
-        assert all(isinstance(x, list) and x for x in layers)
-    except (ValueError, KeyError, TypeError, AssertionError):
-        raise ConfigError(
-            "--dawid-shapes must be the JSON lightcompress-convert dawid-fuse writes "
-            "(OUTPUT.shapes.json)"
-        ) from None
-    return shapes
-
-
-def _layer_kwargs(cfg):
-    return {
-        "activation_fn": utils.get_activation_fn(getattr(cfg, "activation_fn", "relu") or "relu"),
-        "dropout": float(getattr(cfg, "dropout", 0.0) or 0.0),
-        "attention_dropout": float(getattr(cfg, "attention_dropout", 0.0) or 0.0),
-        "activation_dropout": float(
-            getattr(cfg, "activation_dropout", 0.0) or getattr(cfg, "relu_dropout", 0.0) or 0.0
-        ),
-    }
-
-
-class _FusedEncoder(TransformerEncoder):
-    def build_encoder_layer(self, cfg):
-        if not hasattr(self, "_dawid_next"):
-            self._dawid_next = iter(parse_shapes(self.args.dawid_shapes)["encoder"]["layers"])
-        return FusedEncoderLayer(next(self._dawid_next), **_layer_kwargs(cfg))
-
-
-class _FusedDecoder(TransformerDecoder):
-    def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        if not hasattr(self, "_dawid_next"):
-            self._dawid_next = iter(parse_shapes(self.args.dawid_shapes)["decoder"]["layers"])
-        return FusedDecoderLayer(next(self._dawid_next), **_layer_kwargs(cfg))
-
-
-def _no_upgrade(self, state_dict, name):
-    """Fused layers have no legacy state-dict layouts to upgrade."""
-
-
-FusedEncoderLayer.upgrade_state_dict_named = _no_upgrade
-WIDEncoderLayer.upgrade_state_dict_named = _no_upgrade
-
-
-@register_model("dawid_fused")
-class DAWIDFusedModel(TransformerModel):
-    """An ordinary fairseq Transformer whose layers have the widths DA-WID's masks left."""
-
-    @classmethod
-    def add_args(cls, parser):
-        super().add_args(parser)
-        parser.add_argument(
-            "--dawid-shapes",
-            metavar="JSON",
-            help="per-layer widths of the fused model (written by lightcompress-convert dawid-fuse)",
-        )
-
-    @classmethod
-    def build_model(cls, args, task):
-        shapes = parse_shapes(getattr(args, "dawid_shapes", None), ("encoder", "decoder"))
-        args.encoder_layers = len(shapes["encoder"]["layers"])
-        args.decoder_layers = len(shapes["decoder"]["layers"])
-        args.encoder_embed_dim = shapes["encoder"]["embed_dim"]
-        args.decoder_embed_dim = shapes["decoder"]["embed_dim"]
-        args.decoder_input_dim = args.decoder_output_dim = args.decoder_embed_dim
-        args.encoder_normalize_before = args.decoder_normalize_before = False
-        return super().build_model(args, task)
-
-    @classmethod
-    def build_encoder(cls, args, src_dict, embed_tokens):
-        return _FusedEncoder(args, src_dict, embed_tokens)
-
-    @classmethod
-    def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return _FusedDecoder(args, tgt_dict, embed_tokens, no_encoder_attn=False)
-
-
-@register_model_architecture("dawid_fused", "dawid_fused")
-def dawid_fused_architecture(args):
-    base_architecture(args)
-
-
-def fused_args(teacher_args, shapes: dict) -> argparse.Namespace:
-    """The fused model's configuration: the teacher's, with ``--arch dawid_fused`` and its shapes."""
-    fargs = _namespace(teacher_args)
-    fargs.arch = "dawid_fused"
-    if hasattr(fargs, "_name"):
-        fargs._name = "dawid_fused"
-    fargs.dawid_shapes = json.dumps(shapes, separators=(",", ":"))
-    dawid_fused_architecture(fargs)
-    return fargs
-
-
-@torch.no_grad()
-def fuse_model(student: DAWIDModel, teacher_args):
-    """``(fused_model, fused_args, shapes)``: prune ``student`` by its final masks and fuse the
-    compactors (:func:`lightcompress.wid.fuse.fuse_state`) into a :class:`DAWIDFusedModel`."""
-    from lightcompress.build import build_model_without_data
-    from lightcompress.wid.fuse import fuse_state
-
-    shapes, tensors, _ = fuse_state(student)
-    fargs = fused_args(teacher_args, shapes)
-    src = student.encoder.embed_tokens.weight.shape[0]
-    tgt = student.decoder.embed_tokens.weight.shape[0]
-    fused = build_model_without_data(fargs, src, tgt)
-    inherited = student.state_dict()
-    sd = fused.state_dict()
-    for key, value in sd.items():
-        new = tensors.get(key, inherited.get(key))
-        if new is None or tuple(new.shape) != tuple(value.shape):
-            raise RuntimeError(
-                f"internal error: fused weight {key} {None if new is None else tuple(new.shape)} "
-                f"does not fit the fused model's {tuple(value.shape)}"
-            )
-        sd[key] = new.to(value.dtype)
-    unused = [k for k in tensors if k not in sd]
-    if unused:
-        raise RuntimeError(f"internal error: fused weights without a place: {unused[:5]}")
-    fused.load_state_dict(sd, strict=True)
-    fused.eval()
-    return fused, fargs, shapes

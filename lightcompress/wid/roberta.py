@@ -25,20 +25,13 @@ from fairseq.models.roberta.model import RobertaClassificationHead, RobertaEncod
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from torch import nn
 
-from lightcompress.modules.registry import ConfigError
+from lightcompress.checkpoint import classification_heads_in
+from lightcompress.errors import ConfigError
+from lightcompress.wid.data_aware import finish_student
+from lightcompress.wid.fused_model import _FusedEncoder, parse_shapes
 from lightcompress.wid.masked import WIDEncoderLayer
-from lightcompress.wid.model import (
-    DAWIDModel,
-    WIDMixin,
-    _from_json_buffer,
-    _FusedEncoder,
-    _namespace,
-    classification_heads_in,
-    dawid_architecture,
-    finish_student,
-    load_teacher_model,
-    parse_shapes,
-)
+from lightcompress.wid.model import DAWIDModel, WIDMixin, dawid_architecture
+from lightcompress.wid.teacher import _from_json_buffer, _namespace, load_teacher_model
 
 __all__ = ["DAWIDFusedRobertaModel", "DAWIDRobertaModel", "fuse_roberta"]
 
@@ -95,9 +88,9 @@ class DAWIDRobertaModel(WIDMixin, RobertaModel):
     def rebuild(cls, state: dict):
         """The training model of a checkpoint ``state`` (weights loaded), without the teacher."""
         from lightcompress.build import build_model_without_data
-        from lightcompress.convert.core import _model_args
+        from lightcompress.checkpoint import model_config
 
-        args = _namespace(_model_args(state))
+        args = _namespace(model_config(state))
         sd = state["model"]
         targs = argparse.Namespace(**_from_json_buffer(sd["wid_teacher_config"]))
         dawid_architecture(args)

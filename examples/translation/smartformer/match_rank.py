@@ -30,16 +30,17 @@ def main(argv=None) -> int:
 
     import lightcompress  # noqa: F401  (registers the plugin)
     from lightcompress.build import build_model_without_data
-    from lightcompress.convert.core import ConversionError, _model_args, load_checkpoint_state
-    from lightcompress.measure.params import ParamsError, checkpoint_report
+    from lightcompress.checkpoint import model_config, read_checkpoint
+    from lightcompress.errors import LightcompressError
+    from lightcompress.measure.params import checkpoint_report
     from lightcompress.modules import count_unique_params
     from lightcompress.search import cp_rank_bound, find_search_layers
 
     try:
         target = checkpoint_report(args.path)["total"]
-        state = load_checkpoint_state(args.path)
-        margs = copy.deepcopy(_model_args(state))
-    except (ParamsError, ConversionError) as exc:
+        state = read_checkpoint(args.path)
+        margs = copy.deepcopy(model_config(state))
+    except LightcompressError as exc:
         print(f"match_rank: error: {exc}", file=sys.stderr)
         return 2
     vocab = state["model"]["encoder.embed_tokens.weight"].shape[0]

@@ -1,0 +1,429 @@
+"""What the ONNX graphs of :mod:`lightcompress.deploy.onnx_export` compute: the encoder (mask
+and cross-attention keys and values) and one beam-search step of the decoder, traced from the
+model's own modules (factorized maps regrouped for ONNX), and the check of what can be exported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lightcompress.errors import LightcompressError
+
+__all__ = ["ExportError", "export_error", "lean_encoder_error"]
+
+_K_PLACEHOLDER = 7  # the traced top-k size; replaced by the graph input "k"
+
+
+class ExportError(LightcompressError, ValueError):
+    """A model or an input the exporter cannot use (one line for the user)."""
+
+
+# --------------------------------------------------------------------------------------------
+# what the graphs compute
+# --------------------------------------------------------------------------------------------
+
+
+def _frequencies(dim: int) -> Tensor:
+    """The frequencies of fairseq's sinusoidal embedding (its float32 arithmetic)."""
+    half = dim // 2
+    return torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000) / (half - 1)))
+
+
+def _sinusoid(positions: Tensor, dim: int) -> Tensor:
+    """fairseq's sinusoidal embedding of ``positions`` (the rows of
+    ``SinusoidalPositionalEmbedding.get_embedding``, same float32 arithmetic), computed in the
+    graph instead of stored: the table would add ``1026 x C`` floats per graph to the export."""
+    freq = _frequencies(dim)
+    angles = positions.float().unsqueeze(-1) * freq
+    emb = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
+    if dim % 2 == 1:
+        emb = F.pad(emb, (0, 1))
+    return emb
+
+
+class _SinusoidalInGraph(nn.Module):
+    """Stands in for the encoder's ``SinusoidalPositionalEmbedding`` while it is traced:
+    fairseq's positions (``make_positions``), embeddings computed, padding rows zero."""
+
+    def __init__(self, original):
+        super().__init__()
+        self.dim, self.padding_idx = original.embedding_dim, original.padding_idx
+
+    def forward(self, input, incremental_state=None, timestep=None, positions=None):
+        mask = input.ne(self.padding_idx).long()
+        positions = torch.cumsum(mask, dim=1) * mask + self.padding_idx
+        return _sinusoid(positions, self.dim) * mask.unsqueeze(-1).float()
+
+
+@contextlib.contextmanager
+def _positions_in_graph(model):
+    """The encoder's sinusoidal table replaced by :class:`_SinusoidalInGraph` (restored after)."""
+    from fairseq.modules import SinusoidalPositionalEmbedding
+
+    enc = model.encoder
+    original = getattr(enc, "embed_positions", None)
+    if isinstance(original, SinusoidalPositionalEmbedding):
+        enc.embed_positions = _SinusoidalInGraph(original)
+    try:
+        yield
+    finally:
+        if original is not None:
+            enc.embed_positions = original
+
+
+def _position_kind(dec) -> str | None:
+    """``"sinusoidal"``, ``"learned"`` or None (no positions) for the decoder."""
+    from fairseq.modules import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
+
+    ep = dec.embed_positions
+    if ep is None:
+        return None
+    if isinstance(ep, SinusoidalPositionalEmbedding):
+        return "sinusoidal"
+    if isinstance(ep, LearnedPositionalEmbedding):
+        return "learned"
+    raise ExportError(f"positional embedding {type(ep).__name__} is not supported")
+
+
+def _qkv(attn, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    qkv = getattr(attn, "qkv", None)
+    if qkv is not None:  # Hypoformer's fused Q/K/V map: one call
+        return qkv(x)
+    return attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
+
+
+def _factors(m):
+    """``(first, second, bias)`` of a map whose weights the export may regroup: a map whose
+    kind declares two factors (a low-rank map ``x v^T u^T + b``: ``(v, u, b)``; the kind
+    registry's ``factors``), a dense one (``(None, W, b)``), else None."""
+    from lightcompress.modules.registry import two_factors
+
+    factors = two_factors(m)
+    if factors is not None:
+        return factors[0], factors[1], getattr(m, "bias", None)
+    if type(m) is nn.Linear:
+        return None, m.weight, m.bias
+    return None
+
+
+class _Regrouped(nn.Module):
+    """Maps that read the same input, regrouped at export time (the same products, in fewer,
+    larger graph nodes; the stored weights are the same size):
+
+    - several low-rank maps (the Q, K, V of an attention; the cross-attention K, V of a
+      decoder layer): their first factors stacked, one product, then each second factor;
+      several dense maps: their weights stacked, one product;
+    - a scale on a map's output (fairseq's query scaling) folded into its last weight and bias.
+
+    :meth:`prepare` (before tracing: the regrouped weights are parameters of this module, so
+    a weight shared by several layers stays one initializer) and :meth:`apply`; maps of other
+    kinds are applied as they are."""
+
+    def __init__(self):
+        super().__init__()
+        self._plans: dict = {}
+        self._weights: dict = {}
+
+    def _weight(self, key, make) -> nn.Parameter:
+        if key not in self._weights:
+            weight = nn.Parameter(make().detach().clone(), requires_grad=False)
+            self.register_parameter(f"regrouped_{len(self._weights)}", weight)
+            self._weights[key] = weight
+        return self._weights[key]
+
+    def _scaled(self, t, scale: float):
+        if t is None or scale == 1.0:
+            return t
+        return self._weight(("scaled", id(t), scale), lambda: t * scale)
+
+    def prepare(self, maps, scales) -> None:
+        parts = [_factors(m) for m in maps]
+        if any(p is None for p in parts) or len({p[0] is None for p in parts}) > 1:
+            return
+        if len({p[1].shape[1] if p[0] is None else p[0].shape[1] for p in parts}) > 1:
+            return  # (different input widths)
+        if len({p[2] is None for p in parts}) > 1:
+            return
+        key = tuple(id(m) for m in maps) + tuple(scales)
+        if parts[0][0] is not None:  # low-rank: one first product, then each second factor
+            first = tuple(p[0] for p in parts)
+            stacked = (
+                first[0] if len(first) == 1
+                else self._weight(("stack",) + tuple(map(id, first)), lambda: torch.cat(first))
+            )  # fmt: skip
+            seconds = [(self._scaled(u, sc), self._scaled(b, sc))
+                       for (_v, u, b), sc in zip(parts, scales)]  # fmt: skip
+            self._plans[key] = ("lowrank", stacked, [p[0].shape[0] for p in parts], seconds)
+        else:  # dense: one product of the stacked (scaled) weights
+            ws = [self._scaled(w, sc) for (_f, w, _b), sc in zip(parts, scales)]
+            bs = [self._scaled(b, sc) for (_f, _w, b), sc in zip(parts, scales)]
+            w = ws[0] if len(ws) == 1 else self._weight(
+                ("stack",) + tuple(map(id, ws)), lambda: torch.cat(ws))  # fmt: skip
+            b = bs[0] if len(bs) == 1 or bs[0] is None else self._weight(
+                ("stack",) + tuple(map(id, bs)), lambda: torch.cat(bs))  # fmt: skip
+            self._plans[key] = ("dense", w, b, [p[1].shape[0] for p in parts])
+
+    def apply(self, x: Tensor, maps, scales) -> list:
+        plan = self._plans.get(tuple(id(m) for m in maps) + tuple(scales))
+        if plan is None:
+            return [m(x) if sc == 1.0 else m(x) * sc for m, sc in zip(maps, scales)]
+        if plan[0] == "lowrank":
+            _kind, stacked, ranks, seconds = plan
+            h = F.linear(x, stacked)
+            hs = h.split(ranks, dim=-1) if len(ranks) > 1 else [h]
+            return [F.linear(hi, u, b) for hi, (u, b) in zip(hs, seconds)]
+        _kind, w, b, sizes = plan
+        y = F.linear(x, w, b)
+        return list(y.split(sizes, dim=-1)) if len(sizes) > 1 else [y]
+
+
+def _qkv_maps(attn):
+    """The Q, K, V maps of a fairseq attention and their output scales (the query's scaling),
+    or None for Hypoformer's fused map (``qkv``, one call already)."""
+    if getattr(attn, "qkv", None) is not None:
+        return None
+    return [attn.q_proj, attn.k_proj, attn.v_proj], [attn.scaling, 1.0, 1.0]
+
+
+def _project_qkv(regrouped: _Regrouped, attn, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(q * scaling, k, v)`` of ``x``."""
+    spec = _qkv_maps(attn)
+    if spec is None:
+        q, k, v = _qkv(attn, x)
+        return q * attn.scaling, k, v
+    return tuple(regrouped.apply(x, *spec))
+
+
+class _DecoderStep(nn.Module):
+    """One incremental decoder step for hypotheses ``N``, as fairseq's
+    ``TransformerDecoderLayerBase`` computes it (pre- or post-LN, Admin residuals), with
+    constant-shape reshapes (few graph nodes)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+        dec = model.decoder
+        self.num_layers = len(dec.layers)
+        self.position_kind = _position_kind(dec)
+        self.regrouped = _Regrouped()
+        for layer in dec.layers:
+            spec = _qkv_maps(layer.self_attn)
+            if spec is not None:
+                self.regrouped.prepare(*spec)
+            if layer.encoder_attn is not None:
+                inner = _inner_attention(layer.encoder_attn)
+                self.regrouped.prepare([inner.q_proj], [inner.scaling])
+
+    def forward(self, prev: Tensor, pos: Tensor, order: Tensor, bias: Tensor, *caches: Tensor):
+        dec = self.model.decoder
+        x = dec.embed_scale * dec.embed_tokens(prev)  # [N x C]
+        if dec.project_in_dim is not None:
+            x = dec.project_in_dim(x)
+        if self.position_kind == "sinusoidal":  # the row, computed by the runtime
+            x = x + pos  # [1 x C]
+        elif self.position_kind == "learned":
+            x = x + dec.embed_positions.weight.index_select(0, pos)
+        if dec.layernorm_embedding is not None:
+            x = dec.layernorm_embedding(x)
+        new = []
+        enc_bias, rest = caches[0], list(caches[1:])
+        for layer in dec.layers:
+            past_k, past_v = rest.pop(0), rest.pop(0)
+            cross_k = cross_v = None
+            if layer.encoder_attn is not None:
+                cross_k, cross_v = rest.pop(0), rest.pop(0)
+            x, k, v = self._layer(layer, x, past_k, past_v, cross_k, cross_v, enc_bias, order)
+            new += [k, v]
+        if dec.layer_norm is not None:
+            x = dec.layer_norm(x)
+        if dec.project_out_dim is not None:
+            x = dec.project_out_dim(x)
+        lp = F.log_softmax(dec.output_layer(x).float(), dim=-1)  # [N x V]
+        # fairseq's ``lprobs[lprobs != lprobs] = -inf`` on the k best only: a NaN or +inf
+        # logit makes every entry of the row NaN or -inf after the log-softmax, so the row
+        # ends up -inf, as in fairseq (masking all N x V entries: two more full-width passes)
+        top = torch.topk(lp + bias, _K_PLACEHOLDER, dim=-1)
+        lp = torch.where(torch.isnan(top[0]), torch.tensor(float("-inf")), top[0])
+        return (lp, top[1], *new)
+
+    def _layer(self, layer, x, past_k, past_v, cross_k, cross_v, enc_bias, order):
+        """One layer of the step (:func:`layer_step` around the attentions below); returns
+        the output and the grown self-attention caches."""
+        from lightcompress.deploy.generator import layer_step
+
+        grown = []
+
+        def self_attention(x):
+            a = layer.self_attn
+            h, d = a.num_heads, a.head_dim
+            q, k, v = _project_qkv(self.regrouped, a, x)
+            q = q.reshape(-1, h, 1, d)
+            k = torch.cat([past_k.index_select(0, order), k.reshape(-1, h, 1, d)], dim=2)
+            v = torch.cat([past_v.index_select(0, order), v.reshape(-1, h, 1, d)], dim=2)
+            grown.extend([k, v])
+            p = F.softmax(torch.matmul(q, k.transpose(2, 3)).float(), dim=-1)
+            return a.out_proj(torch.matmul(p, v).reshape(-1, h * d))
+
+        def cross_attention(x):
+            a, inner = layer.encoder_attn, _inner_attention(layer.encoder_attn)
+            if inner is not a:  # Subformer: attention at the encoder's width
+                x = a.project_query(x)
+            h, d = inner.num_heads, inner.head_dim
+            (q,) = self.regrouped.apply(x, [inner.q_proj], [inner.scaling])
+            q = q.reshape(-1, h, 1, d)
+            w = torch.matmul(q, cross_k.transpose(2, 3)) + enc_bias  # [N x H x 1 x S]
+            p = F.softmax(w.float(), dim=-1)
+            x = inner.out_proj(torch.matmul(p, cross_v).reshape(-1, h * d))
+            return a.project_back(x) if inner is not a else x
+
+        project_in = getattr(layer, "project_in", None)  # Subformer's sandwich projections
+        if project_in is not None:
+            x = project_in(x)
+        x = layer_step(layer, x, self_attention, cross_attention)
+        project_out = getattr(layer, "project_out", None)
+        if project_out is not None:
+            x = project_out(x)
+        return x, grown[0], grown[1]
+
+
+class _Encoder(nn.Module):
+    """The model's encoder, then every decoder layer's cross-attention keys and values.
+
+    ``lean``: the encoder layers as fairseq's ``TransformerEncoderLayerBase`` computes them, on
+    ``[B*S x C]`` rows with the head split's shapes computed once (fairseq's attention, traced,
+    computes every reshape's target shape from its input: two thirds of the graph's nodes);
+    for encoders :func:`lean_encoder_error` accepts. Otherwise the model's own encoder."""
+
+    def __init__(self, model, lean: bool = False):
+        super().__init__()
+        self.model = model
+        self.lean = lean
+        self.regrouped = _Regrouped()
+        if lean:
+            for layer in model.encoder.layers:
+                self.regrouped.prepare(*_qkv_maps(layer.self_attn) or ([], []))
+        for layer in model.decoder.layers:
+            if layer.encoder_attn is not None:
+                a = _inner_attention(layer.encoder_attn)
+                self.regrouped.prepare([a.k_proj, a.v_proj], [1.0, 1.0])
+
+    def forward(self, src_tokens: Tensor):
+        from torch.onnx.operators import reshape_from_tensor_shape, shape_as_tensor
+
+        enc = self.model.encoder
+        mask = src_tokens.eq(enc.padding_idx)  # [B x S]
+        enc_bias = torch.where(mask, torch.tensor(float("-inf")), torch.tensor(0.0))
+        enc_bias = enc_bias.unsqueeze(1).unsqueeze(2)  # [B x 1 x 1 x S] (0 or -inf)
+        shape_bs = shape_as_tensor(src_tokens)  # [B, S]
+        split_shapes: dict = {}
+
+        def heads(y: Tensor, h: int, d: int) -> Tensor:
+            # [B*S x C] or [B x S x C] -> [B x S x H x d]
+            if (h, d) not in split_shapes:
+                split_shapes[(h, d)] = torch.cat([shape_bs, torch.tensor([h, d])])
+            return reshape_from_tensor_shape(y, split_shapes[(h, d)])
+
+        if self.lean:
+            x, _ = enc.forward_embedding(src_tokens)  # [B x S x C]
+            x = x * (1 - mask.unsqueeze(-1).type_as(x))  # (fairseq: padded rows zeroed)
+            x = x.reshape(-1, int(x.shape[-1]))  # [B*S x C] (a constant width)
+            for layer in enc.layers:
+                x = self._layer(layer, x, enc_bias, heads)
+            if enc.layer_norm is not None:
+                x = enc.layer_norm(x)
+        else:
+            out = enc(src_tokens, src_lengths=src_tokens.ne(enc.padding_idx).sum(1))
+            x = out["encoder_out"][0].transpose(0, 1)  # [B x S x C]
+        outs = [enc_bias]
+        for layer in self.model.decoder.layers:
+            if layer.encoder_attn is None:  # (Subformer's SAFE block)
+                continue
+            a = _inner_attention(layer.encoder_attn)
+            for y in self.regrouped.apply(x, [a.k_proj, a.v_proj], [1.0, 1.0]):
+                y = heads(y, a.num_heads, a.head_dim)  # [B x S x H x d]
+                outs.append(y.transpose(1, 2))  # [B x H x S x d]
+        return tuple(outs)
+
+    def _layer(self, layer, x: Tensor, enc_bias: Tensor, heads) -> Tensor:
+        """fairseq's ``TransformerEncoderLayerBase.forward`` (:func:`layer_step`: pre- or
+        post-LN, Admin residuals) on ``[B*S x C]`` rows."""
+        from lightcompress.deploy.generator import layer_step
+
+        def self_attention(x):
+            a = layer.self_attn
+            h, d = a.num_heads, a.head_dim
+            q, k, v = _project_qkv(self.regrouped, a, x)
+            q = heads(q, h, d).transpose(1, 2)  # [B x H x S x d]
+            k = heads(k, h, d).permute(0, 2, 3, 1)  # [B x H x d x S]
+            v = heads(v, h, d).transpose(1, 2)
+            p = F.softmax((torch.matmul(q, k) + enc_bias).float(), dim=-1)
+            return a.out_proj(torch.matmul(p, v).transpose(1, 2).reshape(-1, h * d))
+
+        return layer_step(layer, x, self_attention)
+
+
+def lean_encoder_error(model) -> str | None:
+    """``None`` when :class:`_Encoder`'s lean layers compute ``model``'s encoder (fairseq's
+    Transformer encoder and encoder layers, the plugin's compressed ones), else why not."""
+    from fairseq.models.transformer import TransformerEncoderBase
+    from fairseq.modules import MultiheadAttention
+    from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+
+    from lightcompress.models.compressed import CompressedEncoderLayer
+
+    enc = model.encoder
+    if not isinstance(enc, TransformerEncoderBase):
+        return f"{type(enc).__name__} is not fairseq's Transformer encoder"
+    for name in ("forward", "forward_scriptable"):
+        if getattr(type(enc), name) is not getattr(TransformerEncoderBase, name):
+            return f"{type(enc).__name__} has its own {name}"
+    for i, layer in enumerate(enc.layers):
+        if type(layer).forward not in (TransformerEncoderLayerBase.forward,
+                                       CompressedEncoderLayer.forward):  # fmt: skip
+            return f"encoder.layers.{i}: {type(layer).__name__} has its own forward"
+        a = layer.self_attn
+        if type(a).forward is not MultiheadAttention.forward:
+            return f"encoder.layers.{i}: {type(a).__name__} has its own forward"
+        if a.bias_k is not None or a.add_zero_attn or a.head_dim * a.num_heads != a.embed_dim:
+            return f"encoder.layers.{i}: attention bias_k / zero attention / uneven heads"
+        if getattr(a, "use_xformers", False):
+            return f"encoder.layers.{i}: xformers attention"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# checks
+# --------------------------------------------------------------------------------------------
+
+
+def _inner_attention(attn):
+    """fairseq's attention inside Subformer's :class:`QueryProjectedAttention` (or ``attn``)."""
+    from lightcompress.modules.safe import QueryProjectedAttention
+
+    return attn.attention if isinstance(attn, QueryProjectedAttention) else attn
+
+
+def export_error(model) -> str | None:
+    """``None`` when the model exports, else why not (one line)."""
+    from lightcompress.deploy.generator import lean_step_supported
+    from lightcompress.models.subformer import SubformerDecoderLayer
+
+    why = lean_step_supported(model, extra_forwards=(SubformerDecoderLayer.forward,))
+    if why is not None:
+        return why
+    for i, layer in enumerate(model.decoder.layers):
+        if layer.self_attn.head_dim * layer.self_attn.num_heads != layer.self_attn.embed_dim:
+            return f"decoder.layers.{i}: heads do not split the width"
+    enc = getattr(model, "encoder", None)
+    if enc is None or not hasattr(enc, "padding_idx"):
+        return "its encoder is not fairseq's Transformer encoder"
+    try:
+        _position_kind(model.decoder)
+    except ExportError as exc:
+        return str(exc)
+    return None

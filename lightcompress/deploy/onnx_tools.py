@@ -1,0 +1,249 @@
+"""The ONNX files of an export (:mod:`lightcompress.deploy.onnx_export`): tracing, the top-k
+size as a graph input, shape-neutral reshapes removed, weights shared in one external file,
+ONNX Runtime's dynamic int8, the manifest, and the check of the graphs against the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+
+import torch
+
+from lightcompress.deploy.onnx_graphs import _K_PLACEHOLDER, ExportError
+
+__all__ = ["MANIFEST", "WEIGHTS"]
+
+MANIFEST = "MANIFEST.sha256"  # (the same name as onnx_runtime.MANIFEST)
+WEIGHTS = "weights.bin"
+
+
+def _trace(module, args, path, input_names, output_names, dynamic_axes) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer warnings about Python values (checked below)
+        torch.onnx.export(
+            module, args, path, input_names=input_names, output_names=output_names,
+            dynamic_axes=dynamic_axes, opset_version=17, dynamo=False,
+            do_constant_folding=False,
+        )  # fmt: skip
+
+
+def _k_as_input(model_proto) -> None:
+    """The traced ``TopK`` has a constant ``k``: make it the graph input ``k`` ([1] int64)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = model_proto.graph
+    topk = [n for n in g.node if n.op_type == "TopK"]
+    if len(topk) != 1:
+        raise ExportError(f"the decoder graph has {len(topk)} TopK nodes, expected 1")
+    topk[0].input[1] = "k"
+    g.input.append(helper.make_tensor_value_info("k", TensorProto.INT64, [1]))
+    for out in g.output:  # [N x k]: k is now an input
+        if out.name in ("top_lp", "top_ids"):
+            dim = out.type.tensor_type.shape.dim[1]
+            dim.ClearField("dim_value")
+            dim.dim_param = "K"
+    onnx.checker.check_model(model_proto)
+
+
+def _simplify(model_proto) -> None:
+    """Remove the reshapes that do not change a shape, and what only computed their target
+    shapes (the modules' ``x.view(*lead, out)`` on inputs that already have that shape: one
+    third of a factorized decoder step's nodes), by ONNX Runtime's symbolic shape inference."""
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    g = model_proto.graph
+    try:
+        inferred = SymbolicShapeInference.infer_shapes(model_proto, auto_merge=True)
+    except Exception:  # noqa: BLE001  (an optimization: without shapes, the graph stays as is)
+        return
+    shapes: dict = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.input):
+        t = vi.type.tensor_type
+        if t.HasField("shape"):
+            shapes[vi.name] = [
+                d.dim_param if d.HasField("dim_param") else
+                (d.dim_value if d.HasField("dim_value") else None)
+                for d in t.shape.dim
+            ]  # fmt: skip
+    outputs = {o.name for o in g.output}
+    rename: dict = {}
+    keep = []
+    for n in g.node:
+        for i, name in enumerate(n.input):
+            if name in rename:
+                n.input[i] = rename[name]
+        if n.op_type == "Reshape" and n.output[0] not in outputs:
+            a, b = shapes.get(n.input[0]), shapes.get(n.output[0])
+            if a is not None and a == b and None not in a and "" not in a:
+                rename[n.output[0]] = n.input[0]
+                continue
+        keep.append(n)
+    # dead nodes (the shape computations of the removed reshapes), iterated to a fixed point
+    while True:
+        used = outputs | {i for n in keep for i in n.input}
+        alive = [n for n in keep if any(o in used for o in n.output)]
+        if len(alive) == len(keep):
+            break
+        keep = alive
+    del g.node[:]
+    g.node.extend(keep)
+    used = {i for n in keep for i in n.input}
+    inits = [i for i in g.initializer if i.name in used]
+    del g.initializer[:]
+    g.initializer.extend(inits)
+
+
+def _share_weights(protos: dict, out_dir: str) -> None:
+    """Every initializer of the graphs (but constants under 4 KiB) into one ``weights.bin``
+    (equal tensors once; ONNX external data)."""
+    from onnx import numpy_helper
+
+    offsets: dict = {}
+    size = 0
+    with open(os.path.join(out_dir, WEIGHTS), "wb") as f:
+        for proto in protos.values():
+            for init in proto.graph.initializer:
+                array = numpy_helper.to_array(init)
+                raw = array.tobytes()
+                if len(raw) < 4096:  # small constants (shapes, axes) stay in the graph
+                    continue
+                key = (init.data_type, tuple(init.dims), hashlib.sha256(raw).hexdigest())
+                if key not in offsets:
+                    pad = (-size) % 64  # aligned (memory-mappable) offsets
+                    f.write(b"\0" * pad)
+                    size += pad
+                    offsets[key] = size
+                    f.write(raw)
+                    size += len(raw)
+                init.ClearField("raw_data")
+                for field in ("float_data", "int32_data", "int64_data", "double_data"):
+                    init.ClearField(field)
+                init.data_location = 1  # EXTERNAL
+                del init.external_data[:]
+                for k, v in (("location", WEIGHTS), ("offset", str(offsets[key])),
+                             ("length", str(len(raw)))):  # fmt: skip
+                    entry = init.external_data.add()
+                    entry.key, entry.value = k, v
+
+
+def _quantize(path: str, out_path: str, min_elements: int) -> None:
+    """ONNX Runtime dynamic int8 of the MatMul / Gemm nodes whose weight has at least
+    ``min_elements`` entries (weights folded first, so transposed weights qualify)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import numpy_helper
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    folded = out_path + ".folded.onnx"
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.optimized_model_filepath = folded
+    ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    proto = onnx.load(folded)
+    sizes = {i.name: int(numpy_helper.to_array(i).size) for i in proto.graph.initializer}
+    nodes = []
+    for n in proto.graph.node:
+        if n.op_type in ("MatMul", "Gemm") and sizes.get(n.input[1], 0) >= max(min_elements, 1):
+            # (the quantizer turns a Gemm into a MatMul named <gemm>_MatMul first)
+            nodes += [n.name, f"{n.name}_MatMul"] if n.op_type == "Gemm" else [n.name]
+    if nodes:
+        import logging
+
+        level = logging.getLogger().level
+        logging.getLogger().setLevel(logging.ERROR)  # the quantizer logs every node
+        try:
+            quantize_dynamic(folded, out_path, weight_type=QuantType.QInt8,
+                             op_types_to_quantize=["MatMul", "Gemm"], nodes_to_quantize=nodes)  # fmt: skip
+        finally:
+            logging.getLogger().setLevel(level)
+    else:
+        shutil.copyfile(folded, out_path)
+    os.remove(folded)
+
+
+def _write_dict(d, path: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(sym + "\n" for sym in d.symbols)
+
+
+def _write_manifest(directory: str) -> None:
+    """``MANIFEST.sha256`` (``sha256sum`` format) of every file the runtime reads: it refuses
+    an export whose config, dictionaries or weights were edited after it was written."""
+    lines = []
+    for name in sorted(os.listdir(directory)):
+        if name in ("translate.py", MANIFEST):
+            continue
+        digest = hashlib.sha256()
+        with open(os.path.join(directory, name), "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        lines.append(f"{digest.hexdigest()}  {name}\n")
+    with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as f:
+        f.writelines(lines)
+
+
+def _error(got, ref) -> float:
+    """Largest absolute difference (``inf`` where shapes or -inf entries disagree, and for any
+    NaN: a model whose outputs hold NaN is never 'equal' to its export)."""
+    import numpy as np
+
+    if got.shape != ref.shape or not np.array_equal(np.isfinite(got), np.isfinite(ref)):
+        return float("inf")
+    if np.isnan(got).any() or np.isnan(ref).any():
+        return float("inf")
+    fin = np.isfinite(ref)
+    return float(np.abs(got[fin].astype(np.float64) - ref[fin]).max()) if fin.any() else 0.0
+
+
+def _relative_error(got, ref) -> float:
+    """Relative (Frobenius) error over the finite entries (``inf`` where they disagree)."""
+    import numpy as np
+
+    if got.shape != ref.shape or not np.array_equal(np.isfinite(got), np.isfinite(ref)):
+        return float("inf")
+    if np.isnan(got).any() or np.isnan(ref).any():  # (as _error: NaN is never equal)
+        return float("inf")
+    fin = np.isfinite(ref)
+    g, r = got[fin].astype(np.float64), ref[fin].astype(np.float64)
+    return float(np.linalg.norm(g - r) / max(np.linalg.norm(r), 1e-12))
+
+
+def _check(folder, args: dict, ref, src, cross, strict: bool) -> dict:
+    """Run the graphs in ``folder`` on the probe inputs against the traced modules' outputs.
+    ``strict`` (float32): equal to 1e-3 or :class:`ExportError`. Returns the relative errors
+    ``{"encoder": ..., "decoder": ...}`` (int8 exports record them: int8 weights and
+    activations move the outputs; ONNX Runtime quantizes activations per tensor, which deep
+    random-weight encoders feel most)."""
+    import numpy as np
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.log_severity_level = 3
+    enc = ort.InferenceSession(os.path.join(folder, "encoder.onnx"), so,
+                               providers=["CPUExecutionProvider"])  # fmt: skip
+    dec = ort.InferenceSession(os.path.join(folder, "decoder.onnx"), so,
+                               providers=["CPUExecutionProvider"])  # fmt: skip
+    got = enc.run(None, {"src_tokens": src.numpy()})
+    feed = {i.name: args[i.name].numpy() for i in dec.get_inputs() if i.name != "k"}
+    feed["k"] = np.array([_K_PLACEHOLDER], dtype=np.int64)
+    out = dec.run(None, feed)
+    pairs = {"encoder": [(g, r.numpy()) for g, r in zip(got, cross)],
+             "decoder": [(out[0], ref[0].numpy())]}  # fmt: skip
+    errors = {}
+    for part, items in pairs.items():
+        if strict:
+            worst = max(_error(g, r) for g, r in items)
+            scale = max(float(np.abs(r[np.isfinite(r)]).max(initial=0.0)) for _g, r in items)
+            if not worst <= 1e-3 * max(1.0, scale):
+                raise ExportError(
+                    f"the exported {part} does not reproduce the model (check failed: largest "
+                    f"difference {worst:.3g})"
+                )
+        errors[part] = round(max(_relative_error(g, r) for g, r in items), 6)
+    return errors

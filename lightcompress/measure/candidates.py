@@ -1,0 +1,286 @@
+"""The models of a speed measurement (:mod:`lightcompress.measure.speed`): checkpoints and
+random-weight architectures loaded as :class:`Candidate` s, and their int8, CTranslate2, ONNX
+Runtime and fast-path versions; their size as stored.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from argparse import Namespace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from lightcompress.checkpoint import load_checkpoint
+from lightcompress.errors import LightcompressError
+
+__all__ = [
+    "Candidate",
+    "SpeedError",
+    "directory_bytes",
+    "load_candidates",
+    "split_label",
+    "state_dict_bytes",
+    "with_ct2",
+    "with_fast",
+    "with_int8",
+    "with_onnx",
+]
+
+
+class SpeedError(LightcompressError, ValueError):
+    """A user error: reported as one line, exit code 2."""
+
+
+@dataclass
+class Candidate:
+    """One model under measurement."""
+
+    label: str
+    source: str  # checkpoint path or arch spec
+    model: torch.nn.Module
+    task: object
+    params: int
+    precision: str = "float32"
+    random_weights: bool = False
+    args: list = field(default_factory=list)
+    engine: str = "fairseq"
+    runner: object = None  # engines other than fairseq's generator (lightcompress.measure.engines)
+    model_args: object = None  # the model configuration (args / cfg.model)
+    size_bytes: int | None = None
+    float_model: torch.nn.Module | None = None  # the float32 model an int8 one was made from
+
+
+# --------------------------------------------------------------------------------------------
+# models
+# --------------------------------------------------------------------------------------------
+
+
+def split_label(item: str) -> tuple[str | None, str]:
+    if "=" in item:
+        label, rest = item.split("=", 1)
+        if label and "/" not in label:
+            return label, rest
+    return None, item
+
+
+def _build_random(spec, vocab_size: int | None, data: str | None, share: bool):
+    from lightcompress.measure import specs as P
+
+    share = share and spec.share_all_embeddings
+    if data:
+        from fairseq import tasks
+
+        args = P.parse_model_args(spec.arch, P._with_sharing(spec.args, share), data=data)
+        task = tasks.setup_task(args)
+        model = task.build_model(args)
+        model.eval()
+        return model, task, args
+    if vocab_size is None:
+        raise SpeedError("--arch without --data needs --vocab-size")
+    model, task, args = P.build_random_model(
+        spec.arch, vocab_size, spec.args, share, return_task=True
+    )
+    return model, task, args
+
+
+def load_candidates(
+    paths: Sequence[str] = (),
+    archs: Sequence[str] = (),
+    data: str | None = None,
+    vocab_size: int | None = None,
+    share_all_embeddings: bool = True,
+    seed: int = 1,
+) -> list[Candidate]:
+    """Load checkpoints (``[LABEL=]path``) and build random-weight models (model specs)."""
+    from lightcompress.measure.specs import ParamsError, parse_model_specs
+    from lightcompress.modules.counting import count_parameters
+
+    out = []
+    for item in paths:
+        label, path = split_label(item)
+        model, task, model_args = load_checkpoint(path, data)
+        if label is None:
+            stem = os.path.splitext(os.path.basename(path))[0]
+            label = f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}/{stem}"
+        out.append(
+            Candidate(label, path, model, task, count_parameters(model)["total"],
+                      model_args=model_args)
+        )  # fmt: skip
+    if archs:
+        try:
+            specs = parse_model_specs(list(archs))
+        except ParamsError as exc:
+            raise SpeedError(str(exc)) from None
+        for spec in specs:
+            torch.manual_seed(seed)
+            try:
+                model, task, model_args = _build_random(
+                    spec, vocab_size, data, share_all_embeddings
+                )
+            except ParamsError as exc:
+                raise SpeedError(str(exc)) from None
+            out.append(
+                Candidate(
+                    spec.name,
+                    spec.arch + "".join(f" {a}" for a in spec.args),
+                    model,
+                    task,
+                    count_parameters(model)["total"],
+                    random_weights=True,
+                    args=list(spec.args),
+                    model_args=model_args,
+                )
+            )
+    if not out:
+        raise SpeedError("nothing to measure: give --path and/or --arch")
+    labels = [c.label for c in out]
+    if len(set(labels)) != len(labels):
+        raise SpeedError(f"labels must be unique, got {labels} (use LABEL=... to name models)")
+    return out
+
+
+def with_int8(
+    candidates: Sequence[Candidate], keep_float: bool, variants: Sequence[str] = ("int8",)
+) -> list[Candidate]:
+    """int8 copies of ``candidates`` (after each float one when ``keep_float``), one per
+    variant: ``int8`` (every linear map) or ``int8-large`` (only maps with at least
+    :data:`~lightcompress.deploy.quantize.LARGE_MAP_ELEMENTS` weights)."""
+    from lightcompress.deploy.quantize import LARGE_MAP_ELEMENTS, quantize_model_int8
+
+    out = []
+    for c in candidates:
+        if keep_float:
+            out.append(c)
+        for variant in variants:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # torch's qint8 deprecation notice
+                warnings.simplefilter("ignore", DeprecationWarning)
+                q = quantize_model_int8(
+                    c.model,
+                    min_weight_elements=LARGE_MAP_ELEMENTS if variant == "int8-large" else 0,
+                )
+            out.append(
+                Candidate(c.label, c.source, q, c.task, c.params, variant, c.random_weights,
+                          c.args, model_args=c.model_args, float_model=c.model)
+            )  # fmt: skip
+    return out
+
+
+def _with_exports(candidates, workdir, engine, name, precisions, export, make_runner, errors,
+                  log=None, prefix=""):  # fmt: skip
+    """For every float32 fairseq candidate, one candidate per precision of ``engine``:
+    ``export(candidate, target, precision)`` writes it into ``workdir``, ``make_runner(
+    candidate, target, precision)`` times it. An export refused with one of ``errors`` gives
+    a note (and no candidates of that model). Returns the new candidates and the notes."""
+    os.makedirs(workdir, exist_ok=True)
+    out, notes = [], []
+    for i, c in enumerate(candidates):
+        if c.engine != "fairseq" or c.precision != "float32":
+            continue
+        for precision in precisions:
+            target = os.path.join(workdir, f"{i}-{prefix}{precision}")
+            try:
+                export(c, target, precision)
+            except errors as exc:
+                notes.append(f"{c.label}: no {name} export ({exc})")
+                break
+            if log:
+                log(f"exported {c.label} to {name} ({precision}): {target}")
+            out.append(
+                Candidate(c.label, target, None, c.task, c.params, precision, c.random_weights,
+                          c.args, engine=engine, runner=make_runner(c, target, precision),
+                          model_args=c.model_args, size_bytes=directory_bytes(target))
+            )  # fmt: skip
+    return out, notes
+
+
+def with_ct2(
+    candidates: Sequence[Candidate], workdir: str, threads: int, log=None
+) -> tuple[list[Candidate], list[str]]:
+    """CTranslate2 float32 and int8 candidates exported from every dense float32 fairseq
+    candidate (:func:`lightcompress.deploy.ct2.export_model`, into ``workdir``; the int8 model
+    is exported with int8 weights). Returns the new candidates and one note per model that
+    could not be exported (a compressed one: CTranslate2 would have to store it dense)."""
+    from lightcompress.deploy.ct2 import ExportError, export_model
+    from lightcompress.measure.engines import CT2Runner
+
+    def export(c, target, precision):
+        export_model(c.model, c.task, c.model_args, target, precision)
+
+    def runner(c, target, precision):
+        return CT2Runner(
+            target, precision, threads, c.task.source_dictionary, c.task.target_dictionary,
+            c.model.max_decoder_positions(), c.model.max_positions(),
+        )  # fmt: skip
+
+    return _with_exports(candidates, workdir, "ctranslate2", "CTranslate2",
+                         ("float32", "int8"), export, runner, ExportError, log)  # fmt: skip
+
+
+def with_onnx(
+    candidates: Sequence[Candidate],
+    workdir: str,
+    threads: int,
+    variants: Sequence[str],
+    log=None,
+) -> tuple[list[Candidate], list[str]]:
+    """ONNX Runtime candidates (:mod:`lightcompress.deploy.onnx_export`, into ``workdir``) of
+    every float32 fairseq candidate: float32, and ``int8`` (every map) / ``int8-large`` (the
+    maps of at least 2^17 weights) when in ``variants``. Returns the new candidates and one
+    note per model that could not be exported."""
+    from lightcompress.deploy.onnx_export import ExportError, export_onnx
+    from lightcompress.measure.engines import OnnxRunner
+
+    def export(c, target, precision):
+        int8 = {"float32": None, "int8": "all", "int8-large": "large"}[precision]
+        export_onnx(c.model, c.task, target, int8=int8)
+
+    def runner(c, target, precision):
+        return OnnxRunner(target, threads, c.task.source_dictionary.pad(), c.model.max_positions())
+
+    return _with_exports(candidates, workdir, "onnxruntime", "ONNX", ("float32", *variants),
+                         export, runner, ExportError, log, prefix="onnx-")  # fmt: skip
+
+
+def with_fast(candidates: Sequence[Candidate], gen_args: Namespace) -> list[Candidate]:
+    """After each fairseq candidate (float32 or int8), the same model on lightcompress's fast
+    path (:class:`lightcompress.deploy.generator.FastGenerator`)."""
+    from lightcompress.measure.engines import FastRunner
+
+    out = []
+    for c in candidates:
+        out.append(c)
+        if c.engine == "fairseq":
+            out.append(
+                Candidate(c.label, c.source, c.model, c.task, c.params, c.precision,
+                          c.random_weights, c.args, engine="lightcompress",
+                          runner=FastRunner(c.model, c.task, gen_args), model_args=c.model_args,
+                          float_model=c.float_model)
+            )  # fmt: skip
+    return out
+
+
+def directory_bytes(path: str) -> int:
+    """Total size of the files under ``path``."""
+    return sum(
+        os.path.getsize(os.path.join(root, f))
+        for root, _dirs, files in os.walk(path)
+        for f in files
+    )
+
+
+def state_dict_bytes(model: torch.nn.Module) -> int:
+    """Bytes of the model's weights as ``torch.save`` stores them: its state dict with a module
+    that several parents share saved once and a tensor that several modules share stored once
+    (layer sharing); int8 models store int8 weights."""
+    import io
+
+    state: dict = {}
+    for prefix, module in model.named_modules():  # a module shared by several parents once
+        module._save_to_state_dict(state, prefix + "." if prefix else "", keep_vars=False)
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.tell()
