@@ -413,6 +413,30 @@ def test_console_script_converts(tiny_transformer, tmp_path):
     assert out.exists()
 
 
+def test_the_converter_talks_when_not_on_a_terminal(tiny_transformer, tmp_path):
+    """Not on a terminal (a log file, a pipe), the converter prints one line per slot as its
+    fit starts (a CP fit of a paper-size model takes minutes), warns once when maps keep
+    little of their energy, and prints no library warnings."""
+    import re
+
+    args = ["--input", os.path.join(tiny_transformer, "checkpoint_best.pt"), "--arch",
+            "lightformer", *STUDENT_FULL_RANK]  # fmt: skip
+    low = harness.run_cli("lightcompress-convert",
+                          args + ["--output", tmp_path / "low.pt", "--rank", "2",
+                                  "--embed-rank", "2"])  # fmt: skip
+    steps = re.findall(r"^transfer (\d+)/(\d+) \+[\d.]+s: (\S+)$", low.stdout, re.MULTILINE)
+    assert steps and [int(i) for i, _n, _p in steps] == list(range(1, len(steps) + 1))
+    assert {n for _i, n, _p in steps} == {str(len(steps))}
+    assert any(p == "encoder.layers.0.fc1" for _i, _n, p in steps)
+    warning = [line for line in low.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "keep less than 50% of their energy" in warning[0], low.stderr
+    assert "Warning" not in low.stderr, low.stderr  # (no UserWarning / FutureWarning lines)
+    full = harness.run_cli("lightcompress-convert",
+                           args + ["--output", tmp_path / "full.pt", "--rank", "16",
+                                   "--embed-rank", "16"])  # fmt: skip
+    assert "energy" not in full.stderr and "Warning" not in full.stderr, full.stderr
+
+
 # --- end to end ----------------------------------------------------------------------------
 
 TINY_LIGHTFORMER = ["--arch", "lightformer", "--share-all-embeddings", *TINY]

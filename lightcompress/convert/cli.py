@@ -18,10 +18,16 @@ import argparse
 import os
 import shlex
 import sys
+import warnings
 
 from lightcompress import cli
 
 __all__ = ["cli_main", "convert_checkpoint", "get_parser", "main"]
+
+
+# a map keeping less of its squared singular values (or its CP fit's share) than this is
+# reported: the transferred student then starts far from its teacher
+LOW_ENERGY = 0.5
 
 
 def get_parser(converters=()):
@@ -102,7 +108,11 @@ def convert_checkpoint(argv=None, out=None):
     student_args = student_args_from(teacher_args, opts.arch, model_flags)
     converter = CONVERTERS[model_name]()
     try:
-        student, records = converter.convert(teacher, teacher_args, student_args, opts, log)
+        # (libraries' warnings during the fits, e.g. tensorly's or torch's deprecations, say
+        # nothing a user can act on; the converter reports what matters itself)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            student, records = converter.convert(teacher, teacher_args, student_args, opts, log)
     except ValueError as exc:  # a configuration the student cannot have (groups, ranks, ...)
         raise ConversionError(str(exc)) from None
 
@@ -125,6 +135,16 @@ def convert_checkpoint(argv=None, out=None):
     if spec:
         with open(opts.output + ".spec", "w") as f:
             f.write(spec + "\n")
+    low = [r for r in records if r.kept_energy is not None and r.kept_energy < LOW_ENERGY]
+    if low:  # (fine-tuning has more to recover: say so once, with the worst map)
+        worst = min(low, key=lambda r: r.kept_energy)
+        print(
+            f"warning: {len(low)} of {len(records)} maps keep less than {LOW_ENERGY:.0%} of "
+            f"their energy (lowest {worst.kept_energy:.2f}: {worst.name}, {worst.kind} rank "
+            f"{worst.rank}); the student starts far from the teacher: fine-tune longer, or "
+            "give a higher rank",
+            file=sys.stderr,
+        )
     t, s = count_unique_params(teacher), count_unique_params(student)
     if s >= t:
         print(

@@ -292,23 +292,43 @@ def build_dense_student(student_args, src_size: int, tgt_size: int | None = None
     return build_model_without_data(args, src_size, tgt_size, plan=SpecPlan(CompressionSpec([])))
 
 
-def transfer_by_spec(dense, student_args, spec_text: str, progress: bool = False):
+def transfer_by_spec(dense, student_args, spec_text: str, progress: bool = False, log=None):
     """Fit every layer the spec names to ``dense``'s weights (SVD / TT-SVD / CP through the
     kind registry), in the order the build hooks ask, then tie the student's groups.
 
+    ``progress``: a progress bar (a terminal); else ``log`` (when given) receives one line per
+    slot as its fit starts, with the time so far (a log file or a pipe sees the conversion
+    move: a CP fit of a paper-size model takes minutes).
+
     Returns the :class:`~lightcompress.modules.CompressionReport` (one record per layer).
     """
+    import time
+
     from tqdm import tqdm
 
-    from lightcompress.models.compressed import apply_layer_sharing, module_at, replace_by_plan
+    from lightcompress.models.compressed import (
+        apply_layer_sharing,
+        module_at,
+        plan_paths,
+        replace_by_plan,
+    )
     from lightcompress.modules import CompressionSpec, SpecError, SpecPlan
 
     try:
         plan = SpecPlan(
             CompressionSpec.parse(spec_text), "convert", source=lambda p: module_at(dense, p)
         )
-        with tqdm(desc="weight transfer", disable=not progress, unit="slot") as bar:
-            replace_by_plan(dense, plan, progress=lambda path: bar.update(1))
+        total = len(list(plan_paths(dense)))
+        start, done = time.monotonic(), [0]
+
+        def step(path, bar):
+            bar.update(1)
+            done[0] += 1
+            if not progress and log is not None:
+                log(f"transfer {done[0]}/{total} +{time.monotonic() - start:.1f}s: {path}")
+
+        with tqdm(desc="weight transfer", disable=not progress, unit="slot", total=total) as bar:
+            replace_by_plan(dense, plan, progress=lambda path: step(path, bar))
         report = plan.finish()
         apply_layer_sharing(dense, student_args)
     except (SpecError, ValueError) as exc:

@@ -138,7 +138,7 @@ class FamilyConverter(Converter):
                 log(f"{m.prefix}: Admin omegas set to 1 (the dense teacher's residuals)")
         # 2. every layer the spec names fitted by its kind (the one transfer path), groups tied
         records = transfer_by_spec(
-            dense, student_args, spec_text, progress=getattr(opts, "progress", False)
+            dense, student_args, spec_text, progress=getattr(opts, "progress", False), log=log
         )
         for rec in records:
             energy = "-" if rec.kept_energy is None else f"{rec.kept_energy:.4f}"
