@@ -548,10 +548,10 @@ def test_the_exports_translate_py_refuses_non_utf8_input_with_one_line(tmp_path,
 def _tiny_model(extra=()):
     import torch
 
-    from lightcompress.measure.params import build_model_without_data
+    from lightcompress.measure.params import build_random_model
 
     torch.manual_seed(0)
-    model, task, _ = build_model_without_data(
+    model, task, _ = build_random_model(
         "transformer", 40, ["--encoder-layers", "1", "--decoder-layers", "1",
                             "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
                             "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
@@ -644,14 +644,14 @@ def test_a_quantized_ct2_export_leaves_the_model_it_exported_unchanged(tmp_path,
     import torch
 
     from lightcompress.deploy.ct2 import export_model
-    from lightcompress.measure.params import build_model_without_data
+    from lightcompress.measure.params import build_random_model
 
     torch.manual_seed(0)
     small = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
              "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
              "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
              "--decoder-attention-heads", "2"]  # fmt: skip
-    model, task, args = build_model_without_data("transformer", 40, small, True, return_task=True)
+    model, task, args = build_random_model("transformer", 40, small, True, return_task=True)
     model.eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     export_model(model, task, args, str(tmp_path / "ct2"), quantization)

@@ -467,10 +467,5 @@ def _main(argv: Sequence[str] | None) -> int:
 
 cli_main = cli.entry_point(main, quiet=True)
 
-# The name build_random_model had before lightcompress.build.build_model_without_data became
-# the package's one builder without data; kept for callers of the old name (not in __all__).
-build_model_without_data = build_random_model
-
-
 if __name__ == "__main__":
     cli_main()
