@@ -500,3 +500,11 @@ def test_train_generate_and_resume_after_kill_keep_sharing(tiny_data, tmp_path):
     )
     bleu, hyps, _ = harness.generate(tiny_data, last, extra=["--scoring", "bleu"])
     assert len(hyps) == 40 and bleu is not None
+
+
+def test_the_converters_help_names_every_transfer_and_dawid_fuse():
+    proc = harness.run_cli("lightcompress-convert", ["--help"])
+    text = " ".join(proc.stdout.split())
+    for family, method in (("lightformer", "SVD"), ("hypoformer", "TT"), ("smartformer", "CP")):
+        assert f"{family} ({method} transfer)" in text, text
+    assert "dawid-fuse" in text

@@ -31,11 +31,20 @@ LOW_ENERGY = 0.5
 
 
 def get_parser(converters=()):
+    methods = sorted(
+        {f"{c.family.name} ({c.family.transfer.method})" for c in converters
+         if getattr(c, "family", None) is not None and c.family.transfer is not None}
+    )  # fmt: skip
     parser = argparse.ArgumentParser(
         prog="lightcompress-convert",
         description="Convert a trained dense fairseq Transformer checkpoint into a compressed "
-        "model of the lightcompress plugin (weights transferred by SVD / TT-SVD).",
-        epilog="Other flags are passed to the student architecture as fairseq model flags.",
+        "model of the lightcompress plugin, its weights transferred to the student: "
+        + (", ".join(methods) if methods else "SVD, TT-SVD or CP")
+        + ". The student architecture (--arch) picks the family.",
+        epilog="Other flags are passed to the student architecture as fairseq model flags. "
+        "DA-WID: `lightcompress-convert dawid-fuse -i CHECKPOINT -o FUSED.pt` fuses a DA-WID "
+        "training checkpoint (masks and compactors) into an ordinary smaller model "
+        "(`lightcompress-convert dawid-fuse --help`).",
     )
     parser.add_argument("--input", "-i", required=True, help="dense fairseq checkpoint (.pt)")
     parser.add_argument(
