@@ -769,3 +769,58 @@ def test_a_recipe_owns_its_save_directory_and_stopping_it_ends_its_training(tmp_
     finally:
         if first.poll() is None:
             first.kill()
+
+
+def test_collect_remeasure_states_the_engines_and_compressions_shares(tmp_path, capsys):
+    """The re-measurement after the CTranslate2 fix: retrained models' timings (one run) and
+    scores beside the table, as ratios: the engine's share (ONNX Runtime / fairseq on the
+    teacher), compression's share (student / teacher on ONNX Runtime), CTranslate2 int8."""
+    col = _collect()
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    (rows / "teacher.json").write_text(json.dumps({
+        "label": "teacher", "method": "Transformer", "params": 100, "bleu": 20.0, "chrf": 30.0,
+        "bleu_signature": "b", "chrf_signature": "c", "test_sentences": 2}))  # fmt: skip
+    for b in (1, 32):
+        (tmp_path / f"s{b}.json").write_text(json.dumps({"protocol": {"batch": b}, "models": [
+            {"label": "teacher", "engine": "fairseq", "precision": "float32", "tokens_per_s": 10.0 * b},
+            {"label": "teacher", "engine": "onnxruntime", "precision": "float32", "tokens_per_s": 40.0 * b},
+            {"label": "teacher", "engine": "ctranslate2", "precision": "int8", "tokens_per_s": 50.0 * b},
+            {"label": "lightformer_svd", "engine": "onnxruntime", "precision": "float32",
+             "tokens_per_s": 100.0 * b, "size_bytes": 2**20},
+            {"label": "lightformer_svd", "engine": "onnxruntime", "precision": "int8-large",
+             "tokens_per_s": 125.0 * b}]}))  # fmt: skip
+    for name, bleu in (("teacher", 19.5), ("lightformer_svd", 21.0)):
+        (tmp_path / f"{name}.bleu").write_text(f"{bleu}\n33.3\n")
+    scores = {n: str(tmp_path / f"{n}.bleu") for n in ("teacher", "lightformer_svd")}
+    col.write_remeasure(
+        str(tmp_path / "s1.json"), str(tmp_path / "s32.json"), scores, str(rows), "abc"
+    )
+    md = col.render_cpu_markdown(col.table_from_rows(str(rows)), None)
+    assert "teacher 19.50 (its row: 20.00), lightformer_svd 21.00" in md
+    assert (
+        "the engine's share: the teacher on ONNX Runtime float32 against fairseq: 4.00x at batch 1, 4.00x at batch 32."
+        in md
+    )
+    assert (
+        "compression's share: lightformer_svd against the teacher, both on ONNX Runtime float32: 2.50x"
+        in md
+    )
+    assert (
+        "lightformer_svd on ONNX Runtime float32 against CTranslate2 int8 on the teacher: 2.00x"
+        in md
+    )
+    assert (
+        "lightformer_svd on ONNX Runtime int8-large against CTranslate2 int8 on the teacher: 2.50x"
+        in md
+    )
+    assert "| lightformer_svd | onnxruntime | float32 | 100.0 | 3200.0 | 1.0 MiB |" in md
+    # scores and timings of different models, or a damaged score file, are refused
+    with pytest.raises(col.CollectError, match="name different models"):
+        col.write_remeasure(str(tmp_path / "s1.json"), str(tmp_path / "s32.json"),
+                            {"teacher": scores["teacher"]}, str(tmp_path / "other"), "abc")  # fmt: skip
+    (tmp_path / "bad.bleu").write_text("BLEU = 12\n")
+    with pytest.raises(col.CollectError, match="not sacrebleu -b output"):
+        col.write_remeasure(str(tmp_path / "s1.json"), str(tmp_path / "s32.json"),
+                            {**scores, "teacher": str(tmp_path / "bad.bleu")}, str(tmp_path / "o2"), "a")  # fmt: skip
+    assert not (tmp_path / "other").exists() and not (tmp_path / "o2").exists()

@@ -371,6 +371,40 @@ def write_row(save_root: str, name: str, ref_path: str, rows_dir: str, commit: s
 def write_speed(b1: str, b32: str, rows_dir: str, commit: str) -> dict:
     """measure_speed --json of batch 1 and batch 32 -> ``rows_dir/speed.json``: per model and
     engine (fairseq, onnx, ct2) and precision, tokens/s at each batch size and size on disk."""
+    out = _speed_doc(b1, b32, commit)
+    os.makedirs(rows_dir, exist_ok=True)
+    _write_json(os.path.join(rows_dir, "speed.json"), out)
+    return out
+
+
+REMEASURE_FILE = "speed_remeasure.json"
+
+
+def write_remeasure(b1: str, b32: str, bleu: dict[str, str], rows_dir: str, commit: str) -> dict:
+    """The re-measurement after the CTranslate2 fix (see VOID_NOTE): models retrained with the
+    plan's own commands, timed side by side as the plan does -> ``rows_dir/speed_remeasure.json``
+    with their test BLEU and chrF (``bleu``: label -> the file ``sacrebleu -b -m bleu chrf``
+    wrote: two lines, BLEU then chrF)."""
+    out = _speed_doc(b1, b32, commit)
+    out["scores"] = {}
+    for label, path in bleu.items():
+        try:
+            with open(path, encoding="utf-8") as f:
+                values = [float(line) for line in f.read().split()]
+        except (OSError, ValueError) as exc:
+            raise CollectError(f"{path}: not sacrebleu -b output ({exc})") from None
+        if len(values) != 2:
+            raise CollectError(f"{path}: expected BLEU and chrF, got {len(values)} numbers")
+        out["scores"][label] = {"bleu": values[0], "chrf": values[1]}
+    missing = set(out["scores"]) ^ set(out["models"])
+    if missing:
+        raise CollectError(f"scores and timings name different models: {sorted(missing)}")
+    os.makedirs(rows_dir, exist_ok=True)
+    _write_json(os.path.join(rows_dir, REMEASURE_FILE), out)
+    return out
+
+
+def _speed_doc(b1: str, b32: str, commit: str) -> dict:
     out = {
         "commit": commit,
         "machine": f"{platform.node()} ({platform.machine()}, {os.cpu_count()} CPUs)",
@@ -393,8 +427,6 @@ def write_speed(b1: str, b32: str, rows_dir: str, commit: str) -> dict:
             m[f"tokens_per_s_std_b{batch}"] = round(r.get("tokens_per_s_std") or 0.0, 1)
             if r.get("size_bytes") is not None:
                 m["size_bytes"] = r["size_bytes"]
-    os.makedirs(rows_dir, exist_ok=True)
-    _write_json(os.path.join(rows_dir, "speed.json"), out)
     return out
 
 
@@ -456,7 +488,67 @@ def table_from_rows(rows_dir: str) -> dict:
         for k in ("onnx_b1", "onnx_b32"):
             if r.get(k) and teacher.get(k):
                 r[f"speedup_{k}"] = round(r[k] / teacher[k], 2)
-    return {"models": records, "missing": missing, "speed": speed}
+    again = os.path.join(rows_dir, REMEASURE_FILE)
+    remeasure = _read_json(again, "re-measurement") if os.path.exists(again) else None
+    return {"models": records, "missing": missing, "speed": speed, "remeasure": remeasure}
+
+
+def render_remeasure(again: dict, records: list[dict]) -> list[str]:
+    """The re-measurement's lines: its timings, then the engine's share and compression's share
+    and the comparison with CTranslate2 int8 on the teacher, as ratios of one run."""
+    rows = {r["label"]: r for r in records}
+    models = again["models"]
+    scores = again.get("scores", {})
+    named = ", ".join(
+        f"{label} {s['bleu']:.2f}"
+        + (f" (its row: {rows[label]['bleu']:.2f})" if label in rows else "")
+        for label, s in scores.items()
+    )
+    lines = [
+        "",
+        (
+            f"Re-measured after the fix ({again.get('measured')}, code {again.get('commit')}): "
+            "models retrained with the plan's own commands (one thread, same seed), timed side by "
+            f"side as above; their test BLEU: {named}."
+        ),
+        "",
+        "| model | engine | precision | tok/s b1 | b32 | size |",
+        "| --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for label, engines in models.items():
+        for key, m in engines.items():
+            engine, _, precision = key.partition("-")
+            size = m.get("size_bytes")
+            lines.append(
+                f"| {label} | {engine} | {precision} | {_fmt(m.get('tokens_per_s_b1'), '.1f')} "
+                f"| {_fmt(m.get('tokens_per_s_b32'), '.1f')} "
+                f"| {_fmt(size and size / 2**20, '.1f')}{' MiB' if size else ''} |"
+            )
+
+    def ratio(a, b, batch):
+        x = models.get(a[0], {}).get(a[1], {}).get(f"tokens_per_s_b{batch}")
+        y = models.get(b[0], {}).get(b[1], {}).get(f"tokens_per_s_b{batch}")
+        return f"{x / y:.2f}x" if x and y else "-"
+
+    teacher = "teacher"
+    students = [m for m in models if m != teacher]
+    pairs = [("the engine's share: the teacher on ONNX Runtime float32 against fairseq",
+              (teacher, "onnxruntime-float32"), (teacher, "fairseq-float32"))]  # fmt: skip
+    for s in students:
+        pairs += [
+            (f"compression's share: {s} against the teacher, both on ONNX Runtime float32",
+             (s, "onnxruntime-float32"), (teacher, "onnxruntime-float32")),
+            (f"{s} on ONNX Runtime float32 against CTranslate2 int8 on the teacher",
+             (s, "onnxruntime-float32"), (teacher, "ctranslate2-int8")),
+        ]  # fmt: skip
+        for key in models[s]:
+            if key.startswith("onnxruntime-int8"):
+                pairs.append(((f"{s} on ONNX Runtime {key.split('-', 1)[1]} against CTranslate2 "
+                              "int8 on the teacher"), (s, key), (teacher, "ctranslate2-int8")))  # fmt: skip
+    lines.append("")
+    for text, a, b in pairs:
+        lines.append(f"- {text}: {ratio(a, b, 1)} at batch 1, {ratio(a, b, 32)} at batch 32.")
+    return lines
 
 
 def claims(records: list[dict]) -> list[str]:
@@ -593,6 +685,8 @@ def render_cpu_markdown(result: dict, corpus: dict | None) -> str:
         lines += ["", ct2_line]
     if any(r.get("speed_void") for r in recs):
         lines += ["", VOID_NOTE[0].upper() + VOID_NOTE[1:] + "."]
+    if result.get("remeasure"):
+        lines += render_remeasure(result["remeasure"], recs)
     if result["missing"]:
         lines += ["", "Not (yet) finished: " + ", ".join(result["missing"]) + "."]
     lines += ["", "Paper claims, in direction, on this run:", ""] + [f"- {c}" for c in claims(recs)]
@@ -614,6 +708,13 @@ def _cpu_main(argv) -> int:
     sp.add_argument("--b32", required=True)
     sp.add_argument("--rows-dir", required=True)
     sp.add_argument("--commit", default="unknown")
+    rm = sub.add_parser("remeasure", help="timings of retrained models and their scores -> "
+                        f"ROWS_DIR/{REMEASURE_FILE}")  # fmt: skip
+    rm.add_argument("--b1", required=True)
+    rm.add_argument("--b32", required=True)
+    rm.add_argument("--scores", required=True, help="LABEL=sacrebleu -b file,... (BLEU, chrF)")
+    rm.add_argument("--rows-dir", required=True)
+    rm.add_argument("--commit", default="unknown")
     t = sub.add_parser("table", help="results.md / results.json from ROWS_DIR alone")
     t.add_argument("--rows-dir", required=True)
     t.add_argument("--corpus-stats")
@@ -633,6 +734,12 @@ def _cpu_main(argv) -> int:
             return 0
         if args.cmd == "speed":
             write_speed(args.b1, args.b32, args.rows_dir, args.commit)
+            return 0
+        if args.cmd == "remeasure":
+            pairs = [item.split("=", 1) for item in args.scores.split(",") if item]
+            if any(len(p) != 2 for p in pairs):
+                raise CollectError(f"--scores takes LABEL=FILE,...: {args.scores!r}")
+            write_remeasure(args.b1, args.b32, dict(pairs), args.rows_dir, args.commit)
             return 0
         result = table_from_rows(args.rows_dir)
         corpus = corpus_stats(args.rows_dir, args.corpus_stats)
