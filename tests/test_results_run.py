@@ -824,3 +824,25 @@ def test_collect_remeasure_states_the_engines_and_compressions_shares(tmp_path, 
         col.write_remeasure(str(tmp_path / "s1.json"), str(tmp_path / "s32.json"),
                             {**scores, "teacher": str(tmp_path / "bad.bleu")}, str(tmp_path / "o2"), "a")  # fmt: skip
     assert not (tmp_path / "other").exists() and not (tmp_path / "o2").exists()
+
+
+def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
+    """remeasure.sh (after the CTranslate2 fix) retrains the teacher and the SVD LightFormer
+    with exactly the commands run.sh's CPU plan runs (it takes them from its dry run)."""
+    env, calls, _ = bench
+    env = {**env, "SAVE_ROOT": str(tmp_path / "again"), "DRY_RUN": "1"}
+    again = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+                           env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    plan = subprocess.run(["bash", str(RUN)], env={**env, "SMALL": "1"}, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    planned = {line for line in (plan.stdout + plan.stderr).splitlines() if line.startswith("+ ")}
+    printed = [line for line in again.stdout.splitlines() if line.startswith("+ ")]
+    trains = [line for line in printed if line.startswith("+ fairseq-train ")]
+    assert len(trains) == 2 and all(line in planned for line in trains)
+    assert "--save-dir " + str(tmp_path / "again" / "teacher") in trains[0]
+    assert "--finetune-from-model" in trains[1]
+    assert any(line.startswith("+ lightcompress-convert ") and line in planned for line in printed)
+    assert sum("measure_speed.sh" in line and "--ct2" in line for line in printed) == 2
+    assert "collect.py remeasure" in printed[-1]
+    assert _calls(calls) == [] and not (tmp_path / "again").exists()
