@@ -24,58 +24,58 @@ DRY_RUN="${DRY_RUN:-0}"
 PYTHON="${PYTHON:-python}"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONWARNINGS=ignore
 cd "$REPO_ROOT"
-log() { echo "[remeasure $(date -u +%H:%M:%S)] $*" >&2; }
+rm_log() { echo "[remeasure $(date -u +%H:%M:%S)] $*" >&2; }
 
 # the plan's commands of the two models, exactly as run.sh would run them in SAVE_ROOT
 plan="$(SAVE_ROOT="$SAVE_ROOT" DATA_DIR="$DATA_DIR" DRY_RUN=1 SMALL=1 bash "$HERE/run.sh" 2>&1)"
-pick() {  # pick PATTERN: the one printed command line matching PATTERN, without its "+ "
+rm_pick() {  # pick PATTERN: the one printed command line matching PATTERN, without its "+ "
   local line
   line="$(grep -E "$1" <<<"$plan" | head -n 1)"
   [[ -n "$line" ]] || { echo "remeasure.sh: run.sh's dry run has no command matching $1" >&2; exit 1; }
   printf '%s\n' "${line#+ }"
 }
-TRAIN_TEACHER="$(pick "^\+ fairseq-train .*--save-dir $SAVE_ROOT/teacher ")"
-CONVERT="$(pick "^\+ lightcompress-convert .*lightformer_init\.pt")"
-TRAIN_LF="$(pick "^\+ fairseq-train .*--save-dir $SAVE_ROOT/lightformer_svd ")"
-GEN_TEACHER="$(pick "^\+ fairseq-generate .*$SAVE_ROOT/teacher/checkpoint_best\.pt")"
-GEN_LF="$(pick "^\+ fairseq-generate .*$SAVE_ROOT/lightformer_svd/checkpoint_best\.pt")"
+TRAIN_TEACHER="$(rm_pick "^\+ fairseq-train .*--save-dir $SAVE_ROOT/teacher ")"
+CONVERT="$(rm_pick "^\+ lightcompress-convert .*lightformer_init\.pt")"
+TRAIN_LF="$(rm_pick "^\+ fairseq-train .*--save-dir $SAVE_ROOT/lightformer_svd ")"
+GEN_TEACHER="$(rm_pick "^\+ fairseq-generate .*$SAVE_ROOT/teacher/checkpoint_best\.pt")"
+GEN_LF="$(rm_pick "^\+ fairseq-generate .*$SAVE_ROOT/lightformer_svd/checkpoint_best\.pt")"
 
-# step NAME COMMAND [REDIRECT]: run a printed (shell-quoted) command once; DRY_RUN prints it
-step() {
+# rm_step NAME COMMAND [REDIRECT]: run a printed (shell-quoted) command once; DRY_RUN prints it
+rm_step() {
   local name="$1" cmd="$2" out="${3:-}"
   if [[ "$DRY_RUN" == 1 ]]; then
     echo "+ $cmd${out:+ > $out}"
     return 0
   fi
   [[ -f "$SAVE_ROOT/$name.done" ]] && return 0
-  log "$name"
+  rm_log "$name"
   mkdir -p "$SAVE_ROOT/$(dirname "$name")"
   if [[ -n "$out" ]]; then eval "$cmd" >"$out" 2>>"$SAVE_ROOT/$name.log"; else eval "$cmd" >>"$SAVE_ROOT/$name.log" 2>&1; fi
   touch "$SAVE_ROOT/$name.done"
 }
 [[ "$DRY_RUN" == 1 || -f "$DATA_DIR/bin/dict.de.txt" ]] ||
-  step corpus "$PYTHON examples/translation/l10n_corpus.py --out $(printf %q "$DATA_DIR")"
-step teacher/train "$TRAIN_TEACHER"
-step teacher/generate "$GEN_TEACHER" "$SAVE_ROOT/teacher/generate-test.txt"
-step convert "$CONVERT"
-step lightformer_svd/train "$TRAIN_LF"
-step lightformer_svd/generate "$GEN_LF" "$SAVE_ROOT/lightformer_svd/generate-test.txt"
+  rm_step corpus "$PYTHON examples/translation/l10n_corpus.py --out $(printf %q "$DATA_DIR")"
+rm_step teacher/train "$TRAIN_TEACHER"
+rm_step teacher/generate "$GEN_TEACHER" "$SAVE_ROOT/teacher/generate-test.txt"
+rm_step convert "$CONVERT"
+rm_step lightformer_svd/train "$TRAIN_LF"
+rm_step lightformer_svd/generate "$GEN_LF" "$SAVE_ROOT/lightformer_svd/generate-test.txt"
 for m in teacher lightformer_svd; do  # test BLEU and chrF, as collect.py row scores them
-  step "$m/score" "grep ^H- $SAVE_ROOT/$m/generate-test.txt | sort -t- -k2 -n | cut -f3 | sacrebleu $DATA_DIR/raw/test.en -m bleu chrf -b" "$SAVE_ROOT/$m/scores.txt"
+  rm_step "$m/score" "grep ^H- $SAVE_ROOT/$m/generate-test.txt | sort -t- -k2 -n | cut -f3 | sacrebleu $DATA_DIR/raw/test.en -m bleu chrf -b" "$SAVE_ROOT/$m/scores.txt"
 done
 
 paths="teacher=$SAVE_ROOT/teacher/checkpoint_best.pt,lightformer_svd=$SAVE_ROOT/lightformer_svd/checkpoint_best.pt"
-speed() {  # BATCH SENTENCES: the plan's speed command, with ONNX Runtime int8-large as well
+rm_speed() {  # BATCH SENTENCES: the plan's speed command, with ONNX Runtime int8-large as well
   echo "bash scripts/measure_speed.sh --data $DATA_DIR/bin --user-dir $REPO_ROOT/lightcompress --path $paths --src-len 12 --num-sentences $2 --timing-batch-size $1 --runs 3 --threads 1 --beam 5 --lenpen 1.0 --max-len-a 1.2 --max-len-b 10 --onnx --ct2 --int8-large --json $SAVE_ROOT/speed-b$1.json --quiet"
 }
 if [[ "$DRY_RUN" == 1 ]]; then
-  step speed-b1 "$(speed 1 20)"
-  step speed-b32 "$(speed 32 64)"
+  rm_step speed-b1 "$(rm_speed 1 20)"
+  rm_step speed-b32 "$(rm_speed 32 64)"
 else
-  step speed-b1 "$(speed 1 20)" & p1=$!
-  step speed-b32 "$(speed 32 64)" & p2=$!
+  rm_step speed-b1 "$(rm_speed 1 20)" & p1=$!
+  rm_step speed-b32 "$(rm_speed 32 64)" & p2=$!
   wait "$p1"
   wait "$p2"
 fi
-step collect "$PYTHON $HERE/collect.py remeasure --b1 $SAVE_ROOT/speed-b1.json --b32 $SAVE_ROOT/speed-b32.json --scores teacher=$SAVE_ROOT/teacher/scores.txt,lightformer_svd=$SAVE_ROOT/lightformer_svd/scores.txt --rows-dir $ROWS_DIR --commit $(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
-log "done: $ROWS_DIR/speed_remeasure.json (collect.py table shows it under the table)"
+rm_step collect "$PYTHON $HERE/collect.py remeasure --b1 $SAVE_ROOT/speed-b1.json --b32 $SAVE_ROOT/speed-b32.json --scores teacher=$SAVE_ROOT/teacher/scores.txt,lightformer_svd=$SAVE_ROOT/lightformer_svd/scores.txt --rows-dir $ROWS_DIR --commit $(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+rm_log "done: $ROWS_DIR/speed_remeasure.json (collect.py table shows it under the table)"
