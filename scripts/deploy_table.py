@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """One deployment table from two ``measure_speed --json --bleu`` runs: every row of the first
 (fairseq, ONNX Runtime) and the CTranslate2 rows of the second (CTranslate2 is measured in a
-run of its own: in one run with the fairseq rows, its export changed the fairseq teacher's
-translations). Prints model, engine, precision, parameters, size on disk, BLEU and tokens/s;
+run of its own: its int8 conversion once quantized the loaded teacher in place and changed the
+fairseq rows of a shared run; the exporter now converts a copy). Prints model, engine, precision, parameters, size on disk, BLEU and tokens/s;
 ``--json OUT`` writes the rows in the format ``scripts/plot_frontier.py`` reads (each label
 suffixed with its engine).
 

@@ -217,8 +217,9 @@ DEPLOY_FLAGS=(--data "$SAMPLE/bin" --user-dir "$USER_DIR" --bleu --post-process 
   --num-sentences "$DEPLOY_SENTENCES" --src-len 12 --runs "$SPEED_RUNS" --threads 1 --beam 5
   --max-len-a 1.2 --max-len-b 10 --quiet)
 PAIR="teacher=$OUT/teacher/checkpoint_last.pt,lightformer_svd=$OUT/lightformer_svd/checkpoint_last.pt"
-# CTranslate2 in a run of its own: in one run with the fairseq rows, its export changed the
-# fairseq teacher's translations (lightcompress-compress does the same)
+# CTranslate2 in a run of its own (lightcompress-compress does the same): its int8 conversion
+# once quantized the loaded teacher in place and changed the fairseq rows of a shared run (the
+# exporter converts a copy since 7473f50; the separate run stays as a second guard)
 # deploy_speed NAME FLAGS...: one measurement (its own table in DEPLOY/NAME.txt), skipped when done
 deploy_speed() {
   local name="$1"

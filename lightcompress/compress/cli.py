@@ -312,8 +312,9 @@ def build_plan(opts, extra: list[str], log=print):
              "--runs", str(opts.speed_runs), "--threads", "1", "--beam", str(opts.beam), *lengths, "--quiet"]  # fmt: skip
     measure = _script("measure_speed.sh", MEASURE)
     speed_json, ct2_json = os.path.join(save, "speed.json"), os.path.join(save, "speed-ct2.json")
-    # CTranslate2 in a run of its own: measured in one run with the other engines, its export
-    # changed the fairseq teacher's translations (found here; reported upstream)
+    # CTranslate2 in a run of its own: its int8 conversion once quantized the loaded teacher in
+    # place and changed the fairseq rows of a shared run (fixed in deploy/ct2.py, which converts
+    # a copy; the separate run stays as a second guard)
     steps.append(Step("speed", "tokens/s of teacher and student (fairseq, ONNX Runtime), and "
                       "CTranslate2 on the dense teacher", [
         measure + ["--path", f"teacher={T},student={student}", *(["--onnx"] if method.onnx else []),
