@@ -258,7 +258,7 @@ class OnnxGenerator:
             self._bias_cache, self._bias_key = (short, normal, end), key
         return self._bias_cache
 
-    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@2da08cd2d0f3, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@8bca1991c598
+    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@a0787f69a531, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@2d58def173b0
     def generate(self, src_tokens: np.ndarray, src_lengths: np.ndarray) -> list[list[dict]]:
         """Translate a batch: ``src_tokens`` ``[B x S]`` int64, left-padded, ``src_lengths``
         ``[B]``. Returns, per sentence, the ``beam`` finished hypotheses best first:
