@@ -53,7 +53,9 @@ per model that imports only its engine, loads the model and translates the timin
 Hypoformer, Smartformer, Subformer; compressed weights kept) and times it on ONNX Runtime
 (:class:`lightcompress.deploy.onnx_runtime.OnnxGenerator`, engine ``onnxruntime``) in float32,
 and in ONNX Runtime's int8 with ``--int8-large`` (the large maps) / ``--compare-int8`` (every
-map); its size is the export directory.
+map); its size is the export directory. ``--shortlist FILE`` (with ``--fast`` / ``--onnx``)
+adds each of those rows again scoring only the candidates of a vocabulary shortlist
+(:mod:`lightcompress.deploy.shortlist`; engine ``...+shortlist`` in the table, BLEU with it).
 
 ``--json OUT`` writes every raw run, the protocol, date, CPU model and library versions (the
 file is written atomically).
