@@ -54,6 +54,7 @@ setup(
             "lightcompress-export-ct2=lightcompress.deploy.ct2:cli_main",
             "lightcompress-export-onnx=lightcompress.deploy.onnx_export:cli_main",
             "lightcompress-translate=lightcompress.deploy.translate:cli_main",
+            "lightcompress-shortlist=lightcompress.deploy.shortlist_build:cli_main",
         ],
     },
 )

@@ -11,6 +11,9 @@
   (``lightcompress-export-onnx``), and :mod:`lightcompress.deploy.onnx_runtime`
   (:class:`OnnxTranslator`, :class:`OnnxGenerator`): fairseq's beam search in numpy over them,
   without torch (copied into every export as ``translate.py``);
+- :mod:`lightcompress.deploy.shortlist`: a vocabulary shortlist for the output layer of both
+  paths (``--shortlist``), built by :mod:`lightcompress.deploy.shortlist_build`
+  (``lightcompress-shortlist``);
 - :mod:`lightcompress.deploy.quantize`: dynamic int8 of every map, factorized ones included
   (``quantize_model_int8``; the large maps only with ``min_weight_elements``).
 """

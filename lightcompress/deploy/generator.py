@@ -126,11 +126,14 @@ class FastGenerator:
         ``--max-len-b``, ``--unkpen``: at most ``min(int(max_len_a * src_len + max_len_b),
         max_decoder_positions - 1)`` tokens before EOS, ``src_len`` the padded source length
         (EOS included).
+    shortlist : lightcompress.deploy.shortlist.Shortlist, optional
+        Score only each batch's candidates (:mod:`lightcompress.deploy.shortlist`: the output
+        projection's rows gathered once per batch, log-softmax renormalized over them).
     """
 
     def __init__(self, model, tgt_dict, beam_size: int = 5, len_penalty: float = 1.0,
                  min_len: int = 1, max_len_a: float = 0.0, max_len_b: int = 200,
-                 unk_penalty: float = 0.0):  # fmt: skip
+                 unk_penalty: float = 0.0, shortlist=None):  # fmt: skip
         self.model = model
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
         self.vocab_size = len(tgt_dict)
@@ -138,6 +141,7 @@ class FastGenerator:
         self.len_penalty, self.unk_penalty = len_penalty, unk_penalty
         self.min_len, self.max_len_a, self.max_len_b = min_len, max_len_a, max_len_b
         self.max_positions = model.max_decoder_positions()
+        self.shortlist = shortlist
         self.why_not_lean = lean_step_supported(model)
         self.lean = self.why_not_lean is None
         if hasattr(model.decoder, "set_beam_size"):
@@ -147,9 +151,21 @@ class FastGenerator:
     # decoder step
     # ----------------------------------------------------------------------------------------
 
-    def _start(self, encoder_out: dict, beam: int) -> dict:
-        """The decoder state of a new batch: cross-attention keys/values of every layer."""
+    def _vocabulary(self, src_tokens: Tensor) -> tuple[int, Tensor | None]:
+        """The number of tokens scored for a batch and, with a shortlist, their ids."""
+        if self.shortlist is None:
+            return self.vocab_size, None
+        cands = torch.from_numpy(self.shortlist.candidates(src_tokens.cpu().numpy()))
+        return cands.numel(), cands.to(src_tokens.device)
+
+    def _start(self, encoder_out: dict, beam: int, cands: Tensor | None = None) -> dict:
+        """The decoder state of a new batch: cross-attention keys/values of every layer, the
+        output projection restricted to ``cands`` (a shortlist's candidates)."""
         state: dict = {"encoder_out": encoder_out}
+        if cands is not None:
+            from lightcompress.deploy.shortlist import output_rows
+
+            state["project"] = output_rows(self.model.decoder.output_projection, cands)
         if not self.lean:
             state["incremental"] = {}
             return state
@@ -197,11 +213,14 @@ class FastGenerator:
 
     def _decode(self, tokens: Tensor, state: dict) -> Tensor:
         """Log-probabilities ``[N x V]`` of the next token after ``tokens`` ``[N x t]``."""
+        project = state.get("project")
         if not self.lean:
             out = self.model.decoder.forward(
-                tokens, encoder_out=state["encoder_out"], incremental_state=state["incremental"]
-            )
-            return F.log_softmax(out[0][:, -1:, :].float(), dim=-1)[:, -1, :]
+                tokens, encoder_out=state["encoder_out"], incremental_state=state["incremental"],
+                features_only=project is not None,
+            )  # fmt: skip
+            out = out[0][:, -1:, :] if project is None else project(out[0][:, -1:, :])
+            return F.log_softmax(out.float(), dim=-1)[:, -1, :]
         dec = self.model.decoder
         positions = None
         if dec.embed_positions is not None:
@@ -224,7 +243,7 @@ class FastGenerator:
         x = x.transpose(0, 1)  # [N x 1 x C]
         if dec.project_out_dim is not None:
             x = dec.project_out_dim(x)
-        logits = dec.output_layer(x)  # [N x 1 x V]
+        logits = dec.output_layer(x) if project is None else project(x)  # [N x 1 x V (V')]
         return F.log_softmax(logits.float(), dim=-1)[:, -1, :]
 
     def _layer(self, layer, x: Tensor, cache: dict) -> Tensor:
@@ -296,7 +315,7 @@ class FastGenerator:
     # beam search (fairseq's SequenceGenerator._generate, translation only)
     # ----------------------------------------------------------------------------------------
 
-    # Mirrors: lightcompress.deploy.onnx_runtime.OnnxGenerator.generate@8bca1991c598, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@2da08cd2d0f3
+    # Mirrors: lightcompress.deploy.onnx_runtime.OnnxGenerator.generate@2d58def173b0, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@a0787f69a531
     @torch.inference_mode()
     def generate(self, src_tokens: Tensor, src_lengths: Tensor) -> list[list[dict]]:
         """Translate a batch: ``src_tokens`` ``[B x S]`` (left-padded, as fairseq batches
@@ -311,7 +330,8 @@ class FastGenerator:
         encoder_out = self.model.encoder.forward_torchscript(net_input)
         new_order = torch.arange(bsz).view(-1, 1).repeat(1, beam).view(-1).to(src_tokens.device)
         encoder_out = self.model.encoder.reorder_encoder_out(encoder_out, new_order)
-        state = self._start(encoder_out, beam)
+        vocab, cands = self._vocabulary(src_tokens)  # (a shortlist's candidates, or all)
+        state = self._start(encoder_out, beam, cands)
 
         scores = torch.zeros(bsz * beam, max_len + 1).float()
         tokens = torch.full((bsz * beam, max_len + 2), pad, dtype=torch.long)
@@ -344,15 +364,17 @@ class FastGenerator:
             scores = scores.type_as(lprobs)
 
             # fairseq's BeamSearch.step
-            lp = lprobs.view(bsz, -1, self.vocab_size)
+            lp = lprobs.view(bsz, -1, vocab)
             if step == 0:
                 lp = lp[:, ::beam, :].contiguous()
             else:
                 lp = lp + scores.view(bsz, beam, -1)[:, :, step - 1].unsqueeze(-1)
             top = torch.topk(lp.view(bsz, -1), k=min(cand_size, lp.view(bsz, -1).size(1) - 1))
             cand_scores, cand_indices = top[0], top[1]
-            cand_beams = torch.div(cand_indices, self.vocab_size, rounding_mode="trunc")
-            cand_indices = cand_indices.fmod(self.vocab_size)
+            cand_beams = torch.div(cand_indices, vocab, rounding_mode="trunc")
+            cand_indices = cand_indices.fmod(vocab)
+            if cands is not None:  # positions in the shortlist's candidates -> token ids
+                cand_indices = cands[cand_indices]
 
             cand_bbsz_idx = cand_beams.add(bbsz_offsets)
             eos_mask = cand_indices.eq(eos) & cand_scores.ne(-math.inf)

@@ -39,6 +39,14 @@ probe sentences it translates as the float32 model does (``int8_probe_agreement`
 the fly: ``MatMulInteger``) of the large maps (``large``: at least 2^17 weights, the
 :func:`lightcompress.deploy.quantize.quantize_model_int8` rule) or of every map (``all``),
 in the decoder and the encoder.
+
+``--shortlist FILE`` (a ``lightcompress-shortlist`` file of the model's data): the decoder graph
+takes the sorted candidate ids ``cands`` ``[V']`` after ``bias`` and scores only them (the
+output layer's rows gathered in the graph; :mod:`lightcompress.deploy.shortlist`); the file is
+shipped as ``shortlist.txt`` (in the manifest, ``config.json``'s ``shortlist``), and
+``translate.py --shortlist`` uses it; without that flag the runtime feeds every id (the
+proof above runs so: the shortlist graph over the full vocabulary gives fairseq's
+translations). Without the option the export is what it was.
 """
 
 from __future__ import annotations
@@ -113,9 +121,10 @@ def _probe(model, vocab: int, pad: int, eos: int):
 
 
 def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | None = None,
-                check: bool = True) -> dict:  # fmt: skip
+                check: bool = True, shortlist: str | None = None) -> dict:  # fmt: skip
     """Export ``model`` (eval mode, float32, CPU) into the new directory ``out_dir`` (see the
-    module notes); ``int8``: ``None``, ``"large"`` or ``"all"``. Returns the config written.
+    module notes); ``int8``: ``None``, ``"large"`` or ``"all"``; ``shortlist``: a shortlist
+    file to ship (the decoder graph then takes candidate ids). Returns the config written.
     Raises :class:`ExportError` (nothing written) for a model it cannot export."""
     why = export_error(model)
     if why is not None:
@@ -127,6 +136,13 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
     model.eval()
     model.float().cpu()
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    if shortlist is not None:  # (checked against the dictionaries before anything is written)
+        from lightcompress.deploy.shortlist import ShortlistError, load_shortlist
+
+        try:
+            load_shortlist(shortlist, src_dict, tgt_dict)
+        except ShortlistError as exc:
+            raise ExportError(str(exc)) from None
     dec = model.decoder
     layers = [
         {"heads": int(layer.self_attn.num_heads), "head_dim": int(layer.self_attn.head_dim),
@@ -149,6 +165,8 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         "layers": layers, "int8": int8, "architecture": type(model).__name__,
         "spm": "spm.model" if spm else None,
     }  # fmt: skip
+    if shortlist is not None:
+        config["shortlist"] = "shortlist.txt"
     parent = os.path.dirname(os.path.abspath(out_dir))
     if not os.path.isdir(parent):
         raise ExportError(f"cannot create {out_dir}: {parent} is not a directory")
@@ -172,7 +190,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             _trace(encoder, (src,), os.path.join(tmp, "encoder.raw.onnx"), ["src_tokens"],
                    enc_out, enc_axes)  # fmt: skip
             cross = encoder(src)
-            step = _DecoderStep(model).eval()
+            step = _DecoderStep(model, shortlist=shortlist is not None).eval()
             n = 4  # two sentences, two hypotheses each
             expand = torch.tensor([0, 0, 1, 1])
             caches = [cross[0].index_select(0, expand)]
@@ -202,6 +220,12 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
                 dec_axes[name] = {0: "N", 2: "t1"}
             args = (prev, pos, order, bias, *caches)
             arg_names = ["prev", pos_name, "order", "bias"] + cache_in
+            if shortlist is not None:  # every other id (and the special symbols) as candidates
+                ids = torch.arange(len(tgt_dict))
+                cands = ids[(ids % 2 == 0) | (ids <= max(config[k] for k in ("pad", "eos", "unk")))]
+                args = (prev, pos, order, bias, cands, *caches)
+                arg_names = ["prev", pos_name, "order", "bias", "cands"] + cache_in
+                dec_axes["cands"] = {0: "C"}
             _trace(step, args, os.path.join(tmp, "decoder.raw.onnx"), arg_names, out_names,
                    dec_axes)  # fmt: skip
             ref = step(*args)
@@ -237,6 +261,8 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         _write_dict(tgt_dict, os.path.join(tmp, "dict.tgt.txt"))
         if spm:
             shutil.copyfile(spm, os.path.join(tmp, "spm.model"))
+        if shortlist is not None:
+            shutil.copyfile(shortlist, os.path.join(tmp, "shortlist.txt"))
         shutil.copyfile(os.path.join(os.path.dirname(__file__), "onnx_runtime.py"),
                         os.path.join(tmp, "translate.py"))  # fmt: skip
         if check:  # float32: exact (or ExportError); int8: how far it moved, recorded
@@ -297,6 +323,12 @@ def _arg_parser() -> argparse.ArgumentParser:
         choices=["large", "all"],
         help="ONNX Runtime dynamic int8 of the large maps (default) or of every map",
     )
+    p.add_argument(
+        "--shortlist",
+        metavar="FILE",
+        help="ship this vocabulary shortlist (lightcompress-shortlist) with a decoder graph that "
+        "can score only its candidates (translate.py --shortlist)",
+    )
     return p
 
 
@@ -323,6 +355,8 @@ def _main(argv: Sequence[str] | None) -> int:
             raise ExportError(f"cannot load the sentencepiece model {args.spm}: {detail}")
     if not os.path.isfile(args.path):
         raise ExportError(f"checkpoint not found: {args.path}")
+    if args.shortlist is not None and not os.path.isfile(args.shortlist):
+        raise ExportError(f"shortlist not found: {args.shortlist}")
     if os.path.exists(args.output) and (not os.path.isdir(args.output) or os.listdir(args.output)):
         raise ExportError(f"{args.output} exists: give a new or empty directory")
     import lightcompress  # noqa: F401  (plugin architectures)
@@ -340,7 +374,8 @@ def _main(argv: Sequence[str] | None) -> int:
             )
         raise ExportError(message) from None
     try:
-        config = export_onnx(model, task, args.output, int8=args.int8, spm=args.spm)
+        config = export_onnx(model, task, args.output, int8=args.int8, spm=args.spm,
+                             shortlist=args.shortlist)  # fmt: skip
     except OSError as exc:  # a full disk, a read-only file system (nothing is left)
         raise ExportError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     errors = config.get("int8_error")

@@ -202,11 +202,15 @@ def _project_qkv(regrouped: _Regrouped, attn, x: Tensor) -> tuple[Tensor, Tensor
 class _DecoderStep(nn.Module):
     """One incremental decoder step for hypotheses ``N``, as fairseq's
     ``TransformerDecoderLayerBase`` computes it (pre- or post-LN, Admin residuals), with
-    constant-shape reshapes (few graph nodes)."""
+    constant-shape reshapes (few graph nodes). ``shortlist``: the input after ``bias`` is the
+    sorted candidate ids ``[V']``; the output layer scores only them (its rows gathered in the
+    graph, :func:`~lightcompress.deploy.shortlist.output_rows`), the bias is taken at them and
+    the ids returned are token ids."""
 
-    def __init__(self, model):
+    def __init__(self, model, shortlist: bool = False):
         super().__init__()
         self.model = model
+        self.shortlist = shortlist
         dec = model.decoder
         self.num_layers = len(dec.layers)
         self.position_kind = _position_kind(dec)
@@ -221,6 +225,9 @@ class _DecoderStep(nn.Module):
 
     def forward(self, prev: Tensor, pos: Tensor, order: Tensor, bias: Tensor, *caches: Tensor):
         dec = self.model.decoder
+        cands = None
+        if self.shortlist:
+            cands, caches = caches[0], caches[1:]
         x = dec.embed_scale * dec.embed_tokens(prev)  # [N x C]
         if dec.project_in_dim is not None:
             x = dec.project_in_dim(x)
@@ -243,13 +250,21 @@ class _DecoderStep(nn.Module):
             x = dec.layer_norm(x)
         if dec.project_out_dim is not None:
             x = dec.project_out_dim(x)
-        lp = F.log_softmax(dec.output_layer(x).float(), dim=-1)  # [N x V]
+        if cands is None:
+            logits = dec.output_layer(x)
+        else:
+            from lightcompress.deploy.shortlist import output_rows
+
+            logits = output_rows(dec.output_projection, cands)(x)  # [N x V']
+            bias = bias.index_select(0, cands)
+        lp = F.log_softmax(logits.float(), dim=-1)  # [N x V]
         # fairseq's ``lprobs[lprobs != lprobs] = -inf`` on the k best only: a NaN or +inf
         # logit makes every entry of the row NaN or -inf after the log-softmax, so the row
         # ends up -inf, as in fairseq (masking all N x V entries: two more full-width passes)
         top = torch.topk(lp + bias, _K_PLACEHOLDER, dim=-1)
         lp = torch.where(torch.isnan(top[0]), torch.tensor(float("-inf")), top[0])
-        return (lp, top[1], *new)
+        ids = top[1] if cands is None else cands[top[1]]  # (candidates -> token ids)
+        return (lp, ids, *new)
 
     def _layer(self, layer, x, past_k, past_v, cross_k, cross_v, enc_bias, order):
         """One layer of the step (:func:`layer_step` around the attentions below); returns

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["OnnxError", "OnnxGenerator", "OnnxTranslator", "main"]
+__all__ = ["OnnxError", "OnnxGenerator", "OnnxTranslator", "Shortlist", "main"]
 
 FORMAT = "lightcompress-onnx"
 
@@ -51,12 +51,9 @@ def _session(path: str, threads: int):
     from onnxruntime.capi import onnxruntime_pybind11_state as errors
 
     # onnxruntime's own exception types (they derive from Exception only)
-    ort_errors = tuple(
-        getattr(errors, n)
-        for n in ("Fail", "InvalidArgument", "NoSuchFile", "InvalidProtobuf", "InvalidGraph",
-                  "RuntimeException", "NotImplemented")
-        if hasattr(errors, n)
-    )  # fmt: skip
+    names = ("Fail", "InvalidArgument", "NoSuchFile", "InvalidProtobuf", "InvalidGraph",
+             "RuntimeException", "NotImplemented")  # fmt: skip
+    ort_errors = tuple(getattr(errors, n) for n in names if hasattr(errors, n))
     try:
         return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     except (*ort_errors, OSError, RuntimeError) as exc:
@@ -132,6 +129,47 @@ def _verify_manifest(model_dir: str) -> None:
             )
 
 
+SHORTLIST_HEADER = "#lightcompress-shortlist 1"
+
+
+class Shortlist:
+    """A ``lightcompress-shortlist`` file (a header, then lines ``source<TAB>targets``; no source:
+    the tokens always included). A batch's candidates: its source tokens' lists, the tokens always
+    included, every id up to the largest of ``specials`` (their ids stay the same), sorted."""
+
+    def __init__(self, path: str, src_symbols, tgt_symbols, specials: Sequence[int] = ()):
+        src_index = {s: i for i, s in enumerate(src_symbols)}
+        src_index[""] = -1  # (the line of the tokens always included)
+        tgt_index = {s: i for i, s in enumerate(tgt_symbols)}
+        try:
+            with open(path, encoding="utf-8") as f:
+                lines = f.read().split("\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise OnnxError(f"cannot read the shortlist {path}: {exc}") from None
+        if not lines[0].startswith(SHORTLIST_HEADER):
+            raise OnnxError(f"{path} is not a lightcompress shortlist (no {SHORTLIST_HEADER!r})")
+        self.rows: list = [None] * len(src_symbols)
+        always = set(range(max(specials, default=-1) + 1))
+        for n, line in enumerate(lines[1:], 2):
+            src, tab, targets = line.partition("\t")
+            bad = [t for t in targets.split() if t not in tgt_index]
+            bad += [src] * (src not in src_index)
+            if line and (not tab or bad):
+                what = f"{bad[0]!r} is not in the model's dictionaries" if tab else "no tab"
+                raise OnnxError(f"{path} line {n}: {what} (build it from the model's data)")
+            ids = np.array([tgt_index[t] for t in targets.split()], dtype=np.int64)
+            if src:
+                self.rows[src_index[src]] = ids
+            elif tab:
+                always.update(ids.tolist())
+        self.always = np.array(sorted(always), dtype=np.int64)
+
+    def candidates(self, src_tokens: np.ndarray) -> np.ndarray:
+        """The sorted target ids ``[V']`` (int64) the output layer scores for a batch."""
+        rows = [self.rows[i] for i in np.unique(src_tokens).tolist() if self.rows[i] is not None]
+        return np.unique(np.concatenate([self.always, *rows]))
+
+
 class OnnxGenerator:
     """Beam search over an export's graphs (see the module notes).
 
@@ -144,11 +182,14 @@ class OnnxGenerator:
         ``--max-len-b``, ``--unkpen``.
     threads : int
         ONNX Runtime's intra-op threads.
+    shortlist : bool
+        Score only the candidates of the export's shortlist (:class:`Shortlist`), log-softmax
+        renormalized over them; an export made with a shortlist scores every token without.
     """
 
     def __init__(self, model_dir: str, beam_size: int = 5, len_penalty: float = 1.0,
                  min_len: int = 1, max_len_a: float = 0.0, max_len_b: int = 200,
-                 unk_penalty: float = 0.0, threads: int = 1):  # fmt: skip
+                 unk_penalty: float = 0.0, threads: int = 1, shortlist: bool = False):  # fmt: skip
         self.config = config = load_config(model_dir)
         self.pad, self.eos, self.unk = config["pad"], config["eos"], config["unk"]
         self.vocab_size = config["vocab_size"]
@@ -166,6 +207,13 @@ class OnnxGenerator:
         # (none for a model without positions: the traced graph has no such input)
         self._pos_input = next((n for n in ("pos_emb", "pos") if n in self._dec_inputs), None)
         self._position_cache: np.ndarray | None = None
+        self.shortlist = None
+        if shortlist:
+            if not config.get("shortlist"):
+                raise OnnxError(f"{model_dir} has no shortlist: export it with --shortlist FILE")
+            dicts = [_read_symbols(f"{model_dir}/dict.{s}.txt") for s in ("src", "tgt")]
+            self.shortlist = Shortlist(os.path.join(model_dir, config["shortlist"]), *dicts,
+                                       specials=(self.pad, self.eos, self.unk))  # fmt: skip
         # the session's own run, without the Python wrapper's per-call input validation (about
         # 50 us a step, 5 % of a small model's step; the feed is built here, always complete)
         inner = getattr(self.decoder, "_sess", None)
@@ -187,6 +235,14 @@ class OnnxGenerator:
             self._position_cache = cached = ids
         return cached
 
+    def _vocabulary(self, src_tokens: np.ndarray) -> tuple[int, dict]:
+        """The number of tokens scored for a batch and the graph's candidate ids, if any."""
+        if self.shortlist is None and "cands" not in self._dec_inputs:
+            return self.vocab_size, {}
+        all_ids = self.shortlist is None  # (a shortlist export run without it: every id)
+        cands = np.arange(self.vocab_size) if all_ids else self.shortlist.candidates(src_tokens)
+        return len(cands), {"cands": cands.astype(np.int64)}
+
     def _biases(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The per-token score bias before ``min_len``, between, and at ``max_len`` (fairseq:
         ``-inf`` for padding, the unknown penalty, EOS forbidden / forced)."""
@@ -202,7 +258,7 @@ class OnnxGenerator:
             self._bias_cache, self._bias_key = (short, normal, end), key
         return self._bias_cache
 
-    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@2da08cd2d0f3, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@8bca1991c598
+    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@a0787f69a531, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@2d58def173b0
     def generate(self, src_tokens: np.ndarray, src_lengths: np.ndarray) -> list[list[dict]]:
         """Translate a batch: ``src_tokens`` ``[B x S]`` int64, left-padded, ``src_lengths``
         ``[B]``. Returns, per sentence, the ``beam`` finished hypotheses best first:
@@ -237,7 +293,8 @@ class OnnxGenerator:
         positions = self._positions(max_len + 1)  # [steps] ids or [steps x C] sinusoid rows
         past_names = list(past)
         rows = np.arange(bsz)[:, None]
-        feed = {"k": np.array([min(cand_size, self.vocab_size)], dtype=np.int64), **cross, **past}
+        vocab, cands = self._vocabulary(src_tokens)  # (the shortlist's candidates: graph input)
+        feed = {"k": np.array([min(cand_size, vocab)], dtype=np.int64), **cross, **past, **cands}
         feed["prev"] = tokens[:, 0].copy()
 
         for step in range(max_len + 1):  # one extra step for EOS
@@ -264,7 +321,7 @@ class OnnxGenerator:
             else:
                 vals = (top_lp + scores[:, step - 1 : step]).reshape(bsz, beam * k)
                 ids = top_ids.reshape(bsz, beam * k)
-            want = min(cand_size, (beam if step > 0 else 1) * self.vocab_size - 1)
+            want = min(cand_size, (beam if step > 0 else 1) * vocab - 1)
             pick = np.argsort(-vals, axis=1, kind="stable")[:, :want]
             cand_scores = vals[rows, pick]
             cand_indices = ids[rows, pick]
@@ -354,10 +411,8 @@ class OnnxGenerator:
 
 
 def split_lines(text: str) -> list[str]:
-    """One item per input line, as fairseq reads text: split at ``\\n`` only (U+2028, U+0085,
-    form feed or a lone CR stay inside the line), a trailing ``\\r`` removed, nothing after a
-    final ``\\n``. (The same as lightcompress.io.split_lines: this file runs without the
-    package.)"""
+    """One item per input line, as fairseq reads text (lightcompress.io.split_lines: split at
+    ``\\n`` only, a trailing ``\\r`` removed, nothing after a final ``\\n``)."""
     if not text:
         return []
     lines = text.split("\n")
@@ -394,7 +449,8 @@ class OnnxTranslator:
 
     def __init__(self, model_dir: str, beam: int = 5, lenpen: float = 1.0,
                  max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
-                 batch_size: int = 32, threads: int = 1, unk_penalty: float = 0.0):  # fmt: skip
+                 batch_size: int = 32, threads: int = 1, unk_penalty: float = 0.0,
+                 shortlist: bool = False):  # fmt: skip
         for name, value in (("beam", beam), ("batch_size", batch_size), ("threads", threads),
                             ("min_len", min_len), ("max_len_b", max_len_b)):  # fmt: skip
             if value < 1:
@@ -406,6 +462,7 @@ class OnnxTranslator:
         self.generator = OnnxGenerator(
             model_dir, beam_size=beam, len_penalty=lenpen, min_len=min_len,
             max_len_a=max_len_a, max_len_b=max_len_b, unk_penalty=unk_penalty, threads=threads,
+            shortlist=shortlist,
         )  # fmt: skip
         config = self.generator.config
         self.batch_size = batch_size
@@ -418,8 +475,8 @@ class OnnxTranslator:
             raise OnnxError(f"the dictionaries in {model_dir} do not fit its config.json")
         self.src_index = {s: i for i, s in enumerate(self.src_symbols)}
         self.src_eos, self.src_unk, self.src_pad = (
-            config["src_eos"], config["src_unk"], config["src_pad"],
-        )  # fmt: skip
+            config[f"src_{k}"] for k in ("eos", "unk", "pad")
+        )
         self.spm = None
         if config.get("spm"):
             import sentencepiece
@@ -484,6 +541,7 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-len-b", type=int, default=200, help="as fairseq's (default 200)")
     p.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    p.add_argument("--shortlist", action="store_true", help="score only the export's shortlist")
     p.add_argument("-i", "--input", help="input file (default: standard input)")
     p.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
     return p
@@ -504,6 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         translator = OnnxTranslator(
             args.model_dir, beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
             max_len_b=args.max_len_b, batch_size=args.batch_size, threads=args.threads,
+            shortlist=args.shortlist,
         )  # fmt: skip
         try:
             if args.input is None:
@@ -522,10 +581,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.output is None:
         sys.stdout.write(text)
     else:
-        tmp = os.path.join(
-            os.path.dirname(os.path.abspath(args.output)),
-            f".{os.path.basename(args.output)}.tmp{os.getpid()}",
-        )
+        folder, name = os.path.split(os.path.abspath(args.output))
+        tmp = os.path.join(folder, f".{name}.tmp{os.getpid()}")
         try:
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(text)

@@ -90,6 +90,10 @@ class Translator:
         Dynamic int8 quantization: ``"large"`` (or ``True``) the maps with at least 2^17
         weights (the output projection, dense maps; small factors stay float32, where int8
         is slower at small batches), ``"all"`` every linear map.
+    shortlist : str, optional
+        A vocabulary shortlist of the model's data (``lightcompress-shortlist``): the output
+        layer scores only each batch's candidates (:mod:`lightcompress.deploy.shortlist`;
+        scores renormalized over them, so they differ from fairseq's). Off by default.
     """
 
     def __init__(self, checkpoint: str, data: str, spm: str | None = None,
@@ -97,7 +101,7 @@ class Translator:
                  source_lang: str | None = None, target_lang: str | None = None, beam: int = 5,
                  lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200,
                  min_len: int = 1, batch_size: int = 32, threads: int = 1,
-                 int8: bool | str = False):  # fmt: skip
+                 int8: bool | str = False, shortlist: str | None = None):  # fmt: skip
         for name, value in (("beam", beam), ("batch_size", batch_size), ("threads", threads),
                             ("min_len", min_len)):  # fmt: skip
             if value < 1:
@@ -115,6 +119,7 @@ class Translator:
         _file(checkpoint, "checkpoint")
         _file(spm, "sentencepiece model")
         _file(bpe_codes, "BPE codes")
+        _file(shortlist, "shortlist")
         if not data or not os.path.isdir(data):
             raise TranslateError(f"data directory not found: {data}")
         import lightcompress  # noqa: F401  (plugin architectures; checkpoints load)
@@ -150,10 +155,15 @@ class Translator:
         self.model, self.task = model, task
         self.src_dict, self.tgt_dict = task.source_dictionary, task.target_dictionary
         from lightcompress.deploy.generator import FastGenerator
+        from lightcompress.deploy.shortlist import ShortlistError, load_shortlist
 
+        try:
+            self.shortlist = shortlist and load_shortlist(shortlist, self.src_dict, self.tgt_dict)
+        except ShortlistError as exc:
+            raise TranslateError(str(exc)) from None
         self.generator = FastGenerator(
             model, self.tgt_dict, beam_size=beam, len_penalty=lenpen, min_len=min_len,
-            max_len_a=max_len_a, max_len_b=max_len_b,
+            max_len_a=max_len_a, max_len_b=max_len_b, shortlist=self.shortlist or None,
         )  # fmt: skip
 
     def _build_encoders(self, spm, bpe_codes, tokenizer, source_lang, target_lang) -> None:
@@ -258,6 +268,11 @@ def _arg_parser() -> argparse.ArgumentParser:
         choices=["large", "all"],
         help="dynamic int8 quantization: of the large maps (default), or of all",
     )
+    p.add_argument(
+        "--shortlist",
+        metavar="FILE",
+        help="score only the candidates of this vocabulary shortlist (lightcompress-shortlist)",
+    )
     p.add_argument("-i", "--input", help="input file (default: standard input)")
     p.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
     return p
@@ -285,7 +300,7 @@ def _main(argv: Sequence[str] | None) -> int:
         tokenizer=args.tokenizer, source_lang=args.source_lang, target_lang=args.target_lang,
         beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
         max_len_b=args.max_len_b, batch_size=args.batch_size, threads=args.threads,
-        int8=args.int8 or False,
+        int8=args.int8 or False, shortlist=args.shortlist,
     )  # fmt: skip
     from lightcompress.io import read_text_lines
 

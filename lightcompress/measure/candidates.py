@@ -51,6 +51,7 @@ class Candidate:
     model_args: object = None  # the model configuration (args / cfg.model)
     size_bytes: int | None = None
     float_model: torch.nn.Module | None = None  # the float32 model an int8 one was made from
+    shortlist: str | None = None  # a vocabulary shortlist file the engine scores with
 
 
 # --------------------------------------------------------------------------------------------
@@ -226,39 +227,73 @@ def with_onnx(
     threads: int,
     variants: Sequence[str],
     log=None,
+    shortlist: str | None = None,
 ) -> tuple[list[Candidate], list[str]]:
     """ONNX Runtime candidates (:mod:`lightcompress.deploy.onnx_export`, into ``workdir``) of
     every float32 fairseq candidate: float32, and ``int8`` (every map) / ``int8-large`` (the
-    maps of at least 2^17 weights) when in ``variants``. Returns the new candidates and one
-    note per model that could not be exported."""
+    maps of at least 2^17 weights) when in ``variants``; with ``shortlist``, each also exported
+    with it and run with it (after the one without). Returns the new candidates and one note
+    per model that could not be exported."""
     from lightcompress.deploy.onnx_export import ExportError, export_onnx
     from lightcompress.measure.engines import OnnxRunner
 
-    def export(c, target, precision):
-        int8 = {"float32": None, "int8": "all", "int8-large": "large"}[precision]
-        export_onnx(c.model, c.task, target, int8=int8)
+    out, notes = [], []
+    for sl in (None, shortlist) if shortlist else (None,):
 
-    def runner(c, target, precision):
-        return OnnxRunner(target, threads, c.task.source_dictionary.pad(), c.model.max_positions())
+        def export(c, target, precision, sl=sl):
+            int8 = {"float32": None, "int8": "all", "int8-large": "large"}[precision]
+            export_onnx(c.model, c.task, target, int8=int8, shortlist=sl)
 
-    return _with_exports(candidates, workdir, "onnxruntime", "ONNX", ("float32", *variants),
-                         export, runner, ExportError, log, prefix="onnx-")  # fmt: skip
+        def runner(c, target, precision, sl=sl):
+            return OnnxRunner(target, threads, c.task.source_dictionary.pad(),
+                              c.model.max_positions(), shortlist=sl is not None)  # fmt: skip
+
+        new, new_notes = _with_exports(
+            candidates, workdir, "onnxruntime", "ONNX", ("float32", *variants), export, runner,
+            ExportError, log, prefix="onnx-sl-" if sl else "onnx-",
+        )  # fmt: skip
+        for c in new:
+            c.shortlist = sl
+        out, notes = out + new, notes + [n for n in new_notes if n not in notes]
+    return _shortlist_after_plain(out), notes
 
 
-def with_fast(candidates: Sequence[Candidate], gen_args: Namespace) -> list[Candidate]:
+def _shortlist_after_plain(candidates: list[Candidate]) -> list[Candidate]:
+    """Each candidate with a shortlist right after the same one without."""
+    plain = [c for c in candidates if c.shortlist is None]
+    out = []
+    for c in plain:
+        out.append(c)
+        out += [s for s in candidates if s.shortlist is not None and s.label == c.label
+                and s.precision == c.precision and s.engine == c.engine]  # fmt: skip
+    return out
+
+
+def with_fast(
+    candidates: Sequence[Candidate], gen_args: Namespace, shortlist: str | None = None
+) -> list[Candidate]:
     """After each fairseq candidate (float32 or int8), the same model on lightcompress's fast
-    path (:class:`lightcompress.deploy.generator.FastGenerator`)."""
+    path (:class:`lightcompress.deploy.generator.FastGenerator`), and with ``shortlist`` the
+    same again scoring only the shortlist's candidates."""
+    from lightcompress.deploy.shortlist import ShortlistError, load_shortlist
     from lightcompress.measure.engines import FastRunner
 
     out = []
     for c in candidates:
         out.append(c)
-        if c.engine == "fairseq":
+        if c.engine != "fairseq":
+            continue
+        for path in (None, shortlist) if shortlist else (None,):
+            try:
+                sl = path and load_shortlist(path, c.task.source_dictionary,
+                                             c.task.target_dictionary)  # fmt: skip
+            except ShortlistError as exc:
+                raise SpeedError(f"{c.label}: --shortlist {exc}") from None
             out.append(
                 Candidate(c.label, c.source, c.model, c.task, c.params, c.precision,
                           c.random_weights, c.args, engine="lightcompress",
-                          runner=FastRunner(c.model, c.task, gen_args), model_args=c.model_args,
-                          float_model=c.float_model)
+                          runner=FastRunner(c.model, c.task, gen_args, shortlist=sl or None),
+                          model_args=c.model_args, float_model=c.float_model, shortlist=path)
             )  # fmt: skip
     return out
 

@@ -139,20 +139,21 @@ class FastRunner:
 
     engine = "lightcompress"
 
-    def __init__(self, model, task, gen):
+    def __init__(self, model, task, gen, shortlist=None):
         from lightcompress.deploy.generator import FastGenerator
 
-        self.model, self.task = model, task
+        self.model, self.task, self.shortlist = model, task, shortlist
         self.model_max_positions = model.max_positions()
         self.generator = FastGenerator(
             model, task.target_dictionary, beam_size=gen.beam, len_penalty=gen.lenpen,
             min_len=gen.min_len, max_len_a=gen.max_len_a, max_len_b=gen.max_len_b,
+            shortlist=shortlist,
         )  # fmt: skip
         self.gen = gen
 
     def _for(self, gen):
         same = all(getattr(gen, k) == getattr(self.gen, k) for k in vars(self.gen))
-        return self if same else FastRunner(self.model, self.task, gen)
+        return self if same else FastRunner(self.model, self.task, gen, self.shortlist)
 
     def prepare(self, sentences: Sequence[torch.Tensor], gen, batch_size: int = 1) -> list:
         """Left-padded batches of ``batch_size`` consecutive sentences."""
@@ -200,17 +201,21 @@ class OnnxRunner:
         The source padding id (left-padded batches, as fairseq pads them).
     model_max_positions : tuple
         The fairseq model's ``max_positions()``.
+    shortlist : bool
+        Score only the export's shortlist candidates.
     """
 
     engine = "onnxruntime"
 
-    def __init__(self, model_dir: str, threads: int, pad: int, model_max_positions=None):
+    def __init__(self, model_dir: str, threads: int, pad: int, model_max_positions=None,
+                 shortlist: bool = False):  # fmt: skip
         from lightcompress.deploy.onnx_runtime import OnnxGenerator
 
         self.model_dir = model_dir
         self.pad = pad
         self.threads = threads
-        self.generator = OnnxGenerator(model_dir, threads=threads)
+        self.shortlist = shortlist
+        self.generator = OnnxGenerator(model_dir, threads=threads, shortlist=shortlist)
         self.model_max_positions = model_max_positions
 
     def _set(self, gen) -> None:

@@ -55,11 +55,13 @@ def write_job(workdir: str, index: int, candidate, sentences, gen) -> str:
         # the child imports numpy and onnxruntime (the export's own translate.py), no torch
         job["model_dir"] = candidate.runner.model_dir
         job["inputs"] = [s.tolist() for s in sentences]
+        job["shortlist"] = bool(candidate.shortlist)
     else:
         # what a checkpoint holds: the configuration and float32 weights (int8: quantized in
         # the child, as a user would after loading)
         job["model"] = os.path.join(workdir, f"{index}-model.pt")
         job["precision"] = candidate.precision
+        job["shortlist"] = candidate.shortlist
         model = candidate.float_model if candidate.float_model is not None else candidate.model
         torch.save(
             {"args": candidate.model_args, "model": model.state_dict(),
@@ -115,6 +117,7 @@ def _child(job_path: str) -> dict:
         generator = runtime.OnnxGenerator(
             job["model_dir"], beam_size=gen.beam, len_penalty=gen.lenpen, min_len=gen.min_len,
             max_len_a=gen.max_len_a, max_len_b=gen.max_len_b, threads=job["threads"],
+            shortlist=job.get("shortlist", False),
         )  # fmt: skip
         for s in job["inputs"]:
             generator.generate(np.array([s], dtype=np.int64), np.array([len(s)]))
@@ -145,7 +148,11 @@ def _child(job_path: str) -> dict:
                     "max_len_a": gen.max_len_a, "max_len_b": gen.max_len_b}  # fmt: skip
         if job["engine"] == "lightcompress":
             from lightcompress.deploy.generator import FastGenerator
+            from lightcompress.deploy.shortlist import load_shortlist
 
+            if job.get("shortlist"):
+                src_dict = model.encoder.dictionary
+                settings["shortlist"] = load_shortlist(job["shortlist"], src_dict, tgt_dict)
             fast = FastGenerator(model, tgt_dict, **settings)
         else:
             generator = SequenceGenerator([model], tgt_dict, **settings)

@@ -170,6 +170,8 @@ def measure(
                 "tokens_per_run": runs_c[0]["tokens"],
             }
         )
+        if c.shortlist:
+            records[-1]["shortlist"] = c.shortlist
     ref = records[0]["tokens_per_s"]
     for rec in records:
         rec["speed_ratio"] = rec["tokens_per_s"] / ref

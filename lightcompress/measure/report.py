@@ -73,7 +73,7 @@ def format_results(records: Sequence[dict], bleu: bool = False) -> str:
     for r in records:
         row = [
             r["label"],
-            r.get("engine", "fairseq"),
+            r.get("engine", "fairseq") + ("+shortlist" if r.get("shortlist") else ""),
             r["precision"],
             human_count(r["params"], 2),
             _mib(r.get("size_bytes")),

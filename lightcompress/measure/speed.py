@@ -53,7 +53,9 @@ per model that imports only its engine, loads the model and translates the timin
 Hypoformer, Smartformer, Subformer; compressed weights kept) and times it on ONNX Runtime
 (:class:`lightcompress.deploy.onnx_runtime.OnnxGenerator`, engine ``onnxruntime``) in float32,
 and in ONNX Runtime's int8 with ``--int8-large`` (the large maps) / ``--compare-int8`` (every
-map); its size is the export directory.
+map); its size is the export directory. ``--shortlist FILE`` (with ``--fast`` / ``--onnx``)
+adds each of those rows again scoring only the candidates of a vocabulary shortlist
+(:mod:`lightcompress.deploy.shortlist`; engine ``...+shortlist`` in the table, BLEU with it).
 
 ``--json OUT`` writes every raw run, the protocol, date, CPU model and library versions (the
 file is written atomically).
@@ -275,6 +277,12 @@ def _arg_parser() -> argparse.ArgumentParser:
         "--int8-large / --compare-int8, in ONNX Runtime's int8 of the large maps / of every map",
     )
     e.add_argument(
+        "--shortlist",
+        metavar="FILE",
+        help="with --fast / --onnx: also time each of those rows scoring only the candidates "
+        "of this vocabulary shortlist (lightcompress-shortlist; BLEU with it too)",
+    )
+    e.add_argument(
         "--ct2-dir",
         help="keep the CTranslate2 exports in this (new or empty) directory instead of a "
         "temporary one",
@@ -344,6 +352,11 @@ def check_args(args: argparse.Namespace) -> None:
             raise SpeedError(f"checkpoint {path} is not a file")
     if args.json_out is not None:
         check_output_file(args.json_out, "--json")
+    if args.shortlist is not None:
+        if not (args.fast or args.onnx):
+            raise SpeedError("--shortlist needs --fast or --onnx")
+        if not os.path.isfile(args.shortlist):
+            raise SpeedError(f"--shortlist {args.shortlist}: file not found")
     if args.ct2_dir is not None:
         if not args.ct2:
             raise SpeedError("--ct2-dir needs --ct2")
@@ -400,8 +413,9 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
         onnx_variants = [v for v, on in (("int8-large", args.int8_large),
                                          ("int8", args.compare_int8)) if on]  # fmt: skip
         onnx, onnx_notes = with_onnx(
-            candidates, os.path.join(workdir, "onnx"), args.threads, onnx_variants, log
-        )
+            candidates, os.path.join(workdir, "onnx"), args.threads, onnx_variants, log,
+            shortlist=args.shortlist,
+        )  # fmt: skip
         ct2, notes = onnx + ct2, notes + onnx_notes
     variants = [v for v, on in (("int8", args.compare_int8 or args.quantize == "int8"),
                                 ("int8-large", args.int8_large or args.quantize == "int8-large"))
@@ -442,7 +456,7 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
         max_len_b=max_len_b,
     )  # fmt: skip
     if args.fast:
-        candidates = with_fast(candidates, gen_args)
+        candidates = with_fast(candidates, gen_args, shortlist=args.shortlist)
     records = measure(
         candidates,
         as_samples(sentences, args.timing_batch_size, first.source_dictionary.pad()),

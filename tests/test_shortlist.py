@@ -1,0 +1,419 @@
+"""The vocabulary shortlist (issue 27 item 2): built from the training corpus by
+``lightcompress-shortlist``, used by the PyTorch fast path and the ONNX export.
+
+- a shortlist that covers the whole vocabulary never changes a translation: fairseq's
+  hypotheses and scores on a dense Transformer, a LightFormer (low-rank tied table: rows of its
+  factor) and a Hypoformer (HTT tied table), on both paths; an export with a shortlist run
+  without it too;
+- a small shortlist gives fairseq's translations of the model whose logits outside the batch's
+  candidates are -inf (what renormalizing over the candidates means), every token among them;
+- the builder lists, per source word, the target words it occurs with (the toy task translates
+  word for word: its own translation first), always the most frequent ones, EOS and UNK, never
+  PAD; bad input is one line, exit status 2, nothing written.
+
+No test asserts a timing.
+"""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from harness import REPO_ROOT, make_parallel_corpus
+from test_deploy import EOS_BIAS, FAMILIES, _batches, _binarize, _EosBias, make_checkpoint
+
+SHORTLIST_FAMILIES = ["transformer", "lightformer", "hypoformer"]
+VOCAB = 40
+
+
+class _EosBiasRows(_EosBias):
+    """:class:`_EosBias` that the shortlist restricts through the real projection's rows
+    (``shortlist_rows``: the hook :func:`output_rows` asks first): the same logits."""
+
+    def shortlist_rows(self, ids):
+        from lightcompress.deploy.shortlist import output_rows
+
+        rows = output_rows(self.projection, ids)
+        onehot = (ids == self.eos).float() * self.value
+        return lambda x: rows(x) + onehot
+
+
+class _Masked(torch.nn.Module):
+    """An output projection whose logits outside ``ids`` are -inf: fairseq's search on it is
+    the search over the candidates with the log-softmax renormalized over them."""
+
+    def __init__(self, projection, ids, vocab):
+        super().__init__()
+        self.projection = projection
+        self.mask = torch.full((vocab,), float("-inf"))
+        self.mask[torch.as_tensor(ids)] = 0.0
+
+    def forward(self, x):
+        return self.projection(x) + self.mask
+
+
+def _model(family):
+    from lightcompress.measure.params import build_random_model
+
+    arch, flags = FAMILIES[family]
+    torch.manual_seed(0)
+    model, task, _ = build_random_model(arch, VOCAB, flags, True, return_task=True)
+    model.eval()
+    d = task.target_dictionary
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, VOCAB, (4, 6), generator=g)
+    with torch.no_grad():
+        spread = float(model(src, torch.full((4,), 6), src)[0].std())
+    model.decoder.output_projection = _EosBiasRows(
+        model.decoder.output_projection, d.eos(), EOS_BIAS * spread
+    )
+    sentences = [
+        torch.cat([torch.randint(4, VOCAB, (int(n),), generator=g), torch.tensor([d.eos()])])
+        for n in torch.randint(2, 9, (6,), generator=g)
+    ]
+    return model, task, sentences
+
+
+def _write(path, lines, header="#lightcompress-shortlist 1 test"):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join([header, *lines]) + "\n")
+    return str(path)
+
+
+def _full_shortlist(path, task):
+    """Every target symbol always included (the special ones too)."""
+    return _write(path, ["\t" + " ".join(task.target_dictionary.symbols)])
+
+
+def _small_shortlist(path, task, seed=0):
+    """Per ordinary source symbol 3 random target symbols; 2 always: candidates of a batch are
+    well under the vocabulary."""
+    rng = np.random.default_rng(seed)
+    src, tgt = task.source_dictionary.symbols, task.target_dictionary.symbols
+    lines = ["\t" + " ".join(tgt[i] for i in (6, 7))]
+    for s in range(4, len(src)):
+        lines.append(src[s] + "\t" + " ".join(tgt[t] for t in rng.choice(range(4, len(tgt)), 3)))
+    return _write(path, lines)
+
+
+def _fairseq(model, d, src, lengths, **settings):
+    from fairseq.sequence_generator import SequenceGenerator
+
+    generator = SequenceGenerator([model], d, **settings)
+    with torch.inference_mode():
+        return generator.generate([model], {"net_input": {"src_tokens": src,
+                                                          "src_lengths": lengths}})  # fmt: skip
+
+
+def _same(out, ref, tol):
+    for r, o in zip(ref, out):
+        assert [list(map(int, h["tokens"])) for h in o] == [h["tokens"].tolist() for h in r]
+        assert [float(h["score"]) for h in o] == pytest.approx(
+            [float(h["score"]) for h in r], abs=tol
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# the fast path
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", SHORTLIST_FAMILIES)
+def test_fast_path_shortlist_covering_the_vocabulary_gives_fairseqs_translations(family, tmp_path):
+    from lightcompress.deploy.generator import FastGenerator
+    from lightcompress.deploy.shortlist import load_shortlist
+
+    model, task, sentences = _model(family)
+    d = task.target_dictionary
+    sl = load_shortlist(_full_shortlist(tmp_path / "full.txt", task), task.source_dictionary, d)
+    assert sl.candidates(np.array([[5, 6]])).tolist() == list(range(len(d)))
+    for beam in (1, 5):
+        settings = {"beam_size": beam, "max_len_a": 1.0, "max_len_b": 3}
+        fast = FastGenerator(model, d, shortlist=sl, **settings)
+        for _idx, src, lengths in _batches(sentences, 3):
+            _same(fast.generate(src, lengths), _fairseq(model, d, src, lengths, **settings), 1e-5)
+
+
+@pytest.mark.parametrize("family", SHORTLIST_FAMILIES)
+def test_fast_path_small_shortlist_searches_the_candidates_only(family, tmp_path):
+    from lightcompress.deploy.generator import FastGenerator
+    from lightcompress.deploy.shortlist import load_shortlist
+
+    model, task, sentences = _model(family)
+    d = task.target_dictionary
+    sl = load_shortlist(_small_shortlist(tmp_path / "sl.txt", task), task.source_dictionary, d)
+    projection = model.decoder.output_projection
+    sizes = []
+    for beam in (1, 5):
+        settings = {"beam_size": beam, "max_len_a": 1.0, "max_len_b": 3}
+        fast = FastGenerator(model, d, shortlist=sl, **settings)
+        for _idx, src, lengths in _batches(sentences, 3):
+            cands = sl.candidates(src.numpy())
+            sizes.append(len(cands))
+            assert {0, 1, 2, 3} <= set(cands.tolist())  # BOS, PAD, EOS, UNK keep their ids
+            out = fast.generate(src, lengths)
+            for hyps in out:
+                for h in hyps:
+                    assert set(h["tokens"].tolist()) <= set(cands.tolist())
+            model.decoder.output_projection = _Masked(projection, cands, len(d))
+            try:
+                ref = _fairseq(model, d, src, lengths, **settings)
+            finally:
+                model.decoder.output_projection = projection
+            _same(out, ref, 1e-5)
+    assert max(sizes) < len(d)  # (the candidates are a real subset)
+
+
+def test_fast_path_int8_shortlist_covering_the_vocabulary_changes_nothing(tmp_path):
+    """int8 (every map, the output projection too): the rows of the packed int8 weight."""
+    from lightcompress.deploy.generator import FastGenerator
+    from lightcompress.deploy.quantize import quantize_model_int8
+    from lightcompress.deploy.shortlist import load_shortlist
+
+    model, task, sentences = _model("transformer")
+    model.decoder.output_projection = model.decoder.output_projection.projection  # (plain)
+    q = quantize_model_int8(model)
+    d = task.target_dictionary
+    assert "Linear" in type(q.decoder.output_projection).__name__
+    sl = load_shortlist(_full_shortlist(tmp_path / "full.txt", task), task.source_dictionary, d)
+    settings = {"beam_size": 5, "max_len_a": 1.0, "max_len_b": 3}
+    with_sl = FastGenerator(q, d, shortlist=sl, **settings)
+    without = FastGenerator(q, d, **settings)
+    for _idx, src, lengths in _batches(sentences, 3):
+        _same(with_sl.generate(src, lengths), without.generate(src, lengths), 1e-5)
+
+
+# --------------------------------------------------------------------------------------------
+# the ONNX export
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", SHORTLIST_FAMILIES)
+def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fast_paths_with_it(
+    family, tmp_path
+):
+    import json
+
+    from lightcompress.deploy.generator import FastGenerator
+    from lightcompress.deploy.onnx_export import export_onnx
+    from lightcompress.deploy.onnx_runtime import OnnxGenerator
+    from lightcompress.deploy.shortlist import load_shortlist
+
+    model, task, sentences = _model(family)
+    d = task.target_dictionary
+    path = _small_shortlist(tmp_path / "sl.txt", task)
+    out = str(tmp_path / "onnx")
+    export_onnx(model, task, out, shortlist=path)  # (its proof: without the list, fairseq's)
+    with open(os.path.join(out, "config.json")) as f:
+        assert json.load(f)["shortlist"] == "shortlist.txt"
+    with open(os.path.join(out, "MANIFEST.sha256")) as f:
+        assert "shortlist.txt" in f.read()
+    sl = load_shortlist(path, task.source_dictionary, d)
+    for beam in (1, 5):
+        settings = {"beam_size": beam, "max_len_a": 1.0, "max_len_b": 3}
+        full = OnnxGenerator(out, **settings)
+        short = OnnxGenerator(out, shortlist=True, **settings)
+        fast = FastGenerator(model, d, shortlist=sl, **settings)
+        for _idx, src, lengths in _batches(sentences, 3):
+            _same(full.generate(src.numpy(), lengths.numpy()),
+                  _fairseq(model, d, src, lengths, **settings), 1e-4)  # fmt: skip
+            got = short.generate(src.numpy(), lengths.numpy())
+            _same(got, fast.generate(src, lengths), 1e-4)
+            cands = set(sl.candidates(src.numpy()).tolist())
+            assert all(set(map(int, h["tokens"])) <= cands for hyps in got for h in hyps)
+
+
+def test_onnx_export_shortlist_bad_input_is_one_line(tmp_path):
+    from lightcompress.deploy.onnx_export import ExportError, export_onnx
+    from lightcompress.deploy.onnx_runtime import OnnxError, OnnxGenerator
+
+    model, task, _ = _model("transformer")
+    bad = _write(tmp_path / "bad.txt", ["\tnot-a-symbol"])
+    with pytest.raises(ExportError, match="'not-a-symbol' is not in the model's dictionaries"):
+        export_onnx(model, task, str(tmp_path / "a"), shortlist=bad, check=False)
+    assert not os.path.exists(tmp_path / "a")
+    foreign = _write(tmp_path / "foreign.txt", [], header="# something else")
+    with pytest.raises(ExportError, match="is not a lightcompress shortlist"):
+        export_onnx(model, task, str(tmp_path / "a"), shortlist=foreign, check=False)
+    export_onnx(model, task, str(tmp_path / "plain"), check=False)
+    with pytest.raises(OnnxError, match="has no shortlist: export it with --shortlist FILE"):
+        OnnxGenerator(str(tmp_path / "plain"), shortlist=True)
+
+
+# --------------------------------------------------------------------------------------------
+# the builder and the commands
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def words(tmp_path_factory):
+    """The toy corpus (word-for-word translation) binarized with joined dictionaries, and a
+    2-2 Transformer trained on it for 30 updates."""
+    root = tmp_path_factory.mktemp("shortlist")
+    raw = make_parallel_corpus(str(root / "raw"), n_train=400, n_valid=10, n_test=30)
+    data = _binarize(raw, str(root / "bin"))
+    tiny = FAMILIES["transformer"][1] + ["--share-all-embeddings"]
+    teacher = make_checkpoint(data, str(root / "teacher.pt"), "transformer", tiny, updates=30)
+    return {"raw": raw, "data": data, "teacher": teacher, "root": root}
+
+
+def _cli(module, *args, stdin=""):
+    return subprocess.run(
+        [sys.executable, "-c", f"from {module} import cli_main; cli_main()", *map(str, args)],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=False, input=stdin,
+        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"),
+    )  # fmt: skip
+
+
+BUILD = "lightcompress.deploy.shortlist_build"
+
+
+def test_builder_lists_cooccurring_targets_and_always_the_frequent_ones_eos_and_unk(words):
+    from fairseq.data import Dictionary
+
+    out = words["root"] / "sl.txt"
+    proc = _cli(BUILD, "--data", words["data"], "--k", "3", "--frequent", "2", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith("lightcompress-shortlist: wrote")
+    lines = out.read_text(encoding="utf-8").split("\n")
+    assert lines[0].startswith("#lightcompress-shortlist 1 source=de target=en pairs=400 k=3")
+    assert lines[-1] == ""
+    always = lines[1].split("\t")[1].split()
+    # the two most frequent target words of the training split, by count
+    counts: dict = {}
+    with open(os.path.join(words["raw"], "train.en")) as f:
+        for line in f:
+            for w in line.split():
+                counts[w] = counts.get(w, 0) + 1
+    tgt = Dictionary.load(os.path.join(words["data"], "dict.en.txt"))
+    frequent = sorted(counts, key=lambda w: (-counts[w], tgt.index(w)))[:2]
+    assert sorted(always) == sorted(["</s>", "<unk>", *frequent])
+    assert "<pad>" not in always
+    # per source word: at most 3 targets, none always included, its own translation first
+    # unless it is always included, ranked by the number of sentence pairs they share
+    pairs = []
+    with (
+        open(os.path.join(words["raw"], "train.de")) as fs,
+        open(os.path.join(words["raw"], "train.en")) as ft,
+    ):
+        pairs = [(set(a.split()), set(b.split())) for a, b in zip(fs, ft)]
+    lists = dict(line.split("\t") for line in lines[2:-1])
+    assert len(lists) == len({w for s, _t in pairs for w in s})
+    for src, targets in lists.items():
+        targets = targets.split()
+        assert 1 <= len(targets) <= 3 and not set(targets) & set(always)
+        own = "t" + src[1:]
+        if own not in always:
+            assert targets[0] == own
+        shared = [sum(src in s and t in tt for s, tt in pairs) for t in targets]
+        assert shared == sorted(shared, reverse=True)
+
+
+def test_builder_bad_input_is_one_line_and_writes_nothing(words, tmp_path):
+    out = tmp_path / "sl.txt"
+    cases = [
+        (["--data", tmp_path / "nope", "-o", out], "data directory not found"),
+        (["--data", words["data"], "--k", "-1", "-o", out], "--k and --frequent must be >= 0"),
+        (["--data", words["data"], "--split", "dev", "-o", out], "language pairs found: none"),
+        (["--data", words["data"], "-s", "de", "-t", "fr", "-o", out], "no binarized train"),
+        (["--data", words["data"], "-o", tmp_path], "is a directory"),
+        (["--data", words["data"], "--k", "x", "-o", out], "invalid int value"),
+    ]
+    for args, message in cases:
+        proc = _cli(BUILD, *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = proc.stderr.strip().split("\n")
+        assert len(lines) == 1 and lines[0].startswith("lightcompress-shortlist: error:"), lines
+        assert message in lines[0], lines
+        assert not out.exists()
+    # data that do not fit the dictionaries: a target dictionary cut short
+    import shutil
+
+    cut = tmp_path / "cut"
+    shutil.copytree(words["data"], cut)
+    with open(cut / "dict.en.txt") as f:
+        head = f.readlines()[:5]
+    (cut / "dict.en.txt").write_text("".join(head))
+    proc = _cli(BUILD, "--data", cut, "-o", out)
+    assert proc.returncode == 2 and "do not fit" in proc.stderr, proc.stderr
+    assert not out.exists()
+
+
+def test_translate_commands_take_the_shortlist(words, tmp_path):
+    """``lightcompress-translate --shortlist`` and the export's ``translate.py --shortlist``:
+    a list that covers the vocabulary gives the text without it; a real list runs; a bad file
+    is one line."""
+    from lightcompress.deploy.translate import Translator
+
+    sl = tmp_path / "sl.txt"
+    assert (
+        _cli(BUILD, "--data", words["data"], "--k", "2", "--frequent", "1", "-o", sl).returncode
+        == 0
+    )
+    t = Translator(words["teacher"], words["data"], beam=5)
+    full = _full_shortlist(tmp_path / "full.txt", t.task)
+    with open(os.path.join(words["raw"], "test.de")) as f:
+        text = f.read()
+    base = ["--path", words["teacher"], "--data", words["data"]]
+    plain = _cli("lightcompress.deploy.translate", *base, stdin=text)
+    covered = _cli("lightcompress.deploy.translate", *base, "--shortlist", full, stdin=text)
+    short = _cli("lightcompress.deploy.translate", *base, "--shortlist", sl, stdin=text)
+    assert plain.returncode == covered.returncode == short.returncode == 0, short.stderr
+    assert covered.stdout == plain.stdout
+    assert len(short.stdout.split("\n")) == len(plain.stdout.split("\n"))
+    bad = _write(tmp_path / "bad.txt", [], header="nonsense")
+    proc = _cli("lightcompress.deploy.translate", *base, "--shortlist", bad, stdin=text)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "is not a lightcompress shortlist" in proc.stderr
+    # the export: --shortlist ships the file; translate.py --shortlist uses it
+    out = tmp_path / "onnx"
+    proc = _cli("lightcompress.deploy.onnx_export", *base, "--shortlist", sl, "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    runtime = [sys.executable, str(out / "translate.py"), str(out), "--beam", "5"]
+    run = lambda *a: subprocess.run([*runtime, *a], input=text, capture_output=True, text=True,
+                                    check=False, timeout=300)  # fmt: skip
+    assert run().stdout == plain.stdout
+    onnx_short = run("--shortlist")
+    assert onnx_short.returncode == 0 and onnx_short.stdout == short.stdout, onnx_short.stderr
+
+
+def test_measure_speed_times_the_fast_path_and_onnx_with_and_without_the_shortlist(words, tmp_path):
+    import json
+
+    sl = tmp_path / "sl.txt"
+    assert (
+        _cli(BUILD, "--data", words["data"], "--k", "2", "--frequent", "1", "-o", sl).returncode
+        == 0
+    )
+    out = tmp_path / "speed.json"
+    proc = subprocess.run(
+        [os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"), "--data", words["data"],
+         "--path", f"teacher={words['teacher']}", "--fast", "--onnx", "--shortlist", str(sl),
+         "--bleu", "--memory", "--runs", "1", "--warmup", "0", "--num-sentences", "4",
+         "--src-len", "6", "--quiet", "--json", str(out)],
+        capture_output=True, text=True, timeout=600, check=False,
+        env=dict(os.environ, PYTHON=sys.executable, PYTHONWARNINGS="ignore"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = {(r["engine"], r.get("shortlist")): r for r in json.loads(out.read_text())["models"]}
+    assert set(rows) == {("fairseq", None), ("lightcompress", None), ("lightcompress", str(sl)),
+                         ("onnxruntime", None), ("onnxruntime", str(sl))}  # fmt: skip
+    for r in rows.values():
+        assert r["tokens_per_s"] > 0 and 0 <= r["bleu"] <= 100 and r["peak_rss_kib"] > 0
+    # with the shortlist, both engines translate alike (their BLEU is the same)
+    assert rows["onnxruntime", str(sl)]["bleu"] == pytest.approx(
+        rows["lightcompress", str(sl)]["bleu"], abs=0.1
+    )
+    assert "lightcompress+shortlist" in proc.stdout and "onnxruntime+shortlist" in proc.stdout
+    # --shortlist alone, or a missing file: one line before anything is measured
+    for extra, message in ((["--shortlist", str(sl)], "--shortlist needs --fast or --onnx"),
+                           (["--fast", "--shortlist", str(tmp_path / "no")], "file not found")):  # fmt: skip
+        proc = subprocess.run(
+            [os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"), "--data", words["data"],
+             "--path", words["teacher"], *extra],
+            capture_output=True, text=True, timeout=600, check=False,
+            env=dict(os.environ, PYTHON=sys.executable, PYTHONWARNINGS="ignore"),
+        )  # fmt: skip
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr
