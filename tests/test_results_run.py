@@ -527,9 +527,9 @@ def test_cpu_plan_interrupted_resumes_rows_only_when_finished_table_from_rows_al
     assert sorted(c.split()[1] for c in new if c.startswith("train ")) == sorted(
         ["teacher", "lightformer_svd", "hypoformer_kd", "subformer"]
     )
-    assert sorted(p.stem for p in rows.glob("*.json") if p.stem not in ("results", "corpus")) == sorted(
-        CPU_ROWS
-    )
+    assert sorted(
+        p.stem for p in rows.glob("*.json") if p.stem not in ("results", "corpus")
+    ) == sorted(CPU_ROWS)
     table = (rows / "results.md").read_text()
     assert "| Transformer (dense teacher) | 2.00M | 1.00 |" in table
     assert "DA-WID against its own post-LN teacher" in table
