@@ -790,14 +790,17 @@ def test_collect_remeasure_states_the_engines_and_compressions_shares(tmp_path, 
              "tokens_per_s": 100.0 * b, "size_bytes": 2**20},
             {"label": "lightformer_svd", "engine": "onnxruntime", "precision": "int8-large",
              "tokens_per_s": 125.0 * b}]}))  # fmt: skip
-    for name, bleu in (("teacher", 19.5), ("lightformer_svd", 21.0)):
-        (tmp_path / f"{name}.bleu").write_text(f"{bleu}\n33.3\n")
-    scores = {n: str(tmp_path / f"{n}.bleu") for n in ("teacher", "lightformer_svd")}
-    col.write_remeasure(
-        str(tmp_path / "s1.json"), str(tmp_path / "s32.json"), scores, str(rows), "abc"
-    )
+    save = tmp_path / "again"
+    refs = ["Die Datei.", "Der Ordner ist leer."]
+    (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n")
+    for name, hyps in (("teacher", ["Die Datei.", "Der Ordner."]), ("lightformer_svd", refs)):
+        (save / name).mkdir(parents=True)
+        (save / name / "generate-test.txt").write_text(
+            "".join(f"D-{i}\t-0.1\t{h}\n" for i, h in enumerate(hyps)))  # fmt: skip
+    col.write_remeasure(str(tmp_path / "s1.json"), str(tmp_path / "s32.json"), str(save),
+                        str(tmp_path / "ref.txt"), str(rows), "abc")  # fmt: skip
     md = col.render_cpu_markdown(col.table_from_rows(str(rows)), None)
-    assert "teacher 19.50 (its row: 20.00), lightformer_svd 21.00" in md
+    assert "lightformer_svd 100.00" in md and "(its row: 20.00)" in md
     assert (
         "the engine's share: the teacher on ONNX Runtime float32 against fairseq: 4.00x at batch 1, 4.00x at batch 32."
         in md
@@ -815,15 +818,16 @@ def test_collect_remeasure_states_the_engines_and_compressions_shares(tmp_path, 
         in md
     )
     assert "| lightformer_svd | onnxruntime | float32 | 100.0 | 3200.0 | 1.0 MiB |" in md
-    # scores and timings of different models, or a damaged score file, are refused
-    with pytest.raises(col.CollectError, match="name different models"):
-        col.write_remeasure(str(tmp_path / "s1.json"), str(tmp_path / "s32.json"),
-                            {"teacher": scores["teacher"]}, str(tmp_path / "other"), "abc")  # fmt: skip
-    (tmp_path / "bad.bleu").write_text("BLEU = 12\n")
-    with pytest.raises(col.CollectError, match="not sacrebleu -b output"):
-        col.write_remeasure(str(tmp_path / "s1.json"), str(tmp_path / "s32.json"),
-                            {**scores, "teacher": str(tmp_path / "bad.bleu")}, str(tmp_path / "o2"), "a")  # fmt: skip
-    assert not (tmp_path / "other").exists() and not (tmp_path / "o2").exists()
+    # a model without its translations, or translations of another test set, is refused
+    (save / "teacher" / "generate-test.txt").unlink()
+    with pytest.raises(col.CollectError, match="not evaluated yet"):
+        col.write_remeasure(str(tmp_path / "s1.json"), str(tmp_path / "s32.json"), str(save),
+                            str(tmp_path / "ref.txt"), str(tmp_path / "other"), "abc")  # fmt: skip
+    (save / "teacher" / "generate-test.txt").write_text("D-0\t-0.1\tDie Datei.\n")
+    with pytest.raises(col.CollectError, match="another test set"):
+        col.write_remeasure(str(tmp_path / "s1.json"), str(tmp_path / "s32.json"), str(save),
+                            str(tmp_path / "ref.txt"), str(tmp_path / "other"), "abc")  # fmt: skip
+    assert not (tmp_path / "other").exists()
 
 
 def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):

@@ -380,25 +380,21 @@ def write_speed(b1: str, b32: str, rows_dir: str, commit: str) -> dict:
 REMEASURE_FILE = "speed_remeasure.json"
 
 
-def write_remeasure(b1: str, b32: str, bleu: dict[str, str], rows_dir: str, commit: str) -> dict:
+def write_remeasure(b1: str, b32: str, save_root: str, ref_path: str, rows_dir: str,
+                    commit: str) -> dict:  # fmt: skip
     """The re-measurement after the CTranslate2 fix (see VOID_NOTE): models retrained with the
-    plan's own commands, timed side by side as the plan does -> ``rows_dir/speed_remeasure.json``
-    with their test BLEU and chrF (``bleu``: label -> the file ``sacrebleu -b -m bleu chrf``
-    wrote: two lines, BLEU then chrF)."""
+    plan's own commands in ``save_root`` (each with its generate-test.txt), timed side by side
+    as the plan does -> ``rows_dir/speed_remeasure.json``, with their test BLEU and chrF scored
+    as the rows are (:func:`model_record`)."""
     out = _speed_doc(b1, b32, commit)
+    refs = read_refs(ref_path)
     out["scores"] = {}
-    for label, path in bleu.items():
-        try:
-            with open(path, encoding="utf-8") as f:
-                values = [float(line) for line in f.read().split()]
-        except (OSError, ValueError) as exc:
-            raise CollectError(f"{path}: not sacrebleu -b output ({exc})") from None
-        if len(values) != 2:
-            raise CollectError(f"{path}: expected BLEU and chrF, got {len(values)} numbers")
-        out["scores"][label] = {"bleu": values[0], "chrf": values[1]}
-    missing = set(out["scores"]) ^ set(out["models"])
-    if missing:
-        raise CollectError(f"scores and timings name different models: {sorted(missing)}")
+    for label in out["models"]:
+        d = os.path.join(save_root, label)
+        if not os.path.exists(os.path.join(d, "generate-test.txt")):
+            raise CollectError(f"{d}: no generate-test.txt: {label} is not evaluated yet")
+        rec = model_record(d, label, label, "retrained", refs, ref_path)
+        out["scores"][label] = {k: rec.get(k) for k in ("bleu", "chrf", "updates")}
     os.makedirs(rows_dir, exist_ok=True)
     _write_json(os.path.join(rows_dir, REMEASURE_FILE), out)
     return out
@@ -712,7 +708,8 @@ def _cpu_main(argv) -> int:
                         f"ROWS_DIR/{REMEASURE_FILE}")  # fmt: skip
     rm.add_argument("--b1", required=True)
     rm.add_argument("--b32", required=True)
-    rm.add_argument("--scores", required=True, help="LABEL=sacrebleu -b file,... (BLEU, chrF)")
+    rm.add_argument("--save-root", required=True, help="the retrained models' folders")
+    rm.add_argument("--ref", required=True, help="raw test references")
     rm.add_argument("--rows-dir", required=True)
     rm.add_argument("--commit", default="unknown")
     t = sub.add_parser("table", help="results.md / results.json from ROWS_DIR alone")
@@ -736,10 +733,8 @@ def _cpu_main(argv) -> int:
             write_speed(args.b1, args.b32, args.rows_dir, args.commit)
             return 0
         if args.cmd == "remeasure":
-            pairs = [item.split("=", 1) for item in args.scores.split(",") if item]
-            if any(len(p) != 2 for p in pairs):
-                raise CollectError(f"--scores takes LABEL=FILE,...: {args.scores!r}")
-            write_remeasure(args.b1, args.b32, dict(pairs), args.rows_dir, args.commit)
+            write_remeasure(args.b1, args.b32, args.save_root, args.ref, args.rows_dir,
+                            args.commit)  # fmt: skip
             return 0
         result = table_from_rows(args.rows_dir)
         corpus = corpus_stats(args.rows_dir, args.corpus_stats)

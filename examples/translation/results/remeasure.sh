@@ -3,9 +3,10 @@
 # `measure_speed --ct2` quantized the dense teachers in place, so their fairseq and ONNX Runtime
 # figures in the results table are void (collect.py marks them). This script retrains the
 # teacher and the SVD LightFormer with the plan's own commands (taken from `DRY_RUN=1 SMALL=1
-# run.sh`, so they cannot differ), checks their test BLEU, times fairseq, ONNX Runtime (float32
+# run.sh`, so they cannot differ), times fairseq, ONNX Runtime (float32
 # and int8-large) and CTranslate2 side by side as the plan does (batch 1 and 32 on the two
-# cores), and writes ROWS_DIR/speed_remeasure.json, which collect.py shows under the table.
+# cores), and writes ROWS_DIR/speed_remeasure.json with their test BLEU / chrF (scored as the
+# rows are), which collect.py shows under the table.
 #
 #   bash examples/translation/results/remeasure.sh     # about an hour on 2 cores; rerun resumes
 #
@@ -60,9 +61,6 @@ rm_step teacher/generate "$GEN_TEACHER" "$SAVE_ROOT/teacher/generate-test.txt"
 rm_step convert "$CONVERT"
 rm_step lightformer_svd/train "$TRAIN_LF"
 rm_step lightformer_svd/generate "$GEN_LF" "$SAVE_ROOT/lightformer_svd/generate-test.txt"
-for m in teacher lightformer_svd; do  # test BLEU and chrF, as collect.py row scores them
-  rm_step "$m/score" "grep ^H- $SAVE_ROOT/$m/generate-test.txt | sort -t- -k2 -n | cut -f3 | sacrebleu $DATA_DIR/raw/test.en -m bleu chrf -b" "$SAVE_ROOT/$m/scores.txt"
-done
 
 paths="teacher=$SAVE_ROOT/teacher/checkpoint_best.pt,lightformer_svd=$SAVE_ROOT/lightformer_svd/checkpoint_best.pt"
 rm_speed() {  # BATCH SENTENCES: the plan's speed command, with ONNX Runtime int8-large as well
@@ -77,5 +75,5 @@ else
   wait "$p1"
   wait "$p2"
 fi
-rm_step collect "$PYTHON $HERE/collect.py remeasure --b1 $SAVE_ROOT/speed-b1.json --b32 $SAVE_ROOT/speed-b32.json --scores teacher=$SAVE_ROOT/teacher/scores.txt,lightformer_svd=$SAVE_ROOT/lightformer_svd/scores.txt --rows-dir $ROWS_DIR --commit $(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+rm_step collect "$PYTHON $HERE/collect.py remeasure --b1 $SAVE_ROOT/speed-b1.json --b32 $SAVE_ROOT/speed-b32.json --save-root $SAVE_ROOT --ref $DATA_DIR/raw/test.en --rows-dir $ROWS_DIR --commit $(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
 rm_log "done: $ROWS_DIR/speed_remeasure.json (collect.py table shows it under the table)"
