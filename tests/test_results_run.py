@@ -797,8 +797,9 @@ def test_collect_remeasure_states_the_engines_and_compressions_shares(tmp_path, 
         (save / name).mkdir(parents=True)
         (save / name / "generate-test.txt").write_text(
             "".join(f"D-{i}\t-0.1\t{h}\n" for i, h in enumerate(hyps)))  # fmt: skip
-    col.write_remeasure(str(tmp_path / "s1.json"), str(tmp_path / "s32.json"), str(save),
-                        str(tmp_path / "ref.txt"), str(rows), "abc")  # fmt: skip
+    assert col.main(["remeasure", "--b1", str(tmp_path / "s1.json"), "--b32",
+                     str(tmp_path / "s32.json"), "--save-root", str(save), "--ref",
+                     str(tmp_path / "ref.txt"), "--rows-dir", str(rows), "--commit", "abc"]) == 0  # fmt: skip
     md = col.render_cpu_markdown(col.table_from_rows(str(rows)), None)
     assert "lightformer_svd 100.00" in md and "(its row: 20.00)" in md
     assert (

@@ -775,7 +775,7 @@ def update_readme(path: str, table: str) -> None:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in ("row", "speed", "table"):
+    if argv and argv[0] in ("row", "speed", "remeasure", "table"):
         return _cpu_main(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--save-root", required=True, help="run.sh's SAVE_ROOT")
