@@ -199,7 +199,7 @@ EOF2
 
 cpu_plan_main() {
   COLLECT=("$PYTHON" "$HERE/collect.py")
-  CODE_COMMIT="$(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+  CODE_COMMIT="${CODE_COMMIT:-$(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}"
   if [[ "$DRY_RUN" != 1 ]]; then mkdir -p "$ROWS_DIR"; fi
   if [[ "$PARALLEL" == 1 ]]; then
     export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1

@@ -28,7 +28,12 @@ cd "$REPO_ROOT"
 rm_log() { echo "[remeasure $(date -u +%H:%M:%S)] $*" >&2; }
 
 # the plan's commands of the two models, exactly as run.sh would run them in SAVE_ROOT
-plan="$(SAVE_ROOT="$SAVE_ROOT" DATA_DIR="$DATA_DIR" DRY_RUN=1 SMALL=1 bash "$HERE/run.sh" 2>&1)"
+COMMIT=unknown
+if [[ "$DRY_RUN" != 1 ]]; then
+  COMMIT="$(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+fi
+plan="$(SAVE_ROOT="$SAVE_ROOT" DATA_DIR="$DATA_DIR" CODE_COMMIT="$COMMIT" DRY_RUN=1 SMALL=1 \
+  bash "$HERE/run.sh" 2>&1)"
 rm_pick() {  # pick PATTERN: the one printed command line matching PATTERN, without its "+ "
   local line
   line="$(grep -E "$1" <<<"$plan" | head -n 1)"
@@ -75,5 +80,5 @@ else
   wait "$p1"
   wait "$p2"
 fi
-rm_step collect "$PYTHON $HERE/collect.py remeasure --b1 $SAVE_ROOT/speed-b1.json --b32 $SAVE_ROOT/speed-b32.json --save-root $SAVE_ROOT --ref $DATA_DIR/raw/test.en --rows-dir $ROWS_DIR --commit $(git -C "$REPO_ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+rm_step collect "$PYTHON $HERE/collect.py remeasure --b1 $SAVE_ROOT/speed-b1.json --b32 $SAVE_ROOT/speed-b32.json --save-root $SAVE_ROOT --ref $DATA_DIR/raw/test.en --rows-dir $ROWS_DIR --commit $COMMIT"
 rm_log "done: $ROWS_DIR/speed_remeasure.json (collect.py table shows it under the table)"
