@@ -4,6 +4,7 @@ and ends with a report (student smaller, export translates); Hypoformer from the
 teacher; teachers the method cannot take are refused in one line before anything is written.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -102,6 +103,19 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
     assert "--scoring sacrebleu" in out and "--ct2" in out and "--onnx" in out
 
 
+def _trainers(save) -> list[int]:
+    """The pids of the fairseq-train processes training into ``save``."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "fairseq-train" in cmdline and str(save) in cmdline:
+            pids.append(int(pid))
+    return pids
+
+
 def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
     tiny_data, tiny_transformer, tmp_path
 ):
@@ -113,23 +127,27 @@ def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
     last = save / "student" / "checkpoint_last.pt"
     deadline = time.monotonic() + 300
     while not last.exists() and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.02)  # (the tiny run has 36 updates left after this first checkpoint)
     assert last.exists(), first.communicate()
+    # its fairseq-train is frozen, so that the stop below always lands during fine-tuning
+    # (a tiny run can otherwise finish its 40 updates while the second run is refused)
+    trainers = _trainers(save)
+    assert trainers, "no fairseq-train of the first run"
+    for pid in trainers:
+        os.kill(pid, signal.SIGSTOP)
     # a second run on the same directory is refused with the live one's pid
     second = _compress(args, check=False)
     assert f"pid {first.pid}" in _one_line_error(second)
     first.send_signal(signal.SIGTERM)
+    time.sleep(1)  # (its stop handler signals the frozen child, which then takes it at once)
+    for pid in trainers:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
     out, err = first.communicate(timeout=60)
     assert first.returncode == 128 + signal.SIGTERM, out + err
     assert "rerun the same command to resume" in err
     assert not (save / "student" / "train.done").exists() and not (save / "report.md").exists()
-    # its fairseq-train ended with it
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        assert not ("fairseq-train" in cmdline and str(save) in cmdline), cmdline
+    assert _trainers(save) == []  # its fairseq-train ended with it
 
     proc = _compress(args)
     assert _skipped(proc.stdout, 1, "transfer") and not _skipped(proc.stdout, 2, "fine-tune")
