@@ -26,6 +26,7 @@ __all__ = [
     "dawid_fused_architecture",
     "fuse_model",
     "fused_args",
+    "load_fused_weights",
     "parse_shapes",
 ]
 
@@ -145,6 +146,15 @@ def fuse_model(student, teacher_args):
     src = student.encoder.embed_tokens.weight.shape[0]
     tgt = student.decoder.embed_tokens.weight.shape[0]
     fused = build_model_without_data(fargs, src, tgt)
+    load_fused_weights(fused, student, tensors)
+    return fused, fargs, shapes
+
+
+def load_fused_weights(fused, student, tensors: dict) -> None:
+    """Load ``tensors`` (the fused weights) into ``fused``, every other weight inherited from
+    ``student`` by name; a weight that does not fit, or a fused weight without a place in the
+    fused model (it would be dropped silently), is an internal error. Leaves ``fused`` in eval
+    mode. Used by the translation and the RoBERTa fusion."""
     inherited = student.state_dict()
     sd = fused.state_dict()
     for key, value in sd.items():
@@ -160,4 +170,3 @@ def fuse_model(student, teacher_args):
         raise RuntimeError(f"internal error: fused weights without a place: {unused[:5]}")
     fused.load_state_dict(sd, strict=True)
     fused.eval()
-    return fused, fargs, shapes

@@ -28,7 +28,7 @@ from torch import nn
 from lightcompress.checkpoint import classification_heads_in
 from lightcompress.errors import ConfigError
 from lightcompress.wid.data_aware import finish_student
-from lightcompress.wid.fused_model import _FusedEncoder, parse_shapes
+from lightcompress.wid.fused_model import _FusedEncoder, load_fused_weights, parse_shapes
 from lightcompress.wid.masked import WIDEncoderLayer
 from lightcompress.wid.model import DAWIDModel, WIDMixin, dawid_architecture
 from lightcompress.wid.teacher import _from_json_buffer, _namespace, load_teacher_model
@@ -209,20 +209,5 @@ def fuse_roberta(student: DAWIDRobertaModel, teacher_args):
         fused.register_classification_head(
             name, num_classes=head.out_proj.out_features, inner_dim=head.dense.out_features
         )
-    inherited = student.state_dict()
-    sd = fused.state_dict()
-    for key, value in sd.items():
-        new = tensors.get(key, inherited.get(key))
-        if new is None or tuple(new.shape) != tuple(value.shape):
-            raise RuntimeError(
-                f"internal error: fused weight {key} {None if new is None else tuple(new.shape)} "
-                f"does not fit the fused model's {tuple(value.shape)}"
-            )
-        sd[key] = new.to(value.dtype)
-    # (as the translation fusion: a fused weight the model has no place for would be dropped)
-    unused = [k for k in tensors if k not in sd]
-    if unused:
-        raise RuntimeError(f"internal error: fused weights without a place: {unused[:5]}")
-    fused.load_state_dict(sd, strict=True)
-    fused.eval()
+    load_fused_weights(fused, student, tensors)  # (the translation fusion's loading and checks)
     return fused, fargs, shapes
