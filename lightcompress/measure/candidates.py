@@ -52,6 +52,7 @@ class Candidate:
     size_bytes: int | None = None
     float_model: torch.nn.Module | None = None  # the float32 model an int8 one was made from
     shortlist: str | None = None  # a vocabulary shortlist file the engine scores with
+    text: bool = False  # timed from raw text to raw text (lightcompress.measure.text)
 
 
 # --------------------------------------------------------------------------------------------

@@ -31,8 +31,12 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 
-def pick_sentences(task, subset: str, n: int, src_len: int) -> list[torch.Tensor]:
-    """The ``n`` source sentences of ``subset`` with length (no EOS) closest to ``src_len``."""
+def pick_sentences(
+    task, subset: str, n: int, src_len: int, natural: bool = False
+) -> list[torch.Tensor]:
+    """The ``n`` source sentences of ``subset`` with length (no EOS) closest to ``src_len``;
+    ``natural``: every k-th sentence of the split instead (k = its size // ``n``, in file
+    order), at the lengths they have."""
     try:
         task.load_dataset(subset)
     except FileNotFoundError as exc:
@@ -41,6 +45,9 @@ def pick_sentences(task, subset: str, n: int, src_len: int) -> list[torch.Tensor
     src = getattr(ds, "src", None)
     if src is None or len(ds) == 0:
         raise SpeedError(f"subset {subset!r} has no source sentences")
+    if natural:
+        every = max(1, len(ds) // n)
+        return [src[i].long() for i in range(0, len(ds), every)[:n]]
     sizes = [int(s) - 1 for s in ds.src_sizes]  # binarized sentences end with EOS
     order = sorted(range(len(sizes)), key=lambda i: (abs(sizes[i] - src_len), i))
     return [src[i].long() for i in order[:n]]
@@ -172,6 +179,8 @@ def measure(
         )
         if c.shortlist:
             records[-1]["shortlist"] = c.shortlist
+        if c.text:
+            records[-1]["text"] = True
     ref = records[0]["tokens_per_s"]
     for rec in records:
         rec["speed_ratio"] = rec["tokens_per_s"] / ref

@@ -73,7 +73,9 @@ def format_results(records: Sequence[dict], bleu: bool = False) -> str:
     for r in records:
         row = [
             r["label"],
-            r.get("engine", "fairseq") + ("+shortlist" if r.get("shortlist") else ""),
+            r.get("engine", "fairseq")
+            + ("+shortlist" if r.get("shortlist") else "")
+            + ("+text" if r.get("text") else ""),
             r["precision"],
             human_count(r["params"], 2),
             _mib(r.get("size_bytes")),
@@ -105,8 +107,9 @@ def protocol_line(p: dict) -> str:
         else f"output length free (max {p['max_len_a']}*src+{p['max_len_b']}, min {p['min_len']})"
     )
     return (
-        f"{p['num_sentences']} sentences (source length {p['mean_src_len']:.1f} on average, "
-        f"target {p['src_len']}; {p['sentences_from']}), batch {p['batch_size']}, "
+        f"{p['num_sentences']} sentences (source length {p['mean_src_len']:.1f} on average"
+        f"{'' if p.get('natural') else ', target ' + str(p['src_len'])}; "
+        f"{p['sentences_from']}), batch {p['batch_size']}, "
         f"beam {p['beam']}, "
         f"lenpen {p['lenpen']}, {p['threads']} thread(s), {p['runs']} runs after "
         f"{p['warmup']} warm-up, {p['dropped_each_end']} fastest + "

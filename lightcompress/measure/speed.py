@@ -56,6 +56,9 @@ and in ONNX Runtime's int8 with ``--int8-large`` (the large maps) / ``--compare-
 map); its size is the export directory. ``--shortlist FILE`` (with ``--fast`` / ``--onnx``)
 adds each of those rows again scoring only the candidates of a vocabulary shortlist
 (:mod:`lightcompress.deploy.shortlist`; engine ``...+shortlist`` in the table, BLEU with it).
+``--natural`` times every k-th sentence of the split at its own length instead; ``--text SPM``
+adds each ONNX Runtime / CTranslate2 / fast-path row again, timed from raw text to raw text
+(engine ``...+text``; :mod:`lightcompress.measure.text`).
 
 ``--json OUT`` writes every raw run, the protocol, date, CPU model and library versions (the
 file is written atomically).
@@ -188,6 +191,12 @@ def _arg_parser() -> argparse.ArgumentParser:
         default=IWSLT_AVG_LEN,
         help=f"average source length: {IWSLT_AVG_LEN} IWSLT (default), {WMT_AVG_LEN} WMT",
     )
+    d.add_argument(
+        "--natural",
+        action="store_true",
+        help="with --data: every k-th sentence of --subset at its own length (k = the split's "
+        "size // --num-sentences) instead of those closest to --src-len",
+    )
     d.add_argument("--seed", type=int, default=1, help="random sentences and random weights")
     g = p.add_argument_group("generation")
     g.add_argument("--beam", type=int, default=5)
@@ -283,6 +292,14 @@ def _arg_parser() -> argparse.ArgumentParser:
         "of this vocabulary shortlist (lightcompress-shortlist; BLEU with it too)",
     )
     e.add_argument(
+        "--text",
+        metavar="SPM",
+        help="also time every ONNX Runtime, CTranslate2 and fast-path row from raw text to raw "
+        "text with this sentencepiece model (encoding, dictionary lookup and decoding in the "
+        "timed path, as the WNGT / WMT efficiency tasks time it): engine ...+text, right after "
+        "the row timed on ids (lightcompress.measure.text)",
+    )
+    e.add_argument(
         "--ct2-dir",
         help="keep the CTranslate2 exports in this (new or empty) directory instead of a "
         "temporary one",
@@ -357,6 +374,11 @@ def check_args(args: argparse.Namespace) -> None:
             raise SpeedError("--shortlist needs --fast or --onnx")
         if not os.path.isfile(args.shortlist):
             raise SpeedError(f"--shortlist {args.shortlist}: file not found")
+    from lightcompress.measure import text
+
+    text.check_args(args)
+    if args.natural and not args.data:
+        raise SpeedError("--natural needs --data")
     if args.ct2_dir is not None:
         if not args.ct2:
             raise SpeedError("--ct2-dir needs --ct2")
@@ -434,8 +456,12 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
                 "the same sentences"
             )
     if args.data:
-        sentences = pick_sentences(first, args.subset, args.num_sentences, args.src_len)
-        sentences_from = f"{args.subset} split of {args.data}"
+        sentences = pick_sentences(
+            first, args.subset, args.num_sentences, args.src_len, natural=args.natural
+        )
+        sentences_from = f"{args.subset} split of {args.data}" + (
+            ", natural lengths" if args.natural else ""
+        )
     else:
         sentences = random_sentences(
             first.source_dictionary, args.num_sentences, args.src_len, args.seed
@@ -457,6 +483,10 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
     )  # fmt: skip
     if args.fast:
         candidates = with_fast(candidates, gen_args, shortlist=args.shortlist)
+    if args.text is not None:
+        from lightcompress.measure.text import with_text
+
+        candidates = with_text(candidates, args.text)
     records = measure(
         candidates,
         as_samples(sentences, args.timing_batch_size, first.source_dictionary.pad()),
@@ -467,6 +497,8 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
         from lightcompress.measure.memory import measure_peak_rss, write_job
 
         for i, (c, rec) in enumerate(zip(candidates, records)):
+            if c.text:  # (the same process as the row timed on ids)
+                continue
             try:
                 mem = measure_peak_rss(write_job(workdir, i, c, sentences, gen_args))
             except (RuntimeError, OSError) as exc:
@@ -478,6 +510,7 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
     protocol = {
         "num_sentences": len(sentences),
         "src_len": args.src_len,
+        "natural": bool(args.natural and args.data),
         "mean_src_len": sum(s.numel() - 1 for s in sentences) / len(sentences),
         "sentences_from": sentences_from,
         "batch_size": args.timing_batch_size,
