@@ -164,6 +164,9 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         if _position_kind(dec) == "sinusoidal" else None,
         "layers": layers, "int8": int8, "architecture": type(model).__name__,
         "spm": "spm.model" if spm else None,
+        # the decoder graph takes the encoder's outputs once per sentence (exports before
+        # this key: repeated per hypothesis)
+        "cross_layout": "sentence",
     }  # fmt: skip
     if shortlist is not None:
         config["shortlist"] = "shortlist.txt"
@@ -192,8 +195,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             cross = encoder(src)
             step = _DecoderStep(model, shortlist=shortlist is not None).eval()
             n = 4  # two sentences, two hypotheses each
-            expand = torch.tensor([0, 0, 1, 1])
-            caches = [cross[0].index_select(0, expand)]
+            caches = [cross[0]]  # (the encoder's outputs: once per sentence)
             kv = iter(cross[1:])
             for i, spec in enumerate(layers):
                 h, d = spec["heads"], spec["head_dim"]
@@ -201,7 +203,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
                 caches += [torch.randn(n, h, 3, d, generator=g),
                            torch.randn(n, h, 3, d, generator=g)]  # fmt: skip
                 if spec["cross"]:
-                    caches += [next(kv).index_select(0, expand), next(kv).index_select(0, expand)]
+                    caches += [next(kv), next(kv)]
             prev = torch.randint(4, len(tgt_dict), (n,))
             pos = torch.tensor([config["position_offset"] + 4])
             pos_name = "pos"
@@ -211,10 +213,11 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             order = torch.tensor([1, 0, 3, 2])
             bias = torch.zeros(len(tgt_dict))
             bias[tgt_dict.pad()] = float("-inf")
-            dec_axes = {"prev": {0: "N"}, "order": {0: "N"}, "enc_bias": {0: "N", 3: "S"},
+            dec_axes = {"prev": {0: "N"}, "order": {0: "N"}, "enc_bias": {0: "B", 3: "S"},
                         "top_lp": {0: "N"}, "top_ids": {0: "N"}}  # fmt: skip
             for name in cache_in[1:]:
-                dec_axes[name] = {0: "N", 2: "S" if name.startswith("cross_") else "t"}
+                cross_name = name.startswith("cross_")
+                dec_axes[name] = {0: "B" if cross_name else "N", 2: "S" if cross_name else "t"}
             out_names = ["top_lp", "top_ids"] + cache_out
             for name in cache_out:
                 dec_axes[name] = {0: "N", 2: "t1"}

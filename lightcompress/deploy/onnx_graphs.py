@@ -239,6 +239,7 @@ class _DecoderStep(nn.Module):
             x = dec.layernorm_embedding(x)
         new = []
         enc_bias, rest = caches[0], list(caches[1:])
+        self._by_sentence = {}  # (the [B x beam x H x d] shapes, computed once per graph)
         for layer in dec.layers:
             past_k, past_v = rest.pop(0), rest.pop(0)
             cross_k = cross_v = None
@@ -266,6 +267,16 @@ class _DecoderStep(nn.Module):
         ids = top[1] if cands is None else cands[top[1]]  # (candidates -> token ids)
         return (lp, ids, *new)
 
+    def _sentence_rows(self, q: Tensor, enc_bias: Tensor, h: int, d: int) -> Tensor:
+        """``[N x H*d]`` hypotheses (``beam`` per sentence, in order) -> ``[B x beam x H x d]``,
+        ``B`` read from the per-sentence ``enc_bias`` (the beam size is the runtime's)."""
+        from torch.onnx.operators import reshape_from_tensor_shape, shape_as_tensor
+
+        if (h, d) not in self._by_sentence:
+            first = shape_as_tensor(enc_bias)[:1]
+            self._by_sentence[(h, d)] = torch.cat([first, torch.tensor([-1, h, d])])
+        return reshape_from_tensor_shape(q, self._by_sentence[(h, d)])
+
     def _layer(self, layer, x, past_k, past_v, cross_k, cross_v, enc_bias, order):
         """One layer of the step (:func:`layer_step` around the attentions below); returns
         the output and the grown self-attention caches."""
@@ -290,10 +301,15 @@ class _DecoderStep(nn.Module):
                 x = a.project_query(x)
             h, d = inner.num_heads, inner.head_dim
             (q,) = self.regrouped.apply(x, [inner.q_proj], [inner.scaling])
-            q = q.reshape(-1, h, 1, d)
-            w = torch.matmul(q, cross_k.transpose(2, 3)) + enc_bias  # [N x H x 1 x S]
+            # the encoder's keys and values are kept once per sentence ([B x H x S x d]): the
+            # queries of a sentence's hypotheses, [B x H x beam x d], attend to them in one
+            # product per head (beam rows), instead of a one-row product per hypothesis over
+            # keys and values repeated beam times (and copied whenever sentences finish)
+            q = self._sentence_rows(q, enc_bias, h, d).transpose(1, 2)
+            w = torch.matmul(q, cross_k.transpose(2, 3)) + enc_bias  # [B x H x beam x S]
             p = F.softmax(w.float(), dim=-1)
-            x = inner.out_proj(torch.matmul(p, cross_v).reshape(-1, h * d))
+            y = torch.matmul(p, cross_v).transpose(1, 2)  # [B x beam x H x d]
+            x = inner.out_proj(y.reshape(-1, h * d))
             return a.project_back(x) if inner is not a else x
 
         project_in = getattr(layer, "project_in", None)  # Subformer's sandwich projections

@@ -13,10 +13,10 @@ torch nor fairseq nor lightcompress::
 :class:`OnnxGenerator` is fairseq's ``SequenceGenerator`` beam search (the same candidate
 selection, finalization, length penalty, ``min_len`` / ``max_len`` rules, batch shrinking and
 results as :class:`lightcompress.deploy.generator.FastGenerator`) in numpy, over the exported
-graphs: the encoder once per batch, then one decoder-graph call per step, which reorders the
-self-attention caches, adds the score bias and returns each hypothesis' ``2 x beam`` best next
-tokens (the global top ``2 x beam`` of a sentence is among them). Scores are fairseq's to
-floating-point order (ONNX Runtime's kernels sum in another order than PyTorch's).
+graphs: the encoder once per batch (its outputs kept once per sentence), then one decoder call
+per step, which reorders the self-attention caches, adds the score bias and returns each
+hypothesis' ``2 x beam`` best next tokens (the global top ``2 x beam`` of a sentence is among
+them). Scores are fairseq's to floating-point order (ONNX Runtime sums in another order).
 """
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ class OnnxGenerator:
             self._bias_cache, self._bias_key = (short, normal, end), key
         return self._bias_cache
 
-    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@a0787f69a531, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@2d58def173b0
+    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@a0787f69a531, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@85104e099231
     def generate(self, src_tokens: np.ndarray, src_lengths: np.ndarray) -> list[list[dict]]:
         """Translate a batch: ``src_tokens`` ``[B x S]`` int64, left-padded, ``src_lengths``
         ``[B]``. Returns, per sentence, the ``beam`` finished hypotheses best first:
@@ -270,7 +270,9 @@ class OnnxGenerator:
         if self.min_len > max_len:
             raise OnnxError(f"min_len {self.min_len} is larger than max_len {max_len}")
         enc = self.encoder.run(None, {"src_tokens": src_tokens})
-        cross = {n: np.repeat(a, beam, axis=0) for n, a in zip(self._enc_outputs, enc)}
+        per_sentence = self.config.get("cross_layout") == "sentence"  # (else: per hypothesis)
+        cross = {n: a if per_sentence else a.repeat(beam, 0)
+                 for n, a in zip(self._enc_outputs, enc)}  # fmt: skip
         n = bsz * beam
         past = {}
         for i, spec in enumerate(self.layers):
@@ -302,7 +304,7 @@ class OnnxGenerator:
                 corr = batch_idxs - np.arange(batch_idxs.size)
                 order = (order.reshape(-1, beam) + corr[:, None] * beam).reshape(-1)
                 for name in cross:
-                    cross[name] = cross[name][order]
+                    cross[name] = cross[name][batch_idxs if per_sentence else order]
                 feed.update(cross)
             if self._pos_input is not None:
                 feed[self._pos_input] = positions[step : step + 1]
@@ -559,11 +561,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise OnnxError(f"--output {args.output}: {parent} is not a writable directory")
         if args.input is not None and not os.path.isfile(args.input):
             raise OnnxError(f"input file not found: {args.input}")
-        translator = OnnxTranslator(
-            args.model_dir, beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
-            max_len_b=args.max_len_b, batch_size=args.batch_size, threads=args.threads,
-            shortlist=args.shortlist,
-        )  # fmt: skip
+        settings = {k: getattr(args, k) for k in ("beam", "lenpen", "max_len_a", "max_len_b",
+                                                  "batch_size", "threads", "shortlist")}  # fmt: skip
+        translator = OnnxTranslator(args.model_dir, **settings)
         try:
             if args.input is None:
                 data = sys.stdin.buffer.read()
