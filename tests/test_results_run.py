@@ -851,3 +851,30 @@ def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
     assert sum("measure_speed.sh" in line and "--ct2" in line for line in printed) == 2
     assert "collect.py remeasure" in printed[-1]
     assert _calls(calls) == [] and not (tmp_path / "again").exists()
+
+
+def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_text(bench, tmp_path):
+    """deploy_bench.sh: the shortlist from the plan's corpus, then batch 1 (BLEU, memory) and
+    batch 32 over the remeasured teacher and LightFormer, every engine, precision and shortlist,
+    model-only and from raw text; a dry run runs nothing; without the models: one line, exit 2."""
+    env, calls, _ = bench
+    script = str(ROOT / "examples/translation/results/deploy_bench.sh")
+    env = {**env, "SAVE_ROOT": str(tmp_path / "models"), "OUT": str(tmp_path / "out")}
+    dry = subprocess.run(["bash", script], env={**env, "DRY_RUN": "1"}, capture_output=True,
+                         text=True, timeout=120, check=False)  # fmt: skip
+    assert dry.returncode == 0, dry.stderr
+    printed = [line for line in dry.stdout.splitlines() if line.startswith("+ ")]
+    assert len(printed) == 3 and "shortlist_build" in printed[0]
+    b1, b32 = printed[1:]
+    for line in (b1, b32):
+        for flag in ("--natural", "--onnx", "--ct2", "--int8-large", "--compare-int8",
+                     "--shortlist", "--text", "--beam 5", "--threads 1"):  # fmt: skip
+            assert flag in line, (flag, line)
+        assert str(tmp_path / "models" / "lightformer_svd" / "checkpoint_best.pt") in line
+    assert "--timing-batch-size 1 " in b1 and "--bleu" in b1 and "--memory" in b1
+    assert "--timing-batch-size 32 " in b32 and "--bleu" not in b32
+    assert _calls(calls) == [] and not (tmp_path / "out").exists()
+    run = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=120,
+                         check=False)  # fmt: skip
+    assert run.returncode == 2 and run.stderr.count("\n") == 1
+    assert "run remeasure.sh first" in run.stderr and not (tmp_path / "out").exists()

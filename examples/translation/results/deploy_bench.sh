@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The deployment benchmark on the results run's trained models (the teacher and the SVD
+# LightFormer that remeasure.sh retrains with the plan's own commands): engine x model x
+# precision x shortlist, batch 1 and batch 32, on the test split's sentences at their natural
+# lengths (--natural), one thread, beam 5; model-only and raw text to raw text (--text:
+# sentencepiece inside the timed path); BLEU, size on disk and peak memory.
+#
+#   bash examples/translation/results/remeasure.sh      # the models, once (about an hour)
+#   bash examples/translation/results/deploy_bench.sh   # about 30 minutes on 2 cores; resumes
+#
+# Writes OUT/deploy-b1.json and OUT/deploy-b32.json (measure_speed --json; the two runs go side
+# by side, one core each) and copies them to ROWS_DIR. Settings (environment): SAVE_ROOT (the
+# models, default ~/.cache/lightcompress/remeasure), DATA_DIR (the plan's corpus), OUT (default
+# ~/.cache/lightcompress/deploy-bench), ROWS_DIR (default: the committed rows), B1_SENTENCES
+# (150), B32_SENTENCES (640), RUNS (3), DRY_RUN=1 (print the commands, run nothing).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$HERE/../../.." && pwd)"
+CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/lightcompress"
+SAVE_ROOT="${SAVE_ROOT:-$CACHE_ROOT/remeasure}"
+DATA_DIR="${DATA_DIR:-$CACHE_ROOT/data/results}"
+OUT="${OUT:-$CACHE_ROOT/deploy-bench}"
+ROWS_DIR="${ROWS_DIR:-$HERE/cpu}"
+B1_SENTENCES="${B1_SENTENCES:-150}"
+B32_SENTENCES="${B32_SENTENCES:-640}"
+RUNS="${RUNS:-3}"
+DRY_RUN="${DRY_RUN:-0}"
+PYTHON="${PYTHON:-python}"
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONWARNINGS=ignore
+cd "$REPO_ROOT"
+log() { echo "[deploy_bench $(date -u +%H:%M:%S)] $*" >&2; }
+
+models="teacher=$SAVE_ROOT/teacher/checkpoint_best.pt,lightformer_svd=$SAVE_ROOT/lightformer_svd/checkpoint_best.pt"
+if [[ "$DRY_RUN" != 1 ]]; then
+  for m in teacher lightformer_svd; do
+    [[ -f "$SAVE_ROOT/$m/checkpoint_best.pt" ]] || {
+      echo "deploy_bench.sh: $SAVE_ROOT/$m/checkpoint_best.pt is missing: run remeasure.sh first" >&2
+      exit 2
+    }
+  done
+  mkdir -p "$OUT"
+fi
+
+# step NAME COMMAND: run a command once (its output in OUT/NAME.txt); DRY_RUN prints it
+step() {
+  local name="$1" cmd="$2"
+  if [[ "$DRY_RUN" == 1 ]]; then
+    echo "+ $cmd"
+    return 0
+  fi
+  [[ -f "$OUT/$name.done" ]] && return 0
+  log "$name"
+  eval "$cmd" >"$OUT/$name.txt" 2>"$OUT/$name.log"
+  touch "$OUT/$name.done"
+}
+
+step shortlist "$PYTHON -m lightcompress.deploy.shortlist_build --data $DATA_DIR/bin -o $OUT/shortlist.txt"
+common="--data $DATA_DIR/bin --user-dir $REPO_ROOT/lightcompress --path $models --natural --threads 1 --beam 5 --lenpen 1.0 --max-len-a 1.2 --max-len-b 10 --runs $RUNS --onnx --ct2 --int8-large --compare-int8 --shortlist $OUT/shortlist.txt --text $DATA_DIR/spm/spm.model --quiet"
+b1="bash scripts/measure_speed.sh $common --num-sentences $B1_SENTENCES --timing-batch-size 1 --bleu --post-process sentencepiece --memory --json $OUT/deploy-b1.json"
+b32="bash scripts/measure_speed.sh $common --num-sentences $B32_SENTENCES --timing-batch-size 32 --json $OUT/deploy-b32.json"
+if [[ "$DRY_RUN" == 1 ]]; then
+  step b1 "$b1"
+  step b32 "$b32"
+  exit 0
+fi
+step b1 "$b1" & p1=$!
+step b32 "$b32" & p2=$!
+wait "$p1"
+wait "$p2"
+cp "$OUT/deploy-b1.json" "$OUT/deploy-b32.json" "$ROWS_DIR/"
+log "done: $ROWS_DIR/deploy-b1.json, $ROWS_DIR/deploy-b32.json"
