@@ -55,8 +55,8 @@ step() {
   touch "$OUT/$name.done"
 }
 
-step shortlist "$PYTHON -m lightcompress.deploy.shortlist_build --data $DATA_DIR/bin -o $OUT/shortlist.txt"
-common="--data $DATA_DIR/bin --user-dir $REPO_ROOT/lightcompress --path $models --natural --threads 1 --beam 5 --lenpen 1.0 --max-len-a 1.2 --max-len-b 10 --runs $RUNS --onnx --ct2 --int8-large --compare-int8 --shortlist $OUT/shortlist.txt --text $DATA_DIR/spm/spm.model --quiet"
+step shortlist "$PYTHON -c 'from lightcompress.deploy.shortlist_build import cli_main; cli_main()' --data $DATA_DIR/bin -o $OUT/vocab-shortlist.txt"
+common="--data $DATA_DIR/bin --user-dir $REPO_ROOT/lightcompress --path $models --natural --threads 1 --beam 5 --lenpen 1.0 --max-len-a 1.2 --max-len-b 10 --runs $RUNS --onnx --ct2 --int8-large --compare-int8 --shortlist $OUT/vocab-shortlist.txt --text $DATA_DIR/spm/spm.model --quiet"
 b1="bash scripts/measure_speed.sh $common --num-sentences $B1_SENTENCES --timing-batch-size 1 --bleu --post-process sentencepiece --memory --json $OUT/deploy-b1.json"
 b32="bash scripts/measure_speed.sh $common --num-sentences $B32_SENTENCES --timing-batch-size 32 --json $OUT/deploy-b32.json"
 if [[ "$DRY_RUN" == 1 ]]; then
