@@ -12,7 +12,8 @@
 # by side, one core each) and copies them to ROWS_DIR. Settings (environment): SAVE_ROOT (the
 # models, default ~/.cache/lightcompress/remeasure), DATA_DIR (the plan's corpus), OUT (default
 # ~/.cache/lightcompress/deploy-bench), ROWS_DIR (default: the committed rows), B1_SENTENCES
-# (150), B32_SENTENCES (640), RUNS (3), DRY_RUN=1 (print the commands, run nothing).
+# (150), B32_SENTENCES (640), RUNS (3), SEQUENTIAL=1 (batch 1, then batch 32, each alone on
+# the machine), DRY_RUN=1 (print the commands, run nothing).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -25,6 +26,7 @@ ROWS_DIR="${ROWS_DIR:-$HERE/cpu}"
 B1_SENTENCES="${B1_SENTENCES:-150}"
 B32_SENTENCES="${B32_SENTENCES:-640}"
 RUNS="${RUNS:-3}"
+SEQUENTIAL="${SEQUENTIAL:-0}"
 DRY_RUN="${DRY_RUN:-0}"
 PYTHON="${PYTHON:-python}"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONWARNINGS=ignore
@@ -64,9 +66,17 @@ if [[ "$DRY_RUN" == 1 ]]; then
   step b32 "$b32"
   exit 0
 fi
-step b1 "$b1" & p1=$!
-step b32 "$b32" & p2=$!
-wait "$p1"
-wait "$p2"
-cp "$OUT/deploy-b1.json" "$OUT/deploy-b32.json" "$ROWS_DIR/"
-log "done: $ROWS_DIR/deploy-b1.json, $ROWS_DIR/deploy-b32.json"
+if [[ "$SEQUENTIAL" == 1 ]]; then  # one run at a time: the other core stays idle
+  step b1 "$b1"
+  step b32 "$b32"
+else
+  step b1 "$b1" & p1=$!
+  step b32 "$b32" & p2=$!
+  wait "$p1"
+  wait "$p2"
+fi
+suffix=""
+[[ "$SEQUENTIAL" == 1 ]] && suffix="-alone"
+cp "$OUT/deploy-b1.json" "$ROWS_DIR/deploy-b1$suffix.json"
+cp "$OUT/deploy-b32.json" "$ROWS_DIR/deploy-b32$suffix.json"
+log "done: $ROWS_DIR/deploy-b1$suffix.json, $ROWS_DIR/deploy-b32$suffix.json"
