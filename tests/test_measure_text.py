@@ -74,7 +74,8 @@ def test_measure_speed_text_rows_follow_the_id_rows_with_bleu_and_natural_length
         [os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"), "--data", toy["data"],
          "--path", f"teacher={toy['teacher']}", "--fast", "--onnx", "--ct2", "--text",
          toy["spm"], "--natural", "--num-sentences", "10", "--bleu", "--memory", "--runs", "1",
-         "--warmup", "0", "--timing-batch-size", "4", "--quiet", "--json", str(out)],
+         "--warmup", "0", "--timing-batch-size", "4", "--sort-batches", "--quiet", "--json",
+         str(out)],
         capture_output=True, text=True, timeout=600, check=False,
         env=dict(os.environ, PYTHON=sys.executable, PYTHONWARNINGS="ignore"),
     )  # fmt: skip
@@ -96,8 +97,9 @@ def test_measure_speed_text_rows_follow_the_id_rows_with_bleu_and_natural_length
     assert "onnxruntime+text" in proc.stdout and "ctranslate2+text" in proc.stdout
     # --natural: every third sentence of the 30 in the test split, at their own lengths
     protocol = result["protocol"]
-    assert protocol["natural"] and protocol["num_sentences"] == 10
+    assert protocol["natural"] and protocol["num_sentences"] == 10 and protocol["sorted_batches"]
     assert "natural lengths" in proc.stdout.splitlines()[0]
+    assert "batch 4 (longest first)" in proc.stdout.splitlines()[0]
     from lightcompress.checkpoint import load_checkpoint
     from lightcompress.measure.protocol import pick_sentences
 

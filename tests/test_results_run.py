@@ -864,8 +864,11 @@ def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_tex
                          text=True, timeout=120, check=False)  # fmt: skip
     assert dry.returncode == 0, dry.stderr
     printed = [line for line in dry.stdout.splitlines() if line.startswith("+ ")]
-    assert len(printed) == 3 and "shortlist_build" in printed[0]
-    b1, b32 = printed[1:]
+    assert len(printed) == 4 and "shortlist_build" in printed[0]
+    b1, b32, b32s = printed[1:]
+    assert b32s == b32.replace(" --json", " --sort-batches --json").replace(
+        "deploy-b32.json", "deploy-b32-sorted.json"
+    )
     for line in (b1, b32):
         for flag in ("--natural", "--onnx", "--ct2", "--int8-large", "--compare-int8",
                      "--shortlist", "--text", "--beam 5", "--threads 1"):  # fmt: skip

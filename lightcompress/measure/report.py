@@ -109,7 +109,8 @@ def protocol_line(p: dict) -> str:
     return (
         f"{p['num_sentences']} sentences (source length {p['mean_src_len']:.1f} on average"
         f"{'' if p.get('natural') else ', target ' + str(p['src_len'])}; "
-        f"{p['sentences_from']}), batch {p['batch_size']}, "
+        f"{p['sentences_from']}), batch {p['batch_size']}"
+        f"{' (longest first)' if p.get('sorted_batches') else ''}, "
         f"beam {p['beam']}, "
         f"lenpen {p['lenpen']}, {p['threads']} thread(s), {p['runs']} runs after "
         f"{p['warmup']} warm-up, {p['dropped_each_end']} fastest + "

@@ -56,9 +56,9 @@ and in ONNX Runtime's int8 with ``--int8-large`` (the large maps) / ``--compare-
 map); its size is the export directory. ``--shortlist FILE`` (with ``--fast`` / ``--onnx``)
 adds each of those rows again scoring only the candidates of a vocabulary shortlist
 (:mod:`lightcompress.deploy.shortlist`; engine ``...+shortlist`` in the table, BLEU with it).
-``--natural`` times every k-th sentence of the split at its own length instead; ``--text SPM``
-adds each ONNX Runtime / CTranslate2 / fast-path row again, timed from raw text to raw text
-(engine ``...+text``; :mod:`lightcompress.measure.text`).
+``--natural``: every k-th sentence of the split at its own length; ``--sort-batches``: batches
+longest first; ``--text SPM``: each ONNX Runtime / CTranslate2 / fast-path row again from raw
+text to raw text (engine ``...+text``; :mod:`lightcompress.measure.text`).
 
 ``--json OUT`` writes every raw run, the protocol, date, CPU model and library versions (the
 file is written atomically).
@@ -216,6 +216,12 @@ def _arg_parser() -> argparse.ArgumentParser:
         default=1,
         help="sentences per batch in the timed runs (default 1, the papers' protocol; "
         "consecutive sentences, left-padded)",
+    )
+    t.add_argument(
+        "--sort-batches",
+        action="store_true",
+        help="batch the timing sentences longest first (as fairseq-generate and the translators "
+        "batch a file) instead of in their order; every engine gets the same batches",
     )
     t.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     t.add_argument("--runs", type=int, default=10, help="timed runs per model (default 10)")
@@ -459,14 +465,14 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
         sentences = pick_sentences(
             first, args.subset, args.num_sentences, args.src_len, natural=args.natural
         )
-        sentences_from = f"{args.subset} split of {args.data}" + (
-            ", natural lengths" if args.natural else ""
-        )
+        sentences_from = f"{args.subset} split of {args.data}{', natural lengths' * args.natural}"
     else:
         sentences = random_sentences(
             first.source_dictionary, args.num_sentences, args.src_len, args.seed
         )
         sentences_from = "random word ids"
+    if args.sort_batches:  # (stable: equal lengths keep their order)
+        sentences = sorted(sentences, key=lambda s: -s.numel())
 
     min_len, max_len_a, max_len_b = 1, args.max_len_a, args.max_len_b
     if args.max_len is None and args.min_len is None and any(c.random_weights for c in candidates):
@@ -511,6 +517,7 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
         "num_sentences": len(sentences),
         "src_len": args.src_len,
         "natural": bool(args.natural and args.data),
+        "sorted_batches": bool(args.sort_batches),
         "mean_src_len": sum(s.numel() - 1 for s in sentences) / len(sentences),
         "sentences_from": sentences_from,
         "batch_size": args.timing_batch_size,

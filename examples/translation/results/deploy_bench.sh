@@ -9,7 +9,8 @@
 #   bash examples/translation/results/deploy_bench.sh   # about 30 minutes on 2 cores; resumes
 #
 # Writes OUT/deploy-b1.json and OUT/deploy-b32.json (measure_speed --json; the two runs go side
-# by side, one core each) and copies them to ROWS_DIR. Settings (environment): SAVE_ROOT (the
+# by side, one core each), then OUT/deploy-b32-sorted.json (batch 32, batches longest first,
+# alone), and copies them to ROWS_DIR. Settings (environment): SAVE_ROOT (the
 # models, default ~/.cache/lightcompress/remeasure), DATA_DIR (the plan's corpus), OUT (default
 # ~/.cache/lightcompress/deploy-bench), ROWS_DIR (default: the committed rows), B1_SENTENCES
 # (150), B32_SENTENCES (640), RUNS (3), SEQUENTIAL=1 (batch 1, then batch 32, each alone on
@@ -61,9 +62,13 @@ step shortlist "$PYTHON -c 'from lightcompress.deploy.shortlist_build import cli
 common="--data $DATA_DIR/bin --user-dir $REPO_ROOT/lightcompress --path $models --natural --threads 1 --beam 5 --lenpen 1.0 --max-len-a 1.2 --max-len-b 10 --runs $RUNS --onnx --ct2 --int8-large --compare-int8 --shortlist $OUT/vocab-shortlist.txt --text $DATA_DIR/spm/spm.model --quiet"
 b1="bash scripts/measure_speed.sh $common --num-sentences $B1_SENTENCES --timing-batch-size 1 --bleu --post-process sentencepiece --memory --json $OUT/deploy-b1.json"
 b32="bash scripts/measure_speed.sh $common --num-sentences $B32_SENTENCES --timing-batch-size 32 --json $OUT/deploy-b32.json"
+# batch 32 again with the batches longest first (as the translators and fairseq-generate batch
+# a file; every engine gets the same batches), after the other two
+b32s="bash scripts/measure_speed.sh $common --num-sentences $B32_SENTENCES --timing-batch-size 32 --sort-batches --json $OUT/deploy-b32-sorted.json"
 if [[ "$DRY_RUN" == 1 ]]; then
   step b1 "$b1"
   step b32 "$b32"
+  step b32-sorted "$b32s"
   exit 0
 fi
 if [[ "$SEQUENTIAL" == 1 ]]; then  # one run at a time: the other core stays idle
@@ -75,8 +80,10 @@ else
   wait "$p1"
   wait "$p2"
 fi
+step b32-sorted "$b32s"
 suffix=""
 [[ "$SEQUENTIAL" == 1 ]] && suffix="-alone"
 cp "$OUT/deploy-b1.json" "$ROWS_DIR/deploy-b1$suffix.json"
 cp "$OUT/deploy-b32.json" "$ROWS_DIR/deploy-b32$suffix.json"
-log "done: $ROWS_DIR/deploy-b1$suffix.json, $ROWS_DIR/deploy-b32$suffix.json"
+cp "$OUT/deploy-b32-sorted.json" "$ROWS_DIR/deploy-b32-sorted$suffix.json"
+log "done: $ROWS_DIR/deploy-b1$suffix.json, deploy-b32$suffix.json, deploy-b32-sorted$suffix.json"
