@@ -156,7 +156,8 @@ def render(b1: dict, b32: dict) -> str:
     lines = [
         (f"Batch 1: {p1['num_sentences']} test sentences, batch 32: {p32['num_sentences']} "
         f"(every k-th of the split, natural lengths: {p1['mean_src_len']:.1f} / "
-        f"{p32['mean_src_len']:.1f} source tokens on average); beam {p1['beam']}, "
+        f"{p32['mean_src_len']:.1f} source tokens on average"
+        f"{'; batch 32 longest first' if p32.get('sorted_batches') else ''}); beam {p1['beam']}, "
         f"{p1['threads']} thread, best-trimmed mean of {p1['runs']} interleaved runs; "
         f"{b1['environment'].get('date', '')[:16]} UTC, {b1['environment'].get('cpu', '')}."),
         "",
