@@ -32,7 +32,7 @@ DRY_RUN="${DRY_RUN:-0}"
 PYTHON="${PYTHON:-python}"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONWARNINGS=ignore
 cd "$REPO_ROOT"
-log() { echo "[deploy_bench $(date -u +%H:%M:%S)] $*" >&2; }
+db_log() { echo "[deploy_bench $(date -u +%H:%M:%S)] $*" >&2; }
 
 models="teacher=$SAVE_ROOT/teacher/checkpoint_best.pt,lightformer_svd=$SAVE_ROOT/lightformer_svd/checkpoint_best.pt"
 if [[ "$DRY_RUN" != 1 ]]; then
@@ -45,20 +45,20 @@ if [[ "$DRY_RUN" != 1 ]]; then
   mkdir -p "$OUT"
 fi
 
-# step NAME COMMAND: run a command once (its output in OUT/NAME.txt); DRY_RUN prints it
-step() {
+# db_step NAME COMMAND: run a command once (its output in OUT/NAME.txt); DRY_RUN prints it
+db_step() {
   local name="$1" cmd="$2"
   if [[ "$DRY_RUN" == 1 ]]; then
     echo "+ $cmd"
     return 0
   fi
   [[ -f "$OUT/$name.done" ]] && return 0
-  log "$name"
+  db_log "$name"
   eval "$cmd" >"$OUT/$name.txt" 2>"$OUT/$name.log"
   touch "$OUT/$name.done"
 }
 
-step shortlist "$PYTHON -c 'from lightcompress.deploy.shortlist_build import cli_main; cli_main()' --data $DATA_DIR/bin -o $OUT/vocab-shortlist.txt"
+db_step shortlist "$PYTHON -c 'from lightcompress.deploy.shortlist_build import cli_main; cli_main()' --data $DATA_DIR/bin -o $OUT/vocab-shortlist.txt"
 common="--data $DATA_DIR/bin --user-dir $REPO_ROOT/lightcompress --path $models --natural --threads 1 --beam 5 --lenpen 1.0 --max-len-a 1.2 --max-len-b 10 --runs $RUNS --onnx --ct2 --int8-large --compare-int8 --shortlist $OUT/vocab-shortlist.txt --text $DATA_DIR/spm/spm.model --quiet"
 b1="bash scripts/measure_speed.sh $common --num-sentences $B1_SENTENCES --timing-batch-size 1 --bleu --post-process sentencepiece --memory --json $OUT/deploy-b1.json"
 b32="bash scripts/measure_speed.sh $common --num-sentences $B32_SENTENCES --timing-batch-size 32 --json $OUT/deploy-b32.json"
@@ -66,24 +66,24 @@ b32="bash scripts/measure_speed.sh $common --num-sentences $B32_SENTENCES --timi
 # a file; every engine gets the same batches), after the other two
 b32s="bash scripts/measure_speed.sh $common --num-sentences $B32_SENTENCES --timing-batch-size 32 --sort-batches --json $OUT/deploy-b32-sorted.json"
 if [[ "$DRY_RUN" == 1 ]]; then
-  step b1 "$b1"
-  step b32 "$b32"
-  step b32-sorted "$b32s"
+  db_step b1 "$b1"
+  db_step b32 "$b32"
+  db_step b32-sorted "$b32s"
   exit 0
 fi
 if [[ "$SEQUENTIAL" == 1 ]]; then  # one run at a time: the other core stays idle
-  step b1 "$b1"
-  step b32 "$b32"
+  db_step b1 "$b1"
+  db_step b32 "$b32"
 else
-  step b1 "$b1" & p1=$!
-  step b32 "$b32" & p2=$!
+  db_step b1 "$b1" & p1=$!
+  db_step b32 "$b32" & p2=$!
   wait "$p1"
   wait "$p2"
 fi
-step b32-sorted "$b32s"
+db_step b32-sorted "$b32s"
 suffix=""
 [[ "$SEQUENTIAL" == 1 ]] && suffix="-alone"
 cp "$OUT/deploy-b1.json" "$ROWS_DIR/deploy-b1$suffix.json"
 cp "$OUT/deploy-b32.json" "$ROWS_DIR/deploy-b32$suffix.json"
 cp "$OUT/deploy-b32-sorted.json" "$ROWS_DIR/deploy-b32-sorted$suffix.json"
-log "done: $ROWS_DIR/deploy-b1$suffix.json, deploy-b32$suffix.json, deploy-b32-sorted$suffix.json"
+db_log "done: $ROWS_DIR/deploy-b1$suffix.json, deploy-b32$suffix.json, deploy-b32-sorted$suffix.json"
