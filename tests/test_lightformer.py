@@ -349,6 +349,55 @@ def test_group_mapping_first_and_mean(tiny_transformer, tmp_path):
     assert first.encoder.layers[0].fc1.u is first.encoder.layers[1].fc1.u
 
 
+def test_layers_from_gives_a_shallower_student(tiny_data, tiny_transformer, tmp_path):
+    """--decoder-layers-from picks the teacher layer of each student layer: a 2-1 student
+    from the 2-2 teacher, its one decoder layer the teacher's second, at full rank equal to
+    it; the student translates. Also in the deep direction: 3 encoder layers from 2."""
+    teacher = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    flags = list(STUDENT_FULL_RANK)
+    flags[flags.index("--decoder-layers") + 1] = "1"
+    flags[flags.index("--encoder-layers") + 1] = "3"
+    out = str(tmp_path / "shallow.pt")
+    student, _ = convert_checkpoint(
+        ["-i", teacher, "-o", out, "-a", "lightformer", "--quiet", *flags, "--rank", "32",
+         "--embed-rank", "32", "--decoder-layers-from", "1", "--encoder-layers-from", "0,1,1"]
+    )  # fmt: skip
+    t = torch.load(teacher)["model"]
+    assert len(student.decoder.layers) == 1 and len(student.encoder.layers) == 3
+    for key, layer in (("decoder.layers.1.fc1.weight", student.decoder.layers[0]),
+                       ("encoder.layers.1.fc1.weight", student.encoder.layers[2])):  # fmt: skip
+        torch.testing.assert_close(layer.fc1.to_dense(), t[key], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(
+        student.encoder.layers[0].fc1.to_dense(), t["encoder.layers.0.fc1.weight"],
+        atol=1e-4, rtol=1e-4,
+    )  # fmt: skip
+    _, hyps, _ = harness.generate(tiny_data, out)
+    assert len(hyps) == 40
+
+
+def test_layers_from_refusals(tiny_transformer, tmp_path, capsys):
+    teacher = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    flags = list(STUDENT_FULL_RANK)
+    flags[flags.index("--decoder-layers") + 1] = "1"
+    base = ["-i", teacher, "-o", str(tmp_path / "x.pt"), "--arch", "lightformer", "--quiet",
+            *flags]  # fmt: skip
+    # a shallower student without the mapping: refused, and the error names the flag
+    err = _convert_err(capsys, base)
+    assert "depth mismatch" in err and "--decoder-layers-from" in err
+    # one teacher layer per student layer
+    err = _convert_err(capsys, [*base, "--decoder-layers-from", "0,1"])
+    assert "names 2 teacher layers" in err and "1 decoder layers" in err
+    # a teacher layer that does not exist
+    err = _convert_err(capsys, [*base, "--decoder-layers-from", "2"])
+    assert "teacher layer 2 does not exist" in err
+    # not a list of numbers (argparse's own error)
+    with pytest.raises(SystemExit) as exit_:
+        cli_main([*base, "--decoder-layers-from", "last"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and "comma-separated list" in err
+    assert not (tmp_path / "x.pt").exists()
+
+
 def _convert_err(capsys, argv):
     code = cli_main(argv)
     err = capsys.readouterr().err

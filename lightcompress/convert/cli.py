@@ -30,12 +30,28 @@ __all__ = ["cli_main", "convert_checkpoint", "get_parser", "main"]
 LOW_ENERGY = 0.5
 
 
+def _layer_list(text: str) -> list[int]:
+    """``--*-layers-from``: comma-separated teacher layer indices."""
+    try:
+        layers = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of teacher layer numbers (e.g. 0,2)"
+        ) from None
+    if any(i < 0 for i in layers):
+        raise argparse.ArgumentTypeError(f"{text!r}: teacher layers are numbered from 0")
+    return layers
+
+
 def get_parser(converters=()):
     methods = sorted(
         {f"{c.family.name} ({c.family.transfer.method})" for c in converters
          if getattr(c, "family", None) is not None and c.family.transfer is not None}
     )  # fmt: skip
-    parser = argparse.ArgumentParser(
+    parser = cli.OneLineParser(
+        # (no abbreviations: the student's model flags pass through, and --decoder-layers must
+        # stay a model flag, not an abbreviation of --decoder-layers-from)
+        allow_abbrev=False,
         prog="lightcompress-convert",
         description="Convert a trained dense fairseq Transformer checkpoint into a compressed "
         "model of the lightcompress plugin, its weights transferred to the student: "
@@ -56,6 +72,17 @@ def get_parser(converters=()):
         required=True,
         help="student architecture, e.g. lightformer_iwslt_de_en",
     )
+    for side in ("encoder", "decoder"):
+        parser.add_argument(
+            f"--{side}-layers-from",
+            type=_layer_list,
+            metavar="I,J,...",
+            help=f"the teacher {side} layer each student {side} layer (each sharing group, with "
+            f"--lc-{side}-groups) starts from, numbered from 0; lets a student be shallower "
+            f"than its teacher, e.g. --{side}-layers 1 --{side}-layers-from 2 keeps the "
+            f"teacher's last of 3 (default: the teacher has the student's {side} depth, or one "
+            "layer per sharing group)",
+        )
     parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
     parser.add_argument("--quiet", action="store_true", help="print only the summary")
     for conv in converters:

@@ -11,7 +11,10 @@ written back); the steps are the same for all:
    (:func:`layer_sources`): teacher depth = student depth ``L`` gives position ``i`` the
    first teacher layer of its group (``--group-init first``, also when a family has no such
    option) or their mean (``--group-init mean``); teacher depth = number of groups ``N``
-   gives group ``g`` teacher layer ``g``; anything else is refused;
+   gives group ``g`` teacher layer ``g``; ``--encoder-layers-from`` / ``--decoder-layers-from``
+   name the teacher layer of each student position (or group) instead, so that a shallower
+   student starts from a deeper teacher (deep encoder, shallow decoder); anything else is
+   refused;
 3. Admin omegas (``--admin-init``) are set to 1, the dense teacher's plain ``x + f(x)``, and
    marked as profiled;
 4. every layer the spec names is fitted by its kind's ``from_dense`` (SVD, TT-SVD, CP-ALS),
@@ -39,10 +42,29 @@ from lightcompress.modules import group_schedule
 __all__ = ["FamilyConverter", "family_converter", "family_converters", "layer_sources"]
 
 
-def layer_sources(student_layers: int, groups: int, teacher_layers: int, side: str):
-    """For each student position, the list of teacher layer indices its weights come from."""
+def layer_sources(
+    student_layers: int, groups: int, teacher_layers: int, side: str, chosen=None
+):
+    """For each student position, the list of teacher layer indices its weights come from.
+
+    ``chosen`` (``--{side}-layers-from``): the teacher layer of each unique student layer (each
+    position, or each sharing group), in order; any depths then."""
     schedule = group_schedule(student_layers, groups) if groups else list(range(student_layers))
     unique = max(schedule) + 1
+    if chosen is not None:
+        what = f"{unique} sharing groups" if groups else f"{student_layers} {side} layers"
+        if len(chosen) != unique:
+            raise ConversionError(
+                f"--{side}-layers-from names {len(chosen)} teacher layers, but the student has "
+                f"{what}: give one teacher layer for each"
+            )
+        bad = [i for i in chosen if not 0 <= i < teacher_layers]
+        if bad:
+            raise ConversionError(
+                f"--{side}-layers-from: teacher layer {bad[0]} does not exist (the teacher has "
+                f"{teacher_layers} {side} layers, numbered 0 to {teacher_layers - 1})"
+            )
+        return [[chosen[g]] for g in schedule]
     if teacher_layers == student_layers:
         members = {}
         for pos, g in enumerate(schedule):
@@ -53,12 +75,13 @@ def layer_sources(student_layers: int, groups: int, teacher_layers: int, side: s
     raise ConversionError(
         f"{side} depth mismatch: the teacher has {teacher_layers} {side} layers, the student "
         f"{student_layers} in {unique} groups; the teacher must have {student_layers} or "
-        f"{unique} {side} layers"
+        f"{unique} {side} layers, or --{side}-layers-from must pick the teacher layer of each"
     )
 
 
-def map_teacher(teacher, dense, student_args, group_init: str, log) -> dict:
-    """The teacher's state dict with its layers mapped to the student's positions."""
+def map_teacher(teacher, dense, student_args, group_init: str, log, layers_from=None) -> dict:
+    """The teacher's state dict with its layers mapped to the student's positions
+    (``layers_from``: side -> the teacher layer of each unique student layer, or None)."""
     tsd = teacher.state_dict()
     mapped = {
         k: v for k, v in tsd.items() if not k.startswith(("encoder.layers.", "decoder.layers."))
@@ -67,7 +90,9 @@ def map_teacher(teacher, dense, student_args, group_init: str, log) -> dict:
         n_student = len(getattr(dense, side).layers)
         n_teacher = len(getattr(teacher, side).layers)
         groups = getattr(student_args, f"lc_{side}_groups", 0) or 0
-        for pos, src in enumerate(layer_sources(n_student, groups, n_teacher, side)):
+        chosen = (layers_from or {}).get(side)
+        sources = layer_sources(n_student, groups, n_teacher, side, chosen)
+        for pos, src in enumerate(sources):
             if group_init != "mean":
                 src = src[:1]
             for key in getattr(dense, side).layers[pos].state_dict():
@@ -118,7 +143,10 @@ class FamilyConverter(Converter):
         except ValueError as exc:
             raise ConversionError(f"cannot build the student: {exc}") from None
         group_init = getattr(opts, "group_init", None) or "first"
-        mapped = map_teacher(teacher, dense, student_args, group_init, log)
+        layers_from = {
+            side: getattr(opts, f"{side}_layers_from", None) for side in ("encoder", "decoder")
+        }
+        mapped = map_teacher(teacher, dense, student_args, group_init, log, layers_from)
         try:
             missing, unexpected = dense.load_state_dict(mapped, strict=False)
         except RuntimeError as exc:
