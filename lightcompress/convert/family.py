@@ -42,9 +42,7 @@ from lightcompress.modules import group_schedule
 __all__ = ["FamilyConverter", "family_converter", "family_converters", "layer_sources"]
 
 
-def layer_sources(
-    student_layers: int, groups: int, teacher_layers: int, side: str, chosen=None
-):
+def layer_sources(student_layers: int, groups: int, teacher_layers: int, side: str, chosen=None):
     """For each student position, the list of teacher layer indices its weights come from.
 
     ``chosen`` (``--{side}-layers-from``): the teacher layer of each unique student layer (each
