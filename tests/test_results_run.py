@@ -844,10 +844,33 @@ def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
     planned = {line for line in (plan.stdout + plan.stderr).splitlines() if line.startswith("+ ")}
     printed = [line for line in again.stdout.splitlines() if line.startswith("+ ")]
     trains = [line for line in printed if line.startswith("+ fairseq-train ")]
-    assert len(trains) == 2 and all(line in planned for line in trains)
+    assert len(trains) == 3 and all(line in planned for line in trains[:2])
     assert "--save-dir " + str(tmp_path / "again" / "teacher") in trains[0]
     assert "--finetune-from-model" in trains[1]
     assert any(line.startswith("+ lightcompress-convert ") and line in planned for line in printed)
+    # the deep-encoder / shallow-decoder LightFormer: lightformer_svd's commands, only the
+    # depths (and its own files) changed
+    converts = [line for line in printed if line.startswith("+ lightcompress-convert ")]
+    shallow = str(tmp_path / "again" / "lightformer_shallow")
+    assert len(converts) == 2 and converts[1] == converts[0].replace(
+        "--encoder-layers 3 --decoder-layers 3 ",
+        "--encoder-layers 3 --encoder-layers-from 0,1,2 --decoder-layers 1 --decoder-layers-from 0 ",
+    ).replace("lightformer_init.pt", "lightformer_shallow_init.pt")
+    kd = str(tmp_path / "again" / "kd-bin")
+    assert (
+        trains[2]
+        == trains[1]
+        .replace("--encoder-layers 3 --decoder-layers 3 ", "--encoder-layers 3 --decoder-layers 1 ")
+        .replace("lightformer_init.pt", "lightformer_shallow_init.pt")
+        .replace(str(tmp_path / "again" / "lightformer_svd"), shallow)
+        + f" --task translation_seqkd --kd-data-mode both --kd-distilled-data {kd}"
+    )
+    # (the KD data: the plan's own distillation command, before the shallow model trains)
+    distill = [line for line in printed if "scripts/distill_data.sh" in line]
+    assert len(distill) == 1 and distill[0] in planned and f"--out-dir {kd} " in distill[0]
+    assert printed.index(distill[0]) < printed.index(trains[2])
+    assert any(line.startswith("+ fairseq-generate ") and f"{shallow}/checkpoint_best.pt" in line
+               for line in printed)  # fmt: skip
     assert sum("measure_speed.sh" in line and "--ct2" in line for line in printed) == 2
     assert "collect.py remeasure" in printed[-1]
     assert _calls(calls) == [] and not (tmp_path / "again").exists()
@@ -873,7 +896,8 @@ def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_tex
         for flag in ("--natural", "--onnx", "--ct2", "--int8-large", "--compare-int8",
                      "--shortlist", "--text", "--beam 5", "--threads 1"):  # fmt: skip
             assert flag in line, (flag, line)
-        assert str(tmp_path / "models" / "lightformer_svd" / "checkpoint_best.pt") in line
+        for model in ("teacher", "lightformer_svd", "lightformer_shallow"):
+            assert str(tmp_path / "models" / model / "checkpoint_best.pt") in line
     assert "--timing-batch-size 1 " in b1 and "--bleu" in b1 and "--memory" in b1
     assert "--timing-batch-size 32 " in b32 and "--bleu" not in b32
     assert _calls(calls) == [] and not (tmp_path / "out").exists()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The deployment benchmark on the results run's trained models (the teacher and the SVD
-# LightFormer that remeasure.sh retrains with the plan's own commands): engine x model x
+# LightFormer that remeasure.sh retrains with the plan's own commands, and its deep-encoder /
+# shallow-decoder LightFormer, SVD-transferred and fine-tuned the same way): engine x model x
 # precision x shortlist, batch 1 and batch 32, on the test split's sentences at their natural
 # lengths (--natural), one thread, beam 5; model-only and raw text to raw text (--text:
 # sentencepiece inside the timed path); BLEU, size on disk and peak memory.
@@ -34,9 +35,11 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONWARNINGS=ignore
 cd "$REPO_ROOT"
 db_log() { echo "[deploy_bench $(date -u +%H:%M:%S)] $*" >&2; }
 
-models="teacher=$SAVE_ROOT/teacher/checkpoint_best.pt,lightformer_svd=$SAVE_ROOT/lightformer_svd/checkpoint_best.pt"
+MODELS=(teacher lightformer_svd lightformer_shallow)
+models=""
+for m in "${MODELS[@]}"; do models+="${models:+,}$m=$SAVE_ROOT/$m/checkpoint_best.pt"; done
 if [[ "$DRY_RUN" != 1 ]]; then
-  for m in teacher lightformer_svd; do
+  for m in "${MODELS[@]}"; do
     [[ -f "$SAVE_ROOT/$m/checkpoint_best.pt" ]] || {
       echo "deploy_bench.sh: $SAVE_ROOT/$m/checkpoint_best.pt is missing: run remeasure.sh first" >&2
       exit 2

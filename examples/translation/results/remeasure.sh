@@ -45,6 +45,7 @@ CONVERT="$(rm_pick "^\+ lightcompress-convert .*lightformer_init\.pt")"
 TRAIN_LF="$(rm_pick "^\+ fairseq-train .*--save-dir $SAVE_ROOT/lightformer_svd ")"
 GEN_TEACHER="$(rm_pick "^\+ fairseq-generate .*$SAVE_ROOT/teacher/checkpoint_best\.pt")"
 GEN_LF="$(rm_pick "^\+ fairseq-generate .*$SAVE_ROOT/lightformer_svd/checkpoint_best\.pt")"
+DISTILL="$(rm_pick "^\+ .*scripts/distill_data\.sh .*--out-dir $SAVE_ROOT/kd-bin ")"
 
 # rm_step NAME COMMAND [REDIRECT]: run a printed (shell-quoted) command once; DRY_RUN prints it
 rm_step() {
@@ -66,6 +67,36 @@ rm_step teacher/generate "$GEN_TEACHER" "$SAVE_ROOT/teacher/generate-test.txt"
 rm_step convert "$CONVERT"
 rm_step lightformer_svd/train "$TRAIN_LF"
 rm_step lightformer_svd/generate "$GEN_LF" "$SAVE_ROOT/lightformer_svd/generate-test.txt"
+
+# The deep-encoder / shallow-decoder LightFormer (the paper's 18-3 against 6-6, at the plan's
+# size; for deploy_bench.sh): the same SVD transfer and fine-tuning as lightformer_svd, only
+# the depths changed: SHALLOW_ENCODER encoder layers from the teacher's SHALLOW_ENCODER_FROM,
+# one decoder layer from the teacher's SHALLOW_DECODER_FROM (lightcompress-convert
+# --encoder-layers-from / --decoder-layers-from), fine-tuned on the ground truth and the
+# teacher's translations of the training set (the plan's sequence-level KD data, as for
+# hypoformer_kd: a shallow decoder learns from them what it cannot from the references alone)
+: "${SHALLOW_ENCODER:=3}" "${SHALLOW_ENCODER_FROM:=0,1,2}" "${SHALLOW_DECODER_FROM:=0}"
+rm_shallow() {  # VAR COMMAND KIND: VAR = lightformer_svd's printed command, the shallow depths
+  local cmd="$2" depth="--encoder-layers $SHALLOW_ENCODER --decoder-layers 1"
+  [[ "$3" == convert ]] && depth="--encoder-layers $SHALLOW_ENCODER --encoder-layers-from $SHALLOW_ENCODER_FROM --decoder-layers 1 --decoder-layers-from $SHALLOW_DECODER_FROM"
+  if [[ "$3" != generate ]]; then
+    [[ "$cmd" == *"--encoder-layers 3 --decoder-layers 3 "* ]] || {
+      echo "remeasure.sh: run.sh's LightFormer $3 command has no '--encoder-layers 3 --decoder-layers 3': $cmd" >&2
+      exit 1
+    }
+    cmd="${cmd/--encoder-layers 3 --decoder-layers 3 /$depth }"
+  fi
+  cmd="${cmd//lightformer_init.pt/lightformer_shallow_init.pt}"
+  printf -v "$1" '%s' "${cmd//$SAVE_ROOT\/lightformer_svd/$SAVE_ROOT/lightformer_shallow}"
+}
+rm_shallow CONVERT_SH "$CONVERT" convert
+rm_shallow TRAIN_SH "$TRAIN_LF" train
+rm_shallow GEN_SH "$GEN_LF" generate
+TRAIN_SH+=" --task translation_seqkd --kd-data-mode both --kd-distilled-data $SAVE_ROOT/kd-bin"
+rm_step kd "$DISTILL"
+rm_step convert-shallow "$CONVERT_SH"
+rm_step lightformer_shallow/train "$TRAIN_SH"
+rm_step lightformer_shallow/generate "$GEN_SH" "$SAVE_ROOT/lightformer_shallow/generate-test.txt"
 
 paths="teacher=$SAVE_ROOT/teacher/checkpoint_best.pt,lightformer_svd=$SAVE_ROOT/lightformer_svd/checkpoint_best.pt"
 rm_speed() {  # BATCH SENTENCES: the plan's speed command, with ONNX Runtime int8-large as well
