@@ -187,6 +187,8 @@ def test_every_architecture_the_recipes_and_readmes_name_is_a_preset():
         "hypoformer_spec_text",
         "hypoformer_kd",  # a run of examples/translation/results/
         "lightformer_init",  # its SVD student's converted checkpoint (lightformer_init.pt)
+        "lightformer_shallow",  # remeasure.sh's shallow-decoder LightFormer run ...
+        "lightformer_shallow_init",  # ... and its converted checkpoint
         "lightformer_rank",  # examples/translation/dawid/lightformer_rank.py
     }  # run names, functions, files
     assert len(names) > 30
