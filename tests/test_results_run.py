@@ -856,16 +856,27 @@ def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
         "--encoder-layers 3 --decoder-layers 3 ",
         "--encoder-layers 3 --encoder-layers-from 0,1,2 --decoder-layers 1 --decoder-layers-from 0 ",
     ).replace("lightformer_init.pt", "lightformer_shallow_init.pt")
+    assert "--max-update 350 " in trains[1]
     assert trains[2] == trains[1].replace(
         "--encoder-layers 3 --decoder-layers 3 ", "--encoder-layers 3 --decoder-layers 1 "
     ).replace("lightformer_init.pt", "lightformer_shallow_init.pt").replace(
         str(tmp_path / "again" / "lightformer_svd"), shallow
-    )
+    ).replace("--max-update 350 ", "--max-update 700 ")
     assert any(line.startswith("+ fairseq-generate ") and f"{shallow}/checkpoint_best.pt" in line
                for line in printed)  # fmt: skip
     assert sum("measure_speed.sh" in line and "--ct2" in line for line in printed) == 2
     assert "collect.py remeasure" in printed[-1]
     assert _calls(calls) == [] and not (tmp_path / "again").exists()
+    # its updates are a setting, checked
+    other = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+                           env={**env, "SHALLOW_UPDATES": "900"}, capture_output=True, text=True,
+                           timeout=120, check=False)  # fmt: skip
+    assert other.returncode == 0, other.stderr
+    assert trains[2].replace("--max-update 700 ", "--max-update 900 ") in other.stdout
+    bad = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+                         env={**env, "SHALLOW_UPDATES": "7e2"}, capture_output=True, text=True,
+                         timeout=120, check=False)  # fmt: skip
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "SHALLOW_UPDATES" in bad.stderr
 
 
 def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_text(bench, tmp_path):
