@@ -163,11 +163,17 @@ class Shortlist:
             elif tab:
                 always.update(ids.tolist())
         self.always = np.array(sorted(always), dtype=np.int64)
+        self._always_mask = np.zeros(len(tgt_symbols), dtype=bool)
+        self._always_mask[self.always] = True
 
     def candidates(self, src_tokens: np.ndarray) -> np.ndarray:
         """The sorted target ids ``[V']`` (int64) the output layer scores for a batch."""
-        rows = [self.rows[i] for i in np.unique(src_tokens).tolist() if self.rows[i] is not None]
-        return np.unique(np.concatenate([self.always, *rows]))
+        mask = self._always_mask.copy()  # (a mask over the vocabulary: no sort per batch)
+        for i in set(np.asarray(src_tokens).ravel().tolist()):
+            row = self.rows[i]
+            if row is not None:
+                mask[row] = True
+        return np.flatnonzero(mask).astype(np.int64, copy=False)
 
 
 class OnnxGenerator:
@@ -283,6 +289,8 @@ class OnnxGenerator:
         tokens = np.full((n, max_len + 2), pad, dtype=np.int64)
         tokens[:, 0] = eos
         cands_to_ignore = np.zeros((bsz, beam), dtype=bool)
+        ignoring = False  # (cands_to_ignore.any())
+        cum = scores[:, 0]  # (each hypothesis' score so far: scores[:, step - 1])
         finalized: list[list[dict]] = [[] for _ in range(bsz)]
         finished = [False] * bsz
         num_remaining = bsz
@@ -321,16 +329,30 @@ class OnnxGenerator:
             if step == 0:  # the first hypothesis of each sentence
                 vals, ids = top_lp[::beam], top_ids[::beam]  # [bsz x k]
             else:
-                vals = (top_lp + scores[:, step - 1 : step]).reshape(bsz, beam * k)
+                vals = (top_lp + cum[:, None]).reshape(bsz, beam * k)
                 ids = top_ids.reshape(bsz, beam * k)
             want = min(cand_size, (beam if step > 0 else 1) * vocab - 1)
-            pick = np.argsort(-vals, axis=1, kind="stable")[:, :want]
-            cand_scores = vals[rows, pick]
-            cand_indices = ids[rows, pick]
-            cand_beams = pick // k
-            cand_bbsz_idx = cand_beams + bbsz_offsets
+            pick = (-vals).argsort(axis=1, kind="stable")[:, :want]
+            flat = pick + rows * vals.shape[1]  # (positions in the flattened [bsz x beam k])
+            cand_scores = vals.take(flat)
+            cand_indices = ids.take(flat)
+            cand_bbsz_idx = pick // k + bbsz_offsets
 
-            eos_mask = (cand_indices == eos) & (cand_scores != -np.inf)
+            ends = cand_indices == eos
+            if not ignoring and not np.count_nonzero(ends):
+                # the common step: no candidate ends and none is ignored, so the active
+                # hypotheses are the beam best candidates (what the general path below gives)
+                active_bbsz_idx = cand_bbsz_idx[:, :beam].reshape(-1)
+                tokens = tokens[active_bbsz_idx]
+                feed["prev"] = tokens[:, step + 1] = cand_indices[:, :beam].reshape(-1)
+                cum = cand_scores[:, :beam].reshape(-1)
+                scores = scores[active_bbsz_idx]
+                scores[:, step] = cum
+                order = active_bbsz_idx
+                batch_idxs = None
+                continue
+
+            eos_mask = ends & (cand_scores != -np.inf)
             eos_mask[:, :beam] &= ~cands_to_ignore
             finalized_sents: list[int] = []
             if eos_mask[:, :beam].any():
@@ -349,8 +371,7 @@ class OnnxGenerator:
                 batch_idxs = np.nonzero(batch_mask)[0]
                 eos_mask = eos_mask[batch_idxs]
                 bbsz_offsets = (np.arange(new_bsz) * beam)[:, None]
-                cand_beams = cand_beams[batch_idxs]
-                cand_bbsz_idx = cand_beams + bbsz_offsets
+                cand_bbsz_idx = cand_bbsz_idx[batch_idxs] + (bbsz_offsets - batch_idxs[:, None] * beam)
                 cand_scores = cand_scores[batch_idxs]
                 cand_indices = cand_indices[batch_idxs]
                 cands_to_ignore = cands_to_ignore[batch_idxs]
@@ -366,11 +387,13 @@ class OnnxGenerator:
             active_mask = eos_mask * cand_size + cand_offsets[: eos_mask.shape[1]]
             active_hypos = np.argsort(active_mask, axis=1, kind="stable")[:, :beam]
             cands_to_ignore = active_mask[rows, active_hypos] >= cand_size
+            ignoring = bool(cands_to_ignore.any())
             active_bbsz_idx = cand_bbsz_idx[rows, active_hypos].reshape(-1)
             tokens = tokens[active_bbsz_idx]  # (columns after this step are padding in all)
             feed["prev"] = tokens[:, step + 1] = cand_indices[rows, active_hypos].reshape(-1)
+            cum = cand_scores[rows, active_hypos].reshape(-1)
             scores = scores[active_bbsz_idx]
-            scores[:, step] = cand_scores[rows, active_hypos].reshape(-1)
+            scores[:, step] = cum
             order = active_bbsz_idx
 
         for sent in range(len(finalized)):
