@@ -40,6 +40,22 @@ class _EosBiasRows(_EosBias):
         return lambda x: rows(x) + onehot
 
 
+class _EosBiasSplit(_EosBiasRows):
+    """:class:`_EosBiasRows` whose rows an ONNX export gathers once per batch (``rows.onnx``):
+    the real projection's split rows, plus the EOS bias of the candidates as one more row
+    tensor (``shortlist_split``: the hook :func:`split_output_rows` asks first)."""
+
+    def shortlist_split(self):
+        from lightcompress.deploy.shortlist import split_output_rows
+
+        gather, score = split_output_rows(self.projection)
+
+        def rows(ids):
+            return (*gather(ids), (ids == self.eos).float() * self.value)
+
+        return rows, lambda x, r: score(x, r[:-1]) + r[-1]
+
+
 class _Masked(torch.nn.Module):
     """An output projection whose logits outside ``ids`` are -inf: fairseq's search on it is
     the search over the candidates with the log-softmax renormalized over them."""
@@ -54,7 +70,9 @@ class _Masked(torch.nn.Module):
         return self.projection(x) + self.mask
 
 
-def _model(family):
+def _model(family, split=False):
+    """A random model of ``family`` whose projection adds an EOS bias (:class:`_EosBiasRows`;
+    ``split``: :class:`_EosBiasSplit`, its rows gathered by the ONNX export's ``rows.onnx``)."""
     from lightcompress.measure.params import build_random_model
 
     arch, flags = FAMILIES[family]
@@ -66,7 +84,7 @@ def _model(family):
     src = torch.randint(4, VOCAB, (4, 6), generator=g)
     with torch.no_grad():
         spread = float(model(src, torch.full((4,), 6), src)[0].std())
-    model.decoder.output_projection = _EosBiasRows(
+    model.decoder.output_projection = (_EosBiasSplit if split else _EosBiasRows)(
         model.decoder.output_projection, d.eos(), EOS_BIAS * spread
     )
     sentences = [
@@ -166,6 +184,30 @@ def test_fast_path_small_shortlist_searches_the_candidates_only(family, tmp_path
     assert max(sizes) < len(d)  # (the candidates are a real subset)
 
 
+@pytest.mark.parametrize("family", SHORTLIST_FAMILIES + ["linear-with-bias"])
+def test_split_rows_score_as_the_projection_at_the_candidates(family):
+    """split_output_rows: the rows gathered once, then scored, give the projection's logits at
+    the candidates (fairseq's Linear with and without bias, LightFormer's factorized tied
+    table, Hypoformer's HTT table); a module it does not know has none."""
+    from lightcompress.deploy.shortlist import split_output_rows
+
+    if family == "linear-with-bias":
+        torch.manual_seed(0)
+        proj, dim = torch.nn.Linear(16, VOCAB), 16
+    else:
+        model, _task, _ = _model(family)
+        proj = model.decoder.output_projection.projection  # (the real one, unwrapped)
+        dim = model.decoder.output_embed_dim
+    ids = torch.tensor([0, 2, 3, 7, 11, VOCAB - 1])
+    x = torch.randn(5, dim, generator=torch.Generator().manual_seed(2))
+    gather, score = split_output_rows(proj)
+    rows = gather(ids)
+    assert all(r.shape[0] == len(ids) for r in rows)
+    with torch.no_grad():
+        torch.testing.assert_close(score(x, rows), proj(x)[:, ids], rtol=1e-5, atol=1e-5)
+    assert split_output_rows(torch.nn.Sequential(proj)) is None
+
+
 def test_fast_path_int8_shortlist_covering_the_vocabulary_changes_nothing(tmp_path):
     """int8 (every map, the output projection too): the rows of the packed int8 weight."""
     from lightcompress.deploy.generator import FastGenerator
@@ -198,18 +240,30 @@ def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fa
 
     from lightcompress.deploy.generator import FastGenerator
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.deploy.onnx_runtime import OnnxGenerator
+    from lightcompress.deploy.onnx_runtime import OnnxError, OnnxGenerator
     from lightcompress.deploy.shortlist import load_shortlist
 
-    model, task, sentences = _model(family)
+    # the transformer's projection has no split rows: its export gathers them at every step
+    split = family != "transformer"
+    model, task, sentences = _model(family, split=split)
     d = task.target_dictionary
     path = _small_shortlist(tmp_path / "sl.txt", task)
     out = str(tmp_path / "onnx")
     export_onnx(model, task, out, shortlist=path)  # (its proof: without the list, fairseq's)
     with open(os.path.join(out, "config.json")) as f:
-        assert json.load(f)["shortlist"] == "shortlist.txt"
+        config = json.load(f)
+    assert config["shortlist"] == "shortlist.txt"
     with open(os.path.join(out, "MANIFEST.sha256")) as f:
-        assert "shortlist.txt" in f.read()
+        listed = f.read()
+    assert "shortlist.txt" in listed
+    step_inputs = [i.name for i in OnnxGenerator(out).decoder.get_inputs()]
+    if split:  # the candidates' output rows: gathered once per batch by rows.onnx
+        assert config["shortlist_rows"] == "rows.onnx" and "rows.onnx" in listed
+        # (the model's rows and the EOS bias's: two inputs of the step)
+        assert len(config["shortlist_rows_outputs"]) == 2
+        assert set(config["shortlist_rows_outputs"]) <= set(step_inputs)
+    else:
+        assert "shortlist_rows" not in config and "rows.onnx" not in listed
     sl = load_shortlist(path, task.source_dictionary, d)
     for beam in (1, 5):
         settings = {"beam_size": beam, "max_len_a": 1.0, "max_len_b": 3}
@@ -223,6 +277,10 @@ def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fa
             _same(got, fast.generate(src, lengths), 1e-4)
             cands = set(sl.candidates(src.numpy()).tolist())
             assert all(set(map(int, h["tokens"])) <= cands for hyps in got for h in hyps)
+    if split:  # an export whose rows graph is missing is refused, in one line
+        os.remove(os.path.join(out, "rows.onnx"))
+        with pytest.raises(OnnxError, match="lacks rows.onnx"):
+            OnnxGenerator(out, shortlist=True)
 
 
 def test_onnx_export_shortlist_bad_input_is_one_line(tmp_path):

@@ -41,8 +41,12 @@ the fly: ``MatMulInteger``) of the large maps (``large``: at least 2^17 weights,
 in the decoder and the encoder.
 
 ``--shortlist FILE`` (a ``lightcompress-shortlist`` file of the model's data): the decoder graph
-takes the sorted candidate ids ``cands`` ``[V']`` after ``bias`` and scores only them (the
-output layer's rows gathered in the graph; :mod:`lightcompress.deploy.shortlist`); the file is
+takes the sorted candidate ids ``cands`` ``[V']`` after ``bias`` and scores only them. For a
+float output layer it knows (:func:`~lightcompress.deploy.shortlist.split_output_rows`:
+fairseq's Linear, the plugin's tied tables) the candidates' rows are gathered once per batch by
+a third graph, ``rows.onnx`` (``cands`` -> ``rows0``...; ``config.json``'s ``shortlist_rows``),
+and the step takes them after ``cands``, with ``bias`` the candidates' ``[V']``; for any other
+output layer the step gathers them itself (:mod:`lightcompress.deploy.shortlist`); the file is
 shipped as ``shortlist.txt`` (in the manifest, ``config.json``'s ``shortlist``), and
 ``translate.py --shortlist`` uses it; without that flag the runtime feeds every id (the
 proof above runs so: the shortlist graph over the full vocabulary gives fairseq's
@@ -66,6 +70,7 @@ from lightcompress.deploy.onnx_graphs import (  # (ExportError re-exported: its 
     ExportError,
     _DecoderStep,
     _Encoder,
+    _OutputRows,
     _frequencies,
     _position_kind,
     _positions_in_graph,
@@ -89,6 +94,7 @@ __all__ = ["ExportError", "cli_main", "export_onnx", "main"]
 
 FORMAT = "lightcompress-onnx"
 VERSION = 1
+ROWS_GRAPH = "rows.onnx"
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,8 +174,11 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         # this key: repeated per hypothesis)
         "cross_layout": "sentence",
     }  # fmt: skip
+    rows_graph = shortlist is not None and _OutputRows.supported(model)
     if shortlist is not None:
         config["shortlist"] = "shortlist.txt"
+    if rows_graph:  # (the candidates' output rows: gathered once per batch by rows.onnx)
+        config["shortlist_rows"] = ROWS_GRAPH
     parent = os.path.dirname(os.path.abspath(out_dir))
     if not os.path.isdir(parent):
         raise ExportError(f"cannot create {out_dir}: {parent} is not a directory")
@@ -193,7 +202,11 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             _trace(encoder, (src,), os.path.join(tmp, "encoder.raw.onnx"), ["src_tokens"],
                    enc_out, enc_axes)  # fmt: skip
             cross = encoder(src)
-            step = _DecoderStep(model, shortlist=shortlist is not None).eval()
+            rows_module = _OutputRows(model).eval() if rows_graph else None
+            n_rows = 0
+            if rows_module is not None:
+                n_rows = len(rows_module(torch.arange(len(tgt_dict))))
+            step = _DecoderStep(model, shortlist=shortlist is not None, rows=n_rows).eval()
             n = 4  # two sentences, two hypotheses each
             caches = [cross[0]]  # (the encoder's outputs: once per sentence)
             kv = iter(cross[1:])
@@ -229,6 +242,18 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
                 args = (prev, pos, order, bias, cands, *caches)
                 arg_names = ["prev", pos_name, "order", "bias", "cands"] + cache_in
                 dec_axes["cands"] = {0: "C"}
+                if rows_module is not None:  # rows.onnx: cands -> rows (the step's inputs)
+                    rows = tuple(rows_module(cands))
+                    row_names = [f"rows{i}" for i in range(n_rows)]
+                    _trace(rows_module, (cands,), os.path.join(tmp, "rows.raw.onnx"),
+                           ["cands"], row_names, {"cands": {0: "C"},
+                           **{r: {0: "C"} for r in row_names}})  # fmt: skip
+                    config["shortlist_rows_outputs"] = row_names
+                    bias = bias.index_select(0, cands)  # (the step takes the candidates' bias)
+                    args = (prev, pos, order, bias, cands, *rows, *caches)
+                    arg_names = ["prev", pos_name, "order", "bias", "cands", *row_names] + cache_in
+                    dec_axes["bias"] = {0: "C"}
+                    dec_axes.update({r: {0: "C"} for r in row_names})
             _trace(step, args, os.path.join(tmp, "decoder.raw.onnx"), arg_names, out_names,
                    dec_axes)  # fmt: skip
             ref = step(*args)
@@ -238,6 +263,8 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             "encoder": onnx.load(os.path.join(tmp, "encoder.raw.onnx")),
             "decoder": onnx.load(os.path.join(tmp, "decoder.raw.onnx")),
         }
+        if rows_graph:
+            protos["rows"] = onnx.load(os.path.join(tmp, "rows.raw.onnx"))
         _k_as_input(protos["decoder"])
         for proto in protos.values():
             _simplify(proto)
@@ -251,7 +278,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
                 onnx.save(proto, os.path.join(work, f"{name}.onnx"))
             if check:  # the float32 graphs first, exactly
                 _check(work, dict(zip(arg_names, args)), ref, src, cross, strict=True)
-            for name in protos:
+            for name in ("encoder", "decoder"):  # (rows.onnx gathers: nothing to quantize)
                 path = os.path.join(work, f"{name}.onnx")
                 _quantize(path, os.path.join(work, f"{name}.int8.onnx"), limit)
                 protos[name] = onnx.load(os.path.join(work, f"{name}.int8.onnx"))

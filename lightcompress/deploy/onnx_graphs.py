@@ -207,10 +207,18 @@ class _DecoderStep(nn.Module):
     graph, :func:`~lightcompress.deploy.shortlist.output_rows`), the bias is taken at them and
     the ids returned are token ids."""
 
-    def __init__(self, model, shortlist: bool = False):
+    def __init__(self, model, shortlist: bool = False, rows: int = 0):
         super().__init__()
         self.model = model
         self.shortlist = shortlist
+        # rows > 0: the candidates' output rows are ``rows`` inputs after ``cands`` (gathered
+        # once per batch by :class:`_OutputRows`) and ``bias`` is already the candidates' ``[V']``
+        self.rows = rows
+        self._score = None
+        if rows:
+            from lightcompress.deploy.shortlist import split_output_rows
+
+            self._score = split_output_rows(model.decoder.output_projection)[1]
         dec = model.decoder
         self.num_layers = len(dec.layers)
         self.position_kind = _position_kind(dec)
@@ -225,9 +233,10 @@ class _DecoderStep(nn.Module):
 
     def forward(self, prev: Tensor, pos: Tensor, order: Tensor, bias: Tensor, *caches: Tensor):
         dec = self.model.decoder
-        cands = None
+        cands = rows = None
         if self.shortlist:
             cands, caches = caches[0], caches[1:]
+            rows, caches = caches[: self.rows], caches[self.rows :]
         x = dec.embed_scale * dec.embed_tokens(prev)  # [N x C]
         if dec.project_in_dim is not None:
             x = dec.project_in_dim(x)
@@ -253,6 +262,8 @@ class _DecoderStep(nn.Module):
             x = dec.project_out_dim(x)
         if cands is None:
             logits = dec.output_layer(x)
+        elif self.rows:  # (the rows and the bias of the candidates: gathered per batch)
+            logits = self._score(x, rows)  # [N x V']
         else:
             from lightcompress.deploy.shortlist import output_rows
 
@@ -320,6 +331,28 @@ class _DecoderStep(nn.Module):
         if project_out is not None:
             x = project_out(x)
         return x, grown[0], grown[1]
+
+
+class _OutputRows(nn.Module):
+    """``cands [V']`` -> the output layer's rows of the candidates
+    (:func:`~lightcompress.deploy.shortlist.split_output_rows`): the export's ``rows.onnx``,
+    run once per batch, so that the decoder step does not gather them at every step."""
+
+    def __init__(self, model):
+        super().__init__()
+        from lightcompress.deploy.shortlist import split_output_rows
+
+        self.model = model
+        self._gather = split_output_rows(model.decoder.output_projection)[0]
+
+    @staticmethod
+    def supported(model) -> bool:
+        from lightcompress.deploy.shortlist import split_output_rows
+
+        return split_output_rows(model.decoder.output_projection) is not None
+
+    def forward(self, cands: Tensor):
+        return self._gather(cands)
 
 
 class _Encoder(nn.Module):

@@ -91,7 +91,10 @@ def load_config(model_dir: str) -> dict:
         raise OnnxError(f"cannot read {path}: {exc}") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise OnnxError(f"{path} is not a lightcompress ONNX export")
-    for name in ("encoder.onnx", "decoder.onnx", "dict.src.txt", "dict.tgt.txt"):
+    needed = ["encoder.onnx", "decoder.onnx", "dict.src.txt", "dict.tgt.txt"]
+    if config.get("shortlist_rows"):
+        needed.append(config["shortlist_rows"])
+    for name in needed:
         if not os.path.isfile(os.path.join(model_dir, name)):
             raise OnnxError(f"{model_dir} lacks {name} (an incomplete export)")
     _verify_manifest(model_dir)
@@ -207,6 +210,11 @@ class OnnxGenerator:
         self.offset = config["position_offset"]
         self.encoder = _session(os.path.join(model_dir, "encoder.onnx"), threads)
         self.decoder = _session(os.path.join(model_dir, "decoder.onnx"), threads)
+        # a shortlist export of a float output layer: rows.onnx gathers the candidates' output
+        # rows once per batch (the decoder step takes them and the candidates' bias)
+        self.rows = None
+        if config.get("shortlist_rows"):
+            self.rows = _session(os.path.join(model_dir, config["shortlist_rows"]), threads)
         self._dec_inputs = [i.name for i in self.decoder.get_inputs()]
         self._enc_outputs = [o.name for o in self.encoder.get_outputs()]
         self._dec_outputs = [o.name for o in self.decoder.get_outputs()]
@@ -241,13 +249,20 @@ class OnnxGenerator:
             self._position_cache = cached = ids
         return cached
 
-    def _vocabulary(self, src_tokens: np.ndarray) -> tuple[int, dict]:
-        """The number of tokens scored for a batch and the graph's candidate ids, if any."""
+    def _vocabulary(self, src_tokens: np.ndarray) -> tuple[int, dict, np.ndarray | None]:
+        """The number of tokens scored for a batch, the graph's candidate inputs (the ids, and
+        with ``rows.onnx`` their output rows) if any, and the ids the step's bias is taken at
+        (None: the whole vocabulary)."""
         if self.shortlist is None and "cands" not in self._dec_inputs:
-            return self.vocab_size, {}
+            return self.vocab_size, {}, None
         all_ids = self.shortlist is None  # (a shortlist export run without it: every id)
         cands = np.arange(self.vocab_size) if all_ids else self.shortlist.candidates(src_tokens)
-        return len(cands), {"cands": cands.astype(np.int64)}
+        feed = {"cands": cands.astype(np.int64, copy=False)}
+        if self.rows is None:
+            return len(cands), feed, None
+        names = self.config["shortlist_rows_outputs"]
+        feed.update(zip(names, self.rows.run(names, feed)))
+        return len(cands), feed, feed["cands"]
 
     def _biases(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The per-token score bias before ``min_len``, between, and at ``max_len`` (fairseq:
@@ -264,7 +279,7 @@ class OnnxGenerator:
             self._bias_cache, self._bias_key = (short, normal, end), key
         return self._bias_cache
 
-    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@a0787f69a531, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@85104e099231
+    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@a0787f69a531, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@2c76600297ae
     def generate(self, src_tokens: np.ndarray, src_lengths: np.ndarray) -> list[list[dict]]:
         """Translate a batch: ``src_tokens`` ``[B x S]`` int64, left-padded, ``src_lengths``
         ``[B]``. Returns, per sentence, the ``beam`` finished hypotheses best first:
@@ -299,11 +314,11 @@ class OnnxGenerator:
         cand_offsets = np.arange(cand_size)
         order = np.arange(n, dtype=np.int64)
         batch_idxs: np.ndarray | None = None
-        short, normal, end = self._biases()
         positions = self._positions(max_len + 1)  # [steps] ids or [steps x C] sinusoid rows
         past_names = list(past)
         rows = np.arange(bsz)[:, None]
-        vocab, cands = self._vocabulary(src_tokens)  # (the shortlist's candidates: graph input)
+        vocab, cands, at = self._vocabulary(src_tokens)  # (a shortlist's candidates: inputs)
+        short, normal, end = (b if at is None else b[at] for b in self._biases())
         feed = {"k": np.array([min(cand_size, vocab)], dtype=np.int64), **cross, **past, **cands}
         feed["prev"] = tokens[:, 0].copy()
 

@@ -235,6 +235,12 @@ def _check(folder, args: dict, ref, src, cross, strict: bool) -> dict:
     out = dec.run(None, feed)
     pairs = {"encoder": [(g, r.numpy()) for g, r in zip(got, cross)],
              "decoder": [(out[0], ref[0].numpy())]}  # fmt: skip
+    if os.path.exists(os.path.join(folder, "rows.onnx")):  # the shortlist's rows, per batch
+        rows = ort.InferenceSession(os.path.join(folder, "rows.onnx"), so,
+                                    providers=["CPUExecutionProvider"])  # fmt: skip
+        got_rows = rows.run(None, {"cands": args["cands"].numpy()})
+        names = [o.name for o in rows.get_outputs()]
+        pairs["rows"] = [(g, args[n].numpy()) for g, n in zip(got_rows, names)]
     errors = {}
     for part, items in pairs.items():
         if strict:

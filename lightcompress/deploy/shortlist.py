@@ -21,12 +21,14 @@ export's ``translate.py`` reads it too); this module adds what the PyTorch fast 
   (rows of its weight: Hypoformer's HTT table), the int8 ones of
   :func:`~lightcompress.deploy.quantize.quantize_model_int8` (rows of the packed int8 weight);
   a module with a ``shortlist_rows(ids)`` method gives its own; any other module is computed
-  in full and its candidate columns are taken (correct, not faster).
+  in full and its candidate columns are taken (correct, not faster);
+- :func:`split_output_rows`: for the float ones, the gather of the rows and the scoring with
+  them as two functions (the ONNX export gathers once per batch in ``rows.onnx``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -35,7 +37,7 @@ from torch import Tensor, nn
 from lightcompress.deploy.onnx_runtime import OnnxError, Shortlist
 from lightcompress.errors import LightcompressError
 
-__all__ = ["Shortlist", "ShortlistError", "load_shortlist", "output_rows"]
+__all__ = ["Shortlist", "ShortlistError", "load_shortlist", "output_rows", "split_output_rows"]
 
 
 class ShortlistError(LightcompressError, ValueError):
@@ -55,29 +57,60 @@ def _select(t: Tensor | None, ids: Tensor) -> Tensor | None:
     return None if t is None else t.index_select(0, ids)
 
 
+def split_output_rows(
+    proj: nn.Module,
+) -> tuple[Callable[[Tensor], tuple[Tensor, ...]], Callable[[Tensor, Sequence[Tensor]], Tensor]] | None:
+    """The output projection's shortlist rows in two parts: ``gather(ids) -> rows`` (a tuple of
+    tensors with ``len(ids)`` rows) and ``score(x, rows) -> logits``, so that a caller gathers
+    once per batch what it scores at every step (the ONNX export's ``rows.onnx``). For fairseq's
+    dense (or tied) ``nn.Linear`` and the plugin's ``TiedOutputProjection``; None for any other
+    module (see :func:`output_rows`). A module with a ``shortlist_split()`` method gives its
+    own pair; one with only ``shortlist_rows`` has none."""
+    from lightcompress.integration import TiedOutputProjection
+    from lightcompress.modules.registry import two_factors
+
+    own = getattr(proj, "shortlist_split", None)
+    if own is not None:
+        return own()
+    if getattr(proj, "shortlist_rows", None) is not None:
+        return None
+    if type(proj) is nn.Linear:
+        if proj.bias is None:
+            return (lambda ids: (proj.weight.index_select(0, ids),)), (
+                lambda x, rows: F.linear(x, rows[0])
+            )
+        return (lambda ids: (proj.weight.index_select(0, ids), proj.bias.index_select(0, ids))), (
+            lambda x, rows: F.linear(x, rows[0], rows[1])
+        )
+    if isinstance(proj, TiedOutputProjection):
+        factors = two_factors(proj.embedding)
+        if factors is None:  # (the restored table: an HTT one is cached in eval mode)
+            return (lambda ids: (proj.embedding.weight.index_select(0, ids),)), (
+                lambda x, rows: F.linear(x, rows[0])
+            )
+        first, second = factors[0], factors[1]  # [r x d], [V x r]: (x V^T) U[ids]^T
+        return (lambda ids: (second.index_select(0, ids),)), (
+            lambda x, rows: F.linear(F.linear(x, first), rows[0])
+        )
+    return None
+
+
 def output_rows(proj: nn.Module, ids: Tensor) -> Callable[[Tensor], Tensor]:
     """``x [... x d] -> logits [... x len(ids)]``: ``proj(x)[..., ids]``, from the rows of
     ``ids`` (sorted ``[V']`` int64) gathered now (see the module notes)."""
-    from lightcompress.integration import TiedOutputProjection
     from lightcompress.modules.lowrank import TwoLinear
-    from lightcompress.modules.registry import two_factors
 
     own = getattr(proj, "shortlist_rows", None)
     if own is not None:
         return own(ids)
-    if type(proj) is nn.Linear:
-        weight, bias = proj.weight.index_select(0, ids), _select(proj.bias, ids)
-        return lambda x: F.linear(x, weight, bias)
-    if isinstance(proj, TiedOutputProjection):
-        factors = two_factors(proj.embedding)
-        if factors is None:  # (the restored table: an HTT one is cached in eval mode)
-            weight = proj.embedding.weight.index_select(0, ids)
-            return lambda x: F.linear(x, weight)
-        first, second = factors[0], factors[1].index_select(0, ids)  # [r x d], [V' x r]
-        return lambda x: F.linear(F.linear(x, first), second)
+    split = split_output_rows(proj)
+    if split is not None:
+        gather, score = split
+        rows = gather(ids)
+        return lambda x: score(x, rows)
     if isinstance(proj, TwoLinear):  # int8 of a factorized tied table: first map, then rows
-        rows = output_rows(proj.second, ids)
-        return lambda x: rows(proj.first(x))
+        rows_of_second = output_rows(proj.second, ids)
+        return lambda x: rows_of_second(proj.first(x))
     quantized = _quantized_rows(proj, ids)
     if quantized is not None:
         return quantized
