@@ -806,7 +806,8 @@ def test_onnx_export_command_and_its_torch_free_translate_py_give_the_fast_paths
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(out)) == ["MANIFEST.sha256", "config.json", "decoder.onnx",
                                        "dict.src.txt", "dict.tgt.txt", "encoder.onnx",
-                                       "spm.model", "translate.py", "weights.bin"]  # fmt: skip
+                                       "onnx_files.py", "spm.model", "translate.py",
+                                       "weights.bin"]  # fmt: skip
     with open(os.path.join(toy["raw"], "test.de")) as f:
         lines = [line.strip() for line in f][:12]
     lines[4] = ""

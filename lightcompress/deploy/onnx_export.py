@@ -18,7 +18,8 @@ writes a self-contained directory that :mod:`lightcompress.deploy.onnx_runtime` 
   sharing, tied tables and factorized maps stay as they are, the file is the compressed size;
 - ``config.json`` (special ids, layer shapes, maximum positions), ``dict.src.txt`` /
   ``dict.tgt.txt`` (the model's fairseq dictionaries), ``spm.model`` when given, and
-  ``translate.py`` (a copy of the runtime: ``python translate.py DIR < in > out``).
+  ``translate.py`` and ``onnx_files.py`` (a copy of the runtime: ``python translate.py DIR <
+  in > out``).
 
 The graphs are traced from the model's own modules (``q_proj(x)``, ``fc1(x)``, the output
 projection...), so every compressed family whose decoder the lean step of
@@ -70,8 +71,8 @@ from lightcompress.deploy.onnx_graphs import (  # (ExportError re-exported: its 
     ExportError,
     _DecoderStep,
     _Encoder,
-    _OutputRows,
     _frequencies,
+    _OutputRows,
     _position_kind,
     _positions_in_graph,
     _sinusoid,
@@ -295,6 +296,8 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             shutil.copyfile(shortlist, os.path.join(tmp, "shortlist.txt"))
         shutil.copyfile(os.path.join(os.path.dirname(__file__), "onnx_runtime.py"),
                         os.path.join(tmp, "translate.py"))  # fmt: skip
+        shutil.copyfile(os.path.join(os.path.dirname(__file__), "onnx_files.py"),
+                        os.path.join(tmp, "onnx_files.py"))  # fmt: skip
         if check:  # float32: exact (or ExportError); int8: how far it moved, recorded
             errors = _check(tmp, dict(zip(arg_names, args)), ref, src, cross, strict=not int8)
             if int8:

@@ -1,8 +1,9 @@
 """Translate with a model exported by ``lightcompress-export-onnx``: numpy + ONNX Runtime, no torch.
 
-This file is self-contained (it imports numpy, onnxruntime and, for raw text, sentencepiece):
-the exporter copies it into every export as ``translate.py``, so a deployment needs neither
-torch nor fairseq nor lightcompress::
+This file and :mod:`lightcompress.deploy.onnx_files` (the export's files: config, sessions,
+shortlist) import only numpy, onnxruntime and, for raw text, sentencepiece: the exporter copies
+them into every export as ``translate.py`` and ``onnx_files.py`` (which ``translate.py`` loads
+from its own folder), so a deployment needs neither torch nor fairseq nor lightcompress::
 
     python model-onnx/translate.py model-onnx --beam 5 < test.de > test.en
 
@@ -23,160 +24,43 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["OnnxError", "OnnxGenerator", "OnnxTranslator", "Shortlist", "main"]
-
-FORMAT = "lightcompress-onnx"
-
-
-class OnnxError(ValueError):
-    """An input the runtime cannot use (one line for the user)."""
+__all__ = ["FORMAT", "MANIFEST", "SHORTLIST_HEADER", "OnnxError", "OnnxGenerator", "OnnxTranslator",
+           "Shortlist", "load_config", "main", "sinusoid"]  # fmt: skip
 
 
-def _session(path: str, threads: int):
-    import onnxruntime as ort
+if __package__:  # lightcompress.deploy.onnx_runtime
+    from lightcompress.deploy.onnx_files import (
+        FORMAT,
+        MANIFEST,
+        SHORTLIST_HEADER,
+        OnnxError,
+        Shortlist,
+        _read_symbols,
+        _session,
+        load_config,
+        sinusoid,
+    )
+else:  # an export's translate.py, run or loaded by path: its own copy, shipped beside it
 
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3
-    from onnxruntime.capi import onnxruntime_pybind11_state as errors
+    def _sibling(name: str):
+        import importlib.util
 
-    # onnxruntime's own exception types (they derive from Exception only)
-    names = ("Fail", "InvalidArgument", "NoSuchFile", "InvalidProtobuf", "InvalidGraph",
-             "RuntimeException", "NotImplemented")  # fmt: skip
-    ort_errors = tuple(getattr(errors, n) for n in names if hasattr(errors, n))
-    try:
-        return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    except (*ort_errors, OSError, RuntimeError) as exc:
-        detail = " ".join(str(exc).split())[:200]
-        raise OnnxError(f"cannot load {path}: {detail}") from None
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+        spec = importlib.util.spec_from_file_location(f"{__name__}_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
 
-
-def sinusoid(positions: np.ndarray, dim: int, freq: Sequence[float] | None = None) -> np.ndarray:
-    """fairseq's sinusoidal embeddings of ``positions`` ``[P]`` -> ``[P x dim]`` float32
-    (``SinusoidalPositionalEmbedding.get_embedding``'s rows, its float32 arithmetic);
-    ``freq``: the frequencies as torch computed them (the export's ``config.json``)."""
-    half = dim // 2
-    if freq is None:
-        scaled = np.arange(half, dtype=np.float32) * np.float32(-np.log(10000) / (half - 1))
-        freq = np.exp(scaled.astype(np.float64))
-    freq = np.asarray(freq, dtype=np.float32)
-    angles = (positions.astype(np.float32)[:, None] * freq[None, :]).astype(np.float64)
-    emb = np.concatenate([np.sin(angles), np.cos(angles)], axis=1)  # (float64: exact rounding)
-    if dim % 2 == 1:
-        emb = np.pad(emb, ((0, 0), (0, 1)))
-    return np.ascontiguousarray(emb, dtype=np.float32)
-
-
-def load_config(model_dir: str) -> dict:
-    """The export's ``config.json`` (checked)."""
-    path = os.path.join(model_dir, "config.json")
-    if not os.path.isdir(model_dir):
-        raise OnnxError(f"model directory not found: {model_dir}")
-    try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-    except FileNotFoundError:
-        raise OnnxError(f"{model_dir} is not an ONNX export (no config.json)") from None
-    except (OSError, ValueError) as exc:
-        raise OnnxError(f"cannot read {path}: {exc}") from None
-    if not isinstance(config, dict) or config.get("format") != FORMAT:
-        raise OnnxError(f"{path} is not a lightcompress ONNX export")
-    needed = ["encoder.onnx", "decoder.onnx", "dict.src.txt", "dict.tgt.txt"]
-    if config.get("shortlist_rows"):
-        needed.append(config["shortlist_rows"])
-    for name in needed:
-        if not os.path.isfile(os.path.join(model_dir, name)):
-            raise OnnxError(f"{model_dir} lacks {name} (an incomplete export)")
-    _verify_manifest(model_dir)
-    return config
-
-
-MANIFEST = "MANIFEST.sha256"
-
-
-def _verify_manifest(model_dir: str) -> None:
-    """Refuse an export whose files differ from what the exporter wrote (MANIFEST.sha256; an
-    export written before the manifest existed is read as it is)."""
-    import hashlib
-
-    path = os.path.join(model_dir, MANIFEST)
-    if not os.path.exists(path):
-        return
-    with open(path, encoding="utf-8") as f:
-        entries = [line.rstrip("\n").split("  ", 1) for line in f if line.strip()]
-    for entry in entries:
-        if len(entry) != 2:
-            raise OnnxError(f"{path} is damaged (not sha256sum lines)")
-        expected, name = entry
-        file = os.path.join(model_dir, name)
-        if not os.path.isfile(file):
-            raise OnnxError(f"{model_dir} lacks {name} (an incomplete export)")
-        digest = hashlib.sha256()
-        with open(file, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        if digest.hexdigest() != expected:
-            raise OnnxError(
-                f"{name} in {model_dir} was changed after the export was written (its sha256 "
-                f"differs from {MANIFEST}): export the model again instead of editing it"
-            )
-
-
-SHORTLIST_HEADER = "#lightcompress-shortlist 1"
-
-
-class Shortlist:
-    """A ``lightcompress-shortlist`` file (a header, then lines ``source<TAB>targets``; no source:
-    the tokens always included). A batch's candidates: its source tokens' lists, the tokens always
-    included, every id up to the largest of ``specials`` (their ids stay the same), sorted."""
-
-    def __init__(self, path: str, src_symbols, tgt_symbols, specials: Sequence[int] = ()):
-        src_index = {s: i for i, s in enumerate(src_symbols)}
-        src_index[""] = -1  # (the line of the tokens always included)
-        tgt_index = {s: i for i, s in enumerate(tgt_symbols)}
-        try:
-            with open(path, encoding="utf-8") as f:
-                lines = f.read().split("\n")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise OnnxError(f"cannot read the shortlist {path}: {exc}") from None
-        if not lines[0].startswith(SHORTLIST_HEADER):
-            raise OnnxError(f"{path} is not a lightcompress shortlist (no {SHORTLIST_HEADER!r})")
-        self.rows: list = [None] * len(src_symbols)
-        always = set(range(max(specials, default=-1) + 1))
-        for n, line in enumerate(lines[1:], 2):
-            src, tab, targets = line.partition("\t")
-            bad = [t for t in targets.split() if t not in tgt_index]
-            bad += [src] * (src not in src_index)
-            if line and (not tab or bad):
-                what = f"{bad[0]!r} is not in the model's dictionaries" if tab else "no tab"
-                raise OnnxError(f"{path} line {n}: {what} (build it from the model's data)")
-            ids = np.array([tgt_index[t] for t in targets.split()], dtype=np.int64)
-            if src:
-                self.rows[src_index[src]] = ids
-            elif tab:
-                always.update(ids.tolist())
-        self.always = np.array(sorted(always), dtype=np.int64)
-        self._always_mask = np.zeros(len(tgt_symbols), dtype=bool)
-        self._always_mask[self.always] = True
-
-    def candidates(self, src_tokens: np.ndarray) -> np.ndarray:
-        """The sorted target ids ``[V']`` (int64) the output layer scores for a batch."""
-        mask = self._always_mask.copy()  # (a mask over the vocabulary: no sort per batch)
-        for i in set(np.asarray(src_tokens).ravel().tolist()):
-            row = self.rows[i]
-            if row is not None:
-                mask[row] = True
-        return np.flatnonzero(mask).astype(np.int64, copy=False)
+    _files = _sibling("onnx_files")
+    FORMAT, MANIFEST, SHORTLIST_HEADER = _files.FORMAT, _files.MANIFEST, _files.SHORTLIST_HEADER
+    OnnxError, Shortlist, _read_symbols = _files.OnnxError, _files.Shortlist, _files._read_symbols
+    _session, load_config, sinusoid = _files._session, _files.load_config, _files.sinusoid
 
 
 class OnnxGenerator:
@@ -279,7 +163,7 @@ class OnnxGenerator:
             self._bias_cache, self._bias_key = (short, normal, end), key
         return self._bias_cache
 
-    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@a0787f69a531, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@2c76600297ae
+    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@a0787f69a531, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@f149d2229f51
     def generate(self, src_tokens: np.ndarray, src_lengths: np.ndarray) -> list[list[dict]]:
         """Translate a batch: ``src_tokens`` ``[B x S]`` int64, left-padded, ``src_lengths``
         ``[B]``. Returns, per sentence, the ``beam`` finished hypotheses best first:
@@ -386,7 +270,8 @@ class OnnxGenerator:
                 batch_idxs = np.nonzero(batch_mask)[0]
                 eos_mask = eos_mask[batch_idxs]
                 bbsz_offsets = (np.arange(new_bsz) * beam)[:, None]
-                cand_bbsz_idx = cand_bbsz_idx[batch_idxs] + (bbsz_offsets - batch_idxs[:, None] * beam)
+                moved = bbsz_offsets - batch_idxs[:, None] * beam  # (new offsets - old)
+                cand_bbsz_idx = cand_bbsz_idx[batch_idxs] + moved
                 cand_scores = cand_scores[batch_idxs]
                 cand_indices = cand_indices[batch_idxs]
                 cands_to_ignore = cands_to_ignore[batch_idxs]
@@ -459,11 +344,6 @@ def split_lines(text: str) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]
-
-
-def _read_symbols(path: str) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
 
 def left_pad_batches(sentences: Sequence[np.ndarray], batch_size: int, pad: int):

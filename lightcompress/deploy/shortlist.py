@@ -57,9 +57,11 @@ def _select(t: Tensor | None, ids: Tensor) -> Tensor | None:
     return None if t is None else t.index_select(0, ids)
 
 
-def split_output_rows(
-    proj: nn.Module,
-) -> tuple[Callable[[Tensor], tuple[Tensor, ...]], Callable[[Tensor, Sequence[Tensor]], Tensor]] | None:
+Gather = Callable[[Tensor], tuple[Tensor, ...]]  # ids -> the rows of the candidates
+Score = Callable[[Tensor, Sequence[Tensor]], Tensor]  # (x, rows) -> logits
+
+
+def split_output_rows(proj: nn.Module) -> tuple[Gather, Score] | None:
     """The output projection's shortlist rows in two parts: ``gather(ids) -> rows`` (a tuple of
     tensors with ``len(ids)`` rows) and ``score(x, rows) -> logits``, so that a caller gathers
     once per batch what it scores at every step (the ONNX export's ``rows.onnx``). For fairseq's
