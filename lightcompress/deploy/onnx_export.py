@@ -175,7 +175,12 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         # this key: repeated per hypothesis)
         "cross_layout": "sentence",
     }  # fmt: skip
-    rows_graph = shortlist is not None and _OutputRows.supported(model)
+    split = None  # (a float output layer's rows: gathered once per batch by rows.onnx)
+    if shortlist is not None:
+        from lightcompress.deploy.shortlist import split_output_rows
+
+        split = split_output_rows(model.decoder.output_projection)
+    rows_graph = split is not None
     if shortlist is not None:
         config["shortlist"] = "shortlist.txt"
     if rows_graph:  # (the candidates' output rows: gathered once per batch by rows.onnx)
@@ -203,11 +208,10 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             _trace(encoder, (src,), os.path.join(tmp, "encoder.raw.onnx"), ["src_tokens"],
                    enc_out, enc_axes)  # fmt: skip
             cross = encoder(src)
-            rows_module = _OutputRows(model).eval() if rows_graph else None
-            n_rows = 0
-            if rows_module is not None:
-                n_rows = len(rows_module(torch.arange(len(tgt_dict))))
-            step = _DecoderStep(model, shortlist=shortlist is not None, rows=n_rows).eval()
+            rows_module = _OutputRows(model, split[0]).eval() if rows_graph else None
+            n_rows = len(split[0](torch.zeros(1, dtype=torch.long))) if rows_graph else 0
+            step = _DecoderStep(model, shortlist=shortlist is not None, rows=n_rows,
+                                score=split[1] if rows_graph else None).eval()  # fmt: skip
             n = 4  # two sentences, two hypotheses each
             caches = [cross[0]]  # (the encoder's outputs: once per sentence)
             kv = iter(cross[1:])

@@ -207,18 +207,16 @@ class _DecoderStep(nn.Module):
     graph, :func:`~lightcompress.deploy.shortlist.output_rows`), the bias is taken at them and
     the ids returned are token ids."""
 
-    def __init__(self, model, shortlist: bool = False, rows: int = 0):
+    def __init__(self, model, shortlist: bool = False, rows: int = 0, score=None):
         super().__init__()
         self.model = model
         self.shortlist = shortlist
         # rows > 0: the candidates' output rows are ``rows`` inputs after ``cands`` (gathered
-        # once per batch by :class:`_OutputRows`) and ``bias`` is already the candidates' ``[V']``
+        # once per batch by :class:`_OutputRows`), scored by ``score`` (the second function of
+        # :func:`~lightcompress.deploy.shortlist.split_output_rows`), and ``bias`` is already
+        # the candidates' ``[V']``
         self.rows = rows
-        self._score = None
-        if rows:
-            from lightcompress.deploy.shortlist import split_output_rows
-
-            self._score = split_output_rows(model.decoder.output_projection)[1]
+        self._score = score
         dec = model.decoder
         self.num_layers = len(dec.layers)
         self.position_kind = _position_kind(dec)
@@ -338,18 +336,10 @@ class _OutputRows(nn.Module):
     (:func:`~lightcompress.deploy.shortlist.split_output_rows`): the export's ``rows.onnx``,
     run once per batch, so that the decoder step does not gather them at every step."""
 
-    def __init__(self, model):
+    def __init__(self, model, gather):
         super().__init__()
-        from lightcompress.deploy.shortlist import split_output_rows
-
-        self.model = model
-        self._gather = split_output_rows(model.decoder.output_projection)[0]
-
-    @staticmethod
-    def supported(model) -> bool:
-        from lightcompress.deploy.shortlist import split_output_rows
-
-        return split_output_rows(model.decoder.output_projection) is not None
+        self.model = model  # (its parameters: the graph's initializers)
+        self._gather = gather  # (the first function of split_output_rows)
 
     def forward(self, cands: Tensor):
         return self._gather(cands)

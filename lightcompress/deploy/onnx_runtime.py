@@ -163,7 +163,7 @@ class OnnxGenerator:
             self._bias_cache, self._bias_key = (short, normal, end), key
         return self._bias_cache
 
-    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@a0787f69a531, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@f149d2229f51
+    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@a0787f69a531, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@16645b284496
     def generate(self, src_tokens: np.ndarray, src_lengths: np.ndarray) -> list[list[dict]]:
         """Translate a batch: ``src_tokens`` ``[B x S]`` int64, left-padded, ``src_lengths``
         ``[B]``. Returns, per sentence, the ``beam`` finished hypotheses best first:
@@ -241,57 +241,53 @@ class OnnxGenerator:
             if not ignoring and not np.count_nonzero(ends):
                 # the common step: no candidate ends and none is ignored, so the active
                 # hypotheses are the beam best candidates (what the general path below gives)
+                batch_idxs = None
                 active_bbsz_idx = cand_bbsz_idx[:, :beam].reshape(-1)
-                tokens = tokens[active_bbsz_idx]
-                feed["prev"] = tokens[:, step + 1] = cand_indices[:, :beam].reshape(-1)
+                prev = cand_indices[:, :beam].reshape(-1)
                 cum = cand_scores[:, :beam].reshape(-1)
-                scores = scores[active_bbsz_idx]
-                scores[:, step] = cum
-                order = active_bbsz_idx
-                batch_idxs = None
-                continue
-
-            eos_mask = ends & (cand_scores != -np.inf)
-            eos_mask[:, :beam] &= ~cands_to_ignore
-            finalized_sents: list[int] = []
-            if eos_mask[:, :beam].any():
-                eos_bbsz_idx = cand_bbsz_idx[:, :beam][eos_mask[:, :beam]]
-                eos_scores = cand_scores[:, :beam][eos_mask[:, :beam]]
-                finalized_sents = self._finalize(
-                    step, eos_bbsz_idx, eos_scores, tokens, finalized, finished, beam, max_len
-                )
-                num_remaining -= len(finalized_sents)
-            if num_remaining == 0:
-                break
-            if finalized_sents:
-                new_bsz = bsz - len(finalized_sents)
-                batch_mask = np.ones(bsz, dtype=bool)
-                batch_mask[finalized_sents] = False
-                batch_idxs = np.nonzero(batch_mask)[0]
-                eos_mask = eos_mask[batch_idxs]
-                bbsz_offsets = (np.arange(new_bsz) * beam)[:, None]
-                moved = bbsz_offsets - batch_idxs[:, None] * beam  # (new offsets - old)
-                cand_bbsz_idx = cand_bbsz_idx[batch_idxs] + moved
-                cand_scores = cand_scores[batch_idxs]
-                cand_indices = cand_indices[batch_idxs]
-                cands_to_ignore = cands_to_ignore[batch_idxs]
-                scores = scores.reshape(bsz, -1)[batch_idxs].reshape(new_bsz * beam, -1)
-                tokens = tokens.reshape(bsz, -1)[batch_idxs].reshape(new_bsz * beam, -1)
-                bsz = new_bsz
-                rows = np.arange(bsz)[:, None]
             else:
-                batch_idxs = None
+                eos_mask = ends & (cand_scores != -np.inf)
+                eos_mask[:, :beam] &= ~cands_to_ignore
+                finalized_sents: list[int] = []
+                if eos_mask[:, :beam].any():
+                    eos_bbsz_idx = cand_bbsz_idx[:, :beam][eos_mask[:, :beam]]
+                    eos_scores = cand_scores[:, :beam][eos_mask[:, :beam]]
+                    finalized_sents = self._finalize(
+                        step, eos_bbsz_idx, eos_scores, tokens, finalized, finished, beam, max_len
+                    )
+                    num_remaining -= len(finalized_sents)
+                if num_remaining == 0:
+                    break
+                if finalized_sents:
+                    new_bsz = bsz - len(finalized_sents)
+                    batch_mask = np.ones(bsz, dtype=bool)
+                    batch_mask[finalized_sents] = False
+                    batch_idxs = np.nonzero(batch_mask)[0]
+                    eos_mask = eos_mask[batch_idxs]
+                    bbsz_offsets = (np.arange(new_bsz) * beam)[:, None]
+                    moved = bbsz_offsets - batch_idxs[:, None] * beam  # (new offsets - old)
+                    cand_bbsz_idx = cand_bbsz_idx[batch_idxs] + moved
+                    cand_scores = cand_scores[batch_idxs]
+                    cand_indices = cand_indices[batch_idxs]
+                    cands_to_ignore = cands_to_ignore[batch_idxs]
+                    scores = scores.reshape(bsz, -1)[batch_idxs].reshape(new_bsz * beam, -1)
+                    tokens = tokens.reshape(bsz, -1)[batch_idxs].reshape(new_bsz * beam, -1)
+                    bsz = new_bsz
+                    rows = np.arange(bsz)[:, None]
+                else:
+                    batch_idxs = None
 
-            # the beam best candidates that do not end, in order (fairseq's active hypotheses)
-            eos_mask[:, :beam] |= cands_to_ignore
-            active_mask = eos_mask * cand_size + cand_offsets[: eos_mask.shape[1]]
-            active_hypos = np.argsort(active_mask, axis=1, kind="stable")[:, :beam]
-            cands_to_ignore = active_mask[rows, active_hypos] >= cand_size
-            ignoring = bool(cands_to_ignore.any())
-            active_bbsz_idx = cand_bbsz_idx[rows, active_hypos].reshape(-1)
+                # the beam best candidates that do not end, in order (fairseq's active hypotheses)
+                eos_mask[:, :beam] |= cands_to_ignore
+                active_mask = eos_mask * cand_size + cand_offsets[: eos_mask.shape[1]]
+                active_hypos = np.argsort(active_mask, axis=1, kind="stable")[:, :beam]
+                cands_to_ignore = active_mask[rows, active_hypos] >= cand_size
+                ignoring = bool(cands_to_ignore.any())
+                active_bbsz_idx = cand_bbsz_idx[rows, active_hypos].reshape(-1)
+                prev = cand_indices[rows, active_hypos].reshape(-1)
+                cum = cand_scores[rows, active_hypos].reshape(-1)
             tokens = tokens[active_bbsz_idx]  # (columns after this step are padding in all)
-            feed["prev"] = tokens[:, step + 1] = cand_indices[rows, active_hypos].reshape(-1)
-            cum = cand_scores[rows, active_hypos].reshape(-1)
+            feed["prev"] = tokens[:, step + 1] = prev
             scores = scores[active_bbsz_idx]
             scores[:, step] = cum
             order = active_bbsz_idx
