@@ -252,10 +252,10 @@ def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fa
     export_onnx(model, task, out, shortlist=path)  # (its proof: without the list, fairseq's)
     with open(os.path.join(out, "config.json")) as f:
         config = json.load(f)
-    assert config["shortlist"] == "shortlist.txt"
+    assert config["shortlist"] == "shortlist.npz"  # (the packed form, not the text)
     with open(os.path.join(out, "MANIFEST.sha256")) as f:
         listed = f.read()
-    assert "shortlist.txt" in listed
+    assert "shortlist.npz" in listed and not os.path.exists(os.path.join(out, "shortlist.txt"))
     step_inputs = [i.name for i in OnnxGenerator(out).decoder.get_inputs()]
     if split:  # the candidates' output rows: gathered once per batch by rows.onnx
         assert config["shortlist_rows"] == "rows.onnx" and "rows.onnx" in listed
@@ -298,6 +298,68 @@ def test_onnx_export_shortlist_bad_input_is_one_line(tmp_path):
     export_onnx(model, task, str(tmp_path / "plain"), check=False)
     with pytest.raises(OnnxError, match="has no shortlist: export it with --shortlist FILE"):
         OnnxGenerator(str(tmp_path / "plain"), shortlist=True)
+
+
+def test_packed_shortlist_gives_the_texts_candidates_and_refuses_a_bad_file_in_one_line(tmp_path):
+    import zipfile
+
+    from lightcompress.deploy.onnx_files import OnnxError, Shortlist
+
+    _, task, _ = _model("transformer")
+    s, d = task.source_dictionary, task.target_dictionary
+    specials = (d.bos(), d.pad(), d.eos(), d.unk())
+    # a list with a repeated id and a source symbol with an empty list (edge cases of packing)
+    lines = ["\t" + d.symbols[6], s.symbols[4] + "\t" + " ".join(d.symbols[t] for t in (9, 5, 9))]
+    lines.append(s.symbols[5] + "\t")
+    for path in (_small_shortlist(tmp_path / "sl.txt", task), _write(tmp_path / "e.txt", lines)):
+        text = Shortlist(path, s.symbols, d.symbols, specials)
+        packed_path = str(tmp_path / "sl.npz")
+        text.save_packed(packed_path)
+        packed = Shortlist(packed_path, s.symbols, d.symbols, specials)
+        assert packed.always.tolist() == text.always.tolist()
+        assert np.diff(packed.offsets).tolist() == np.diff(text.offsets).tolist()
+        rng = np.random.default_rng(0)
+        for _ in range(20):
+            src = rng.integers(0, len(s), size=(3, 7))
+            assert packed.candidates(src).tolist() == text.candidates(src).tolist()
+    # (the second file: source 4's list, the id always included, the specials; 5's list empty)
+    assert set(packed.candidates(np.array([[4, 5]])).tolist()) == set(specials) | {5, 6, 9}
+    # bad files: each one line, naming the file
+    with pytest.raises(OnnxError, match=r"built for vocabularies of \[\d+, \d+\] types"):
+        Shortlist(packed_path, s.symbols, d.symbols + ["extra"], specials)
+    with open(packed_path, "rb") as f:
+        whole = f.read()
+    cut = _write_bytes(tmp_path / "cut.npz", whole[: len(whole) // 2])
+    with pytest.raises(OnnxError, match="cut.npz is not a usable packed shortlist"):
+        Shortlist(cut, s.symbols, d.symbols, specials)
+    arrays = dict(np.load(packed_path))
+    for name, change, why in (
+        ("format", np.array("something else"), "format 'something else'"),
+        ("counts", arrays["counts"] + 1, "its list lengths do not match its ids"),
+        ("deltas", arrays["deltas"].astype(np.int64) + len(d), "ids outside the target vocabulary"),
+        ("always", None, "no 'always' array"),
+    ):
+        changed = {k: v for k, v in arrays.items() if k != name}
+        if change is not None:
+            changed[name] = change
+        np.savez(tmp_path / "changed.npz", **changed)
+        with pytest.raises(OnnxError, match=why):
+            Shortlist(str(tmp_path / "changed.npz"), s.symbols, d.symbols, specials)
+    with zipfile.ZipFile(tmp_path / "pickled.npz", "w") as z:  # (an object array: not loaded)
+        import io
+
+        buf = io.BytesIO()
+        np.save(buf, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+        for name in arrays:
+            z.writestr(name + ".npy", buf.getvalue())
+    with pytest.raises(OnnxError, match="pickled.npz is not a usable packed shortlist"):
+        Shortlist(str(tmp_path / "pickled.npz"), s.symbols, d.symbols, specials)
+
+
+def _write_bytes(path, data: bytes) -> str:
+    with open(path, "wb") as f:
+        f.write(data)
+    return str(path)
 
 
 # --------------------------------------------------------------------------------------------

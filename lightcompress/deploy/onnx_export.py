@@ -47,8 +47,10 @@ float output layer it knows (:func:`~lightcompress.deploy.shortlist.split_output
 fairseq's Linear, the plugin's tied tables) the candidates' rows are gathered once per batch by
 a third graph, ``rows.onnx`` (``cands`` -> ``rows0``...; ``config.json``'s ``shortlist_rows``),
 and the step takes them after ``cands``, with ``bias`` the candidates' ``[V']``; for any other
-output layer the step gathers them itself (:mod:`lightcompress.deploy.shortlist`); the file is
-shipped as ``shortlist.txt`` (in the manifest, ``config.json``'s ``shortlist``), and
+output layer the step gathers them itself (:mod:`lightcompress.deploy.shortlist`); the list is
+shipped packed, as ``shortlist.npz`` (ids, each list sorted and stored as differences,
+compressed: about a sixth of the text; in the manifest, ``config.json``'s ``shortlist``;
+exports made before it ship ``shortlist.txt``, which the runtime still reads), and
 ``translate.py --shortlist`` uses it; without that flag the runtime feeds every id (the
 proof above runs so: the shortlist graph over the full vocabulary gives fairseq's
 translations). Without the option the export is what it was.
@@ -147,7 +149,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         from lightcompress.deploy.shortlist import ShortlistError, load_shortlist
 
         try:
-            load_shortlist(shortlist, src_dict, tgt_dict)
+            packed = load_shortlist(shortlist, src_dict, tgt_dict)
         except ShortlistError as exc:
             raise ExportError(str(exc)) from None
     dec = model.decoder
@@ -182,7 +184,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         split = split_output_rows(model.decoder.output_projection)
     rows_graph = split is not None
     if shortlist is not None:
-        config["shortlist"] = "shortlist.txt"
+        config["shortlist"] = "shortlist.npz"  # (exports before the packed form: .txt)
     if rows_graph:  # (the candidates' output rows: gathered once per batch by rows.onnx)
         config["shortlist_rows"] = ROWS_GRAPH
     parent = os.path.dirname(os.path.abspath(out_dir))
@@ -297,7 +299,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         if spm:
             shutil.copyfile(spm, os.path.join(tmp, "spm.model"))
         if shortlist is not None:
-            shutil.copyfile(shortlist, os.path.join(tmp, "shortlist.txt"))
+            packed.save_packed(os.path.join(tmp, "shortlist.npz"))
         shutil.copyfile(os.path.join(os.path.dirname(__file__), "onnx_runtime.py"),
                         os.path.join(tmp, "translate.py"))  # fmt: skip
         shutil.copyfile(os.path.join(os.path.dirname(__file__), "onnx_files.py"),
