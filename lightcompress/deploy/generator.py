@@ -315,7 +315,7 @@ class FastGenerator:
     # beam search (fairseq's SequenceGenerator._generate, translation only)
     # ----------------------------------------------------------------------------------------
 
-    # Mirrors: lightcompress.deploy.onnx_runtime.OnnxGenerator.generate@16645b284496, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@a0787f69a531
+    # Mirrors: lightcompress.deploy.onnx_runtime.OnnxGenerator.generate@31d3741edd81, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@a0787f69a531
     @torch.inference_mode()
     def generate(self, src_tokens: Tensor, src_lengths: Tensor) -> list[list[dict]]:
         """Translate a batch: ``src_tokens`` ``[B x S]`` (left-padded, as fairseq batches

@@ -69,6 +69,7 @@ from collections.abc import Sequence
 import torch
 
 from lightcompress import cli
+from lightcompress.deploy.factor_attention import layout as factor_layout
 from lightcompress.deploy.onnx_graphs import (  # (ExportError re-exported: its old home)
     ExportError,
     _DecoderStep,
@@ -114,6 +115,8 @@ def _names(layers: list):
         cache_in += [f"past_k{i}", f"past_v{i}"]
         if spec["cross"]:
             cache_in += [f"cross_k{i}", f"cross_v{i}"]
+        if spec.get("cross_factors"):  # (the per-head mask and query-bias scores)
+            cache_in.append(f"cross_b{i}")
         cache_out += [f"new_k{i}", f"new_v{i}"]
     return cache_in, cache_out
 
@@ -155,7 +158,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
     dec = model.decoder
     layers = [
         {"heads": int(layer.self_attn.num_heads), "head_dim": int(layer.self_attn.head_dim),
-         "cross": layer.encoder_attn is not None}
+         "cross": layer.encoder_attn is not None, **factor_layout(layer)}
         for layer in dec.layers
     ]  # fmt: skip
     config = {
@@ -196,7 +199,8 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         cache_in, cache_out = _names(layers)
         enc_out = ["enc_bias"] + [n for n in cache_in if n.startswith("cross_")]
         enc_axes = {"src_tokens": {0: "B", 1: "S"}}
-        enc_axes.update({n: {0: "B", 3 if n == "enc_bias" else 2: "S"} for n in enc_out})
+        enc_axes.update({n: {0: "B", 3 if n == "enc_bias" or n.startswith("cross_b") else 2: "S"}
+                         for n in enc_out})  # fmt: skip
         with torch.no_grad(), _positions_in_graph(model):
             # (eval wrappers: the exporter puts a module back into its own mode afterwards,
             # and a new module is in training mode, which would switch dropout on)
@@ -220,10 +224,10 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             for i, spec in enumerate(layers):
                 h, d = spec["heads"], spec["head_dim"]
                 g = torch.Generator().manual_seed(i)
-                caches += [torch.randn(n, h, 3, d, generator=g),
-                           torch.randn(n, h, 3, d, generator=g)]  # fmt: skip
+                caches += [torch.randn(n, *spec.get(c, (h, d))[:1], 3, spec.get(c, (h, d))[1],
+                                       generator=g) for c in ("k_cache", "v_cache")]  # fmt: skip
                 if spec["cross"]:
-                    caches += [next(kv), next(kv)]
+                    caches += [next(kv) for _ in range(3 if spec.get("cross_factors") else 2)]
             prev = torch.randint(4, len(tgt_dict), (n,))
             pos = torch.tensor([config["position_offset"] + 4])
             pos_name = "pos"
@@ -238,6 +242,8 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             for name in cache_in[1:]:
                 cross_name = name.startswith("cross_")
                 dec_axes[name] = {0: "B" if cross_name else "N", 2: "S" if cross_name else "t"}
+                if name.startswith("cross_b"):
+                    dec_axes[name] = {0: "B", 3: "S"}
             out_names = ["top_lp", "top_ids"] + cache_out
             for name in cache_out:
                 dec_axes[name] = {0: "N", 2: "t1"}

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lightcompress.deploy.factor_attention import cross_plan, self_plan
 from lightcompress.errors import LightcompressError
 
 __all__ = ["ExportError", "export_error", "lean_encoder_error"]
@@ -221,11 +222,19 @@ class _DecoderStep(nn.Module):
         self.num_layers = len(dec.layers)
         self.position_kind = _position_kind(dec)
         self.regrouped = _Regrouped()
+        # attentions of low-rank maps: in their factors' space (factor_attention)
+        self._self_plans, self._cross_plans = {}, {}
         for layer in dec.layers:
+            plan = self_plan(self.regrouped, layer.self_attn)
             spec = _qkv_maps(layer.self_attn)
-            if spec is not None:
+            if plan is not None:
+                self._self_plans[id(layer)] = plan
+            elif spec is not None:
                 self.regrouped.prepare(*spec)
-            if layer.encoder_attn is not None:
+            plan = cross_plan(self.regrouped, layer)
+            if plan is not None:
+                self._cross_plans[id(layer)] = plan
+            elif layer.encoder_attn is not None:
                 inner = _inner_attention(layer.encoder_attn)
                 self.regrouped.prepare([inner.q_proj], [inner.scaling])
 
@@ -249,10 +258,12 @@ class _DecoderStep(nn.Module):
         self._by_sentence = {}  # (the [B x beam x H x d] shapes, computed once per graph)
         for layer in dec.layers:
             past_k, past_v = rest.pop(0), rest.pop(0)
-            cross_k = cross_v = None
-            if layer.encoder_attn is not None:
-                cross_k, cross_v = rest.pop(0), rest.pop(0)
-            x, k, v = self._layer(layer, x, past_k, past_v, cross_k, cross_v, enc_bias, order)
+            cross = ()
+            if layer.encoder_attn is not None:  # (k, v; factor space: ck, cv, cross_b)
+                cross = tuple(
+                    rest.pop(0) for _ in range(3 if id(layer) in self._cross_plans else 2)
+                )
+            x, k, v = self._layer(layer, x, past_k, past_v, cross, enc_bias, order)
             new += [k, v]
         if dec.layer_norm is not None:
             x = dec.layer_norm(x)
@@ -286,14 +297,20 @@ class _DecoderStep(nn.Module):
             self._by_sentence[(h, d)] = torch.cat([first, torch.tensor([-1, h, d])])
         return reshape_from_tensor_shape(q, self._by_sentence[(h, d)])
 
-    def _layer(self, layer, x, past_k, past_v, cross_k, cross_v, enc_bias, order):
+    def _layer(self, layer, x, past_k, past_v, cross, enc_bias, order):
         """One layer of the step (:func:`layer_step` around the attentions below); returns
         the output and the grown self-attention caches."""
         from lightcompress.deploy.generator import layer_step
 
         grown = []
+        self_factors = self._self_plans.get(id(layer))
+        cross_factors = self._cross_plans.get(id(layer))
 
         def self_attention(x):
+            if self_factors is not None:
+                y, k, v = self_factors.step(x, past_k, past_v, order)
+                grown.extend([k, v])
+                return y
             a = layer.self_attn
             h, d = a.num_heads, a.head_dim
             q, k, v = _project_qkv(self.regrouped, a, x)
@@ -305,6 +322,10 @@ class _DecoderStep(nn.Module):
             return a.out_proj(torch.matmul(p, v).reshape(-1, h * d))
 
         def cross_attention(x):
+            if cross_factors is not None:
+                rows = lambda y, h, d: self._sentence_rows(y, enc_bias, h, d)
+                return cross_factors.step(x, *cross, rows)
+            cross_k, cross_v = cross
             a, inner = layer.encoder_attn, _inner_attention(layer.encoder_attn)
             if inner is not a:  # Subformer: attention at the encoder's width
                 x = a.project_query(x)
@@ -361,10 +382,14 @@ class _Encoder(nn.Module):
         if lean:
             for layer in model.encoder.layers:
                 self.regrouped.prepare(*_qkv_maps(layer.self_attn) or ([], []))
+        self._cross_plans = {}
         for layer in model.decoder.layers:
             if layer.encoder_attn is not None:
                 a = _inner_attention(layer.encoder_attn)
                 self.regrouped.prepare([a.k_proj, a.v_proj], [1.0, 1.0])
+                plan = cross_plan(self.regrouped, layer)
+                if plan is not None:
+                    self._cross_plans[id(layer)] = plan
 
     def forward(self, src_tokens: Tensor):
         from torch.onnx.operators import reshape_from_tensor_shape, shape_as_tensor
@@ -398,9 +423,10 @@ class _Encoder(nn.Module):
             if layer.encoder_attn is None:  # (Subformer's SAFE block)
                 continue
             a = _inner_attention(layer.encoder_attn)
-            for y in self.regrouped.apply(x, [a.k_proj, a.v_proj], [1.0, 1.0]):
-                y = heads(y, a.num_heads, a.head_dim)  # [B x S x H x d]
-                outs.append(y.transpose(1, 2))  # [B x H x S x d]
+            kv = [heads(y, a.num_heads, a.head_dim).transpose(1, 2)  # [B x H x S x d]
+                  for y in self.regrouped.apply(x, [a.k_proj, a.v_proj], [1.0, 1.0])]  # fmt: skip
+            plan = self._cross_plans.get(id(layer))
+            outs += kv if plan is None else plan.keys_values(*kv, enc_bias)
         return tuple(outs)
 
     def _layer(self, layer, x: Tensor, enc_bias: Tensor, heads) -> Tensor:

@@ -163,7 +163,7 @@ class OnnxGenerator:
             self._bias_cache, self._bias_key = (short, normal, end), key
         return self._bias_cache
 
-    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@a0787f69a531, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@16645b284496
+    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@a0787f69a531, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@31d3741edd81
     def generate(self, src_tokens: np.ndarray, src_lengths: np.ndarray) -> list[list[dict]]:
         """Translate a batch: ``src_tokens`` ``[B x S]`` int64, left-padded, ``src_lengths``
         ``[B]``. Returns, per sentence, the ``beam`` finished hypotheses best first:
@@ -181,8 +181,9 @@ class OnnxGenerator:
         n = bsz * beam
         past = {}
         for i, spec in enumerate(self.layers):
-            empty = np.zeros((n, spec["heads"], 0, spec["head_dim"]), dtype=np.float32)
-            past[f"past_k{i}"], past[f"past_v{i}"] = empty, empty
+            for c in ("k", "v"):  # (factor-space attention: [1 x rank] per hypothesis)
+                heads, width = spec.get(f"{c}_cache", (spec["heads"], spec["head_dim"]))
+                past[f"past_{c}{i}"] = np.zeros((n, heads, 0, width), dtype=np.float32)
 
         scores = np.zeros((n, max_len + 1), dtype=np.float32)
         tokens = np.full((n, max_len + 2), pad, dtype=np.int64)
