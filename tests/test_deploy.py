@@ -804,6 +804,45 @@ def test_attention_in_the_factors_space_is_fairseqs_attention(case):
         assert torch.allclose(got, want[0], atol=1e-5), (got - want[0]).abs().max()
 
 
+def test_onnx_factor_space_export_without_query_biases_gives_fairseqs_hypotheses(tmp_path):
+    """A LightFormer whose query maps have no bias (the encoder graph's ``cross_b`` is then the
+    padding mask per head, and the self-attention's ``q'`` has no bias term) exports in the
+    factors' space and translates as fairseq does."""
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from lightcompress.deploy.onnx_export import export_onnx
+    from lightcompress.deploy.onnx_runtime import OnnxGenerator
+    from lightcompress.measure.params import build_random_model
+
+    arch, flags = FAMILIES["lightformer"]
+    torch.manual_seed(0)
+    model, task, _ = build_random_model(arch, 40, flags, True, return_task=True)
+    for layer in model.decoder.layers:
+        layer.self_attn.q_proj.bias = None
+        layer.encoder_attn.q_proj.bias = None
+    model.eval()
+    export_onnx(model, task, str(tmp_path / "onnx"))
+    with open(tmp_path / "onnx" / "config.json") as f:
+        assert all(s.get("cross_factors") and s.get("k_cache") for s in json.load(f)["layers"])
+    d = task.target_dictionary
+    g = torch.Generator().manual_seed(1)
+    sentences = [
+        torch.cat([torch.randint(4, 40, (int(n),), generator=g), torch.tensor([d.eos()])])
+        for n in torch.randint(2, 9, (6,), generator=g)
+    ]
+    settings = {"beam_size": 3, "max_len_a": 1.0, "max_len_b": 3}
+    ours = OnnxGenerator(str(tmp_path / "onnx"), **settings)
+    fairseq = SequenceGenerator([model], d, **settings)
+    for _idx, src, src_lengths in _batches(sentences, 3):
+        with torch.inference_mode():
+            ref = fairseq.generate([model], {"net_input": {"src_tokens": src,
+                                                           "src_lengths": src_lengths}})  # fmt: skip
+        for r, o in zip(ref, ours.generate(src.numpy(), src_lengths.numpy())):
+            assert [h["tokens"].tolist() for h in o] == [h["tokens"].tolist() for h in r]
+            assert [h["score"] for h in o] == pytest.approx([float(h["score"]) for h in r],
+                                                            abs=1e-4)  # fmt: skip
+
+
 def _unique_parameter_bytes(model) -> int:
     seen, total = set(), 0
     for p in model.parameters():  # a shared parameter once

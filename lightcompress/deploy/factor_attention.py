@@ -150,8 +150,8 @@ class CrossPlan:
         ``ck [B x H x S x r_q]``, ``cv [B x H x S x r_o]``, ``cross_b [B x H x 1 x S]``."""
         ck = torch.matmul(k, self.u_q)
         cv = torch.matmul(v, self.v_o)
-        if self.b_q is None:
-            return ck, cv, enc_bias.expand(-1, self.heads, -1, -1)
+        if self.b_q is None:  # (an Add, not an Expand: the same graph for both cases)
+            return ck, cv, enc_bias + torch.zeros(1, self.heads, 1, 1)
         return ck, cv, enc_bias + torch.matmul(k, self.b_q).transpose(2, 3)
 
     def step(self, x: Tensor, ck: Tensor, cv: Tensor, cb: Tensor, sentence_rows) -> Tensor:
