@@ -64,7 +64,8 @@ class SelfPlan:
         rq, rk, rv = vq.shape[0], vk.shape[0], vv.shape[0]
         s = attn.scaling
         self.heads, self.ranks = h, (rq, rk, rv)
-        key = ("factor-self", id(vq), id(uq), id(vk), id(uk), id(vv), id(uv), id(out[1]))
+        # (the tensors the regrouped weights are made of: layers that share them share these)
+        key = ("factor-self", *map(id, (vq, uq, bq, vk, uk, vv, uv, bv, out[1], out[2])))
         self.first = owner._weight(key + ("first",), lambda: torch.cat([vq, vk, vv]))
         uq_h, uk_h = uq.reshape(h, d, rq), uk.reshape(h, d, rk)
 
@@ -88,9 +89,6 @@ class SelfPlan:
         else:
             self.second = (uo, bo)
         self.b_z = None if z0 is None else owner._weight(key + ("b_z",), lambda: z0)
-
-    def cache_widths(self) -> tuple[int, int]:
-        return self.ranks[1], self.ranks[2]
 
     def step(self, x: Tensor, past_k: Tensor, past_v: Tensor, order: Tensor):
         """``x [N x C]`` -> the attention's output ``[N x C]`` and the grown caches
@@ -136,7 +134,7 @@ class CrossPlan:
         (vq, uq, bq), (vo, uo, bo) = q, out
         s = attn.scaling
         self.heads, self.rank_q, self.rank_o = h, vq.shape[0], vo.shape[0]
-        key = ("factor-cross", id(vq), id(uq), id(vo), id(uo))
+        key = ("factor-cross", *map(id, (vq, uq, bq, vo)))
         self.v_q = vq
         self.u_q = owner._weight(key + ("u_q",), lambda: s * uq.reshape(h, d, -1))
         self.b_q = None
