@@ -35,23 +35,27 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["cross_plan", "layout", "self_plan"]
+__all__ = ["cross_plan", "layout", "map_factors", "self_plan"]
+
+
+def map_factors(m):
+    """``(first, second, bias)`` of a map whose weights the export may regroup: a map whose
+    kind declares two factors (a low-rank map ``x v^T u^T + b``: ``(v, u, b)``; the kind
+    registry's ``factors``), a dense one (``(None, W, b)``), else None."""
+    from lightcompress.modules.registry import two_factors
+
+    factors = two_factors(m)
+    if factors is not None:
+        return factors[0], factors[1], getattr(m, "bias", None)
+    if type(m) is nn.Linear:
+        return None, m.weight, m.bias
+    return None
 
 
 def _low_rank(m):
-    """``(v, u, b)`` of a low-rank map (``x v^T u^T + b``: its kind declares two factors),
-    else None."""
-    from lightcompress.modules.registry import two_factors
-
-    f = two_factors(m)
-    return None if f is None else (f[0], f[1], getattr(m, "bias", None))
-
-
-def _dense_or_low_rank(m):
-    """``(v, u, b)`` of a low-rank map, ``(None, W, b)`` of fairseq's Linear, else None."""
-    if type(m) is nn.Linear:
-        return None, m.weight, m.bias
-    return _low_rank(m)
+    """``(v, u, b)`` of a low-rank map, else None."""
+    f = map_factors(m)
+    return None if f is None or f[0] is None else f
 
 
 class SelfPlan:
@@ -109,7 +113,7 @@ def _self_parts(attn):
     if getattr(attn, "qkv", None) is not None:  # (Hypoformer's fused map)
         return None
     parts = [_low_rank(m) for m in (attn.q_proj, attn.k_proj, attn.v_proj)]
-    out = _dense_or_low_rank(attn.out_proj)
+    out = map_factors(attn.out_proj)
     if any(p is None for p in parts) or out is None:
         return None
     if max(parts[1][0].shape[0], parts[2][0].shape[0]) > attn.head_dim:

@@ -224,8 +224,9 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             for i, spec in enumerate(layers):
                 h, d = spec["heads"], spec["head_dim"]
                 g = torch.Generator().manual_seed(i)
-                caches += [torch.randn(n, *spec.get(c, (h, d))[:1], 3, spec.get(c, (h, d))[1],
-                                       generator=g) for c in ("k_cache", "v_cache")]  # fmt: skip
+                for c in ("k_cache", "v_cache"):  # ([heads, width] per hypothesis)
+                    heads, width = spec.get(c, (h, d))
+                    caches.append(torch.randn(n, heads, 3, width, generator=g))
                 if spec["cross"]:
                     caches += [next(kv) for _ in range(3 if spec.get("cross_factors") else 2)]
             prev = torch.randint(4, len(tgt_dict), (n,))
@@ -240,10 +241,11 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             dec_axes = {"prev": {0: "N"}, "order": {0: "N"}, "enc_bias": {0: "B", 3: "S"},
                         "top_lp": {0: "N"}, "top_ids": {0: "N"}}  # fmt: skip
             for name in cache_in[1:]:
-                cross_name = name.startswith("cross_")
-                dec_axes[name] = {0: "B" if cross_name else "N", 2: "S" if cross_name else "t"}
-                if name.startswith("cross_b"):
+                if name.startswith("cross_b"):  # (a mask: [B x H x 1 x S])
                     dec_axes[name] = {0: "B", 3: "S"}
+                else:
+                    cross_name = name.startswith("cross_")
+                    dec_axes[name] = {0: "B" if cross_name else "N", 2: "S" if cross_name else "t"}
             out_names = ["top_lp", "top_ids"] + cache_out
             for name in cache_out:
                 dec_axes[name] = {0: "N", 2: "t1"}

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lightcompress.deploy.factor_attention import cross_plan, self_plan
+from lightcompress.deploy.factor_attention import map_factors as _factors
 from lightcompress.errors import LightcompressError
 
 __all__ = ["ExportError", "export_error", "lean_encoder_error"]
@@ -96,20 +97,6 @@ def _qkv(attn, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     if qkv is not None:  # Hypoformer's fused Q/K/V map: one call
         return qkv(x)
     return attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
-
-
-def _factors(m):
-    """``(first, second, bias)`` of a map whose weights the export may regroup: a map whose
-    kind declares two factors (a low-rank map ``x v^T u^T + b``: ``(v, u, b)``; the kind
-    registry's ``factors``), a dense one (``(None, W, b)``), else None."""
-    from lightcompress.modules.registry import two_factors
-
-    factors = two_factors(m)
-    if factors is not None:
-        return factors[0], factors[1], getattr(m, "bias", None)
-    if type(m) is nn.Linear:
-        return None, m.weight, m.bias
-    return None
 
 
 class _Regrouped(nn.Module):
@@ -226,11 +213,10 @@ class _DecoderStep(nn.Module):
         self._self_plans, self._cross_plans = {}, {}
         for layer in dec.layers:
             plan = self_plan(self.regrouped, layer.self_attn)
-            spec = _qkv_maps(layer.self_attn)
             if plan is not None:
                 self._self_plans[id(layer)] = plan
-            elif spec is not None:
-                self.regrouped.prepare(*spec)
+            elif _qkv_maps(layer.self_attn) is not None:
+                self.regrouped.prepare(*_qkv_maps(layer.self_attn))
             plan = cross_plan(self.regrouped, layer)
             if plan is not None:
                 self._cross_plans[id(layer)] = plan
