@@ -15,7 +15,8 @@
 # Settings (environment): SAVE_ROOT (default ~/.cache/lightcompress/remeasure), DATA_DIR (the
 # plan's corpus, built by run.sh when absent), ROWS_DIR (the committed rows), SHALLOW_DECODER /
 # SHALLOW_DECODER_FROM / SHALLOW_ENCODER / SHALLOW_ENCODER_FROM (the shallow model's depths and
-# teacher layers: 1 / 0 / 3 / 0,1,2), SHALLOW_UPDATES (its fine-tuning updates, 700),
+# teacher layers: 1 / 0 / 3 / 0,1,2), SHALLOW_UPDATES (its fine-tuning updates, 700), OTHERS=1 / SMARTFORMER_RANK (the other
+# rows, at the end),
 # DRY_RUN=1 (print the commands, run nothing).
 set -euo pipefail
 
@@ -127,3 +128,45 @@ else
 fi
 rm_step collect "$PYTHON $HERE/collect.py remeasure --b1 $SAVE_ROOT/speed-b1.json --b32 $SAVE_ROOT/speed-b32.json --save-root $SAVE_ROOT --ref $DATA_DIR/raw/test.en --rows-dir $ROWS_DIR --commit $COMMIT"
 rm_log "done: $ROWS_DIR/speed_remeasure.json (collect.py table shows it under the table)"
+
+# OTHERS=1: the results table's other compressed rows that the ONNX export takes, for
+# deploy_bench.sh (MODELS=...): Hypoformer (no KD), Subformer and the fixed-rank Smartformer,
+# trained with the plan's own commands. The plan's fixed Smartformer rank comes from its rank
+# search (cpu_plan.sh's cpu_matched_rank); the dry run cannot know it and prints SM_RANK, so
+# SMARTFORMER_RANK (default 53: the rank the results run matched, which gives its row's
+# 6,295,324 parameters) replaces it instead of rerunning the search. Two lanes of one thread:
+# Hypoformer then Smartformer, and Subformer (about 30 minutes on 2 cores).
+OTHERS="${OTHERS:-0}" SMARTFORMER_RANK="${SMARTFORMER_RANK:-53}"
+[[ "$OTHERS" == 0 || "$OTHERS" == 1 ]] || { echo "remeasure.sh: OTHERS must be 0 or 1, not '$OTHERS'" >&2; exit 2; }
+[[ "$SMARTFORMER_RANK" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "remeasure.sh: SMARTFORMER_RANK must be a positive integer, not '$SMARTFORMER_RANK'" >&2; exit 2; }
+if [[ "$OTHERS" == 1 ]]; then
+  for m in hypoformer subformer smartformer; do
+    printf -v "TRAIN_$m" '%s' "$(rm_pick "^\+ fairseq-train .*--save-dir $SAVE_ROOT/$m ")"
+    printf -v "GEN_$m" '%s' "$(rm_pick "^\+ fairseq-generate .*$SAVE_ROOT/$m/checkpoint_best\.pt")"
+  done
+  # the dry run's fixed-rank command ends with "--sm-rank SM_RANK --share-all-embeddings"
+  [[ "$TRAIN_smartformer" =~ --sm-rank\ [0-9]+\ --share-all-embeddings$ ]] || {
+    echo "remeasure.sh: run.sh's Smartformer command does not end with '--sm-rank N --share-all-embeddings': $TRAIN_smartformer" >&2
+    exit 1
+  }
+  TRAIN_smartformer="${TRAIN_smartformer% --sm-rank * --share-all-embeddings} --sm-rank $SMARTFORMER_RANK --share-all-embeddings"
+  rm_other() {  # NAME: train it, then translate the test split as the plan does
+    local train="TRAIN_$1" gen="GEN_$1"
+    rm_step "$1/train" "${!train}"
+    rm_step "$1/generate" "${!gen}" "$SAVE_ROOT/$1/generate-test.txt"
+  }
+  if [[ "$DRY_RUN" == 1 ]]; then
+    rm_other hypoformer
+    rm_other smartformer
+    rm_other subformer
+  else
+    (rm_other hypoformer && rm_other smartformer) & p1=$!
+    rm_other subformer & p2=$!
+    rc=0
+    wait "$p1" || rc=$?
+    wait "$p2" || rc=$?
+    ((rc == 0)) || { rm_log "a training of the other rows failed (see SAVE_ROOT/*/train.log)"; exit 1; }
+  fi
+  rm_log "done: hypoformer, smartformer (rank $SMARTFORMER_RANK), subformer in $SAVE_ROOT"
+fi
