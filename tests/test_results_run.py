@@ -877,6 +877,29 @@ def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
                          env={**env, "SHALLOW_UPDATES": "7e2"}, capture_output=True, text=True,
                          timeout=120, check=False)  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "SHALLOW_UPDATES" in bad.stderr
+    # OTHERS=1: the table's Hypoformer, Subformer and fixed-rank Smartformer, with the plan's
+    # own commands; the Smartformer at SMARTFORMER_RANK in place of the dry run's SM_RANK
+    others = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+                            env={**env, "OTHERS": "1", "SMARTFORMER_RANK": "41"},
+                            capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert others.returncode == 0, others.stderr
+    extra = [line for line in others.stdout.splitlines() if line.startswith("+ ")][len(printed):]
+    assert [line.split(" --save-dir ")[1].split()[0] for line in extra[::2]] == [
+        str(tmp_path / "again" / m) for m in ("hypoformer", "smartformer", "subformer")
+    ]
+    assert extra[0] in planned and extra[4] in planned and "--arch hypoformer_iwslt_de_en" in extra[0]
+    assert extra[2] not in planned and extra[2].endswith(" --sm-rank 41 --share-all-embeddings")
+    assert extra[2].replace(" --sm-rank 41 --share-all-embeddings", "") in {
+        line.rsplit(" --sm-rank ", 1)[0] for line in planned
+    }
+    assert all(line.startswith("+ fairseq-generate ") and line.rsplit(" > ", 1)[0] in planned
+               and line.endswith("/generate-test.txt") for line in extra[1::2])  # fmt: skip
+    assert _calls(calls) == [] and not (tmp_path / "again").exists()
+    for name, value in (("OTHERS", "yes"), ("SMARTFORMER_RANK", "0")):
+        bad = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+                             env={**env, "OTHERS": "1", name: value}, capture_output=True,
+                             text=True, timeout=120, check=False)  # fmt: skip
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and name in bad.stderr
 
 
 def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_text(bench, tmp_path):
@@ -908,3 +931,15 @@ def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_tex
                          check=False)  # fmt: skip
     assert run.returncode == 2 and run.stderr.count("\n") == 1
     assert "run remeasure.sh first" in run.stderr and not (tmp_path / "out").exists()
+    # other models (remeasure.sh OTHERS=1) by MODELS; a bad name is refused in one line
+    others = subprocess.run(["bash", script], env={**env, "DRY_RUN": "1", "MODELS": "teacher hypoformer"},
+                            capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert others.returncode == 0, others.stderr
+    b1 = [line for line in others.stdout.splitlines() if line.startswith("+ ")][1]
+    assert "hypoformer=" + str(tmp_path / "models" / "hypoformer" / "checkpoint_best.pt") in b1
+    assert "teacher=" in b1 and "lightformer" not in b1
+    for name, value in (("MODELS", "teacher ../x"), ("MODELS", " "), ("TAG", "a/b")):
+        bad = subprocess.run(["bash", script], env={**env, name: value}, capture_output=True,
+                             text=True, timeout=120, check=False)  # fmt: skip
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and name in bad.stderr
+    assert not (tmp_path / "out").exists()

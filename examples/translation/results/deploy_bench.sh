@@ -15,7 +15,7 @@
 # models, default ~/.cache/lightcompress/remeasure), DATA_DIR (the plan's corpus), OUT (default
 # ~/.cache/lightcompress/deploy-bench), ROWS_DIR (default: the committed rows), B1_SENTENCES
 # (150), B32_SENTENCES (640), RUNS (3), SEQUENTIAL=1 (batch 1, then batch 32, each alone on
-# the machine), DRY_RUN=1 (print the commands, run nothing).
+# the machine), MODELS / TAG (below), DRY_RUN=1 (print the commands, run nothing).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -35,7 +35,17 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONWARNINGS=ignore
 cd "$REPO_ROOT"
 db_log() { echo "[deploy_bench $(date -u +%H:%M:%S)] $*" >&2; }
 
-MODELS=(teacher lightformer_svd lightformer_shallow)
+# MODELS (names of SAVE_ROOT/NAME/checkpoint_best.pt, space-separated; the dense teacher first,
+# CTranslate2 exports the dense ones) and TAG (appended to the copied files' names), e.g. the
+# other rows of remeasure.sh OTHERS=1:
+#   MODELS="teacher hypoformer subformer smartformer" TAG=-others OUT=... deploy_bench.sh
+read -r -a MODELS <<<"${MODELS:-teacher lightformer_svd lightformer_shallow}"
+TAG="${TAG:-}"
+((${#MODELS[@]} > 0)) || { echo "deploy_bench.sh: MODELS names no model" >&2; exit 2; }
+for m in "${MODELS[@]}"; do
+  [[ "$m" =~ ^[A-Za-z0-9_]+$ ]] || { echo "deploy_bench.sh: MODELS: '$m' is not a model name (letters, digits, _)" >&2; exit 2; }
+done
+[[ "$TAG" =~ ^[A-Za-z0-9_-]*$ ]] || { echo "deploy_bench.sh: TAG '$TAG' may hold only letters, digits, _ and -" >&2; exit 2; }
 models=""
 for m in "${MODELS[@]}"; do models+="${models:+,}$m=$SAVE_ROOT/$m/checkpoint_best.pt"; done
 if [[ "$DRY_RUN" != 1 ]]; then
@@ -86,6 +96,7 @@ fi
 db_step b32-sorted "$b32s"
 suffix=""
 [[ "$SEQUENTIAL" == 1 ]] && suffix="-alone"
+suffix+="$TAG"
 cp "$OUT/deploy-b1.json" "$ROWS_DIR/deploy-b1$suffix.json"
 cp "$OUT/deploy-b32.json" "$ROWS_DIR/deploy-b32$suffix.json"
 cp "$OUT/deploy-b32-sorted.json" "$ROWS_DIR/deploy-b32-sorted$suffix.json"

@@ -86,6 +86,11 @@ rm_step lightformer_svd/generate "$GEN_LF" "$SAVE_ROOT/lightformer_svd/generate-
 : "${SHALLOW_DECODER:=1}" "${SHALLOW_DECODER_FROM:=0}" "${SHALLOW_UPDATES:=700}"
 [[ "$SHALLOW_UPDATES" =~ ^[1-9][0-9]*$ ]] ||
   { echo "remeasure.sh: SHALLOW_UPDATES must be a positive integer, not '$SHALLOW_UPDATES'" >&2; exit 2; }
+# (the other rows' settings, checked before anything runs: below)
+OTHERS="${OTHERS:-0}" SMARTFORMER_RANK="${SMARTFORMER_RANK:-53}"
+[[ "$OTHERS" == 0 || "$OTHERS" == 1 ]] || { echo "remeasure.sh: OTHERS must be 0 or 1, not '$OTHERS'" >&2; exit 2; }
+[[ "$SMARTFORMER_RANK" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "remeasure.sh: SMARTFORMER_RANK must be a positive integer, not '$SMARTFORMER_RANK'" >&2; exit 2; }
 rm_shallow() {  # VAR COMMAND KIND: VAR = lightformer_svd's printed command, the shallow depths
   local cmd="$2" depth="--encoder-layers $SHALLOW_ENCODER --decoder-layers $SHALLOW_DECODER"
   [[ "$3" == convert ]] && depth="--encoder-layers $SHALLOW_ENCODER --encoder-layers-from $SHALLOW_ENCODER_FROM --decoder-layers $SHALLOW_DECODER --decoder-layers-from $SHALLOW_DECODER_FROM"
@@ -136,10 +141,6 @@ rm_log "done: $ROWS_DIR/speed_remeasure.json (collect.py table shows it under th
 # SMARTFORMER_RANK (default 53: the rank the results run matched, which gives its row's
 # 6,295,324 parameters) replaces it instead of rerunning the search. Two lanes of one thread:
 # Hypoformer then Smartformer, and Subformer (about 30 minutes on 2 cores).
-OTHERS="${OTHERS:-0}" SMARTFORMER_RANK="${SMARTFORMER_RANK:-53}"
-[[ "$OTHERS" == 0 || "$OTHERS" == 1 ]] || { echo "remeasure.sh: OTHERS must be 0 or 1, not '$OTHERS'" >&2; exit 2; }
-[[ "$SMARTFORMER_RANK" =~ ^[1-9][0-9]*$ ]] ||
-  { echo "remeasure.sh: SMARTFORMER_RANK must be a positive integer, not '$SMARTFORMER_RANK'" >&2; exit 2; }
 if [[ "$OTHERS" == 1 ]]; then
   for m in hypoformer subformer smartformer; do
     printf -v "TRAIN_$m" '%s' "$(rm_pick "^\+ fairseq-train .*--save-dir $SAVE_ROOT/$m ")"
