@@ -883,11 +883,13 @@ def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
                             env={**env, "OTHERS": "1", "SMARTFORMER_RANK": "41"},
                             capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert others.returncode == 0, others.stderr
-    extra = [line for line in others.stdout.splitlines() if line.startswith("+ ")][len(printed):]
+    extra = [line for line in others.stdout.splitlines() if line.startswith("+ ")][len(printed) :]
     assert [line.split(" --save-dir ")[1].split()[0] for line in extra[::2]] == [
         str(tmp_path / "again" / m) for m in ("hypoformer", "smartformer", "subformer")
     ]
-    assert extra[0] in planned and extra[4] in planned and "--arch hypoformer_iwslt_de_en" in extra[0]
+    assert (
+        extra[0] in planned and extra[4] in planned and "--arch hypoformer_iwslt_de_en" in extra[0]
+    )
     assert extra[2] not in planned and extra[2].endswith(" --sm-rank 41 --share-all-embeddings")
     assert extra[2].replace(" --sm-rank 41 --share-all-embeddings", "") in {
         line.rsplit(" --sm-rank ", 1)[0] for line in planned
