@@ -361,6 +361,40 @@ def test_htt_table_is_built_once_in_eval_and_invalidated_by_train_and_steps():
     torch.testing.assert_close(after_step, emb.to_dense()[tokens])
 
 
+@pytest.mark.parametrize("in_shape,out_shape,ranks", [
+    ([5, 4], [3, 2], [2]), ([2, 3, 4], [2, 2, 3], [3, 2]), ([3, 2, 2, 3], [2, 1, 2, 2], [2, 3, 2]),
+])  # fmt: skip
+def test_tt_columns_are_the_dense_matrixs_columns(in_shape, out_shape, ranks):
+    """The columns of a TT matrix picked per id from its cores are those of the contracted
+    matrix (row-major multi-indices over the input modes), for 2, 3 and 4 cores."""
+    from lightcompress.modules.tensor_train import TTLinear, tt_columns, tt_to_dense
+
+    torch.manual_seed(0)
+    cores = list(TTLinear(in_shape, out_shape, ranks, bias=False).cores)
+    dense = tt_to_dense(cores)  # [out x in]
+    ids = torch.tensor([0, math.prod(in_shape) - 1, 7, 7, 3, 11])
+    torch.testing.assert_close(tt_columns(cores, ids), dense[:, ids].t(), atol=1e-6, rtol=1e-5)
+    assert tt_columns(cores, ids[:0]).shape == (0, math.prod(out_shape))
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
+def test_htt_lookup_from_the_factors_is_the_tables_rows(alpha):
+    """``lookup`` (what the ONNX export traces) gives the rows of the table without building it:
+    dense part, TT part or both; padding rows zero; any shape of tokens."""
+    torch.manual_seed(0)
+    emb = HTTEmbedding(V, D, alpha, ranks=3, padding_idx=PAD, num_cores=2).eval()
+    with torch.no_grad():
+        emb.dense is None or emb.dense[PAD].fill_(1.0)  # (lookup zeroes it, as the table does)
+        for tokens in (torch.tensor([PAD, 2, V - 1, 2]), torch.randint(0, V, (3, 4)),
+                       torch.tensor([[PAD, 5], [6, PAD]])):  # fmt: skip
+            builds = emb.table_builds
+            rows = emb.lookup(tokens)
+            assert emb.table_builds == builds  # (no table built)
+            torch.testing.assert_close(rows, emb(tokens), atol=1e-6, rtol=1e-5)
+            assert rows.shape == tokens.shape + (D,)
+            assert not rows[tokens == PAD].any()
+
+
 def test_modules_package_is_plain_pytorch_without_fairseq_imports():
     import ast
     import pathlib

@@ -232,6 +232,28 @@ def test_fast_path_int8_shortlist_covering_the_vocabulary_changes_nothing(tmp_pa
 # --------------------------------------------------------------------------------------------
 
 
+def _stored_shapes(out: str) -> set:
+    """The shapes of every weight an export's graphs hold: initializers and constants."""
+    import onnx
+
+    shapes = set()
+    for name in ("encoder.onnx", "decoder.onnx", "rows.onnx"):
+        if not os.path.exists(os.path.join(out, name)):
+            continue
+        graph = onnx.load(os.path.join(out, name), load_external_data=False).graph
+        shapes |= {tuple(i.dims) for i in graph.initializer}
+        shapes |= {tuple(a.t.dims) for n in graph.node if n.op_type == "Constant"
+                   for a in n.attribute if a.name == "value"}  # fmt: skip
+    return shapes
+
+
+def _op_types(out: str, graph: str) -> set:
+    import onnx
+
+    model = onnx.load(os.path.join(out, graph + ".onnx"), load_external_data=False)
+    return {n.op_type for n in model.graph.node}
+
+
 @pytest.mark.parametrize("family", SHORTLIST_FAMILIES)
 def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fast_paths_with_it(
     family, tmp_path
@@ -249,6 +271,9 @@ def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fa
     d = task.target_dictionary
     path = _small_shortlist(tmp_path / "sl.txt", task)
     out = str(tmp_path / "onnx")
+    if family == "hypoformer":  # its tables cached, as after fairseq's validation: a traced
+        with torch.no_grad():  # lookup once stored the cached V x d table in the export
+            model.eval().encoder.embed_tokens.weight, model.decoder.embed_tokens.weight
     export_onnx(model, task, out, shortlist=path)  # (its proof: without the list, fairseq's)
     with open(os.path.join(out, "config.json")) as f:
         config = json.load(f)
@@ -264,6 +289,13 @@ def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fa
         assert set(config["shortlist_rows_outputs"]) <= set(step_inputs)
     else:
         assert "shortlist_rows" not in config and "rows.onnx" not in listed
+    if family == "hypoformer":  # the HTT table's factors are stored, not the V x d table,
+        # and every graph picks its rows from the TT cores (the ids' multi-indices: Mod), not
+        # from a full table built at every call (the traced lookup did one or the other)
+        width = model.decoder.embed_tokens.embedding_dim
+        assert model.decoder.embed_tokens.tt is not None
+        assert not {(len(d), width), (width, len(d))} & _stored_shapes(out)
+        assert all("Mod" in _op_types(out, g) for g in ("encoder", "decoder", "rows"))
     sl = load_shortlist(path, task.source_dictionary, d)
     for beam in (1, 5):
         settings = {"beam_size": beam, "max_len_a": 1.0, "max_len_b": 3}
@@ -277,6 +309,20 @@ def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fa
             _same(got, fast.generate(src, lengths), 1e-4)
             cands = set(sl.candidates(src.numpy()).tolist())
             assert all(set(map(int, h["tokens"])) <= cands for hyps in got for h in hyps)
+    if family == "hypoformer":  # the output table itself (no EOS bias around it): the step
+        # takes its input rows from the candidates' output rows, not from the TT cores
+        model, task, _ = _model(family)  # (a fresh one: the generators above keep state)
+        model.decoder.output_projection = model.decoder.output_projection.projection
+        tied = str(tmp_path / "tied")
+        export_onnx(model, task, tied, shortlist=path)
+        assert "Mod" in _op_types(tied, "rows") and "Mod" not in _op_types(tied, "decoder")
+        settings = {"beam_size": 5, "max_len_a": 1.0, "max_len_b": 3}
+        short = OnnxGenerator(tied, shortlist=True, **settings)
+        fast = FastGenerator(model, d, shortlist=sl, **settings)
+        for _idx, src, lengths in _batches(sentences, 3):
+            _same(short.generate(src.numpy(), lengths.numpy()), fast.generate(src, lengths), 1e-4)
+            _same(OnnxGenerator(tied, **settings).generate(src.numpy(), lengths.numpy()),
+                  _fairseq(model, d, src, lengths, **settings), 1e-4)  # fmt: skip
     if split:  # an export whose rows graph is missing is refused, in one line
         os.remove(os.path.join(out, "rows.onnx"))
         with pytest.raises(OnnxError, match="lacks rows.onnx"):

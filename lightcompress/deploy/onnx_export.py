@@ -254,6 +254,11 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             if shortlist is not None:  # every other id (and the special symbols) as candidates
                 ids = torch.arange(len(tgt_dict))
                 cands = ids[(ids % 2 == 0) | (ids <= max(config[k] for k in ("pad", "eos", "unk")))]
+                # (the previous tokens among them, as in a translation: a step whose input
+                # rows are the candidates' rows needs it)
+                prev = cands[
+                    torch.randint(4, len(cands), (n,), generator=torch.Generator().manual_seed(0))
+                ]
                 args = (prev, pos, order, bias, cands, *caches)
                 arg_names = ["prev", pos_name, "order", "bias", "cands"] + cache_in
                 dec_axes["cands"] = {0: "C"}

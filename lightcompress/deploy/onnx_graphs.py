@@ -206,6 +206,11 @@ class _DecoderStep(nn.Module):
         self.rows = rows
         self._score = score
         dec = model.decoder
+        # an HTT output table tied to the input one, scored from rows.onnx's rows of the
+        # candidates (the table's rows from its factors): the step takes its input rows from
+        # them too, instead of computing each id's TT row at every step (the previous tokens
+        # are candidates, or EOS, which every shortlist holds)
+        self._tied_rows = bool(rows) and _tied_htt(dec)
         self.num_layers = len(dec.layers)
         self.position_kind = _position_kind(dec)
         self.regrouped = _Regrouped()
@@ -230,7 +235,11 @@ class _DecoderStep(nn.Module):
         if self.shortlist:
             cands, caches = caches[0], caches[1:]
             rows, caches = caches[: self.rows], caches[self.rows :]
-        x = dec.embed_scale * dec.embed_tokens(prev)  # [N x C]
+        if self._tied_rows:  # (prev's place among the sorted candidates: how many are smaller)
+            at = cands.unsqueeze(0).lt(prev.unsqueeze(1)).sum(1)  # [N]
+            x = dec.embed_scale * rows[0].index_select(0, at)  # [N x C]
+        else:
+            x = dec.embed_scale * dec.embed_tokens(prev)  # [N x C]
         if dec.project_in_dim is not None:
             x = dec.project_in_dim(x)
         if self.position_kind == "sinusoidal":  # the row, computed by the runtime
@@ -336,6 +345,20 @@ class _DecoderStep(nn.Module):
         if project_out is not None:
             x = project_out(x)
         return x, grown[0], grown[1]
+
+
+def _tied_htt(dec) -> bool:
+    """The decoder's output layer is its HTT input table, tied (``TiedOutputProjection``):
+    ``split_output_rows``' first row tensor is then the table's rows of the candidates."""
+    from lightcompress.integration import TiedOutputProjection
+    from lightcompress.modules.embeddings import HTTEmbedding
+
+    proj = dec.output_projection
+    return (
+        isinstance(proj, TiedOutputProjection)
+        and proj.embedding is dec.embed_tokens
+        and isinstance(dec.embed_tokens, HTTEmbedding)
+    )
 
 
 class _OutputRows(nn.Module):

@@ -87,9 +87,17 @@ def split_output_rows(proj: nn.Module) -> tuple[Gather, Score] | None:
     if isinstance(proj, TiedOutputProjection):
         factors = two_factors(proj.embedding)
         if factors is None:  # (the restored table: an HTT one is cached in eval mode)
-            return (lambda ids: (proj.embedding.weight.index_select(0, ids),)), (
-                lambda x, rows: F.linear(x, rows[0])
-            )
+            emb = proj.embedding
+
+            def gather(ids: Tensor) -> tuple[Tensor]:
+                # an HTT table under the ONNX exporter: the candidates' rows from its factors,
+                # so that the export stores the factors, not the table (decided at the call:
+                # the exporter traces this function after it was made)
+                if torch.onnx.is_in_onnx_export() and hasattr(emb, "lookup"):
+                    return (emb.lookup(ids),)
+                return (emb.weight.index_select(0, ids),)
+
+            return gather, (lambda x, rows: F.linear(x, rows[0]))
         first, second = factors[0], factors[1]  # [r x d], [V x r]: (x V^T) U[ids]^T
         return (lambda ids: (second.index_select(0, ids),)), (
             lambda x, rows: F.linear(F.linear(x, first), rows[0])

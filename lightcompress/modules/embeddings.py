@@ -23,6 +23,7 @@ from lightcompress.modules.tensor_train import (
     factorize_dim,
     max_tt_ranks,
     pad_factorize,
+    tt_columns,
     tt_num_params,
     tt_svd,
     tt_to_dense,
@@ -388,8 +389,30 @@ class HTTEmbedding(nn.Module):
         """The full table ``(V, d)`` (always rebuilt, differentiable)."""
         return self._build_table()
 
+    def lookup(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``tokens`` ``(...)`` -> ``(..., d)`` from the factors, without the full table: the dense
+        part's rows and the TT part's rows of those tokens alone (:func:`tt_columns`); padding
+        positions zero. Equal to :meth:`forward` up to float rounding (another order of the same
+        products). The ONNX export traces this, so that the export stores the factors (the
+        compressed size) rather than the table a traced :meth:`forward` would fold into it."""
+        flat = tokens.reshape(-1)
+        parts = []
+        if self.dense is not None:
+            parts.append(self.dense.index_select(0, flat))
+        if self.tt is not None:
+            parts.append(tt_columns(list(self.tt.cores), flat))
+        rows = parts[0] if len(parts) == 1 else torch.cat(parts, 1)  # [T x d]
+        if self.padding_idx is not None:
+            rows = rows * flat.ne(self.padding_idx).unsqueeze(1).to(rows.dtype)
+        if tokens.dim() == 1:
+            return rows
+        return rows.reshape(tokens.shape + (self.embedding_dim,))
+
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Look up ``tokens`` ``(...)`` -> ``(..., d)``; padding positions are zero."""
+        """Look up ``tokens`` ``(...)`` -> ``(..., d)``; padding positions are zero. Under the
+        ONNX exporter: :meth:`lookup` (the rows from the factors)."""
+        if torch.onnx.is_in_onnx_export():
+            return self.lookup(tokens)
         return F.embedding(tokens, self.weight, self.padding_idx)  # [B x T] -> [B x T x d]
 
     def extra_repr(self) -> str:

@@ -248,6 +248,27 @@ def tt_to_dense(cores: Sequence[torch.Tensor]) -> torch.Tensor:
     return w_t.t()  # [in x out] -> [out x in]
 
 
+def tt_columns(cores: Sequence[torch.Tensor], ids: torch.Tensor) -> torch.Tensor:
+    """Columns ``ids`` of :func:`tt_to_dense` ``(cores)``, as rows ``[len(ids) x prod n]``, from
+    the cores alone: each id's multi-index over the input modes (row-major) picks one slice of
+    every core, and the slices are contracted per id. Costs ``len(ids)`` small products instead
+    of the whole matrix (a lookup in a TT-factorized table; ONNX: Gather, Mod, Div, Einsum)."""
+    in_shape = [int(c.shape[0]) for c in cores]
+    idx, rest = [], ids
+    for m in reversed(in_shape[1:]):  # row-major: the last mode varies fastest
+        idx.append(torch.remainder(rest, m))
+        rest = torch.div(rest, m, rounding_mode="floor")
+    idx.append(rest)
+    idx.reverse()
+    t = cores[0].index_select(0, idx[0])  # [T x n1 x r1]
+    for core, i in zip(cores[1:-1], idx[1:-1]):
+        c = core.index_select(0, i)  # [T x n x r x s]
+        t = torch.einsum("tar,tbrs->tabs", t, c)
+        t = t.reshape(-1, int(t.shape[1]) * int(t.shape[2]), int(t.shape[3]))  # [T x N n x s]
+    t = torch.einsum("tar,tcr->tac", t, cores[-1].index_select(0, idx[-1]))  # [T x N x n_d]
+    return t.reshape(-1, int(t.shape[1]) * int(t.shape[2]))
+
+
 @torch.no_grad()
 def tt_svd(
     weight: torch.Tensor,
