@@ -79,6 +79,7 @@ from lightcompress.deploy.onnx_graphs import (  # (ExportError re-exported: its 
     _position_kind,
     _positions_in_graph,
     _sinusoid,
+    _tied_htt,
     export_error,
     lean_encoder_error,
 )
@@ -214,8 +215,12 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             _trace(encoder, (src,), os.path.join(tmp, "encoder.raw.onnx"), ["src_tokens"],
                    enc_out, enc_axes)  # fmt: skip
             cross = encoder(src)
-            rows_module = _OutputRows(model, split[0]).eval() if rows_graph else None
+            # (a tied HTT table: rows.onnx also gives each id's place among the candidates, the
+            # step's input rows; _DecoderStep)
+            places = len(tgt_dict) if rows_graph and _tied_htt(model.decoder) else 0
+            rows_module = _OutputRows(model, split[0], places).eval() if rows_graph else None
             n_rows = len(split[0](torch.zeros(1, dtype=torch.long))) if rows_graph else 0
+            n_rows += 1 if places else 0
             step = _DecoderStep(model, shortlist=shortlist is not None, rows=n_rows,
                                 score=split[1] if rows_graph else None).eval()  # fmt: skip
             n = 4  # two sentences, two hypotheses each
@@ -265,15 +270,16 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
                 if rows_module is not None:  # rows.onnx: cands -> rows (the step's inputs)
                     rows = tuple(rows_module(cands))
                     row_names = [f"rows{i}" for i in range(n_rows)]
+                    # (the rows of the candidates: [C x ...]; the places: [V])
+                    row_axes = {r: {0: "C"} for r in row_names[: n_rows - (1 if places else 0)]}
                     _trace(rows_module, (cands,), os.path.join(tmp, "rows.raw.onnx"),
-                           ["cands"], row_names, {"cands": {0: "C"},
-                           **{r: {0: "C"} for r in row_names}})  # fmt: skip
+                           ["cands"], row_names, {"cands": {0: "C"}, **row_axes})  # fmt: skip
                     config["shortlist_rows_outputs"] = row_names
                     bias = bias.index_select(0, cands)  # (the step takes the candidates' bias)
                     args = (prev, pos, order, bias, cands, *rows, *caches)
                     arg_names = ["prev", pos_name, "order", "bias", "cands", *row_names] + cache_in
                     dec_axes["bias"] = {0: "C"}
-                    dec_axes.update({r: {0: "C"} for r in row_names})
+                    dec_axes.update(row_axes)
             _trace(step, args, os.path.join(tmp, "decoder.raw.onnx"), arg_names, out_names,
                    dec_axes)  # fmt: skip
             ref = step(*args)

@@ -209,7 +209,8 @@ class _DecoderStep(nn.Module):
         # an HTT output table tied to the input one, scored from rows.onnx's rows of the
         # candidates (the table's rows from its factors): the step takes its input rows from
         # them too, instead of computing each id's TT row at every step (the previous tokens
-        # are candidates, or EOS, which every shortlist holds)
+        # are candidates, or EOS, which every shortlist holds); rows.onnx's last output is
+        # then each id's place among the candidates (``[V]``, :class:`_OutputRows`)
         self._tied_rows = bool(rows) and _tied_htt(dec)
         self.num_layers = len(dec.layers)
         self.position_kind = _position_kind(dec)
@@ -235,9 +236,9 @@ class _DecoderStep(nn.Module):
         if self.shortlist:
             cands, caches = caches[0], caches[1:]
             rows, caches = caches[: self.rows], caches[self.rows :]
-        if self._tied_rows:  # (prev's place among the sorted candidates: how many are smaller)
-            at = cands.unsqueeze(0).lt(prev.unsqueeze(1)).sum(1)  # [N]
-            x = dec.embed_scale * rows[0].index_select(0, at)  # [N x C]
+        if self._tied_rows:  # (the candidates' rows at prev's places among them)
+            rows, places = rows[:-1], rows[-1]
+            x = dec.embed_scale * rows[0].index_select(0, places.index_select(0, prev))  # [N x C]
         else:
             x = dec.embed_scale * dec.embed_tokens(prev)  # [N x C]
         if dec.project_in_dim is not None:
@@ -366,13 +367,18 @@ class _OutputRows(nn.Module):
     (:func:`~lightcompress.deploy.shortlist.split_output_rows`): the export's ``rows.onnx``,
     run once per batch, so that the decoder step does not gather them at every step."""
 
-    def __init__(self, model, gather):
+    def __init__(self, model, gather, places: int = 0):
         super().__init__()
         self.model = model  # (its parameters: the graph's initializers)
         self._gather = gather  # (the first function of split_output_rows)
+        self.places = places  # > 0: also each of the ``places`` ids' place among the candidates
 
     def forward(self, cands: Tensor):
-        return self._gather(cands)
+        rows = tuple(self._gather(cands))
+        if not self.places:
+            return rows
+        at = torch.zeros(self.places, dtype=torch.long)  # (ids that are not candidates: 0)
+        return (*rows, at.scatter(0, cands, torch.arange(cands.shape[0])))  # [V]
 
 
 class _Encoder(nn.Module):
