@@ -15,9 +15,9 @@
 # Settings (environment): SAVE_ROOT (default ~/.cache/lightcompress/remeasure), DATA_DIR (the
 # plan's corpus, built by run.sh when absent), ROWS_DIR (the committed rows), SHALLOW_DECODER /
 # SHALLOW_DECODER_FROM / SHALLOW_ENCODER / SHALLOW_ENCODER_FROM (the shallow model's depths and
-# teacher layers: 1 / 0 / 3 / 0,1,2), SHALLOW_UPDATES (its fine-tuning updates, 700), OTHERS=1 / SMARTFORMER_RANK (the other
-# rows, at the end),
-# DRY_RUN=1 (print the commands, run nothing).
+# teacher layers: 1 / 0 / 3 / 0,1,2), SHALLOW_UPDATES (its fine-tuning updates, 700),
+# OTHERS=1 / SMARTFORMER_RANK (the table's other rows, at the end), DRY_RUN=1 (print the
+# commands, run nothing).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
