@@ -16,8 +16,8 @@
 # plan's corpus, built by run.sh when absent), ROWS_DIR (the committed rows), SHALLOW_DECODER /
 # SHALLOW_DECODER_FROM / SHALLOW_ENCODER / SHALLOW_ENCODER_FROM (the shallow model's depths and
 # teacher layers: 1 / 0 / 3 / 0,1,2), SHALLOW_UPDATES (its fine-tuning updates, 700),
-# OTHERS=1 / SMARTFORMER_RANK (the table's other rows, at the end), DRY_RUN=1 (print the
-# commands, run nothing).
+# OTHERS=1 / SMARTFORMER_RANK (the table's other rows, at the end), DAWID=1 / DAWID_THREADS
+# (DA-WID's chain, at the very end), DRY_RUN=1 (print the commands, run nothing).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -91,6 +91,10 @@ OTHERS="${OTHERS:-0}" SMARTFORMER_RANK="${SMARTFORMER_RANK:-53}"
 [[ "$OTHERS" == 0 || "$OTHERS" == 1 ]] || { echo "remeasure.sh: OTHERS must be 0 or 1, not '$OTHERS'" >&2; exit 2; }
 [[ "$SMARTFORMER_RANK" =~ ^[1-9][0-9]*$ ]] ||
   { echo "remeasure.sh: SMARTFORMER_RANK must be a positive integer, not '$SMARTFORMER_RANK'" >&2; exit 2; }
+DAWID="${DAWID:-0}" DAWID_THREADS="${DAWID_THREADS:-2}"
+[[ "$DAWID" == 0 || "$DAWID" == 1 ]] || { echo "remeasure.sh: DAWID must be 0 or 1, not '$DAWID'" >&2; exit 2; }
+[[ "$DAWID_THREADS" =~ ^[1-9][0-9]*$ ]] ||
+  { echo "remeasure.sh: DAWID_THREADS must be a positive integer, not '$DAWID_THREADS'" >&2; exit 2; }
 rm_shallow() {  # VAR COMMAND KIND: VAR = lightformer_svd's printed command, the shallow depths
   local cmd="$2" depth="--encoder-layers $SHALLOW_ENCODER --decoder-layers $SHALLOW_DECODER"
   [[ "$3" == convert ]] && depth="--encoder-layers $SHALLOW_ENCODER --encoder-layers-from $SHALLOW_ENCODER_FROM --decoder-layers $SHALLOW_DECODER --decoder-layers-from $SHALLOW_DECODER_FROM"
@@ -170,4 +174,24 @@ if [[ "$OTHERS" == 1 ]]; then
     ((rc == 0)) || { rm_log "a training of the other rows failed (see SAVE_ROOT/*/train.log)"; exit 1; }
   fi
   rm_log "done: hypoformer, smartformer (rank $SMARTFORMER_RANK), subformer in $SAVE_ROOT"
+fi
+
+# DAWID=1: the table's DA-WID chain, for deploy_bench.sh (MODELS="dawid_teacher dawid"): its
+# post-LN teacher, the masked training from it, the fusion into an ordinary smaller model
+# (dawid/fused.pt, what the plan scores and deploys) and both models' test translations, with
+# the plan's own commands. One lane (each step needs the one before), DAWID_THREADS threads
+# (default 2: the plan ran two trainings of one thread at a time; about 45 minutes alone).
+if [[ "$DAWID" == 1 ]]; then
+  TRAIN_dawid_teacher="$(rm_pick "^\+ fairseq-train .*--save-dir $SAVE_ROOT/dawid_teacher ")"
+  GEN_dawid_teacher="$(rm_pick "^\+ fairseq-generate .*$SAVE_ROOT/dawid_teacher/checkpoint_best\.pt")"
+  TRAIN_dawid="$(rm_pick "^\+ fairseq-train .*--save-dir $SAVE_ROOT/dawid ")"
+  FUSE_dawid="$(rm_pick "^\+ lightcompress-convert dawid-fuse ")"
+  GEN_dawid="$(rm_pick "^\+ fairseq-generate .*$SAVE_ROOT/dawid/fused\.pt")"
+  [[ "$DRY_RUN" == 1 ]] || export OMP_NUM_THREADS="$DAWID_THREADS" MKL_NUM_THREADS="$DAWID_THREADS"
+  rm_step dawid_teacher/train "$TRAIN_dawid_teacher"
+  rm_step dawid_teacher/generate "$GEN_dawid_teacher" "$SAVE_ROOT/dawid_teacher/generate-test.txt"
+  rm_step dawid/train "$TRAIN_dawid"
+  rm_step dawid/fuse "$FUSE_dawid"
+  rm_step dawid/generate "$GEN_dawid" "$SAVE_ROOT/dawid/generate-test.txt"
+  rm_log "done: dawid_teacher, dawid (fused: dawid/fused.pt) in $SAVE_ROOT"
 fi
