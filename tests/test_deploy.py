@@ -421,6 +421,51 @@ def test_fast_path_gives_fairseqs_hypotheses_and_scores_on_every_family(family):
     assert len(lengths) > 2  # hypotheses finished at different steps (EOS before the limit)
 
 
+@pytest.mark.parametrize("family", ["transformer", "subformer"])
+def test_fast_path_leaves_the_model_as_it_found_it(family):
+    """fairseq's beamable attention, which the search turns on, is off again afterwards: a
+    teacher-forced forward of a batch that divides by the beam (it once attended to every
+    beam-th sentence's source) and fairseq's search at another beam size (a shape error) give
+    what they gave before. The subformer runs fairseq's own decoder in the search."""
+    from fairseq.modules.multihead_attention import MultiheadAttention
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from lightcompress.build import dictionary_of_size
+    from lightcompress.deploy.generator import FastGenerator
+    from lightcompress.measure.params import build_random_model
+
+    arch, flags = FAMILIES[family]
+    torch.manual_seed(0)
+    vocab = 40
+    model = build_random_model(arch, vocab, flags, True).eval()
+    d = dictionary_of_size(vocab)
+    g = torch.Generator().manual_seed(1)
+    src = torch.randint(4, vocab, (10, 6), generator=g)  # 10 sentences: 2 x beam 5
+    lengths = torch.full((10,), 6)
+
+    def forward_and_search():
+        with torch.inference_mode():
+            logits = model(src, lengths, src)[0]
+            search = SequenceGenerator([model], d, beam_size=2, max_len_a=1.0, max_len_b=3)
+            hyps = search.generate([model], {"net_input": {"src_tokens": src[:3],
+                                                           "src_lengths": lengths[:3]}})  # fmt: skip
+        return logits, [[h["tokens"].tolist() for h in hs] for hs in hyps]
+
+    def beam_sizes():
+        return [m.beam_size for m in model.modules() if isinstance(m, MultiheadAttention)]
+
+    before = forward_and_search()
+    sizes = beam_sizes()
+    assert sizes and set(sizes) == {1}
+    fast = FastGenerator(model, d, beam_size=5, max_len_a=1.0, max_len_b=3)
+    assert fast.lean == (family != "subformer")
+    fast.generate(src[:4], lengths[:4])
+    assert beam_sizes() == sizes
+    after = forward_and_search()
+    assert torch.equal(after[0], before[0])
+    assert after[1] == before[1]
+
+
 def test_fast_path_on_the_trained_teacher_equals_fairseq_generate_int8_too(toy):
     from fairseq.sequence_generator import SequenceGenerator
 

@@ -902,6 +902,26 @@ def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
                              env={**env, "OTHERS": "1", name: value}, capture_output=True,
                              text=True, timeout=120, check=False)  # fmt: skip
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and name in bad.stderr
+    # DAWID=1: DA-WID's chain, the plan's own commands in order (the teacher's training and
+    # translations, the masked training, the fusion, the fused model's translations)
+    dawid = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+                           env={**env, "DAWID": "1"}, capture_output=True, text=True,
+                           timeout=120, check=False)  # fmt: skip
+    assert dawid.returncode == 0, dawid.stderr
+    extra = [line for line in dawid.stdout.splitlines() if line.startswith("+ ")][len(printed) :]
+    root = str(tmp_path / "again")
+    assert len(extra) == 5 and all(line.rsplit(" > ", 1)[0] in planned for line in extra)
+    assert extra[0].startswith("+ fairseq-train ") and f"--save-dir {root}/dawid_teacher " in extra[0]
+    assert extra[1].startswith("+ fairseq-generate ") and f"{root}/dawid_teacher/checkpoint_best.pt" in extra[1]
+    assert f"--save-dir {root}/dawid " in extra[2] and "--arch dawid " in extra[2]
+    assert extra[3].startswith("+ lightcompress-convert dawid-fuse ") and f"-o {root}/dawid/fused.pt" in extra[3]
+    assert f"--path {root}/dawid/fused.pt " in extra[4] and extra[4].endswith("dawid/generate-test.txt")
+    assert _calls(calls) == [] and not (tmp_path / "again").exists()
+    for name, value in (("DAWID", "2"), ("DAWID_THREADS", "two")):
+        bad = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+                             env={**env, "DAWID": "1", name: value}, capture_output=True,
+                             text=True, timeout=120, check=False)  # fmt: skip
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and name in bad.stderr
 
 
 def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_text(bench, tmp_path):

@@ -311,7 +311,7 @@ def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fa
             assert all(set(map(int, h["tokens"])) <= cands for hyps in got for h in hyps)
     if family == "hypoformer":  # the output table itself (no EOS bias around it): the step
         # takes its input rows from the candidates' output rows, not from the TT cores
-        model, task, _ = _model(family)  # (a fresh one: the generators above keep state)
+        # (the same model object: the searches above left it as they found it)
         model.decoder.output_projection = model.decoder.output_projection.projection
         tied = str(tmp_path / "tied")
         export_onnx(model, task, tied, shortlist=path)

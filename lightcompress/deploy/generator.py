@@ -25,13 +25,15 @@ search (:attr:`FastGenerator.lean` is ``False``).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["FastGenerator", "layer_step", "lean_step_supported"]
+__all__ = ["FastGenerator", "beamable_attention", "layer_step", "lean_step_supported"]
 
 _INCREMENTAL: dict = {}  # a non-None incremental state: positional embeddings of the last step
 
@@ -114,6 +116,56 @@ def lean_step_supported(model, extra_forwards=()) -> str | None:
     return None
 
 
+_UNSET = object()
+
+
+@contextlib.contextmanager
+def beamable_attention(decoder, beam: int):
+    """fairseq's beamable encoder-decoder attention (each sentence's keys and values computed
+    once for its beam) for the duration of one search; the decoder as it was afterwards.
+
+    ``FairseqIncrementalDecoder.set_beam_size`` sets ``beam_size`` on every
+    ``MultiheadAttention`` for good, and with it set, any later call whose query batch equals its
+    key batch keeps only every ``beam``-th sentence's encoder output: a teacher-forced forward
+    (scoring, validation, ONNX tracing) or a search at another beam size on the same model then
+    fails with a shape error, or, when its batch divides by the beam, silently attends to the
+    wrong sentences. (fairseq's ``SequenceGenerator`` asks the model, not its decoder, for
+    ``set_beam_size``, so on a Transformer it never sets it.) Here every module's ``beam_size``
+    and the decoder's own record of it are put back on exit, errors included.
+    """
+    setter = getattr(decoder, "set_beam_size", None)
+    if setter is None:
+        yield
+        return
+    saved = [
+        (m, m.__dict__.get("beam_size", _UNSET))
+        for m in decoder.modules()
+        if m is not decoder and hasattr(m, "set_beam_size")
+    ]
+    saved.append((decoder, decoder.__dict__.get("_beam_size", _UNSET)))
+    try:
+        setter(beam)
+        yield
+    finally:
+        for module, value in saved:
+            name = "_beam_size" if module is decoder else "beam_size"
+            if value is _UNSET:
+                module.__dict__.pop(name, None)
+            else:
+                setattr(module, name, value)
+
+
+def _beamable(generate):
+    """Run ``generate`` under :func:`beamable_attention` at the generator's beam size."""
+
+    @functools.wraps(generate)
+    def wrapper(self, *args, **kwargs):
+        with beamable_attention(self.model.decoder, self.beam_size):
+            return generate(self, *args, **kwargs)
+
+    return wrapper
+
+
 class FastGenerator:
     """Beam search with fairseq's results (see the module notes).
 
@@ -144,8 +196,6 @@ class FastGenerator:
         self.shortlist = shortlist
         self.why_not_lean = lean_step_supported(model)
         self.lean = self.why_not_lean is None
-        if hasattr(model.decoder, "set_beam_size"):
-            model.decoder.set_beam_size(self.beam_size)  # fairseq's generator does the same
 
     # ----------------------------------------------------------------------------------------
     # decoder step
@@ -315,7 +365,8 @@ class FastGenerator:
     # beam search (fairseq's SequenceGenerator._generate, translation only)
     # ----------------------------------------------------------------------------------------
 
-    # Mirrors: lightcompress.deploy.onnx_runtime.OnnxGenerator.generate@31d3741edd81, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@a0787f69a531
+    # Mirrors: lightcompress.deploy.onnx_runtime.OnnxGenerator.generate@31d3741edd81, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@4c74e40e92d5
+    @_beamable  # (fairseq's beamable attention for the search only: see beamable_attention)
     @torch.inference_mode()
     def generate(self, src_tokens: Tensor, src_lengths: Tensor) -> list[list[dict]]:
         """Translate a batch: ``src_tokens`` ``[B x S]`` (left-padded, as fairseq batches

@@ -163,7 +163,7 @@ class OnnxGenerator:
             self._bias_cache, self._bias_key = (short, normal, end), key
         return self._bias_cache
 
-    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@a0787f69a531, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@31d3741edd81
+    # Mirrors: lightcompress.deploy.generator.FastGenerator.generate@4c74e40e92d5, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@31d3741edd81
     def generate(self, src_tokens: np.ndarray, src_lengths: np.ndarray) -> list[list[dict]]:
         """Translate a batch: ``src_tokens`` ``[B x S]`` int64, left-padded, ``src_lengths``
         ``[B]``. Returns, per sentence, the ``beam`` finished hypotheses best first:
