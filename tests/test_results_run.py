@@ -911,11 +911,21 @@ def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
     extra = [line for line in dawid.stdout.splitlines() if line.startswith("+ ")][len(printed) :]
     root = str(tmp_path / "again")
     assert len(extra) == 5 and all(line.rsplit(" > ", 1)[0] in planned for line in extra)
-    assert extra[0].startswith("+ fairseq-train ") and f"--save-dir {root}/dawid_teacher " in extra[0]
-    assert extra[1].startswith("+ fairseq-generate ") and f"{root}/dawid_teacher/checkpoint_best.pt" in extra[1]
+    assert (
+        extra[0].startswith("+ fairseq-train ") and f"--save-dir {root}/dawid_teacher " in extra[0]
+    )
+    assert (
+        extra[1].startswith("+ fairseq-generate ")
+        and f"{root}/dawid_teacher/checkpoint_best.pt" in extra[1]
+    )
     assert f"--save-dir {root}/dawid " in extra[2] and "--arch dawid " in extra[2]
-    assert extra[3].startswith("+ lightcompress-convert dawid-fuse ") and f"-o {root}/dawid/fused.pt" in extra[3]
-    assert f"--path {root}/dawid/fused.pt " in extra[4] and extra[4].endswith("dawid/generate-test.txt")
+    assert (
+        extra[3].startswith("+ lightcompress-convert dawid-fuse ")
+        and f"-o {root}/dawid/fused.pt" in extra[3]
+    )
+    assert f"--path {root}/dawid/fused.pt " in extra[4] and extra[4].endswith(
+        "dawid/generate-test.txt"
+    )
     assert _calls(calls) == [] and not (tmp_path / "again").exists()
     for name, value in (("DAWID", "2"), ("DAWID_THREADS", "two")):
         bad = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
