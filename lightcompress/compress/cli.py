@@ -287,14 +287,10 @@ def build_plan(opts, extra: list[str], log=print):
     # 3. deployment export, test translations, speed, report
     onnx_dir = os.path.join(save, "student-onnx")
     notes = []
-    if method.onnx:
-        spm = ["--spm", os.path.abspath(opts.spm)] if opts.spm else []
-        steps.append(Step("export", "ONNX Runtime export of the student", [
-            tool("lightcompress-export-onnx") + ["--path", student, "--data", B, *langs, "-o", onnx_dir,
-                                                 *spm]], outputs=[os.path.join(onnx_dir, "MANIFEST.sha256")]))  # fmt: skip
-    else:
-        notes.append("The ONNX exporter cannot express DA-WID's fused model (its residual "
-                     "matrices between sublayers of different widths): timed on fairseq only.")  # fmt: skip
+    spm = ["--spm", os.path.abspath(opts.spm)] if opts.spm else []
+    steps.append(Step("export", "ONNX Runtime export of the student", [
+        tool("lightcompress-export-onnx") + ["--path", student, "--data", B, *langs, "-o", onnx_dir,
+                                             *spm]], outputs=[os.path.join(onnx_dir, "MANIFEST.sha256")]))  # fmt: skip
     lengths = ["--max-len-a", "1.2", "--max-len-b", "10"]
     for who, ckpt in (("teacher", T), ("student", student)):
         out = os.path.join(save, "eval", f"{who}.txt")
@@ -317,7 +313,7 @@ def build_plan(opts, extra: list[str], log=print):
     # a copy; the separate run stays as a second guard)
     steps.append(Step("speed", "tokens/s of teacher and student (fairseq, ONNX Runtime), and "
                       "CTranslate2 on the dense teacher", [
-        measure + ["--path", f"teacher={T},student={student}", *(["--onnx"] if method.onnx else []),
+        measure + ["--path", f"teacher={T},student={student}", "--onnx",
                    *speed, "--json", speed_json],
         measure + ["--path", f"teacher={T}", "--ct2", *speed, "--json", ct2_json]],
         outputs=[speed_json, ct2_json]))  # fmt: skip

@@ -58,7 +58,6 @@ class Method:
     rank_name: str  # what the searched rank is, in the method's words
     needs_post_ln: bool = False
     needs_shared: bool = True
-    onnx: bool = True  # the ONNX exporter can express the student
 
     def max_rank(self, teacher: Teacher) -> int:
         s = teacher.settings
@@ -102,7 +101,7 @@ METHODS = {
     "lightformer": Method("lightformer", "lightformer", "rank of every attention / FFN map"),
     "hypoformer": Method("hypoformer", "hypoformer", "rank of the FFN maps", needs_post_ln=True),
     "smartformer": Method("smartformer", "smartformer", "CP rank of every Q/K/V map"),
-    "dawid": Method("dawid", "dawid", "", needs_post_ln=True, needs_shared=False, onnx=False),
+    "dawid": Method("dawid", "dawid", "", needs_post_ln=True, needs_shared=False),
 }
 SUBFORMER_REFUSAL = (
     "Subformer has no weight transfer from a dense teacher (its sandwich sharing and SAFE "

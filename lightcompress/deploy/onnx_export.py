@@ -69,7 +69,6 @@ from collections.abc import Sequence
 import torch
 
 from lightcompress import cli
-from lightcompress.deploy.factor_attention import layout as factor_layout
 from lightcompress.deploy.onnx_graphs import (  # (ExportError re-exported: its old home)
     ExportError,
     _DecoderStep,
@@ -81,6 +80,7 @@ from lightcompress.deploy.onnx_graphs import (  # (ExportError re-exported: its 
     _sinusoid,
     _tied_htt,
     export_error,
+    layer_layout,
     lean_encoder_error,
 )
 from lightcompress.deploy.onnx_tools import (
@@ -157,11 +157,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         except ShortlistError as exc:
             raise ExportError(str(exc)) from None
     dec = model.decoder
-    layers = [
-        {"heads": int(layer.self_attn.num_heads), "head_dim": int(layer.self_attn.head_dim),
-         "cross": layer.encoder_attn is not None, **factor_layout(layer)}
-        for layer in dec.layers
-    ]  # fmt: skip
+    layers = [layer_layout(layer) for layer in dec.layers]
     config = {
         "format": FORMAT, "version": VERSION,
         "pad": tgt_dict.pad(), "eos": tgt_dict.eos(), "unk": tgt_dict.unk(),

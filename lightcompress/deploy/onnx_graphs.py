@@ -218,6 +218,8 @@ class _DecoderStep(nn.Module):
         # attentions of low-rank maps: in their factors' space (factor_attention)
         self._self_plans, self._cross_plans = {}, {}
         for layer in dec.layers:
+            if _fused(layer):  # (DA-WID: _fused_layer below)
+                continue
             plan = self_plan(self.regrouped, layer.self_attn)
             if plan is not None:
                 self._self_plans[id(layer)] = plan
@@ -255,7 +257,7 @@ class _DecoderStep(nn.Module):
         for layer in dec.layers:
             past_k, past_v = rest.pop(0), rest.pop(0)
             cross = ()
-            if layer.encoder_attn is not None:  # (k, v; factor space: ck, cv, cross_b)
+            if _has_cross(layer):  # (k, v; factor space: ck, cv, cross_b)
                 cross = tuple(
                     rest.pop(0) for _ in range(3 if id(layer) in self._cross_plans else 2)
                 )
@@ -298,6 +300,8 @@ class _DecoderStep(nn.Module):
         the output and the grown self-attention caches."""
         from lightcompress.deploy.generator import layer_step
 
+        if _fused(layer):
+            return self._fused_layer(layer, x, past_k, past_v, cross, enc_bias, order)
         grown = []
         self_factors = self._self_plans.get(id(layer))
         cross_factors = self._cross_plans.get(id(layer))
@@ -346,6 +350,95 @@ class _DecoderStep(nn.Module):
         if project_out is not None:
             x = project_out(x)
         return x, grown[0], grown[1]
+
+    def _fused_layer(self, layer, x, past_k, past_v, cross, enc_bias, order):
+        """One DA-WID fused decoder layer (:class:`~lightcompress.wid.fused.FusedDecoderLayer`:
+        post-LN blocks whose residual is a matrix where widths change, heads of their own
+        query/key and value widths, zero-padded to the widest) as its modules compute it."""
+        self_block, cross_block, ffn_block = layer.blocks
+        a = self_block.sub
+        if a is None:  # every head pruned: the block is its residual; the caches [N x 1 x t x 1]
+            zero = torch.zeros_like(x[:, :1]).unsqueeze(-1).unsqueeze(-1)
+            k = torch.cat([past_k.index_select(0, order), zero], dim=2)
+            v = torch.cat([past_v.index_select(0, order), zero], dim=2)
+            x, _ = self_block(x)
+        else:
+            x, k, v = self._fused_self(self_block, x, past_k, past_v, order)
+        # cross-attention: a sentence's hypotheses against its keys and values ([B x H x S x m])
+        c = cross_block.sub
+        if c is None:  # every head pruned: no keys and values, the block is its residual
+            x, _ = cross_block(x)
+            x, _ = ffn_block(x)
+            return x, k, v
+        cross_k, cross_v = cross
+        if c.q_proj is None:  # uniform attention over the source (a zero key of width 1)
+            q = torch.zeros_like(x[:, :1]).expand(-1, c.num_heads).unsqueeze(-1)
+        else:
+            q = _pad_heads(c.q_proj(x), c.qk_index, c.num_heads, c.m_qk)
+        q = self._sentence_rows(q, enc_bias, c.num_heads, max(c.m_qk, 1)).transpose(1, 2)
+        w = torch.matmul(q, cross_k.transpose(2, 3)) + enc_bias  # [B x H x beam x S]
+        p = F.softmax(w.float(), dim=-1)
+        y = torch.matmul(p, cross_v).transpose(1, 2)  # [B x beam x H x m]
+        y = y.reshape(-1, c.num_heads * c.m_v).index_select(-1, c.v_unpad)
+        x = cross_block.layer_norm(cross_block.residual(x) + c.out_proj(y))
+        x, _ = ffn_block(x)
+        return x, k, v
+
+    @staticmethod
+    def _fused_self(block, x, past_k, past_v, order):
+        """A DA-WID self-attention block of the step; returns the output and the grown
+        caches ``[N x H x t x width]``."""
+        a = block.sub
+        h = a.num_heads
+        v = _pad_heads(a.v_proj(x), a.v_index, h, a.m_v)
+        if a.q_proj is None:  # no query/key width: uniform attention (zero scores, a zero key)
+            q = k = torch.zeros_like(v[:, :, :1])
+        else:
+            q = _pad_heads(a.q_proj(x), a.qk_index, h, a.m_qk)
+            k = _pad_heads(a.k_proj(x), a.qk_index, h, a.m_qk)
+        k = torch.cat([past_k.index_select(0, order), k.unsqueeze(2)], dim=2)  # [N x H x t x m]
+        v = torch.cat([past_v.index_select(0, order), v.unsqueeze(2)], dim=2)
+        p = F.softmax(torch.matmul(q.unsqueeze(2), k.transpose(2, 3)).float(), dim=-1)
+        y = torch.matmul(p, v).reshape(-1, h * a.m_v).index_select(-1, a.v_unpad)
+        return block.layer_norm(block.residual(x) + a.out_proj(y)), k, v
+
+
+def _fused(layer) -> bool:
+    """A DA-WID fused decoder layer (per-layer and per-head widths)."""
+    from lightcompress.wid.fused import FusedDecoderLayer
+
+    return isinstance(layer, FusedDecoderLayer)
+
+
+def _has_cross(layer) -> bool:
+    """The decoder layer attends to the encoder (not Subformer's SAFE block, nor a DA-WID
+    layer whose cross-attention heads were all pruned)."""
+    if _fused(layer):
+        return layer.blocks[1].sub is not None
+    return layer.encoder_attn is not None
+
+
+def _pad_heads(y: Tensor, index: Tensor, heads: int, width: int) -> Tensor:
+    """``[N x sum of the heads' widths]`` -> ``[N x H x width]``, each head zero-padded to
+    ``width`` (DA-WID's :class:`~lightcompress.wid.fused.FusedAttention` layout)."""
+    y = torch.cat([y, torch.zeros_like(y[:, :1])], dim=-1).index_select(-1, index)
+    return y.reshape(-1, heads, width)
+
+
+def layer_layout(layer) -> dict:
+    """What the export's ``config.json`` records of a decoder layer: heads, head width, whether
+    it attends to the encoder, and where they differ from ``heads x head_dim`` the
+    self-attention caches' ``[heads, width]`` per hypothesis (``k_cache``, ``v_cache``:
+    factor-space attention; DA-WID's padded per-head widths)."""
+    from lightcompress.deploy.factor_attention import layout
+
+    if _fused(layer):  # (a self-attention without heads: caches [1, 1] of zeros)
+        a = layer.blocks[0].sub
+        h, qk, v = (1, 1, 1) if a is None else (int(a.num_heads), max(int(a.m_qk), 1), int(a.m_v))
+        return {"heads": h, "head_dim": v, "cross": _has_cross(layer), "k_cache": [h, qk],
+                "v_cache": [h, v]}  # fmt: skip
+    return {"heads": int(layer.self_attn.num_heads), "head_dim": int(layer.self_attn.head_dim),
+            "cross": layer.encoder_attn is not None, **layout(layer)}  # fmt: skip
 
 
 def _tied_htt(dec) -> bool:
@@ -399,7 +492,7 @@ class _Encoder(nn.Module):
                 self.regrouped.prepare(*_qkv_maps(layer.self_attn) or ([], []))
         self._cross_plans = {}
         for layer in model.decoder.layers:
-            if layer.encoder_attn is not None:
+            if not _fused(layer) and layer.encoder_attn is not None:
                 a = _inner_attention(layer.encoder_attn)
                 self.regrouped.prepare([a.k_proj, a.v_proj], [1.0, 1.0])
                 plan = cross_plan(self.regrouped, layer)
@@ -435,6 +528,10 @@ class _Encoder(nn.Module):
             x = out["encoder_out"][0].transpose(0, 1)  # [B x S x C]
         outs = [enc_bias]
         for layer in self.model.decoder.layers:
+            if _fused(layer):  # DA-WID: its heads' keys and values, zero-padded
+                if layer.blocks[1].sub is not None:
+                    outs += self._fused_keys_values(layer.blocks[1].sub, x)
+                continue
             if layer.encoder_attn is None:  # (Subformer's SAFE block)
                 continue
             a = _inner_attention(layer.encoder_attn)
@@ -443,6 +540,15 @@ class _Encoder(nn.Module):
             plan = self._cross_plans.get(id(layer))
             outs += kv if plan is None else plan.keys_values(*kv, enc_bias)
         return tuple(outs)
+
+    @staticmethod
+    def _fused_keys_values(a, x: Tensor) -> list:
+        """A DA-WID cross-attention's keys and values of ``x`` ``[B x S x C]``:
+        ``[B x H x S x width]`` each, heads zero-padded (its own ``_project_kv``)."""
+        k, v = a._project_kv(x.transpose(0, 1))
+        if k is None:  # no query/key width: a zero key of width 1 (uniform attention)
+            k = torch.zeros_like(v[..., :1])
+        return [k, v]
 
     def _layer(self, layer, x: Tensor, enc_bias: Tensor, heads) -> Tensor:
         """fairseq's ``TransformerEncoderLayerBase.forward`` (:func:`layer_step`: pre- or
@@ -508,6 +614,9 @@ def export_error(model) -> str | None:
     from lightcompress.deploy.generator import lean_step_supported
     from lightcompress.models.subformer import SubformerDecoderLayer
 
+    layers = getattr(getattr(model, "decoder", None), "layers", None)
+    if layers and any(_fused(layer) for layer in layers):
+        return _fused_error(model)
     why = lean_step_supported(model, extra_forwards=(SubformerDecoderLayer.forward,))
     if why is not None:
         return why
@@ -519,6 +628,39 @@ def export_error(model) -> str | None:
         return "its encoder is not fairseq's Transformer encoder"
     try:
         _position_kind(model.decoder)
+    except ExportError as exc:
+        return str(exc)
+    return None
+
+
+def _fused_error(model) -> str | None:
+    """``None`` when a DA-WID fused model exports, else why not (one line): fairseq's
+    Transformer decoder around fused layers of a self-attention, a cross-attention and an FFN
+    block (any of them pruned to its residual; a head without query/key width attends
+    uniformly)."""
+    from fairseq.models.transformer import TransformerDecoderBase
+
+    dec = model.decoder
+    if not isinstance(dec, TransformerDecoderBase):
+        return f"{type(dec).__name__} is not fairseq's Transformer decoder"
+    if (
+        type(dec).extract_features_scriptable
+        is not TransformerDecoderBase.extract_features_scriptable
+    ):
+        return f"{type(dec).__name__} computes its own features"
+    if dec.adaptive_softmax is not None:
+        return "adaptive softmax"
+    for i, layer in enumerate(dec.layers):
+        if not _fused(layer):
+            return f"decoder.layers.{i}: {type(layer).__name__} among DA-WID's fused layers"
+        kinds = [b.kind for b in layer.blocks]
+        if kinds != ["self_attn", "cross_attn", "ffn"]:
+            return f"decoder.layers.{i}: blocks {kinds}"
+    enc = getattr(model, "encoder", None)
+    if enc is None or not hasattr(enc, "padding_idx"):
+        return "its encoder is not fairseq's Transformer encoder"
+    try:
+        _position_kind(dec)
     except ExportError as exc:
         return str(exc)
     return None
