@@ -217,8 +217,12 @@ class _DecoderStep(nn.Module):
         self.regrouped = _Regrouped()
         # attentions of low-rank maps: in their factors' space (factor_attention)
         self._self_plans, self._cross_plans = {}, {}
+        self._padded: dict = {}
         for layer in dec.layers:
-            if _fused(layer):  # (DA-WID: _fused_layer below)
+            if _fused(layer):  # (DA-WID: _fused_layer below, its maps padded per head)
+                for block in layer.blocks[:2]:
+                    if block.sub is not None:
+                        self._padded[id(block.sub)] = _PaddedMaps(self.regrouped, block.sub)
                 continue
             plan = self_plan(self.regrouped, layer.self_attn)
             if plan is not None:
@@ -371,36 +375,79 @@ class _DecoderStep(nn.Module):
             x, _ = ffn_block(x)
             return x, k, v
         cross_k, cross_v = cross
+        maps, h = self._padded[id(c)], c.num_heads
         if c.q_proj is None:  # uniform attention over the source (a zero key of width 1)
-            q = torch.zeros_like(x[:, :1]).expand(-1, c.num_heads).unsqueeze(-1)
+            q = torch.zeros_like(x[:, :1]).expand(-1, h).unsqueeze(-1)
         else:
-            q = _pad_heads(c.q_proj(x), c.qk_index, c.num_heads, c.m_qk)
-        q = self._sentence_rows(q, enc_bias, c.num_heads, max(c.m_qk, 1)).transpose(1, 2)
+            (q,) = maps.project(x)
+        q = self._sentence_rows(q, enc_bias, h, max(c.m_qk, 1)).transpose(1, 2)
         w = torch.matmul(q, cross_k.transpose(2, 3)) + enc_bias  # [B x H x beam x S]
         p = F.softmax(w.float(), dim=-1)
         y = torch.matmul(p, cross_v).transpose(1, 2)  # [B x beam x H x m]
-        y = y.reshape(-1, c.num_heads * c.m_v).index_select(-1, c.v_unpad)
-        x = cross_block.layer_norm(cross_block.residual(x) + c.out_proj(y))
+        y = maps.out(y.reshape(-1, h * c.m_v))
+        x = cross_block.layer_norm(cross_block.residual(x) + y)
         x, _ = ffn_block(x)
         return x, k, v
 
-    @staticmethod
-    def _fused_self(block, x, past_k, past_v, order):
+    def _fused_self(self, block, x, past_k, past_v, order):
         """A DA-WID self-attention block of the step; returns the output and the grown
         caches ``[N x H x t x width]``."""
         a = block.sub
-        h = a.num_heads
-        v = _pad_heads(a.v_proj(x), a.v_index, h, a.m_v)
+        maps = self._padded[id(a)]
         if a.q_proj is None:  # no query/key width: uniform attention (zero scores, a zero key)
+            (v,) = maps.project(x)
             q = k = torch.zeros_like(v[:, :, :1])
         else:
-            q = _pad_heads(a.q_proj(x), a.qk_index, h, a.m_qk)
-            k = _pad_heads(a.k_proj(x), a.qk_index, h, a.m_qk)
+            q, k, v = maps.project(x)
         k = torch.cat([past_k.index_select(0, order), k.unsqueeze(2)], dim=2)  # [N x H x t x m]
         v = torch.cat([past_v.index_select(0, order), v.unsqueeze(2)], dim=2)
         p = F.softmax(torch.matmul(q.unsqueeze(2), k.transpose(2, 3)).float(), dim=-1)
-        y = torch.matmul(p, v).reshape(-1, h * a.m_v).index_select(-1, a.v_unpad)
-        return block.layer_norm(block.residual(x) + a.out_proj(y)), k, v
+        y = maps.out(torch.matmul(p, v).reshape(-1, a.num_heads * a.m_v))
+        return block.layer_norm(block.residual(x) + y), k, v
+
+
+class _PaddedMaps:
+    """A DA-WID attention's maps with each head zero-padded to the widest head, as weights
+    of ``owner`` (a :class:`_Regrouped`): the step's query (cross-attention) or query, key and
+    value (self-attention) in one product whose output splits into ``[N x H x width]`` heads,
+    and the output map over the padded heads (zero columns at the padding). The same numbers
+    as the module's projections, padding and gathers, in two products instead of up to four
+    products, three concatenations and four gathers; the stored maps grow by the padding."""
+
+    def __init__(self, owner: _Regrouped, a):
+        self.heads = a.num_heads
+        maps = []  # (map, index into [its outputs | a zero], padded width)
+        if a.q_proj is not None:
+            maps.append((a.q_proj, a.qk_index, a.m_qk))
+            if a.self_attention:
+                maps.append((a.k_proj, a.qk_index, a.m_qk))
+        if a.self_attention:
+            maps.append((a.v_proj, a.v_index, a.m_v))
+        self.widths = [width for _m, _i, width in maps]
+
+        def rows(t, index):  # [sum of widths (x in)] -> [H * width (x in)], zero rows padded
+            return torch.cat([t, torch.zeros_like(t[:1])]).index_select(0, index)
+
+        key = ("dawid", id(a))
+        self.weight = self.bias = None
+        if maps:
+            self.weight = owner._weight(key + ("w",), lambda: torch.cat(
+                [rows(m.weight, i) for m, i, _w in maps]))  # fmt: skip
+            self.bias = owner._weight(key + ("b",), lambda: torch.cat(
+                [rows(m.bias, i) for m, i, _w in maps]))  # fmt: skip
+        w = a.out_proj.weight  # [out x sum of value widths] -> zero columns at the padding
+        self.out_weight = owner._weight(key + ("o",), lambda: torch.cat(
+            [w, torch.zeros_like(w[:, :1])], dim=1).index_select(1, a.v_index))  # fmt: skip
+
+    def project(self, x: Tensor) -> list:
+        y = F.linear(x, self.weight, self.bias)
+        parts = (
+            y.split([self.heads * w for w in self.widths], dim=-1) if len(self.widths) > 1 else [y]
+        )
+        return [p.reshape(-1, self.heads, w) for p, w in zip(parts, self.widths)]
+
+    def out(self, y: Tensor) -> Tensor:
+        return F.linear(y, self.out_weight)  # (DA-WID's output map has no bias)
 
 
 def _fused(layer) -> bool:
@@ -416,13 +463,6 @@ def _has_cross(layer) -> bool:
     if _fused(layer):
         return layer.blocks[1].sub is not None
     return layer.encoder_attn is not None
-
-
-def _pad_heads(y: Tensor, index: Tensor, heads: int, width: int) -> Tensor:
-    """``[N x sum of the heads' widths]`` -> ``[N x H x width]``, each head zero-padded to
-    ``width`` (DA-WID's :class:`~lightcompress.wid.fused.FusedAttention` layout)."""
-    y = torch.cat([y, torch.zeros_like(y[:, :1])], dim=-1).index_select(-1, index)
-    return y.reshape(-1, heads, width)
 
 
 def layer_layout(layer) -> dict:
