@@ -970,7 +970,24 @@ def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_tex
     b1 = [line for line in others.stdout.splitlines() if line.startswith("+ ")][1]
     assert "hypoformer=" + str(tmp_path / "models" / "hypoformer" / "checkpoint_best.pt") in b1
     assert "teacher=" in b1 and "lightformer" not in b1
-    for name, value in (("MODELS", "teacher ../x"), ("MODELS", " "), ("TAG", "a/b")):
+    # DA-WID's fused model (remeasure.sh DAWID=1) is its fused.pt; SORTED=0 skips the sorted run
+    dawid = subprocess.run(["bash", script], env={**env, "DRY_RUN": "1", "SORTED": "0",
+                                                  "MODELS": "dawid_teacher dawid"},
+                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert dawid.returncode == 0, dawid.stderr
+    printed = [line for line in dawid.stdout.splitlines() if line.startswith("+ ")]
+    assert len(printed) == 3 and "--sort-batches" not in dawid.stdout
+    assert "dawid=" + str(tmp_path / "models" / "dawid" / "fused.pt") in printed[1]
+    assert (
+        "dawid_teacher=" + str(tmp_path / "models" / "dawid_teacher" / "checkpoint_best.pt")
+        in printed[1]
+    )
+    for name, value in (
+        ("MODELS", "teacher ../x"),
+        ("MODELS", " "),
+        ("TAG", "a/b"),
+        ("SORTED", "no"),
+    ):
         bad = subprocess.run(["bash", script], env={**env, name: value}, capture_output=True,
                              text=True, timeout=120, check=False)  # fmt: skip
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and name in bad.stderr

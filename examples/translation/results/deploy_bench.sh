@@ -35,10 +35,13 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONWARNINGS=ignore
 cd "$REPO_ROOT"
 db_log() { echo "[deploy_bench $(date -u +%H:%M:%S)] $*" >&2; }
 
-# MODELS (names of SAVE_ROOT/NAME/checkpoint_best.pt, space-separated; the dense teacher first,
-# CTranslate2 exports the dense ones) and TAG (appended to the copied files' names), e.g. the
-# other rows of remeasure.sh OTHERS=1:
+# MODELS (names of SAVE_ROOT/NAME/checkpoint_best.pt, DA-WID's SAVE_ROOT/dawid/fused.pt as the
+# plan scores it; space-separated; the dense teacher first, CTranslate2 exports the dense ones)
+# and TAG (appended to the copied files' names), e.g. the other rows of remeasure.sh OTHERS=1
+# and DAWID=1:
 #   MODELS="teacher hypoformer subformer smartformer" TAG=-others OUT=... deploy_bench.sh
+#   MODELS="dawid_teacher dawid" TAG=-dawid OUT=... deploy_bench.sh
+# SORTED=0 skips the run with sorted batches.
 read -r -a MODELS <<<"${MODELS:-teacher lightformer_svd lightformer_shallow}"
 TAG="${TAG:-}"
 ((${#MODELS[@]} > 0)) || { echo "deploy_bench.sh: MODELS names no model" >&2; exit 2; }
@@ -46,12 +49,15 @@ for m in "${MODELS[@]}"; do
   [[ "$m" =~ ^[A-Za-z0-9_]+$ ]] || { echo "deploy_bench.sh: MODELS: '$m' is not a model name (letters, digits, _)" >&2; exit 2; }
 done
 [[ "$TAG" =~ ^[A-Za-z0-9_-]*$ ]] || { echo "deploy_bench.sh: TAG '$TAG' may hold only letters, digits, _ and -" >&2; exit 2; }
+SORTED="${SORTED:-1}"
+[[ "$SORTED" == 0 || "$SORTED" == 1 ]] || { echo "deploy_bench.sh: SORTED must be 0 or 1, not '$SORTED'" >&2; exit 2; }
+db_ckpt() { if [[ "$1" == dawid ]]; then echo "$SAVE_ROOT/dawid/fused.pt"; else echo "$SAVE_ROOT/$1/checkpoint_best.pt"; fi; }
 models=""
-for m in "${MODELS[@]}"; do models+="${models:+,}$m=$SAVE_ROOT/$m/checkpoint_best.pt"; done
+for m in "${MODELS[@]}"; do models+="${models:+,}$m=$(db_ckpt "$m")"; done
 if [[ "$DRY_RUN" != 1 ]]; then
   for m in "${MODELS[@]}"; do
-    [[ -f "$SAVE_ROOT/$m/checkpoint_best.pt" ]] || {
-      echo "deploy_bench.sh: $SAVE_ROOT/$m/checkpoint_best.pt is missing: run remeasure.sh first" >&2
+    [[ -f "$(db_ckpt "$m")" ]] || {
+      echo "deploy_bench.sh: $(db_ckpt "$m") is missing: run remeasure.sh first" >&2
       exit 2
     }
   done
@@ -81,7 +87,7 @@ b32s="bash scripts/measure_speed.sh $common --num-sentences $B32_SENTENCES --tim
 if [[ "$DRY_RUN" == 1 ]]; then
   db_step b1 "$b1"
   db_step b32 "$b32"
-  db_step b32-sorted "$b32s"
+  [[ "$SORTED" == 0 ]] || db_step b32-sorted "$b32s"
   exit 0
 fi
 if [[ "$SEQUENTIAL" == 1 ]]; then  # one run at a time: the other core stays idle
@@ -93,11 +99,11 @@ else
   wait "$p1"
   wait "$p2"
 fi
-db_step b32-sorted "$b32s"
+[[ "$SORTED" == 0 ]] || db_step b32-sorted "$b32s"
 suffix=""
 [[ "$SEQUENTIAL" == 1 ]] && suffix="-alone"
 suffix+="$TAG"
 cp "$OUT/deploy-b1.json" "$ROWS_DIR/deploy-b1$suffix.json"
 cp "$OUT/deploy-b32.json" "$ROWS_DIR/deploy-b32$suffix.json"
-cp "$OUT/deploy-b32-sorted.json" "$ROWS_DIR/deploy-b32-sorted$suffix.json"
-db_log "done: $ROWS_DIR/deploy-b1$suffix.json, deploy-b32$suffix.json, deploy-b32-sorted$suffix.json"
+[[ "$SORTED" == 0 ]] || cp "$OUT/deploy-b32-sorted.json" "$ROWS_DIR/deploy-b32-sorted$suffix.json"
+db_log "done: $ROWS_DIR/deploy-b1$suffix.json, deploy-b32$suffix.json$([[ "$SORTED" == 0 ]] || echo ", deploy-b32-sorted$suffix.json")"
