@@ -121,10 +121,25 @@ def test_fuse_generate_and_count_the_fused_model(wid_data, wid_student, tmp_path
     report = capsys.readouterr().out
     assert "fusion check: max relative logit difference" in report
     assert os.path.isfile(out) and os.path.isfile(out + ".shapes.json")
-    bleu, hyps, _ = harness.generate(
+    bleu, hyps, generated = harness.generate(
         wid_data, out, extra=["--max-len-b", "12"]
     )  # fairseq-generate loads the fused model
     assert bleu is not None and len(hyps) == 40  # every test sentence translated
+    # the fused checkpoint deploys: lightcompress-export-onnx (its proof: fairseq's beam search
+    # on probe sentences), and the export's torch-free runtime translates the test sources as
+    # fairseq-generate did
+    from lightcompress.deploy.onnx_export import main as export_main
+    from lightcompress.deploy.onnx_runtime import OnnxTranslator
+
+    onnx_dir = str(tmp_path / "onnx")
+    assert export_main(["--path", out, "--data", wid_data, "-o", onnx_dir]) == 0
+    sources = {}
+    for line in generated.stdout.splitlines():
+        if line.startswith("S-"):
+            sid, text = line.split("\t", 1)
+            sources[int(sid[2:])] = text
+    onnx = OnnxTranslator(onnx_dir, beam=2, max_len_b=12, batch_size=16)
+    assert onnx.translate([sources[i] for i in sorted(sources)]) == hyps
     with open(out + ".shapes.json") as f:
         shapes = f.read().strip()
     from fairseq.data import Dictionary
