@@ -9,6 +9,7 @@ from hand-written shapes that hold every pruned case. No test asserts a timing.
 
 import argparse
 import json
+import os
 
 import numpy as np
 import pytest
@@ -105,6 +106,14 @@ def test_onnx_export_of_a_fused_dawid_model_gives_fairseqs_hypotheses_and_scores
     out = str(tmp_path / "onnx")
     config = export_onnx(model, task, out)  # (its own proof: fairseq's beam search, beam 2)
     assert config["architecture"] == "DAWIDFusedModel"
+    # the encoder graph is the lean one (the heads' shapes computed once, not per reshape)
+    import onnx
+
+    from lightcompress.deploy.onnx_graphs import lean_encoder_error
+
+    assert lean_encoder_error(model) is None
+    nodes = onnx.load(os.path.join(out, "encoder.onnx"), load_external_data=False).graph.node
+    assert sum(n.op_type == "Shape" for n in nodes) <= 2
     for spec, layer in zip(config["layers"], layers):  # the caches: [heads, widest head]
         a = layer.blocks[0].sub
         if a is None:

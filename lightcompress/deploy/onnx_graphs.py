@@ -450,6 +450,46 @@ class _PaddedMaps:
         return F.linear(y, self.out_weight)  # (DA-WID's output map has no bias)
 
 
+class _PaddedKeysValues:
+    """A DA-WID cross-attention's key and value maps, each head zero-padded to the widest, in
+    one product over the encoder's ``[B*S x C]`` rows (the encoder graph's lean path):
+    ``[B x H x S x width]`` keys and values (a zero key of width 1 where no query/key width is
+    left: uniform attention)."""
+
+    def __init__(self, owner: _Regrouped, a):
+        self.a = a
+        maps = [(a.v_proj, a.v_index)]
+        if a.k_proj is not None:
+            maps.insert(0, (a.k_proj, a.qk_index))
+
+        def rows(t, index):
+            return torch.cat([t, torch.zeros_like(t[:1])]).index_select(0, index)
+
+        key = ("dawid-kv", id(a))
+        self.weight = owner._weight(key + ("w",), lambda: torch.cat(
+            [rows(m.weight, i) for m, i in maps]))  # fmt: skip
+        self.bias = owner._weight(key + ("b",), lambda: torch.cat(
+            [rows(m.bias, i) for m, i in maps]))  # fmt: skip
+        self.sizes = [a.num_heads * a.m_qk] * (a.k_proj is not None) + [a.num_heads * a.m_v]
+
+    def keys_values(self, x: Tensor, heads) -> list:
+        a = self.a
+        y = F.linear(x, self.weight, self.bias)
+        if a.k_proj is None:
+            v = heads(y, a.num_heads, a.m_v).transpose(1, 2)
+            return [torch.zeros_like(v[..., :1]), v]
+        k, v = y.split(self.sizes, dim=-1)
+        return [heads(k, a.num_heads, a.m_qk).transpose(1, 2),
+                heads(v, a.num_heads, a.m_v).transpose(1, 2)]  # fmt: skip
+
+
+def _fused_encoder(layer) -> bool:
+    """A DA-WID fused encoder layer."""
+    from lightcompress.wid.fused import FusedEncoderLayer
+
+    return isinstance(layer, FusedEncoderLayer)
+
+
 def _fused(layer) -> bool:
     """A DA-WID fused decoder layer (per-layer and per-head widths)."""
     from lightcompress.wid.fused import FusedDecoderLayer
@@ -527,11 +567,18 @@ class _Encoder(nn.Module):
         self.model = model
         self.lean = lean
         self.regrouped = _Regrouped()
+        self._padded: dict = {}  # (DA-WID's fused layers: their maps padded per head)
         if lean:
             for layer in model.encoder.layers:
+                if _fused_encoder(layer):
+                    if layer.blocks[0].sub is not None:
+                        self._padded[id(layer)] = _PaddedMaps(self.regrouped, layer.blocks[0].sub)
+                    continue
                 self.regrouped.prepare(*_qkv_maps(layer.self_attn) or ([], []))
         self._cross_plans = {}
         for layer in model.decoder.layers:
+            if _fused(layer) and layer.blocks[1].sub is not None:
+                self._padded[id(layer)] = _PaddedKeysValues(self.regrouped, layer.blocks[1].sub)
             if not _fused(layer) and layer.encoder_attn is not None:
                 a = _inner_attention(layer.encoder_attn)
                 self.regrouped.prepare([a.k_proj, a.v_proj], [1.0, 1.0])
@@ -560,7 +607,10 @@ class _Encoder(nn.Module):
             x = x * (1 - mask.unsqueeze(-1).type_as(x))  # (fairseq: padded rows zeroed)
             x = x.reshape(-1, int(x.shape[-1]))  # [B*S x C] (a constant width)
             for layer in enc.layers:
-                x = self._layer(layer, x, enc_bias, heads)
+                if _fused_encoder(layer):
+                    x = self._fused_layer(layer, x, enc_bias, heads)
+                else:
+                    x = self._layer(layer, x, enc_bias, heads)
             if enc.layer_norm is not None:
                 x = enc.layer_norm(x)
         else:
@@ -569,7 +619,11 @@ class _Encoder(nn.Module):
         outs = [enc_bias]
         for layer in self.model.decoder.layers:
             if _fused(layer):  # DA-WID: its heads' keys and values, zero-padded
-                if layer.blocks[1].sub is not None:
+                if layer.blocks[1].sub is None:
+                    continue
+                if self.lean:  # ([B*S x C] rows)
+                    outs += self._padded[id(layer)].keys_values(x, heads)
+                else:
                     outs += self._fused_keys_values(layer.blocks[1].sub, x)
                 continue
             if layer.encoder_attn is None:  # (Subformer's SAFE block)
@@ -589,6 +643,30 @@ class _Encoder(nn.Module):
         if k is None:  # no query/key width: a zero key of width 1 (uniform attention)
             k = torch.zeros_like(v[..., :1])
         return [k, v]
+
+    def _fused_layer(self, layer, x: Tensor, enc_bias: Tensor, heads) -> Tensor:
+        """A DA-WID fused encoder layer (:class:`~lightcompress.wid.fused.FusedEncoderLayer`)
+        on ``[B*S x C]`` rows, its attention's maps padded per head (:class:`_PaddedMaps`)."""
+        block, ffn = layer.blocks
+        a = block.sub
+        if a is None:  # every head pruned: the block is its residual
+            x, _ = block(x)
+        else:
+            maps, h = self._padded[id(layer)], a.num_heads
+            if a.q_proj is None:  # no query/key width: uniform attention (zero keys of width 1)
+                (v,) = maps.project(x)
+                q = k = torch.zeros_like(v[:, :, :1])
+            else:
+                q, k, v = maps.project(x)
+            width = max(a.m_qk, 1)
+            q = heads(q, h, width).transpose(1, 2)  # [B x H x S x m]
+            k = heads(k, h, width).permute(0, 2, 3, 1)  # [B x H x m x S]
+            v = heads(v, h, a.m_v).transpose(1, 2)
+            p = F.softmax((torch.matmul(q, k) + enc_bias).float(), dim=-1)
+            y = torch.matmul(p, v).transpose(1, 2).reshape(-1, h * a.m_v)
+            x = block.layer_norm(block.residual(x) + maps.out(y))
+        x, _ = ffn(x)
+        return x
 
     def _layer(self, layer, x: Tensor, enc_bias: Tensor, heads) -> Tensor:
         """fairseq's ``TransformerEncoderLayerBase.forward`` (:func:`layer_step`: pre- or
@@ -624,6 +702,8 @@ def lean_encoder_error(model) -> str | None:
         if getattr(type(enc), name) is not getattr(TransformerEncoderBase, name):
             return f"{type(enc).__name__} has its own {name}"
     for i, layer in enumerate(enc.layers):
+        if _fused_encoder(layer):  # (DA-WID: _Encoder._fused_layer)
+            continue
         if type(layer).forward not in (TransformerEncoderLayerBase.forward,
                                        CompressedEncoderLayer.forward):  # fmt: skip
             return f"encoder.layers.{i}: {type(layer).__name__} has its own forward"
