@@ -14,6 +14,16 @@ from torch import Tensor, nn
 
 from lightcompress.deploy.factor_attention import cross_plan, self_plan
 from lightcompress.deploy.factor_attention import map_factors as _factors
+from lightcompress.deploy.onnx_dawid import (
+    PaddedKeysValues,
+    PaddedMaps,
+    encoder_layer,
+    fused_error,
+    step_layer,
+    traced_keys_values,
+)
+from lightcompress.deploy.onnx_dawid import is_fused as _fused
+from lightcompress.deploy.onnx_dawid import is_fused_encoder as _fused_encoder
 from lightcompress.errors import LightcompressError
 
 __all__ = ["ExportError", "export_error", "lean_encoder_error"]
@@ -219,10 +229,10 @@ class _DecoderStep(nn.Module):
         self._self_plans, self._cross_plans = {}, {}
         self._padded: dict = {}
         for layer in dec.layers:
-            if _fused(layer):  # (DA-WID: _fused_layer below, its maps padded per head)
+            if _fused(layer):  # (DA-WID: onnx_dawid.step_layer, its maps padded per head)
                 for block in layer.blocks[:2]:
                     if block.sub is not None:
-                        self._padded[id(block.sub)] = _PaddedMaps(self.regrouped, block.sub)
+                        self._padded[id(block.sub)] = PaddedMaps(self.regrouped, block.sub)
                 continue
             plan = self_plan(self.regrouped, layer.self_attn)
             if plan is not None:
@@ -305,7 +315,7 @@ class _DecoderStep(nn.Module):
         from lightcompress.deploy.generator import layer_step
 
         if _fused(layer):
-            return self._fused_layer(layer, x, past_k, past_v, cross, enc_bias, order)
+            return step_layer(self, layer, x, past_k, past_v, cross, enc_bias, order)
         grown = []
         self_factors = self._self_plans.get(id(layer))
         cross_factors = self._cross_plans.get(id(layer))
@@ -354,147 +364,6 @@ class _DecoderStep(nn.Module):
         if project_out is not None:
             x = project_out(x)
         return x, grown[0], grown[1]
-
-    def _fused_layer(self, layer, x, past_k, past_v, cross, enc_bias, order):
-        """One DA-WID fused decoder layer (:class:`~lightcompress.wid.fused.FusedDecoderLayer`:
-        post-LN blocks whose residual is a matrix where widths change, heads of their own
-        query/key and value widths, zero-padded to the widest) as its modules compute it."""
-        self_block, cross_block, ffn_block = layer.blocks
-        a = self_block.sub
-        if a is None:  # every head pruned: the block is its residual; the caches [N x 1 x t x 1]
-            zero = torch.zeros_like(x[:, :1]).unsqueeze(-1).unsqueeze(-1)
-            k = torch.cat([past_k.index_select(0, order), zero], dim=2)
-            v = torch.cat([past_v.index_select(0, order), zero], dim=2)
-            x, _ = self_block(x)
-        else:
-            x, k, v = self._fused_self(self_block, x, past_k, past_v, order)
-        # cross-attention: a sentence's hypotheses against its keys and values ([B x H x S x m])
-        c = cross_block.sub
-        if c is None:  # every head pruned: no keys and values, the block is its residual
-            x, _ = cross_block(x)
-            x, _ = ffn_block(x)
-            return x, k, v
-        cross_k, cross_v = cross
-        maps, h = self._padded[id(c)], c.num_heads
-        if c.q_proj is None:  # uniform attention over the source (a zero key of width 1)
-            q = torch.zeros_like(x[:, :1]).expand(-1, h).unsqueeze(-1)
-        else:
-            (q,) = maps.project(x)
-        q = self._sentence_rows(q, enc_bias, h, max(c.m_qk, 1)).transpose(1, 2)
-        w = torch.matmul(q, cross_k.transpose(2, 3)) + enc_bias  # [B x H x beam x S]
-        p = F.softmax(w.float(), dim=-1)
-        y = torch.matmul(p, cross_v).transpose(1, 2)  # [B x beam x H x m]
-        y = maps.out(y.reshape(-1, h * c.m_v))
-        x = cross_block.layer_norm(cross_block.residual(x) + y)
-        x, _ = ffn_block(x)
-        return x, k, v
-
-    def _fused_self(self, block, x, past_k, past_v, order):
-        """A DA-WID self-attention block of the step; returns the output and the grown
-        caches ``[N x H x t x width]``."""
-        a = block.sub
-        maps = self._padded[id(a)]
-        if a.q_proj is None:  # no query/key width: uniform attention (zero scores, a zero key)
-            (v,) = maps.project(x)
-            q = k = torch.zeros_like(v[:, :, :1])
-        else:
-            q, k, v = maps.project(x)
-        k = torch.cat([past_k.index_select(0, order), k.unsqueeze(2)], dim=2)  # [N x H x t x m]
-        v = torch.cat([past_v.index_select(0, order), v.unsqueeze(2)], dim=2)
-        p = F.softmax(torch.matmul(q.unsqueeze(2), k.transpose(2, 3)).float(), dim=-1)
-        y = maps.out(torch.matmul(p, v).reshape(-1, a.num_heads * a.m_v))
-        return block.layer_norm(block.residual(x) + y), k, v
-
-
-class _PaddedMaps:
-    """A DA-WID attention's maps with each head zero-padded to the widest head, as weights
-    of ``owner`` (a :class:`_Regrouped`): the step's query (cross-attention) or query, key and
-    value (self-attention) in one product whose output splits into ``[N x H x width]`` heads,
-    and the output map over the padded heads (zero columns at the padding). The same numbers
-    as the module's projections, padding and gathers, in two products instead of up to four
-    products, three concatenations and four gathers; the stored maps grow by the padding."""
-
-    def __init__(self, owner: _Regrouped, a):
-        self.heads = a.num_heads
-        maps = []  # (map, index into [its outputs | a zero], padded width)
-        if a.q_proj is not None:
-            maps.append((a.q_proj, a.qk_index, a.m_qk))
-            if a.self_attention:
-                maps.append((a.k_proj, a.qk_index, a.m_qk))
-        if a.self_attention:
-            maps.append((a.v_proj, a.v_index, a.m_v))
-        self.widths = [width for _m, _i, width in maps]
-
-        def rows(t, index):  # [sum of widths (x in)] -> [H * width (x in)], zero rows padded
-            return torch.cat([t, torch.zeros_like(t[:1])]).index_select(0, index)
-
-        key = ("dawid", id(a))
-        self.weight = self.bias = None
-        if maps:
-            self.weight = owner._weight(key + ("w",), lambda: torch.cat(
-                [rows(m.weight, i) for m, i, _w in maps]))  # fmt: skip
-            self.bias = owner._weight(key + ("b",), lambda: torch.cat(
-                [rows(m.bias, i) for m, i, _w in maps]))  # fmt: skip
-        w = a.out_proj.weight  # [out x sum of value widths] -> zero columns at the padding
-        self.out_weight = owner._weight(key + ("o",), lambda: torch.cat(
-            [w, torch.zeros_like(w[:, :1])], dim=1).index_select(1, a.v_index))  # fmt: skip
-
-    def project(self, x: Tensor) -> list:
-        y = F.linear(x, self.weight, self.bias)
-        parts = (
-            y.split([self.heads * w for w in self.widths], dim=-1) if len(self.widths) > 1 else [y]
-        )
-        return [p.reshape(-1, self.heads, w) for p, w in zip(parts, self.widths)]
-
-    def out(self, y: Tensor) -> Tensor:
-        return F.linear(y, self.out_weight)  # (DA-WID's output map has no bias)
-
-
-class _PaddedKeysValues:
-    """A DA-WID cross-attention's key and value maps, each head zero-padded to the widest, in
-    one product over the encoder's ``[B*S x C]`` rows (the encoder graph's lean path):
-    ``[B x H x S x width]`` keys and values (a zero key of width 1 where no query/key width is
-    left: uniform attention)."""
-
-    def __init__(self, owner: _Regrouped, a):
-        self.a = a
-        maps = [(a.v_proj, a.v_index)]
-        if a.k_proj is not None:
-            maps.insert(0, (a.k_proj, a.qk_index))
-
-        def rows(t, index):
-            return torch.cat([t, torch.zeros_like(t[:1])]).index_select(0, index)
-
-        key = ("dawid-kv", id(a))
-        self.weight = owner._weight(key + ("w",), lambda: torch.cat(
-            [rows(m.weight, i) for m, i in maps]))  # fmt: skip
-        self.bias = owner._weight(key + ("b",), lambda: torch.cat(
-            [rows(m.bias, i) for m, i in maps]))  # fmt: skip
-        self.sizes = [a.num_heads * a.m_qk] * (a.k_proj is not None) + [a.num_heads * a.m_v]
-
-    def keys_values(self, x: Tensor, heads) -> list:
-        a = self.a
-        y = F.linear(x, self.weight, self.bias)
-        if a.k_proj is None:
-            v = heads(y, a.num_heads, a.m_v).transpose(1, 2)
-            return [torch.zeros_like(v[..., :1]), v]
-        k, v = y.split(self.sizes, dim=-1)
-        return [heads(k, a.num_heads, a.m_qk).transpose(1, 2),
-                heads(v, a.num_heads, a.m_v).transpose(1, 2)]  # fmt: skip
-
-
-def _fused_encoder(layer) -> bool:
-    """A DA-WID fused encoder layer."""
-    from lightcompress.wid.fused import FusedEncoderLayer
-
-    return isinstance(layer, FusedEncoderLayer)
-
-
-def _fused(layer) -> bool:
-    """A DA-WID fused decoder layer (per-layer and per-head widths)."""
-    from lightcompress.wid.fused import FusedDecoderLayer
-
-    return isinstance(layer, FusedDecoderLayer)
 
 
 def _has_cross(layer) -> bool:
@@ -572,13 +441,13 @@ class _Encoder(nn.Module):
             for layer in model.encoder.layers:
                 if _fused_encoder(layer):
                     if layer.blocks[0].sub is not None:
-                        self._padded[id(layer)] = _PaddedMaps(self.regrouped, layer.blocks[0].sub)
+                        self._padded[id(layer)] = PaddedMaps(self.regrouped, layer.blocks[0].sub)
                     continue
                 self.regrouped.prepare(*_qkv_maps(layer.self_attn) or ([], []))
         self._cross_plans = {}
         for layer in model.decoder.layers:
             if _fused(layer) and layer.blocks[1].sub is not None:
-                self._padded[id(layer)] = _PaddedKeysValues(self.regrouped, layer.blocks[1].sub)
+                self._padded[id(layer)] = PaddedKeysValues(self.regrouped, layer.blocks[1].sub)
             if not _fused(layer) and layer.encoder_attn is not None:
                 a = _inner_attention(layer.encoder_attn)
                 self.regrouped.prepare([a.k_proj, a.v_proj], [1.0, 1.0])
@@ -608,7 +477,7 @@ class _Encoder(nn.Module):
             x = x.reshape(-1, int(x.shape[-1]))  # [B*S x C] (a constant width)
             for layer in enc.layers:
                 if _fused_encoder(layer):
-                    x = self._fused_layer(layer, x, enc_bias, heads)
+                    x = encoder_layer(self, layer, x, enc_bias, heads)
                 else:
                     x = self._layer(layer, x, enc_bias, heads)
             if enc.layer_norm is not None:
@@ -624,7 +493,7 @@ class _Encoder(nn.Module):
                 if self.lean:  # ([B*S x C] rows)
                     outs += self._padded[id(layer)].keys_values(x, heads)
                 else:
-                    outs += self._fused_keys_values(layer.blocks[1].sub, x)
+                    outs += traced_keys_values(layer.blocks[1].sub, x)
                 continue
             if layer.encoder_attn is None:  # (Subformer's SAFE block)
                 continue
@@ -634,39 +503,6 @@ class _Encoder(nn.Module):
             plan = self._cross_plans.get(id(layer))
             outs += kv if plan is None else plan.keys_values(*kv, enc_bias)
         return tuple(outs)
-
-    @staticmethod
-    def _fused_keys_values(a, x: Tensor) -> list:
-        """A DA-WID cross-attention's keys and values of ``x`` ``[B x S x C]``:
-        ``[B x H x S x width]`` each, heads zero-padded (its own ``_project_kv``)."""
-        k, v = a._project_kv(x.transpose(0, 1))
-        if k is None:  # no query/key width: a zero key of width 1 (uniform attention)
-            k = torch.zeros_like(v[..., :1])
-        return [k, v]
-
-    def _fused_layer(self, layer, x: Tensor, enc_bias: Tensor, heads) -> Tensor:
-        """A DA-WID fused encoder layer (:class:`~lightcompress.wid.fused.FusedEncoderLayer`)
-        on ``[B*S x C]`` rows, its attention's maps padded per head (:class:`_PaddedMaps`)."""
-        block, ffn = layer.blocks
-        a = block.sub
-        if a is None:  # every head pruned: the block is its residual
-            x, _ = block(x)
-        else:
-            maps, h = self._padded[id(layer)], a.num_heads
-            if a.q_proj is None:  # no query/key width: uniform attention (zero keys of width 1)
-                (v,) = maps.project(x)
-                q = k = torch.zeros_like(v[:, :, :1])
-            else:
-                q, k, v = maps.project(x)
-            width = max(a.m_qk, 1)
-            q = heads(q, h, width).transpose(1, 2)  # [B x H x S x m]
-            k = heads(k, h, width).permute(0, 2, 3, 1)  # [B x H x m x S]
-            v = heads(v, h, a.m_v).transpose(1, 2)
-            p = F.softmax((torch.matmul(q, k) + enc_bias).float(), dim=-1)
-            y = torch.matmul(p, v).transpose(1, 2).reshape(-1, h * a.m_v)
-            x = block.layer_norm(block.residual(x) + maps.out(y))
-        x, _ = ffn(x)
-        return x
 
     def _layer(self, layer, x: Tensor, enc_bias: Tensor, heads) -> Tensor:
         """fairseq's ``TransformerEncoderLayerBase.forward`` (:func:`layer_step`: pre- or
@@ -735,52 +571,22 @@ def export_error(model) -> str | None:
     from lightcompress.models.subformer import SubformerDecoderLayer
 
     layers = getattr(getattr(model, "decoder", None), "layers", None)
-    if layers and any(_fused(layer) for layer in layers):
-        return _fused_error(model)
-    why = lean_step_supported(model, extra_forwards=(SubformerDecoderLayer.forward,))
-    if why is not None:
-        return why
-    for i, layer in enumerate(model.decoder.layers):
-        if layer.self_attn.head_dim * layer.self_attn.num_heads != layer.self_attn.embed_dim:
-            return f"decoder.layers.{i}: heads do not split the width"
+    if layers and any(_fused(layer) for layer in layers):  # DA-WID's fused layers
+        why = fused_error(model)
+        if why is not None:
+            return why
+    else:
+        why = lean_step_supported(model, extra_forwards=(SubformerDecoderLayer.forward,))
+        if why is not None:
+            return why
+        for i, layer in enumerate(model.decoder.layers):
+            if layer.self_attn.head_dim * layer.self_attn.num_heads != layer.self_attn.embed_dim:
+                return f"decoder.layers.{i}: heads do not split the width"
     enc = getattr(model, "encoder", None)
     if enc is None or not hasattr(enc, "padding_idx"):
         return "its encoder is not fairseq's Transformer encoder"
     try:
         _position_kind(model.decoder)
-    except ExportError as exc:
-        return str(exc)
-    return None
-
-
-def _fused_error(model) -> str | None:
-    """``None`` when a DA-WID fused model exports, else why not (one line): fairseq's
-    Transformer decoder around fused layers of a self-attention, a cross-attention and an FFN
-    block (any of them pruned to its residual; a head without query/key width attends
-    uniformly)."""
-    from fairseq.models.transformer import TransformerDecoderBase
-
-    dec = model.decoder
-    if not isinstance(dec, TransformerDecoderBase):
-        return f"{type(dec).__name__} is not fairseq's Transformer decoder"
-    if (
-        type(dec).extract_features_scriptable
-        is not TransformerDecoderBase.extract_features_scriptable
-    ):
-        return f"{type(dec).__name__} computes its own features"
-    if dec.adaptive_softmax is not None:
-        return "adaptive softmax"
-    for i, layer in enumerate(dec.layers):
-        if not _fused(layer):
-            return f"decoder.layers.{i}: {type(layer).__name__} among DA-WID's fused layers"
-        kinds = [b.kind for b in layer.blocks]
-        if kinds != ["self_attn", "cross_attn", "ffn"]:
-            return f"decoder.layers.{i}: blocks {kinds}"
-    enc = getattr(model, "encoder", None)
-    if enc is None or not hasattr(enc, "padding_idx"):
-        return "its encoder is not fairseq's Transformer encoder"
-    try:
-        _position_kind(dec)
     except ExportError as exc:
         return str(exc)
     return None
