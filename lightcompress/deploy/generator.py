@@ -33,7 +33,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["FastGenerator", "beamable_attention", "layer_step", "lean_step_supported"]
+__all__ = [
+    "FastGenerator",
+    "beamable_attention",
+    "decoder_error",
+    "layer_step",
+    "lean_step_supported",
+]
 
 _INCREMENTAL: dict = {}  # a non-None incremental state: positional embeddings of the last step
 
@@ -93,13 +99,12 @@ def layer_step(layer, x: Tensor, self_attention, cross_attention=None) -> Tensor
     return _sublayer(layer, x, layer.final_layer_norm, ffn)
 
 
-def lean_step_supported(model, extra_forwards=()) -> str | None:
-    """``None`` when the lean decoder step computes ``model``'s decoder, else why not;
-    ``extra_forwards``: further layer ``forward`` functions a caller's step computes (the ONNX
-    export's step also computes Subformer's layers)."""
+def decoder_error(dec) -> str | None:
+    """``None`` when ``dec`` is fairseq's Transformer decoder computing its features as
+    fairseq does, with a plain output layer (what a step over its layers assumes), else why
+    not. Its layers are the caller's to check (the lean step's, the ONNX export's)."""
     from fairseq.models.transformer import TransformerDecoderBase
 
-    dec = getattr(model, "decoder", None)
     if not isinstance(dec, TransformerDecoderBase):
         return f"{type(dec).__name__} is not fairseq's Transformer decoder"
     if (
@@ -109,6 +114,17 @@ def lean_step_supported(model, extra_forwards=()) -> str | None:
         return f"{type(dec).__name__} computes its own features"
     if dec.adaptive_softmax is not None:
         return "adaptive softmax"
+    return None
+
+
+def lean_step_supported(model, extra_forwards=()) -> str | None:
+    """``None`` when the lean decoder step computes ``model``'s decoder, else why not;
+    ``extra_forwards``: further layer ``forward`` functions a caller's step computes (the ONNX
+    export's step also computes Subformer's layers)."""
+    dec = getattr(model, "decoder", None)
+    why = decoder_error(dec)
+    if why is not None:
+        return why
     for i, layer in enumerate(dec.layers):
         why = _lean_layer_error(layer, extra_forwards)
         if why:

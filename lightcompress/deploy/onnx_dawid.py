@@ -70,11 +70,7 @@ def _step_self(step, block, x, past_k, past_v, order):
     caches ``[N x H x t x width]``."""
     a = block.sub
     maps = step._padded[id(a)]
-    if a.q_proj is None:  # no query/key width: uniform attention (zero scores, a zero key)
-        (v,) = maps.project(x)
-        q = k = torch.zeros_like(v[:, :, :1])
-    else:
-        q, k, v = maps.project(x)
+    q, k, v = _self_qkv(maps, a, x)
     k = torch.cat([past_k.index_select(0, order), k.unsqueeze(2)], dim=2)  # [N x H x t x m]
     v = torch.cat([past_v.index_select(0, order), v.unsqueeze(2)], dim=2)
     p = F.softmax(torch.matmul(q.unsqueeze(2), k.transpose(2, 3)).float(), dim=-1)
@@ -84,18 +80,14 @@ def _step_self(step, block, x, past_k, past_v, order):
 
 def encoder_layer(encoder, layer, x: Tensor, enc_bias: Tensor, heads) -> Tensor:
     """A DA-WID fused encoder layer (:class:`~lightcompress.wid.fused.FusedEncoderLayer`)
-    on ``[B*S x C]`` rows, its attention's maps padded per head (:class:`_PaddedMaps`)."""
+    on ``[B*S x C]`` rows, its attention's maps padded per head (:class:`PaddedMaps`)."""
     block, ffn = layer.blocks
     a = block.sub
     if a is None:  # every head pruned: the block is its residual
         x, _ = block(x)
     else:
         maps, h = encoder._padded[id(layer)], a.num_heads
-        if a.q_proj is None:  # no query/key width: uniform attention (zero keys of width 1)
-            (v,) = maps.project(x)
-            q = k = torch.zeros_like(v[:, :, :1])
-        else:
-            q, k, v = maps.project(x)
+        q, k, v = _self_qkv(maps, a, x)
         width = max(a.m_qk, 1)
         q = heads(q, h, width).transpose(1, 2)  # [B x H x S x m]
         k = heads(k, h, width).permute(0, 2, 3, 1)  # [B x H x m x S]
@@ -116,10 +108,28 @@ def traced_keys_values(a, x: Tensor) -> list:
     return [k, v]
 
 
+def _pad_rows(t: Tensor, index: Tensor) -> Tensor:
+    """``[sum of the heads' widths (x in)]`` -> ``[H * widest (x in)]``: ``index`` picks each
+    padded row from ``[t | a zero row]`` (the fused attention's ``qk_index`` / ``v_index``)."""
+    return torch.cat([t, torch.zeros_like(t[:1])]).index_select(0, index)
+
+
+def _self_qkv(maps: PaddedMaps, a, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """A fused self-attention's padded ``q, k, v`` ``[N x H x width]`` of ``x``; without
+    query/key width a zero query and key of width 1 (uniform attention)."""
+    if a.q_proj is None:
+        (v,) = maps.project(x)
+        zero = torch.zeros_like(v[:, :, :1])
+        return zero, zero, v
+    q, k, v = maps.project(x)
+    return q, k, v
+
+
 class PaddedMaps:
     """A DA-WID attention's maps with each head zero-padded to the widest head, as weights
-    of ``owner`` (a :class:`~lightcompress.deploy.onnx_graphs._Regrouped`): the step's query (cross-attention) or query, key and
-    value (self-attention) in one product whose output splits into ``[N x H x width]`` heads,
+    of ``owner`` (a :class:`~lightcompress.deploy.onnx_graphs._Regrouped`): the query
+    (cross-attention) or query, key and value (self-attention) in one product whose output
+    splits into ``[N x H x width]`` heads,
     and the output map over the padded heads (zero columns at the padding). The same numbers
     as the module's projections, padding and gathers, in two products instead of up to four
     products, three concatenations and four gathers; the stored maps grow by the padding."""
@@ -135,16 +145,13 @@ class PaddedMaps:
             maps.append((a.v_proj, a.v_index, a.m_v))
         self.widths = [width for _m, _i, width in maps]
 
-        def rows(t, index):  # [sum of widths (x in)] -> [H * width (x in)], zero rows padded
-            return torch.cat([t, torch.zeros_like(t[:1])]).index_select(0, index)
-
         key = ("dawid", id(a))
         self.weight = self.bias = None
         if maps:
             self.weight = owner._weight(key + ("w",), lambda: torch.cat(
-                [rows(m.weight, i) for m, i, _w in maps]))  # fmt: skip
+                [_pad_rows(m.weight, i) for m, i, _w in maps]))  # fmt: skip
             self.bias = owner._weight(key + ("b",), lambda: torch.cat(
-                [rows(m.bias, i) for m, i, _w in maps]))  # fmt: skip
+                [_pad_rows(m.bias, i) for m, i, _w in maps]))  # fmt: skip
         w = a.out_proj.weight  # [out x sum of value widths] -> zero columns at the padding
         self.out_weight = owner._weight(key + ("o",), lambda: torch.cat(
             [w, torch.zeros_like(w[:, :1])], dim=1).index_select(1, a.v_index))  # fmt: skip
@@ -172,14 +179,11 @@ class PaddedKeysValues:
         if a.k_proj is not None:
             maps.insert(0, (a.k_proj, a.qk_index))
 
-        def rows(t, index):
-            return torch.cat([t, torch.zeros_like(t[:1])]).index_select(0, index)
-
         key = ("dawid-kv", id(a))
         self.weight = owner._weight(key + ("w",), lambda: torch.cat(
-            [rows(m.weight, i) for m, i in maps]))  # fmt: skip
+            [_pad_rows(m.weight, i) for m, i in maps]))  # fmt: skip
         self.bias = owner._weight(key + ("b",), lambda: torch.cat(
-            [rows(m.bias, i) for m, i in maps]))  # fmt: skip
+            [_pad_rows(m.bias, i) for m, i in maps]))  # fmt: skip
         self.sizes = [a.num_heads * a.m_qk] * (a.k_proj is not None) + [a.num_heads * a.m_v]
 
     def keys_values(self, x: Tensor, heads) -> list:
@@ -198,18 +202,12 @@ def fused_error(model) -> str | None:
     Transformer decoder around fused layers of a self-attention, a cross-attention and an FFN
     block (any of them pruned to its residual; a head without query/key width attends
     uniformly)."""
-    from fairseq.models.transformer import TransformerDecoderBase
+    from lightcompress.deploy.generator import decoder_error
 
     dec = model.decoder
-    if not isinstance(dec, TransformerDecoderBase):
-        return f"{type(dec).__name__} is not fairseq's Transformer decoder"
-    if (
-        type(dec).extract_features_scriptable
-        is not TransformerDecoderBase.extract_features_scriptable
-    ):
-        return f"{type(dec).__name__} computes its own features"
-    if dec.adaptive_softmax is not None:
-        return "adaptive softmax"
+    why = decoder_error(dec)
+    if why is not None:
+        return why
     for i, layer in enumerate(dec.layers):
         if not is_fused(layer):
             return f"decoder.layers.{i}: {type(layer).__name__} among DA-WID's fused layers"
