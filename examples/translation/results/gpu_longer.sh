@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# The deployment benchmark's models (remeasure.sh's: the CPU plan's shapes, flags and data)
+# trained for longer on one GPU, side by side, to bring back for deploy_bench.sh.
+#
+# After the CPU plan's 350-650 updates two of the table's compressed models do not translate
+# (the Hypoformer repeats a word, the Subformer emits one token), so their deployment figures
+# time degenerate outputs. This script runs remeasure.sh's own training commands (its dry run
+# with OTHERS=1: the teacher, the SVD LightFormer 3-3 and 3-1, Hypoformer, Subformer and the
+# fixed-rank Smartformer; every flag of the plan kept), with only two things changed: the
+# update caps are raised to MAX_UPDATE and each training stops after a wall-clock budget
+# (fairseq's own --stop-time-hours: it validates and saves before it stops), so that the run
+# fits a GPU lease. Then each model's checkpoint_best.pt is packed for the trip back
+# (half_checkpoint.py pack: no optimizer state, weights in float16), with the training logs.
+#
+#   bash examples/translation/results/gpu_longer.sh           # on the GPU machine
+#   python examples/translation/results/half_checkpoint.py unpack OUT SAVE_ROOT   # back here
+#   SAVE_ROOT=... MODELS="teacher lightformer_svd ..." bash examples/translation/results/deploy_bench.sh
+#
+# Phase A: the teacher, Hypoformer, Subformer and Smartformer train side by side; the teacher
+# stops after TEACHER_SECONDS. Phase B: the two SVD transfers from the teacher's best checkpoint,
+# then the two LightFormers train for STUDENT_SECONDS while the others go on; those stop after
+# TEACHER_SECONDS + STUDENT_SECONDS.
+#
+# Settings (environment): DATA_DIR (holding bin/ with train and valid; default the plan's
+# corpus), SAVE_ROOT (default /tmp/lightcompress-longer), OUT (packed checkpoints and logs;
+# default SAVE_ROOT/out), WHEELS (a folder of wheels to install first, fetch-wheels.sh's, for a
+# machine without fairseq or network), TEACHER_SECONDS (200), STUDENT_SECONDS (180), MAX_UPDATE
+# (the cap of every training, 20000), VALIDATE_EVERY (500), THREADS (CPU threads per training,
+# 2), ALLOW_CPU=1 (train on the CPU when no GPU is visible: a smoke test), DRY_RUN=1 (print the
+# commands, run nothing).
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "$HERE/../../.." && pwd)"
+CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/lightcompress"
+DATA_DIR="${DATA_DIR:-$CACHE_ROOT/data/results}"
+SAVE_ROOT="${SAVE_ROOT:-/tmp/lightcompress-longer}"
+OUT="${OUT:-$SAVE_ROOT/out}"
+DRY_RUN="${DRY_RUN:-0}"
+TEACHER_SECONDS="${TEACHER_SECONDS:-200}"
+STUDENT_SECONDS="${STUDENT_SECONDS:-180}"
+MAX_UPDATE="${MAX_UPDATE:-20000}"
+VALIDATE_EVERY="${VALIDATE_EVERY:-500}"
+THREADS="${THREADS:-2}"
+gl_log() { echo "[gpu_longer $(date -u +%H:%M:%S)] $*" >&2; }
+gl_die() { echo "gpu_longer.sh: $*" >&2; exit 2; }
+for v in TEACHER_SECONDS STUDENT_SECONDS MAX_UPDATE VALIDATE_EVERY THREADS; do
+  [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || gl_die "$v must be a positive integer, not '${!v}'"
+done
+[[ "$DRY_RUN" == 0 || "$DRY_RUN" == 1 ]] || gl_die "DRY_RUN must be 0 or 1, not '$DRY_RUN'"
+[[ "$DRY_RUN" == 1 || -f "$DATA_DIR/bin/dict.de.txt" ]] || gl_die "$DATA_DIR/bin has no dict.de.txt (DATA_DIR: the corpus's folder)"
+export OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" PYTHONWARNINGS=ignore
+# the checkout's code for every command (the trainings' --user-dir is the checkout's too)
+export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+cd "$REPO_ROOT"
+
+# fairseq from carried wheels (a GPU machine without network), as run.sh's WHEELS does
+if [[ -n "${WHEELS:-}" && "$DRY_RUN" != 1 ]]; then
+  compgen -G "$WHEELS/*.whl" >/dev/null || gl_die "WHEELS=$WHEELS holds no .whl file"
+  SITE="$SAVE_ROOT/site"
+  if [[ ! -f "$SITE/.installed" ]]; then
+    gl_log "installing $(find "$WHEELS" -maxdepth 1 -name '*.whl' | wc -l) wheels into $SITE"
+    rm -rf "$SITE"
+    "${PYTHON:-python3}" -m pip install --no-index --no-deps --no-compile --quiet --target "$SITE" "$WHEELS"/*.whl
+    touch "$SITE/.installed"
+  fi
+  export PYTHONPATH="$REPO_ROOT:$SITE:$PYTHONPATH" PATH="$SITE/bin:$PATH"
+fi
+if ! command -v lightcompress-convert >/dev/null 2>&1; then
+  # a checkout without its console scripts: the converter's command as the dry run names it
+  mkdir -p "$SAVE_ROOT/bin"
+  printf '#!/bin/sh\nexec %s -m lightcompress.convert.cli "$@"\n' "${PYTHON:-python3}" >"$SAVE_ROOT/bin/lightcompress-convert"
+  chmod +x "$SAVE_ROOT/bin/lightcompress-convert"
+  export PATH="$SAVE_ROOT/bin:$PATH"
+fi
+if [[ -z "${PYTHON:-}" ]]; then
+  if command -v python >/dev/null 2>&1; then PYTHON=python; else PYTHON=python3; fi
+fi
+export PYTHON
+
+# remeasure.sh's commands (from run.sh's SMALL=1 dry run), the caps raised to MAX_UPDATE
+plan="$(SAVE_ROOT="$SAVE_ROOT" DATA_DIR="$DATA_DIR" DRY_RUN=1 OTHERS=1 TEACHER_UPDATES="$MAX_UPDATE" \
+  STUDENT_UPDATES="$MAX_UPDATE" MAX_UPDATE="$MAX_UPDATE" SHALLOW_UPDATES="$MAX_UPDATE" \
+  VALIDATE_EVERY="$VALIDATE_EVERY" bash "$HERE/remeasure.sh" 2>&1)" ||
+  { echo "$plan" >&2; gl_die "remeasure.sh's dry run failed"; }
+gl_pick() {  # PATTERN: the one printed command matching PATTERN, without "+ "
+  local line
+  line="$(grep -E "$1" <<<"$plan" | head -n 1)"
+  [[ -n "$line" ]] || gl_die "remeasure.sh's dry run has no command matching $1"
+  printf '%s\n' "${line#+ }"
+}
+gl_train_cmd() {  # NAME SECONDS: NAME's training command, stopped by fairseq after SECONDS
+  local cmd
+  cmd="$(gl_pick "^\+ fairseq-train .*--save-dir $SAVE_ROOT/$1 ")"
+  [[ "$cmd" == *"--max-update $MAX_UPDATE "* ]] || gl_die "$1's command has no --max-update $MAX_UPDATE: $cmd"
+  [[ "$cmd" != *"--cpu"* || "${ALLOW_CPU:-0}" == 1 ]] ||
+    gl_die "$1's command trains on the CPU (no GPU visible to nvidia-smi; ALLOW_CPU=1 to go on anyway)"
+  printf '%s --stop-time-hours %s\n' "$cmd" "$(awk -v s="$2" 'BEGIN { printf "%.6f", s / 3600 }')"
+}
+CONVERT_SVD="$(gl_pick "^\+ lightcompress-convert .*lightformer_init\.pt")"
+CONVERT_SHALLOW="$(gl_pick "^\+ lightcompress-convert .*lightformer_shallow_init\.pt")"
+A_MODELS=(hypoformer subformer smartformer)
+B_MODELS=(lightformer_svd lightformer_shallow)
+
+# gl_run NAME COMMAND [HARD_LIMIT]: run COMMAND (a printed, shell-quoted line) into NAME/train.log
+gl_run() {
+  local name="$1" cmd="$2" limit=()
+  if [[ -n "${3:-}" ]]; then limit=(timeout -s INT -k 30 "$3"); fi
+  if [[ "$DRY_RUN" == 1 ]]; then
+    echo "+ ${limit[*]}${limit[*]:+ }$cmd > $SAVE_ROOT/$name/train.log"
+    return 0
+  fi
+  mkdir -p "$SAVE_ROOT/$name"
+  local rc=0
+  eval "${limit[*]} $cmd" >>"$SAVE_ROOT/$name/train.log" 2>&1 || rc=$?
+  gl_log "$name: exit $rc; $(grep -E '\| valid \|' "$SAVE_ROOT/$name/train.log" | tail -n 1 | cut -c1-160)"
+  return "$rc"
+}
+
+AB=$((TEACHER_SECONDS + STUDENT_SECONDS))
+[[ "$DRY_RUN" == 1 ]] || { mkdir -p "$SAVE_ROOT" "$OUT"; nvidia-smi -L >"$SAVE_ROOT/machine.txt" 2>&1 || true; }
+gl_log "phase A: teacher ($TEACHER_SECONDS s) and ${A_MODELS[*]} ($AB s) side by side, caps $MAX_UPDATE updates"
+pids=()
+for m in "${A_MODELS[@]}"; do
+  gl_run "$m" "$(gl_train_cmd "$m" "$AB")" $((AB + 120)) &
+  pids+=($!)
+done
+rc=0
+gl_run teacher "$(gl_train_cmd teacher "$TEACHER_SECONDS")" $((TEACHER_SECONDS + 120)) || rc=$?
+if ((rc == 0)); then
+  gl_log "phase B: SVD transfers from the teacher, then ${B_MODELS[*]} ($STUDENT_SECONDS s)"
+  if [[ "$DRY_RUN" == 1 ]]; then
+    echo "+ $CONVERT_SVD"
+    echo "+ $CONVERT_SHALLOW"
+  else
+    eval "$CONVERT_SVD" >"$SAVE_ROOT/convert.log" 2>&1 || { tail -n 5 "$SAVE_ROOT/convert.log" >&2; rc=1; }
+    eval "$CONVERT_SHALLOW" >"$SAVE_ROOT/convert-shallow.log" 2>&1 || { tail -n 5 "$SAVE_ROOT/convert-shallow.log" >&2; rc=1; }
+  fi
+  if ((rc == 0)); then
+    for m in "${B_MODELS[@]}"; do
+      gl_run "$m" "$(gl_train_cmd "$m" "$STUDENT_SECONDS")" $((STUDENT_SECONDS + 120)) &
+      pids+=($!)
+    done
+  fi
+fi
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+((rc == 0)) || gl_log "a training or transfer failed: packing what there is"
+
+# pack: each model's best checkpoint without optimizer state, weights in float16; the logs
+names=()
+for m in teacher "${B_MODELS[@]}" "${A_MODELS[@]}"; do
+  if [[ "$DRY_RUN" == 1 || -f "$SAVE_ROOT/$m/checkpoint_best.pt" ]]; then names+=("$m"); fi
+done
+if [[ "$DRY_RUN" == 1 ]]; then
+  echo "+ $PYTHON $HERE/half_checkpoint.py pack $SAVE_ROOT $OUT ${names[*]}"
+  exit 0
+fi
+((${#names[@]} > 0)) && "$PYTHON" "$HERE/half_checkpoint.py" pack "$SAVE_ROOT" "$OUT" "${names[@]}" || rc=1
+logs=()
+for m in teacher "${B_MODELS[@]}" "${A_MODELS[@]}"; do
+  [[ -f "$SAVE_ROOT/$m/train.log" ]] && logs+=("$m/train.log")
+done
+tar czf "$OUT/logs.tgz" -C "$SAVE_ROOT" machine.txt "${logs[@]}" $(cd "$SAVE_ROOT" && ls convert*.log 2>/dev/null) || rc=1
+ls -la "$OUT" >&2
+exit "$rc"
