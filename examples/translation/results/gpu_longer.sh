@@ -39,12 +39,12 @@ OUT="${OUT:-$SAVE_ROOT/out}"
 DRY_RUN="${DRY_RUN:-0}"
 TEACHER_SECONDS="${TEACHER_SECONDS:-200}"
 STUDENT_SECONDS="${STUDENT_SECONDS:-180}"
-MAX_UPDATE="${MAX_UPDATE:-20000}"
+CAP="${MAX_UPDATE:-20000}"
 VALIDATE_EVERY="${VALIDATE_EVERY:-500}"
 THREADS="${THREADS:-2}"
 gl_log() { echo "[gpu_longer $(date -u +%H:%M:%S)] $*" >&2; }
 gl_die() { echo "gpu_longer.sh: $*" >&2; exit 2; }
-for v in TEACHER_SECONDS STUDENT_SECONDS MAX_UPDATE VALIDATE_EVERY THREADS; do
+for v in TEACHER_SECONDS STUDENT_SECONDS CAP VALIDATE_EVERY THREADS; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || gl_die "$v must be a positive integer, not '${!v}'"
 done
 [[ "$DRY_RUN" == 0 || "$DRY_RUN" == 1 ]] || gl_die "DRY_RUN must be 0 or 1, not '$DRY_RUN'"
@@ -79,8 +79,8 @@ fi
 export PYTHON
 
 # remeasure.sh's commands (from run.sh's SMALL=1 dry run), the caps raised to MAX_UPDATE
-plan="$(SAVE_ROOT="$SAVE_ROOT" DATA_DIR="$DATA_DIR" DRY_RUN=1 OTHERS=1 TEACHER_UPDATES="$MAX_UPDATE" \
-  STUDENT_UPDATES="$MAX_UPDATE" MAX_UPDATE="$MAX_UPDATE" SHALLOW_UPDATES="$MAX_UPDATE" \
+plan="$(SAVE_ROOT="$SAVE_ROOT" DATA_DIR="$DATA_DIR" DRY_RUN=1 OTHERS=1 TEACHER_UPDATES="$CAP" \
+  STUDENT_UPDATES="$CAP" MAX_UPDATE="$CAP" SHALLOW_UPDATES="$CAP" \
   VALIDATE_EVERY="$VALIDATE_EVERY" bash "$HERE/remeasure.sh" 2>&1)" ||
   { echo "$plan" >&2; gl_die "remeasure.sh's dry run failed"; }
 gl_pick() {  # PATTERN: the one printed command matching PATTERN, without "+ "
@@ -92,7 +92,7 @@ gl_pick() {  # PATTERN: the one printed command matching PATTERN, without "+ "
 gl_train_cmd() {  # NAME SECONDS: NAME's training command, stopped by fairseq after SECONDS
   local cmd
   cmd="$(gl_pick "^\+ fairseq-train .*--save-dir $SAVE_ROOT/$1 ")"
-  [[ "$cmd" == *"--max-update $MAX_UPDATE "* ]] || gl_die "$1's command has no --max-update $MAX_UPDATE: $cmd"
+  [[ "$cmd" == *"--max-update $CAP "* ]] || gl_die "$1's command has no --max-update $CAP: $cmd"
   [[ "$cmd" != *"--cpu"* || "${ALLOW_CPU:-0}" == 1 ]] ||
     gl_die "$1's command trains on the CPU (no GPU visible to nvidia-smi; ALLOW_CPU=1 to go on anyway)"
   printf '%s --stop-time-hours %s\n' "$cmd" "$(awk -v s="$2" 'BEGIN { printf "%.6f", s / 3600 }')"
@@ -119,7 +119,7 @@ gl_run() {
 
 AB=$((TEACHER_SECONDS + STUDENT_SECONDS))
 [[ "$DRY_RUN" == 1 ]] || { mkdir -p "$SAVE_ROOT" "$OUT"; nvidia-smi -L >"$SAVE_ROOT/machine.txt" 2>&1 || true; }
-gl_log "phase A: teacher ($TEACHER_SECONDS s) and ${A_MODELS[*]} ($AB s) side by side, caps $MAX_UPDATE updates"
+gl_log "phase A: teacher ($TEACHER_SECONDS s) and ${A_MODELS[*]} ($AB s) side by side, caps $CAP updates"
 pids=()
 for m in "${A_MODELS[@]}"; do
   gl_run "$m" "$(gl_train_cmd "$m" "$AB")" $((AB + 120)) &
@@ -160,6 +160,7 @@ logs=()
 for m in teacher "${B_MODELS[@]}" "${A_MODELS[@]}"; do
   [[ -f "$SAVE_ROOT/$m/train.log" ]] && logs+=("$m/train.log")
 done
-tar czf "$OUT/logs.tgz" -C "$SAVE_ROOT" machine.txt "${logs[@]}" $(cd "$SAVE_ROOT" && ls convert*.log 2>/dev/null) || rc=1
+for f in convert.log convert-shallow.log; do [[ -f "$SAVE_ROOT/$f" ]] && logs+=("$f"); done
+tar czf "$OUT/logs.tgz" -C "$SAVE_ROOT" machine.txt "${logs[@]}" || rc=1
 ls -la "$OUT" >&2
 exit "$rc"

@@ -28,9 +28,9 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..", "..", "..")))
 
-from lightcompress.checkpoint import read_checkpoint  # noqa: E402  (allow-lists fairseq's types)
-from lightcompress.errors import CheckpointError  # noqa: E402
-from lightcompress.io import atomic_path  # noqa: E402
+from lightcompress.checkpoint import read_checkpoint  # allow-lists fairseq's types
+from lightcompress.errors import CheckpointError
+from lightcompress.io import atomic_path
 
 MARK = "lightcompress_half"
 
@@ -50,7 +50,12 @@ def _cast(weights: dict, src: torch.dtype, dst: torch.dtype, only: set | None = 
     cast, names, out = {}, [], {}
     for k, v in weights.items():
         if torch.is_tensor(v) and v.dtype == src and (only is None or k in only):
-            key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape), tuple(v.stride()))
+            key = (
+                v.untyped_storage().data_ptr(),
+                v.storage_offset(),
+                tuple(v.shape),
+                tuple(v.stride()),
+            )
             if key not in cast:
                 cast[key] = v.to(dst)
             out[k] = cast[key]
@@ -78,7 +83,9 @@ def pack(save_root: str, out: str, names: list[str]) -> None:
         dst = os.path.join(out, name + ".pt")
         with atomic_path(dst) as tmp:
             torch.save(state, tmp)
-        print(f"{name}: {_summary(state)}; {len(half)} weights in float16 -> {dst} ({os.path.getsize(dst) / 2**20:.1f} MiB)")
+        print(
+            f"{name}: {_summary(state)}; {len(half)} weights in float16 -> {dst} ({os.path.getsize(dst) / 2**20:.1f} MiB)"
+        )
 
 
 def unpack(out: str, save_root: str) -> None:
@@ -90,7 +97,9 @@ def unpack(out: str, save_root: str) -> None:
         path = os.path.join(out, f)
         state = read_checkpoint(path)
         if MARK not in state:
-            raise ValueError(f"{path} is not a packed checkpoint (no entry {MARK!r}: half_checkpoint.py pack makes them)")
+            raise ValueError(
+                f"{path} is not a packed checkpoint (no entry {MARK!r}: half_checkpoint.py pack makes them)"
+            )
         states[f[: -len(".pt")]] = state
     for name, state in states.items():
         half = set(state.pop(MARK))
@@ -110,7 +119,10 @@ def unpack(out: str, save_root: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("pack", help="SAVE_ROOT/NAME/checkpoint_best.pt -> OUT/NAME.pt (float16, no optimizer state)")
+    p = sub.add_parser(
+        "pack",
+        help="SAVE_ROOT/NAME/checkpoint_best.pt -> OUT/NAME.pt (float16, no optimizer state)",
+    )
     p.add_argument("save_root", help="folder of the runs (NAME/checkpoint_best.pt)")
     p.add_argument("out", help="folder for the packed checkpoints")
     p.add_argument("names", nargs="+", help="the runs to pack")
