@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -992,3 +993,83 @@ def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_tex
                              text=True, timeout=120, check=False)  # fmt: skip
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and name in bad.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_gpu_longer_trains_remeasures_models_longer_side_by_side(bench, tmp_path):
+    """gpu_longer.sh runs remeasure.sh's own training commands (the teacher, both SVD
+    LightFormers, Hypoformer, Subformer, Smartformer) with only the update caps and the
+    validation interval raised and fairseq's --stop-time-hours added; the LightFormers start
+    from the teacher's transfers, after it; bad settings are refused in one line."""
+    env, calls, _ = bench
+    script = str(ROOT / "examples/translation/results/gpu_longer.sh")
+    save = tmp_path / "longer"
+    env = {**env, "SAVE_ROOT": str(save), "DRY_RUN": "1", "OTHERS": "1"}
+    ref = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+                         env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert ref.returncode == 0, ref.stderr
+    ref_lines = [line for line in ref.stdout.splitlines() if line.startswith("+ ")]
+
+    def plan(**extra):
+        run = subprocess.run(["bash", script], env={**env, **extra}, capture_output=True,
+                             text=True, timeout=120, check=False)  # fmt: skip
+        return run, [line for line in run.stdout.splitlines() if line.startswith("+ ")]
+
+    run, printed = plan(MAX_UPDATE="9000", TEACHER_SECONDS="100", STUDENT_SECONDS="60")
+    assert run.returncode == 0, run.stderr
+    trains = [line for line in printed if " fairseq-train " in line]
+    names = [line.split(" --save-dir ")[1].split()[0].rsplit("/", 1)[1] for line in trains]
+    assert names == ["hypoformer", "subformer", "smartformer", "teacher", "lightformer_svd",
+                     "lightformer_shallow"]  # fmt: skip
+    seconds = {"teacher": 100, "lightformer_svd": 60, "lightformer_shallow": 60}
+    for name, line in zip(names, trains):
+        hours = f"{seconds.get(name, 160) / 3600:.6f}"
+        assert line.startswith(
+            f"+ timeout -s INT -k 30 {seconds.get(name, 160) + 120} fairseq-train "
+        )
+        assert line.endswith(f" --stop-time-hours {hours} > {save}/{name}/train.log")
+        core = line.split(" fairseq-train ", 1)[1].rsplit(" --stop-time-hours ", 1)[0]
+        (mine,) = [
+            r
+            for r in ref_lines
+            if r.startswith("+ fairseq-train ") and f"--save-dir {save}/{name} " in r
+        ]
+        mine = re.sub(r"--max-update \d+ ", "--max-update 9000 ", mine[len("+ fairseq-train ") :])
+        assert core == mine.replace("-interval-updates 150 ", "-interval-updates 500 ")
+    converts = [line for line in printed if line.startswith("+ lightcompress-convert ")]
+    assert converts == [r for r in ref_lines if r.startswith("+ lightcompress-convert ")]
+    assert printed.index(converts[0]) > printed.index(trains[3]) < printed.index(trains[4])
+    everything = "teacher lightformer_svd lightformer_shallow hypoformer subformer smartformer"
+    assert printed[-1].endswith(f"half_checkpoint.py pack {save} {save}/out {everything}")
+    # a subset, and other training flags appended to every command
+    run, printed = plan(MODELS="subformer", EXTRA_ARGS="--lr 5e-4 --warmup-updates 1000")
+    assert run.returncode == 0, run.stderr
+    assert len(printed) == 2 and " --save-dir " + str(save / "subformer") in printed[0]
+    assert " --lr 5e-4 --warmup-updates 1000 > " in printed[0]
+    assert _calls(calls) == [] and not save.exists()
+    for name, value in (("MODELS", "teacher bogus"), ("MODELS", "lightformer_svd"),
+                        ("TEACHER_SECONDS", "0"), ("MAX_UPDATE", "1e4"), ("THREADS", "two")):  # fmt: skip
+        bad, _ = plan(**{name: value})
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and name in bad.stderr, (
+            bad.stderr
+        )
+    # a real run: no GPU visible, so the CPU is refused unless ALLOW_CPU=1; the stand-ins train
+    # (teacher and the others first, then the transfers, then the LightFormers); packing their
+    # fake checkpoints fails, with one line naming the file
+    env = {**env, "DRY_RUN": "0"}
+    cpu = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=120,
+                         check=False)  # fmt: skip
+    assert cpu.returncode == 2 and "ALLOW_CPU=1" in cpu.stderr and _calls(calls) == []
+    assert cpu.stderr.count("\n") == 1 and not save.exists()
+    real = subprocess.run(["bash", script], env={**env, "ALLOW_CPU": "1"}, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    done = _calls(calls)
+    assert sorted(done[:4]) == sorted(
+        f"train {m} fresh" for m in ("teacher", "hypoformer", "subformer", "smartformer")
+    )
+    assert done[4:6] == ["convert lightformer_init.pt", "convert lightformer_shallow_init.pt"]
+    assert sorted(done[6:]) == ["train lightformer_shallow fresh", "train lightformer_svd fresh"]
+    assert (
+        real.returncode == 1
+        and "half_checkpoint.py: " in real.stderr
+        and "is not a checkpoint" in real.stderr
+    )

@@ -22,11 +22,14 @@
 # TEACHER_SECONDS + STUDENT_SECONDS.
 #
 # Settings (environment): DATA_DIR (holding bin/ with train and valid; default the plan's
-# corpus), SAVE_ROOT (default /tmp/lightcompress-longer), OUT (packed checkpoints and logs;
+# corpus), SAVE_ROOT (default
+# $TMPDIR/lightcompress-longer), OUT (packed checkpoints and logs;
 # default SAVE_ROOT/out), WHEELS (a folder of wheels to install first, fetch-wheels.sh's, for a
 # machine without fairseq or network), TEACHER_SECONDS (200), STUDENT_SECONDS (180), MAX_UPDATE
 # (the cap of every training, 20000), VALIDATE_EVERY (500), THREADS (CPU threads per training,
-# 2), ALLOW_CPU=1 (train on the CPU when no GPU is visible: a smoke test), DRY_RUN=1 (print the
+# 2), MODELS (a subset of the six, space-separated; the LightFormers need the teacher),
+# EXTRA_ARGS (fairseq flags appended to every training command, e.g. another --lr),
+# ALLOW_CPU=1 (train on the CPU when no GPU is visible: a smoke test), DRY_RUN=1 (print the
 # commands, run nothing).
 set -euo pipefail
 
@@ -34,7 +37,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$HERE/../../.." && pwd)"
 CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/lightcompress"
 DATA_DIR="${DATA_DIR:-$CACHE_ROOT/data/results}"
-SAVE_ROOT="${SAVE_ROOT:-/tmp/lightcompress-longer}"
+SAVE_ROOT="${SAVE_ROOT:-${TMPDIR:-/tmp}/lightcompress-longer}"
 OUT="${OUT:-$SAVE_ROOT/out}"
 DRY_RUN="${DRY_RUN:-0}"
 TEACHER_SECONDS="${TEACHER_SECONDS:-200}"
@@ -44,7 +47,8 @@ VALIDATE_EVERY="${VALIDATE_EVERY:-500}"
 THREADS="${THREADS:-2}"
 gl_log() { echo "[gpu_longer $(date -u +%H:%M:%S)] $*" >&2; }
 gl_die() { echo "gpu_longer.sh: $*" >&2; exit 2; }
-for v in TEACHER_SECONDS STUDENT_SECONDS CAP VALIDATE_EVERY THREADS; do
+[[ "$CAP" =~ ^[1-9][0-9]*$ ]] || gl_die "MAX_UPDATE must be a positive integer, not '$CAP'"
+for v in TEACHER_SECONDS STUDENT_SECONDS VALIDATE_EVERY THREADS; do
   [[ "${!v}" =~ ^[1-9][0-9]*$ ]] || gl_die "$v must be a positive integer, not '${!v}'"
 done
 [[ "$DRY_RUN" == 0 || "$DRY_RUN" == 1 ]] || gl_die "DRY_RUN must be 0 or 1, not '$DRY_RUN'"
@@ -66,7 +70,7 @@ if [[ -n "${WHEELS:-}" && "$DRY_RUN" != 1 ]]; then
   fi
   export PYTHONPATH="$REPO_ROOT:$SITE:$PYTHONPATH" PATH="$SITE/bin:$PATH"
 fi
-if ! command -v lightcompress-convert >/dev/null 2>&1; then
+if [[ "$DRY_RUN" != 1 ]] && ! command -v lightcompress-convert >/dev/null 2>&1; then
   # a checkout without its console scripts: the converter's command as the dry run names it
   mkdir -p "$SAVE_ROOT/bin"
   printf '#!/bin/sh\nexec %s -m lightcompress.convert.cli "$@"\n' "${PYTHON:-python3}" >"$SAVE_ROOT/bin/lightcompress-convert"
@@ -93,14 +97,26 @@ gl_train_cmd() {  # NAME SECONDS: NAME's training command, stopped by fairseq af
   local cmd
   cmd="$(gl_pick "^\+ fairseq-train .*--save-dir $SAVE_ROOT/$1 ")"
   [[ "$cmd" == *"--max-update $CAP "* ]] || gl_die "$1's command has no --max-update $CAP: $cmd"
-  [[ "$cmd" != *"--cpu"* || "${ALLOW_CPU:-0}" == 1 ]] ||
+  [[ "$cmd" != *"--cpu"* || "${ALLOW_CPU:-0}" == 1 || "$DRY_RUN" == 1 ]] ||
     gl_die "$1's command trains on the CPU (no GPU visible to nvidia-smi; ALLOW_CPU=1 to go on anyway)"
-  printf '%s --stop-time-hours %s\n' "$cmd" "$(awk -v s="$2" 'BEGIN { printf "%.6f", s / 3600 }')"
+  printf '%s --stop-time-hours %s%s\n' "$cmd" "$(awk -v s="$2" 'BEGIN { printf "%.6f", s / 3600 }')" \
+    "$( ((${#EXTRA[@]} == 0)) || printf ' %q' "${EXTRA[@]}")"
 }
 CONVERT_SVD="$(gl_pick "^\+ lightcompress-convert .*lightformer_init\.pt")"
 CONVERT_SHALLOW="$(gl_pick "^\+ lightcompress-convert .*lightformer_shallow_init\.pt")"
-A_MODELS=(hypoformer subformer smartformer)
-B_MODELS=(lightformer_svd lightformer_shallow)
+ALL="teacher lightformer_svd lightformer_shallow hypoformer subformer smartformer"
+read -r -a MODELS <<<"${MODELS:-$ALL}"
+A_MODELS=() B_MODELS=() TEACHER=0
+for m in "${MODELS[@]}"; do
+  case "$m" in
+    teacher) TEACHER=1 ;;
+    lightformer_svd | lightformer_shallow) B_MODELS+=("$m") ;;
+    hypoformer | subformer | smartformer) A_MODELS+=("$m") ;;
+    *) gl_die "MODELS: '$m' is not one of: $ALL" ;;
+  esac
+done
+((TEACHER == 1 || ${#B_MODELS[@]} == 0)) || gl_die "MODELS: ${B_MODELS[*]} start from the teacher: name teacher too"
+read -r -a EXTRA <<<"${EXTRA_ARGS:-}"
 
 # gl_run NAME COMMAND [HARD_LIMIT]: run COMMAND (a printed, shell-quoted line) into NAME/train.log
 gl_run() {
@@ -118,16 +134,34 @@ gl_run() {
 }
 
 AB=$((TEACHER_SECONDS + STUDENT_SECONDS))
-[[ "$DRY_RUN" == 1 ]] || { mkdir -p "$SAVE_ROOT" "$OUT"; nvidia-smi -L >"$SAVE_ROOT/machine.txt" 2>&1 || true; }
-gl_log "phase A: teacher ($TEACHER_SECONDS s) and ${A_MODELS[*]} ($AB s) side by side, caps $CAP updates"
-pids=()
-for m in "${A_MODELS[@]}"; do
-  gl_run "$m" "$(gl_train_cmd "$m" "$AB")" $((AB + 120)) &
-  pids+=($!)
+# every command made (and checked) before anything starts
+declare -A CMD SECS
+for m in "${MODELS[@]}"; do
+  case "$m" in
+    teacher) SECS[$m]="$TEACHER_SECONDS" ;;
+    lightformer_*) SECS[$m]="$STUDENT_SECONDS" ;;
+    *) SECS[$m]="$AB" ;;
+  esac
+  CMD[$m]="$(gl_train_cmd "$m" "${SECS[$m]}")" || exit 2
 done
+# gl_start NAME: NAME's training in the background (printed in order by a dry run)
+gl_start() {
+  if [[ "$DRY_RUN" == 1 ]]; then
+    gl_run "$1" "${CMD[$1]}" $((SECS[$1] + 120))
+  else
+    gl_run "$1" "${CMD[$1]}" $((SECS[$1] + 120)) &
+    pids+=($!)
+  fi
+}
+[[ "$DRY_RUN" == 1 ]] || { mkdir -p "$SAVE_ROOT" "$OUT"; nvidia-smi -L >"$SAVE_ROOT/machine.txt" 2>&1 || true; }
+gl_log "phase A: $( ((TEACHER == 0)) || echo "the teacher ($TEACHER_SECONDS s) and ")${A_MODELS[*]} ($AB s) side by side, caps $CAP updates"
+pids=()
+for m in "${A_MODELS[@]}"; do gl_start "$m"; done
 rc=0
-gl_run teacher "$(gl_train_cmd teacher "$TEACHER_SECONDS")" $((TEACHER_SECONDS + 120)) || rc=$?
-if ((rc == 0)); then
+if ((TEACHER == 1)); then
+  gl_run teacher "${CMD[teacher]}" $((TEACHER_SECONDS + 120)) || rc=$?
+fi
+if ((rc == 0 && ${#B_MODELS[@]} > 0)); then
   gl_log "phase B: SVD transfers from the teacher, then ${B_MODELS[*]} ($STUDENT_SECONDS s)"
   if [[ "$DRY_RUN" == 1 ]]; then
     echo "+ $CONVERT_SVD"
@@ -137,10 +171,7 @@ if ((rc == 0)); then
     eval "$CONVERT_SHALLOW" >"$SAVE_ROOT/convert-shallow.log" 2>&1 || { tail -n 5 "$SAVE_ROOT/convert-shallow.log" >&2; rc=1; }
   fi
   if ((rc == 0)); then
-    for m in "${B_MODELS[@]}"; do
-      gl_run "$m" "$(gl_train_cmd "$m" "$STUDENT_SECONDS")" $((STUDENT_SECONDS + 120)) &
-      pids+=($!)
-    done
+    for m in "${B_MODELS[@]}"; do gl_start "$m"; done
   fi
 fi
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
@@ -148,7 +179,7 @@ for p in "${pids[@]}"; do wait "$p" || rc=1; done
 
 # pack: each model's best checkpoint without optimizer state, weights in float16; the logs
 names=()
-for m in teacher "${B_MODELS[@]}" "${A_MODELS[@]}"; do
+for m in "${MODELS[@]}"; do
   if [[ "$DRY_RUN" == 1 || -f "$SAVE_ROOT/$m/checkpoint_best.pt" ]]; then names+=("$m"); fi
 done
 if [[ "$DRY_RUN" == 1 ]]; then
@@ -157,7 +188,7 @@ if [[ "$DRY_RUN" == 1 ]]; then
 fi
 ((${#names[@]} > 0)) && "$PYTHON" "$HERE/half_checkpoint.py" pack "$SAVE_ROOT" "$OUT" "${names[@]}" || rc=1
 logs=()
-for m in teacher "${B_MODELS[@]}" "${A_MODELS[@]}"; do
+for m in "${MODELS[@]}"; do
   [[ -f "$SAVE_ROOT/$m/train.log" ]] && logs+=("$m/train.log")
 done
 for f in convert.log convert-shallow.log; do [[ -f "$SAVE_ROOT/$f" ]] && logs+=("$f"); done

@@ -45,20 +45,21 @@ def _summary(state: dict) -> str:
 
 def _cast(weights: dict, src: torch.dtype, dst: torch.dtype, only: set | None = None):
     """``weights`` with every ``src`` tensor (of ``only``, if given) cast to ``dst``, and the
-    names cast. Tensors that shared storage (tied embeddings, shared layers) share it again,
-    so that a tied table is stored once."""
-    cast, names, out = {}, [], {}
+    names cast. Equal tensors of one shape (a tied table, shared layers) are stored once: on
+    a GPU fairseq copies each weight to the CPU for its checkpoint, so that tied weights
+    arrive as separate, equal tensors (the teacher's table three times)."""
+    seen: dict[tuple, list] = {}  # (shape, stride) -> [(source tensor, cast tensor)]
+    names, out = [], {}
     for k, v in weights.items():
         if torch.is_tensor(v) and v.dtype == src and (only is None or k in only):
-            key = (
-                v.untyped_storage().data_ptr(),
-                v.storage_offset(),
-                tuple(v.shape),
-                tuple(v.stride()),
-            )
-            if key not in cast:
-                cast[key] = v.to(dst)
-            out[k] = cast[key]
+            same = seen.setdefault((tuple(v.shape), tuple(v.stride())), [])
+            for source, cast in same:
+                if source is v or torch.equal(source, v):
+                    out[k] = cast
+                    break
+            else:
+                out[k] = v.to(dst)
+                same.append((v, out[k]))
             names.append(k)
         else:
             out[k] = v
