@@ -54,8 +54,10 @@ done
 [[ "$DRY_RUN" == 0 || "$DRY_RUN" == 1 ]] || gl_die "DRY_RUN must be 0 or 1, not '$DRY_RUN'"
 [[ "$DRY_RUN" == 1 || -f "$DATA_DIR/bin/dict.de.txt" ]] || gl_die "$DATA_DIR/bin has no dict.de.txt (DATA_DIR: the corpus's folder)"
 export OMP_NUM_THREADS="$THREADS" MKL_NUM_THREADS="$THREADS" PYTHONWARNINGS=ignore
-# the checkout's code for every command (the trainings' --user-dir is the checkout's too)
-export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+if [[ -z "${PYTHON:-}" ]]; then
+  if command -v python >/dev/null 2>&1; then PYTHON=python; else PYTHON=python3; fi
+fi
+export PYTHON
 cd "$REPO_ROOT"
 
 # fairseq from carried wheels (a GPU machine without network), as run.sh's WHEELS does
@@ -65,23 +67,20 @@ if [[ -n "${WHEELS:-}" && "$DRY_RUN" != 1 ]]; then
   if [[ ! -f "$SITE/.installed" ]]; then
     gl_log "installing $(find "$WHEELS" -maxdepth 1 -name '*.whl' | wc -l) wheels into $SITE"
     rm -rf "$SITE"
-    "${PYTHON:-python3}" -m pip install --no-index --no-deps --no-compile --quiet --target "$SITE" "$WHEELS"/*.whl
+    "$PYTHON" -m pip install --no-index --no-deps --no-compile --quiet --target "$SITE" "$WHEELS"/*.whl
     touch "$SITE/.installed"
   fi
-  export PYTHONPATH="$REPO_ROOT:$SITE:$PYTHONPATH" PATH="$SITE/bin:$PATH"
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
 fi
+# the checkout's code for every command (the trainings' --user-dir is the checkout's too)
+export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 if [[ "$DRY_RUN" != 1 ]] && ! command -v lightcompress-convert >/dev/null 2>&1; then
   # a checkout without its console scripts: the converter's command as the dry run names it
   mkdir -p "$SAVE_ROOT/bin"
-  printf '#!/bin/sh\nexec %s -m lightcompress.convert.cli "$@"\n' "${PYTHON:-python3}" >"$SAVE_ROOT/bin/lightcompress-convert"
+  printf '#!/bin/sh\nexec %s -m lightcompress.convert.cli "$@"\n' "$PYTHON" >"$SAVE_ROOT/bin/lightcompress-convert"
   chmod +x "$SAVE_ROOT/bin/lightcompress-convert"
   export PATH="$SAVE_ROOT/bin:$PATH"
 fi
-if [[ -z "${PYTHON:-}" ]]; then
-  if command -v python >/dev/null 2>&1; then PYTHON=python; else PYTHON=python3; fi
-fi
-export PYTHON
-
 # remeasure.sh's commands (from run.sh's SMALL=1 dry run), the caps raised to MAX_UPDATE
 plan="$(SAVE_ROOT="$SAVE_ROOT" DATA_DIR="$DATA_DIR" DRY_RUN=1 OTHERS=1 TEACHER_UPDATES="$CAP" \
   STUDENT_UPDATES="$CAP" MAX_UPDATE="$CAP" SHALLOW_UPDATES="$CAP" \
@@ -102,8 +101,11 @@ gl_train_cmd() {  # NAME SECONDS: NAME's training command, stopped by fairseq af
   printf '%s --stop-time-hours %s%s\n' "$cmd" "$(awk -v s="$2" 'BEGIN { printf "%.6f", s / 3600 }')" \
     "$( ((${#EXTRA[@]} == 0)) || printf ' %q' "${EXTRA[@]}")"
 }
-CONVERT_SVD="$(gl_pick "^\+ lightcompress-convert .*lightformer_init\.pt")"
-CONVERT_SHALLOW="$(gl_pick "^\+ lightcompress-convert .*lightformer_shallow_init\.pt")"
+declare -A CONVERT=(  # each LightFormer's SVD transfer from the teacher, and its log
+  [lightformer_svd]="$(gl_pick "^\+ lightcompress-convert .*lightformer_init\.pt")"
+  [lightformer_shallow]="$(gl_pick "^\+ lightcompress-convert .*lightformer_shallow_init\.pt")"
+)
+declare -A CONVERT_LOG=([lightformer_svd]=convert.log [lightformer_shallow]=convert-shallow.log)
 ALL="teacher lightformer_svd lightformer_shallow hypoformer subformer smartformer"
 read -r -a MODELS <<<"${MODELS:-$ALL}"
 A_MODELS=() B_MODELS=() TEACHER=0
@@ -159,17 +161,18 @@ pids=()
 for m in "${A_MODELS[@]}"; do gl_start "$m"; done
 rc=0
 if ((TEACHER == 1)); then
-  gl_run teacher "${CMD[teacher]}" $((TEACHER_SECONDS + 120)) || rc=$?
+  gl_run teacher "${CMD[teacher]}" $((SECS[teacher] + 120)) || rc=$?
 fi
 if ((rc == 0 && ${#B_MODELS[@]} > 0)); then
   gl_log "phase B: SVD transfers from the teacher, then ${B_MODELS[*]} ($STUDENT_SECONDS s)"
-  if [[ "$DRY_RUN" == 1 ]]; then
-    echo "+ $CONVERT_SVD"
-    echo "+ $CONVERT_SHALLOW"
-  else
-    eval "$CONVERT_SVD" >"$SAVE_ROOT/convert.log" 2>&1 || { tail -n 5 "$SAVE_ROOT/convert.log" >&2; rc=1; }
-    eval "$CONVERT_SHALLOW" >"$SAVE_ROOT/convert-shallow.log" 2>&1 || { tail -n 5 "$SAVE_ROOT/convert-shallow.log" >&2; rc=1; }
-  fi
+  for m in "${B_MODELS[@]}"; do
+    if [[ "$DRY_RUN" == 1 ]]; then
+      echo "+ ${CONVERT[$m]}"
+    else
+      log="$SAVE_ROOT/${CONVERT_LOG[$m]}"
+      eval "${CONVERT[$m]}" >"$log" 2>&1 || { tail -n 5 "$log" >&2; rc=1; }
+    fi
+  done
   if ((rc == 0)); then
     for m in "${B_MODELS[@]}"; do gl_start "$m"; done
   fi
@@ -191,7 +194,7 @@ logs=()
 for m in "${MODELS[@]}"; do
   [[ -f "$SAVE_ROOT/$m/train.log" ]] && logs+=("$m/train.log")
 done
-for f in convert.log convert-shallow.log; do [[ -f "$SAVE_ROOT/$f" ]] && logs+=("$f"); done
+for f in "${CONVERT_LOG[@]}"; do [[ -f "$SAVE_ROOT/$f" ]] && logs+=("$f"); done
 tar czf "$OUT/logs.tgz" -C "$SAVE_ROOT" machine.txt "${logs[@]}" || rc=1
 ls -la "$OUT" >&2
 exit "$rc"
