@@ -81,6 +81,38 @@ def test_a_row_that_falls_short_is_named_with_its_shortfall():
                                              "1.50x CTranslate2 int8 at batch 32"]  # fmt: skip
 
 
+def test_like_for_like_columns_and_goal_against_ct2_with_the_same_shortlist():
+    """With CTranslate2 int8 rows of the shortlist (its vocabulary map), each row is compared
+    with CTranslate2 int8 of the same shortlist and input too: two more columns and the goal
+    again; without them the report is as before."""
+    b1, b32 = _runs()
+    plain = report.render(b1, b32)
+    assert "same shortlist" not in plain
+    for doc, k in ((b1, 1), (b32, 2)):
+        doc["models"].append(_row("teacher", "ctranslate2", "int8", 1250 * k,
+                                  19.7 if k == 1 else None, shortlist="sl"))  # fmt: skip
+    rows = {(r["label"], r["name"]): r for r in report.rows(b1, b32)}
+    sl = rows["lf", "onnxruntime+shortlist"]
+    assert sl["vs_ct2_b1"] == pytest.approx(2.6) and sl["vs_ct2_same_b1"] == pytest.approx(2.08)
+    assert rows["lf", "onnxruntime"]["vs_ct2_same_b1"] == pytest.approx(2.4)  # (no shortlist)
+    assert rows["lf", "onnxruntime+text"]["vs_ct2_same_b1"] == pytest.approx(1500 / 900)
+    goals = {g["row"]["name"]: g for g in report.goal(report.rows(b1, b32))}
+    assert goals["onnxruntime"]["met_same"]
+    assert goals["onnxruntime+shortlist"]["short_same"] == ["BLEU 0.70 below fairseq float32"]
+    for doc in (b1, b32):  # a faster CTranslate2 with its map: the like-for-like goal fails
+        doc["models"][-1]["tokens_per_s"] *= 1.5
+    goals = {g["row"]["name"]: g for g in report.goal(report.rows(b1, b32))}
+    assert goals["onnxruntime+shortlist"]["short_same"][:2] == [
+        "1.39x CTranslate2 int8 with the same shortlist at batch 1",
+        "1.39x CTranslate2 int8 with the same shortlist at batch 32",
+    ]
+    assert goals["onnxruntime+shortlist"]["short"] == ["BLEU 0.70 below fairseq float32"]
+    text = report.render(b1, b32)
+    assert "vs CT2 int8, same shortlist, b1 | b32 |" in text
+    assert "| lf | onnxruntime+shortlist | float32 |" in text and " 1.39x | 1.39x |" in text
+    assert "The same goal against CTranslate2 int8 with the same shortlist" in text
+
+
 def test_bad_input_is_one_line(tmp_path, capsys):
     b1, b32 = _runs()
     paths = {}

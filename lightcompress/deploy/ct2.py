@@ -20,6 +20,11 @@ Subformer (SAFE and sandwich layers), and whatever CTranslate2's converter rejec
 different encoder/decoder heads or normalisation). Layer sharing of dense layers is expressible:
 CTranslate2 stores the shared weights once (it aliases equal variables).
 
+With a vocabulary shortlist (``--shortlist FILE``, :mod:`lightcompress.deploy.shortlist_build`),
+the export ships it as CTranslate2's own vocabulary map (``vmap.txt``, :func:`write_vmap`), so
+that ``translate_batch(..., use_vmap=True)`` scores only a batch's candidates, as a CTranslate2
+user would deploy it: the comparison with the ONNX export's shortlist is then like for like.
+
 The output directory is written atomically (a complete model or nothing).
 """
 
@@ -45,6 +50,7 @@ __all__ = [
     "export_ctranslate2",
     "export_model",
     "main",
+    "write_vmap",
 ]
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16")
@@ -135,6 +141,33 @@ def dense_export_error(model: nn.Module, arch: str) -> str | None:
     return None
 
 
+def write_vmap(shortlist: str, src_dict, tgt_dict, path: str) -> None:
+    """Write the vocabulary shortlist file ``shortlist`` (checked against the model's fairseq
+    dictionaries, :func:`~lightcompress.deploy.shortlist.load_shortlist`; the text file or an
+    ONNX export's packed ``shortlist.npz``) as CTranslate2's vocabulary map: a line ``<TAB>``
+    + the tokens always included, then ``source<TAB>targets`` per source token (CTranslate2's
+    ``VocabularyMap``: a batch's candidates are the union of its source tokens' lines, the empty
+    source's and UNK, BOS, EOS, as the shortlist's are). A list that no source token has is
+    left out."""
+    from lightcompress.deploy.shortlist import ShortlistError, load_shortlist
+
+    try:
+        sl = load_shortlist(shortlist, src_dict, tgt_dict)
+    except ShortlistError as exc:
+        raise ExportError(f"--shortlist {exc}") from None
+    sym_s = [src_dict[i] for i in range(len(src_dict))]
+    sym_t = [tgt_dict[i] for i in range(len(tgt_dict))]
+    pad = tgt_dict.pad()
+    lines = ["\t" + " ".join(sym_t[t] for t in sl.listed.tolist() if t != pad)]
+    off, targets = sl.offsets, sl.targets
+    for i in range(len(off) - 1):
+        ids = [t for t in targets[off[i] : off[i + 1]].tolist() if t != pad]
+        if ids:
+            lines.append(sym_s[i] + "\t" + " ".join(sym_t[t] for t in ids))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def _converter(model, task, spec_args):
     """A CTranslate2 FairseqConverter over an already loaded, checked model."""
     from ctranslate2.converters import fairseq as ct2_fairseq
@@ -164,6 +197,7 @@ def export_ctranslate2(
     output_dir: str,
     quantization: str | None = None,
     force: bool = False,
+    shortlist: str | None = None,
 ) -> str:
     """Export a dense fairseq Transformer checkpoint to a CTranslate2 model directory.
 
@@ -179,6 +213,9 @@ def export_ctranslate2(
         Weight type on disk: ``float32`` (default), ``int8``, ``int8_float32``, ``int16``.
     force : bool
         Replace an existing ``output_dir``.
+    shortlist : str, optional
+        A vocabulary shortlist (``lightcompress-shortlist``) shipped as CTranslate2's
+        vocabulary map (``vmap.txt``; translate with ``use_vmap=True``).
 
     Returns
     -------
@@ -203,22 +240,31 @@ def export_ctranslate2(
         raise ExportError(f"{output_dir}: cannot write in {parent}")
     if not data or not os.path.isdir(data):
         raise ExportError(f"--data is not a directory: {data}")
+    if shortlist is not None and not os.path.isfile(shortlist):
+        raise ExportError(f"--shortlist {shortlist}: file not found")
     try:
         model, task, model_args = load_checkpoint(checkpoint, data)
     except CheckpointError as exc:
         raise ExportError(str(exc)) from None
     try:
-        return export_model(model, task, model_args, output_dir, quantization)
+        return export_model(model, task, model_args, output_dir, quantization, shortlist)
     except ExportError as exc:
+        if str(exc).startswith("--shortlist"):
+            raise
         raise ExportError(f"{checkpoint}: {exc}") from None
     except OSError as exc:  # a full disk, a read-only file system (atomic: nothing is left)
         raise ExportError(f"cannot write {output_dir}: {exc.strerror or exc}") from None
 
 
-def export_model(model, task, model_args, output_dir: str, quantization: str | None = None) -> str:
+def export_model(model, task, model_args, output_dir: str, quantization: str | None = None,
+                 shortlist: str | None = None) -> str:  # fmt: skip
     """Export a loaded (or freshly built) dense fairseq Transformer: ``model``, its ``task``
     (dictionaries) and model configuration (``args`` / ``cfg.model``), into ``output_dir``
-    (replaced atomically). Raises :class:`ExportError` for a model CTranslate2 cannot express."""
+    (replaced atomically), with ``shortlist`` as its vocabulary map (:func:`write_vmap`).
+    Raises :class:`ExportError` for a model CTranslate2 cannot express or a shortlist of other
+    dictionaries."""
+    import tempfile
+
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
     from lightcompress.errors import one_line
@@ -237,8 +283,12 @@ def export_model(model, task, model_args, output_dir: str, quantization: str | N
     # the same afterwards; measure_speed times that model next to the export)
     converter = _converter(copy.deepcopy(model), task, spec_args)
     try:
-        with atomic_directory(output_dir) as tmp:
-            converter.convert(tmp, quantization=quantization, force=True)
+        with atomic_directory(output_dir) as tmp, tempfile.TemporaryDirectory() as scratch:
+            vmap = None
+            if shortlist is not None:  # (checked before anything is converted)
+                vmap = os.path.join(scratch, "vmap.txt")
+                write_vmap(shortlist, task.source_dictionary, task.target_dictionary, vmap)
+            converter.convert(tmp, vmap=vmap, quantization=quantization, force=True)
             # proven before it is written: the export scores probe pairs as the model does
             # (float32 weights: to rounding; quantized weights: the deviation is recorded in
             # the export's check.json and reported, as the ONNX exporter's int8_error)
@@ -322,6 +372,10 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
                    help="weights on disk (default float32); int8 can also be chosen at load time "
                    "(ctranslate2.Translator(..., compute_type='int8'))")  # fmt: skip
+    p.add_argument("--shortlist", metavar="FILE", default=None,
+                   help="ship this vocabulary shortlist (lightcompress-shortlist) as CTranslate2's "
+                   "vocabulary map (vmap.txt): translate_batch(..., use_vmap=True) then scores "
+                   "only a batch's candidates")  # fmt: skip
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
     return p
 
@@ -336,12 +390,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _arg_parser().parse_args(argv)
-    out = export_ctranslate2(args.path, args.data, args.output_dir, args.quantization, args.force)
+    out = export_ctranslate2(args.path, args.data, args.output_dir, args.quantization, args.force,
+                             shortlist=args.shortlist)  # fmt: skip
     with open(os.path.join(out, "check.json"), encoding="utf-8") as f:
         check = json.load(f)
     print(f"wrote {out} (checked against fairseq on probe translations: largest log-probability "
           f"difference {check['max_abs_logprob_difference']:.2g} per token, "
-          f"{check['quantization']} weights)")  # fmt: skip
+          f"{check['quantization']} weights"
+          + (", the shortlist as its vocabulary map: translate with use_vmap=True)"
+             if args.shortlist else ")"))  # fmt: skip
     return 0
 
 

@@ -200,26 +200,41 @@ def _with_exports(candidates, workdir, engine, name, precisions, export, make_ru
 
 
 def with_ct2(
-    candidates: Sequence[Candidate], workdir: str, threads: int, log=None
+    candidates: Sequence[Candidate],
+    workdir: str,
+    threads: int,
+    log=None,
+    shortlist: str | None = None,
 ) -> tuple[list[Candidate], list[str]]:
     """CTranslate2 float32 and int8 candidates exported from every dense float32 fairseq
     candidate (:func:`lightcompress.deploy.ct2.export_model`, into ``workdir``; the int8 model
-    is exported with int8 weights). Returns the new candidates and one note per model that
-    could not be exported (a compressed one: CTranslate2 would have to store it dense)."""
+    is exported with int8 weights); with ``shortlist``, each also exported with it as
+    CTranslate2's vocabulary map and run with ``use_vmap`` (after the one without). Returns the
+    new candidates and one note per model that could not be exported (a compressed one:
+    CTranslate2 would have to store it dense)."""
     from lightcompress.deploy.ct2 import ExportError, export_model
     from lightcompress.measure.engines import CT2Runner
 
-    def export(c, target, precision):
-        export_model(c.model, c.task, c.model_args, target, precision)
+    out, notes = [], []
+    for sl in (None, shortlist) if shortlist else (None,):
 
-    def runner(c, target, precision):
-        return CT2Runner(
-            target, precision, threads, c.task.source_dictionary, c.task.target_dictionary,
-            c.model.max_decoder_positions(), c.model.max_positions(),
+        def export(c, target, precision, sl=sl):
+            export_model(c.model, c.task, c.model_args, target, precision, shortlist=sl)
+
+        def runner(c, target, precision, sl=sl):
+            return CT2Runner(
+                target, precision, threads, c.task.source_dictionary, c.task.target_dictionary,
+                c.model.max_decoder_positions(), c.model.max_positions(), use_vmap=sl is not None,
+            )  # fmt: skip
+
+        new, new_notes = _with_exports(
+            candidates, workdir, "ctranslate2", "CTranslate2", ("float32", "int8"), export,
+            runner, ExportError, log, prefix="vmap-" if sl else "",
         )  # fmt: skip
-
-    return _with_exports(candidates, workdir, "ctranslate2", "CTranslate2",
-                         ("float32", "int8"), export, runner, ExportError, log)  # fmt: skip
+        for c in new:
+            c.shortlist = sl
+        out, notes = out + new, notes + [n for n in new_notes if n not in notes]
+    return _shortlist_after_plain(out), notes
 
 
 def with_onnx(

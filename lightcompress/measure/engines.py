@@ -62,12 +62,15 @@ class CT2Runner:
         The fairseq model's ``max_decoder_positions()``.
     model_max_positions : tuple
         The fairseq model's ``max_positions()`` (which sentences fairseq's batches leave out).
+    use_vmap : bool
+        Score only a batch's candidates of the export's vocabulary map (``vmap.txt``:
+        ``lightcompress-export-ct2 --shortlist``).
     """
 
     engine = "ctranslate2"
 
     def __init__(self, model_dir: str, compute_type: str, threads: int, src_dict, tgt_dict,
-                 max_positions: int, model_max_positions=None):  # fmt: skip
+                 max_positions: int, model_max_positions=None, use_vmap: bool = False):  # fmt: skip
         import ctranslate2
 
         self.model_dir = model_dir
@@ -79,6 +82,7 @@ class CT2Runner:
         self.src_dict, self.tgt_dict = src_dict, tgt_dict
         self.max_positions = max_positions
         self.model_max_positions = model_max_positions
+        self.use_vmap = use_vmap
 
     def _tokens(self, sentence: torch.Tensor) -> list[str]:
         ids = sentence.tolist()
@@ -87,12 +91,15 @@ class CT2Runner:
         return [self.src_dict[i] for i in ids]
 
     def _options(self, gen, max_len: int) -> dict:
-        return {
+        options = {
             "beam_size": gen.beam,
             "length_penalty": gen.lenpen,
             "max_decoding_length": max_len,
             "min_decoding_length": min(gen.min_len, max_len),
         }
+        if self.use_vmap:
+            options["use_vmap"] = True
+        return options
 
     def prepare(self, sentences: Sequence[torch.Tensor], gen, batch_size: int = 1) -> list:
         """Batches of ``batch_size`` consecutive sentences: ``(token lists, options)``, the

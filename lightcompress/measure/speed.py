@@ -53,9 +53,10 @@ per model that imports only its engine, loads the model and translates the timin
 Hypoformer, Smartformer, Subformer; compressed weights kept) and times it on ONNX Runtime
 (:class:`lightcompress.deploy.onnx_runtime.OnnxGenerator`, engine ``onnxruntime``) in float32,
 and in ONNX Runtime's int8 with ``--int8-large`` (the large maps) / ``--compare-int8`` (every
-map); its size is the export directory. ``--shortlist FILE`` (with ``--fast`` / ``--onnx``)
-adds each of those rows again scoring only the candidates of a vocabulary shortlist
-(:mod:`lightcompress.deploy.shortlist`; engine ``...+shortlist`` in the table, BLEU with it).
+map); its size is the export directory. ``--shortlist FILE`` (with ``--fast`` / ``--onnx`` /
+``--ct2``) adds each of those rows again scoring only the candidates of a vocabulary shortlist
+(:mod:`lightcompress.deploy.shortlist`; CTranslate2: the list as its own vocabulary map,
+``use_vmap``; engine ``...+shortlist`` in the table, BLEU with it).
 ``--natural``: every k-th sentence of the split at its own length; ``--sort-batches``: batches
 longest first; ``--text SPM``: each ONNX Runtime / CTranslate2 / fast-path row again from raw
 text to raw text (engine ``...+text``; :mod:`lightcompress.measure.text`).
@@ -294,8 +295,9 @@ def _arg_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--shortlist",
         metavar="FILE",
-        help="with --fast / --onnx: also time each of those rows scoring only the candidates "
-        "of this vocabulary shortlist (lightcompress-shortlist; BLEU with it too)",
+        help="with --fast / --onnx / --ct2: also time each of those rows scoring only the "
+        "candidates of this vocabulary shortlist (lightcompress-shortlist; CTranslate2: as its "
+        "vocabulary map, use_vmap; BLEU with it too)",
     )
     e.add_argument(
         "--text",
@@ -376,8 +378,8 @@ def check_args(args: argparse.Namespace) -> None:
     if args.json_out is not None:
         check_output_file(args.json_out, "--json")
     if args.shortlist is not None:
-        if not (args.fast or args.onnx):
-            raise SpeedError("--shortlist needs --fast or --onnx")
+        if not (args.fast or args.onnx or args.ct2):
+            raise SpeedError("--shortlist needs --fast, --onnx or --ct2")
         if not os.path.isfile(args.shortlist):
             raise SpeedError(f"--shortlist {args.shortlist}: file not found")
     from lightcompress.measure import text
@@ -436,7 +438,7 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
     ct2 = []
     if args.ct2:
         ct2_dir = args.ct2_dir or os.path.join(workdir, "ct2")
-        ct2, notes = with_ct2(candidates, ct2_dir, args.threads, log)
+        ct2, notes = with_ct2(candidates, ct2_dir, args.threads, log, shortlist=args.shortlist)
     if args.onnx:
         onnx_variants = [v for v, on in (("int8-large", args.int8_large),
                                          ("int8", args.compare_int8)) if on]  # fmt: skip
