@@ -947,6 +947,7 @@ def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_tex
     assert dry.returncode == 0, dry.stderr
     printed = [line for line in dry.stdout.splitlines() if line.startswith("+ ")]
     assert len(printed) == 4 and "shortlist_build" in printed[0]
+    assert " --k 100 --frequent 100 -o " in printed[0]  # (Marian's usual list sizes)
     b1, b32, b32s = printed[1:]
     assert b32s == b32.replace(" --json", " --sort-batches --json").replace(
         "deploy-b32.json", "deploy-b32-sorted.json"
@@ -983,11 +984,19 @@ def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_tex
         "dawid_teacher=" + str(tmp_path / "models" / "dawid_teacher" / "checkpoint_best.pt")
         in printed[1]
     )
+    # SHORTLIST_ARGS: other list sizes for lightcompress-shortlist
+    sized = subprocess.run(["bash", script], env={**env, "DRY_RUN": "1",
+                                                  "SHORTLIST_ARGS": "--k 20 --frequent 30"},
+                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert sized.returncode == 0, sized.stderr
+    assert " --k 20 --frequent 30 -o " in sized.stdout.splitlines()[0]
     for name, value in (
         ("MODELS", "teacher ../x"),
         ("MODELS", " "),
         ("TAG", "a/b"),
         ("SORTED", "no"),
+        ("SHORTLIST_ARGS", "--k 20; rm -rf /"),
+        ("SHORTLIST_ARGS", "--k 0"),
     ):
         bad = subprocess.run(["bash", script], env={**env, name: value}, capture_output=True,
                              text=True, timeout=120, check=False)  # fmt: skip

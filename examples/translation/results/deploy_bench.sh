@@ -15,7 +15,10 @@
 # models, default ~/.cache/lightcompress/remeasure), DATA_DIR (the plan's corpus), OUT (default
 # ~/.cache/lightcompress/deploy-bench), ROWS_DIR (default: the committed rows), B1_SENTENCES
 # (150), B32_SENTENCES (640), RUNS (3), SEQUENTIAL=1 (batch 1, then batch 32, each alone on
-# the machine), MODELS / TAG (below), DRY_RUN=1 (print the commands, run nothing).
+# the machine), MODELS / TAG (below), SHORTLIST_ARGS (lightcompress-shortlist's list sizes,
+# default "--k 100 --frequent 100", e.g. "--k 20 --frequent 30"), DRY_RUN=1 (print the commands,
+# run nothing). The shortlist is used by the ONNX Runtime and fast-path rows and, as its
+# vocabulary map (vmap), by CTranslate2's: the same candidates on every engine.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -50,6 +53,11 @@ for m in "${MODELS[@]}"; do
 done
 [[ "$TAG" =~ ^[A-Za-z0-9_-]*$ ]] || { echo "deploy_bench.sh: TAG '$TAG' may hold only letters, digits, _ and -" >&2; exit 2; }
 SORTED="${SORTED:-1}"
+SHORTLIST_ARGS="${SHORTLIST_ARGS:---k 100 --frequent 100}"
+[[ "$SHORTLIST_ARGS" =~ ^(--(k|frequent)\ [1-9][0-9]*\ ?)+$ ]] || {
+  echo "deploy_bench.sh: SHORTLIST_ARGS must be --k N and/or --frequent N, not '$SHORTLIST_ARGS'" >&2
+  exit 2
+}
 [[ "$SORTED" == 0 || "$SORTED" == 1 ]] || { echo "deploy_bench.sh: SORTED must be 0 or 1, not '$SORTED'" >&2; exit 2; }
 db_ckpt() { if [[ "$1" == dawid ]]; then echo "$SAVE_ROOT/dawid/fused.pt"; else echo "$SAVE_ROOT/$1/checkpoint_best.pt"; fi; }
 models=""
@@ -77,7 +85,7 @@ db_step() {
   touch "$OUT/$name.done"
 }
 
-db_step shortlist "$PYTHON -c 'from lightcompress.deploy.shortlist_build import cli_main; cli_main()' --data $DATA_DIR/bin -o $OUT/vocab-shortlist.txt"
+db_step shortlist "$PYTHON -c 'from lightcompress.deploy.shortlist_build import cli_main; cli_main()' --data $DATA_DIR/bin $SHORTLIST_ARGS -o $OUT/vocab-shortlist.txt"
 common="--data $DATA_DIR/bin --user-dir $REPO_ROOT/lightcompress --path $models --natural --threads 1 --beam 5 --lenpen 1.0 --max-len-a 1.2 --max-len-b 10 --runs $RUNS --onnx --ct2 --int8-large --compare-int8 --shortlist $OUT/vocab-shortlist.txt --text $DATA_DIR/spm/spm.model --quiet"
 b1="bash scripts/measure_speed.sh $common --num-sentences $B1_SENTENCES --timing-batch-size 1 --bleu --post-process sentencepiece --memory --json $OUT/deploy-b1.json"
 b32="bash scripts/measure_speed.sh $common --num-sentences $B32_SENTENCES --timing-batch-size 32 --json $OUT/deploy-b32.json"
