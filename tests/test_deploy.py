@@ -689,6 +689,15 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
     nodes = onnx.load(str(tmp_path / "onnx" / "encoder.onnx"), load_external_data=False).graph.node
     attention_shapes = sum(n.op_type == "Shape" and "self_attn" in n.name for n in nodes)
     assert attention_shapes == 0 if why is None else attention_shapes > 0
+    # LightFormer's low-rank input table: the step looks up u and takes one product with the
+    # scaled v, without fairseq's padding mask (Equal, Unsqueeze, Where) and scale (Mul)
+    if family == "lightformer":
+        nodes = onnx.load(str(tmp_path / "onnx" / "decoder.onnx"), load_external_data=False)
+        nodes = nodes.graph.node
+        assert not [n for n in nodes if n.name.startswith("/embed_tokens/")]
+        (lookup,) = [n for n in nodes if n.op_type == "Gather" and n.input[0].endswith(".u")
+                     and "embed_tokens" in n.input[0]]  # fmt: skip
+        assert [n.op_type for n in nodes if lookup.output[0] in n.input] == ["MatMul"]
     if family == "subformer_wide":  # the sandwich and query-projected attention are exercised
         from lightcompress.modules.safe import QueryProjectedAttention
 
