@@ -26,7 +26,8 @@ Both only where they do not make the work larger: every map of the attention low
 output map may be dense for the self-attention), the key and value ranks (the query and output
 ranks for the cross-attention) at most the head width. :func:`self_plan` / :func:`cross_plan`
 say whether a layer's attention qualifies; the step and the encoder graph
-(:mod:`lightcompress.deploy.onnx_graphs`) compute it.
+(:mod:`lightcompress.deploy.onnx_graphs`) compute it. :func:`low_rank_lookup`: the step's lookup
+of a low-rank input table, its scale folded into the second factor.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["cross_plan", "layout", "map_factors", "self_plan"]
+__all__ = ["cross_plan", "layout", "low_rank_lookup", "map_factors", "self_plan"]
 
 
 def map_factors(m):
@@ -195,3 +196,19 @@ def layout(layer) -> dict:
     if _cross_parts(layer) is not None:
         out["cross_factors"] = True
     return out
+
+
+def low_rank_lookup(owner, dec):
+    """The decoder step's lookup of a low-rank input table (LightFormer's ``u v``), or None for
+    another table: ``prev -> u[prev] (s v)``, the embedding scale ``s`` folded into a copy of
+    ``v`` (``r x C``, a parameter of ``owner``), without fairseq's padding mask: a previous
+    token is never PAD (the first is EOS, and PAD is scored -inf, as in fairseq, so it is never
+    chosen). Two kernels a step (gather, product) instead of six."""
+    from lightcompress.modules.embeddings import LowRankEmbedding
+
+    emb = dec.embed_tokens
+    if type(emb) is not LowRankEmbedding:
+        return None
+    scale = float(dec.embed_scale)
+    v = owner._weight(("embed-v", id(emb.v), scale), lambda: emb.v * scale)
+    return lambda prev: torch.matmul(F.embedding(prev, emb.u), v)

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightcompress.deploy.factor_attention import cross_plan, self_plan
+from lightcompress.deploy.factor_attention import cross_plan, low_rank_lookup, self_plan
 from lightcompress.deploy.factor_attention import map_factors as _factors
 from lightcompress.deploy.onnx_dawid import (
     PaddedKeysValues,
@@ -25,7 +25,6 @@ from lightcompress.deploy.onnx_dawid import (
 from lightcompress.deploy.onnx_dawid import is_fused as _fused
 from lightcompress.deploy.onnx_dawid import is_fused_encoder as _fused_encoder
 from lightcompress.errors import LightcompressError
-from lightcompress.modules.embeddings import LowRankEmbedding
 
 __all__ = ["ExportError", "export_error", "lean_encoder_error"]
 
@@ -226,15 +225,8 @@ class _DecoderStep(nn.Module):
         self.num_layers = len(dec.layers)
         self.position_kind = _position_kind(dec)
         self.regrouped = _Regrouped()
-        # a low-rank input table (LightFormer's ``u v``): the step looks up ``u`` and takes one
-        # product with ``v`` scaled by ``embed_scale`` (a copy of ``r x C`` weights), without
-        # the padding mask: a previous token is never PAD (the first is EOS, and PAD is scored
-        # -inf, as in fairseq, so it is never chosen); 2 kernels a step instead of 6
-        self._scaled_v = None
-        if not self._tied_rows and type(dec.embed_tokens) is LowRankEmbedding:
-            emb, scale = dec.embed_tokens, float(dec.embed_scale)
-            self._scaled_v = self.regrouped._weight(("embed-v", id(emb.v), scale),
-                                                    lambda: emb.v * scale)  # fmt: skip
+        # a low-rank input table: looked up lean (factor_attention.low_rank_lookup)
+        self._lookup = None if self._tied_rows else low_rank_lookup(self.regrouped, dec)
         # attentions of low-rank maps: in their factors' space (factor_attention)
         self._self_plans, self._cross_plans = {}, {}
         self._padded: dict = {}
@@ -265,8 +257,8 @@ class _DecoderStep(nn.Module):
         if self._tied_rows:  # (the candidates' rows at prev's places among them)
             rows, places = rows[:-1], rows[-1]
             x = dec.embed_scale * rows[0].index_select(0, places.index_select(0, prev))  # [N x C]
-        elif self._scaled_v is not None:
-            x = torch.matmul(F.embedding(prev, dec.embed_tokens.u), self._scaled_v)  # [N x C]
+        elif self._lookup is not None:
+            x = self._lookup(prev)  # [N x C]
         else:
             x = dec.embed_scale * dec.embed_tokens(prev)  # [N x C]
         if dec.project_in_dim is not None:

@@ -53,10 +53,9 @@ per model that imports only its engine, loads the model and translates the timin
 Hypoformer, Smartformer, Subformer; compressed weights kept) and times it on ONNX Runtime
 (:class:`lightcompress.deploy.onnx_runtime.OnnxGenerator`, engine ``onnxruntime``) in float32,
 and in ONNX Runtime's int8 with ``--int8-large`` (the large maps) / ``--compare-int8`` (every
-map); its size is the export directory. ``--shortlist FILE`` (with ``--fast`` / ``--onnx`` /
-``--ct2``) adds each of those rows again scoring only the candidates of a vocabulary shortlist
-(:mod:`lightcompress.deploy.shortlist`; CTranslate2: the list as its own vocabulary map,
-``use_vmap``; engine ``...+shortlist`` in the table, BLEU with it).
+map); its size is the export directory. ``--shortlist FILE`` (``--fast``, ``--onnx``, ``--ct2``:
+as its vocabulary map) adds those rows again scoring only a vocabulary shortlist's candidates
+(:mod:`lightcompress.deploy.shortlist`; engine ``...+shortlist`` in the table, BLEU with it).
 ``--natural``: every k-th sentence of the split at its own length; ``--sort-batches``: batches
 longest first; ``--text SPM``: each ONNX Runtime / CTranslate2 / fast-path row again from raw
 text to raw text (engine ``...+text``; :mod:`lightcompress.measure.text`).
@@ -295,9 +294,8 @@ def _arg_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--shortlist",
         metavar="FILE",
-        help="with --fast / --onnx / --ct2: also time each of those rows scoring only the "
-        "candidates of this vocabulary shortlist (lightcompress-shortlist; CTranslate2: as its "
-        "vocabulary map, use_vmap; BLEU with it too)",
+        help="with --fast / --onnx / --ct2: also time each of those rows scoring only the candidates "
+        "of this vocabulary shortlist (lightcompress-shortlist; CTranslate2: its vmap; BLEU too)",
     )
     e.add_argument(
         "--text",
