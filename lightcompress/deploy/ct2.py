@@ -60,6 +60,10 @@ class ExportError(LightcompressError, ValueError):
     """A checkpoint that cannot be exported (one line for the user)."""
 
 
+class _ShortlistError(ExportError):
+    """A shortlist that does not fit the model (reported without the checkpoint's name)."""
+
+
 def _model_namespace(model_args) -> argparse.Namespace:
     """A plain Namespace copy of the checkpoint's model configuration (``args`` or ``cfg.model``)."""
     if isinstance(model_args, argparse.Namespace):
@@ -150,20 +154,16 @@ def write_vmap(shortlist: str, src_dict, tgt_dict, path: str) -> None:
     source's and UNK, BOS, EOS, as the shortlist's are). A list that no source token has is
     left out."""
     from lightcompress.deploy.shortlist import ShortlistError, load_shortlist
+    from lightcompress.deploy.shortlist_build import list_lines
 
     try:
         sl = load_shortlist(shortlist, src_dict, tgt_dict)
     except ShortlistError as exc:
-        raise ExportError(f"--shortlist {exc}") from None
-    sym_s = [src_dict[i] for i in range(len(src_dict))]
-    sym_t = [tgt_dict[i] for i in range(len(tgt_dict))]
-    pad = tgt_dict.pad()
-    lines = ["\t" + " ".join(sym_t[t] for t in sl.listed.tolist() if t != pad)]
-    off, targets = sl.offsets, sl.targets
-    for i in range(len(off) - 1):
-        ids = [t for t in targets[off[i] : off[i + 1]].tolist() if t != pad]
-        if ids:
-            lines.append(sym_s[i] + "\t" + " ".join(sym_t[t] for t in ids))
+        raise _ShortlistError(f"--shortlist {exc}") from None
+    pad = tgt_dict.pad()  # (CTranslate2 has no PAD token to map)
+    keep = lambda ids: [t for t in ids.tolist() if t != pad]
+    lists = [keep(sl.targets[a:b]) for a, b in zip(sl.offsets[:-1], sl.offsets[1:])]
+    lines = list_lines(src_dict.symbols, tgt_dict.symbols, keep(sl.listed), lists)
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -248,9 +248,9 @@ def export_ctranslate2(
         raise ExportError(str(exc)) from None
     try:
         return export_model(model, task, model_args, output_dir, quantization, shortlist)
+    except _ShortlistError:
+        raise
     except ExportError as exc:
-        if str(exc).startswith("--shortlist"):
-            raise
         raise ExportError(f"{checkpoint}: {exc}") from None
     except OSError as exc:  # a full disk, a read-only file system (atomic: nothing is left)
         raise ExportError(f"cannot write {output_dir}: {exc.strerror or exc}") from None

@@ -45,7 +45,7 @@ from lightcompress import cli
 from lightcompress.deploy.onnx_runtime import SHORTLIST_HEADER
 from lightcompress.deploy.shortlist import ShortlistError
 
-__all__ = ["build_shortlist", "cli_main", "language_pair", "main", "write_shortlist"]
+__all__ = ["build_shortlist", "cli_main", "language_pair", "list_lines", "main", "write_shortlist"]
 
 PROG = "lightcompress-shortlist"
 _CHUNK = 20000  # sentence pairs per sparse product
@@ -171,6 +171,16 @@ def build_shortlist(data: str, source: str | None = None, target: str | None = N
     return src_dict, tgt_dict, always, lists, info
 
 
+def list_lines(sym_s, sym_t, always, lists) -> list[str]:
+    """The file's lines after its header: ``<TAB>`` + the tokens always included, then
+    ``source<TAB>targets`` per source id with a list (CTranslate2's vocabulary map has the
+    same layout, :func:`lightcompress.deploy.ct2.write_vmap`)."""
+    lines = ["\t" + " ".join(sym_t[t] for t in always)]
+    lines += [sym_s[s] + "\t" + " ".join(sym_t[t] for t in ids)
+              for s, ids in enumerate(lists) if len(ids)]  # fmt: skip
+    return lines
+
+
 def write_shortlist(path: str, src_dict, tgt_dict, always, lists, info: dict) -> None:
     """Write the shortlist file (atomically)."""
     from lightcompress.io import atomic_write
@@ -179,9 +189,7 @@ def write_shortlist(path: str, src_dict, tgt_dict, always, lists, info: dict) ->
     header = (f"{SHORTLIST_HEADER} source={info['source']} target={info['target']} "
               f"pairs={info['pairs']} k={info['k']} frequent={info['frequent']} "
               "estimator=p(t|s)=c(s,t)/c(s) over sentence pairs")  # fmt: skip
-    lines = [header, "\t" + " ".join(sym_t[t] for t in always)]
-    lines += [sym_s[s] + "\t" + " ".join(sym_t[t] for t in ids)
-              for s, ids in enumerate(lists) if len(ids)]  # fmt: skip
+    lines = [header, *list_lines(sym_s, sym_t, always, lists)]
     with atomic_write(path) as f:
         f.write("\n".join(lines) + "\n")
 

@@ -215,26 +215,22 @@ def with_ct2(
     from lightcompress.deploy.ct2 import ExportError, export_model
     from lightcompress.measure.engines import CT2Runner
 
-    out, notes = [], []
-    for sl in (None, shortlist) if shortlist else (None,):
-
-        def export(c, target, precision, sl=sl):
+    def exports(sl):
+        def export(c, target, precision):
             export_model(c.model, c.task, c.model_args, target, precision, shortlist=sl)
 
-        def runner(c, target, precision, sl=sl):
+        def runner(c, target, precision):
             return CT2Runner(
                 target, precision, threads, c.task.source_dictionary, c.task.target_dictionary,
                 c.model.max_decoder_positions(), c.model.max_positions(), use_vmap=sl is not None,
             )  # fmt: skip
 
-        new, new_notes = _with_exports(
+        return _with_exports(
             candidates, workdir, "ctranslate2", "CTranslate2", ("float32", "int8"), export,
             runner, ExportError, log, prefix="vmap-" if sl else "",
         )  # fmt: skip
-        for c in new:
-            c.shortlist = sl
-        out, notes = out + new, notes + [n for n in new_notes if n not in notes]
-    return _shortlist_after_plain(out), notes
+
+    return _with_and_without(shortlist, exports)
 
 
 def with_onnx(
@@ -253,21 +249,29 @@ def with_onnx(
     from lightcompress.deploy.onnx_export import ExportError, export_onnx
     from lightcompress.measure.engines import OnnxRunner
 
-    out, notes = [], []
-    for sl in (None, shortlist) if shortlist else (None,):
-
-        def export(c, target, precision, sl=sl):
+    def exports(sl):
+        def export(c, target, precision):
             int8 = {"float32": None, "int8": "all", "int8-large": "large"}[precision]
             export_onnx(c.model, c.task, target, int8=int8, shortlist=sl)
 
-        def runner(c, target, precision, sl=sl):
+        def runner(c, target, precision):
             return OnnxRunner(target, threads, c.task.source_dictionary.pad(),
                               c.model.max_positions(), shortlist=sl is not None)  # fmt: skip
 
-        new, new_notes = _with_exports(
+        return _with_exports(
             candidates, workdir, "onnxruntime", "ONNX", ("float32", *variants), export, runner,
             ExportError, log, prefix="onnx-sl-" if sl else "onnx-",
         )  # fmt: skip
+
+    return _with_and_without(shortlist, exports)
+
+
+def _with_and_without(shortlist: str | None, exports) -> tuple[list[Candidate], list[str]]:
+    """``exports(None)``'s candidates and, with ``shortlist``, ``exports(shortlist)``'s (each
+    marked with it, right after the same one without); the notes of both, once each."""
+    out, notes = [], []
+    for sl in (None, shortlist) if shortlist else (None,):
+        new, new_notes = exports(sl)
         for c in new:
             c.shortlist = sl
         out, notes = out + new, notes + [n for n in new_notes if n not in notes]
