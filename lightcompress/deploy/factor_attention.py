@@ -111,7 +111,9 @@ class SelfPlan:
 
 
 def _self_parts(attn):
-    if getattr(attn, "qkv", None) is not None:  # (Hypoformer's fused map)
+    from lightcompress.deploy.tt_graph import fused_qkv
+
+    if fused_qkv(attn) is not None:  # (Hypoformer's fused map)
         return None
     parts = [_low_rank(m) for m in (attn.q_proj, attn.k_proj, attn.v_proj)]
     out = map_factors(attn.out_proj)

@@ -94,6 +94,7 @@ from lightcompress.deploy.onnx_tools import (
     _write_dict,
     _write_manifest,
 )
+from lightcompress.deploy.tt_graph import tt_in_graph
 
 __all__ = ["ExportError", "cli_main", "export_onnx", "main"]
 
@@ -198,7 +199,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         enc_axes = {"src_tokens": {0: "B", 1: "S"}}
         enc_axes.update({n: {0: "B", 3 if n == "enc_bias" or n.startswith("cross_b") else 2: "S"}
                          for n in enc_out})  # fmt: skip
-        with torch.no_grad(), _positions_in_graph(model):
+        with torch.no_grad(), _positions_in_graph(model), tt_in_graph(model):
             # (eval wrappers: the exporter puts a module back into its own mode afterwards,
             # and a new module is in training mode, which would switch dropout on)
             encoder = _Encoder(model, lean=lean_encoder_error(model) is None).eval()

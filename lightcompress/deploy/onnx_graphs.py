@@ -24,6 +24,7 @@ from lightcompress.deploy.onnx_dawid import (
 )
 from lightcompress.deploy.onnx_dawid import is_fused as _fused
 from lightcompress.deploy.onnx_dawid import is_fused_encoder as _fused_encoder
+from lightcompress.deploy.tt_graph import fused_qkv, fused_qkv_step
 from lightcompress.errors import LightcompressError
 
 __all__ = ["ExportError", "export_error", "lean_encoder_error"]
@@ -102,13 +103,6 @@ def _position_kind(dec) -> str | None:
     raise ExportError(f"positional embedding {type(ep).__name__} is not supported")
 
 
-def _qkv(attn, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    qkv = getattr(attn, "qkv", None)
-    if qkv is not None:  # Hypoformer's fused Q/K/V map: one call
-        return qkv(x)
-    return attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)
-
-
 class _Regrouped(nn.Module):
     """Maps that read the same input, regrouped at export time (the same products, in fewer,
     larger graph nodes; the stored weights are the same size):
@@ -182,8 +176,8 @@ class _Regrouped(nn.Module):
 
 def _qkv_maps(attn):
     """The Q, K, V maps of a fairseq attention and their output scales (the query's scaling),
-    or None for Hypoformer's fused map (``qkv``, one call already)."""
-    if getattr(attn, "qkv", None) is not None:
+    or None for Hypoformer's fused map (:func:`~lightcompress.deploy.tt_graph.fused_qkv_step`)."""
+    if fused_qkv(attn) is not None:
         return None
     return [attn.q_proj, attn.k_proj, attn.v_proj], [attn.scaling, 1.0, 1.0]
 
@@ -192,8 +186,7 @@ def _project_qkv(regrouped: _Regrouped, attn, x: Tensor) -> tuple[Tensor, Tensor
     """``(q * scaling, k, v)`` of ``x``."""
     spec = _qkv_maps(attn)
     if spec is None:
-        q, k, v = _qkv(attn, x)
-        return q * attn.scaling, k, v
+        return fused_qkv_step(fused_qkv(attn), x, attn.scaling)
     return tuple(regrouped.apply(x, *spec))
 
 
@@ -447,7 +440,8 @@ class _Encoder(nn.Module):
                     if layer.blocks[0].sub is not None:
                         self._padded[id(layer)] = PaddedMaps(self.regrouped, layer.blocks[0].sub)
                     continue
-                self.regrouped.prepare(*_qkv_maps(layer.self_attn) or ([], []))
+                if _qkv_maps(layer.self_attn) is not None:
+                    self.regrouped.prepare(*_qkv_maps(layer.self_attn))
         self._cross_plans = {}
         for layer in model.decoder.layers:
             if _fused(layer) and layer.blocks[1].sub is not None:

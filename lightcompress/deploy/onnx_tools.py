@@ -12,6 +12,7 @@ import shutil
 import torch
 
 from lightcompress.deploy.onnx_graphs import _K_PLACEHOLDER, ExportError
+from lightcompress.deploy.tt_graph import TT_MATRIX
 
 __all__ = ["MANIFEST", "WEIGHTS"]
 
@@ -148,7 +149,9 @@ def _quantize(path: str, out_path: str, min_elements: int) -> None:
     sizes = {i.name: int(numpy_helper.to_array(i).size) for i in proto.graph.initializer}
     nodes = []
     for n in proto.graph.node:
-        if n.op_type in ("MatMul", "Gemm") and sizes.get(n.input[1], 0) >= max(min_elements, 1):
+        if n.op_type not in ("MatMul", "Gemm") or TT_MATRIX in n.input[1]:
+            continue  # (a tensor-train core's product stays float32: tt_graph.TT_MATRIX)
+        if sizes.get(n.input[1], 0) >= max(min_elements, 1):
             # (the quantizer turns a Gemm into a MatMul named <gemm>_MatMul first)
             nodes += [n.name, f"{n.name}_MatMul"] if n.op_type == "Gemm" else [n.name]
     if nodes:
