@@ -674,9 +674,12 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
     # caches of [1 x 8] per hypothesis, the encoder's cross-attention outputs ck, cv, cross_b
     with open(tmp_path / "onnx" / "config.json") as f:
         layers = json.load(f)["layers"]
-    factor_space = [{"k_cache": [1, 8], "v_cache": [1, 8], "cross_factors": True}] * 2
+    # and so do the Smartformer's self-attentions: a CP map is a low-rank map (rank 4 here;
+    # factor_attention.cp_first), its cross-attention's output map is dense
+    factor_space = {"lightformer": [{"k_cache": [1, 8], "v_cache": [1, 8], "cross_factors": True}] * 2,
+                    "smartformer": [{"k_cache": [1, 4], "v_cache": [1, 4]}] * 2}  # fmt: skip
     assert [{k: s[k] for k in s if k not in ("heads", "head_dim", "cross")} for s in layers] == (
-        factor_space if family == "lightformer" else [{}] * len(layers)
+        factor_space.get(family, [{}] * len(layers))
     )
     # fairseq's encoder layers (every family but Subformer's) are exported lean: the heads'
     # shapes are computed once, not per reshape as fairseq's traced attention computes them

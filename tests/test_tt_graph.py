@@ -1,5 +1,6 @@
-"""The ONNX graphs' tensor-train products and fused Q/K/V split (lightcompress.deploy.tt_graph):
-the same values as the modules, and what an export's graphs hold."""
+"""The ONNX graphs' forms of factorized maps: tensor-train products and the fused Q/K/V split
+(lightcompress.deploy.tt_graph), CP maps as low-rank maps (factor_attention.cp_first): the same
+values as the modules, and what an export's graphs hold."""
 
 from __future__ import annotations
 
@@ -110,3 +111,20 @@ def test_hypoformer_export_computes_tt_products_as_float_matrix_products(tmp_pat
         assert not [n for n in nodes if n.op_type in ("Slice", "Concat") and "qkv" in n.name]
         assert sum(n.op_type == "Split" and len(n.output) == 3 for n in nodes) >= fused
         assert any(n.op_type == "MatMulInteger" for n in nodes)  # (the other maps: int8)
+
+
+def test_a_cp_map_is_the_low_rank_map_of_its_khatri_rao_first_factor():
+    from lightcompress.deploy.factor_attention import cp_first, map_factors
+    from lightcompress.modules.cp import CPLinear
+
+    torch.manual_seed(0)
+    m = CPLinear(24, 20, rank=5, heads=3)
+    x = torch.randn(7, 24)
+    with torch.no_grad():
+        first, second, bias = map_factors(m)
+        assert first.shape == (5, 24) and second is m.w0 and bias is m.bias
+        y = torch.nn.functional.linear(torch.nn.functional.linear(x, first), second, bias)
+        assert torch.allclose(y, m(x), atol=1e-5)
+        assert cp_first(m) is first  # (one tensor per map: regrouped weights are keyed by it)
+        m.w1.mul_(2.0)  # changed factors: a new first factor
+        assert cp_first(m) is not first and torch.allclose(cp_first(m), 2 * first)

@@ -1,7 +1,8 @@
 """Attention of low-rank maps computed in their factors' space, for the ONNX decoder step.
 
 When an attention's maps are low rank (``x v^T u^T + b``, rank ``r`` under the head width
-``d``: LightFormer's factorized attention), its products can be regrouped so that what a
+``d``: LightFormer's factorized attention; Smartformer's CP maps are such maps too, see
+:func:`cp_first`), its products can be regrouped so that what a
 decoder step reads and keeps per hypothesis is ``r`` wide instead of ``H x d``. The same
 attention, the products associated differently (float rounding apart):
 
@@ -32,25 +33,50 @@ of a low-rank input table, its scale folded into the second factor.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["cross_plan", "layout", "low_rank_lookup", "map_factors", "self_plan"]
+__all__ = ["cp_first", "cross_plan", "layout", "low_rank_lookup", "map_factors", "self_plan"]
 
 
 def map_factors(m):
     """``(first, second, bias)`` of a map whose weights the export may regroup: a map whose
     kind declares two factors (a low-rank map ``x v^T u^T + b``: ``(v, u, b)``; the kind
-    registry's ``factors``), a dense one (``(None, W, b)``), else None."""
+    registry's ``factors``), a CP map (:func:`cp_first`), a dense one (``(None, W, b)``), else
+    None."""
+    from lightcompress.modules.cp import CPLinear
     from lightcompress.modules.registry import two_factors
 
     factors = two_factors(m)
     if factors is not None:
         return factors[0], factors[1], getattr(m, "bias", None)
+    if type(m) is CPLinear:
+        return cp_first(m), m.w0, m.bias
     if type(m) is nn.Linear:
         return None, m.weight, m.bias
     return None
+
+
+_CP_FIRST: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def cp_first(m) -> Tensor:
+    """A CP map (Smartformer's ``z = sum_h (x_h w2) * w1_h``, then ``w0``) as the low-rank map it
+    is: ``x M^T w0^T + b`` with ``M[r, (h, j)] = w1[h, r] w2[j, r]`` (``[R x in]``, the
+    Khatri-Rao product of its two input-side factors). The same products; in the graphs the
+    first factor is one matrix product (regrouped with the others that read the same input,
+    and in the factors' space above) instead of a product, a ``Mul`` and a ``ReduceSum``. It
+    stores ``R x in`` weights where the map has ``R x (h + in / h)``. One tensor per map (kept
+    while its factors are unchanged: the export keys regrouped weights by identity)."""
+    key = tuple((w.data_ptr(), w._version) for w in (m.w1, m.w2))
+    held = _CP_FIRST.get(m)
+    if held is None or held[0] != key:
+        first = (m.w1.t()[:, :, None] * m.w2.t()[:, None, :]).reshape(m.rank, -1).detach()
+        held = _CP_FIRST[m] = (key, first)
+    return held[1]
 
 
 def _low_rank(m):
