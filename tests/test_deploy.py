@@ -631,12 +631,22 @@ def test_int8_keeps_layer_sharing_one_packed_map_per_shared_map():
 # --------------------------------------------------------------------------------------------
 
 ONNX_FAMILIES = ["transformer", "transformer_no_pos", "transformer_learned_pos", "lightformer", "hypoformer",
-                 "smartformer", "subformer", "subformer_wide"]  # fmt: skip
+                 "smartformer", "subformer", "subformer_wide", "composed"]  # fmt: skip
 # Subformer with a wider sandwich (d_s 48 > d 32): projections in and out of the middle
 # layers and cross-attention through query projections at the encoder's width
 FAMILIES_ONNX = dict(FAMILIES, transformer_no_pos=(
     # no positions: the decoder graph has no position input (the runtime once fed "pos" anyway)
     "transformer", FAMILIES["transformer"][1] + ["--no-token-positional-embeddings"]),
+    # one spec composing the kinds the export rewrites: tensor-train FFN maps (as matrix
+    # products), CP self-attention maps (as low-rank maps, in the factors' space), a hybrid
+    # TT query map of the cross-attention
+    composed=("lightformer_iwslt_de_en", T32 + [
+        "--encoder-layers", "2", "--decoder-layers", "2", "--lc-encoder-groups", "2",
+        "--lc-decoder-groups", "2", "--encoder-normalize-before", "--decoder-normalize-before",
+        "--lc-spec",
+        ("encoder.layers.*.fc1, decoder.layers.*.fc1, decoder.layers.*.fc2 = tt(ranks=2);"
+         "decoder.layers.*.self_attn.*_proj = cp(rank=4, heads=2);"
+         "decoder.layers.*.encoder_attn.q_proj = htt(alpha=0.5, ranks=2)")]),
     transformer_learned_pos=(
     # learned positions: the decoder graph gathers the row itself (input "pos")
     "transformer", FAMILIES["transformer"][1] + ["--encoder-learned-pos",
@@ -677,7 +687,8 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
     # and so do the Smartformer's self-attentions: a CP map is a low-rank map (rank 4 here;
     # factor_attention.cp_first), its cross-attention's output map is dense
     factor_space = {"lightformer": [{"k_cache": [1, 8], "v_cache": [1, 8], "cross_factors": True}] * 2,
-                    "smartformer": [{"k_cache": [1, 4], "v_cache": [1, 4]}] * 2}  # fmt: skip
+                    "smartformer": [{"k_cache": [1, 4], "v_cache": [1, 4]}] * 2,
+                    "composed": [{"k_cache": [1, 4], "v_cache": [1, 4]}] * 2}  # fmt: skip
     assert [{k: s[k] for k in s if k not in ("heads", "head_dim", "cross")} for s in layers] == (
         factor_space.get(family, [{}] * len(layers))
     )
@@ -701,6 +712,16 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
         (lookup,) = [n for n in nodes if n.op_type == "Gather" and n.input[0].endswith(".u")
                      and "embed_tokens" in n.input[0]]  # fmt: skip
         assert [n.op_type for n in nodes if lookup.output[0] in n.input] == ["MatMul"]
+    if family == "composed":  # every TT map of the step: one float product per core
+        from lightcompress.deploy.tt_graph import TT_MATRIX
+        from lightcompress.modules.tensor_train import TTLinear
+
+        nodes = onnx.load(str(tmp_path / "onnx" / "decoder.onnx"), load_external_data=False)
+        cores = [m for m in model.decoder.layers.modules() if isinstance(m, TTLinear)]
+        assert len(cores) == 6  # fc1, fc2 and the query's TT part, in each layer
+        assert sum(TT_MATRIX in n.input[-1] for n in nodes.graph.node if n.op_type == "MatMul") == (
+            sum(len(m.cores) for m in cores)
+        )
     if family == "subformer_wide":  # the sandwich and query-projected attention are exercised
         from lightcompress.modules.safe import QueryProjectedAttention
 
