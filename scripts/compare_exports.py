@@ -27,28 +27,18 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from lightcompress.deploy import onnx_runtime
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from profile_onnx import ProfileError, sample_lines  # (the same sentences as the profiler's)
+
 
 class CompareError(ValueError):
     """Bad input (one line)."""
 
 
-def _lines(path: str, n: int) -> list[str]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = [line.rstrip("\n") for line in f if line.strip()]
-    except OSError as exc:
-        raise CompareError(f"cannot read --input {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise CompareError(f"--input {path} is not UTF-8 text") from None
-    if not lines:
-        raise CompareError(f"--input {path} has no sentences")
-    return lines[:: max(1, len(lines) // n)][:n]
-
-
 def compare(args) -> list[dict]:
     """One row per export: ``{"export", "tokens", "seconds", "tokens_per_s", "speed",
     "same_output", "sentences"}`` (speed and same output against the first export)."""
-    lines = _lines(args.input, args.num_sentences)
+    lines = sample_lines(args.input, args.num_sentences)
     settings = {"beam": 5, "batch_size": args.batch_size, "threads": 1, "lenpen": 1.0,
                 "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
                 "shortlist": args.shortlist}  # fmt: skip
@@ -105,7 +95,7 @@ def main(argv=None) -> int:
         if len(args.exports) < 2:
             raise CompareError("give at least two exports to compare")
         rows = compare(args)
-    except CompareError as exc:
+    except (CompareError, ProfileError) as exc:
         print(f"compare_exports.py: error: {exc}", file=sys.stderr)
         return 2
     print(f"{len(rows)} exports, {args.num_sentences} sentences at most, batch {args.batch_size},"

@@ -33,7 +33,9 @@ class ProfileError(ValueError):
     """Bad input (one line)."""
 
 
-def _lines(path: str, n: int) -> list[str]:
+def sample_lines(path: str, n: int) -> list[str]:
+    """Every k-th non-blank line of ``path`` (k = lines // ``n``), at most ``n`` (also
+    ``compare_exports.py``'s sentences)."""
     try:
         with open(path, encoding="utf-8") as f:
             lines = [line.rstrip("\n") for line in f if line.strip()]
@@ -166,7 +168,7 @@ def main(argv=None) -> int:
         for name in ("num_sentences", "batch_size", "beam", "runs"):
             if getattr(args, name) < 1:
                 raise ProfileError(f"--{name.replace('_', '-')} must be >= 1")
-        lines = _lines(args.input, args.num_sentences)
+        lines = sample_lines(args.input, args.num_sentences)
         translator = _translator(args, None)
         sentences = [translator.encode(line) for line in lines]
         wall = wall_shares(translator, sentences, args.runs)
