@@ -20,8 +20,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from collect import CollectError, _training, model_record, read_refs  # noqa: E402
-from plot_curves import LogError, parse_log  # noqa: E402
+from collect import CollectError, _training, model_record, read_refs
+from plot_curves import LogError, parse_log
 
 
 def choose(save_root: str, names: list[str]) -> str:
@@ -35,13 +35,18 @@ def choose(save_root: str, names: list[str]) -> str:
 
 
 def score(save_dir: str, ref: str) -> dict:
-    rec = model_record(save_dir, "teacher", "transformer", "trained from scratch", read_refs(ref), ref)
+    rec = model_record(
+        save_dir, "teacher", "transformer", "trained from scratch", read_refs(ref), ref
+    )
     try:
         rec["valid_curve"] = parse_log(os.path.join(save_dir, "train.log"))["valid"]
     except LogError as exc:
         raise CollectError(str(exc)) from None
     done = os.path.join(save_dir, "train.done")
-    rec["stopped"] = open(done, encoding="utf-8").read().strip() if os.path.exists(done) else None
+    rec["stopped"] = None
+    if os.path.exists(done):
+        with open(done, encoding="utf-8") as f:
+            rec["stopped"] = f.read().strip()
     tmp = os.path.join(save_dir, "test.json.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(rec, f, indent=1)
@@ -56,11 +61,16 @@ def main(argv: list[str]) -> int:
             print(choose(argv[1], argv[2:]))
         elif len(argv) == 3 and argv[0] == "score":
             rec = score(argv[1], argv[2])
-            print(f"BLEU {rec['bleu']:.2f} chrF {rec['chrf']:.2f} best valid loss "
-                  f"{rec['best_valid_loss']} at update {rec['best_update']}", file=sys.stderr)
+            print(
+                f"BLEU {rec['bleu']:.2f} chrF {rec['chrf']:.2f} best valid loss "
+                f"{rec['best_valid_loss']} at update {rec['best_update']}",
+                file=sys.stderr,
+            )
         else:
-            print("usage: teacher_eval.py choose SAVE_ROOT NAME [NAME ...] | score SAVE_DIR REF",
-                  file=sys.stderr)
+            print(
+                "usage: teacher_eval.py choose SAVE_ROOT NAME [NAME ...] | score SAVE_DIR REF",
+                file=sys.stderr,
+            )
             return 2
     except (CollectError, OSError) as exc:
         print(f"teacher_eval.py: {exc}", file=sys.stderr)
