@@ -42,6 +42,7 @@ from lightcompress.compress.steps import (
     render,
     train_progress,
 )
+from lightcompress.compress.shape import add_shape_args, student_shape
 from lightcompress.compress.teacher import CompressError, read_data_bin, read_teacher
 
 __all__ = ["build_plan", "cli_main", "get_parser", "main"]
@@ -92,7 +93,10 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", default="lightformer",
                    choices=["lightformer", "hypoformer", "smartformer", "dawid", "subformer"],
                    help="default: lightformer (SVD transfer)")  # fmt: skip
-    g = p.add_argument_group("target (one; default --ratio 4)")
+    g = p.add_argument_group(
+        "target (one; default: LightFormer and DA-WID --ratio 4, Hypoformer --ratio 3, "
+        "Smartformer its natural size: CP rank d / 4)"
+    )
     t = g.add_mutually_exclusive_group()
     t.add_argument("--ratio", type=_positive(float, "--ratio"),
                    help="teacher / student total parameters (the ranks are searched)")  # fmt: skip
@@ -107,6 +111,7 @@ def get_parser() -> argparse.ArgumentParser:
                    help="DA-WID: the fraction of non-embedding parameters to remove")  # fmt: skip
     g.add_argument("--embed-rank", type=_positive(int, "--embed-rank"),
                    help="LightFormer: the embedding's rank (default: 2 x rank, at most d / 2)")  # fmt: skip
+    add_shape_args(p)
     d = p.add_argument_group("data and scoring")
     d.add_argument("-s", "--source-lang", help="default: the teacher's, else the data-bin's pair")
     d.add_argument("-t", "--target-lang")
@@ -125,7 +130,8 @@ def get_parser() -> argparse.ArgumentParser:
     f.add_argument("--max-tokens", type=_positive(int, "--max-tokens"), default=4096)
     f.add_argument("--lr", type=_positive(float, "--lr"),
                    help="default 1.5e-3 (DA-WID: 2e-4)")  # fmt: skip
-    f.add_argument("--warmup", type=_positive(int, "--warmup"), default=100)
+    f.add_argument("--warmup", type=_positive(int, "--warmup"),
+                   help="warmup updates (default: a tenth of --max-update)")  # fmt: skip
     f.add_argument("--validate-every", type=_positive(int, "--validate-every"),
                    help="updates between validations and checkpoints (default: max-update / 4)")  # fmt: skip
     f.add_argument("--cpu", action="store_true", help="train on the CPU even with a GPU")
@@ -178,12 +184,22 @@ def build_plan(opts, extra: list[str], log=print):
     save = os.path.abspath(opts.save_dir)
     if os.path.exists(save) and not os.path.isdir(save):
         raise CompressError(f"--save-dir {opts.save_dir} exists and is not a directory")
+    shape_of = student_shape(teacher, opts, method.name)
     log(f"teacher: {opts.teacher}: {teacher.describe()}, {teacher.params:,} parameters")
     log(f"data: {opts.data} ({data.src} -> {data.tgt})")
     target = Target(opts.ratio, opts.params, opts.rank, opts.energy, opts.sparsity)
+    default_rank = None
     if not any(v is not None for v in vars(target).values()):
-        target.ratio = 4.0
-    shape = teacher.shape_flags()
+        if method.default_ratio is not None:
+            target.ratio = method.default_ratio
+        else:
+            default_rank = method.default_rank(teacher)
+    shape, teacher_shape = shape_of.flags, teacher.shape_flags()
+    log(f"student shape: {shape_of.describe()}")
+    if opts.warmup is not None and opts.warmup >= opts.max_update:
+        log(f"warning: --warmup {opts.warmup} is not below --max-update {opts.max_update}: the "
+            "learning rate never reaches its peak")  # fmt: skip
+    warmup = opts.warmup or max(1, opts.max_update // 10)
     T = os.path.abspath(opts.teacher)
     B = os.path.abspath(opts.data)
     user_dir = os.path.dirname(os.path.abspath(lightcompress.__file__))
@@ -211,7 +227,7 @@ def build_plan(opts, extra: list[str], log=print):
         choice = f"LightFormer ranks per matrix at energy {opts.energy:g} (in {init}.spec)"
         steps.append(Step("transfer", "SVD weight transfer at the chosen energy", [
             tool("lightcompress-convert") + ["-i", T, "-o", init, "--force", "-a", "lightformer",
-                                             *shape, *flags, "--energy", str(opts.energy),
+                                             *shape, *flags, *shape_of.convert_flags, "--energy", str(opts.energy),
                                              "--embed-energy", str(opts.energy)]],
             outputs=[init, init + ".spec"]))  # fmt: skip
         student_flags = [
@@ -224,15 +240,17 @@ def build_plan(opts, extra: list[str], log=print):
         ]
         student_model = f"lightformer, per-matrix ranks at energy {opts.energy:g}"
     else:
-        if opts.rank is not None:
-            rank = opts.rank
+        if opts.rank is not None or default_rank is not None:
+            rank = opts.rank or default_rank
             if rank > method.max_rank(teacher):
                 raise CompressError(f"--rank {rank} is above the largest useful {method.name} "
                                     f"rank of this teacher ({method.max_rank(teacher)})")  # fmt: skip
-            choice = f"{method.rank_name} {rank} (given)"
+            choice = f"{method.rank_name} {rank} " + (
+                "(given)" if opts.rank else "(the method's natural size: d / 4)"
+            )
         else:
             rank, n_student, n_teacher = search_rank(
-                method, teacher, shape, target, opts.embed_rank, log
+                method, teacher, shape, target, opts.embed_rank, log, teacher_shape
             )
             choice = (f"{method.rank_name} {rank}: {n_student:,} parameters, "
                       f"{n_teacher / n_student:.2f}x fewer than the teacher ({target.describe()})")  # fmt: skip
@@ -240,7 +258,7 @@ def build_plan(opts, extra: list[str], log=print):
         what = {"lightformer": "SVD", "hypoformer": "TT-SVD", "smartformer": "CP-ALS"}[method.name]
         steps.append(Step("transfer", f"{what} weight transfer into the {method.name} student", [
             tool("lightcompress-convert") + ["-i", T, "-o", init, "--force", "-a", method.arch,
-                                             *shape, *flags]], outputs=[init]))  # fmt: skip
+                                             *shape, *flags, *shape_of.convert_flags]], outputs=[init]))  # fmt: skip
         student_flags = ["--arch", method.arch, *shape, *flags]
         student_model = f"{method.arch}, " + " ".join(flags)
     log(f"student: {choice}")
@@ -264,7 +282,7 @@ def build_plan(opts, extra: list[str], log=print):
     start = [] if dawid else ["--finetune-from-model", init]
     train = ["fairseq-train", B, "--user-dir", user_dir, *task, *langs, *student_flags, *start,
              "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
-             "--lr", f"{lr:g}", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(opts.warmup),
+             "--lr", f"{lr:g}", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(warmup),
              "--warmup-init-lr", "1e-07", *loss, "--weight-decay", "0.0001",
              "--max-tokens", str(opts.max_tokens), "--max-update", str(opts.max_update),
              "--validate-interval-updates", str(every), "--save-interval-updates", str(every),
@@ -324,7 +342,7 @@ def build_plan(opts, extra: list[str], log=print):
         "method": method.name,
         "choice": choice,
         "teacher": {"checkpoint": T, "model": teacher.describe()},
-        "student": {"checkpoint": student, "model": student_model},
+        "student": {"checkpoint": student, "model": student_model, "shape": shape_of.describe()},
         "commands": commands,
     }
     protocol = {

@@ -1,15 +1,15 @@
 """The methods ``lightcompress-compress`` can apply to a dense teacher: each one's student flags
 at a rank, its preconditions on the teacher, and the rank search for a parameter target.
 
-Counting is ``lightcompress-params --table`` (the project's count of a built model, run as a
-command): the search evaluates a few ranks per call, interpolating (counts grow about linearly
-in the rank) and bracketing until the largest rank within the target is known exactly.
+Counting builds each model with random weights in this process, with the teacher's source and
+target dictionary sizes (joined or separate), and counts its parameters once each
+(:func:`lightcompress.modules.counting.count_parameters`): the search evaluates a few ranks per
+round, interpolating (counts grow about linearly in the rank) and bracketing until the largest
+rank within the target is known exactly.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
 from dataclasses import dataclass
 
 from lightcompress.compress.teacher import CompressError, Teacher
@@ -51,13 +51,19 @@ class Target:
 
 @dataclass(frozen=True)
 class Method:
-    """One compression method: its student architecture and what it needs of the teacher."""
+    """One compression method: its student architecture and what it needs of the teacher.
+
+    ``default_ratio`` is the method's default target (teacher / student total parameters) when
+    none is given: one it reaches on a standard teacher with the default student shape (the
+    teacher's encoder, one decoder layer). ``None``: the method's natural size instead, its
+    rank at ``natural_rank`` x the model width (Smartformer, which factorizes only Q/K/V)."""
 
     name: str
     arch: str
     rank_name: str  # what the searched rank is, in the method's words
     needs_post_ln: bool = False
-    needs_shared: bool = True
+    default_ratio: float | None = 4.0
+    natural_rank: float = 0.0
 
     def max_rank(self, teacher: Teacher) -> int:
         s = teacher.settings
@@ -65,6 +71,10 @@ class Method:
         if self.name == "hypoformer":
             return max(1, min(d, s["encoder_ffn_embed_dim"], s["decoder_ffn_embed_dim"]) - 1)
         return max(1, d - 1)
+
+    def default_rank(self, teacher: Teacher) -> int:
+        d = min(teacher.settings["encoder_embed_dim"], teacher.settings["decoder_embed_dim"])
+        return max(1, min(self.max_rank(teacher), round(self.natural_rank * d)))
 
     def flags(self, rank: int, embed_rank: int | None, teacher: Teacher) -> list[str]:
         """The method's own student flags at ``rank`` (the shape flags come separately)."""
@@ -74,34 +84,32 @@ class Method:
             return ["--lc-encoder-groups", "0", "--lc-decoder-groups", "0",
                     "--lc-rank", str(rank), "--lc-embed-rank", str(e)]  # fmt: skip
         if self.name == "hypoformer":
-            # keeping the attention output projections lets the teacher's be transferred
-            return ["--hypo-attn-out-proj", "--hypo-ffn-rank", str(rank)]
+            # keeping the attention output projections lets the teacher's be transferred;
+            # Admin (the paper's initialisation) is a post-LN method: a pre-LN teacher's
+            # student keeps its LayerNorm placement and plain residuals
+            admin = [] if teacher.post_ln else ["--admin-init", "none"]
+            return ["--hypo-attn-out-proj", "--hypo-ffn-rank", str(rank), *admin]
         if self.name == "smartformer":
             return ["--sm-rank", str(rank), "--sm-attn", "all"]
         raise AssertionError(self.name)
 
     def check(self, teacher: Teacher) -> None:
-        """Refuse a teacher this method cannot take, naming the way out."""
+        """Refuse a teacher this method cannot take, naming a way out that takes it."""
         if self.needs_post_ln and not teacher.post_ln:
-            other = "lightformer or smartformer"
             raise CompressError(
-                f"the teacher is pre-LN (--encoder/decoder-normalize-before) and {self.name}'s "
-                f"transfer needs a post-LN teacher: use --method {other}, or train a post-LN "
-                "teacher"
-            )
-        if self.needs_shared and not teacher.shared:
-            raise CompressError(
-                f"the teacher does not share its embeddings (--share-all-embeddings) and the "
-                f"{self.name} student does: use --method dawid, or train the teacher with "
-                "--share-all-embeddings"
+                f"the teacher is pre-LN (--encoder/decoder-normalize-before) and {self.name} "
+                "needs a post-LN teacher (its compactors and masks sit around the LayerNorms of "
+                "a post-LN layer): use --method lightformer (the default), hypoformer or "
+                "smartformer, which take pre-LN teachers"
             )
 
 
 METHODS = {
     "lightformer": Method("lightformer", "lightformer", "rank of every attention / FFN map"),
-    "hypoformer": Method("hypoformer", "hypoformer", "rank of the FFN maps", needs_post_ln=True),
-    "smartformer": Method("smartformer", "smartformer", "CP rank of every Q/K/V map"),
-    "dawid": Method("dawid", "dawid", "", needs_post_ln=True, needs_shared=False),
+    "hypoformer": Method("hypoformer", "hypoformer", "rank of the FFN maps", default_ratio=3.0),
+    "smartformer": Method("smartformer", "smartformer", "CP rank of every Q/K/V map",
+                          default_ratio=None, natural_rank=0.25),  # fmt: skip
+    "dawid": Method("dawid", "dawid", "", needs_post_ln=True),
 }
 SUBFORMER_REFUSAL = (
     "Subformer has no weight transfer from a dense teacher (its sandwich sharing and SAFE "
@@ -111,64 +119,58 @@ SUBFORMER_REFUSAL = (
 )
 
 
-def _spec(label: str, arch: str, flags: list[str]) -> str:
-    """``label=arch:--flag=value:--switch`` (lightcompress-params --table's model spec)."""
-    parts, i = [f"{label}={arch}"], 0
-    while i < len(flags):
-        if i + 1 < len(flags) and not flags[i + 1].startswith("--"):
-            parts.append(f"{flags[i]}={flags[i + 1]}")
-            i += 2
-        else:
-            parts.append(flags[i])
-            i += 1
-    return ":".join(parts)
+def count_params(specs: dict[str, tuple[str, list[str]]], src_vocab: int,
+                 tgt_vocab: int | None = None) -> dict[str, int]:  # fmt: skip
+    """Total parameters of each ``label -> (arch, flags)`` built with random weights at these
+    dictionary sizes (``tgt_vocab`` None: one joined dictionary)."""
+    import contextlib
+    import io
 
+    from lightcompress.build import build_model_without_data, parse_model_args
+    from lightcompress.modules.counting import count_parameters
 
-def count_params(specs: dict[str, tuple[str, list[str]]], vocab: int) -> dict[str, int]:
-    """Total parameters of each ``label -> (arch, flags)`` at a joined vocabulary of ``vocab``
-    (one ``lightcompress-params --table --json`` call)."""
-    table = ",".join(_spec(label, arch, flags) for label, (arch, flags) in specs.items())
-    cmd = tool("lightcompress-params") + ["--vocab-size", str(vocab), "--table", table, "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        why = lines[-1].split("error: ", 1)[-1] if lines else f"exit {proc.returncode}"
-        raise CompressError(f"the student cannot be built from this teacher's shape: {why}")
-    return {rec["label"]: int(rec["total"]) for rec in json.loads(proc.stdout)}
+    out = {}
+    for label, (arch, flags) in specs.items():
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                args = parse_model_args(arch, ["-s", "src", "-t", "tgt", *flags])
+                model = build_model_without_data(args, src_vocab, tgt_vocab)
+        except Exception as exc:  # noqa: BLE001  (any build failure: one line)
+            why = " ".join(str(exc).split())[:200]
+            raise CompressError(
+                f"the {label} model cannot be built from this teacher's shape: {why}"
+            ) from None
+        out[label] = int(count_parameters(model)["total"])
+    return out
 
 
 def search_rank(method: Method, teacher: Teacher, shape: list[str], target: Target,
-                embed_rank: int | None, log=print) -> tuple[int, int, int]:  # fmt: skip
-    """The largest rank whose student meets ``target`` (a ratio or a count of total
-    parameters): ``(rank, student_params, teacher_params)``, both counted the same way."""
-    vocab = teacher.src_vocab
+                embed_rank: int | None, log=print,
+                teacher_shape: list[str] | None = None) -> tuple[int, int, int]:  # fmt: skip
+    """The largest rank whose student (of ``shape``) meets ``target`` (a ratio or a count of
+    total parameters): ``(rank, student_params, teacher_params)``, both counted the same way
+    (the teacher with ``teacher_shape``, default ``shape``)."""
+    vocab = (teacher.src_vocab, teacher.tgt_vocab if teacher.tgt_vocab != teacher.src_vocab else None)
     hi = method.max_rank(teacher)
     counts: dict[int, int] = {}
-    counts_teacher: dict[str, int] = {}
+    t = count_params({"teacher": (teacher.arch, teacher_shape or shape)}, *vocab)["teacher"]
 
     def probe(ranks) -> None:
         specs = {f"r{r}": (method.arch, shape + method.flags(r, embed_rank, teacher))
                  for r in sorted(set(ranks)) if r not in counts}  # fmt: skip
-        if not specs:
-            return
-        if "teacher" not in counts_teacher:
-            specs = {"teacher": (teacher.arch, shape), **specs}
-        got = count_params(specs, vocab)
-        if "teacher" in got:
-            counts_teacher["teacher"] = got.pop("teacher")
-        counts.update({int(k[1:]): v for k, v in got.items()})
+        if specs:
+            counts.update({int(k[1:]): v for k, v in count_params(specs, *vocab).items()})
 
     probe([1, hi])
-    t = counts_teacher["teacher"]
     want = int(t / target.ratio) if target.ratio is not None else int(target.params)
     if counts[1] > want:
         raise CompressError(
             f"the smallest {method.name} student of this shape (rank 1) has {counts[1]:,} "
             f"parameters ({t / counts[1]:.2f}x fewer than the teacher's {t:,}): the target "
             f"({target.describe()}, {want:,}) is out of reach; ask for at most "
-            f"--ratio {t / counts[1]:.2f}"
+            f"--ratio {int(t / counts[1] * 100) / 100:.2f}"
         )
-    for _ in range(8):
+    for _ in range(12):
         ok = max(r for r, c in counts.items() if c <= want)
         over = [r for r, c in counts.items() if c > want]
         if not over or min(over) == ok + 1:
@@ -186,12 +188,12 @@ def search_rank(method: Method, teacher: Teacher, shape: list[str], target: Targ
 def dawid_sparsity(teacher_path: str, target: Target) -> tuple[float, dict]:
     """DA-WID's target sparsity (1 - student / teacher non-embedding parameters; DA-WID keeps
     the embedding table) for a ratio or count of total parameters."""
-    cmd = tool("lightcompress-params") + ["--path", teacher_path, "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        raise CompressError(f"cannot count the teacher: {lines[-1] if lines else proc.returncode}")
-    counts = json.loads(proc.stdout)
+    from lightcompress.measure.params import ParamsError, checkpoint_report
+
+    try:
+        counts = checkpoint_report(teacher_path)
+    except (ParamsError, ValueError) as exc:
+        raise CompressError(f"cannot count the teacher: {exc}") from None
     if target.sparsity is not None:
         return target.sparsity, counts
     total, emb, rest = counts["total"], counts["embedding"], counts["non_embedding"]

@@ -84,13 +84,22 @@ class Teacher:
                 flags.append("--" + key.replace("_", "-"))
         return flags
 
+    def sharing(self) -> str:
+        if self.shared:
+            return "all embeddings shared (one joined dictionary)"
+        if self.settings.get("share_decoder_input_output_embed"):
+            return "decoder input and output tables tied, source table separate"
+        return "no shared tables (source, target and output tables separate)"
+
     def describe(self) -> str:
         s = self.settings
         ln = "post-LN" if self.post_ln else "pre-LN"
-        emb = ", shared embeddings" if self.shared else ""
         return (
-            f"{self.arch} {s['encoder_layers']}-{s['decoder_layers']}, d {s['encoder_embed_dim']}, "
-            f"FFN {s['encoder_ffn_embed_dim']}, {s['encoder_attention_heads']} heads, {ln}{emb}"
+            f"{self.arch} {s['encoder_layers']}-{s['decoder_layers']}: encoder d "
+            f"{s['encoder_embed_dim']}, FFN {s['encoder_ffn_embed_dim']}, "
+            f"{s['encoder_attention_heads']} heads; decoder d {s['decoder_embed_dim']}, FFN "
+            f"{s['decoder_ffn_embed_dim']}, {s['decoder_attention_heads']} heads; {ln}; "
+            f"{self.sharing()}"
         )
 
 

@@ -348,9 +348,14 @@ _PRESETS = {
 
 
 def _transfer_check(teacher_args, student_args, opts, log) -> None:
+    # A pre-LN teacher's student keeps its LayerNorm placement (the student follows the
+    # teacher's function settings); Admin, the paper's post-LN initialisation, cannot apply
     for key in ("encoder_normalize_before", "decoder_normalize_before"):
-        if getattr(teacher_args, key, False):
-            raise ConfigError(f"the teacher is pre-LN ({key}); hypoformer is post-LN")
+        if getattr(teacher_args, key, False) and getattr(student_args, "admin_init", "none") != "none":
+            raise ConfigError(
+                f"the teacher is pre-LN ({key}) and Admin (--admin-init "
+                f"{student_args.admin_init}) is for post-LN layers: add --admin-init none"
+            )
     if getattr(student_args, "hypo_attn_out_proj", False):
         return
     if not getattr(opts, "hypo_drop_out_proj", False):
@@ -379,8 +384,7 @@ HYPOFORMER = Family(
         same=(
             "encoder_embed_dim", "decoder_embed_dim", "encoder_ffn_embed_dim",
             "decoder_ffn_embed_dim", "encoder_attention_heads", "decoder_attention_heads",
-            "encoder_layers", "decoder_layers",
-        ),
+        ),  # (depths may differ: --encoder/decoder-layers-from pick the teacher layers)
         title="Hypoformer TT weight transfer",
         options=((("--hypo-drop-out-proj",), {
             "action": "store_true",

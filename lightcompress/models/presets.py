@@ -98,6 +98,13 @@ class CompressionConfig:
         "training batch), closed-form (admin-torch, sqrt((N+1)/ln(N+1) - 1)) or none",
         choices=ADMIN_MODES,
     )
+    no_share_all_embeddings: bool = _f(
+        False,
+        "do not share the source, target and output tables (the presets share them): a "
+        "student of a teacher with separate dictionaries, or with only "
+        "--share-decoder-input-output-embed",
+        flag="store_true",
+    )
     admin_profile_file: str | None = _f(
         None,
         "with --admin-init profile: read the omegas from PATH if it exists, otherwise profile "
@@ -140,6 +147,10 @@ class Preset:
 
     def apply(self, args) -> None:
         """Set this preset's defaults on ``args`` (anything the user set wins)."""
+        if getattr(args, "no_share_all_embeddings", None):
+            if getattr(args, "share_all_embeddings", None):
+                raise ValueError("--share-all-embeddings and --no-share-all-embeddings contradict")
+            args.share_all_embeddings = False
         for key, value in self.transformer.items():
             if getattr(args, key, None) is None:
                 setattr(args, key, value(args) if callable(value) else value)

@@ -125,8 +125,7 @@ SMARTFORMER = Family(
         same=(
             "encoder_embed_dim", "decoder_embed_dim", "encoder_ffn_embed_dim",
             "decoder_ffn_embed_dim", "encoder_attention_heads", "decoder_attention_heads",
-            "encoder_layers", "decoder_layers",
-        ),
+        ),  # (depths may differ: --encoder/decoder-layers-from pick the teacher layers)
     ),
 )  # fmt: skip
 
