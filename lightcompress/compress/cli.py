@@ -32,6 +32,7 @@ from lightcompress.compress.methods import (
     search_rank,
     tool,
 )
+from lightcompress.compress.shape import add_shape_args, student_shape
 from lightcompress.compress.steps import (
     FileArg,
     Interrupted,
@@ -42,7 +43,6 @@ from lightcompress.compress.steps import (
     render,
     train_progress,
 )
-from lightcompress.compress.shape import add_shape_args, student_shape
 from lightcompress.compress.teacher import CompressError, read_data_bin, read_teacher
 
 __all__ = ["build_plan", "cli_main", "get_parser", "main"]

@@ -107,8 +107,13 @@ class Method:
 METHODS = {
     "lightformer": Method("lightformer", "lightformer", "rank of every attention / FFN map"),
     "hypoformer": Method("hypoformer", "hypoformer", "rank of the FFN maps", default_ratio=3.0),
-    "smartformer": Method("smartformer", "smartformer", "CP rank of every Q/K/V map",
-                          default_ratio=None, natural_rank=0.25),  # fmt: skip
+    "smartformer": Method(
+        "smartformer",
+        "smartformer",
+        "CP rank of every Q/K/V map",
+        default_ratio=None,
+        natural_rank=0.25,
+    ),
     "dawid": Method("dawid", "dawid", "", needs_post_ln=True),
 }
 SUBFORMER_REFUSAL = (
@@ -132,7 +137,10 @@ def count_params(specs: dict[str, tuple[str, list[str]]], src_vocab: int,
     out = {}
     for label, (arch, flags) in specs.items():
         try:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            with (
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
+            ):
                 args = parse_model_args(arch, ["-s", "src", "-t", "tgt", *flags])
                 model = build_model_without_data(args, src_vocab, tgt_vocab)
         except Exception as exc:  # noqa: BLE001  (any build failure: one line)
@@ -150,7 +158,10 @@ def search_rank(method: Method, teacher: Teacher, shape: list[str], target: Targ
     """The largest rank whose student (of ``shape``) meets ``target`` (a ratio or a count of
     total parameters): ``(rank, student_params, teacher_params)``, both counted the same way
     (the teacher with ``teacher_shape``, default ``shape``)."""
-    vocab = (teacher.src_vocab, teacher.tgt_vocab if teacher.tgt_vocab != teacher.src_vocab else None)
+    vocab = (
+        teacher.src_vocab,
+        teacher.tgt_vocab if teacher.tgt_vocab != teacher.src_vocab else None,
+    )
     hi = method.max_rank(teacher)
     counts: dict[int, int] = {}
     t = count_params({"teacher": (teacher.arch, teacher_shape or shape)}, *vocab)["teacher"]

@@ -36,7 +36,9 @@ def _layer_list(text: str) -> list[int]:
     try:
         out = [int(x) for x in text.split(",")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of layer numbers: {text!r} (e.g. 0,2)") from None
+        raise argparse.ArgumentTypeError(
+            f"not a list of layer numbers: {text!r} (e.g. 0,2)"
+        ) from None
     if any(i < 0 for i in out):
         raise argparse.ArgumentTypeError(f"layer numbers start at 0: {text!r}")
     return out
@@ -67,8 +69,11 @@ def add_shape_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--decoder-layers-from", type=_layer_list, metavar="I,J,...",
                    help="the teacher decoder layer each student decoder layer starts from "
                    "(default: the first ones; for one layer, the teacher's first)")  # fmt: skip
-    g.add_argument("--keep-depth", action="store_true",
-                   help="keep the teacher's encoder and decoder depth (slower to decode)")
+    g.add_argument(
+        "--keep-depth",
+        action="store_true",
+        help="keep the teacher's encoder and decoder depth (slower to decode)",
+    )
 
 
 def _replace(flags: list[str], key: str, value: int) -> list[str]:

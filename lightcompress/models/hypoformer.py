@@ -351,7 +351,10 @@ def _transfer_check(teacher_args, student_args, opts, log) -> None:
     # A pre-LN teacher's student keeps its LayerNorm placement (the student follows the
     # teacher's function settings); Admin, the paper's post-LN initialisation, cannot apply
     for key in ("encoder_normalize_before", "decoder_normalize_before"):
-        if getattr(teacher_args, key, False) and getattr(student_args, "admin_init", "none") != "none":
+        if (
+            getattr(teacher_args, key, False)
+            and getattr(student_args, "admin_init", "none") != "none"
+        ):
             raise ConfigError(
                 f"the teacher is pre-LN ({key}) and Admin (--admin-init "
                 f"{student_args.admin_init}) is for post-LN layers: add --admin-init none"
