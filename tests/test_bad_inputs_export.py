@@ -282,8 +282,9 @@ def _closed_stdin(argv) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def _other_graphs(setup, folder: str, tmp_path) -> None:
-    """Another model's graphs (one layer, not two) in place of the export's, the manifest
+def _other_graphs(setup, folder: str, tmp_path, same_shapes: bool) -> None:
+    """Another model's graphs in place of the export's (one layer of width 16, or
+    ``same_shapes``: the export's two layers of width 32 with another vocabulary), the manifest
     written again for them."""
     import torch
 
@@ -292,10 +293,12 @@ def _other_graphs(setup, folder: str, tmp_path) -> None:
     from lightcompress.measure.params import build_random_model
 
     torch.manual_seed(0)
-    flags = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
-             "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-             "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
+    layers, width = (2, 32) if same_shapes else (1, 16)
+    flags = ["--encoder-layers", layers, "--decoder-layers", layers, "--encoder-embed-dim", width,
+             "--decoder-embed-dim", width, "--encoder-ffn-embed-dim", 2 * width,
+             "--decoder-ffn-embed-dim", 2 * width, "--encoder-attention-heads", "2",
              "--decoder-attention-heads", "2"]  # fmt: skip
+    flags = [str(f) for f in flags]
     model, task, _ = build_random_model("transformer", 40, flags, True, return_task=True)
     other = tmp_path / "other"
     export_onnx(model.eval(), task, str(other), check=False)
@@ -306,7 +309,7 @@ def _other_graphs(setup, folder: str, tmp_path) -> None:
 
 TRACEBACK_CASES = ["stdin closed: translate.py", "stdin closed: lightcompress-translate",
                    "config.json without layers", "config.json without eos",
-                   "another model's graphs"]  # fmt: skip
+                   "another model's graphs", "another model's graphs, same shapes"]  # fmt: skip
 
 
 @pytest.mark.parametrize("case", TRACEBACK_CASES)
@@ -323,9 +326,13 @@ def test_9_what_ended_in_a_traceback_is_one_line(setup, tmp_path, case, capsys):
         assert "standard input is closed: give the text with -i FILE" in err[0]
         return
     folder = _copy(setup, tmp_path)
-    if case == "another model's graphs":
-        _other_graphs(setup, folder, tmp_path)
-        words = ("do not fit its config.json", "1 layers, config.json 2")
+    if case.startswith("another model's graphs"):
+        same = case.endswith("same shapes")
+        _other_graphs(setup, folder, tmp_path, same)
+        with open(os.path.join(setup["onnx"], "config.json"), encoding="utf-8") as f:
+            vocab = json.load(f)["vocab_size"]
+        why = f"scores 40 tokens, config.json has {vocab}" if same else "1 layers, config.json 2"
+        words = ("do not fit its config.json", why)
     else:
         key = case.split()[-1]
         _edit_config(folder, lambda c: c.pop(key))
