@@ -270,6 +270,24 @@ def test_8_nan_and_infinity_in_translation_options(setup, tmp_path, translator, 
     assert not out.exists()
 
 
+@pytest.mark.parametrize("translator", ["translate.py", "lightcompress-translate"])
+def test_8_lengths_past_any_model_are_the_models_longest(setup, tmp_path, translator, capsys):
+    """``--max-len-a 1e308`` (finite: accepted) overflowed to an OverflowError traceback; it is
+    the longest output the model allows, as ``--max-len-b`` past its positions is."""
+    outs = []
+    for lengths in (["--max-len-a", "1e308"], ["--max-len-b", str(10**400)],
+                    ["--max-len-b", "5000"]):  # fmt: skip
+        out = tmp_path / "out.txt"
+        if translator == "translate.py":
+            status = _onnx([setup["onnx"], *lengths, "-i", setup["src"], "-o", out])
+        else:
+            status = _torch(["--path", setup["ckpt"], "--data", setup["data"], *lengths, "-i",
+                             setup["src"], "-o", out])  # fmt: skip
+        assert status == 0, capsys.readouterr().err
+        outs.append(out.read_text(encoding="utf-8"))
+    assert outs[0] == outs[1] == outs[2] and len(outs[0].split("\n")) == 9
+
+
 # ------------------------------------------------------------------ 9: tracebacks
 
 

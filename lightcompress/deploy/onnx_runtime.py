@@ -100,9 +100,9 @@ class OnnxGenerator:
         self.offset = config["position_offset"]
         self.encoder = _session(os.path.join(model_dir, "encoder.onnx"), threads)
         self.decoder = _session(os.path.join(model_dir, "decoder.onnx"), threads)
+        check_graphs(model_dir, config, self.encoder, self.decoder)
         # a shortlist export of a float output layer: rows.onnx gathers the candidates' output
         # rows once per batch (the decoder step takes them and the candidates' bias)
-        check_graphs(model_dir, config, self.encoder, self.decoder)
         self.rows = None
         if config.get("shortlist_rows"):
             self.rows = _session(config_path(model_dir, config, "shortlist_rows"), threads)
@@ -388,6 +388,8 @@ class OnnxTranslator:
             raise OnnxError("max_len_a must be >= 0")
         if max_len_a == 0 and min_len > max_len_b:
             raise OnnxError(f"min_len {min_len} is larger than max_len_b {max_len_b}")
+        # (lengths past 2^31: the model's maximum length all the same, without an overflow)
+        max_len_a, max_len_b = min(max_len_a, 2.0**31), min(max_len_b, 2**31)
         self.generator = OnnxGenerator(
             model_dir, beam_size=beam, len_penalty=lenpen, min_len=min_len,
             max_len_a=max_len_a, max_len_b=max_len_b, unk_penalty=unk_penalty, threads=threads,

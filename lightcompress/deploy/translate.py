@@ -165,6 +165,8 @@ class Translator:
             self.shortlist = shortlist and load_shortlist(shortlist, self.src_dict, self.tgt_dict)
         except ShortlistError as exc:
             raise TranslateError(str(exc)) from None
+        # (lengths past 2^31: the model's maximum length all the same, without an overflow)
+        max_len_a, max_len_b = min(max_len_a, 2.0**31), min(max_len_b, 2**31)
         self.generator = FastGenerator(
             model, self.tgt_dict, beam_size=beam, len_penalty=lenpen, min_len=min_len,
             max_len_a=max_len_a, max_len_b=max_len_b, shortlist=self.shortlist or None,
