@@ -411,3 +411,22 @@ def test_11_int8_that_would_quantize_nothing_is_refused(setup, tmp_path, capsys)
                                "large", "-o", str(out)])  # fmt: skip
     _one_line(capsys, status, "--int8 large", "quantize nothing", "without --int8")
     assert os.listdir(tmp_path) == []
+
+
+def test_11_measure_speed_notes_int8_with_nothing_to_quantize_and_keeps_the_others(setup, tmp_path):
+    """measure_speed's ``--int8-large`` of a small model: a note, no row; its float32 and
+    ``--compare-int8`` (every map) exports are still timed."""
+    out = tmp_path / "speed.json"
+    proc = subprocess.run(
+        [os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"), "--data", setup["data"],
+         "--path", f"tiny={setup['ckpt']}", "--onnx", "--int8-large", "--compare-int8",
+         "--runs", "1", "--warmup", "0", "--num-sentences", "2", "--src-len", "4", "--quiet",
+         "--json", str(out)],
+        capture_output=True, text=True, timeout=600, check=False,
+        env=dict(os.environ, PYTHON=sys.executable, PYTHONWARNINGS="ignore"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = {(r["engine"], r["precision"]) for r in json.loads(out.read_text())["models"]}
+    assert {("onnxruntime", "float32"), ("onnxruntime", "int8")} <= rows, rows
+    assert ("onnxruntime", "int8-large") not in rows
+    assert "tiny: no ONNX export (--int8 large: no map" in proc.stdout, proc.stdout

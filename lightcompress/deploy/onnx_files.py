@@ -130,6 +130,9 @@ def _check_keys(path: str, config: dict) -> None:
         raise bad("lacks 'shortlist_rows_outputs'")
     if config.get("position_kind") == "sinusoidal" and not _ints(config.get("position_dim")):
         raise bad("lacks 'position_dim'")
+    for key in ("max_source_positions", "position_dim"):  # (optional)
+        if config.get(key) is not None and not _ints(config[key]):
+            raise bad(f"has {key!r} = {config[key]!r}, not a count")
 
 
 def _ints(*values) -> bool:
