@@ -94,9 +94,16 @@ def _model(family, split=False):
     return model, task, sentences
 
 
-def _write(path, lines, header="#lightcompress-shortlist 1 test"):
+def _write(path, lines, header=None):
+    """A shortlist file of ``lines`` (the builder's header: line count and checksum), or with
+    another ``header`` line."""
+    from lightcompress.deploy.onnx_files import shortlist_text
+
     with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join([header, *lines]) + "\n")
+        if header is None:
+            f.write(shortlist_text(lines, "test"))
+        else:
+            f.write("\n".join([header, *lines]) + "\n")
     return str(path)
 
 
@@ -444,7 +451,8 @@ def test_builder_lists_cooccurring_targets_and_always_the_frequent_ones_eos_and_
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.startswith("lightcompress-shortlist: wrote")
     lines = out.read_text(encoding="utf-8").split("\n")
-    assert lines[0].startswith("#lightcompress-shortlist 1 source=de target=en pairs=400 k=3")
+    assert lines[0].startswith("#lightcompress-shortlist 2 lines=")
+    assert " source=de target=en pairs=400 k=3" in lines[0]
     assert lines[-1] == ""
     always = lines[1].split("\t")[1].split()
     # the two most frequent target words of the training split, by count

@@ -221,7 +221,9 @@ class FastGenerator:
         """The number of tokens scored for a batch and, with a shortlist, their ids."""
         if self.shortlist is None:
             return self.vocab_size, None
-        cands = torch.from_numpy(self.shortlist.candidates(src_tokens.cpu().numpy()))
+        # (at least 2 x beam tokens besides the special ids: the ONNX runtime's rule)
+        ids = self.shortlist.candidates(src_tokens.cpu().numpy(), 2 * self.beam_size)
+        cands = torch.from_numpy(ids)
         return cands.numel(), cands.to(src_tokens.device)
 
     def _start(self, encoder_out: dict, beam: int, cands: Tensor | None = None) -> dict:

@@ -301,10 +301,13 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
                 onnx.save(proto, os.path.join(work, f"{name}.onnx"))
             if check:  # the float32 graphs first, exactly
                 _check(work, dict(zip(arg_names, args)), ref, src, cross, strict=True)
+            quantized = 0
             for name in ("encoder", "decoder"):  # (rows.onnx gathers: nothing to quantize)
                 path = os.path.join(work, f"{name}.onnx")
-                _quantize(path, os.path.join(work, f"{name}.int8.onnx"), limit)
+                quantized += _quantize(path, os.path.join(work, f"{name}.int8.onnx"), limit)
                 protos[name] = onnx.load(os.path.join(work, f"{name}.int8.onnx"))
+            if not quantized:  # (the export would be float32, only larger: refused)
+                raise ExportError(_nothing_to_quantize(int8, limit))
             shutil.rmtree(work)
         _share_weights(protos, tmp)
         for name, proto in protos.items():
@@ -346,6 +349,12 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         if os.path.isdir(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
     return config
+
+
+def _nothing_to_quantize(int8: str, limit: int) -> str:
+    fix = "export it without --int8" + (" (or with --int8 all)" if int8 == "large" else "")
+    return (f"--int8 {int8}: no map of this model has {limit} weights or more, so int8 would "
+            f"quantize nothing (a float32 export, only larger): {fix}")  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------

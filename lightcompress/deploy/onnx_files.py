@@ -12,14 +12,24 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["FORMAT", "MANIFEST", "PACKED_FORMAT", "SHORTLIST_HEADER", "OnnxError", "Shortlist",
-           "load_config", "sinusoid"]  # fmt: skip
+__all__ = ["FILE_KEYS", "FORMAT", "MANIFEST", "PACKED_FORMAT", "SHORTLIST_HEADER", "OnnxError",
+           "Shortlist", "check_graphs", "config_path", "load_config", "ort_errors", "shortlist_text",
+           "sinusoid"]  # fmt: skip
 
 FORMAT = "lightcompress-onnx"
 
 
 class OnnxError(ValueError):
     """An input the runtime cannot use (one line for the user)."""
+
+
+def ort_errors() -> tuple:
+    """onnxruntime's own exception types (they derive from Exception only)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as errors
+
+    names = ("Fail", "InvalidArgument", "NoSuchFile", "InvalidProtobuf", "InvalidGraph",
+             "RuntimeException", "NotImplemented", "EPFail")  # fmt: skip
+    return tuple(getattr(errors, n) for n in names if hasattr(errors, n))
 
 
 def _session(path: str, threads: int):
@@ -31,15 +41,9 @@ def _session(path: str, threads: int):
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.log_severity_level = 3
-    from onnxruntime.capi import onnxruntime_pybind11_state as errors
-
-    # onnxruntime's own exception types (they derive from Exception only)
-    names = ("Fail", "InvalidArgument", "NoSuchFile", "InvalidProtobuf", "InvalidGraph",
-             "RuntimeException", "NotImplemented")  # fmt: skip
-    ort_errors = tuple(getattr(errors, n) for n in names if hasattr(errors, n))
     try:
         return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    except (*ort_errors, OSError, RuntimeError) as exc:
+    except (*ort_errors(), OSError, RuntimeError) as exc:
         detail = " ".join(str(exc).split())[:200]
         raise OnnxError(f"cannot load {path}: {detail}") from None
 
@@ -61,7 +65,9 @@ def sinusoid(positions: np.ndarray, dim: int, freq: Sequence[float] | None = Non
 
 
 def load_config(model_dir: str) -> dict:
-    """The export's ``config.json`` (checked)."""
+    """The export's ``config.json``, checked: its keys, the files it names (inside the export's
+    folder, :func:`config_path`) and ``MANIFEST.sha256`` (required: every file the runtime
+    reads must be listed in it, with the sha256 it has)."""
     path = os.path.join(model_dir, "config.json")
     if not os.path.isdir(model_dir):
         raise OnnxError(f"model directory not found: {model_dir}")
@@ -74,34 +80,110 @@ def load_config(model_dir: str) -> dict:
         raise OnnxError(f"cannot read {path}: {exc}") from None
     if not isinstance(config, dict) or config.get("format") != FORMAT:
         raise OnnxError(f"{path} is not a lightcompress ONNX export")
-    needed = ["encoder.onnx", "decoder.onnx", "dict.src.txt", "dict.tgt.txt"]
-    if config.get("shortlist_rows"):
-        needed.append(config["shortlist_rows"])
+    _check_keys(path, config)
+    needed = ["config.json", "encoder.onnx", "decoder.onnx", "dict.src.txt", "dict.tgt.txt"]
+    needed += [config[k] for k in FILE_KEYS if config.get(k) is not None]
+    if os.path.lexists(os.path.join(model_dir, WEIGHTS)):
+        needed.append(WEIGHTS)
     for name in needed:
-        if not os.path.isfile(os.path.join(model_dir, name)):
+        if not os.path.isfile(_inside(model_dir, name, "config.json names")):
             raise OnnxError(f"{model_dir} lacks {name} (an incomplete export)")
-    _verify_manifest(model_dir)
+    _verify_manifest(model_dir, needed)
     return config
 
 
 MANIFEST = "MANIFEST.sha256"
+WEIGHTS = "weights.bin"
+#: the keys of ``config.json`` that name a file of the export (checked by :func:`load_config`)
+FILE_KEYS = ("spm", "shortlist", "shortlist_rows")
+_INT_KEYS = ("pad", "eos", "unk", "src_pad", "src_eos", "src_unk", "vocab_size",
+             "src_vocab_size", "max_decoder_positions", "position_offset")  # fmt: skip
 
 
-def _verify_manifest(model_dir: str) -> None:
-    """Refuse an export whose files differ from what the exporter wrote (MANIFEST.sha256; an
-    export written before the manifest existed is read as it is)."""
+def _check_keys(path: str, config: dict) -> None:
+    """What the runtime reads from ``config.json`` is there and has the right type."""
+
+    def bad(why: str) -> OnnxError:
+        return OnnxError(f"{path} {why} (an incomplete or edited export): export the model again")
+
+    for key in (*_INT_KEYS, "layers"):
+        if key not in config:
+            raise bad(f"lacks {key!r}")
+    for key in _INT_KEYS:
+        value = config[key]
+        if not _ints(value) or value < 0:
+            raise bad(f"has {key!r} = {value!r}, not a count or an id")
+    for side in ("", "src_"):
+        size = config[f"{side}vocab_size"]
+        for key in (f"{side}pad", f"{side}eos", f"{side}unk"):
+            if config[key] >= size:
+                raise bad(f"has {key!r} = {config[key]}, outside its {size} symbols")
+    layers = config["layers"]
+    specs = layers if isinstance(layers, list) else []
+    if not specs or not all(isinstance(x, dict) and _ints(x.get("heads"), x.get("head_dim"))
+                            for x in specs):  # fmt: skip
+        raise bad("has no list of decoder layers (each with 'heads' and 'head_dim')")
+    for key in FILE_KEYS:
+        if config.get(key) is not None and not isinstance(config[key], str):
+            raise bad(f"has {key!r} = {config[key]!r}, not a file name")
+    if config.get("shortlist_rows") and not isinstance(config.get("shortlist_rows_outputs"), list):
+        raise bad("lacks 'shortlist_rows_outputs'")
+    if config.get("position_kind") == "sinusoidal" and not _ints(config.get("position_dim")):
+        raise bad("lacks 'position_dim'")
+    for key in ("max_source_positions", "position_dim"):  # (optional)
+        if config.get(key) is not None and not _ints(config[key]):
+            raise bad(f"has {key!r} = {config[key]!r}, not a count")
+
+
+def _ints(*values) -> bool:
+    return all(isinstance(v, int) and not isinstance(v, bool) for v in values)
+
+
+def _inside(model_dir: str, name: str, what: str) -> str:
+    """``model_dir/name``, refused unless it lies inside ``model_dir``: no absolute path, no
+    ``..``, no link that leads out of the folder."""
+    parts = name.replace("\\", "/").split("/")
+    if not name or os.path.isabs(name) or ".." in parts:
+        raise OnnxError(f"{what} {name!r}: an export reads only files inside its own folder "
+                        "(a copied or edited export): export the model again")  # fmt: skip
+    path = os.path.join(model_dir, name)
+    root = os.path.realpath(model_dir)
+    if os.path.commonpath([root, os.path.realpath(path)]) != root:
+        raise OnnxError(f"{path} is a link to a file outside {model_dir}: an export reads only "
+                        "files inside its own folder (copy the file in, or export again)")  # fmt: skip
+    return path
+
+
+def config_path(model_dir: str, config: dict, key: str) -> str | None:
+    """The path of the file ``config[key]`` names (None: no such file), inside ``model_dir``."""
+    name = config.get(key)
+    return None if not name else _inside(model_dir, name, f"config.json's {key!r} is")
+
+
+def _verify_manifest(model_dir: str, needed: Sequence[str] = ()) -> None:
+    """Refuse an export without ``MANIFEST.sha256``, one whose manifest leaves out a file of
+    ``needed``, or whose files differ from what the exporter wrote."""
     import hashlib
 
     path = os.path.join(model_dir, MANIFEST)
-    if not os.path.exists(path):
-        return
-    with open(path, encoding="utf-8") as f:
-        entries = [line.rstrip("\n").split("  ", 1) for line in f if line.strip()]
+    again = "export the model again with lightcompress-export-onnx (it writes one)"
+    if not os.path.isfile(path):
+        raise OnnxError(f"{model_dir} has no {MANIFEST}, so its files cannot be checked (a "
+                        f"copied or edited export is refused): {again}")  # fmt: skip
+    try:
+        with open(path, encoding="utf-8") as f:
+            entries = [line.rstrip("\n").split("  ", 1) for line in f if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise OnnxError(f"cannot read {path}: {exc}") from None
+    listed = {e[1] for e in entries if len(e) == 2}
+    for name in needed:
+        if name not in listed:
+            raise OnnxError(f"{path} does not list {name}, so it cannot be checked: {again}")
     for entry in entries:
         if len(entry) != 2:
             raise OnnxError(f"{path} is damaged (not sha256sum lines)")
         expected, name = entry
-        file = os.path.join(model_dir, name)
+        file = _inside(model_dir, name, f"{MANIFEST} lists")
         if not os.path.isfile(file):
             raise OnnxError(f"{model_dir} lacks {name} (an incomplete export)")
         digest = hashlib.sha256()
@@ -115,7 +197,52 @@ def _verify_manifest(model_dir: str) -> None:
             )
 
 
-SHORTLIST_HEADER = "#lightcompress-shortlist 1"
+def check_graphs(model_dir: str, config: dict, encoder, decoder) -> None:
+    """The graphs' inputs and outputs are the ones ``config.json`` describes (another model's
+    graphs in the folder are refused here, not by ONNX Runtime at the first step)."""
+    layers = config["layers"]
+    dec = {i.name: i.shape for i in decoder.get_inputs()}
+    enc_in = [i.name for i in encoder.get_inputs()]
+    pasts = sorted(n for n in dec if n.startswith("past_"))
+    want = sorted(f"past_{c}{i}" for i in range(len(layers)) for c in ("k", "v"))
+    why = None
+    if enc_in != ["src_tokens"] or not {"prev", "order", "bias", "k"} <= set(dec):
+        why = "they are not a lightcompress export's encoder and decoder step"
+    elif pasts != want:
+        why = f"the decoder has {len(pasts) // 2} layers, config.json {len(layers)}"
+    else:
+        for i, spec in enumerate(layers):
+            for c in ("k", "v"):
+                shape = dec[f"past_{c}{i}"]
+                heads, width = spec.get(f"{c}_cache", (spec["heads"], spec["head_dim"]))
+                got = [d if isinstance(d, int) else None for d in (shape[1], shape[3])]
+                if got != [heads, width] and None not in got:
+                    why = f"layer {i}'s cache is {got[0]} x {got[1]}, config.json {heads} x {width}"
+        bias = dec["bias"]
+        if why is None and isinstance(bias[0], int) and bias[0] != config["vocab_size"]:
+            why = f"the decoder scores {bias[0]} tokens, config.json has {config['vocab_size']}"
+    if why is not None:
+        raise OnnxError(f"the graphs in {model_dir} do not fit its config.json ({why}): another "
+                        "model's files? export the model again")  # fmt: skip
+
+
+SHORTLIST_HEADER = "#lightcompress-shortlist 2"
+_OLD_SHORTLIST_HEADER = "#lightcompress-shortlist 1"  # (no line count or checksum)
+
+
+def shortlist_text(lines: Sequence[str], info: str = "") -> str:
+    """The text shortlist file of ``lines`` (``<TAB>`` + the tokens always included, then
+    ``source<TAB>targets``): the header line (``SHORTLIST_HEADER``, the number of lines after it
+    and their sha256, then ``info``), the lines, each ending with ``\\n``. A reader refuses a
+    file whose lines are not all there (:class:`Shortlist`)."""
+    import hashlib
+
+    body = "".join(line + "\n" for line in lines)
+    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+    header = f"{SHORTLIST_HEADER} lines={len(lines)} sha256={digest}"
+    return header + (f" {info}" if info else "") + "\n" + body
+
+
 PACKED_FORMAT = "lightcompress-shortlist-packed 1"
 
 
@@ -129,12 +256,13 @@ class Shortlist:
     ONNX export ships (``.npz``, :meth:`save_packed`: ids instead of tokens, each list sorted and
     stored as differences, compressed; about a sixth of the text's size)."""
 
-    def __init__(self, path: str, src_symbols, tgt_symbols, specials: Sequence[int] = ()):
+    def __init__(self, path: str, src_symbols, tgt_symbols, specials: Sequence[int] = (),
+                 old_text: bool = False):  # fmt: skip
         n_src, n_tgt = len(src_symbols), len(tgt_symbols)
         if path.endswith(".npz"):
             counts, targets, listed = _read_packed(path, n_src, n_tgt)
-        else:
-            counts, targets, listed = _read_text(path, src_symbols, tgt_symbols)
+        else:  # (old_text: a text file without a line count, in an export its manifest checks)
+            counts, targets, listed = _read_text(path, src_symbols, tgt_symbols, old_text)
         self.offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.targets = targets.astype(np.int64, copy=False)
         self.listed = np.asarray(listed, dtype=np.int64)  # (the file's tokens always included)
@@ -143,14 +271,21 @@ class Shortlist:
         self._always_mask = np.zeros(n_tgt, dtype=bool)
         self._always_mask[self.always] = True
         self.sizes = (n_src, n_tgt)
+        self._fixed = max(specials, default=-1) + 1  # (the ids kept as they are)
 
-    def candidates(self, src_tokens: np.ndarray) -> np.ndarray:
-        """The sorted target ids ``[V']`` (int64) the output layer scores for a batch."""
+    def candidates(self, src_tokens: np.ndarray, minimum: int = 0) -> np.ndarray:
+        """The sorted target ids ``[V']`` (int64) the output layer scores for a batch: with
+        ``minimum`` (the translators give twice the beam), at least that many besides the
+        special ids, the lowest ids not yet among them added (a fairseq dictionary's most
+        frequent tokens), so that a short list still leaves the beam search real tokens."""
         mask = self._always_mask.copy()  # (a mask over the vocabulary: no sort per batch)
         off, targets = self.offsets, self.targets
         for i in set(np.asarray(src_tokens).ravel().tolist()):
             if 0 <= i < len(off) - 1:
                 mask[targets[off[i] : off[i + 1]]] = True
+        missing = minimum - int(np.count_nonzero(mask[self._fixed :]))
+        if missing > 0:
+            mask[np.flatnonzero(~mask[self._fixed :])[:missing] + self._fixed] = True
         return np.flatnonzero(mask).astype(np.int64, copy=False)
 
     def save_packed(self, path: str) -> None:
@@ -175,17 +310,40 @@ class Shortlist:
             )  # fmt: skip
 
 
-def _read_text(path: str, src_symbols, tgt_symbols):
+def _check_complete(path: str, text: str, old_text: bool) -> None:
+    """Refuse a text shortlist whose lines are not the ones its header counts and hashes."""
+    import hashlib
+
+    header, _, body = text.partition("\n")
+    again = "rebuild it with lightcompress-shortlist"
+    if header.startswith(_OLD_SHORTLIST_HEADER) and not old_text:
+        raise OnnxError(f"{path} is a shortlist of an older format, without a line count and "
+                        f"checksum (a truncated copy cannot be told from a whole one): {again}")  # fmt: skip
+    if not header.startswith(SHORTLIST_HEADER):
+        if header.startswith(_OLD_SHORTLIST_HEADER):
+            return
+        raise OnnxError(f"{path} is not a lightcompress shortlist (no {SHORTLIST_HEADER!r})")
+    fields = dict(f.split("=", 1) for f in header.split() if "=" in f)
+    count = body.count("\n")
+    if fields.get("lines") != str(count) or (body and not body.endswith("\n")):
+        raise OnnxError(f"{path} is truncated: {count} complete lines where its header counts "
+                        f"{fields.get('lines', 'none')}: {again}")  # fmt: skip
+    if hashlib.sha256(body.encode("utf-8")).hexdigest() != fields.get("sha256"):
+        raise OnnxError(f"{path} was changed after it was written (its lines' sha256 differs "
+                        f"from its header's): {again}")  # fmt: skip
+
+
+def _read_text(path: str, src_symbols, tgt_symbols, old_text: bool = False):
     src_index = {s: i for i, s in enumerate(src_symbols)}
     src_index[""] = -1  # (the line of the tokens always included)
     tgt_index = {s: i for i, s in enumerate(tgt_symbols)}
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
+        with open(path, encoding="utf-8", newline="") as f:
+            text = f.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise OnnxError(f"cannot read the shortlist {path}: {exc}") from None
-    if not lines[0].startswith(SHORTLIST_HEADER):
-        raise OnnxError(f"{path} is not a lightcompress shortlist (no {SHORTLIST_HEADER!r})")
+    _check_complete(path, text, old_text)
+    lines = text.split("\n")
     rows: list = [()] * len(src_symbols)
     listed: set[int] = set()
     for n, line in enumerate(lines[1:], 2):

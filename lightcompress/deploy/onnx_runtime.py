@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -43,7 +44,10 @@ if __package__:  # lightcompress.deploy.onnx_runtime
         Shortlist,
         _read_symbols,
         _session,
+        check_graphs,
+        config_path,
         load_config,
+        ort_errors,
         sinusoid,
     )
 else:  # an export's translate.py, run or loaded by path: its own copy, shipped beside it
@@ -61,6 +65,8 @@ else:  # an export's translate.py, run or loaded by path: its own copy, shipped 
     FORMAT, MANIFEST, SHORTLIST_HEADER = _files.FORMAT, _files.MANIFEST, _files.SHORTLIST_HEADER
     OnnxError, Shortlist, _read_symbols = _files.OnnxError, _files.Shortlist, _files._read_symbols
     _session, load_config, sinusoid = _files._session, _files.load_config, _files.sinusoid
+    check_graphs, config_path = _files.check_graphs, _files.config_path
+    ort_errors = _files.ort_errors
 
 
 class OnnxGenerator:
@@ -94,11 +100,12 @@ class OnnxGenerator:
         self.offset = config["position_offset"]
         self.encoder = _session(os.path.join(model_dir, "encoder.onnx"), threads)
         self.decoder = _session(os.path.join(model_dir, "decoder.onnx"), threads)
+        check_graphs(model_dir, config, self.encoder, self.decoder)
         # a shortlist export of a float output layer: rows.onnx gathers the candidates' output
         # rows once per batch (the decoder step takes them and the candidates' bias)
         self.rows = None
         if config.get("shortlist_rows"):
-            self.rows = _session(os.path.join(model_dir, config["shortlist_rows"]), threads)
+            self.rows = _session(config_path(model_dir, config, "shortlist_rows"), threads)
         self._dec_inputs = [i.name for i in self.decoder.get_inputs()]
         self._enc_outputs = [o.name for o in self.encoder.get_outputs()]
         self._dec_outputs = [o.name for o in self.decoder.get_outputs()]
@@ -110,8 +117,9 @@ class OnnxGenerator:
             if not config.get("shortlist"):
                 raise OnnxError(f"{model_dir} has no shortlist: export it with --shortlist FILE")
             dicts = [_read_symbols(f"{model_dir}/dict.{s}.txt") for s in ("src", "tgt")]
-            self.shortlist = Shortlist(os.path.join(model_dir, config["shortlist"]), *dicts,
-                                       specials=(self.pad, self.eos, self.unk))  # fmt: skip
+            self.shortlist = Shortlist(config_path(model_dir, config, "shortlist"), *dicts,
+                                       specials=(self.pad, self.eos, self.unk),
+                                       old_text=True)  # fmt: skip
         # the session's own run, without the Python wrapper's per-call input validation (about
         # 50 us a step, 5 % of a small model's step; the feed is built here, always complete)
         inner = getattr(self.decoder, "_sess", None)
@@ -140,7 +148,8 @@ class OnnxGenerator:
         if self.shortlist is None and "cands" not in self._dec_inputs:
             return self.vocab_size, {}, None
         all_ids = self.shortlist is None  # (a shortlist export run without it: every id)
-        cands = np.arange(self.vocab_size) if all_ids else self.shortlist.candidates(src_tokens)
+        cands = (np.arange(self.vocab_size) if all_ids
+                 else self.shortlist.candidates(src_tokens, 2 * self.beam_size))  # fmt: skip
         feed = {"cands": cands.astype(np.int64, copy=False)}
         if self.rows is None:
             return len(cands), feed, None
@@ -372,10 +381,15 @@ class OnnxTranslator:
                             ("min_len", min_len), ("max_len_b", max_len_b)):  # fmt: skip
             if value < 1:
                 raise OnnxError(f"{name} must be >= 1, got {value}")
+        for name, value in (("lenpen", lenpen), ("max_len_a", max_len_a)):
+            if not math.isfinite(value):
+                raise OnnxError(f"{name} must be a finite number, got {value}")
         if max_len_a < 0:
             raise OnnxError("max_len_a must be >= 0")
         if max_len_a == 0 and min_len > max_len_b:
             raise OnnxError(f"min_len {min_len} is larger than max_len_b {max_len_b}")
+        # (lengths past 2^31: the model's maximum length all the same, without an overflow)
+        max_len_a, max_len_b = min(max_len_a, 2.0**31), min(max_len_b, 2**31)
         self.generator = OnnxGenerator(
             model_dir, beam_size=beam, len_penalty=lenpen, min_len=min_len,
             max_len_a=max_len_a, max_len_b=max_len_b, unk_penalty=unk_penalty, threads=threads,
@@ -398,7 +412,7 @@ class OnnxTranslator:
         if config.get("spm"):
             import sentencepiece
 
-            path = os.path.join(model_dir, config["spm"])
+            path = config_path(model_dir, config, "spm")
             try:
                 self.spm = sentencepiece.SentencePieceProcessor(model_file=path)
             except (RuntimeError, OSError) as exc:
@@ -423,7 +437,13 @@ class OnnxTranslator:
         out: list[list[int]] = [[] for _ in sentences]
         eos = self.generator.eos
         for idx, src, lengths in left_pad_batches(sentences, self.batch_size, self.src_pad):
-            for i, hyps in zip(idx, self.generator.generate(src, lengths)):
+            try:
+                batch = self.generator.generate(src, lengths)
+            except ort_errors() as exc:  # (graphs that do not fit config.json, checks passed)
+                detail = " ".join(str(exc).split())[:200]
+                raise OnnxError(f"the export's graphs do not run with its config.json "
+                                f"({detail}): export the model again") from None  # fmt: skip
+            for i, hyps in zip(idx, batch):
                 out[i] = [int(t) for t in hyps[0]["tokens"] if t != eos]
         return out
 
@@ -476,6 +496,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise OnnxError(f"--output {args.output}: {parent} is not a writable directory")
         if args.input is not None and not os.path.isfile(args.input):
             raise OnnxError(f"input file not found: {args.input}")
+        if args.input is None and sys.stdin is None:  # (started with stdin closed)
+            raise OnnxError("standard input is closed: give the text with -i FILE")
+        if args.output is None and sys.stdout is None:
+            raise OnnxError("standard output is closed: give a file with -o FILE")
         settings = {k: getattr(args, k) for k in ("beam", "lenpen", "max_len_a", "max_len_b",
                                                   "batch_size", "threads", "shortlist")}  # fmt: skip
         translator = OnnxTranslator(args.model_dir, **settings)

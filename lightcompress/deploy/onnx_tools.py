@@ -132,9 +132,10 @@ def _share_weights(protos: dict, out_dir: str) -> None:
                     entry.key, entry.value = k, v
 
 
-def _quantize(path: str, out_path: str, min_elements: int) -> None:
+def _quantize(path: str, out_path: str, min_elements: int) -> int:
     """ONNX Runtime dynamic int8 of the MatMul / Gemm nodes whose weight has at least
-    ``min_elements`` entries (weights folded first, so transposed weights qualify)."""
+    ``min_elements`` entries (weights folded first, so transposed weights qualify). Returns
+    how many maps it quantized."""
     import onnx
     import onnxruntime as ort
     from onnx import numpy_helper
@@ -167,6 +168,7 @@ def _quantize(path: str, out_path: str, min_elements: int) -> None:
     else:
         shutil.copyfile(folded, out_path)
     os.remove(folded)
+    return len(set(nodes) & {n.name for n in proto.graph.node})  # (a Gemm once)
 
 
 def _write_dict(d, path: str) -> None:

@@ -21,9 +21,11 @@ CTranslate2's vocabulary maps):
   special symbol, PAD scored -inf as in fairseq).
 
 The file is UTF-8 text, read by :class:`lightcompress.deploy.onnx_runtime.Shortlist`: a header
-line (``#lightcompress-shortlist 1`` and how it was built), then ``<TAB>`` and the tokens
-always included, then one line per source token ``source<TAB>target target ...`` (the
-dictionaries' symbols, so ``grep`` reads it). Counting uses sparse matrices (scipy, which
+line (``#lightcompress-shortlist 2``, ``lines=N`` and ``sha256=...`` of the lines after it, so
+that every reader refuses a truncated or edited copy, and how it was built), then ``<TAB>``
+and the tokens always included, then one line per source token ``source<TAB>target target
+...`` (the dictionaries' symbols, so ``grep`` reads it). Files of the first format (``#...
+1``, no count) are refused with a line saying to rebuild them. Counting uses sparse matrices (scipy, which
 scikit-learn brings): about a second per 100k sentence pairs.
 
 Bad input (no data directory, no training split or dictionaries, data that do not fit the
@@ -42,7 +44,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from lightcompress import cli
-from lightcompress.deploy.onnx_runtime import SHORTLIST_HEADER
+from lightcompress.deploy.onnx_files import shortlist_text
 from lightcompress.deploy.shortlist import ShortlistError
 
 __all__ = ["build_shortlist", "cli_main", "language_pair", "list_lines", "main", "write_shortlist"]
@@ -186,12 +188,11 @@ def write_shortlist(path: str, src_dict, tgt_dict, always, lists, info: dict) ->
     from lightcompress.io import atomic_write
 
     sym_s, sym_t = src_dict.symbols, tgt_dict.symbols
-    header = (f"{SHORTLIST_HEADER} source={info['source']} target={info['target']} "
-              f"pairs={info['pairs']} k={info['k']} frequent={info['frequent']} "
-              "estimator=p(t|s)=c(s,t)/c(s) over sentence pairs")  # fmt: skip
-    lines = [header, *list_lines(sym_s, sym_t, always, lists)]
+    about = (f"source={info['source']} target={info['target']} pairs={info['pairs']} "
+             f"k={info['k']} frequent={info['frequent']} "
+             "estimator=p(t|s)=c(s,t)/c(s) over sentence pairs")  # fmt: skip
     with atomic_write(path) as f:
-        f.write("\n".join(lines) + "\n")
+        f.write(shortlist_text(list_lines(sym_s, sym_t, always, lists), about))
 
 
 def _arg_parser() -> argparse.ArgumentParser:

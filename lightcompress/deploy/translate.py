@@ -26,6 +26,7 @@ no output file.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from argparse import Namespace
@@ -106,6 +107,9 @@ class Translator:
                             ("min_len", min_len)):  # fmt: skip
             if value < 1:
                 raise TranslateError(f"{name} must be >= 1, got {value}")
+        for name, value in (("lenpen", lenpen), ("max_len_a", max_len_a)):
+            if not math.isfinite(value):
+                raise TranslateError(f"{name} must be a finite number, got {value}")
         if max_len_a < 0 or max_len_b < 1:
             raise TranslateError("max_len_a must be >= 0 and max_len_b >= 1")
         if max_len_a == 0 and min_len > max_len_b:
@@ -161,6 +165,8 @@ class Translator:
             self.shortlist = shortlist and load_shortlist(shortlist, self.src_dict, self.tgt_dict)
         except ShortlistError as exc:
             raise TranslateError(str(exc)) from None
+        # (lengths past 2^31: the model's maximum length all the same, without an overflow)
+        max_len_a, max_len_b = min(max_len_a, 2.0**31), min(max_len_b, 2**31)
         self.generator = FastGenerator(
             model, self.tgt_dict, beam_size=beam, len_penalty=lenpen, min_len=min_len,
             max_len_a=max_len_a, max_len_b=max_len_b, shortlist=self.shortlist or None,
@@ -295,6 +301,10 @@ def _main(argv: Sequence[str] | None) -> int:
         if message:
             raise TranslateError(message)
     _file(args.input, "input file")
+    if args.input is None and sys.stdin is None:  # (started with stdin closed)
+        raise TranslateError("standard input is closed: give the text with -i FILE")
+    if args.output is None and sys.stdout is None:
+        raise TranslateError("standard output is closed: give a file with -o FILE")
     translator = Translator(
         args.path, args.data, spm=args.spm, bpe_codes=args.bpe_codes,
         tokenizer=args.tokenizer, source_lang=args.source_lang, target_lang=args.target_lang,

@@ -176,7 +176,8 @@ def _with_exports(candidates, workdir, engine, name, precisions, export, make_ru
     """For every float32 fairseq candidate, one candidate per precision of ``engine``:
     ``export(candidate, target, precision)`` writes it into ``workdir``, ``make_runner(
     candidate, target, precision)`` times it. An export refused with one of ``errors`` gives
-    a note (and no candidates of that model). Returns the new candidates and the notes."""
+    a note (and, refused in the first precision, no candidates of that model; in another, none
+    of that precision). Returns the new candidates and the notes."""
     os.makedirs(workdir, exist_ok=True)
     out, notes = [], []
     for i, c in enumerate(candidates):
@@ -188,7 +189,9 @@ def _with_exports(candidates, workdir, engine, name, precisions, export, make_ru
                 export(c, target, precision)
             except errors as exc:
                 notes.append(f"{c.label}: no {name} export ({exc})")
-                break
+                if precision == precisions[0]:  # (a model it cannot export at all)
+                    break
+                continue  # (one precision refused, e.g. int8 of the large maps of a small model)
             if log:
                 log(f"exported {c.label} to {name} ({precision}): {target}")
             out.append(
