@@ -425,6 +425,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     args = _arg_parser().parse_args(argv)
     prog = PROG
+    from lightcompress.deploy.onnx_text import TextError, check_arguments, settings_of
+
+    if args.bpe_codes is None and args.spm is None and os.path.isfile(f"{args.data}/bpe.code"):
+        args.bpe_codes = os.path.join(args.data, "bpe.code")  # (the IWSLT'14 recipe's copy)
+    try:
+        check_arguments(args)
+    except TextError as exc:
+        raise ExportError(str(exc)) from None
     if args.spm is not None and not os.path.isfile(args.spm):
         raise ExportError(f"sentencepiece model not found: {args.spm}")
     if args.spm is not None:
@@ -435,15 +443,6 @@ def _main(argv: Sequence[str] | None) -> int:
         except (RuntimeError, OSError) as exc:
             detail = " ".join(str(exc).split())[:200]
             raise ExportError(f"cannot load the sentencepiece model {args.spm}: {detail}")
-    from lightcompress.deploy.onnx_text import TextError, check_arguments, settings_of
-
-    if args.bpe_codes is None and args.spm is None and os.path.isfile(f"{args.data}/bpe.code"):
-        args.bpe_codes = os.path.join(args.data, "bpe.code")  # (the IWSLT'14 recipe's copy)
-        print(f"{prog}: raw text through Moses + the BPE codes {args.bpe_codes}", file=sys.stderr)
-    try:
-        check_arguments(args)
-    except TextError as exc:
-        raise ExportError(str(exc)) from None
     if not os.path.isfile(args.path):
         raise ExportError(f"checkpoint not found: {args.path}")
     if args.shortlist is not None and not os.path.isfile(args.shortlist):
@@ -488,7 +487,8 @@ def _main(argv: Sequence[str] | None) -> int:
         steps = [f"Moses ({b['source_lang']})"] if b["tokenizer"] else []
         steps += ["lowercased"] * bool(b["lowercase"]) + ["BPE"]
         after = f", Moses-detokenized ({b['target_lang']})" if b["tokenizer"] else ""
-        print(f"{prog}: raw text in: {', '.join(steps)}; out: @@ removed{after}", file=sys.stderr)
+        print(f"{prog}: raw text in: {', '.join(steps)} (the codes {args.bpe_codes}); out: @@ "
+              f"removed{after}", file=sys.stderr)  # fmt: skip
     elif not config.get("spm"):
         print(f"{prog}: no tokenizer (no --spm or --bpe-codes): the export takes subword "
               "tokens (translate.py --tokenized)", file=sys.stderr)  # fmt: skip
