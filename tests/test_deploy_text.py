@@ -268,3 +268,13 @@ def test_an_export_takes_the_data_bins_bpe_code_as_the_recipe_leaves_it(iwslt, t
     assert config["bpe"]["lowercase"] is False and config["bpe"]["aggressive_dash_splits"] is True
     pieces = OnnxTranslator(out).bpe.encode("Das Haus-Boot.")  # (-a; no lowercasing)
     assert " ".join(pieces).replace("@@ ", "") == "Das Haus @-@ Boot ."
+    # a damaged export (onnx_text.py is in its manifest): one line
+    os.remove(os.path.join(out, "onnx_text.py"))
+    for args in ((), ("--tokenized",)):
+        proc = _runtime(out, *args, stdin="Das Haus.\n")
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert "lacks onnx_text.py (an incomplete export)" in proc.stderr
+    from lightcompress.deploy.onnx_text import MosesBPE, TextError
+
+    with pytest.raises(TextError, match="not a file of the export"):
+        MosesBPE.from_export(out, {"codes": "../code"})

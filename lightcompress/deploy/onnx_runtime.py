@@ -10,12 +10,12 @@ neither torch nor fairseq nor lightcompress::
     python model-onnx/translate.py model-onnx --beam 5 < test.de > test.en
     python model-onnx/translate.py model-onnx --tokenized < test.bpe.de > test.bpe.en
 
-An export without a tokenizer translates the data's subword tokens only (``--tokenized``,
-``tokenized=True``) and refuses raw text.
-
     from lightcompress.deploy.onnx_runtime import OnnxTranslator
     t = OnnxTranslator("model-onnx", beam=5, threads=1)
     t.translate(["Die Datei konnte nicht gelesen werden.", ""])   # -> ["...", ""]
+
+An export without a tokenizer translates the data's subword tokens only (``--tokenized``,
+``tokenized=True``) and refuses raw text with one line.
 
 :class:`OnnxGenerator` is fairseq's ``SequenceGenerator`` beam search (the same candidate
 selection, finalization, length penalty, ``min_len`` / ``max_len`` rules, batch shrinking and
@@ -427,7 +427,9 @@ class OnnxTranslator:
             except (RuntimeError, OSError) as exc:
                 detail = " ".join(str(exc).split())[:200]
                 raise OnnxError(f"cannot load the sentencepiece model {path}: {detail}") from None
-        self.bpe = _moses_bpe(model_dir, config["bpe"]) if config.get("bpe") else None
+        self.bpe = None  # (Moses + BPE: loaded for raw text only)
+        if config.get("bpe") and not tokenized:
+            self.bpe = _moses_bpe(model_dir, config["bpe"])
         self.tokenized = tokenized
         self.text_error = None  # (why raw text is refused: an export without a tokenizer)
         if not tokenized and self.spm is None and self.bpe is None:

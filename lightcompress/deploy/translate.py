@@ -9,6 +9,7 @@
     t.translate(["Die Datei konnte nicht gelesen werden.", ""])   # -> ["...", ""]
 
     lightcompress-translate --path ckpt.pt --data data-bin/demo --spm spm.model < in.de > out.en
+    lightcompress-translate --path ckpt.pt --data data-bin/iwslt14 --bpe-codes code < in > out
 
 Text goes through the data's tokenizer: sentencepiece (``--spm``, fairseq's own encoder as in
 ``fairseq-interactive`` and the hub interface), or Moses + subword-nmt BPE (``--bpe-codes``:
@@ -260,7 +261,8 @@ class Translator:
 def _arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lightcompress-translate",
-        description="Translate raw text (one sentence per line) with a fairseq checkpoint of "
+        description="Translate raw text (one sentence per line; with --spm or --bpe-codes, "
+        "else the data's subword tokens) with a fairseq checkpoint of "
         "any lightcompress or fairseq translation architecture, on the fast path "
         "(fairseq's beam search and results, compressed weights kept).",
     )
