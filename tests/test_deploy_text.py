@@ -278,3 +278,15 @@ def test_an_export_takes_the_data_bins_bpe_code_as_the_recipe_leaves_it(iwslt, t
 
     with pytest.raises(TextError, match="not a file of the export"):
         MosesBPE.from_export(out, {"codes": "../code"})
+
+
+def test_compress_exports_the_student_with_the_datas_bpe_codes(iwslt, tmp_path, capsys):
+    from lightcompress.compress.cli import main
+
+    save = tmp_path / "save"
+    argv = [iwslt["teacher"], "--data", iwslt["data"], "--bpe-codes", iwslt["codes"], "-o",
+            str(save), "--method", "dawid", "--dry-run"]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    export = [line for line in capsys.readouterr().out.splitlines() if "export-onnx" in line]
+    assert len(export) == 1 and export[0].endswith(f"--bpe-codes {iwslt['codes']}"), export
+    assert not save.exists()
