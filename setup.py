@@ -37,6 +37,10 @@ setup(
         "cython",
         "cffi",
         "sentencepiece>=0.1.99",
+        # raw text through a Moses + subword-nmt BPE model (lightcompress.deploy.onnx_text: the
+        # ONNX export's translate.py and lightcompress-translate --bpe-codes)
+        "sacremoses>=0.1",
+        "subword-nmt>=0.3.8",
         "tensorly>=0.8",
         "rouge-score>=0.1.2",
         "matplotlib>=3.5",

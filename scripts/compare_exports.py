@@ -10,8 +10,9 @@ first export's.
 
 Use it for a change of the exporter (the same checkpoint exported by two versions of the code),
 or for two exports of one model (float32 against int8, with and without ``--shortlist``).
-Lines of ``--input`` are raw text, encoded by the first export's sentencepiece model (without
-one, space-separated pieces); every k-th line is taken (k = lines // ``--num-sentences``).
+Lines of ``--input`` are raw text, encoded by the first export's tokenizer (``--tokenized``:
+the data's space-separated subword tokens, the only input of an export without a tokenizer);
+every k-th line is taken (k = lines // ``--num-sentences``).
 Tokens are the hypotheses' tokens with EOS, as ``measure_speed`` counts them. One thread,
 beam 5, fairseq's length rules as set. Bad input: one line, exit status 2.
 """
@@ -42,9 +43,11 @@ def compare(args) -> list[dict]:
     lines = sample_lines(args.input, args.num_sentences)
     settings = {"beam": 5, "batch_size": args.batch_size, "threads": 1, "lenpen": 1.0,
                 "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
-                "shortlist": args.shortlist}  # fmt: skip
+                "shortlist": args.shortlist, "tokenized": args.tokenized}  # fmt: skip
     try:
         translators = [onnx_runtime.OnnxTranslator(d, **settings) for d in args.exports]
+        if translators[0].text_error:
+            raise onnx_runtime.OnnxError(translators[0].text_error)
     except onnx_runtime.OnnxError as exc:
         raise CompareError(str(exc)) from None
     dicts = {tuple(t.src_symbols) for t in translators}
@@ -85,6 +88,8 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-len-a", type=float, default=1.2, help="default 1.2 (the benchmark's)")
     p.add_argument("--max-len-b", type=int, default=10, help="default 10 (the benchmark's)")
     p.add_argument("--shortlist", action="store_true", help="score each export's shortlist")
+    p.add_argument("--tokenized", action="store_true",
+                   help="--input is the data's subword tokens (space-separated)")  # fmt: skip
     p.add_argument("--json", help="also write the rows to this file")
     return p
 

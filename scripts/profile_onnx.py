@@ -78,7 +78,7 @@ def _translator(args, profile_dir: str | None):
 def _settings(args) -> dict:
     return {"beam": args.beam, "batch_size": args.batch_size, "threads": 1,
             "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
-            "shortlist": args.shortlist}  # fmt: skip
+            "shortlist": args.shortlist, "tokenized": args.tokenized}  # fmt: skip
 
 
 def wall_shares(translator, sentences, runs: int) -> dict:
@@ -161,6 +161,8 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=3, help="timed runs, the best kept (default 3)")
     p.add_argument("--top", type=int, default=12, help="nodes listed (default 12)")
     p.add_argument("--shortlist", action="store_true", help="score the export's shortlist only")
+    p.add_argument("--tokenized", action="store_true",
+                   help="--input is the data's subword tokens (space-separated)")  # fmt: skip
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
     prog = "profile_onnx.py"

@@ -363,7 +363,7 @@ def test_translate_py_on_a_full_disk_is_one_line_and_leaves_no_temporary_file(
     monkeypatch.setattr(onnx_runtime.os, "replace", full)
     target = tmp_path / "result" / "out.txt"
     target.parent.mkdir()
-    assert onnx_runtime.main([str(out), "-i", str(src), "-o", str(target)]) == 2
+    assert onnx_runtime.main([str(out), "-i", str(src), "-o", str(target), "--tokenized"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "No space left on device" in err[0]
     assert os.listdir(target.parent) == []
@@ -489,7 +489,8 @@ def test_a_line_longer_than_the_models_positions_is_one_line(
     src = tmp_path / "in.txt"
     src.write_text(text)
     capsys.readouterr()
-    assert onnx_runtime.main([str(out), "-i", str(src), "-o", str(tmp_path / "o.txt")]) == 2
+    argv = [str(out), "-i", str(src), "-o", str(tmp_path / "o.txt"), "--tokenized"]
+    assert onnx_runtime.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "input line 2 has 1101 tokens" in err[0]
     assert not (tmp_path / "o.txt").exists()
@@ -540,7 +541,8 @@ def test_the_exports_translate_py_refuses_non_utf8_input_with_one_line(tmp_path,
     src = tmp_path / "in.txt"
     src.write_bytes(b"5 6 \xff 7\n")
     capsys.readouterr()
-    assert onnx_runtime.main([str(out), "-i", str(src), "-o", str(tmp_path / "o.txt")]) == 2
+    argv = [str(out), "-i", str(src), "-o", str(tmp_path / "o.txt"), "--tokenized"]
+    assert onnx_runtime.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not UTF-8" in err[0] and not (tmp_path / "o.txt").exists()
 

@@ -44,7 +44,8 @@ def exports(tmp_path_factory):
 def test_compare_exports_times_each_export_against_the_first(exports, capsys):
     out = exports["root"] / "rows.json"
     argv = [exports["float32"], exports["int8"], exports["float32"], "--input", exports["input"],
-            "--num-sentences", "6", "--runs", "2", "--max-len-b", "4", "--json", str(out)]  # fmt: skip
+            "--num-sentences", "6", "--runs", "2", "--max-len-b", "4", "--json", str(out),
+            "--tokenized"]  # fmt: skip
     assert compare_exports.main(argv) == 0
     printed = capsys.readouterr().out
     rows = json.loads(out.read_text())["rows"]
@@ -69,9 +70,14 @@ def test_compare_exports_bad_input_is_one_line(exports, tmp_path, capsys):
         ([exports["float32"], exports["int8"], "--runs", "0"], "--runs must be >= 1"),
     ]
     for exps, message in cases:
-        assert compare_exports.main([*exps, "--input", exports["input"]]) == 2
+        assert compare_exports.main([*exps, "--input", exports["input"], "--tokenized"]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
     argv = [exports["float32"], exports["int8"], "--input", str(empty)]
     assert compare_exports.main(argv) == 2
     assert "has no sentences" in capsys.readouterr().err
+    # an export without a tokenizer refuses raw text (one line): --tokenized gives its tokens
+    argv = [exports["float32"], exports["int8"], "--input", exports["input"]]
+    assert compare_exports.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "has no tokenizer" in err and "--tokenized" in err and len(err.strip().splitlines()) == 1

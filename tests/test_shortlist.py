@@ -545,7 +545,7 @@ def test_translate_commands_take_the_shortlist(words, tmp_path):
     out = tmp_path / "onnx"
     proc = _cli("lightcompress.deploy.onnx_export", *base, "--shortlist", sl, "-o", out)
     assert proc.returncode == 0, proc.stderr
-    runtime = [sys.executable, str(out / "translate.py"), str(out), "--beam", "5"]
+    runtime = [sys.executable, str(out / "translate.py"), str(out), "--beam", "5", "--tokenized"]
     run = lambda *a: subprocess.run([*runtime, *a], input=text, capture_output=True, text=True,
                                     check=False, timeout=300)  # fmt: skip
     assert run().stdout == plain.stdout

@@ -138,7 +138,7 @@ def test_fuse_generate_and_count_the_fused_model(wid_data, wid_student, tmp_path
         if line.startswith("S-"):
             sid, text = line.split("\t", 1)
             sources[int(sid[2:])] = text
-    onnx = OnnxTranslator(onnx_dir, beam=2, max_len_b=12, batch_size=16)
+    onnx = OnnxTranslator(onnx_dir, beam=2, max_len_b=12, batch_size=16, tokenized=True)
     assert onnx.translate([sources[i] for i in sorted(sources)]) == hyps
     with open(out + ".shapes.json") as f:
         shapes = f.read().strip()

@@ -116,7 +116,8 @@ def get_parser() -> argparse.ArgumentParser:
     d.add_argument("-s", "--source-lang", help="default: the teacher's, else the data-bin's pair")
     d.add_argument("-t", "--target-lang")
     d.add_argument("--spm", help="sentencepiece model of the data (post-processing, the export)")
-    d.add_argument("--bpe-codes", help="subword-nmt codes of the data (post-processing)")
+    d.add_argument("--bpe-codes", help="subword-nmt codes of the data (post-processing; the "
+                   "export then takes raw text: Moses + BPE, lowercased if the data is)")  # fmt: skip
     d.add_argument("--post-process", help="fairseq --post-process before scoring (default: "
                    "sentencepiece with --spm, subword_nmt with --bpe-codes, else none)")  # fmt: skip
     d.add_argument("--ref", help="raw references of the test split (default: fairseq's "
@@ -306,6 +307,8 @@ def build_plan(opts, extra: list[str], log=print):
     onnx_dir = os.path.join(save, "student-onnx")
     notes = []
     spm = ["--spm", os.path.abspath(opts.spm)] if opts.spm else []
+    if opts.bpe_codes and not opts.spm:  # (raw text: Moses + BPE, settings from the data-bin)
+        spm = ["--bpe-codes", os.path.abspath(opts.bpe_codes)]
     steps.append(Step("export", "ONNX Runtime export of the student", [
         tool("lightcompress-export-onnx") + ["--path", student, "--data", B, *langs, "-o", onnx_dir,
                                              *spm]], outputs=[os.path.join(onnx_dir, "MANIFEST.sha256")]))  # fmt: skip

@@ -169,8 +169,12 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
         f"Speed: {protocol['speed']}.",
     ]
     if s.get("onnx_export"):
+        raw = _takes_raw_text(s["onnx_export"])
+        flag = "" if raw else " --tokenized"
+        what = "raw text" if raw else "the data's subword tokens: --spm or --bpe-codes for raw text"
         lines += ["", (f"The student's ONNX Runtime export: `{s['onnx_export']}` "
-                  f"(`python {s['onnx_export']}/translate.py {s['onnx_export']} < in > out`).")]  # fmt: skip
+                  f"(`python {s['onnx_export']}/translate.py {s['onnx_export']}{flag} < in > out`; "
+                  f"{what}).")]  # fmt: skip
     for note in protocol.get("notes", []):
         lines += ["", note]
     lines += ["", "Commands run (`plan.json` in this directory):", "", "```bash"]
@@ -251,3 +255,13 @@ def write_report(save_dir: str, plan: dict, protocol: dict, refs_file: str | Non
     plot(rows, os.path.join(save_dir, "report.png"),
          f"{plan['method']}: teacher vs student ({plan['choice']})")  # fmt: skip
     _atomic_text(os.path.join(save_dir, "report.md"), render_markdown(plan, rows, protocol))
+
+
+def _takes_raw_text(onnx_dir: str) -> bool:
+    """Whether an ONNX export carries a tokenizer (sentencepiece, or Moses + BPE)."""
+    try:
+        with open(os.path.join(onnx_dir, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return bool(isinstance(config, dict) and (config.get("spm") or config.get("bpe")))

@@ -19,7 +19,13 @@ writes a self-contained directory that :mod:`lightcompress.deploy.onnx_runtime` 
 - ``config.json`` (special ids, layer shapes, maximum positions), ``dict.src.txt`` /
   ``dict.tgt.txt`` (the model's fairseq dictionaries), ``spm.model`` when given, and
   ``translate.py`` and ``onnx_files.py`` (a copy of the runtime: ``python translate.py DIR <
-  in > out``).
+  in > out``);
+- with ``--bpe-codes`` (a Moses + subword-nmt BPE data-bin, fairseq's IWSLT'14 recipe; the
+  data-bin's ``bpe.code`` when neither it nor ``--spm`` is given): ``bpe.codes``,
+  ``onnx_text.py`` (:mod:`lightcompress.deploy.onnx_text`: sacremoses + subword-nmt) and the
+  settings in ``config.json``'s ``"bpe"`` (Moses languages, lowercasing, dash splits), so the
+  export takes raw text and returns detokenized text. An export with neither takes only
+  subword tokens (``translate.py --tokenized``) and refuses raw text.
 
 The graphs are traced from the model's own modules (``q_proj(x)``, ``fc1(x)``, the output
 projection...), so every compressed family whose decoder the lean step of
@@ -135,11 +141,24 @@ def _probe(model, vocab: int, pad: int, eos: int):
 
 
 def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | None = None,
-                check: bool = True, shortlist: str | None = None) -> dict:  # fmt: skip
+                check: bool = True, shortlist: str | None = None,
+                bpe: dict | None = None) -> dict:  # fmt: skip
     """Export ``model`` (eval mode, float32, CPU) into the new directory ``out_dir`` (see the
     module notes); ``int8``: ``None``, ``"large"`` or ``"all"``; ``shortlist``: a shortlist
-    file to ship (the decoder graph then takes candidate ids). Returns the config written.
+    file to ship (the decoder graph then takes candidate ids); ``bpe``: Moses + BPE settings
+    (:class:`~lightcompress.deploy.onnx_text.MosesBPE`'s keyword arguments, ``codes`` the
+    file to ship). Returns the config written.
     Raises :class:`ExportError` (nothing written) for a model it cannot export."""
+    text = None
+    if bpe is not None:  # (checked before anything is written)
+        from lightcompress.deploy.onnx_text import MosesBPE, TextError
+
+        if spm:
+            raise ExportError("give a sentencepiece model or BPE codes, not both")
+        try:
+            text = MosesBPE(**bpe)
+        except TextError as exc:
+            raise ExportError(str(exc)) from None
     why = export_error(model)
     if why is not None:
         raise ExportError(f"{type(model).__name__} cannot be exported to ONNX: {why}")
@@ -174,6 +193,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         if _position_kind(dec) == "sinusoidal" else None,
         "layers": layers, "int8": int8, "architecture": type(model).__name__,
         "spm": "spm.model" if spm else None,
+        "bpe": text.settings() if text is not None else None,
         # the decoder graph takes the encoder's outputs once per sentence (exports before
         # this key: repeated per hypothesis)
         "cross_layout": "sentence",
@@ -317,6 +337,10 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         _write_dict(tgt_dict, os.path.join(tmp, "dict.tgt.txt"))
         if spm:
             shutil.copyfile(spm, os.path.join(tmp, "spm.model"))
+        if text is not None:  # the codes, and the Moses + BPE code beside translate.py
+            shutil.copyfile(bpe["codes"], os.path.join(tmp, config["bpe"]["codes"]))
+            shutil.copyfile(os.path.join(os.path.dirname(__file__), "onnx_text.py"),
+                            os.path.join(tmp, "onnx_text.py"))  # fmt: skip
         if shortlist is not None:
             packed.save_packed(os.path.join(tmp, "shortlist.npz"))
         shutil.copyfile(os.path.join(os.path.dirname(__file__), "onnx_runtime.py"),
@@ -380,6 +404,9 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("-t", "--target-lang", help="target language (as -s)")
     p.add_argument("-o", "--output", required=True, help="output directory (new or empty)")
     p.add_argument("--spm", help="sentencepiece model to ship with the export (raw text)")
+    from lightcompress.deploy.onnx_text import add_arguments
+
+    add_arguments(p)  # --bpe-codes and the Moses options (raw text)
     p.add_argument(
         "--int8",
         nargs="?",
@@ -407,6 +434,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     args = _arg_parser().parse_args(argv)
     prog = PROG
+    from lightcompress.deploy.onnx_text import TextError, check_arguments, settings_of
+
+    if args.bpe_codes is None and args.spm is None and os.path.isfile(f"{args.data}/bpe.code"):
+        args.bpe_codes = os.path.join(args.data, "bpe.code")  # (the IWSLT'14 recipe's copy)
+    try:
+        check_arguments(args)
+    except TextError as exc:
+        raise ExportError(str(exc)) from None
     if args.spm is not None and not os.path.isfile(args.spm):
         raise ExportError(f"sentencepiece model not found: {args.spm}")
     if args.spm is not None:
@@ -437,9 +472,14 @@ def _main(argv: Sequence[str] | None) -> int:
                 "trained with"
             )
         raise ExportError(message) from None
+    bpe = None
+    if args.bpe_codes is not None:
+        cfg = getattr(task, "cfg", None) or getattr(task, "args", None)
+        bpe = settings_of(args, getattr(cfg, "source_lang", None),
+                          getattr(cfg, "target_lang", None), task.source_dictionary.symbols)  # fmt: skip
     try:
         config = export_onnx(model, task, args.output, int8=args.int8, spm=args.spm,
-                             shortlist=args.shortlist)  # fmt: skip
+                             shortlist=args.shortlist, bpe=bpe)  # fmt: skip
     except OSError as exc:  # a full disk, a read-only file system (nothing is left)
         raise ExportError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     errors = config.get("int8_error")
@@ -451,6 +491,16 @@ def _main(argv: Sequence[str] | None) -> int:
     if agreement is not None:
         print(f"{prog}: int8 kept the float32 model's best translation of "
               f"{100 * agreement:.0f} % of the probe sentences", file=sys.stderr)  # fmt: skip
+    if config.get("bpe"):
+        b = config["bpe"]
+        steps = [f"Moses ({b['source_lang']})"] if b["tokenizer"] else []
+        steps += ["lowercased"] * bool(b["lowercase"]) + ["BPE"]
+        after = f", Moses-detokenized ({b['target_lang']})" if b["tokenizer"] else ""
+        print(f"{prog}: raw text in: {', '.join(steps)} (the codes {args.bpe_codes}); out: @@ "
+              f"removed{after}", file=sys.stderr)  # fmt: skip
+    elif not config.get("spm"):
+        print(f"{prog}: no tokenizer (no --spm or --bpe-codes): the export takes subword "
+              "tokens (translate.py --tokenized)", file=sys.stderr)  # fmt: skip
     print(f"{prog}: wrote {args.output}", file=sys.stderr)
     return 0
 

@@ -1,15 +1,21 @@
 """Translate with a model exported by ``lightcompress-export-onnx``: numpy + ONNX Runtime, no torch.
 
 This file and :mod:`lightcompress.deploy.onnx_files` (the export's files: config, sessions,
-shortlist) import only numpy, onnxruntime and, for raw text, sentencepiece: the exporter copies
-them into every export as ``translate.py`` and ``onnx_files.py`` (which ``translate.py`` loads
-from its own folder), so a deployment needs neither torch nor fairseq nor lightcompress::
+shortlist) import only numpy, onnxruntime and, for raw text, sentencepiece (an export made with
+``--spm``) or sacremoses and subword-nmt (``--bpe-codes``: :mod:`lightcompress.deploy.onnx_text`,
+shipped as ``onnx_text.py``): the exporter copies them into every export as ``translate.py`` and
+``onnx_files.py`` (which ``translate.py`` loads from its own folder), so a deployment needs
+neither torch nor fairseq nor lightcompress::
 
     python model-onnx/translate.py model-onnx --beam 5 < test.de > test.en
+    python model-onnx/translate.py model-onnx --tokenized < test.bpe.de > test.bpe.en
 
     from lightcompress.deploy.onnx_runtime import OnnxTranslator
     t = OnnxTranslator("model-onnx", beam=5, threads=1)
     t.translate(["Die Datei konnte nicht gelesen werden.", ""])   # -> ["...", ""]
+
+An export without a tokenizer translates the data's subword tokens only (``--tokenized``,
+``tokenized=True``) and refuses raw text with one line.
 
 :class:`OnnxGenerator` is fairseq's ``SequenceGenerator`` beam search (the same candidate
 selection, finalization, length penalty, ``min_len`` / ``max_len`` rules, batch shrinking and
@@ -67,6 +73,21 @@ else:  # an export's translate.py, run or loaded by path: its own copy, shipped 
     _session, load_config, sinusoid = _files._session, _files.load_config, _files.sinusoid
     check_graphs, config_path = _files.check_graphs, _files.config_path
     ort_errors = _files.ort_errors
+
+
+def _moses_bpe(model_dir: str, settings):
+    """The export's Moses + BPE text processing (``onnx_text.py``, shipped beside this file)."""
+    if __package__:
+        from lightcompress.deploy import onnx_text
+    else:
+        here = os.path.dirname(os.path.abspath(__file__))
+        if not os.path.isfile(os.path.join(here, "onnx_text.py")):
+            raise OnnxError(f"{model_dir} lacks onnx_text.py (an incomplete export)")
+        onnx_text = _sibling("onnx_text")
+    try:
+        return onnx_text.MosesBPE.from_export(model_dir, settings)
+    except onnx_text.TextError as exc:
+        raise OnnxError(str(exc)) from None
 
 
 class OnnxGenerator:
@@ -367,8 +388,10 @@ def left_pad_batches(sentences: Sequence[np.ndarray], batch_size: int, pad: int)
 
 
 class OnnxTranslator:
-    """Raw text in, raw text out, with an export (and its ``spm.model`` when it has one;
-    without it, lines are space-separated subword units and so are the translations).
+    """Raw text in, raw text out, with an export's tokenizer (its ``spm.model``, or Moses +
+    its ``bpe.codes``). ``tokenized=True``: lines are the data's space-separated subword units
+    and so are the translations (the only way to use an export without a tokenizer: raw text is
+    refused with :class:`OnnxError`).
 
     Parameters are :class:`OnnxGenerator`'s, plus ``batch_size`` (sentences per batch).
     """
@@ -376,7 +399,7 @@ class OnnxTranslator:
     def __init__(self, model_dir: str, beam: int = 5, lenpen: float = 1.0,
                  max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
                  batch_size: int = 32, threads: int = 1, unk_penalty: float = 0.0,
-                 shortlist: bool = False):  # fmt: skip
+                 shortlist: bool = False, tokenized: bool = False):  # fmt: skip
         for name, value in (("beam", beam), ("batch_size", batch_size), ("threads", threads),
                             ("min_len", min_len), ("max_len_b", max_len_b)):  # fmt: skip
             if value < 1:
@@ -418,16 +441,39 @@ class OnnxTranslator:
             except (RuntimeError, OSError) as exc:
                 detail = " ".join(str(exc).split())[:200]
                 raise OnnxError(f"cannot load the sentencepiece model {path}: {detail}") from None
+        self.bpe = None  # (Moses + BPE: loaded for raw text only)
+        if config.get("bpe") and not tokenized:
+            self.bpe = _moses_bpe(model_dir, config["bpe"])
+        self.tokenized = tokenized
+        self.text_error = None  # (why raw text is refused: an export without a tokenizer)
+        if not tokenized and self.spm is None and self.bpe is None:
+            self.text_error = (
+                f"{model_dir} has no tokenizer (exported without --spm or --bpe-codes): it takes "
+                "the data's subword tokens, not raw text; give them space-separated with "
+                "--tokenized (tokenized=True), or export again with the data's tokenizer"
+            )
 
     def encode(self, line: str) -> np.ndarray:
-        """Source ids (ending with EOS) of one raw line."""
-        pieces = self.spm.encode(line, out_type=str) if self.spm is not None else line.split()
+        """Source ids (ending with EOS) of one raw line (``tokenized``: of its tokens)."""
+        if self.tokenized:
+            pieces = line.split()
+        elif self.spm is not None:
+            pieces = self.spm.encode(line, out_type=str)
+        elif self.bpe is not None:
+            pieces = self.bpe.encode(line)
+        else:
+            raise OnnxError(self.text_error)
         ids = [self.src_index.get(p, self.src_unk) for p in pieces]
         return np.array(ids + [self.src_eos], dtype=np.int64)
 
     def decode(self, ids: Sequence[int]) -> str:
-        """Raw text of target ids (EOS excluded)."""
-        text = " ".join(self.tgt_symbols[i] for i in ids)
+        """Raw text of target ids (EOS excluded; ``tokenized``: their tokens)."""
+        tokens = [self.tgt_symbols[i] for i in ids]
+        if self.tokenized:
+            return " ".join(tokens)
+        if self.bpe is not None:  # the @@ marks removed, the Moses detokenizer
+            return self.bpe.decode(tokens)
+        text = " ".join(tokens)
         if self.spm is not None:  # fairseq's sentencepiece post-processing
             text = text.replace(" ", "").replace("\u2581", " ").strip()
         return text
@@ -469,7 +515,7 @@ class OnnxTranslator:
 def _arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="Translate raw text (one sentence per line) with a lightcompress ONNX "
-        "export (numpy + onnxruntime; fairseq's beam search)."
+        "export and its tokenizer (numpy + onnxruntime; fairseq's beam search)."
     )
     p.add_argument("model_dir", help="the export's directory")
     p.add_argument("--beam", type=int, default=5)
@@ -479,6 +525,9 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
     p.add_argument("--shortlist", action="store_true", help="score only the export's shortlist")
+    p.add_argument("--tokenized", action="store_true",
+                   help="the input is the data's subword tokens (space-separated), and so is the "
+                   "output: no tokenizer (an export without one takes only this)")  # fmt: skip
     p.add_argument("-i", "--input", help="input file (default: standard input)")
     p.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
     return p
@@ -501,8 +550,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.output is None and sys.stdout is None:
             raise OnnxError("standard output is closed: give a file with -o FILE")
         settings = {k: getattr(args, k) for k in ("beam", "lenpen", "max_len_a", "max_len_b",
-                                                  "batch_size", "threads", "shortlist")}  # fmt: skip
+                                                  "batch_size", "threads", "shortlist",
+                                                  "tokenized")}  # fmt: skip
         translator = OnnxTranslator(args.model_dir, **settings)
+        if translator.text_error:  # (before reading the input)
+            raise OnnxError(translator.text_error)
         try:
             if args.input is None:
                 data = sys.stdin.buffer.read()

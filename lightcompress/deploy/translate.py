@@ -9,11 +9,15 @@
     t.translate(["Die Datei konnte nicht gelesen werden.", ""])   # -> ["...", ""]
 
     lightcompress-translate --path ckpt.pt --data data-bin/demo --spm spm.model < in.de > out.en
+    lightcompress-translate --path ckpt.pt --data data-bin/iwslt14 --bpe-codes code < in > out
 
-Text goes through fairseq's own encoders as in ``fairseq-interactive`` and the hub interface:
-the tokenizer (``moses``, or none), the subword model (``--spm`` sentencepiece, or subword-nmt
-``--bpe-codes``), the source dictionary; hypotheses are turned back into text the other way
-round. Translation runs on :class:`~lightcompress.deploy.generator.FastGenerator` (fairseq's
+Text goes through the data's tokenizer: sentencepiece (``--spm``, fairseq's own encoder as in
+``fairseq-interactive`` and the hub interface), or Moses + subword-nmt BPE (``--bpe-codes``:
+:class:`~lightcompress.deploy.onnx_text.MosesBPE`, as fairseq's IWSLT'14 recipe prepared the
+data: Moses tokenizer of the source language unless ``--tokenizer none``, lowercasing when the
+dictionary is lowercase, ``@@`` BPE; the same code as an ONNX export's), then the source
+dictionary; hypotheses are turned back into text the other way round (``@@`` removed, Moses
+detokenizer). With neither, lines are the data's subword tokens and so are the translations. Translation runs on :class:`~lightcompress.deploy.generator.FastGenerator` (fairseq's
 beam search and results, lean decoder step, the checkpoint's compressed weights as they are),
 in batches of ``batch_size`` sentences of similar length, on ``threads`` CPU threads; ``int8``
 quantizes the large maps (or all) first (:func:`lightcompress.deploy.quantize.quantize_model_int8`).
@@ -77,10 +81,15 @@ class Translator:
     spm : str, optional
         A sentencepiece model (``--bpe sentencepiece``).
     bpe_codes : str, optional
-        subword-nmt BPE codes (``--bpe subword_nmt``); with ``tokenizer="moses"`` as the
-        papers' recipes do.
+        subword-nmt BPE codes (``--bpe subword_nmt``), Moses-tokenized text by default.
     tokenizer : str, optional
-        ``"moses"`` (needs ``source_lang`` / ``target_lang``) or ``None``.
+        With ``bpe_codes``: ``"moses"`` (the default; the languages are the model's unless
+        ``moses_source_lang`` / ``moses_target_lang`` are given) or ``None`` / ``"none"``.
+    lowercase : bool, optional
+        With ``bpe_codes``: lowercase the tokenized source (default: when the source
+        dictionary has no upper-case symbol, as after the IWSLT'14 recipe).
+    moses_aggressive_dash_splits : bool
+        ``tokenizer.perl -a`` (fairseq's WMT recipes).
     beam, lenpen, max_len_a, max_len_b, min_len
         Generation settings, as fairseq's flags.
     batch_size : int
@@ -98,11 +107,14 @@ class Translator:
     """
 
     def __init__(self, checkpoint: str, data: str, spm: str | None = None,
-                 bpe_codes: str | None = None, tokenizer: str | None = None,
+                 bpe_codes: str | None = None, tokenizer: str | None = "moses",
                  source_lang: str | None = None, target_lang: str | None = None, beam: int = 5,
                  lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200,
                  min_len: int = 1, batch_size: int = 32, threads: int = 1,
-                 int8: bool | str = False, shortlist: str | None = None):  # fmt: skip
+                 int8: bool | str = False, shortlist: str | None = None,
+                 lowercase: bool | None = None, moses_aggressive_dash_splits: bool = False,
+                 moses_source_lang: str | None = None,
+                 moses_target_lang: str | None = None):  # fmt: skip
         for name, value in (("beam", beam), ("batch_size", batch_size), ("threads", threads),
                             ("min_len", min_len)):  # fmt: skip
             if value < 1:
@@ -118,11 +130,18 @@ class Translator:
             raise TranslateError("give a sentencepiece model or BPE codes, not both")
         if int8 not in (False, None, True, "large", "all"):
             raise TranslateError(f"int8 must be 'large' or 'all', got {int8!r}")
-        if tokenizer not in (None, "moses"):
+        if tokenizer not in (None, "none", "moses"):
             raise TranslateError(f"tokenizer must be 'moses' or none, got {tokenizer!r}")
         _file(checkpoint, "checkpoint")
         _file(spm, "sentencepiece model")
         _file(bpe_codes, "BPE codes")
+        if bpe_codes is not None:
+            from lightcompress.deploy.onnx_text import TextError, check_codes
+
+            try:
+                check_codes(bpe_codes)
+            except TextError as exc:
+                raise TranslateError(str(exc)) from None
         _file(shortlist, "shortlist")
         if not data or not os.path.isdir(data):
             raise TranslateError(f"data directory not found: {data}")
@@ -131,8 +150,8 @@ class Translator:
 
         torch.set_num_threads(threads)
         self.batch_size = batch_size
-        self.tokenizer = self.bpe = None
-        self._build_encoders(spm, bpe_codes, tokenizer, source_lang, target_lang)
+        self.bpe = self.moses_bpe = None  # (sentencepiece: fairseq's encoder; Moses + BPE)
+        self._build_encoders(spm)
         try:
             model, task, _args = load_checkpoint(checkpoint, data, source_lang, target_lang)
         except CheckpointError as exc:
@@ -158,6 +177,21 @@ class Translator:
             model = quantize_model_int8(model, inplace=True, min_weight_elements=large)
         self.model, self.task = model, task
         self.src_dict, self.tgt_dict = task.source_dictionary, task.target_dictionary
+        if bpe_codes is not None:  # Moses + subword-nmt BPE (the ONNX export's own code)
+            from lightcompress.deploy.onnx_text import MosesBPE, TextError, looks_lowercased
+
+            cfg = getattr(task, "cfg", None) or getattr(task, "args", None)
+            if lowercase is None:
+                lowercase = looks_lowercased(self.src_dict.symbols)
+            try:
+                self.moses_bpe = MosesBPE(
+                    bpe_codes, moses_source_lang or getattr(cfg, "source_lang", None),
+                    moses_target_lang or getattr(cfg, "target_lang", None),
+                    moses=tokenizer == "moses", lowercase=lowercase,
+                    aggressive_dash_splits=moses_aggressive_dash_splits,
+                )  # fmt: skip
+            except TextError as exc:
+                raise TranslateError(str(exc)) from None
         from lightcompress.deploy.generator import FastGenerator
         from lightcompress.deploy.shortlist import ShortlistError, load_shortlist
 
@@ -172,46 +206,34 @@ class Translator:
             max_len_a=max_len_a, max_len_b=max_len_b, shortlist=self.shortlist or None,
         )  # fmt: skip
 
-    def _build_encoders(self, spm, bpe_codes, tokenizer, source_lang, target_lang) -> None:
+    def _build_encoders(self, spm) -> None:
         from fairseq.data import encoders
 
-        if tokenizer == "moses":
-            if not source_lang or not target_lang:
-                raise TranslateError("the moses tokenizer needs source_lang and target_lang")
-            self.tokenizer = encoders.build_tokenizer(
-                Namespace(tokenizer="moses", source_lang=source_lang, target_lang=target_lang,
-                          moses_no_dash_splits=False, moses_no_escape=False)
-            )  # fmt: skip
         try:
             if spm is not None:
                 self.bpe = encoders.build_bpe(
                     Namespace(bpe="sentencepiece", sentencepiece_model=spm,
                               sentencepiece_enable_sampling=False, sentencepiece_alpha=None)
                 )  # fmt: skip
-            elif bpe_codes is not None:
-                self.bpe = encoders.build_bpe(
-                    Namespace(bpe="subword_nmt", bpe_codes=bpe_codes, bpe_separator="@@")
-                )
         except (RuntimeError, OSError, ValueError) as exc:
-            what = "sentencepiece model" if spm is not None else "BPE codes"
             detail = " ".join(str(exc).split())[:200]
-            raise TranslateError(f"cannot load the {what} {spm or bpe_codes}: {detail}") from None
+            raise TranslateError(f"cannot load the sentencepiece model {spm}: {detail}") from None
 
     def encode(self, line: str) -> torch.Tensor:
         """Source ids (ending with EOS) of one raw line."""
-        if self.tokenizer is not None:
-            line = self.tokenizer.encode(line)
         if self.bpe is not None:
             line = self.bpe.encode(line)
+        elif self.moses_bpe is not None:
+            line = " ".join(self.moses_bpe.encode(line))
         return self.src_dict.encode_line(line, add_if_not_exist=False, append_eos=True).long()
 
     def decode(self, tokens: Sequence[int]) -> str:
         """Raw text of target ids (EOS excluded)."""
+        if self.moses_bpe is not None:  # @@ removed, the Moses detokenizer
+            return self.moses_bpe.decode([self.tgt_dict[t] for t in tokens])
         text = self.tgt_dict.string(torch.tensor(list(tokens), dtype=torch.long))
         if self.bpe is not None:
             text = self.bpe.decode(text)
-        if self.tokenizer is not None:
-            text = self.tokenizer.decode(text)
         return text
 
     def translate_ids(self, sentences: Sequence[torch.Tensor]) -> list[list[int]]:
@@ -245,15 +267,17 @@ class Translator:
 def _arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lightcompress-translate",
-        description="Translate raw text (one sentence per line) with a fairseq checkpoint of "
+        description="Translate raw text (one sentence per line; with --spm or --bpe-codes, "
+        "else the data's subword tokens) with a fairseq checkpoint of "
         "any lightcompress or fairseq translation architecture, on the fast path "
         "(fairseq's beam search and results, compressed weights kept).",
     )
     p.add_argument("--path", required=True, help="checkpoint")
     p.add_argument("--data", required=True, help="directory with the model's dictionaries")
     p.add_argument("--spm", help="sentencepiece model of the data")
-    p.add_argument("--bpe-codes", help="subword-nmt BPE codes of the data")
-    p.add_argument("--tokenizer", choices=["moses"], help="Moses tokenization (with --bpe-codes)")
+    from lightcompress.deploy.onnx_text import add_arguments
+
+    add_arguments(p)  # --bpe-codes and the Moses options
     p.add_argument(
         "-s",
         "--source-lang",
@@ -305,9 +329,18 @@ def _main(argv: Sequence[str] | None) -> int:
         raise TranslateError("standard input is closed: give the text with -i FILE")
     if args.output is None and sys.stdout is None:
         raise TranslateError("standard output is closed: give a file with -o FILE")
+    from lightcompress.deploy.onnx_text import TextError, check_arguments
+
+    try:
+        check_arguments(args)
+    except TextError as exc:
+        raise TranslateError(str(exc)) from None
     translator = Translator(
         args.path, args.data, spm=args.spm, bpe_codes=args.bpe_codes,
-        tokenizer=args.tokenizer, source_lang=args.source_lang, target_lang=args.target_lang,
+        tokenizer=args.tokenizer or "moses", lowercase=args.lowercase,
+        moses_aggressive_dash_splits=args.moses_aggressive_dash_splits,
+        moses_source_lang=args.moses_source_lang, moses_target_lang=args.moses_target_lang,
+        source_lang=args.source_lang, target_lang=args.target_lang,
         beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
         max_len_b=args.max_len_b, batch_size=args.batch_size, threads=args.threads,
         int8=args.int8 or False, shortlist=args.shortlist,
