@@ -57,9 +57,10 @@ def _one_line(capsys, status: int, *words: str) -> str:
 
 
 def _onnx(argv) -> int:
+    """translate.py of an export without a tokenizer: subword tokens in (--tokenized)."""
     from lightcompress.deploy import onnx_runtime
 
-    return onnx_runtime.main([str(a) for a in argv])
+    return onnx_runtime.main([str(a) for a in argv] + ["--tokenized"])
 
 
 def _torch(argv) -> int:
@@ -334,7 +335,7 @@ TRACEBACK_CASES = ["stdin closed: translate.py", "stdin closed: lightcompress-tr
 def test_9_what_ended_in_a_traceback_is_one_line(setup, tmp_path, case, capsys):
     if case.startswith("stdin closed"):
         if case.endswith("translate.py"):
-            argv = [os.path.join(setup["onnx"], "translate.py"), setup["onnx"]]
+            argv = [os.path.join(setup["onnx"], "translate.py"), setup["onnx"], "--tokenized"]
         else:
             argv = ["-c", "from lightcompress.deploy.translate import cli_main; cli_main()",
                     "--path", setup["ckpt"], "--data", setup["data"]]  # fmt: skip
@@ -368,6 +369,8 @@ class _FakeTranslator:
 
     clock: ClassVar[list] = [0.0]
     plans: ClassVar[dict] = {"slow": (1.0, 2), "fast-and-long": (1.5, 6)}  # (seconds, tokens)
+
+    text_error = None  # (tokens in, as an export without a tokenizer takes them)
 
     def __init__(self, path, **_):
         self.seconds, self.length = self.plans[os.path.basename(path)]

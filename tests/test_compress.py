@@ -76,11 +76,14 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
     assert not save.exists()  # nothing written
     out = proc.stdout
     convert = next(line for line in out.splitlines() if "lightcompress-convert" in line)
-    # the student's shape comes from the teacher (2-2, d 32, FFN 64, 2 heads, shared)
-    for flag in ("--encoder-layers 2", "--decoder-layers 2", "--encoder-embed-dim 32",
+    # the student's shape comes from the teacher (2-2, d 32, FFN 64, 2 heads, shared), with
+    # the default deep-encoder / shallow-decoder depth: 2-1, from the teacher's first decoder layer
+    for flag in ("--encoder-layers 2", "--decoder-layers 1", "--encoder-embed-dim 32",
                  "--encoder-ffn-embed-dim 64", "--decoder-attention-heads 2",
-                 "--share-all-embeddings"):  # fmt: skip
+                 "--share-all-embeddings", "--decoder-layers-from 0"):  # fmt: skip
         assert flag in convert, convert
+    assert "--encoder-layers-from" not in convert
+    assert "student shape: 2-1 (deep encoder, shallow decoder" in out
     # the chosen rank is said, and it is the largest within the target (lightcompress-params)
     rank = int(convert.split("--lc-rank ")[1].split()[0])
     assert f"rank of every attention / FFN map {rank}" in out
@@ -89,7 +92,9 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
 
     t = read_teacher(_teacher(tiny_transformer))
     lf = METHODS["lightformer"]
-    counts = count_params({f"r{r}": ("lightformer", t.shape_flags() + lf.flags(r, None, t))
+    shallow = t.shape_flags()
+    shallow[shallow.index("--decoder-layers") + 1] = "1"
+    counts = count_params({f"r{r}": ("lightformer", shallow + lf.flags(r, None, t))
                            for r in (rank, rank + 1)} | {"t": ("transformer", t.shape_flags())},
                           t.src_vocab)  # fmt: skip
     assert counts["t"] / counts[f"r{rank}"] >= 3 > counts["t"] / counts[f"r{rank + 1}"]
@@ -98,7 +103,8 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
     assert steps == [f"step {i}/7 {n}" for i, n in enumerate(STEPS, 1)]
     train = next(line for line in out.splitlines() if "fairseq-train" in line)
     for flag in ("--finetune-from-model", "--optimizer adam", "--lr 0.0015", ("--criterion "
-                 "label_smoothed_cross_entropy"), f"--lc-rank {rank}", "--max-update 1000"):  # fmt: skip
+                 "label_smoothed_cross_entropy"), f"--lc-rank {rank}", "--max-update 1000",
+                 "--warmup-updates 100"):  # fmt: skip
         assert flag in train, train
     assert "--scoring sacrebleu" in out and "--ct2" in out and "--onnx" in out
 
@@ -198,12 +204,13 @@ def test_a_teacher_the_method_cannot_take_is_refused_before_any_work(
 ):
     teacher = _teacher(tiny_transformer)
     method = "hypoformer"
-    if case == "pre-ln":
+    if case == "pre-ln":  # DA-WID's compactors need post-LN; the way out takes pre-LN
+        method = "dawid"
         state = torch.load(teacher, map_location="cpu")
         state["cfg"]["model"].encoder_normalize_before = True
         teacher = tmp_path / "pre-ln.pt"
         torch.save(state, teacher)
-        want = "pre-LN"
+        want = "use --method lightformer (the default), hypoformer or smartformer"
     elif case == "truncated":
         data = Path(teacher).read_bytes()
         teacher = tmp_path / "truncated.pt"

@@ -154,8 +154,9 @@ def read_teacher(path: str) -> Teacher:
     if "encoder.embed_tokens.weight" not in sd or "decoder.embed_tokens.weight" not in sd:
         raise CompressError(f"{path}: no encoder/decoder embedding in the model weights")
     seen, params = set(), 0
-    for tensor in sd.values():
-        if not hasattr(tensor, "untyped_storage") or not tensor.is_floating_point():
+    for name, tensor in sd.items():
+        if (not hasattr(tensor, "untyped_storage") or not tensor.is_floating_point()
+                or name.endswith(".version")):  # fmt: skip
             continue  # (fairseq's version buffers are not parameters)
         key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
         if key not in seen:

@@ -83,6 +83,13 @@ def load_config(model_dir: str) -> dict:
     _check_keys(path, config)
     needed = ["config.json", "encoder.onnx", "decoder.onnx", "dict.src.txt", "dict.tgt.txt"]
     needed += [config[k] for k in FILE_KEYS if config.get(k) is not None]
+    bpe = config.get("bpe")
+    if bpe is not None:  # Moses + subword-nmt: the codes and the text code that reads them
+        if not isinstance(bpe, dict) or not isinstance(bpe.get("codes"), str):
+            raise OnnxError(
+                f"{path} has 'bpe' = {bpe!r}, not the BPE settings: export the model again"
+            )
+        needed += [bpe["codes"], "onnx_text.py"]
     if os.path.lexists(os.path.join(model_dir, WEIGHTS)):
         needed.append(WEIGHTS)
     for name in needed:
