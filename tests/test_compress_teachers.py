@@ -61,7 +61,7 @@ TEACHERS = {
             "--max-target-positions",
             "64",
         ],
-    ),  # fmt: skip
+    ),
     "3-1-unequal": (
         True,
         _base(layers=(3, 1), ffn=(64, 48), heads=(4, 2)) + ["--share-all-embeddings"],
