@@ -201,7 +201,7 @@ for n in "${NAMES[@]}"; do
     mv "$SAVE_ROOT/$n/generate-test.txt.tmp" "$SAVE_ROOT/$n/generate-test.txt"
     "$PYTHON" "$HERE/teacher_eval.py" score "$SAVE_ROOT/$n" "$DATA_DIR/raw/test.en"
   fi
-  t_log "$n: $(cat "$SAVE_ROOT/$n/test.json")"
+  t_log "$n: $(grep -oE '"(bleu|chrf|best_valid_loss|stopped)": [^,]*' "$SAVE_ROOT/$n/test.json" | tr '\n' ' ')"
 done
 t_pack
 
