@@ -1,8 +1,9 @@
 """Running the steps of ``lightcompress-compress``: plain progress lines (step n/N, elapsed time)
 whether or not stdout is a terminal, each command's whole output in ``SAVE_DIR/logs/``, a step
 skipped when its outputs exist, one run per save directory (a lock naming the live pid), and
-children that end with the command (stopped by a signal, or killed: Linux's parent-death
-signal).
+commands that end with the command, their own children included (each runs under
+:mod:`lightcompress.compress.guard`: a process group of its own, ended whole when the command
+is stopped by a signal or killed, through Linux's parent-death signal).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import fcntl
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import threading
@@ -77,14 +77,19 @@ class Step:
         return bool(paths) and all(os.path.exists(p) for p in paths)
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: the child gets SIGTERM when this process dies, even by SIGKILL."""
-    try:
-        import ctypes
+GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guard.py")
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+
+def guarded(argv: list[str]) -> tuple[list[str], Callable[[], None] | None]:
+    """``argv`` run through :mod:`lightcompress.compress.guard` (its own process group, ended
+    whole when this process ends, even by SIGKILL), and the ``preexec_fn`` that asks Linux for
+    the guard's parent-death signal."""
+    if not sys.platform.startswith("linux"):
+        return argv, None
+    from lightcompress.compress.guard import die_with_parent
+
+    me = os.getpid()
+    return [sys.executable, GUARD, *argv], lambda: die_with_parent(me)
 
 
 def acquire_lock(save_dir: str) -> int:
@@ -169,6 +174,7 @@ class Runner:
 
     def _command(self, n: int, step: Step, i: int, cmd: list, stdout_path: str | None) -> None:
         argv = [a.value() if isinstance(a, FileArg) else str(a) for a in cmd]
+        run_argv, preexec = guarded(argv)
         os.makedirs(self.log_dir, exist_ok=True)
         log_path = os.path.join(self.log_dir, f"{n:02d}-{step.name}{f'-{i + 1}' if i else ''}.log")
         self.say(n, step, f"+ {render(cmd)}")
@@ -182,13 +188,13 @@ class Runner:
             out_file = open(tmp, "w", encoding="utf-8") if tmp else None  # noqa: SIM115
             try:
                 self.child = subprocess.Popen(
-                    argv,
+                    run_argv,
                     stdout=out_file if out_file else subprocess.PIPE,
                     stderr=subprocess.PIPE if out_file else subprocess.STDOUT,
                     text=True,
                     errors="replace",
                     env={**os.environ, **step.env},
-                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+                    preexec_fn=preexec,  # noqa: PLW1509
                 )
             except OSError as exc:
                 raise StepFailed(f"{step.name}: cannot run {argv[0]}: {exc.strerror}") from None
