@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
 import sys
 
+from lightcompress.cli import OneLineParser
+from lightcompress.compress.checks import check_extra, check_save_dir, check_target, compare_plan
 from lightcompress.compress.methods import (
     METHODS,
     SUBFORMER_REFUSAL,
@@ -62,12 +65,19 @@ def _count(text: str) -> int:
     return value
 
 
-def _positive(kind, name, upper=None):
+def _positive(kind, name, upper=None, lower=0):
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number, not {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number, not {text!r}")
+        if lower > 0 and value <= lower:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be above {lower:g}, not {text!r}: it is teacher / student "
+                "parameters, and the student would be as large as the teacher or larger"
+            )
         if value <= 0 or (upper is not None and value >= upper):
             bound = f" and below {upper}" if upper is not None else ""
             raise argparse.ArgumentTypeError(f"{name} must be above 0{bound}, not {text!r}")
@@ -77,7 +87,7 @@ def _positive(kind, name, upper=None):
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(  # (errors as one line, no usage dump)
         prog=PROG,
         description="Compress a trained fairseq Transformer checkpoint: weight transfer into a "
         "smaller student whose shape is read from the teacher, ranks chosen for the target, "
@@ -94,7 +104,7 @@ def get_parser() -> argparse.ArgumentParser:
                    help="default: lightformer (SVD transfer)")  # fmt: skip
     g = p.add_argument_group("target (one; default --ratio 4)")
     t = g.add_mutually_exclusive_group()
-    t.add_argument("--ratio", type=_positive(float, "--ratio"),
+    t.add_argument("--ratio", type=_positive(float, "--ratio", lower=1),
                    help="teacher / student total parameters (the ranks are searched)")  # fmt: skip
     t.add_argument("--params", type=_count, help="at most this many parameters (e.g. 2M)")
     t.add_argument("--rank", type=_positive(int, "--rank"),
@@ -160,6 +170,7 @@ def build_plan(opts, extra: list[str], log=print):
     if opts.method == "subformer":
         raise CompressError(SUBFORMER_REFUSAL)
     method = METHODS[opts.method]
+    check_extra(extra)
     if opts.energy is not None and method.name != "lightformer":
         raise CompressError("--energy is LightFormer's (per-matrix SVD ranks); give --ratio, "
                             "--params or --rank for " + method.name)  # fmt: skip
@@ -174,10 +185,12 @@ def build_plan(opts, extra: list[str], log=print):
             raise CompressError(f"{flag} {path}: no such file")
     teacher = read_teacher(opts.teacher)
     method.check(teacher)
+    check_target(opts, teacher, method.name)
     data = read_data_bin(opts.data, teacher, opts.source_lang, opts.target_lang)
     save = os.path.abspath(opts.save_dir)
     if os.path.exists(save) and not os.path.isdir(save):
         raise CompressError(f"--save-dir {opts.save_dir} exists and is not a directory")
+    check_save_dir(save)
     log(f"teacher: {opts.teacher}: {teacher.describe()}, {teacher.params:,} parameters")
     log(f"data: {opts.data} ({data.src} -> {data.tgt})")
     target = Target(opts.ratio, opts.params, opts.rank, opts.energy, opts.sparsity)
@@ -326,6 +339,9 @@ def build_plan(opts, extra: list[str], log=print):
         "teacher": {"checkpoint": T, "model": teacher.describe()},
         "student": {"checkpoint": student, "model": student_model},
         "commands": commands,
+        # options that change an output without changing a command: a rerun with other
+        # values redoes the steps they change (checks.compare_plan)
+        "report_options": {"ref": os.path.abspath(opts.ref) if opts.ref else None},
     }
     protocol = {
         "subset": "test",
@@ -358,22 +374,35 @@ def _dawid_flags(sparsity: float, updates: int) -> list[str]:
             "--dawid-structure-updates", str(updates * 11 // 50), "--dawid-gate-lr-scale", "150"]  # fmt: skip
 
 
-def _check_save_dir(save: str, plan: dict) -> None:
-    """A save directory holding another run (other commands) is refused."""
-    path = os.path.join(save, "plan.json")
-    if not os.path.exists(path):
-        return
-    try:
-        with open(path, encoding="utf-8") as f:
-            old = json.load(f).get("commands", [])
-    except (OSError, ValueError):
-        return
-    if old != plan["commands"]:
-        diff = next((a for a, b in zip(plan["commands"], old) if a != b), plan["commands"][-1])
-        raise CompressError(
-            f"{save} holds a run with other settings (it differs at: {diff[:160]}...): use "
-            "another --save-dir, or delete that one"
-        )
+STALE_DIRS = ("", "eval", "kd-bin", os.path.join("kd-bin", "distill-work"), "student",
+              "student-onnx")  # fmt: skip
+
+
+def remove_stale_temp(save: str) -> list[str]:
+    """Temporary files (``*.tmp``) a killed run left in the save directory's own folders (a
+    kill -9 runs no clean-up): removed, under the lock, before the steps run again. Only in a
+    directory that holds a compress run (``plan.json``). Returns the removed paths."""
+    import shutil
+
+    if not os.path.isfile(os.path.join(save, "plan.json")):
+        return []
+    removed = []
+    for sub in STALE_DIRS:
+        folder = os.path.join(save, sub)
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            if not name.endswith(".tmp") or os.path.islink(path):
+                continue
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
+            removed.append(path)
+    return removed
 
 
 def main(argv=None) -> int:
@@ -387,12 +416,14 @@ def main(argv=None) -> int:
     try:
         steps, plan = build_plan(opts, extra, log=say)
         save = os.path.abspath(opts.save_dir)
-        _check_save_dir(save, plan)
+        redo = compare_plan(save, plan, steps)
     except CompressError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     if opts.dry_run:
         say(f"dry run: {len(steps)} steps in {save}; nothing is run or written")
+        if redo:
+            say("the report options changed (--ref): the report would be redone")
         for n, step in enumerate(steps, 1):
             state = " (done before: would be skipped)" if step.complete() else ""
             print(f"step {n}/{len(steps)} {step.name}: {step.what}{state}")
@@ -402,10 +433,32 @@ def main(argv=None) -> int:
                 print(f"  (writes {', '.join(step.outputs)})")
         return 0
     try:
+        return _run(opts, save, steps, plan, redo, say)
+    except OSError as exc:  # a full disk, a read-only or vanished save directory, ...
+        print(f"{PROG}: error: {_os_error(exc)}", file=sys.stderr)
+        return 1
+
+
+def _os_error(exc: OSError) -> str:
+    where = f"{exc.filename}: " if exc.filename else ""
+    what = exc.strerror or str(exc)
+    hint = {28: " (free some space, or use another --save-dir; rerun to resume)",
+            30: " (use a writable --save-dir)", 13: " (use a writable --save-dir)"}  # fmt: skip
+    return f"{where}{what}{hint.get(exc.errno, '')}"
+
+
+def _run(opts, save, steps, plan, redo, say) -> int:
+    try:
         lock = acquire_lock(save)  # noqa: F841  (held until the process ends)
     except CompressError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    for path in remove_stale_temp(save):
+        say(f"removed {path} (left by a stopped run)")
+    if redo:
+        say("the report options changed (--ref): the report is redone")
+        for path in redo:
+            os.remove(path)
     tmp = os.path.join(save, "plan.json.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(plan, f, indent=1)

@@ -182,6 +182,7 @@ class Runner:
         parse = self.parsers.get(step.name)
         tmp = stdout_path + ".tmp" if stdout_path else None
         last = [""]
+        failed: list[OSError] = []  # the log thread's write error
         with open(log_path, "a", encoding="utf-8") as log:
             log.write(f"$ {render(cmd)}\n")
             log.flush()
@@ -202,8 +203,12 @@ class Runner:
 
             def pump():
                 for line in stream:
-                    log.write(line)
-                    log.flush()
+                    if not failed:  # (a full disk: the output is still read, not kept)
+                        try:
+                            log.write(line)
+                            log.flush()
+                        except OSError as exc:
+                            failed.append(exc)
                     last[0] = line.rstrip()
                     msg = parse(line) if parse else None
                     if msg:
@@ -211,17 +216,26 @@ class Runner:
 
             reader = threading.Thread(target=pump, daemon=True)
             reader.start()
-            while True:
-                try:
-                    rc = self.child.wait(timeout=self.heartbeat)
-                    break
-                except subprocess.TimeoutExpired:
-                    if last[0]:
-                        self.say(n, step, f"running: {last[0][-160:]}")
+            try:
+                while True:
+                    try:
+                        rc = self.child.wait(timeout=self.heartbeat)
+                        break
+                    except subprocess.TimeoutExpired:
+                        if last[0]:
+                            self.say(n, step, f"running: {last[0][-160:]}")
+            except BaseException:  # stopped (Interrupted): no half-written output left
+                if out_file:
+                    out_file.close()
+                    os.remove(tmp)
+                raise
             reader.join(timeout=5)
             self.child = None
             if out_file:
                 out_file.close()
+            if failed and rc == 0:
+                failed[0].filename = failed[0].filename or log_path
+                raise failed[0]
         if rc != 0:
             if tmp and os.path.exists(tmp):
                 os.remove(tmp)

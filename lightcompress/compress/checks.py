@@ -1,0 +1,104 @@
+"""Checks of ``lightcompress-compress`` that refuse a command before anything is written (its
+target against the teacher, the arguments it passes to fairseq-train, the save directory), and
+the comparison of a rerun's plan with the one a save directory holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from lightcompress.compress.teacher import CompressError
+
+__all__ = ["check_extra", "check_save_dir", "check_target", "compare_plan"]
+
+# fairseq-train options that compress sets itself: given after `--` they would override the
+# plan silently (or, for --save-dir, send the student where compress does not look)
+OWN = {
+    "--save-dir": "the save directory is compress's own (SAVE_DIR/student): give --save-dir "
+    "before `--`",
+    "--arch": "the student's architecture comes from --method and the teacher",
+    "-a": "the student's architecture comes from --method and the teacher",
+    "--task": "compress sets the task (--kd for sequence-level KD)",
+    "--user-dir": "compress passes this plugin's --user-dir",
+    "--finetune-from-model": "compress starts from its own transferred student",
+    "--restore-file": "compress resumes from SAVE_DIR/student itself",
+    "--no-save": "compress needs the student's checkpoints",
+    "--max-update": "give compress's --max-update (it also scales the schedule)",
+    "--max-tokens": "give compress's --max-tokens",
+    "--lr": "give compress's --lr",
+    "--warmup-updates": "give compress's --warmup",
+}
+
+
+def check_extra(extra: list[str]) -> None:
+    """Refuse fairseq-train arguments (after ``--``) that compress sets itself."""
+    for arg in extra:
+        flag = arg.split("=", 1)[0]
+        if flag in OWN:
+            raise CompressError(f"`-- {flag}` is not for fairseq-train here: {OWN[flag]}")
+
+
+def check_target(opts, teacher, method: str) -> None:
+    """A target the student cannot meet, found before anything is written."""
+    s = teacher.settings
+    d = min(s["encoder_embed_dim"], s["decoder_embed_dim"])
+    if opts.embed_rank is not None and opts.embed_rank >= d:
+        raise CompressError(
+            f"--embed-rank {opts.embed_rank} is not below the teacher's embedding dimension "
+            f"({d}): the factorized table would be larger than the teacher's; give at most {d - 1}"
+        )
+    if opts.params is not None and opts.params >= teacher.params:
+        raise CompressError(
+            f"--params {opts.params:,} is not below the teacher's {teacher.params:,} parameters: "
+            "the student would be as large as the teacher or larger"
+        )
+
+
+def check_save_dir(save: str) -> None:
+    """A save directory that cannot be created or written is refused in one line (also in a
+    dry run): the nearest existing folder must be a writable directory."""
+    probe = save
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        raise CompressError(f"--save-dir {save}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise CompressError(f"--save-dir {save}: {probe} is not writable")
+
+
+def compare_plan(save: str, plan: dict, steps) -> list[str]:
+    """Compare ``plan`` with the one ``save`` holds (``plan.json`` of an earlier run).
+
+    Other commands are refused (the outputs of one would be taken for the other's) unless no
+    step has written anything yet (a run refused or failed at its first step is replaced).
+    Other report options (``plan["report_options"]``, e.g. ``--ref``) only change the report:
+    its outputs are returned, for the caller to remove so that the report step is redone.
+    """
+    path = os.path.join(save, "plan.json")
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        old = {}
+    if not isinstance(old, dict):
+        old = {}
+    written = [p for st in steps for p in st.outputs + ([st.marker] if st.marker else [])
+               if os.path.exists(p)]  # fmt: skip
+    if old.get("commands") != plan["commands"]:
+        if not written:
+            return []
+        new_cmds, old_cmds = plan["commands"], old.get("commands") or []
+        diff = next((a for a, b in zip(new_cmds, old_cmds) if a != b), new_cmds[-1])
+        raise CompressError(
+            f"{save} holds a run with other settings (it differs at: {diff[:160]}...): use "
+            "another --save-dir, or delete that one"
+        )
+    if old.get("report_options") != plan.get("report_options"):
+        return [p for p in steps[-1].outputs if os.path.exists(p)]
+    return []

@@ -1,0 +1,231 @@
+"""Faults and bad inputs of ``lightcompress-compress`` (issue 40's sweep, compress part): kill -9
+in every step leaves no process and no temporary file behind; bad targets, unwritable or
+foreign save directories and a full disk end in one line and a non-zero exit; a rerun with
+an option that changes an output does not reuse the old outputs silently; DA-WID reaches its
+target or fails.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_compress import CMD, _compress, _env, _one_line_error, _teacher
+
+FAST = ["--max-update", "20", "--validate-every", "10", "--speed-runs", "1",
+        "--speed-sentences", "3", "--cpu"]  # fmt: skip
+
+# A subreaper (Linux): runs compress, kills it with -9 once STEP's command runs (a process whose
+# command line holds WANT), then waits up to 20 s for every descendant to end. An orphan is
+# re-parented to this process, not to init, so it is found; it is listed and killed.
+KILLER = r"""
+import ctypes, json, os, re, signal, subprocess, sys, threading, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+step, want, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+lines = []
+threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+
+def table():
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read().rpartition(")")[2].split()
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if stat[0] != "Z":
+            out[int(pid)] = (int(stat[1]), cmd)
+    return out
+
+def below(root, procs):
+    found, todo = {}, [root]
+    while todo:
+        p = todo.pop()
+        for pid, (ppid, cmd) in procs.items():
+            if ppid == p and pid not in found:
+                found[pid] = cmd
+                todo.append(pid)
+    return found
+
+header = re.compile(r"^\[compress \d+/\d+ " + re.escape(step) + r" \+")
+deadline, ready = time.monotonic() + 600, False
+while proc.poll() is None and time.monotonic() < deadline and not ready:
+    time.sleep(0.05)
+    if any(header.match(x) for x in list(lines)):
+        ready = not want or any(want in c and "guard.py" not in c
+                                for c in below(proc.pid, table()).values())
+killed = proc.poll() is None
+seen = below(proc.pid, table()) if killed else {}
+if killed:
+    os.kill(proc.pid, signal.SIGKILL)
+proc.wait()
+left, end = {}, time.monotonic() + 20  # (the guard: SIGTERM, 10 s, SIGKILL)
+while time.monotonic() < end:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+    left = below(os.getpid(), table())
+    if not left:
+        break
+    time.sleep(0.2)
+for pid in left:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+print(json.dumps({"killed": killed, "seen": seen, "left": left, "out": "".join(lines)}))
+"""
+
+KD_STEPS = [("transfer", "lightcompress-convert"), ("kd-data", "fairseq_cli.generate"),
+            ("fine-tune", "fairseq-train"), ("export", "lightcompress-export-onnx"),
+            ("test-teacher", "fairseq-generate"), ("test-student", "fairseq-generate"),
+            ("speed", "measure_speed"), ("report", "")]  # fmt: skip
+
+
+def _temp_files(save):
+    return sorted(
+        str(p.relative_to(save)) for p in Path(save).rglob("*") if p.name.endswith(".tmp")
+    )
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's subreaper")
+def test_kill_9_in_every_step_leaves_no_process_and_the_rerun_finishes(
+    tiny_data, tiny_transformer, tmp_path
+):
+    save = tmp_path / "kd"
+    args = [*CMD, _teacher(tiny_transformer), "--data", tiny_data, "-o", str(save), "--kd",
+            "--rank", "8", *FAST]  # fmt: skip
+    killed = []
+    for step, want in KD_STEPS:
+        run = subprocess.run([sys.executable, "-c", KILLER, step, want, *args], env=_env(),
+                             capture_output=True, text=True, timeout=900, check=True)  # fmt: skip
+        res = json.loads(run.stdout.splitlines()[-1])
+        assert res["left"] == {}, (step, res["left"], res["out"][-3000:])
+        if not res["killed"]:  # (finished before it could be killed: nothing left to do)
+            assert "done:" in res["out"], res["out"][-3000:]
+            break
+        killed.append(step)
+        if want:
+            assert any(want in c for c in res["seen"].values()), (step, res["seen"])
+        # only compress's own temporary files (a kill -9 runs no clean-up) may remain
+        own = [p for p in _temp_files(save) if p.startswith("eval/") or "/" not in p]
+        assert _temp_files(save) == own, (step, _temp_files(save))
+    assert {"kd-data", "fine-tune", "test-teacher"} <= set(killed), killed
+    proc = _compress(args[len(CMD) :])
+    assert "done:" in proc.stdout and (save / "report.md").exists()
+    assert _temp_files(save) == []
+    # item 3: a rerun with another --ref redoes the report (the references it names change)
+    raw = Path(tiny_data).parent / "raw"
+    again = _compress([*args[len(CMD) :], "--ref", raw / "test.en"])
+    assert "the report is redone" in again.stdout
+    doc = json.loads((save / "report.json").read_text())
+    assert doc["protocol"]["references"] == str(raw / "test.en")
+    assert doc["plan"]["report_options"]["ref"] == str(raw / "test.en")
+    # ... and a rerun whose commands differ (--beam) is refused, the outputs kept
+    err = _one_line_error(_compress([*args[len(CMD) :], "--beam", "4"], check=False))
+    assert "holds a run with other settings" in err and (save / "report.md").exists()
+
+
+# one case per bad input: (arguments after the teacher, data and save dir; what the line says)
+BAD = {
+    "ratio-nan-dry-run": (["--ratio", "nan", "--dry-run"], "--ratio must be a finite number"),
+    "ratio-inf": (["--ratio", "inf"], "--ratio must be a finite number"),
+    "ratio-below-1": (["--ratio", "0.5"], "the student would be as large as the teacher or larger"),
+    "energy-nan": (["--energy", "nan"], "--energy must be a finite number"),
+    "lr-nan": (["--lr", "nan"], "--lr must be a finite number"),
+    "embed-rank-huge": (["--embed-rank", "100000", "--dry-run"], "is not below the teacher's embedding dimension"),
+    "params-above-teacher": (["--params", "10M"], "is not below the teacher's"),
+    "save-dir-after-dash-dash": (["--dry-run", "--", "--save-dir", "elsewhere"], "the save directory is compress's own"),
+    "max-update-after-dash-dash": (["--", "--max-update=5"], "give compress's --max-update"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_input_is_refused_in_one_line_before_anything_is_written(
+    case, tiny_data, tiny_transformer, tmp_path, capsys
+):
+    from lightcompress.compress.cli import main
+
+    args, want = BAD[case]
+    save = tmp_path / "out"
+    try:  # (in this process: the checks run before anything is written or started)
+        status = main([_teacher(tiny_transformer), "--data", tiny_data, "-o", str(save), *args])
+    except SystemExit as exc:  # argparse's refusals
+        status = exc.code
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and err.startswith("lightcompress-compress: error: "), err
+    assert "\n" not in err and want in err, err
+    assert not save.exists()
+
+
+def _read_only_dir(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    if not os.access(ro, os.W_OK):
+        return ro / "out"
+    try:  # root: a read-only file system (containers mount /sys read-only)
+        os.mkdir("/sys/lightcompress-test")
+    except OSError:
+        return Path("/sys/lightcompress-test/out")
+    os.rmdir("/sys/lightcompress-test")
+    pytest.skip("no read-only directory to try")
+
+
+def test_an_unwritable_save_dir_or_a_full_disk_is_one_line(tiny_data, tiny_transformer, tmp_path):
+    base = [_teacher(tiny_transformer), "--data", tiny_data, "--rank", "8", *FAST]
+    proc = _compress([*base, "-o", _read_only_dir(tmp_path)], check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    err = proc.stderr.strip()
+    assert err.startswith("lightcompress-compress: error: ") and "\n" not in err, err
+    # a full disk (the log of the first step is /dev/full): one line, exit 1
+    save = tmp_path / "full"
+    (save / "logs").mkdir(parents=True)
+    (save / "logs" / "01-transfer.log").symlink_to("/dev/full")
+    proc = _compress([*base, "-o", save], check=False)
+    err = proc.stderr.strip()
+    assert proc.returncode == 1 and "\n" not in err and "No space left on device" in err, err
+
+
+def test_a_log_write_error_in_the_reader_thread_is_the_step_error(tmp_path, monkeypatch):
+    import threading
+
+    from lightcompress.compress import steps
+    from lightcompress.compress.cli import _os_error
+
+    class Full:  # the first write (the command line) fits, the command's output does not
+        def __init__(self, *a, **k):
+            self.writes = 0
+
+        def write(self, text):
+            self.writes += 1
+            if self.writes > 1:
+                raise OSError(28, "No space left on device")
+
+        def flush(self):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    real_open = open
+    monkeypatch.setattr(steps, "open", lambda path, *a, **k: Full() if str(path).endswith(".log")
+                        else real_open(path, *a, **k), raising=False)  # fmt: skip
+    errors = []
+    monkeypatch.setattr(threading, "excepthook", errors.append)
+    out = tmp_path / "out.txt"
+    step = steps.Step("s", "a step", [[sys.executable, "-c", "print('x\\n' * 1000)"]],
+                      outputs=[str(out)], stdout_to=[None])  # fmt: skip
+    runner = steps.Runner([step], str(tmp_path / "logs"), out=open(os.devnull, "w"))  # noqa: SIM115
+    with pytest.raises(OSError) as info:
+        runner.run()
+    assert errors == [] and info.value.errno == 28
+    assert _os_error(info.value).startswith(str(tmp_path / "logs" / "01-s.log"))
