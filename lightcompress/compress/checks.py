@@ -1,16 +1,25 @@
 """Checks of ``lightcompress-compress`` that refuse a command before anything is written (its
-target against the teacher, the arguments it passes to fairseq-train, the save directory), and
-the comparison of a rerun's plan with the one a save directory holds.
+target against the teacher, the arguments it passes to fairseq-train, the save directory), the
+comparison of a rerun's plan with the one a save directory holds, and DA-WID's: a schedule that
+can reach the target, a fused student that did.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from lightcompress.compress.teacher import CompressError
 
-__all__ = ["check_extra", "check_save_dir", "check_target", "compare_plan"]
+__all__ = [
+    "check_extra",
+    "check_fused_size",
+    "check_save_dir",
+    "check_target",
+    "compare_plan",
+    "dawid_gate_scale",
+]
 
 # fairseq-train options that compress sets itself: given after `--` they would override the
 # plan silently (or, for --save-dir, send the student where compress does not look)
@@ -102,3 +111,56 @@ def compare_plan(save: str, plan: dict, steps) -> list[str]:
     if old.get("report_options") != plan.get("report_options"):
         return [p for p in steps[-1].outputs if os.path.exists(p)]
     return []
+
+
+def count_checkpoint(path: str) -> dict:
+    """``lightcompress-params --path PATH --json`` (total, embedding, non_embedding), run under
+    the step guard (it ends with compress)."""
+    import subprocess
+
+    from lightcompress.compress.methods import tool
+    from lightcompress.compress.steps import guarded
+
+    argv, preexec = guarded(tool("lightcompress-params") + ["--path", path, "--json"])
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, preexec_fn=preexec)
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        raise CompressError(f"cannot count {path}: {lines[-1] if lines else proc.returncode}")
+    return json.loads(proc.stdout)
+
+
+SIZE_TOLERANCE = 0.02  # DA-WID's masks meet the target in expectation: 2 % above it is allowed
+
+
+def check_fused_size(student: str, want: int, teacher_total: int, target: str, updates: int):
+    """DA-WID reaches its target or fails: a fused student above ``want`` total parameters (by
+    more than :data:`SIZE_TOLERANCE`) or not smaller than its teacher is an error naming the
+    size it reached."""
+    got = count_checkpoint(student)["total"]
+    if got <= want * (1 + SIZE_TOLERANCE) and got < teacher_total:
+        return got
+    than = "the teacher's" if got >= teacher_total else "the target"
+    raise CompressError(
+        f"DA-WID's fused student has {got:,} parameters ({teacher_total / got:.2f}x fewer than "
+        f"the teacher's {teacher_total:,}), more than {than} ({target}: at most {want:,}): its "
+        f"masks did not reach the target sparsity in {updates} updates. Run again in another "
+        "--save-dir with a larger --max-update, or ask for a smaller --ratio"
+    )
+
+
+# sum of lr x scale over the pruning updates that a short run needs to reach its target: on the
+# tests' tiny teacher, 100 updates (lr 2e-4, warmup 100, target 0.78) fused at sparsity 0.63 at
+# a budget of 12 (the results CPU plan's 600-update run, lr 2e-4 warmed up over 250, scale 150),
+# 0.76 at 21, 0.81 at 26
+GATE_BUDGET = 26.0
+
+
+def dawid_gate_scale(updates: int, distill: int, lr: float, warmup: int, base=150.0) -> float:
+    """The gates' (and Lagrange multipliers') learning-rate scale: ``base`` (the results CPU
+    plan's), or more when fewer or slower updates (fairseq's inverse_sqrt schedule from 1e-7)
+    leave less than :data:`GATE_BUDGET` of summed step size after the distillation-only updates:
+    the masks must be able to travel as far as they do in a run that reaches its target."""
+    init, total = 1e-7, 0.0
+    for t in range(distill + 1, updates + 1):
+        total += init + t * (lr - init) / warmup if t < warmup else lr * math.sqrt(warmup / t)
+    return max(base, GATE_BUDGET / max(total, 1e-12))

@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 
 from lightcompress.compress.teacher import CompressError
 
-__all__ = ["FileArg", "Interrupted", "Runner", "Step", "StepFailed", "acquire_lock", "render"]
+__all__ = [
+    "FileArg",
+    "Interrupted",
+    "Runner",
+    "Step",
+    "StepFailed",
+    "acquire_lock",
+    "remove_stale_temp",
+    "render",
+]
 
 
 class StepFailed(Exception):
@@ -113,6 +122,37 @@ def acquire_lock(save_dir: str) -> int:
     with open(os.path.join(save_dir, ".compress.pid"), "w", encoding="utf-8") as f:
         f.write(f"{os.getpid()}\n")
     return fd
+
+
+STALE_DIRS = ("", "eval", "kd-bin", os.path.join("kd-bin", "distill-work"), "student",
+              "student-onnx")  # fmt: skip
+
+
+def remove_stale_temp(save: str) -> list[str]:
+    """Temporary files (``*.tmp``) a killed run left in the save directory's own folders (a
+    kill -9 runs no clean-up): removed, under the lock, before the steps run again. Only in a
+    directory that holds a compress run (``plan.json``). Returns the removed paths."""
+    import shutil
+
+    if not os.path.isfile(os.path.join(save, "plan.json")):
+        return []
+    removed = []
+    for sub in STALE_DIRS:
+        folder = os.path.join(save, sub)
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            if not (name.endswith(".tmp") or ".tmp." in name) or os.path.islink(path):
+                continue
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
+            removed.append(path)
+    return removed
 
 
 _TRAIN = re.compile(
