@@ -229,3 +229,43 @@ def test_a_log_write_error_in_the_reader_thread_is_the_step_error(tmp_path, monk
         runner.run()
     assert errors == [] and info.value.errno == 28
     assert _os_error(info.value).startswith(str(tmp_path / "logs" / "01-s.log"))
+
+
+def test_dawid_reaches_its_target_in_a_short_run(tiny_data, tiny_transformer, tmp_path):
+    """Issue 39 item 6: at 100 updates the gates' scale is raised so that the fused student
+    meets the 4x target (before: a student larger than the teacher, and "done")."""
+    save = tmp_path / "dawid"
+    proc = _compress([_teacher(tiny_transformer), "--data", tiny_data, "-o", save, "--method",
+                      "dawid", "--max-update", "100", "--validate-every", "50",
+                      *FAST[4:]])  # fmt: skip
+    assert "the fused student against the target" in proc.stdout
+    rows = json.loads((save / "report.json").read_text())["models"]
+    t, s = rows["teacher"]["params"], rows["student"]["params"]
+    assert s <= t / 4 * 1.02, (s, t)
+
+
+def test_a_fused_student_above_its_target_is_an_error_with_its_size(tiny_transformer):
+    from lightcompress.compress.checks import check_fused_size, dawid_gate_scale
+    from lightcompress.compress.teacher import CompressError
+
+    teacher = _teacher(tiny_transformer)  # (a "student" as large as its teacher)
+    with pytest.raises(CompressError) as info:
+        check_fused_size(teacher, 10_000, 10**9, "4x fewer parameters than the teacher", 20)
+    msg = str(info.value)
+    assert "fused student has" in msg and "at most 10,000" in msg and "20 updates" in msg
+    with pytest.raises(CompressError, match="more than the teacher's"):
+        check_fused_size(teacher, 10**9, 1_000, "at most 1G", 20)
+    # short runs get a larger step for the gates; long ones keep the results plan's 150
+    scales = [dawid_gate_scale(u, u * 11 // 150, 2e-4, 100) for u in (20, 100, 1000, 20000)]
+    assert scales[0] > scales[1] > scales[2] >= scales[3] == 150
+
+
+def test_the_speed_report_takes_the_best_run_and_warns_of_a_wide_spread():
+    from lightcompress.compress.report import best_rate, spread_warnings
+
+    steady = {"runs": [{"tokens_per_s": r} for r in (100.0, 104.0, 98.0)], "tokens_per_s": 100.7}
+    wide = {"runs": [{"tokens_per_s": r} for r in (209.0, 1392.0, 1502.0)], "tokens_per_s": 1034}
+    assert best_rate(steady) == 104.0 and best_rate(wide) == 1502.0
+    speed = {("teacher", "fairseq", "float32"): steady, ("teacher", "ctranslate2", "int8"): wide}
+    (warning,) = spread_warnings(speed)
+    assert "teacher [ctranslate2 int8]" in warning and "209.0 to 1502.0" in warning
