@@ -269,3 +269,22 @@ def test_the_speed_report_takes_the_best_run_and_warns_of_a_wide_spread():
     speed = {("teacher", "fairseq", "float32"): steady, ("teacher", "ctranslate2", "int8"): wide}
     (warning,) = spread_warnings(speed)
     assert "teacher [ctranslate2 int8]" in warning and "209.0 to 1502.0" in warning
+
+
+def test_a_plan_that_wrote_nothing_is_replaced_by_the_corrected_command(
+    tiny_data, tiny_transformer, tmp_path, capsys
+):
+    """A run that failed before its first step wrote anything (its plan.json only) does not
+    block the corrected command; one whose steps wrote outputs does."""
+    from lightcompress.compress.cli import main
+
+    save = tmp_path / "out"
+    save.mkdir()
+    (save / "plan.json").write_text(
+        json.dumps({"commands": ["lightcompress-convert --energy nan"]})
+    )
+    args = [_teacher(tiny_transformer), "--data", tiny_data, "-o", str(save), "--rank", "8"]
+    assert main([*args, "--dry-run"]) == 0, capsys.readouterr().err
+    (save / "student_init.pt").write_bytes(b"")  # (the transfer step's output)
+    assert main([*args, "--dry-run"]) == 2
+    assert "holds a run with other settings" in capsys.readouterr().err
