@@ -19,7 +19,20 @@ __all__ = [
     "check_target",
     "compare_plan",
     "dawid_gate_scale",
+    "file_sha256",
 ]
+
+
+def file_sha256(path: str) -> str:
+    """The SHA-256 of a file (an input whose content, not only its name, is in the plan)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
 
 # fairseq-train options that compress sets itself: given after `--` they would override the
 # plan silently (or, for --save-dir, send the student where compress does not look)
@@ -79,6 +92,28 @@ def check_save_dir(save: str) -> None:
         raise CompressError(f"--save-dir {save}: {probe} is not writable")
 
 
+def _difference(new: list[str], old: dict) -> str:
+    """Where the commands first differ, in a few words: ``now ... --beam 4 ..., before ...
+    --beam 5 ...``."""
+    import shlex
+
+    before = old.get("commands") or []
+    if len(before) != len(new):
+        return f"{len(new)} commands now, {len(before)} before (--kd or --method?)"
+    for a, b in zip(new, before):
+        if a == b:
+            continue
+        try:
+            ta, tb = shlex.split(a), shlex.split(b)
+        except ValueError:
+            return f"now: {a[:120]}..."
+        i = next((k for k, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
+        lo = max(0, i - 2)
+        return (f"in `{os.path.basename(ta[0])}`: now ... {shlex.join(ta[lo:i + 2])} ..., before "
+                f"... {shlex.join(tb[lo:i + 2])} ...")  # fmt: skip
+    return "other commands"
+
+
 def compare_plan(save: str, plan: dict, steps) -> list[str]:
     """Compare ``plan`` with the one ``save`` holds (``plan.json`` of an earlier run).
 
@@ -102,13 +137,12 @@ def compare_plan(save: str, plan: dict, steps) -> list[str]:
     if old.get("commands") != plan["commands"]:
         if not written:
             return []
-        new_cmds, old_cmds = plan["commands"], old.get("commands") or []
-        diff = next((a for a, b in zip(new_cmds, old_cmds) if a != b), new_cmds[-1])
         raise CompressError(
-            f"{save} holds a run with other settings (it differs at: {diff[:160]}...): use "
-            "another --save-dir, or delete that one"
+            f"{save} holds a run with other settings ({_difference(plan['commands'], old)}): "
+            "rerun with the settings it was made with to resume, or use another --save-dir "
+            "(or delete that one)"
         )
-    if old.get("report_options") != plan.get("report_options"):
+    if old.get("report_options") != plan.get("report_options"):  # (--ref: path and content)
         return [p for p in steps[-1].outputs if os.path.exists(p)]
     return []
 

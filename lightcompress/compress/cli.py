@@ -34,6 +34,7 @@ from lightcompress.compress.checks import (
     check_target,
     compare_plan,
     dawid_gate_scale,
+    file_sha256,
 )
 from lightcompress.compress.methods import (
     METHODS,
@@ -350,7 +351,10 @@ def build_plan(opts, extra: list[str], log=print):
         "commands": commands,
         # options that change an output without changing a command: a rerun with other
         # values redoes the steps they change (checks.compare_plan)
-        "report_options": {"ref": os.path.abspath(opts.ref) if opts.ref else None},
+        "report_options": {
+            "ref": os.path.abspath(opts.ref) if opts.ref else None,
+            "ref_sha256": file_sha256(opts.ref) if opts.ref else None,
+        },
     }
     protocol = {
         "subset": "test",
