@@ -129,6 +129,7 @@ def test_kill_9_in_every_step_leaves_no_process_and_the_rerun_finishes(
     # ... and a rerun whose commands differ (--beam) is refused, the outputs kept
     err = _one_line_error(_compress([*args[len(CMD) :], "--beam", "4"], check=False))
     assert "holds a run with other settings" in err and (save / "report.md").exists()
+    assert "now ... " in err and "--beam 4" in err and "--beam 5" in err, err  # (where)
 
 
 # one case per bad input: (arguments after the teacher, data and save dir; what the line says)

@@ -61,7 +61,7 @@ def check_extra(extra: list[str]) -> None:
             raise CompressError(f"`-- {flag}` is not for fairseq-train here: {OWN[flag]}")
 
 
-def check_target(opts, teacher, method: str) -> None:
+def check_target(opts, teacher) -> None:
     """A target the student cannot meet, found before anything is written."""
     s = teacher.settings
     d = min(s["encoder_embed_dim"], s["decoder_embed_dim"])

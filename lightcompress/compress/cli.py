@@ -195,7 +195,7 @@ def build_plan(opts, extra: list[str], log=print):
             raise CompressError(f"{flag} {path}: no such file")
     teacher = read_teacher(opts.teacher)
     method.check(teacher)
-    check_target(opts, teacher, method.name)
+    check_target(opts, teacher)
     data = read_data_bin(opts.data, teacher, opts.source_lang, opts.target_lang)
     save = os.path.abspath(opts.save_dir)
     if os.path.exists(save) and not os.path.isdir(save):
@@ -415,7 +415,9 @@ def main(argv=None) -> int:
             for cmd in step.commands:
                 print("+ " + render(cmd))
             if step.func is not None:
-                print(f"  (writes {', '.join(step.outputs)})")
+                print(
+                    f"  (writes {', '.join(step.outputs)})" if step.outputs else "  (checked here)"
+                )
         return 0
     try:
         return _run(opts, save, steps, plan, redo, say)
