@@ -289,3 +289,50 @@ def test_a_plan_that_wrote_nothing_is_replaced_by_the_corrected_command(
     (save / "student_init.pt").write_bytes(b"")  # (the transfer step's output)
     assert main([*args, "--dry-run"]) == 2
     assert "holds a run with other settings" in capsys.readouterr().err
+
+
+# distill_data.py with fairseq-generate replaced by a sleeper that prints its pid
+DISTILL_SLEEPER = r"""
+import sys
+from lightcompress.kd import distill
+distill._generate_command = lambda args, d: [sys.executable, "-c",
+    "import os, sys, time; print(os.getpid(), file=sys.stderr, flush=True); time.sleep(300)"]
+sys.exit(distill.cli_main())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's parent-death signal")
+@pytest.mark.parametrize("sig", ["TERM", "KILL"])
+def test_a_stopped_distill_data_leaves_no_translation_running(sig, tiny_data, tmp_path):
+    """Issue 40 item 1: SIGTERM (what the step guard sends) ends distill_data's fairseq-generate
+    and removes the half-written shard; a SIGKILL ends the generate too (its parent-death
+    signal), and the shard compress's next run removes (remove_stale_temp)."""
+    import signal
+    import time
+
+    teacher = tmp_path / "teacher.pt"
+    teacher.write_bytes(b"")  # (not loaded: the sleeper stands in for fairseq-generate)
+    work = tmp_path / "kd" / "distill-work"
+    proc = subprocess.Popen([sys.executable, "-c", DISTILL_SLEEPER, tiny_data, "--path",
+                             str(teacher), "--out-dir", str(tmp_path / "kd"), "--cpu"],
+                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    log, deadline = work / "shard0.log", time.monotonic() + 120
+    while time.monotonic() < deadline and not (log.exists() and log.read_text().strip()):
+        time.sleep(0.05)
+    child = int(log.read_text().split()[0])
+    assert list(work.glob(".shard0.gen.*.tmp")), sorted(os.listdir(work))
+    proc.send_signal(getattr(signal, f"SIG{sig}"))
+    proc.wait(timeout=60)
+    deadline, status = time.monotonic() + 20, ""
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{child}"):
+        status = Path(f"/proc/{child}/stat").read_text().rpartition(")")[2].split()[0]
+        if status == "Z":  # (ended; its parent, init or a subreaper, reaps it)
+            break
+        time.sleep(0.05)
+    alive = os.path.exists(f"/proc/{child}") and status != "Z"
+    if alive:
+        os.kill(child, signal.SIGKILL)
+    assert not alive, "fairseq-generate outlived distill_data"
+    if sig == "TERM":
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert not list(work.glob(".*.tmp")), sorted(os.listdir(work))
