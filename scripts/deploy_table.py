@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
-"""One deployment table from two ``measure_speed --json --bleu`` runs: every row of the first
-(fairseq, ONNX Runtime) and the CTranslate2 rows of the second (CTranslate2 is measured in a
-run of its own: its int8 conversion once quantized the loaded teacher in place and changed the
-fairseq rows of a shared run; the exporter now converts a copy). Prints model, engine, precision, parameters, size on disk, BLEU and tokens/s;
-``--json OUT`` writes the rows in the format ``scripts/plot_frontier.py`` reads (each label
-suffixed with its engine).
+"""One deployment table from a ``measure_speed --json --bleu`` run (``--onnx --ct2``: every
+engine in one interleaved run, as ``make demo`` measures), or from two: every row of the first
+and the CTranslate2 rows of the second (older demo runs timed CTranslate2 separately). Prints
+model, engine, precision, parameters, size on disk, BLEU and tokens/s; ``--json OUT`` writes the
+rows in the format ``scripts/plot_frontier.py`` reads (each label suffixed with its engine).
 
-    python scripts/deploy_table.py speed-onnx.json speed-ct2.json --json deploy.json
+    python scripts/deploy_table.py speed.json --json deploy.json
 
 Bad input (a file that cannot be read, is not measure_speed output, or has no BLEU) ends with
 one line on stderr and exit status 2.

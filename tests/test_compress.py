@@ -107,6 +107,9 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
                  "--warmup-updates 100"):  # fmt: skip
         assert flag in train, train
     assert "--scoring sacrebleu" in out and "--ct2" in out and "--onnx" in out
+    # every engine in one interleaved run (issue 40 item 10)
+    (speed,) = [line for line in out.splitlines() if "measure" in line and "--json" in line]
+    assert "--onnx" in speed and "--ct2" in speed and "student=" in speed
 
 
 def _trainers(save) -> list[int]:

@@ -217,9 +217,9 @@ DEPLOY_FLAGS=(--data "$SAMPLE/bin" --user-dir "$USER_DIR" --bleu --post-process 
   --num-sentences "$DEPLOY_SENTENCES" --src-len 12 --runs "$SPEED_RUNS" --threads 1 --beam 5
   --max-len-a 1.2 --max-len-b 10 --quiet)
 PAIR="teacher=$OUT/teacher/checkpoint_last.pt,lightformer_svd=$OUT/lightformer_svd/checkpoint_last.pt"
-# CTranslate2 in a run of its own (lightcompress-compress does the same): its int8 conversion
-# once quantized the loaded teacher in place and changed the fairseq rows of a shared run (the
-# exporter converts a copy since 7473f50; the separate run stays as a second guard)
+# every engine, CTranslate2 included, in one interleaved run (as lightcompress-compress): a
+# disturbance of the machine then slows all of them, not one (a separate CTranslate2 run once
+# read 209 tokens/s against 1,392-1,502 alone)
 # deploy_speed NAME FLAGS...: one measurement (its own table in DEPLOY/NAME.txt), skipped when done
 deploy_speed() {
   local name="$1"
@@ -231,11 +231,9 @@ deploy_speed() {
       >"$DEPLOY/$name.txt"
   fi
 }
-deploy_speed speed-onnx --path "$PAIR" --onnx
-deploy_speed speed-ct2 --path "teacher=$OUT/teacher/checkpoint_last.pt" --ct2
-# one table (and one JSON for the frontier) from the two runs: the fairseq and ONNX Runtime
-# rows of the first, CTranslate2's of the second
-demo_run python scripts/deploy_table.py "$DEPLOY/speed-onnx.json" "$DEPLOY/speed-ct2.json" \
+deploy_speed speed --path "$PAIR" --onnx --ct2
+# one table (and one JSON for the frontier): fairseq, ONNX Runtime and CTranslate2 rows
+demo_run python scripts/deploy_table.py "$DEPLOY/speed.json" \
   --json "$DEPLOY/deploy.json" |
   if [[ "$DRY_RUN" == 1 ]]; then cat; else tee "$DEPLOY/deploy.txt"; fi
 demo_run python scripts/plot_frontier.py "$DEPLOY/deploy.json" \

@@ -18,12 +18,24 @@ refused, before anything is written. See docs/compress.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import os
 import re
 import signal
 import sys
 
+from lightcompress.cli import OneLineParser
+from lightcompress.compress.checks import (
+    check_extra,
+    check_fused_size,
+    check_save_dir,
+    check_target,
+    compare_plan,
+    dawid_gate_scale,
+    file_sha256,
+)
 from lightcompress.compress.methods import (
     METHODS,
     SUBFORMER_REFUSAL,
@@ -40,6 +52,7 @@ from lightcompress.compress.steps import (
     Step,
     StepFailed,
     acquire_lock,
+    remove_stale_temp,
     render,
     train_progress,
 )
@@ -63,12 +76,19 @@ def _count(text: str) -> int:
     return value
 
 
-def _positive(kind, name, upper=None):
+def _positive(kind, name, upper=None, lower=0):
     def parse(text):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number, not {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{name} must be a finite number, not {text!r}")
+        if lower > 0 and value <= lower:
+            raise argparse.ArgumentTypeError(
+                f"{name} must be above {lower:g}, not {text!r}: it is teacher / student "
+                "parameters, and the student would be as large as the teacher or larger"
+            )
         if value <= 0 or (upper is not None and value >= upper):
             bound = f" and below {upper}" if upper is not None else ""
             raise argparse.ArgumentTypeError(f"{name} must be above 0{bound}, not {text!r}")
@@ -78,7 +98,7 @@ def _positive(kind, name, upper=None):
 
 
 def get_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(  # (errors as one line, no usage dump)
         prog=PROG,
         description="Compress a trained fairseq Transformer checkpoint: weight transfer into a "
         "smaller student whose shape is read from the teacher, ranks chosen for the target, "
@@ -98,7 +118,7 @@ def get_parser() -> argparse.ArgumentParser:
         "Smartformer its natural size: CP rank d / 4)"
     )
     t = g.add_mutually_exclusive_group()
-    t.add_argument("--ratio", type=_positive(float, "--ratio"),
+    t.add_argument("--ratio", type=_positive(float, "--ratio", lower=1),
                    help="teacher / student total parameters (the ranks are searched)")  # fmt: skip
     t.add_argument("--params", type=_count, help="at most this many parameters (e.g. 2M)")
     t.add_argument("--rank", type=_positive(int, "--rank"),
@@ -167,6 +187,7 @@ def build_plan(opts, extra: list[str], log=print):
     if opts.method == "subformer":
         raise CompressError(SUBFORMER_REFUSAL)
     method = METHODS[opts.method]
+    check_extra(extra)
     if opts.energy is not None and method.name != "lightformer":
         raise CompressError("--energy is LightFormer's (per-matrix SVD ranks); give --ratio, "
                             "--params or --rank for " + method.name)  # fmt: skip
@@ -181,10 +202,12 @@ def build_plan(opts, extra: list[str], log=print):
             raise CompressError(f"{flag} {path}: no such file")
     teacher = read_teacher(opts.teacher)
     method.check(teacher)
+    check_target(opts, teacher)
     data = read_data_bin(opts.data, teacher, opts.source_lang, opts.target_lang)
     save = os.path.abspath(opts.save_dir)
     if os.path.exists(save) and not os.path.isdir(save):
         raise CompressError(f"--save-dir {opts.save_dir} exists and is not a directory")
+    check_save_dir(save)
     shape_of = student_shape(teacher, opts, method.name)
     log(f"teacher: {opts.teacher}: {teacher.describe()}, {teacher.params:,} parameters")
     log(f"data: {opts.data} ({data.src} -> {data.tgt})")
@@ -221,7 +244,7 @@ def build_plan(opts, extra: list[str], log=print):
         choice = (f"DA-WID target sparsity {sparsity:g} of the teacher's {counts['non_embedding']:,} "
                   f"non-embedding parameters ({target.describe()})")  # fmt: skip
         student_flags = ["--arch", "dawid", "--dawid-teacher", T, "--criterion", "dawid",
-                         *_dawid_flags(sparsity, opts.max_update)]  # fmt: skip
+                         *_dawid_flags(sparsity, opts.max_update, opts.lr or 2e-4, warmup)]  # fmt: skip
         student_model = f"dawid (fused), sparsity {sparsity:g}"
     elif opts.energy is not None:
         flags = ["--lc-encoder-groups", "0", "--lc-decoder-groups", "0"]
@@ -302,6 +325,9 @@ def build_plan(opts, extra: list[str], log=print):
         steps.append(Step("fuse", "DA-WID fusion into an ordinary smaller model", [
             tool("lightcompress-convert") + ["dawid-fuse", "-i", os.path.join(train_dir, best),
                                              "-o", student, "--force"]], outputs=[student]))  # fmt: skip
+        want = int(counts["embedding"] + (1 - sparsity) * counts["non_embedding"])
+        steps.append(Step("size", "the fused student against the target", func=functools.partial(
+            check_fused_size, student, want, counts["total"], target.describe(), opts.max_update)))  # fmt: skip
 
     # 3. deployment export, test translations, speed, report
     onnx_dir = os.path.join(save, "student-onnx")
@@ -328,16 +354,13 @@ def build_plan(opts, extra: list[str], log=print):
     speed = ["--data", B, "--num-sentences", str(opts.speed_sentences), "--src-len", str(src_len),
              "--runs", str(opts.speed_runs), "--threads", "1", "--beam", str(opts.beam), *lengths, "--quiet"]  # fmt: skip
     measure = _script("measure_speed.sh", MEASURE)
-    speed_json, ct2_json = os.path.join(save, "speed.json"), os.path.join(save, "speed-ct2.json")
-    # CTranslate2 in a run of its own: its int8 conversion once quantized the loaded teacher in
-    # place and changed the fairseq rows of a shared run (fixed in deploy/ct2.py, which converts
-    # a copy; the separate run stays as a second guard)
-    steps.append(Step("speed", "tokens/s of teacher and student (fairseq, ONNX Runtime), and "
-                      "CTranslate2 on the dense teacher", [
-        measure + ["--path", f"teacher={T},student={student}", "--onnx",
-                   *speed, "--json", speed_json],
-        measure + ["--path", f"teacher={T}", "--ct2", *speed, "--json", ct2_json]],
-        outputs=[speed_json, ct2_json]))  # fmt: skip
+    speed_json = os.path.join(save, "speed.json")
+    # every engine in one interleaved run (a disturbance then slows all of them, not one), the
+    # best of its runs reported and a wide spread of runs warned about (report.py)
+    steps.append(Step("speed", "tokens/s of teacher and student (fairseq, ONNX Runtime) and "
+                      "CTranslate2 on the dense teacher, interleaved", [
+        measure + ["--path", f"teacher={T},student={student}", "--onnx", "--ct2",
+                   *speed, "--json", speed_json]], outputs=[speed_json]))  # fmt: skip
     report = [os.path.join(save, f"report.{ext}") for ext in ("md", "png", "json")]
     steps.append(Step("report", "the report (markdown, PNG, JSON)", outputs=report))
     commands = [render(c) for st in steps for c in st.commands]
@@ -347,6 +370,12 @@ def build_plan(opts, extra: list[str], log=print):
         "teacher": {"checkpoint": T, "model": teacher.describe()},
         "student": {"checkpoint": student, "model": student_model, "shape": shape_of.describe()},
         "commands": commands,
+        # options that change an output without changing a command: a rerun with other
+        # values redoes the steps they change (checks.compare_plan)
+        "report_options": {
+            "ref": os.path.abspath(opts.ref) if opts.ref else None,
+            "ref_sha256": file_sha256(opts.ref) if opts.ref else None,
+        },
     }
     protocol = {
         "subset": "test",
@@ -354,8 +383,8 @@ def build_plan(opts, extra: list[str], log=print):
         "post_process": post or "none",
         "references": os.path.abspath(opts.ref) if opts.ref else "fairseq's post-processed targets",
         "speed": f"scripts/measure_speed.sh: {opts.speed_sentences} test sentences of about {src_len} "
-        f"tokens, batch 1, one thread, beam {opts.beam}, {opts.speed_runs} runs; outputs capped at "
-        "1.2 x source + 10 tokens (as for BLEU)",
+        f"tokens, batch 1, one thread, beam {opts.beam}, every engine in one run, interleaved, the "
+        f"best of {opts.speed_runs} runs; outputs capped at 1.2 x source + 10 tokens (as for BLEU)",
         "notes": notes,
     }
     steps[-1].func = lambda: _report(save, plan, protocol, opts.ref)
@@ -368,33 +397,18 @@ def _report(save, plan, protocol, ref):
     write_report(save, plan, protocol, ref)
 
 
-def _dawid_flags(sparsity: float, updates: int) -> list[str]:
+def _dawid_flags(sparsity: float, updates: int, lr: float = 2e-4, warmup: int = 100) -> list[str]:
     """DA-WID's schedule of the results CPU plan (examples/translation/results/run.sh), scaled
     to ``updates``: distillation only for 7.3 %, the target warmed up over 37 %, head and layer
-    masks 22 % after the dimension masks."""
+    masks 22 % after the dimension masks; the gates' learning-rate scale raised for a short run
+    (:func:`dawid_gate_scale`) so that the masks can reach the target."""
+    distill = updates * 11 // 150
+    scale = dawid_gate_scale(updates, distill, lr, warmup)
     return ["--dawid-lambda", "0.5", "--dawid-init", "data-aware", "--dawid-calib-tokens", "4096",
             "--dawid-target-sparsity", f"{sparsity:g}", "--dawid-masks", "dim,head,layer",
-            "--dawid-distill-updates", str(updates * 11 // 150),
+            "--dawid-distill-updates", str(distill),
             "--dawid-sparsity-warmup", str(max(1, updates * 11 // 30)),
-            "--dawid-structure-updates", str(updates * 11 // 50), "--dawid-gate-lr-scale", "150"]  # fmt: skip
-
-
-def _check_save_dir(save: str, plan: dict) -> None:
-    """A save directory holding another run (other commands) is refused."""
-    path = os.path.join(save, "plan.json")
-    if not os.path.exists(path):
-        return
-    try:
-        with open(path, encoding="utf-8") as f:
-            old = json.load(f).get("commands", [])
-    except (OSError, ValueError):
-        return
-    if old != plan["commands"]:
-        diff = next((a for a, b in zip(plan["commands"], old) if a != b), plan["commands"][-1])
-        raise CompressError(
-            f"{save} holds a run with other settings (it differs at: {diff[:160]}...): use "
-            "another --save-dir, or delete that one"
-        )
+            "--dawid-structure-updates", str(updates * 11 // 50), "--dawid-gate-lr-scale", str(round(scale))]  # fmt: skip
 
 
 def main(argv=None) -> int:
@@ -408,25 +422,51 @@ def main(argv=None) -> int:
     try:
         steps, plan = build_plan(opts, extra, log=say)
         save = os.path.abspath(opts.save_dir)
-        _check_save_dir(save, plan)
+        redo = compare_plan(save, plan, steps)
     except CompressError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     if opts.dry_run:
         say(f"dry run: {len(steps)} steps in {save}; nothing is run or written")
+        if redo:
+            say("the report options changed (--ref): the report would be redone")
         for n, step in enumerate(steps, 1):
             state = " (done before: would be skipped)" if step.complete() else ""
             print(f"step {n}/{len(steps)} {step.name}: {step.what}{state}")
             for cmd in step.commands:
                 print("+ " + render(cmd))
             if step.func is not None:
-                print(f"  (writes {', '.join(step.outputs)})")
+                print(
+                    f"  (writes {', '.join(step.outputs)})" if step.outputs else "  (checked here)"
+                )
         return 0
+    try:
+        return _run(opts, save, steps, plan, redo, say)
+    except OSError as exc:  # a full disk, a read-only or vanished save directory, ...
+        print(f"{PROG}: error: {_os_error(exc)}", file=sys.stderr)
+        return 1
+
+
+def _os_error(exc: OSError) -> str:
+    where = f"{exc.filename}: " if exc.filename else ""
+    what = exc.strerror or str(exc)
+    hint = {28: " (free some space, or use another --save-dir; rerun to resume)",
+            30: " (use a writable --save-dir)", 13: " (use a writable --save-dir)"}  # fmt: skip
+    return f"{where}{what}{hint.get(exc.errno, '')}"
+
+
+def _run(opts, save, steps, plan, redo, say) -> int:
     try:
         lock = acquire_lock(save)  # noqa: F841  (held until the process ends)
     except CompressError as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
+    for path in remove_stale_temp(save):
+        say(f"removed {path} (left by a stopped run)")
+    if redo:
+        say("the report options changed (--ref): the report is redone")
+        for path in redo:
+            os.remove(path)
     tmp = os.path.join(save, "plan.json.tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(plan, f, indent=1)

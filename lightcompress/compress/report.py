@@ -57,6 +57,30 @@ def read_speed(path: str) -> dict[tuple[str, str, str], dict]:
     return {(m["label"], m["engine"], m["precision"]): m for m in doc["models"]}
 
 
+SPREAD_WARNING = 0.25  # (fastest - slowest) / fastest run of one row above this: a warning
+
+
+def best_rate(rec: dict) -> float | None:
+    """A row's tokens/s: the best of its timed runs (a disturbance only slows a run down)."""
+    rates = [r["tokens_per_s"] for r in rec.get("runs", []) if r.get("tokens_per_s")]
+    return max(rates) if rates else rec.get("tokens_per_s")
+
+
+def spread_warnings(speed: dict) -> list[str]:
+    """One line per row whose runs differ by more than :data:`SPREAD_WARNING` of the best."""
+    out = []
+    for (label, engine, prec), rec in sorted(speed.items()):
+        rates = [r["tokens_per_s"] for r in rec.get("runs", []) if r.get("tokens_per_s")]
+        if len(rates) > 1 and (max(rates) - min(rates)) / max(rates) > SPREAD_WARNING:
+            out.append(
+                f"Warning: the runs of {label} [{engine} {prec}] spread from {min(rates):.1f} to "
+                f"{max(rates):.1f} tokens/s ({(max(rates) - min(rates)) / max(rates):.0%} of the "
+                "best): the machine was disturbed; the ratios are rough (rerun the speed step: "
+                "delete speed.json and report.*)"
+            )
+    return out
+
+
 def dir_size(path: str) -> int:
     """Bytes of the files under ``path``."""
     total = 0
@@ -93,11 +117,11 @@ def build_rows(plan: dict, speed: dict, ct2: dict | None, scores: dict, onnx_dir
             "params": fair.get("params"),
             "size_bytes": fair.get("size_bytes"),
             "onnx_size_bytes": onnx.get("size_bytes"),
-            "tokens_per_s": {"fairseq": fair.get("tokens_per_s")},
+            "tokens_per_s": {"fairseq": best_rate(fair)},
             **scores[who],
         }
         if onnx:
-            row["tokens_per_s"]["onnxruntime"] = onnx.get("tokens_per_s")
+            row["tokens_per_s"]["onnxruntime"] = best_rate(onnx)
         rows[who] = row
     if onnx_dir and os.path.isdir(onnx_dir):
         rows["student"]["onnx_export"] = onnx_dir
@@ -106,7 +130,7 @@ def build_rows(plan: dict, speed: dict, ct2: dict | None, scores: dict, onnx_dir
         for prec in ("int8", "float32"):
             rec = ct2.get(("teacher", "ctranslate2", prec))
             if rec:
-                rows["teacher"]["tokens_per_s"][f"ctranslate2-{prec}"] = rec.get("tokens_per_s")
+                rows["teacher"]["tokens_per_s"][f"ctranslate2-{prec}"] = best_rate(rec)
                 rows["teacher"][f"ctranslate2_{prec}_size_bytes"] = rec.get("size_bytes")
     return rows
 
@@ -175,7 +199,7 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
         lines += ["", (f"The student's ONNX Runtime export: `{s['onnx_export']}` "
                   f"(`python {s['onnx_export']}/translate.py {s['onnx_export']}{flag} < in > out`; "
                   f"{what}).")]  # fmt: skip
-    for note in protocol.get("notes", []):
+    for note in protocol.get("notes", []) + protocol.get("warnings", []):
         lines += ["", note]
     lines += ["", "Commands run (`plan.json` in this directory):", "", "```bash"]
     lines += plan["commands"]
@@ -246,8 +270,13 @@ def write_report(save_dir: str, plan: dict, protocol: dict, refs_file: str | Non
                 )
         scores[who] = score(hyps, refs)
     speed = read_speed(os.path.join(save_dir, "speed.json"))
+    # every engine in one interleaved run (speed.json); a separate CTranslate2 run's file is
+    # read only where an older run of compress wrote one
     ct2_path = os.path.join(save_dir, "speed-ct2.json")
-    ct2 = read_speed(ct2_path) if os.path.exists(ct2_path) else None
+    ct2 = read_speed(ct2_path) if os.path.exists(ct2_path) else speed
+    protocol = {**protocol, "warnings": spread_warnings(speed)}
+    for line in protocol["warnings"]:
+        print(f"[compress] {line}", flush=True)
     onnx_dir = os.path.join(save_dir, "student-onnx")
     rows = build_rows(plan, speed, ct2, scores, onnx_dir)
     doc = {"plan": plan, "protocol": protocol, "models": rows}

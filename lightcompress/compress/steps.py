@@ -1,8 +1,9 @@
 """Running the steps of ``lightcompress-compress``: plain progress lines (step n/N, elapsed time)
 whether or not stdout is a terminal, each command's whole output in ``SAVE_DIR/logs/``, a step
 skipped when its outputs exist, one run per save directory (a lock naming the live pid), and
-children that end with the command (stopped by a signal, or killed: Linux's parent-death
-signal).
+commands that end with the command, their own children included (each runs under
+:mod:`lightcompress.compress.guard`: a process group of its own, ended whole when the command
+is stopped by a signal or killed, through Linux's parent-death signal).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import fcntl
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import threading
@@ -21,7 +21,16 @@ from dataclasses import dataclass, field
 
 from lightcompress.compress.teacher import CompressError
 
-__all__ = ["FileArg", "Interrupted", "Runner", "Step", "StepFailed", "acquire_lock", "render"]
+__all__ = [
+    "FileArg",
+    "Interrupted",
+    "Runner",
+    "Step",
+    "StepFailed",
+    "acquire_lock",
+    "remove_stale_temp",
+    "render",
+]
 
 
 class StepFailed(Exception):
@@ -77,14 +86,19 @@ class Step:
         return bool(paths) and all(os.path.exists(p) for p in paths)
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: the child gets SIGTERM when this process dies, even by SIGKILL."""
-    try:
-        import ctypes
+GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guard.py")
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+
+def guarded(argv: list[str]) -> tuple[list[str], Callable[[], None] | None]:
+    """``argv`` run through :mod:`lightcompress.compress.guard` (its own process group, ended
+    whole when this process ends, even by SIGKILL), and the ``preexec_fn`` that asks Linux for
+    the guard's parent-death signal."""
+    if not sys.platform.startswith("linux"):
+        return argv, None
+    from lightcompress.compress.guard import die_with_parent
+
+    me = os.getpid()
+    return [sys.executable, GUARD, *argv], lambda: die_with_parent(me)
 
 
 def acquire_lock(save_dir: str) -> int:
@@ -108,6 +122,37 @@ def acquire_lock(save_dir: str) -> int:
     with open(os.path.join(save_dir, ".compress.pid"), "w", encoding="utf-8") as f:
         f.write(f"{os.getpid()}\n")
     return fd
+
+
+STALE_DIRS = ("", "eval", "kd-bin", os.path.join("kd-bin", "distill-work"), "student",
+              "student-onnx")  # fmt: skip
+
+
+def remove_stale_temp(save: str) -> list[str]:
+    """Temporary files (``*.tmp``) a killed run left in the save directory's own folders (a
+    kill -9 runs no clean-up): removed, under the lock, before the steps run again. Only in a
+    directory that holds a compress run (``plan.json``). Returns the removed paths."""
+    import shutil
+
+    if not os.path.isfile(os.path.join(save, "plan.json")):
+        return []
+    removed = []
+    for sub in STALE_DIRS:
+        folder = os.path.join(save, sub)
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            if not (name.endswith(".tmp") or ".tmp." in name) or os.path.islink(path):
+                continue
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
+            removed.append(path)
+    return removed
 
 
 _TRAIN = re.compile(
@@ -169,6 +214,7 @@ class Runner:
 
     def _command(self, n: int, step: Step, i: int, cmd: list, stdout_path: str | None) -> None:
         argv = [a.value() if isinstance(a, FileArg) else str(a) for a in cmd]
+        run_argv, preexec = guarded(argv)
         os.makedirs(self.log_dir, exist_ok=True)
         log_path = os.path.join(self.log_dir, f"{n:02d}-{step.name}{f'-{i + 1}' if i else ''}.log")
         self.say(n, step, f"+ {render(cmd)}")
@@ -176,19 +222,20 @@ class Runner:
         parse = self.parsers.get(step.name)
         tmp = stdout_path + ".tmp" if stdout_path else None
         last = [""]
+        failed: list[OSError] = []  # the log thread's write error
         with open(log_path, "a", encoding="utf-8") as log:
             log.write(f"$ {render(cmd)}\n")
             log.flush()
             out_file = open(tmp, "w", encoding="utf-8") if tmp else None  # noqa: SIM115
             try:
                 self.child = subprocess.Popen(
-                    argv,
+                    run_argv,
                     stdout=out_file if out_file else subprocess.PIPE,
                     stderr=subprocess.PIPE if out_file else subprocess.STDOUT,
                     text=True,
                     errors="replace",
                     env={**os.environ, **step.env},
-                    preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,  # noqa: PLW1509
+                    preexec_fn=preexec,  # noqa: PLW1509
                 )
             except OSError as exc:
                 raise StepFailed(f"{step.name}: cannot run {argv[0]}: {exc.strerror}") from None
@@ -196,8 +243,12 @@ class Runner:
 
             def pump():
                 for line in stream:
-                    log.write(line)
-                    log.flush()
+                    if not failed:  # (a full disk: the output is still read, not kept)
+                        try:
+                            log.write(line)
+                            log.flush()
+                        except OSError as exc:
+                            failed.append(exc)
                     last[0] = line.rstrip()
                     msg = parse(line) if parse else None
                     if msg:
@@ -205,17 +256,26 @@ class Runner:
 
             reader = threading.Thread(target=pump, daemon=True)
             reader.start()
-            while True:
-                try:
-                    rc = self.child.wait(timeout=self.heartbeat)
-                    break
-                except subprocess.TimeoutExpired:
-                    if last[0]:
-                        self.say(n, step, f"running: {last[0][-160:]}")
+            try:
+                while True:
+                    try:
+                        rc = self.child.wait(timeout=self.heartbeat)
+                        break
+                    except subprocess.TimeoutExpired:
+                        if last[0]:
+                            self.say(n, step, f"running: {last[0][-160:]}")
+            except BaseException:  # stopped (Interrupted): no half-written output left
+                if out_file:
+                    out_file.close()
+                    os.remove(tmp)
+                raise
             reader.join(timeout=5)
             self.child = None
             if out_file:
                 out_file.close()
+            if failed and rc == 0:
+                failed[0].filename = failed[0].filename or log_path
+                raise failed[0]
         if rc != 0:
             if tmp and os.path.exists(tmp):
                 os.remove(tmp)

@@ -40,6 +40,7 @@ import math
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -190,6 +191,32 @@ def _generate_command(args, shard_dir):
     return cmd + shlex.split(args.generate_args)
 
 
+def _child_setup(parent):  # pragma: no cover - runs in the forked child
+    """Linux: the child (fairseq-generate, -preprocess) gets SIGTERM when this process dies,
+    even by SIGKILL, so that a killed run leaves no translation running with parent 1."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # died before the request
+        os._exit(128 + signal.SIGTERM)
+
+
+def _popen_kwargs():
+    if not sys.platform.startswith("linux"):
+        return {}
+    me = os.getpid()
+    return {"preexec_fn": lambda: _child_setup(me)}
+
+
+def _terminated(signum, _frame):
+    """SIGTERM / SIGHUP (compress stopped or killed: the parent-death signal) end the run like
+    Ctrl-C: the running fairseq-generate is killed and the half-written shard removed."""
+    raise SystemExit(128 + signum)
+
+
 def _duration(seconds):
     seconds = int(seconds)
     if seconds < 60:
@@ -260,7 +287,7 @@ def _translate_shard(args, prefix, k, start, end, run):
             open(tmp, "w", encoding="utf-8") as out,
             open(log_file, "w", encoding="utf-8") as err,
         ):
-            proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+            proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, **_popen_kwargs())
             try:
                 counter, last = _HypothesisCounter(tmp), time.monotonic()
                 while True:
@@ -401,6 +428,19 @@ def _check_args(args):
 
 
 def main(argv=None):
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    old = {sig: signal.signal(sig, _terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return _main(argv)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def _main(argv):
     args = build_parser().parse_args(argv)
     _check_args(args)
     from fairseq.data import data_utils
@@ -476,7 +516,7 @@ def main(argv=None):
            "--destdir", args.out_dir, "--workers", str(args.workers),
            "--srcdict", os.path.join(args.data, f"dict.{src}.txt"),
            "--tgtdict", os.path.join(args.data, f"dict.{tgt}.txt")]  # fmt: skip
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, **_popen_kwargs())
     if proc.returncode != 0:
         raise DistillError(f"fairseq-preprocess failed:\n{proc.stderr[-3000:]}")
     out_prefix = os.path.join(args.out_dir, f"train.{src}-{tgt}.")
