@@ -174,6 +174,11 @@ def test_end_to_end_from_a_bpe_teacher_to_an_export_that_takes_raw_text(
     teacher, student = doc["models"]["teacher"], doc["models"]["student"]
     assert student["params"] < teacher["params"]
     assert "-1 (deep encoder, shallow decoder" in doc["plan"]["student"]["shape"]
+    # the report says what it measured roughly (FAST: 3 sentences, one run)
+    assert (
+        "Rough speed: every engine was timed on 3 sentences in 1 run(s)"
+        in (save / "report.md").read_text()
+    )
     raw = (bpe_teachers["raw"] / "test.de").read_text().splitlines()[:4]
     run = subprocess.run(
         [sys.executable, str(save / "student-onnx" / "translate.py"), str(save / "student-onnx")],
@@ -182,3 +187,28 @@ def test_end_to_end_from_a_bpe_teacher_to_an_export_that_takes_raw_text(
     assert run.returncode == 0, run.stderr
     got = run.stdout.splitlines()
     assert len(got) == 4 and not any("@@" in g or "&quot;" in g for g in got), got
+
+
+def test_the_report_says_which_engine_row_is_missing_and_why(tmp_path):
+    from lightcompress.compress.report import left_out, read_speed
+
+    doc = {
+        "protocol": {"runs": 5, "num_sentences": 40},
+        "notes": ["teacher: CTranslate2 cannot convert it (unequal encoder and decoder heads)"],
+        "models": [{"label": "teacher", "engine": "fairseq", "precision": "float32", "runs": []}],
+    }
+    (tmp_path / "speed.json").write_text(json.dumps(doc))
+    speed = read_speed(str(tmp_path / "speed.json"))
+    lines = left_out(str(tmp_path), speed, speed)
+    assert len(lines) == 2 and all("unequal encoder and decoder heads" in x for x in lines)
+    assert lines[0].startswith("No CTranslate2 int8 row for the teacher: ")
+    assert not any(x.startswith("Rough speed") for x in lines)
+
+
+def test_progress_lines_skip_library_output():
+    from lightcompress.compress.steps import _informative
+
+    for noise in ("  super().__init__(loader)", "DEBUG:matplotlib:data path", "",
+                  "/x/dataloader.py:1102: UserWarning: 'pin_memory' argument"):  # fmt: skip
+        assert not _informative(noise), noise
+    assert _informative("[distill] shard 1 (2/4): 9,405/19,405 sentences (48%)")

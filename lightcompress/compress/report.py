@@ -274,7 +274,7 @@ def write_report(save_dir: str, plan: dict, protocol: dict, refs_file: str | Non
     # read only where an older run of compress wrote one
     ct2_path = os.path.join(save_dir, "speed-ct2.json")
     ct2 = read_speed(ct2_path) if os.path.exists(ct2_path) else speed
-    protocol = {**protocol, "warnings": spread_warnings(speed)}
+    protocol = {**protocol, "warnings": spread_warnings(speed) + left_out(save_dir, speed, ct2)}
     for line in protocol["warnings"]:
         print(f"[compress] {line}", flush=True)
     onnx_dir = os.path.join(save_dir, "student-onnx")
@@ -284,6 +284,40 @@ def write_report(save_dir: str, plan: dict, protocol: dict, refs_file: str | Non
     plot(rows, os.path.join(save_dir, "report.png"),
          f"{plan['method']}: teacher vs student ({plan['choice']})")  # fmt: skip
     _atomic_text(os.path.join(save_dir, "report.md"), render_markdown(plan, rows, protocol))
+
+
+ROUGH_RUNS, ROUGH_SENTENCES = 3, 20  # fewer timed runs or sentences: a rough speed figure
+
+
+def left_out(save_dir: str, speed: dict, ct2: dict) -> list[str]:
+    """What the report leaves out or measures roughly, one line each: an engine row that is
+    missing and why (measure_speed's notes, e.g. CTranslate2 refusing a model), and speed from
+    few sentences or few runs."""
+    out, notes, protocol = [], [], {}
+    for name in ("speed.json", "speed-ct2.json"):
+        path = os.path.join(save_dir, name)
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                doc = json.load(f)
+            notes += [n for n in doc.get("notes", []) if isinstance(n, str)]
+            protocol = protocol or doc.get("protocol", {})
+    for prec in ("int8", "float32"):
+        if ("teacher", "ctranslate2", prec) not in ct2:
+            why = [n for n in notes if "ctranslate2" in n.lower() or "ct2" in n.lower()]
+            out.append(
+                f"No CTranslate2 {prec} row for the teacher: "
+                + ("; ".join(why) if why else "measure_speed wrote none (see logs/*-speed.log)")
+            )
+    runs, sentences = protocol.get("runs"), protocol.get("num_sentences")
+    if (isinstance(runs, int) and runs < ROUGH_RUNS) or (
+        isinstance(sentences, int) and sentences < ROUGH_SENTENCES
+    ):
+        out.append(
+            f"Rough speed: every engine was timed on {sentences} sentences in {runs} run(s); "
+            f"figures to compare need at least {ROUGH_SENTENCES} sentences and {ROUGH_RUNS} runs "
+            "(--speed-sentences, --speed-runs)"
+        )
+    return out
 
 
 def _takes_raw_text(onnx_dir: str) -> bool:

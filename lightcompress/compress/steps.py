@@ -160,6 +160,17 @@ _TRAIN = re.compile(
 )
 
 
+_NOISE = re.compile(
+    r"^\s|Warning\b|warnings\.warn|^(DEBUG|WARNING):|DeprecationWarning|^Traceback|^\S+\.py:\d+: "
+)
+
+
+def _informative(line: str) -> bool:
+    """A line worth showing as a step's progress: not a library's warning, its source line
+    (indented) or a debug message."""
+    return bool(line.strip()) and not _NOISE.search(line)
+
+
 def train_progress(max_update: int | None):
     """fairseq-train's log lines (simple format) as short progress messages."""
 
@@ -249,7 +260,8 @@ class Runner:
                             log.flush()
                         except OSError as exc:
                             failed.append(exc)
-                    last[0] = line.rstrip()
+                    if _informative(line):
+                        last[0] = line.rstrip()
                     msg = parse(line) if parse else None
                     if msg:
                         self.say(n, step, msg)
