@@ -295,7 +295,9 @@ def test_converter_refuses_losing_the_teachers_output_projections(dense_teacher)
 
 def test_converter_refuses_width_and_depth_mismatches(dense_teacher):
     targs, teacher = dense_teacher
-    with pytest.raises(ConversionError, match="decoder_layers"):
+    # a student deeper than its teacher has no teacher layer to start from (a shallower one
+    # names them with --decoder-layers-from, as LightFormer's transfer does)
+    with pytest.raises(ConversionError, match="decoder depth mismatch"):
         _convert(targs, teacher, [*EXACT, "--decoder-layers", "2"])
     with pytest.raises(ConversionError, match="ffn_embed_dim"):
         _convert(targs, teacher, [*EXACT, "--encoder-ffn-embed-dim", "48"])
