@@ -211,9 +211,10 @@ def plot(rows: dict, path: str, title: str) -> None:
     """Four panels, teacher beside student: parameters, size on disk, BLEU / chrF, tokens/s."""
     import logging
 
+    # (before the import: matplotlib logs its set-up at DEBUG when the root logger is verbose)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     import matplotlib
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
