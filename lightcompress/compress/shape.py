@@ -16,6 +16,7 @@ import argparse
 from dataclasses import dataclass
 
 from lightcompress.compress.teacher import CompressError, Teacher
+from lightcompress.convert.cli import _layer_list  # (lightcompress-convert's own parser)
 
 __all__ = ["StudentShape", "add_shape_args", "student_shape"]
 
@@ -30,18 +31,6 @@ class StudentShape:
 
     def describe(self) -> str:
         return f"{self.encoder_layers}-{self.decoder_layers} ({self.reason})"
-
-
-def _layer_list(text: str) -> list[int]:
-    try:
-        out = [int(x) for x in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"not a list of layer numbers: {text!r} (e.g. 0,2)"
-        ) from None
-    if any(i < 0 for i in out):
-        raise argparse.ArgumentTypeError(f"layer numbers start at 0: {text!r}")
-    return out
 
 
 def _depth(text: str) -> int:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import json
 import os
 import shutil
@@ -44,6 +43,9 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 
 from collect import read_generate
 
+sys.path.insert(0, REPO)
+from lightcompress.compress.checks import file_sha256
+
 
 class ShipError(ValueError):
     pass
@@ -58,14 +60,6 @@ def _need(path: str) -> str:
 def _read(path: str) -> str:
     with open(_need(path), encoding="utf-8") as f:
         return f.read()
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _train_command(name: str) -> str:
@@ -145,7 +139,7 @@ def ship(save_root: str, data: str, out: str, machine: str, head: int) -> dict:
     _card(tmp, rec, stats, _licences(os.path.join(tmp, "SOURCES.tsv")), _train_command(name), pairs)
     files = sorted(f for f in os.listdir(tmp) if f != "SHA256SUMS")
     with open(os.path.join(tmp, "SHA256SUMS"), "w", encoding="utf-8") as f:
-        f.writelines(f"{_sha256(os.path.join(tmp, fn))}  {fn}\n" for fn in files)
+        f.writelines(f"{file_sha256(os.path.join(tmp, fn))}  {fn}\n" for fn in files)
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
     return rec
