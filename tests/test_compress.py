@@ -99,9 +99,13 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
                           t.src_vocab)  # fmt: skip
     assert counts["t"] / counts[f"r{rank}"] >= 3 > counts["t"] / counts[f"r{rank + 1}"]
     # every step's command, in order, exactly as run
+    # (sequence-level KD is on by default for LightFormer: its data is made before fine-tuning)
     steps = [line.split(":")[0] for line in out.splitlines() if line.startswith("step ")]
-    assert steps == [f"step {i}/7 {n}" for i, n in enumerate(STEPS, 1)]
+    assert steps == [
+        f"step {i}/8 {n}" for i, n in enumerate(["transfer", "kd-data", *STEPS[1:]], 1)
+    ]
     train = next(line for line in out.splitlines() if "fairseq-train" in line)
+    assert "--task translation_seqkd --kd-data-mode both" in train
     for flag in ("--finetune-from-model", "--optimizer adam", "--lr 0.0015", ("--criterion "
                  "label_smoothed_cross_entropy"), f"--lc-rank {rank}", "--max-update 1000",
                  "--warmup-updates 100"):  # fmt: skip
@@ -129,7 +133,7 @@ def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
     tiny_data, tiny_transformer, tmp_path
 ):
     save = tmp_path / "lf"
-    args = [_teacher(tiny_transformer), "--data", tiny_data, "-o", save, "--rank", "8",
+    args = [_teacher(tiny_transformer), "--data", tiny_data, "-o", save, "--rank", "8", "--no-kd",
             "--max-update", "40", "--validate-every", "4", *FAST]  # fmt: skip
     first = subprocess.Popen([*CMD, *map(str, args)], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=_env())  # fmt: skip
@@ -232,3 +236,32 @@ def test_a_teacher_the_method_cannot_take_is_refused_before_any_work(
                                     check=False))  # fmt: skip
     assert want in err and ("--method" in err or "complete" in err or "input" in err), err
     assert not save.exists()
+
+
+def test_kd_defaults_and_the_smartformer_rank_search(tiny_data, tiny_transformer, tmp_path):
+    base = [_teacher(tiny_transformer), "--data", tiny_data, "-o", tmp_path / "out", "--dry-run"]
+
+    def steps(*args):
+        out = _compress([*base, *args]).stdout
+        return [
+            line.split(":")[0].split()[-1] for line in out.splitlines() if line.startswith("step ")
+        ], out
+
+    # KD on by default where it was measured to help (LightFormer, Hypoformer), off for
+    # Smartformer and DA-WID; --kd / --no-kd say otherwise
+    assert "kd-data" in steps()[0] and "kd-data" not in steps("--no-kd")[0]
+    assert "kd-data" in steps("--method", "hypoformer", "--ratio", "1.5")[0]
+    assert "kd-data" not in steps("--method", "smartformer")[0]
+    assert "kd-data" in steps("--method", "smartformer", "--kd")[0]
+    # the rank search: the student starts at the largest rank, the agent picks among them
+    names, out = steps("--method", "smartformer", "--search-ranks", "4,2,8")
+    assert names == STEPS
+    train = next(line for line in out.splitlines() if "fairseq-train" in line)
+    assert "--task translation_smartformer --sm-search --sm-search-ranks 2,4,8" in train
+    assert "--sm-rank 8" in train and "searched among 2,4,8 (starts at 8)" in out
+    for bad, why in ((["--method", "smartformer", "--search-ranks", "4,8", "--kd"], "give --no-kd"),
+                     (["--search-ranks", "4,8"], "not lightformer's"),
+                     (["--method", "smartformer", "--search-ranks", "4,x"], "ranks like 32,64,128"),
+                     (["--method", "smartformer", "--search-ranks", "4", "--rank", "2"], "give no --ratio"),
+                     (["--method", "smartformer", "--search-ranks", "4,64"], "above the largest useful")):  # fmt: skip
+        assert why in _one_line_error(_compress([*base, *bad], check=False)), bad

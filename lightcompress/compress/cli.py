@@ -144,9 +144,15 @@ def get_parser() -> argparse.ArgumentParser:
                    "post-processed targets)")  # fmt: skip
     d.add_argument("--beam", type=_positive(int, "--beam"), default=5)
     f = p.add_argument_group("fine-tuning (fairseq-train)")
-    f.add_argument("--kd", action="store_true",
+    f.add_argument("--kd", action=argparse.BooleanOptionalAction, default=None,
                    help="fine-tune on the teacher's translation of the training set as well "
-                   "(sequence-level KD, scripts/distill_data.sh)")  # fmt: skip
+                   "(sequence-level KD, scripts/distill_data.sh; default: on for lightformer "
+                   "and hypoformer, where it was measured to help, off for smartformer and "
+                   "dawid, whose training distils from the teacher itself)")  # fmt: skip
+    f.add_argument("--search-ranks", metavar="R,R,...",
+                   help="Smartformer: its A2C agent picks each layer's CP rank among these "
+                   "during fine-tuning (the student starts at the largest; translation_smartformer "
+                   "--sm-search; fairseq's --sm-search-* flags after `--`)")  # fmt: skip
     f.add_argument("--max-update", type=_positive(int, "--max-update"), default=1000)
     f.add_argument("--max-tokens", type=_positive(int, "--max-tokens"), default=4096)
     f.add_argument("--lr", type=_positive(float, "--lr"),
@@ -200,6 +206,11 @@ def build_plan(opts, extra: list[str], log=print):
     for path, flag in ((opts.spm, "--spm"), (opts.bpe_codes, "--bpe-codes"), (opts.ref, "--ref")):
         if path and not os.path.isfile(path):
             raise CompressError(f"{flag} {path}: no such file")
+    kd = method.kd_default if opts.kd is None else opts.kd
+    search = _search_ranks(opts.search_ranks, method.name, opts)
+    if search and kd:
+        raise CompressError("--search-ranks runs the rank search's own task, which has no KD "
+                            "data: give --no-kd with it")  # fmt: skip
     teacher = read_teacher(opts.teacher)
     method.check(teacher)
     check_target(opts, teacher)
@@ -264,7 +275,15 @@ def build_plan(opts, extra: list[str], log=print):
         ]
         student_model = f"lightformer, per-matrix ranks at energy {opts.energy:g}"
     else:
-        if opts.rank is not None or default_rank is not None:
+        if search:
+            rank = max(search)
+            if rank > method.max_rank(teacher):
+                raise CompressError(f"--search-ranks {rank} is above the largest useful "
+                                    f"smartformer rank of this teacher ({method.max_rank(teacher)})")  # fmt: skip
+            choice = (
+                f"{method.rank_name} searched among {','.join(map(str, search))} (starts at {rank})"
+            )
+        elif opts.rank is not None or default_rank is not None:
             rank = opts.rank or default_rank
             if rank > method.max_rank(teacher):
                 raise CompressError(f"--rank {rank} is above the largest useful {method.name} "
@@ -289,7 +308,11 @@ def build_plan(opts, extra: list[str], log=print):
 
     # 2. optional KD data, fine-tuning (DA-WID: its training and the fusion)
     task = ["--task", "translation"]
-    if opts.kd:
+    if search:
+        task = ["--task", "translation_smartformer", "--sm-search", "--sm-search-ranks",
+                ",".join(map(str, search)), "--sm-search-interval", str(max(1, opts.max_update // 20)),
+                "--sm-search-settle", "3"]  # fmt: skip
+    if kd:
         kd = os.path.join(save, "kd-bin")
         steps.append(Step("kd-data", "the teacher translates the training set (KD data)", [
             _script("distill_data.sh", DISTILL) + [B, "--path", T, "--out-dir", kd, "--user-dir", user_dir,
@@ -368,7 +391,12 @@ def build_plan(opts, extra: list[str], log=print):
         "method": method.name,
         "choice": choice,
         "teacher": {"checkpoint": T, "model": teacher.describe()},
-        "student": {"checkpoint": student, "model": student_model, "shape": shape_of.describe()},
+        "student": {
+            "checkpoint": student,
+            "model": student_model,
+            "shape": shape_of.describe(),
+            "kd": kd,
+        },
         "commands": commands,
         # options that change an output without changing a command: a rerun with other
         # values redoes the steps they change (checks.compare_plan)
@@ -395,6 +423,25 @@ def _report(save, plan, protocol, ref):
     from lightcompress.compress.report import write_report
 
     write_report(save, plan, protocol, ref)
+
+
+def _search_ranks(text, method: str, opts) -> list[int]:
+    """``--search-ranks``: Smartformer's, a comma-separated list of ranks >= 1, no target."""
+    if text is None:
+        return []
+    if method != "smartformer":
+        raise CompressError(f"--search-ranks is Smartformer's rank search, not {method}'s")
+    if opts.ratio is not None or opts.params is not None or opts.rank is not None:
+        raise CompressError(
+            "--search-ranks chooses the ranks itself: give no --ratio, --params or --rank"
+        )
+    try:
+        ranks = sorted({int(r) for r in text.split(",") if r.strip()})
+    except ValueError:
+        raise CompressError(f"--search-ranks must be ranks like 32,64,128, not {text!r}") from None
+    if not ranks or ranks[0] < 1:
+        raise CompressError(f"--search-ranks must be ranks >= 1 like 32,64,128, not {text!r}")
+    return ranks
 
 
 def _dawid_flags(sparsity: float, updates: int, lr: float = 2e-4, warmup: int = 100) -> list[str]:

@@ -146,7 +146,12 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
         "",
         (
             f"Teacher: {plan['teacher']['model']}. Student: {plan['student']['model']}. "
-            f"{plan['choice']}."
+            f"{plan['choice']}. Fine-tuned on "
+            + (
+                "ground truth and the teacher's translations (sequence-level KD)."
+                if plan["student"].get("kd")
+                else "ground truth."
+            )
         ),
         "",
         "| | teacher | student | student / teacher |",

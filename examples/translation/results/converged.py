@@ -1,0 +1,735 @@
+#!/usr/bin/env python
+"""The converged plan (issue 42): every method trained from the shipped converged teacher
+(``teacher/``), at one stated budget, evaluated the same way, one table.
+
+    python examples/translation/results/converged.py plan           # every row and its commands
+    python examples/translation/results/converged.py run [ROW ...]  # train + score (resumable)
+    python examples/translation/results/converged.py speed          # one interleaved speed run
+    python examples/translation/results/converged.py table          # results.md from the JSON
+    python examples/translation/results/converged.py record ROW DIR # a finished compress run's row
+
+Rows (in the order ``run`` trains them; each from ``teacher/checkpoint.pt``):
+
+- ``default``: ``lightcompress-compress`` as a user runs it (its default method, student shape,
+  target and recipe), with this plan's budget;
+- ``lightformer_keep_depth``: the same at the teacher's depth (``--keep-depth``);
+- ``lightformer_random``: the default student's own fairseq-train command without
+  ``--finetune-from-model`` (random initialisation, equal updates: the SVD-transfer claim);
+- ``hypoformer_kd`` / ``hypoformer``: ``--method hypoformer`` with and without sequence-level KD;
+- ``smartformer_search``: ``--method smartformer --search-ranks 32,64,128``: the A2C rank
+  search picks each layer's CP rank (around the natural rank d / 4 = 64) while it fine-tunes;
+- ``smartformer``: the fixed CP rank that gives the searched model's size (equal size);
+- ``dawid``: ``--method dawid --params`` the default student's parameters (LightFormer's size);
+- ``subformer``: trained from scratch as its paper does (sandwich sharing, SAFE, its Adam
+  settings and learning rate 5e-4), at the teacher's width and 6-6 depth.
+
+Every row trains at most ``--max-update`` updates (default 7,000), validates every
+``--validate-every`` (500) and stops early after ``--patience`` (4) validations without a lower
+loss; its state lives in ``--save-root`` (outside the checkout: rerun the same command after any
+stop and each row goes on from its last checkpoint), and each finished row is written to
+``--rows-dir`` (``converged/ROW.json``, committed). ``speed`` times the teacher and every
+finished row in one interleaved run (fairseq, ONNX Runtime, CTranslate2 on the dense teacher,
+with and without the shared vocabulary shortlist; batch 1 and 32; one thread) and ``table``
+builds ``results.md`` / ``results.json`` from the committed JSON alone.
+
+Bad input is one line on stderr and exit status 2; a failed step, exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+CACHE = os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "lightcompress"
+)
+TEACHER_DIR = os.path.join(HERE, "teacher")
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(REPO_ROOT, "scripts"))
+
+ROWS = ["default", "lightformer_keep_depth", "lightformer_random", "hypoformer_kd", "hypoformer",
+        "smartformer_search", "smartformer", "dawid", "subformer"]  # fmt: skip
+WHAT = {
+    "default": "lightcompress-compress, its defaults (LightFormer SVD transfer, 3-1, 4x fewer)",
+    "lightformer_keep_depth": "LightFormer SVD transfer at the teacher's depth (--keep-depth)",
+    "lightformer_random": "the default student from random initialisation (equal updates)",
+    "hypoformer_kd": "Hypoformer (TT transfer) with sequence-level KD",
+    "hypoformer": "Hypoformer (TT transfer) without KD",
+    "smartformer_search": "Smartformer, CP ranks chosen by the A2C rank search",
+    "smartformer": "Smartformer, one fixed CP rank at the searched model's size",
+    "dawid": "DA-WID (compactors and masks, fused) at the default student's size",
+    "subformer": "Subformer (sandwich sharing + SAFE) from scratch, its paper's schedule",
+}
+# Subformer as its paper trains it (examples/translation/subformer/common.sh: Adam (0.9, 0.999)
+# eps 1e-6, lr 5e-4, inverse_sqrt, weight decay 0.01, dropout 0.2, label smoothing 0.1), at the
+# teacher's width; 6-6 sandwich (its Table 2 shape: first and last layer own, the middle shared)
+SUBFORMER = ["--arch", "subformer", "--encoder-layers", "6", "--decoder-layers", "6",
+             "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
+             "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
+             "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+             "--subformer-sharing", "sandwich", "--safe-dim", "64", "--share-all-embeddings",
+             "--optimizer", "adam", "--adam-betas", "(0.9, 0.999)", "--adam-eps", "1e-06",
+             "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt", "--warmup-init-lr", "1e-07",
+             "--weight-decay", "0.01", "--dropout", "0.2",
+             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]  # fmt: skip
+# rows made from another row's result: the default student's command and KD data, its size;
+# the searched Smartformer's ranks
+NEEDS = {"lightformer_random": "default", "dawid": "default", "smartformer": "smartformer_search"}
+SEARCH_RANKS = (32, 64, 128)  # the agent's choices (around the natural rank d / 4 = 64)
+
+
+class PlanError(Exception):
+    """Bad input or a missing prerequisite: one line, exit status 2."""
+
+
+class StepError(Exception):
+    """A step failed: one line (and where its log is), exit status 1."""
+
+
+def _json(path: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise PlanError(f"{path}: cannot read JSON ({exc})") from None
+
+
+def _write_json(path: str, doc) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+class Plan:
+    """Paths, budget and the command of every row."""
+
+    def __init__(self, opts):
+        self.o = opts
+        self.bin = os.path.join(opts.data_dir, "bin")
+        self.ref = os.path.join(opts.data_dir, "raw", "test.en")
+        self.teacher = os.path.join(TEACHER_DIR, "checkpoint.pt")
+        self.spm = os.path.join(TEACHER_DIR, "spm.model")
+        self.py = sys.executable
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p))  # fmt: skip
+        if opts.threads:
+            self.env.update(OMP_NUM_THREADS=str(opts.threads), MKL_NUM_THREADS=str(opts.threads))
+
+    def save(self, row: str) -> str:
+        return os.path.join(self.o.save_root, row)
+
+    def check(self, dry: bool) -> None:
+        for path, what in ((self.teacher, "the shipped teacher"), (self.spm, "its spm model")):
+            if not os.path.isfile(path):
+                raise PlanError(
+                    f"{path}: {what} is missing (examples/translation/results/teacher/)"
+                )
+        if dry:
+            return
+        for path, what in ((os.path.join(self.bin, "dict.de.txt"), "the data-bin"),
+                           (self.ref, "the raw test references")):  # fmt: skip
+            if not os.path.isfile(path):
+                raise PlanError(
+                    f"{path}: {what} is missing: build the corpus with python "
+                    "examples/translation/l10n_corpus.py --permissive-only --out "
+                    f"{self.o.data_dir}"
+                )
+
+    # -- commands -----------------------------------------------------------------------------
+    def compress(self, row: str, extra: list[str], train: list[str] = ()) -> list[str]:
+        o = self.o
+        cmd = [self.py, "-m", "lightcompress.compress", self.teacher, "--data", self.bin,
+               "--save-dir", self.save(row), "--spm", self.spm, "--ref", self.ref, *extra,
+               "--max-update", str(o.max_update), "--validate-every", str(o.validate_every)]  # fmt: skip
+        if o.cpu:
+            cmd.append("--cpu")
+        return cmd + ["--", "--patience", str(o.patience), *train]
+
+    def compress_args(self, row: str) -> tuple[list[str], list[str]]:
+        """(compress options, extra fairseq-train flags) of a compress row."""
+        if row == "default":
+            return [], []
+        if row == "lightformer_keep_depth":
+            return ["--keep-depth"], []
+        if row == "hypoformer_kd":
+            return ["--method", "hypoformer", "--kd"], []
+        if row == "hypoformer":
+            return ["--method", "hypoformer", "--no-kd"], []
+        if row == "smartformer_search":
+            return [
+                "--method",
+                "smartformer",
+                "--search-ranks",
+                ",".join(map(str, SEARCH_RANKS)),
+            ], []
+        if row == "smartformer":
+            return ["--method", "smartformer", "--rank", str(self.matched_rank())], []
+        if row == "dawid":
+            return ["--method", "dawid", "--params", str(self.default_params())], []
+        raise KeyError(row)
+
+    def default_params(self) -> int | str:
+        rec = os.path.join(self.o.rows_dir, "default.json")
+        return _json(rec)["params"] if os.path.exists(rec) else "<the default row's parameters>"
+
+    def matched_rank(self) -> int | str:
+        """The fixed CP rank with the searched model's size: each Q/K/V map costs R (d + h +
+        d_k), an encoder layer has one attention and a decoder layer two, so the weighted mean."""
+        log = os.path.join(self.save("smartformer_search"), "student", "rank_search.jsonl")
+        if not os.path.exists(log):
+            return "<the searched model's mean rank>"
+        with open(log, encoding="utf-8") as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        if not recs:
+            raise StepError(f"{log}: the rank search logged no decision")
+        ranks = recs[-1]["ranks"]
+        weight = {"encoder": 1, "decoder": 2}
+        num = sum(weight[k.split(".")[0]] * r for k, r in ranks.items())
+        den = sum(weight[k.split(".")[0]] for k in ranks)
+        return max(1, round(num / den))
+
+    def default_train(self) -> list[str]:
+        """The default row's fairseq-train command (from compress --dry-run), random init."""
+        out = subprocess.run(self.compress("default", ["--dry-run"]), env=self.env,
+                             capture_output=True, text=True, check=False)  # fmt: skip
+        if out.returncode != 0:
+            raise StepError(
+                f"compress --dry-run of the default row failed: {out.stderr.strip()[-300:]}"
+            )
+        lines = [
+            ln[2:]
+            for ln in out.stdout.splitlines()
+            if ln.startswith("+ ") and "fairseq-train" in ln
+        ]
+        if len(lines) != 1:
+            raise StepError("compress --dry-run printed no single fairseq-train command")
+        cmd = shlex.split(lines[0])
+        i = cmd.index("--finetune-from-model")
+        del cmd[i : i + 2]
+        cmd[cmd.index("--save-dir") + 1] = os.path.join(self.save("lightformer_random"), "student")
+        return cmd
+
+    def scratch_train(self, row: str) -> list[str]:
+        o = self.o
+        if row == "lightformer_random":
+            return self.default_train()
+        cmd = [os.path.join(os.path.dirname(self.py), "fairseq-train"), self.bin,
+               "--user-dir", os.path.join(REPO_ROOT, "lightcompress"), "--task", "translation",
+               "-s", "de", "-t", "en", *SUBFORMER, "--warmup-updates", str(max(1, o.max_update // 10)),
+               "--max-tokens", "4096", "--max-update", str(o.max_update),
+               "--validate-interval-updates", str(o.validate_every),
+               "--save-interval-updates", str(o.validate_every), "--keep-interval-updates", "1",
+               "--no-epoch-checkpoints", "--patience", str(o.patience),
+               "--save-dir", os.path.join(self.save(row), "student"), "--no-progress-bar",
+               "--log-format", "simple", "--log-interval", "50", "--num-workers", "0",
+               "--seed", "1"]  # fmt: skip
+        return cmd + (["--cpu"] if o.cpu else [])
+
+    def generate(self, row: str) -> list[str]:
+        return [os.path.join(os.path.dirname(self.py), "fairseq-generate"), self.bin,
+                "--user-dir", os.path.join(REPO_ROOT, "lightcompress"),
+                "--path", os.path.join(self.save(row), "student", "checkpoint_best.pt"),
+                "--task", "translation", "-s", "de", "-t", "en", "--gen-subset", "test",
+                "--beam", "5", "--max-len-a", "1.2", "--max-len-b", "10", "--batch-size", "64",
+                "--required-batch-size-multiple", "1", "--num-workers", "0",
+                "--post-process", "sentencepiece"] + (["--cpu"] if self.o.cpu else [])  # fmt: skip
+
+    def commands(self, row: str) -> list[list[str]]:
+        if row in ("lightformer_random", "subformer"):
+            try:
+                train = self.scratch_train(row)
+            except StepError:
+                train = [
+                    "fairseq-train",
+                    "<the default row's command without --finetune-from-model>",
+                ]
+            return [train, self.generate(row)]
+        extra, train = self.compress_args(row)
+        return [self.compress(row, [str(a) for a in extra], train)]
+
+    def checkpoint(self, row: str) -> str:
+        """The row's model as it ships (DA-WID: the fused one)."""
+        if row == "dawid":
+            return os.path.join(self.save(row), "student.pt")
+        return os.path.join(self.save(row), "student", "checkpoint_best.pt")
+
+    # -- running ------------------------------------------------------------------------------
+    def run_cmd(self, cmd: list[str], log: str, stdout: str | None = None) -> None:
+        os.makedirs(os.path.dirname(log), exist_ok=True)
+        print("+ " + shlex.join(cmd), file=sys.stderr, flush=True)
+        with open(log, "a", encoding="utf-8") as lf:
+            out = open(stdout + ".tmp", "w", encoding="utf-8") if stdout else lf  # noqa: SIM115
+            try:
+                rc = subprocess.run(
+                    cmd, env=self.env, stdout=out, stderr=lf, check=False
+                ).returncode
+            finally:
+                if stdout:
+                    out.close()
+        if rc != 0:
+            raise StepError(f"{cmd[0] if '/' not in cmd[0] else os.path.basename(cmd[0])} failed "
+                            f"(exit {rc}): see {log}")  # fmt: skip
+        if stdout:
+            os.replace(stdout + ".tmp", stdout)
+
+    def record(self, row: str, save: str) -> dict:
+        """``row``'s JSON from a finished compress run in ``save`` made elsewhere (its own
+        commands, from its plan.json, are what the row records)."""
+        if row in ("lightformer_random", "subformer"):
+            raise PlanError(f"{row} is not a compress row: `converged.py run {row}` trains it")
+        out = os.path.join(self.o.rows_dir, f"{row}.json")
+        if os.path.exists(out):
+            raise PlanError(f"{out} exists: delete it first to record {row} again")
+        rec = compress_record(save, row)
+        cmds = _json(os.path.join(save, "plan.json"))["commands"]
+        ckpt = _json(os.path.join(save, "plan.json"))["student"]["checkpoint"]
+        finished = datetime.datetime.fromtimestamp(
+            os.path.getmtime(os.path.join(save, "report.json")), datetime.UTC)  # fmt: skip
+        rec.update(row=row, what=WHAT[row], checkpoint=ckpt, commands=cmds,
+                   budget=self.budget(), machine=machine(), code=code_commit(), started=None,
+                   finished=finished.isoformat(timespec="seconds"))  # fmt: skip
+        _write_json(out, rec)
+        return rec
+
+    def budget(self) -> dict:
+        o = self.o
+        return {
+            "max_update": o.max_update,
+            "validate_every": o.validate_every,
+            "patience": o.patience,
+        }
+
+    def run_row(self, row: str) -> dict:
+        """Train and score ``row`` (each step skipped when done) and write its JSON."""
+        out = os.path.join(self.o.rows_dir, f"{row}.json")
+        if os.path.exists(out):
+            print(f"[converged] {row}: done before ({out})", file=sys.stderr)
+            return _json(out)
+        need = NEEDS.get(row)
+        if need and not os.path.exists(os.path.join(self.o.rows_dir, f"{need}.json")):
+            raise PlanError(f"{row} is made from the {need} row's result: run that row first")
+        save = self.save(row)
+        os.makedirs(save, exist_ok=True)
+        started = datetime.datetime.now(datetime.UTC)
+        print(f"[converged] {row}: {WHAT[row]} ({save})", file=sys.stderr, flush=True)
+        cmds = self.commands(row)
+        if len(cmds) == 2:  # a training from scratch, then the test translation
+            done = os.path.join(save, "student", "train.done")
+            if not os.path.exists(done):
+                self.run_cmd(cmds[0], os.path.join(save, "train.log"))
+                with open(done, "w", encoding="utf-8") as f:
+                    f.write("fairseq-train ended\n")
+            gen = os.path.join(save, "generate-test.txt")
+            if not os.path.exists(gen):
+                self.run_cmd(cmds[1], os.path.join(save, "generate.log"), stdout=gen)
+            rec = scratch_record(save, row, self.ref)
+        else:
+            self.run_cmd(cmds[0], os.path.join(save, "compress.log"))
+            rec = compress_record(save, row)
+        rec.update(row=row, what=WHAT[row], checkpoint=self.checkpoint(row), commands=[shlex.join(c) for c in cmds],
+                   budget=self.budget(),
+                   machine=machine(), code=code_commit(), started=started.isoformat(timespec="seconds"),
+                   finished=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))  # fmt: skip
+        _write_json(out, rec)
+        print(f"[converged] {row}: BLEU {rec['bleu']} chrF {rec['chrf']}, {rec['params']:,} "
+              f"parameters -> {out}", file=sys.stderr, flush=True)  # fmt: skip
+        return rec
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+        cpu = f"{names[0]} x{len(names)}" if names else cpu
+    except OSError:
+        pass
+    gpu = os.environ.get("CONVERGED_GPU", "")
+    return f"{cpu}{', ' + gpu if gpu else ''}"
+
+
+def code_commit() -> str:
+    r = subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "--short=12", "HEAD"],
+                       capture_output=True, text=True, check=False)  # fmt: skip
+    return r.stdout.strip() or "unknown"
+
+
+def _training(log: str) -> dict:
+    """Updates, best update and validation loss, and the validation curve of a fairseq log."""
+    from plot_curves import LogError, parse_log
+
+    try:
+        valid = parse_log(log)["valid"]
+    except LogError as exc:
+        raise StepError(str(exc)) from None
+    if not valid:
+        raise StepError(f"{log}: no validation")
+    upd, loss = min(valid, key=lambda p: p[1])
+    with open(log, encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    import re
+
+    ups = [int(u) for u in re.findall(r"num_updates[ =]+(\d+)", text)]
+    stopped = ("early stop (patience)" if "early stop" in text
+               else "max-update" if "done training" in text else None)  # fmt: skip
+    return {"updates": max(ups) if ups else None, "best_update": int(upd),
+            "best_valid_loss": loss, "valid_curve": valid, "stopped": stopped}  # fmt: skip
+
+
+def compress_record(save: str, row: str) -> dict:
+    rep = _json(os.path.join(save, "report.json"))
+    s, t = rep["models"]["student"], rep["models"]["teacher"]
+    rec = {k: s.get(k) for k in ("params", "size_bytes", "onnx_size_bytes", "bleu", "bleu_signature",
+                                 "chrf", "chrf_signature", "sentences")}  # fmt: skip
+    rec.update(method=rep["plan"]["method"], model=s.get("model"), choice=rep["plan"]["choice"],
+               shape=rep["plan"]["student"].get("shape"), kd=rep["plan"]["student"].get("kd"),
+               teacher={k: t.get(k) for k in ("params", "size_bytes", "bleu", "chrf")},
+               **_training(os.path.join(save, "logs", "03-fine-tune.log")))  # fmt: skip
+    return rec
+
+
+def scratch_record(save: str, row: str, ref: str) -> dict:
+    import sacrebleu
+    from collect import CollectError, read_generate, read_refs
+
+    try:
+        refs = read_refs(ref)
+        hyps = read_generate(os.path.join(save, "generate-test.txt"))
+    except CollectError as exc:
+        raise StepError(str(exc)) from None
+    if sorted(hyps) != list(range(len(refs))):
+        raise StepError(
+            f"{save}/generate-test.txt: {len(hyps)} translations for {len(refs)} references"
+        )
+    sys_out = [hyps[i] for i in range(len(refs))]
+    bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+    b, c = bleu.corpus_score(sys_out, [refs]), chrf.corpus_score(sys_out, [refs])
+    ckpt = os.path.join(save, "student", "checkpoint_best.pt")
+    params = _count_checkpoint(ckpt)
+    return {"params": params, "size_bytes": os.path.getsize(ckpt), "onnx_size_bytes": None,
+            "bleu": round(b.score, 2), "bleu_signature": str(bleu.get_signature()),
+            "chrf": round(c.score, 2), "chrf_signature": str(chrf.get_signature()),
+            "sentences": len(refs), "method": row.split("_")[0], "model": None, "choice": None,
+            "shape": None, "kd": "kd-bin" in open(os.path.join(save, "train.log"), encoding="utf-8").read(1 << 16),
+            "teacher": None, **_training(os.path.join(save, "train.log"))}  # fmt: skip
+
+
+def _count_checkpoint(path: str) -> int:
+    """Total parameters of a checkpoint's model (lightcompress.checkpoint's report)."""
+    from lightcompress.measure.params import checkpoint_report
+
+    return int(checkpoint_report(path)["total"])
+
+
+# -- speed ------------------------------------------------------------------------------------
+def speed(plan: Plan, dry: bool) -> None:
+    """The teacher and every finished row, one interleaved measure_speed run per batch size
+    (1 and 32): fairseq, ONNX Runtime, CTranslate2 on the dense teacher, each with and without
+    the shared shortlist (like for like), one thread, beam 5, test sentences at their natural
+    lengths -> ROWS_DIR/speed.json."""
+    o = plan.o
+    rows = [r for r in ROWS if os.path.exists(os.path.join(o.rows_dir, f"{r}.json"))]
+    if not rows and not dry:
+        raise PlanError(f"{o.rows_dir}: no finished row to time (run `converged.py run` first)")
+    paths = [f"teacher={plan.teacher}"] + [
+        f"{r}={_json(os.path.join(o.rows_dir, f'{r}.json'))['checkpoint']}" for r in rows
+    ]
+    shortlist = os.path.join(o.save_root, "shortlist.txt")
+    bindir = os.path.dirname(plan.py)
+    cmds = [[os.path.join(bindir, "lightcompress-shortlist"), "--data", plan.bin, "-s", "de", "-t", "en",
+             "-o", shortlist]]  # fmt: skip
+    outs = {}
+    for batch, n in ((1, o.speed_sentences), (32, max(64, o.speed_sentences))):
+        outs[batch] = os.path.join(o.save_root, f"speed-b{batch}.json")
+        cmds.append(["bash", os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"),
+                     "--path", ",".join(paths), "--data", plan.bin, "--user-dir",
+                     os.path.join(REPO_ROOT, "lightcompress"), "--natural", "--num-sentences", str(n),
+                     "--timing-batch-size", str(batch), "--runs", str(o.speed_runs), "--threads", "1",
+                     "--beam", "5", "--max-len-a", "1.2", "--max-len-b", "10", "--onnx", "--ct2",
+                     "--shortlist", shortlist, "--quiet", "--json", outs[batch]])  # fmt: skip
+    if dry:
+        for c in cmds:
+            print("+ " + shlex.join(c))
+        return
+    if not os.path.exists(shortlist):
+        plan.run_cmd(cmds[0], os.path.join(o.save_root, "shortlist.log"))
+    for batch, cmd in zip((1, 32), cmds[1:]):
+        if not os.path.exists(outs[batch]):
+            plan.run_cmd(cmd, os.path.join(o.save_root, f"speed-b{batch}.log"))
+    doc = {"commands": [shlex.join(c) for c in cmds], "machine": machine(), "code": code_commit(),
+           "batch_1": _speed_rows(_json(outs[1])), "batch_32": _speed_rows(_json(outs[32])),
+           "protocol": _json(outs[1])["protocol"]}  # fmt: skip
+    _write_json(os.path.join(o.rows_dir, "speed.json"), doc)
+    print(f"[converged] speed -> {o.rows_dir}/speed.json", file=sys.stderr)
+
+
+def _speed_rows(doc: dict) -> dict:
+    """label -> engine (with +shortlist) -> tokens/s, of measure_speed --json."""
+    out: dict = {}
+    for m in doc["models"]:
+        eng = m["engine"] + ("-int8" if m.get("precision") == "int8" else "")
+        out.setdefault(m["label"], {})[eng] = round(m["tokens_per_s"], 1)
+    return out
+
+
+# -- the table --------------------------------------------------------------------------------
+def _load_rows(rows_dir: str) -> tuple[list[dict], dict | None]:
+    recs = []
+    for r in ROWS:
+        path = os.path.join(rows_dir, f"{r}.json")
+        if os.path.exists(path):
+            recs.append(_json(path))
+    spath = os.path.join(rows_dir, "speed.json")
+    return recs, (_json(spath) if os.path.exists(spath) else None)
+
+
+def _fmt(v, spec="", none="-"):
+    return none if v is None else format(v, spec)
+
+
+def _ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def table(rows_dir: str) -> str:
+    """results.md from ROWS_DIR's JSON alone."""
+    recs, spd = _load_rows(rows_dir)
+    if not recs:
+        raise PlanError(f"{rows_dir}: no row JSON (converged.py run writes them)")
+    teacher = next((r["teacher"] for r in recs if r.get("teacher")), None)
+    if teacher is None:
+        raise PlanError(f"{rows_dir}: no compress row holds the teacher's figures")
+    scores = _json(os.path.join(TEACHER_DIR, "scores.json")) if os.path.exists(
+        os.path.join(TEACHER_DIR, "scores.json")) else {}  # fmt: skip
+    tp = teacher["params"]
+    lines = ["| model | params | x fewer | size | BLEU | chrF | BLEU - teacher | updates (best) |"
+             + " b1 tok/s | b1 / CT2 int8 | b1 / CT2 int8, both shortlist | b32 tok/s | b32 / CT2 int8 "
+             "| b32 / CT2 int8, both shortlist |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+
+    def speeds(label):
+        cells = []
+        for b in ("batch_1", "batch_32"):
+            s = (spd or {}).get(b, {})
+            mine, ct2 = s.get(label, {}), s.get("teacher", {})
+            own = mine.get("onnxruntime") if label != "teacher" else ct2.get("ctranslate2-int8")
+            own_sl = mine.get("onnxruntime+shortlist") if label != "teacher" else ct2.get(
+                "ctranslate2-int8+shortlist")  # fmt: skip
+            cells += [_fmt(own, ",.0f"), _ratio(own, ct2.get("ctranslate2-int8")),
+                      _ratio(own_sl, ct2.get("ctranslate2-int8+shortlist"))]  # fmt: skip
+        return cells
+
+    t_bleu = teacher["bleu"]
+    lines.append("| " + " | ".join(["teacher (dense, CTranslate2 int8 for speed)", f"{tp:,}", "1x",
+                                     f"{teacher['size_bytes'] / 1e6:.1f} MB", _fmt(t_bleu, ".2f"),
+                                     _fmt(teacher["chrf"], ".2f"), "", "", *speeds("teacher")]) + " |")  # fmt: skip
+    for r in recs:
+        size = r.get("onnx_size_bytes") or r.get("size_bytes")
+        lines.append("| " + " | ".join([
+            r["row"], f"{r['params']:,}", _ratio(tp, r["params"]), f"{size / 1e6:.1f} MB",
+            _fmt(r["bleu"], ".2f"), _fmt(r["chrf"], ".2f"), f"{r['bleu'] - t_bleu:+.2f}",
+            f"{_fmt(r.get('updates'))} ({_fmt(r.get('best_update'))})", *speeds(r["row"])]) + " |")  # fmt: skip
+    by = {r["row"]: r for r in recs}
+    sig = recs[0].get("bleu_signature")
+    out = [
+        "# Every method from the converged teacher",
+        "",
+        "Built by `converged.py table` from the JSON in this folder alone. Teacher: the shipped "
+        f"`teacher/` (test BLEU {t_bleu}, chrF {teacher['chrf']}"
+        + (f"; {scores.get('updates', '?')} updates" if scores else "")
+        + "). Test split, beam 5, "
+        f"sacreBLEU `{sig}`, chrF `{recs[0].get('chrf_signature')}`. Size: the ONNX Runtime "
+        "export (the fairseq checkpoint where a row has no export). Speed: ONNX Runtime float32 "
+        "of each student against CTranslate2 int8 on the teacher, one thread, beam 5, test "
+        "sentences at their natural lengths, every engine in one interleaved run per batch "
+        'size; "both shortlist": student and teacher each with the shared vocabulary shortlist.',
+        "",
+        *lines,
+        "",
+        "Rows: " + "; ".join(f"`{r['row']}` {r['what']}" for r in recs) + ".",
+        "",
+        "Budget of every row: "
+        + ", ".join(
+            sorted(
+                {
+                    f"at most {r['budget']['max_update']:,} updates, validation every "
+                    f"{r['budget']['validate_every']}, patience {r['budget']['patience']}"
+                    for r in recs
+                }
+            )
+        )
+        + ".",
+        "Where: "
+        + "; ".join(
+            sorted({f"{r['machine']} (code {r['code']}, {r['finished'][:10]})" for r in recs})
+        )
+        + ".",
+        "",
+        "## The papers' claims, in direction",
+        "",
+        *claims(by, teacher),
+    ]
+    if spd:
+        out += ["", f"Speed: {spd['machine']}, code {spd['code']}."]
+    return "\n".join(out) + "\n"
+
+
+def claims(by: dict, teacher: dict) -> list[str]:
+    """One line per claim whose rows are finished, in direction, said plainly either way."""
+
+    def cmp(a, b, claim, why_not=""):
+        if a not in by or b not in by:
+            return f"- {claim}: not measured yet ({a if a not in by else b} has no finished row)."
+        x, y = by[a], by[b]
+        holds = x["bleu"] > y["bleu"]
+        line = (f"- {claim}: {'holds' if holds else 'does not hold'} here: {a} BLEU {x['bleu']:.2f} "
+                f"against {b} {y['bleu']:.2f} ({x['params']:,} against {y['params']:,} parameters)")  # fmt: skip
+        return line + ("." if holds or not why_not else f"; {why_not}.")
+
+    out = []
+    if "default" in by:
+        d = by["default"]
+        gap = d["bleu"] - teacher["bleu"]
+        out.append(f"- Several times smaller at the same BLEU (within 1 BLEU): "
+                   f"{'holds' if gap >= -1 else 'does not hold'} for the default student "
+                   f"({teacher['params'] / d['params']:.2f}x fewer parameters, {gap:+.2f} BLEU).")  # fmt: skip
+    out.append(
+        cmp(
+            "default",
+            "lightformer_random",
+            "LightFormer: SVD transfer beats random initialisation at equal updates",
+        )
+    )
+    out.append(cmp("default", "lightformer_keep_depth", "LightFormer: a deep encoder and shallow decoder loses little against the teacher's depth",
+                   "the shallow decoder costs BLEU here"))  # fmt: skip
+    out.append(cmp("hypoformer_kd", "hypoformer", "Hypoformer: sequence-level KD helps"))
+    out.append(
+        cmp(
+            "smartformer_search",
+            "smartformer",
+            "Smartformer: searched ranks beat one fixed rank at equal size",
+        )
+    )
+    out.append(
+        cmp(
+            "dawid",
+            "default",
+            "DA-WID: weight-inherited distillation beats the LightFormer of the same size",
+        )
+    )
+    return out
+
+
+# -- command line ---------------------------------------------------------------------------
+def get_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="converged.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("cmd", choices=["plan", "run", "speed", "table", "record"])
+    p.add_argument("rows", nargs="*", help="run: these rows only (default: all, in order); "
+                   "record: ROW and the save directory of its finished compress run")  # fmt: skip
+    p.add_argument("--data-dir", default=os.path.join(CACHE, "data", "results-permissive"),
+                   help="the permissive-only results corpus (bin/, raw/test.en)")  # fmt: skip
+    p.add_argument("--save-root", default=os.path.join(CACHE, "converged"),
+                   help="every row's state, outside the checkout (resumable)")  # fmt: skip
+    p.add_argument("--rows-dir", default=os.path.join(HERE, "converged"),
+                   help="the finished rows' JSON and the table (committed)")  # fmt: skip
+    p.add_argument("--max-update", type=int, default=7000)
+    p.add_argument("--validate-every", type=int, default=500)
+    p.add_argument("--patience", type=int, default=4)
+    p.add_argument("--cpu", action="store_true", help="train on the CPU even with a GPU")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads per training (default 1)")
+    p.add_argument("--speed-sentences", type=int, default=50)
+    p.add_argument("--speed-runs", type=int, default=3)
+    p.add_argument("--readme", help="table: also write the table between the README's "
+                   "<!-- converged --> markers in this file")  # fmt: skip
+    return p
+
+
+def main(argv=None) -> int:
+    opts = get_parser().parse_args(argv)
+    try:
+        for v in (
+            "max_update",
+            "validate_every",
+            "patience",
+            "threads",
+            "speed_sentences",
+            "speed_runs",
+        ):
+            if getattr(opts, v) < 1:
+                raise PlanError(f"--{v.replace('_', '-')} must be a positive integer")
+        if opts.cmd == "record":
+            if len(opts.rows) != 2:
+                raise PlanError("record takes ROW and DIR (a finished compress run's --save-dir)")
+            opts.rows, save = opts.rows[:1], opts.rows[1]
+        bad = [r for r in opts.rows if r not in ROWS]
+        if bad:
+            raise PlanError(f"no row {bad[0]!r}: the rows are {', '.join(ROWS)}")
+        plan = Plan(opts)
+        if opts.cmd == "plan":
+            plan.check(dry=True)
+            for row in opts.rows or ROWS:
+                print(f"# {row}: {WHAT[row]}")
+                for c in plan.commands(row):
+                    print("+ " + shlex.join(c))
+            print("# speed: the teacher and every finished row, one interleaved run per batch size")
+            speed(plan, dry=True)
+            print(
+                f"# table: python {os.path.relpath(__file__, REPO_ROOT)} table --rows-dir {opts.rows_dir}"
+            )
+        elif opts.cmd == "run":
+            plan.check(dry=False)
+            for row in opts.rows or ROWS:
+                plan.run_row(row)
+        elif opts.cmd == "record":
+            rec = Plan(opts).record(opts.rows[0], save)
+            print(f"{opts.rows[0]}: BLEU {rec['bleu']} chrF {rec['chrf']}")
+        elif opts.cmd == "speed":
+            plan.check(dry=False)
+            speed(plan, dry=False)
+        else:
+            text = table(opts.rows_dir)
+            with open(os.path.join(opts.rows_dir, "results.md.tmp"), "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(
+                os.path.join(opts.rows_dir, "results.md.tmp"),
+                os.path.join(opts.rows_dir, "results.md"),
+            )
+            if opts.readme:
+                _update_readme(opts.readme, text)
+            print(text)
+    except PlanError as exc:
+        print(f"converged.py: {exc}", file=sys.stderr)
+        return 2
+    except StepError as exc:
+        print(f"converged.py: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _update_readme(path: str, text: str) -> None:
+    begin, end = "<!-- converged -->", "<!-- /converged -->"
+    with open(path, encoding="utf-8") as f:
+        doc = f.read()
+    if begin not in doc or end not in doc:
+        raise PlanError(f"{path}: no {begin} ... {end} markers to write the table between")
+    body = text.split("\n", 2)[2]  # (without the title)
+    head, rest = doc.split(begin, 1)
+    doc = head + begin + "\n" + body + end + rest.split(end, 1)[1]
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(doc)
+    os.replace(path + ".tmp", path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

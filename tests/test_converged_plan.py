@@ -1,0 +1,157 @@
+"""The converged plan (examples/translation/results/converged.py): its dry run names every row
+with its commands, a row stopped after its checkpoint resumes from it, a finished row is not
+redone, and the table builds from the row JSON alone (the committed rows included)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import harness
+import pytest
+
+RESULTS = os.path.join(harness.REPO_ROOT, "examples", "translation", "results")
+PLAN = os.path.join(RESULTS, "converged.py")
+TEACHER = os.path.join(RESULTS, "teacher")
+sys.path.insert(0, RESULTS)
+
+import converged
+
+
+def _plan(*args, check=True):
+    env = dict(os.environ, PYTHONPATH=harness.REPO_ROOT, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, PLAN, *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=600, check=False)  # fmt: skip
+    if check:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A tiny corpus in the teacher's vocabulary: the model card's test sentences, encoded by
+    the teacher's sentencepiece model and binarized with its dictionaries (what the plan's
+    --data-dir holds: bin/ and raw/test.en)."""
+    import sentencepiece as spm
+
+    root = tmp_path_factory.mktemp("converged_corpus")
+    with open(os.path.join(TEACHER, "head.json"), encoding="utf-8") as f:
+        pairs = json.load(f)["pairs"]
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(TEACHER, "spm.model"))
+    (root / "raw").mkdir()
+    (root / "spm").mkdir()
+    src = [p["de"] for p in pairs] * 2
+    ref = [p["en"] for p in pairs] * 2
+    for split in ("train", "valid", "test"):
+        for lang, lines in (("de", src), ("en", ref)):
+            text = "\n".join(" ".join(sp.encode(s, out_type=str)) for s in lines) + "\n"
+            (root / "spm" / f"{split}.{lang}").write_text(text, encoding="utf-8")
+    (root / "raw" / "test.en").write_text("\n".join(ref) + "\n", encoding="utf-8")
+    harness.run_cli("fairseq-preprocess", [
+        "-s", "de", "-t", "en", "--trainpref", root / "spm" / "train", "--validpref",
+        root / "spm" / "valid", "--testpref", root / "spm" / "test", "--destdir", root / "bin",
+        "--srcdict", os.path.join(TEACHER, "dict.de.txt"), "--tgtdict",
+        os.path.join(TEACHER, "dict.en.txt"), "--workers", "1"])  # fmt: skip
+    return root
+
+
+def test_the_dry_run_names_every_row_with_its_commands(corpus, tmp_path):
+    out = _plan("plan", "--data-dir", corpus, "--save-root", tmp_path / "runs",
+                "--rows-dir", tmp_path / "rows", "--cpu").stdout  # fmt: skip
+    heads = [ln.split(":")[0][2:] for ln in out.splitlines() if ln.startswith("# ")]
+    assert heads == [*converged.ROWS, "speed", "table"]
+    blocks = out.split("\n# ")
+    by = {b.split(":")[0].lstrip("# "): b for b in blocks}
+    for row in converged.ROWS:
+        assert "\n+ " in by[row], row  # every row prints at least one command
+    # the compress rows run lightcompress-compress with the plan's budget, the others fairseq
+    assert "-m lightcompress.compress" in by["default"] and "--max-update 7000" in by["default"]
+    assert "--keep-depth" in by["lightformer_keep_depth"]
+    assert "--method hypoformer --kd" in by["hypoformer_kd"]
+    assert "--method hypoformer --no-kd" in by["hypoformer"]
+    assert "--search-ranks 32,64,128" in by["smartformer_search"]
+    # the random-init row is the default student's own training without its SVD start
+    rand = by["lightformer_random"]
+    assert "fairseq-train" in rand and "--arch lightformer" in rand
+    assert "--finetune-from-model" not in rand and "--lc-rank 50" in rand
+    assert "--arch subformer" in by["subformer"] and "--lr 5e-4" in by["subformer"]
+    assert "measure_speed.sh" in by["speed"] and "--shortlist" in by["speed"]
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "rows").exists()
+
+
+def test_bad_input_is_one_line(corpus, tmp_path):
+    bad = _plan("run", "nosuchrow", "--data-dir", corpus, check=False)
+    assert (
+        bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no row 'nosuchrow'" in bad.stderr
+    )
+    missing = _plan("run", "subformer", "--data-dir", tmp_path / "none", "--save-root",
+                    tmp_path / "runs", "--rows-dir", tmp_path / "rows", check=False)  # fmt: skip
+    assert missing.returncode == 2 and "l10n_corpus.py --permissive-only" in missing.stderr
+    early = _plan("run", "dawid", "--data-dir", corpus, "--save-root", tmp_path / "runs",
+                  "--rows-dir", tmp_path / "rows", check=False)  # fmt: skip
+    assert early.returncode == 2 and "run that row first" in early.stderr
+    assert not (tmp_path / "rows").exists()
+
+
+def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(corpus, tmp_path):
+    runs, rows = tmp_path / "runs", tmp_path / "rows"
+    common = ["--data-dir", corpus, "--save-root", runs, "--rows-dir", rows, "--cpu",
+              "--validate-every", 2, "--patience", 5]  # fmt: skip
+    # a first run that stops after update 2 (its checkpoint written), as a stop would leave it
+    _plan("run", "subformer", *common, "--max-update", 2)
+    save = runs / "subformer"
+    assert (save / "student" / "checkpoint_last.pt").exists()
+    (rows / "subformer.json").unlink()
+    (save / "student" / "train.done").unlink()
+    (save / "generate-test.txt").unlink()
+    _plan("run", "subformer", *common, "--max-update", 4)
+    log = (save / "train.log").read_text(encoding="utf-8")
+    assert "Loaded checkpoint" in log and "@ 2 updates)" in log  # resumed, not restarted
+    rec = json.loads((rows / "subformer.json").read_text(encoding="utf-8"))
+    assert rec["updates"] == 4 and rec["row"] == "subformer"
+    assert rec["params"] > 0 and rec["sentences"] == 10 and 0 <= rec["bleu"] <= 100
+    assert rec["budget"] == {"max_update": 4, "validate_every": 2, "patience": 5}
+    # a finished row is kept as it is
+    before = (rows / "subformer.json").read_bytes()
+    again = _plan("run", "subformer", *common, "--max-update", 4)
+    assert "done before" in again.stderr and (rows / "subformer.json").read_bytes() == before
+
+
+def _row(name, bleu, params, **kw):
+    rec = {"row": name, "what": converged.WHAT[name], "params": params, "size_bytes": params * 4,
+           "onnx_size_bytes": params * 4 + 1000, "bleu": bleu, "chrf": bleu + 10,
+           "bleu_signature": "nrefs:1|tok:13a", "chrf_signature": "nrefs:1|nc:6",
+           "updates": 100, "best_update": 80, "machine": "m", "code": "c0ffee",
+           "finished": "2026-11-27T12:00:00+00:00",
+           "budget": {"max_update": 100, "validate_every": 20, "patience": 4},
+           "teacher": {"params": 8000, "size_bytes": 32000, "bleu": 40.0, "chrf": 50.0}}  # fmt: skip
+    rec.update(kw)
+    return rec
+
+
+def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
+    rows = {"default": _row("default", 39.5, 2000), "lightformer_random": _row("lightformer_random", 30.0, 2000),
+            "hypoformer_kd": _row("hypoformer_kd", 35.0, 2600), "hypoformer": _row("hypoformer", 36.0, 2600)}  # fmt: skip
+    for name, rec in rows.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(rec), encoding="utf-8")
+    speed = {"machine": "m", "code": "c0ffee",
+             "batch_1": {"teacher": {"ctranslate2-int8": 1000.0, "ctranslate2-int8+shortlist": 1500.0},
+                         "default": {"onnxruntime": 2500.0, "onnxruntime+shortlist": 3000.0}},
+             "batch_32": {"teacher": {"ctranslate2-int8": 4000.0}, "default": {"onnxruntime": 6000.0}}}  # fmt: skip
+    (tmp_path / "speed.json").write_text(json.dumps(speed), encoding="utf-8")
+    text = converged.table(str(tmp_path))
+    line = next(ln for ln in text.splitlines() if ln.startswith("| default "))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1:8] == ["2,000", "4.00x", "0.0 MB", "39.50", "49.50", "-0.50", "100 (80)"]
+    assert cells[8:] == ["2,500", "2.50x", "2.00x", "6,000", "1.50x", "-"]
+    assert (
+        "within 1 BLEU): holds for the default student (4.00x fewer parameters, -0.50 BLEU)" in text
+    )
+    assert "SVD transfer beats random initialisation at equal updates: holds here" in text
+    assert "KD helps: does not hold here: hypoformer_kd BLEU 35.00 against hypoformer 36.00" in text
+    assert "searched ranks beat one fixed rank at equal size: not measured yet" in text
+    # the CLI writes results.md; an empty folder is one line
+    assert _plan("table", "--rows-dir", tmp_path).returncode == 0
+    assert (tmp_path / "results.md").read_text(encoding="utf-8") == text
+    empty = _plan("table", "--rows-dir", tmp_path / "none", check=False)
+    assert empty.returncode == 2 and "no row JSON" in empty.stderr
