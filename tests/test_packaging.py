@@ -43,14 +43,17 @@ def test_plots_and_rouge_are_extras_that_make_installs():
 
 
 def test_every_module_of_the_package_imports_without_the_extras():
-    """matplotlib and rouge_score unimportable: every module of lightcompress still imports."""
+    """matplotlib and rouge_score unimportable: every module of lightcompress still imports,
+    and every name its ``__all__`` lists is there."""
     code = (
         "import sys, pkgutil, importlib\n"
         "sys.modules['matplotlib'] = sys.modules['rouge_score'] = sys.modules['adjustText'] = None\n"
         "import lightcompress\n"
         "for m in pkgutil.walk_packages(lightcompress.__path__, 'lightcompress.'):\n"
         "    if not m.name.endswith('__main__'):\n"
-        "        importlib.import_module(m.name)\n"
+        "        mod = importlib.import_module(m.name)\n"
+        "        for name in getattr(mod, '__all__', []):\n"
+        "            assert hasattr(mod, name), (m.name, name)\n"
     )
     env = dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,

@@ -24,7 +24,6 @@ _LAZY = {
     "ModelSpec": "params",
     "ParamsError": "params",
     "build_random_model": "params",
-    "build_model_without_data": "params",  # (build_random_model's old name)
     "count_macs": "params",
     "count_parameters": "params",
     "parse_model_specs": "params",
