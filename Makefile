@@ -43,16 +43,16 @@ demo: install
 # Run from the checkout root: in-process imports and `--user-dir <checkout>/lightcompress` use the
 # sources; one test checks the installed copy with a bare `--user-dir lightcompress`.
 test: install
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -ra --durations=15 tests
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -ra --durations=15 tests bench/tests
 
 lint: install
-	$(VENV)/bin/ruff check lightcompress tests scripts examples
-	$(VENV)/bin/ruff format --check lightcompress tests scripts examples
+	$(VENV)/bin/ruff check lightcompress tests scripts examples bench
+	$(VENV)/bin/ruff format --check lightcompress tests scripts examples bench
 	$(PY) scripts/check_copies.py   # the mirrored beam searches (torch, numpy, fairseq's) in step
 
 format: install
-	$(VENV)/bin/ruff format lightcompress tests scripts examples
-	$(VENV)/bin/ruff check --fix lightcompress tests scripts examples
+	$(VENV)/bin/ruff format lightcompress tests scripts examples bench
+	$(VENV)/bin/ruff check --fix lightcompress tests scripts examples bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

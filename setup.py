@@ -42,14 +42,21 @@ setup(
         "sacremoses>=0.1",
         "subword-nmt>=0.3.8",
         "tensorly>=0.8",
-        "rouge-score>=0.1.2",
-        "matplotlib>=3.5",
-        "adjustText>=1.0",  # readable point labels in scripts/plot_frontier.py
         # deployment: CTranslate2 export and side-by-side speed (lightcompress.deploy)
         "ctranslate2==4.8.5",
         "onnx==1.23.2",
         "onnxruntime==1.32.0",
     ],
+    # What only the plots, the summarization recipe's ROUGE and the project's own experiments
+    # need; `make` installs all of it (requirements/lock.txt). pip install "lightcompress[plots]"
+    extras_require={
+        # lightcompress-compress's report.png (left out, with a note, without matplotlib) and
+        # scripts/plot_*.py; adjustText: readable point labels in scripts/plot_frontier.py
+        "plots": ["matplotlib>=3.5", "adjustText>=1.0"],
+        # examples/summarization/lightformer/score_rouge.py
+        "rouge": ["rouge-score>=0.1.2"],
+        "all": ["matplotlib>=3.5", "adjustText>=1.0", "rouge-score>=0.1.2"],
+    },
     entry_points={
         "console_scripts": [
             "lightcompress-params=lightcompress.measure.params:cli_main",

@@ -368,7 +368,7 @@ def test_the_toy_model_is_counted_by_the_kinds_exact_formula(tiny_data, trained)
 
 
 def test_int8_quantizes_the_toy_maps_and_keeps_the_function(tiny_data, trained):
-    from lightcompress.measure.quantize import count_quantized_linears, quantize_model_int8
+    from lightcompress.deploy.quantize import count_quantized_linears, quantize_model_int8
 
     model, _ = _load(trained, tiny_data)
     q = quantize_model_int8(model)

@@ -10,13 +10,13 @@ import torch
 from harness import REPO_ROOT
 from torch import nn
 
-from lightcompress.measure import timing
-from lightcompress.measure.params import build_random_model
-from lightcompress.measure.quantize import (
+from lightcompress.deploy.quantize import (
     count_quantized_linears,
     prepare_for_int8,
     quantize_model_int8,
 )
+from lightcompress.measure import timing
+from lightcompress.measure.params import build_random_model
 
 SCRIPTS = os.path.join(REPO_ROOT, "scripts")
 TINY = [

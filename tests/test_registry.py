@@ -170,7 +170,7 @@ def test_every_architecture_the_recipes_and_readmes_name_is_a_preset():
     root = os.path.join(os.path.dirname(__file__), "..")
     files = [
         f
-        for pattern in ("examples/**/*.sh", "examples/**/*.md", "README.md", "docs/*.md")
+        for pattern in ("examples/**/*.sh", "examples/**/*.md", "README.md", "docs/**/*.md")
         for f in glob.glob(os.path.join(root, pattern), recursive=True)
         if not f.endswith("demo.sh")  # its run directories are named lightformer_svd etc.
     ]

@@ -1,10 +1,12 @@
 """``lightcompress-compress``: from a trained fairseq Transformer checkpoint to a compressed,
 fine-tuned, exported and measured student in one command.
 
-The command is the top layer of the package: it runs the project's own commands as
-subprocesses (``lightcompress-convert``, ``lightcompress-params``, ``lightcompress-export-onnx``,
-``fairseq-train``, ``fairseq-generate``, ``scripts/measure_speed.sh``, ``scripts/distill_data.sh``)
-and reads checkpoints with ``torch.load(weights_only=True)``; nothing in the package imports it.
+The command is the top layer of the package: it runs the steps that must survive on their own
+as subprocesses (``lightcompress-convert``, ``lightcompress-export-onnx``, ``fairseq-train``,
+``fairseq-generate``, ``scripts/measure_speed.sh``, ``scripts/distill_data.sh``), counts
+parameters with the function of ``lightcompress-params``
+(:func:`lightcompress.measure.params.checkpoint_report`) and reads checkpoints with
+``torch.load(weights_only=True)``; nothing in the package imports it.
 
 - :mod:`lightcompress.compress.teacher`: what the teacher checkpoint and its data-bin say
   (shape, LayerNorm placement, languages), refusals before any work;

@@ -148,19 +148,15 @@ def compare_plan(save: str, plan: dict, steps) -> list[str]:
 
 
 def count_checkpoint(path: str) -> dict:
-    """``lightcompress-params --path PATH --json`` (total, embedding, non_embedding), run under
-    the step guard (it ends with compress)."""
-    import subprocess
+    """What ``lightcompress-params --path PATH`` reports (total, embedding, non_embedding), by
+    its function."""
+    from lightcompress.errors import LightcompressError
+    from lightcompress.measure.params import checkpoint_report
 
-    from lightcompress.compress.methods import tool
-    from lightcompress.compress.steps import guarded
-
-    argv, preexec = guarded(tool("lightcompress-params") + ["--path", path, "--json"])
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, preexec_fn=preexec)
-    if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        raise CompressError(f"cannot count {path}: {lines[-1] if lines else proc.returncode}")
-    return json.loads(proc.stdout)
+    try:
+        return checkpoint_report(path)
+    except LightcompressError as exc:
+        raise CompressError(f"cannot count {path}: {exc}") from exc
 
 
 SIZE_TOLERANCE = 0.02  # DA-WID's masks meet the target in expectation: 2 % above it is allowed

@@ -536,7 +536,8 @@ def _run(opts, save, steps, plan, redo, say) -> int:
     except (StepFailed, CompressError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
-    say(f"done: {os.path.join(save, 'report.md')}, report.png, report.json")
+    plotted = os.path.exists(os.path.join(save, "report.png"))
+    say(f"done: {os.path.join(save, 'report.md')}, {'report.png, ' if plotted else ''}report.json")
     with open(os.path.join(save, "report.md"), encoding="utf-8") as f:
         table = [line for line in f if line.startswith("|")]
     print("".join(table), end="")

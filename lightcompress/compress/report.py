@@ -212,13 +212,17 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: dict, path: str, title: str) -> None:
-    """Four panels, teacher beside student: parameters, size on disk, BLEU / chrF, tokens/s."""
+def plot(rows: dict, path: str, title: str) -> bool:
+    """Four panels, teacher beside student: parameters, size on disk, BLEU / chrF, tokens/s.
+    False, and nothing written, where matplotlib (the ``plots`` extra) is not installed."""
     import logging
 
     # (before the import: matplotlib logs its set-up at DEBUG when the root logger is verbose)
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        return False
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -257,10 +261,12 @@ def plot(rows: dict, path: str, title: str) -> None:
     fig.savefig(tmp, dpi=110)
     plt.close(fig)
     os.replace(tmp, path)
+    return True
 
 
 def write_report(save_dir: str, plan: dict, protocol: dict, refs_file: str | None) -> None:
-    """Score the translations, read the speed results, write report.json / .md / .png."""
+    """Score the translations, read the speed results, write report.json / .md / .png (the plot
+    where matplotlib is installed)."""
     scores = {}
     for who in ("teacher", "student"):
         hyps, refs = read_generate(os.path.join(save_dir, "eval", f"{who}.txt"))
@@ -287,8 +293,12 @@ def write_report(save_dir: str, plan: dict, protocol: dict, refs_file: str | Non
     rows = build_rows(plan, speed, ct2, scores, onnx_dir)
     doc = {"plan": plan, "protocol": protocol, "models": rows}
     _atomic_text(os.path.join(save_dir, "report.json"), json.dumps(doc, indent=1) + "\n")
-    plot(rows, os.path.join(save_dir, "report.png"),
-         f"{plan['method']}: teacher vs student ({plan['choice']})")  # fmt: skip
+    png = os.path.join(save_dir, "report.png")
+    if not plot(rows, png, f"{plan['method']}: teacher vs student ({plan['choice']})"):
+        if os.path.exists(png):
+            os.remove(png)  # (an earlier run's plot is not this report's)
+        print("[compress] report.png left out: matplotlib is not installed "
+              "(pip install 'lightcompress[plots]')", flush=True)  # fmt: skip
     _atomic_text(os.path.join(save_dir, "report.md"), render_markdown(plan, rows, protocol))
 
 

@@ -10,9 +10,10 @@
 - :mod:`lightcompress.measure.engines`: the other engines timed next to fairseq (CTranslate2
   exports, lightcompress's fast path); :mod:`lightcompress.measure.memory`: peak resident memory
   of a fresh process per model;
-- :mod:`lightcompress.measure.timing`: the protocol's pure logic (trimmed mean, run order, tables);
-- :mod:`lightcompress.measure.quantize`: ``quantize_model_int8`` (every map, or only the large
-  ones) and ``QUANTIZE_HANDLERS``, from :mod:`lightcompress.deploy.quantize`.
+- :mod:`lightcompress.measure.timing`: the protocol's pure logic (trimmed mean, run order, tables).
+
+int8 quantization (``quantize_model_int8``, ``QUANTIZE_HANDLERS``) is deployment's:
+:mod:`lightcompress.deploy.quantize`.
 """
 
 import importlib
@@ -23,13 +24,9 @@ _LAZY = {
     "ModelSpec": "params",
     "ParamsError": "params",
     "build_random_model": "params",
-    "build_model_without_data": "params",  # (build_random_model's old name)
     "count_macs": "params",
     "count_parameters": "params",
     "parse_model_specs": "params",
-    "QUANTIZE_HANDLERS": "quantize",
-    "quantize_model_int8": "quantize",
-    "register_quantize_handler": "quantize",
     "format_table": "timing",
     "interleaved_schedule": "timing",
     "summarize_runs": "timing",
@@ -37,7 +34,6 @@ _LAZY = {
 }
 
 __all__ = [
-    "QUANTIZE_HANDLERS",
     "ModelSpec",
     "ParamsError",
     "build_random_model",
@@ -46,8 +42,6 @@ __all__ = [
     "format_table",
     "interleaved_schedule",
     "parse_model_specs",
-    "quantize_model_int8",
-    "register_quantize_handler",
     "summarize_runs",
     "trimmed_mean",
 ]

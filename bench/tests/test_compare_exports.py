@@ -1,15 +1,16 @@
-"""scripts/compare_exports.py: ONNX exports side by side (tokens/s, speed, equal outputs)."""
+"""bench/compare_exports.py: ONNX exports side by side (tokens/s, speed, equal outputs)."""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
+from typing import ClassVar
 
 import pytest
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import compare_exports
 
@@ -81,3 +82,40 @@ def test_compare_exports_bad_input_is_one_line(exports, tmp_path, capsys):
     assert compare_exports.main(argv) == 2
     err = capsys.readouterr().err
     assert "has no tokenizer" in err and "--tokenized" in err and len(err.strip().splitlines()) == 1
+
+
+class _FakeTranslator:
+    """An export that translates in a set time with outputs of a set length."""
+
+    clock: ClassVar[list] = [0.0]
+    plans: ClassVar[dict] = {"slow": (1.0, 2), "fast-and-long": (1.5, 6)}  # (seconds, tokens)
+
+    text_error = None  # (tokens in, as an export without a tokenizer takes them)
+
+    def __init__(self, path, **_):
+        self.seconds, self.length = self.plans[os.path.basename(path)]
+        self.src_symbols = ["<s>", "<pad>", "</s>", "<unk>", "a"]
+
+    def encode(self, line):
+        return [4, 2]
+
+    def translate_ids(self, sources):
+        self.clock[0] += self.seconds
+        return [[4] * (self.length - 1) for _ in sources]
+
+
+def test_compare_exports_speed_is_a_speed_ratio(tmp_path, monkeypatch, capsys):
+    """The speed column was the time ratio: an export that gives 3x the tokens in 1.5x the
+    time (twice the tokens/s) read 0.667x."""
+    monkeypatch.setattr(compare_exports.onnx_runtime, "OnnxTranslator", _FakeTranslator)
+    monkeypatch.setattr(compare_exports.time, "perf_counter", lambda: _FakeTranslator.clock[0])
+    text = tmp_path / "in.txt"
+    text.write_text("a\n" * 4)
+    out = tmp_path / "rows.json"
+    argv = [str(tmp_path / "slow"), str(tmp_path / "fast-and-long"), "--input", str(text),
+            "--num-sentences", "4", "--runs", "1", "--json", str(out)]  # fmt: skip
+    assert compare_exports.main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["tokens_per_s"] for r in rows] == [8.0, 16.0]
+    assert [r["speed"] for r in rows] == [1.0, 2.0]
+    assert "2.000x the first's tokens/s" in capsys.readouterr().out

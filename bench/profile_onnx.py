@@ -3,7 +3,7 @@
 decoder graph and of the numpy beam search around them, and, from ONNX Runtime's own profiler,
 the decoder graph's kernels by operator type and its most expensive nodes.
 
-    python scripts/profile_onnx.py model-onnx --input test.de --batch-size 32 \
+    python bench/profile_onnx.py model-onnx --input test.de --batch-size 32 \
         --num-sentences 640 [--shortlist] [--json profile.json]
 
 Lines of ``--input`` are raw text (the export's sentencepiece model encodes them; without one,

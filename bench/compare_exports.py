@@ -5,7 +5,7 @@ the best of ``--runs`` kept; tokens/s, each export's speed against the first (it
 the first's: a faster export reads more than 1x), and how many of its translations equal the
 first export's.
 
-    python scripts/compare_exports.py old-onnx new-onnx --input test.de --num-sentences 150 \\
+    python bench/compare_exports.py old-onnx new-onnx --input test.de --num-sentences 150 \\
         --batch-size 1 --runs 5 [--shortlist] [--json compare.json]
 
 Use it for a change of the exporter (the same checkpoint exported by two versions of the code),
