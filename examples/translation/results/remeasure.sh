@@ -81,7 +81,7 @@ rm_step lightformer_svd/generate "$GEN_LF" "$SAVE_ROOT/lightformer_svd/generate-
 # and was still improving fast (27.1 after 700; its update costs a fifth of the teacher's). (The
 # plan's sequence-level KD data did not help it: the 650-update teacher's greedy translations
 # of the training set repeat pieces, and a 3-1 student fine-tuned on them with the references
-# scored 8.0 BLEU against 17.8 on the references alone; docs/deployment.md.)
+# scored 8.0 BLEU against 17.8 on the references alone; docs/lab/deployment-experiments.md.)
 : "${SHALLOW_ENCODER:=3}" "${SHALLOW_ENCODER_FROM:=0,1,2}"
 : "${SHALLOW_DECODER:=1}" "${SHALLOW_DECODER_FROM:=0}" "${SHALLOW_UPDATES:=700}"
 [[ "$SHALLOW_UPDATES" =~ ^[1-9][0-9]*$ ]] ||
