@@ -1,26 +1,26 @@
 """Shared fixtures (a tiny binarized corpus and a tiny trained Transformer, built once per test
 run) and the suite's scheduling under pytest-xdist.
 
-``make test`` runs ``pytest -n 2 --dist loadgroup --no-loadscope-reorder``. Here:
+``make test`` runs ``pytest -n auto`` (one worker per core). Here:
 
 - the session fixtures are built once per run, not once per worker: the first worker that needs
   one builds it in the run's shared temporary directory while the others wait on a file lock;
-- the tests that use a module-scoped fixture of their module go to one worker together
-  (an ``xdist_group`` per module), so that a module's trained models are built once; every other
-  test is scheduled on its own;
-- the slowest work starts first: each unit (a group or a single test) is estimated from the
+- ``-n`` with the default ``--dist load`` uses this suite's scheduler: a module that defines
+  module-scoped fixtures goes to one worker whole (its trained models are built once), every
+  other test is a unit of its own; the units are sent longest first, estimated from the
   durations of the last run (kept in pytest's cache, ``.pytest_cache``) or, on a fresh clone,
-  from ``SLOW`` below, and the units are sent longest first;
-- the run's per-test durations go to the cache and the slowest modules are printed at the end,
-  next to ``--durations``.
+  from ``SLOW`` below;
+- the run's per-test durations go to that cache, and the slowest modules are printed after
+  ``--durations``' slowest tests.
 """
 
 import fcntl
+import functools
 import os
 import re
 import shutil
 import sys
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 
 import pytest
 
@@ -90,7 +90,7 @@ def tiny_transformer(tiny_data, tmp_path_factory):
 
 # Seconds per test (node id prefix -> seconds, the longest matching prefix wins), for a fresh
 # clone without the cache of a last run: make test on 2 cores, serially, 2026-11-27. A module's
-# entry counts once for the module's group (its module fixtures' set-up); tests not listed
+# own entry is added once to the module's unit (its module fixtures' set-up); tests not listed
 # count DEFAULT_SECONDS.
 SLOW = {
     "tests/test_bad_inputs_compress.py::test_kill_9_in_every_step": 69,
@@ -108,56 +108,62 @@ SLOW = {
 }
 DEFAULT_SECONDS = 1.0
 CACHE_KEY = "lightcompress/durations"
+_MODULE_FIXTURE = re.compile(r"""@pytest\.fixture\([^)]*scope=["']module["']""")
 
 
 def _module_of(nodeid):
     return nodeid.split("::", 1)[0]
 
 
-def _uses_a_module_fixture(item):
-    info = getattr(item, "_fixtureinfo", None)
-    defs = info.name2fixturedefs.values() if info is not None else ()
-    return any(d and d[-1].scope == "module" for d in defs)
+@functools.cache
+def _defines_module_fixtures(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return bool(_MODULE_FIXTURE.search(f.read()))
+    except OSError:
+        return False
 
 
-def _estimate(nodeid, cached):
-    if nodeid in cached:
-        return cached[nodeid]
-    keys = [k for k in SLOW if "::" in k and nodeid.startswith(k)]
-    return SLOW[max(keys, key=len)] if keys else DEFAULT_SECONDS
+def _make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LongestFirst(LoadScopeScheduling):
+        """Units of work: a module that defines module-scoped fixtures (its trained models are
+        built once, on one worker), or else a single test; the units are sent longest first."""
+
+        def __init__(self, config, log=None):
+            super().__init__(config, log)
+            cache = getattr(config, "cache", None)
+            self.cached = cache.get(CACHE_KEY, {}) if cache is not None else {}
+            self.ordered = False
+
+        def _split_scope(self, nodeid):
+            module = _module_of(nodeid)
+            return module if _defines_module_fixtures(self.config.rootpath / module) else nodeid
+
+        def _estimate(self, scope, nodeids):
+            if any(n in self.cached for n in nodeids):
+                return sum(self.cached.get(n, DEFAULT_SECONDS) for n in nodeids)
+            total = SLOW.get(scope, 0) if "::" not in scope else 0
+            for n in nodeids:
+                keys = [k for k in SLOW if "::" in k and n.startswith(k)]
+                total += SLOW[max(keys, key=len)] if keys else DEFAULT_SECONDS
+            return total
+
+        def _assign_work_unit(self, node):
+            if not self.ordered:  # the first assignment: the queue is complete
+                units = sorted(self.workqueue.items(), key=lambda u: -self._estimate(*u))
+                self.workqueue = OrderedDict(units)  # (stable: ties keep collection order)
+                self.ordered = True
+            super()._assign_work_unit(node)
+
+    return LongestFirst(config, log)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
-    """In an xdist worker: group each module's users of its module fixtures, then order the
-    units longest first (every worker computes the same order; the scheduler keeps it)."""
-    if not hasattr(config, "workerinput"):
-        return
-    cache = getattr(config, "cache", None)
-    cached = cache.get(CACHE_KEY, {}) if cache is not None else {}
-    units = {}  # key -> [items], in collection order
-    for item in items:
-        module = _module_of(item.nodeid)
-        key = module if _uses_a_module_fixture(item) else item.nodeid
-        if key == module:
-            item.add_marker(pytest.mark.xdist_group(os.path.basename(module)))
-        units.setdefault(key, []).append(item)
-
-    def seconds(key):
-        total = sum(_estimate(item.nodeid, cached) for item in units[key])
-        if key in SLOW and not any(item.nodeid in cached for item in units[key]):
-            total += SLOW[key]
-        return total
-
-    order = sorted(units, key=seconds, reverse=True)  # stable: ties keep collection order
-    items[:] = [item for key in order for item in units[key]]
-
-
-_GROUP = re.compile(r"@[^\]]*$")  # the "@group" suffix xdist's loadgroup adds to node ids
-
-
-def _plain(nodeid):
-    return _GROUP.sub("", nodeid)
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``-n N`` (``--dist load``, the default): this suite's scheduler."""
+    return _make_scheduler(config, log) if config.getvalue("dist") == "load" else None
 
 
 class _Durations:
@@ -167,7 +173,7 @@ class _Durations:
         self.seconds = defaultdict(float)
 
     def pytest_runtest_logreport(self, report):
-        self.seconds[_plain(report.nodeid)] += report.duration
+        self.seconds[report.nodeid] += report.duration
 
 
 def pytest_configure(config):
@@ -185,7 +191,9 @@ def pytest_sessionfinish(session):
     cache.set(CACHE_KEY, kept)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_terminal_summary(terminalreporter, config):
+    """After ``--durations``' slowest tests: the slowest modules."""
     durations = config.pluginmanager.get_plugin("lightcompress-durations")
     if durations is None or not durations.seconds or not config.getoption("durations"):
         return
@@ -193,11 +201,10 @@ def pytest_terminal_summary(terminalreporter, config):
     for nodeid, seconds in durations.seconds.items():
         modules[_module_of(nodeid)] += seconds
     top = sorted(modules.items(), key=lambda kv: -kv[1])[:10]
-    terminalreporter.write_sep("=", f"slowest {len(top)} modules (tests' durations summed)")
+    terminalreporter.write_sep("=", f"slowest {len(top)} modules (their tests' durations summed)")
     for module, seconds in top:
         terminalreporter.write_line(f"{seconds:8.2f}s {module}")
-    total = sum(modules.values())
     terminalreporter.write_line(
-        f"{total:8.2f}s in all tests; per-test durations of this run are kept in "
-        f"pytest's cache ({CACHE_KEY}) to order the next run, slowest first"
+        f"{sum(modules.values()):8.2f}s in all; the per-test durations are kept in pytest's "
+        f"cache ({CACHE_KEY}): the next run under xdist starts the slowest work first"
     )
