@@ -204,7 +204,10 @@ def pytest_terminal_summary(terminalreporter, config):
     terminalreporter.write_sep("=", f"slowest {len(top)} modules (their tests' durations summed)")
     for module, seconds in top:
         terminalreporter.write_line(f"{seconds:8.2f}s {module}")
-    terminalreporter.write_line(
-        f"{sum(modules.values()):8.2f}s in all; the per-test durations are kept in pytest's "
-        f"cache ({CACHE_KEY}): the next run under xdist starts the slowest work first"
+    kept = (
+        f"; the per-test durations are kept in pytest's cache ({CACHE_KEY}): the next run "
+        "under xdist starts the slowest work first"
+        if getattr(config, "cache", None) is not None
+        else ""
     )
+    terminalreporter.write_line(f"{sum(modules.values()):8.2f}s in all{kept}")
