@@ -341,7 +341,7 @@ def test_language_model_end_to_end(tmp_path):
     m = re.search(r"Loss \(base 2\): ([0-9.]+), Perplexity: ([0-9.]+)", text)
     assert m, text[-3000:]
     loss, ppl = float(m.group(1)), float(m.group(2))
-    assert ppl == pytest.approx(2**loss, rel=1e-3)
+    assert ppl == pytest.approx(2**loss, abs=0.01)  # (as printed: 2 decimals)
     # the trained model is scored: far below a uniform guess over the 48 dictionary types (the
     # toy text is predictable: each word follows the one before); 12 updates reach about 8.6
     with open(os.path.join(data, "dict.txt"), encoding="utf-8") as f:
