@@ -42,8 +42,13 @@ demo: install
 
 # Run from the checkout root: in-process imports and `--user-dir <checkout>/lightcompress` use the
 # sources; one test checks the installed copy with a bare `--user-dir lightcompress`.
+# pytest-xdist, one worker per core (at most 8; TEST_WORKERS=0 runs serially in one process):
+# tests/conftest.py's scheduler keeps a module with module fixtures (trained models) on one
+# worker and sends the slowest work first; the slowest tests and modules are printed at the end.
+TEST_WORKERS ?= auto
 test: install
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -ra --durations=15 tests bench/tests
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -ra --durations=15 \
+	  -n $(TEST_WORKERS) --maxprocesses 8 tests bench/tests
 
 lint: install
 	$(VENV)/bin/ruff check lightcompress tests scripts examples bench

@@ -15,6 +15,10 @@ set by environment variables:
     that rank sends itself SIGKILL after that many updates.
 ``LC_DIST_UPDATE_DELAY``
     every rank sleeps this many seconds after each update (a slow run, to act on it midway).
+``LC_DIST_HOLD_AFTER_UPDATES``
+    after that many updates (their log lines and checkpoints written) every rank waits, before
+    its next update, until it is killed (at most 300 s): a run to kill at a known point, however
+    slow the machine.
 
 Like the production entry, the rank ends when torchrun dies
 (``lightcompress.distributed.die_with_launcher``, set up before fairseq is imported).
@@ -50,6 +54,7 @@ def install_hooks(env=os.environ) -> dict:
     kill_rank = env.get("LC_DIST_KILL_RANK")
     kill_after = int(env.get("LC_DIST_KILL_AFTER_UPDATES", "0") or 0)
     delay = float(env.get("LC_DIST_UPDATE_DELAY", "0") or 0)
+    hold_after = int(env.get("LC_DIST_HOLD_AFTER_UPDATES", "0") or 0)
     original_init = Trainer.__init__
     original_step = Trainer.train_step
 
@@ -58,6 +63,10 @@ def install_hooks(env=os.environ) -> dict:
         seen["trainer"] = self
 
     def train_step(self, *args, **kwargs):
+        if hold_after and self.get_num_updates() >= hold_after:
+            end = time.monotonic() + 300
+            while time.monotonic() < end:
+                time.sleep(0.1)
         result = original_step(self, *args, **kwargs)
         if delay:
             time.sleep(delay)

@@ -52,6 +52,7 @@ HOOK_VARS = (
     "LC_DIST_KILL_RANK",
     "LC_DIST_KILL_AFTER_UPDATES",
     "LC_DIST_UPDATE_DELAY",
+    "LC_DIST_HOLD_AFTER_UPDATES",
     "LC_DIST_TIMEOUT",
     "PORT",
     "NNODES",
@@ -599,9 +600,11 @@ def test_launch_runs_torchrun_on_this_machine(tmp_path):
 
 @pytest.fixture(scope="module")
 def crash(tiny_data, tmp_path_factory):
-    """A slow two-worker run (``LC_DIST_UPDATE_DELAY``, checkpoint every 3 updates); a second
-    run on its save directory, named differently, while it runs; ``kill -9`` of its torchrun
-    after update 4; the same command again (without the delay)."""
+    """A two-worker run (checkpoint every 3 updates) whose ranks wait after update 4 until they
+    are killed (``LC_DIST_HOLD_AFTER_UPDATES``: the kill comes after update 4 however long the
+    rest takes on a loaded machine); a second run on its save directory, named differently,
+    while it runs; ``kill -9`` of its torchrun after update 4; the same command again (without
+    the hold)."""
     root = tmp_path_factory.mktemp("crash")
     save = str(root / "ckpt")
     args = train_args(tiny_data, save, MAX_UPDATE) + ["--save-interval-updates", "3"]
@@ -611,7 +614,7 @@ def crash(tiny_data, tmp_path_factory):
     env.update(PYTHONWARNINGS="ignore", TIMEOUT=str(RUN_TIMEOUT - 10))
     for var in HOOK_VARS:
         env.pop(var, None)
-    env.update(LC_DIST_WORKER=FAULTS, LC_DIST_UPDATE_DELAY="1")
+    env.update(LC_DIST_WORKER=FAULTS, LC_DIST_HOLD_AFTER_UPDATES="4")
     first = subprocess.Popen(
         ["bash", SCRIPT, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,

@@ -4,8 +4,10 @@ on torch >= 2.6 with weights_only loading left on and no environment variable.""
 
 import os
 import pickle
+import re
 import subprocess
 import sys
+from collections import Counter
 
 import harness
 import pytest
@@ -79,25 +81,49 @@ def test_generate_scores_bleu(tiny_data, tiny_transformer):
     assert bleu > 20.0, bleu
 
 
-def test_interactive_translates(tiny_data, tiny_transformer):
-    hyps = harness.interactive(
-        tiny_data, os.path.join(tiny_transformer, "checkpoint_best.pt"), ["s1 s2 s3", "s4 s5"]
-    )
-    assert len(hyps) == 2
-    assert all(h.strip() for h in hyps)
+def _test_sentences(tiny_data, n=10):
+    """The first ``n`` source sentences of the toy corpus's test split and their references."""
+    raw = os.path.join(os.path.dirname(tiny_data), "raw")
+    with open(os.path.join(raw, "test.de")) as fs, open(os.path.join(raw, "test.en")) as ft:
+        return fs.read().splitlines()[:n], ft.read().splitlines()[:n]
 
 
-def test_hub_interface_loads_and_translates(tiny_data, tiny_transformer):
+def _assert_translates_the_toy_task(hyps, refs):
+    """One hypothesis per source line, in order, of target words only, holding most words of
+    its word-for-word reference (the tiny model gets about 3/4 of them; an untrained one ~1/20)."""
+    assert len(hyps) == len(refs)
+    words = [h.split() for h in hyps]
+    assert all(w and all(re.fullmatch(r"t\d+", t) for t in w) for w in words), hyps
+    found = sum(sum((Counter(w) & Counter(r.split())).values()) for w, r in zip(words, refs))
+    assert found >= 0.6 * sum(len(r.split()) for r in refs), list(zip(hyps, refs))
+
+
+def _hub(tiny_data, tiny_transformer):
     from fairseq.models.transformer import TransformerModel
 
-    hub = TransformerModel.from_pretrained(
+    return TransformerModel.from_pretrained(
         tiny_transformer,
         checkpoint_file="checkpoint_best.pt",
         data_name_or_path=tiny_data,
         user_dir=harness.USER_DIR,
     )
-    out = hub.translate(["s1 s2 s3"], beam=2)
-    assert isinstance(out[0], str) and out[0].strip()
+
+
+def test_interactive_translates(tiny_data, tiny_transformer):
+    """fairseq-interactive translates the toy task's test sentences, each as the hub interface
+    does in this process (same checkpoint, beam 2)."""
+    src, refs = _test_sentences(tiny_data)
+    hyps = harness.interactive(tiny_data, os.path.join(tiny_transformer, "checkpoint_best.pt"), src)
+    _assert_translates_the_toy_task(hyps, refs)
+    assert hyps == _hub(tiny_data, tiny_transformer).translate(src, beam=2)
+
+
+def test_hub_interface_loads_and_translates(tiny_data, tiny_transformer):
+    src, refs = _test_sentences(tiny_data)
+    hub = _hub(tiny_data, tiny_transformer)
+    out = hub.translate(src, beam=2)
+    _assert_translates_the_toy_task(out, refs)
+    assert hub.translate(src[0], beam=2) == out[0]  # one sentence as in a batch
 
 
 def test_restore_file_and_resume(tiny_data, tiny_transformer, tmp_path):

@@ -169,8 +169,18 @@ def _circle_lines(graph, component) -> list[str]:
 
 
 def test_every_module_is_in_a_layer():
+    assert "lightcompress.compress" in MODULES and len(MODULES) > 20  # the walk found them
+    unlisted = []
     for module in MODULES:
-        layer_of(module)
+        try:
+            assert layer_of(module) in range(len(LAYER_NAMES))
+        except AssertionError as e:
+            unlisted.append(str(e) or module)
+    assert not unlisted, "\n".join(unlisted)
+    # the longest listed prefix decides; a module outside every layer is named
+    assert layer_of("lightcompress.modules.lowrank") == 1 and layer_of("lightcompress") == 3
+    with pytest.raises(AssertionError, match="lightcompress_x is in no layer"):
+        layer_of("lightcompress_x")
 
 
 def test_no_module_imports_from_a_higher_layer():

@@ -8,6 +8,7 @@ has 60.5M, the paper's reimplementation 61M), WMT'16 En-Ro 34,976 (``transformer
 import logging
 import os
 import random
+import re
 
 import harness
 import pytest
@@ -334,4 +335,16 @@ def test_language_model_end_to_end(tmp_path):
          "--max-tokens", "512", "--num-workers", "0"],
     )  # fmt: skip
     text = proc.stdout + proc.stderr
-    assert "Perplexity" in text or "perplexity" in text.lower()
+    # the whole test split is scored: its words and one end of sentence per line
+    tokens = sum(len(line.split()) + 1 for line in (raw / "test.txt").read_text().splitlines())
+    assert f"Evaluated {tokens} tokens" in text, text[-3000:]
+    m = re.search(r"Loss \(base 2\): ([0-9.]+), Perplexity: ([0-9.]+)", text)
+    assert m, text[-3000:]
+    loss, ppl = float(m.group(1)), float(m.group(2))
+    assert ppl == pytest.approx(2**loss, abs=0.01)  # (as printed: 2 decimals)
+    # the trained model is scored: far below a uniform guess over the 48 dictionary types (the
+    # toy text is predictable: each word follows the one before); 12 updates reach about 8.6
+    with open(os.path.join(data, "dict.txt"), encoding="utf-8") as f:
+        n_types = len(f.read().splitlines()) + 4  # and <s> <pad> </s> <unk>
+    assert n_types == 48
+    assert ppl < n_types / 3, ppl
