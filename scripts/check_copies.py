@@ -3,8 +3,8 @@
 
 The project keeps fairseq's beam search in three places on purpose: fairseq's own
 ``SequenceGenerator`` (the reference), :class:`lightcompress.deploy.generator.FastGenerator`
-(torch, the PyTorch fast path) and :class:`lightcompress.deploy.onnx_runtime.OnnxGenerator`
-(numpy, copied into every ONNX export as a torch-free ``translate.py``). They cannot share code
+(torch, the PyTorch fast path) and :class:`lightcompress.runtime.search.OnnxGenerator`
+(numpy, carried by every ONNX export in its torch-free ``runtime/``). They cannot share code
 (the runtime must import neither torch nor the package), so, as Hugging Face checks its
 ``# Copied from`` blocks, every mirrored function carries a line right above its ``def``::
 
@@ -38,7 +38,7 @@ __all__ = ["MIRRORED_FILES", "check", "fingerprint", "main"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the files whose functions carry "# Mirrors:" lines
-MIRRORED_FILES = ("lightcompress/deploy/generator.py", "lightcompress/deploy/onnx_runtime.py")
+MIRRORED_FILES = ("lightcompress/deploy/generator.py", "lightcompress/runtime/search.py")
 MARK = re.compile(r"^(?P<indent>\s*)# Mirrors: (?P<targets>.*); self@(?P<self>[0-9a-f]+)\s*$")
 TARGET = re.compile(r"(?P<name>[\w.]+)@(?P<fp>[0-9a-f]+)")
 WIDTH = 12  # hex digits of a fingerprint

@@ -53,7 +53,7 @@ def test_the_mirrored_beam_searches_are_in_step():
 
 def test_a_code_change_on_one_side_fails_naming_its_mirror_until_fixed(tmp_path):
     mod = _tree(tmp_path)
-    runtime = tmp_path / "lightcompress" / "deploy" / "onnx_runtime.py"
+    runtime = tmp_path / "lightcompress" / "runtime" / "search.py"
     text = runtime.read_text()
     # comments, blank lines and the docstring do not count
     cosmetic = text.replace(
@@ -70,7 +70,7 @@ def test_a_code_change_on_one_side_fails_naming_its_mirror_until_fixed(tmp_path)
     assert drifted != cosmetic
     runtime.write_text(drifted)
     problems = mod.check(str(tmp_path))
-    assert any("onnx_runtime.py" in p and "OnnxGenerator._finalize changed since" in p
+    assert any("search.py" in p and "OnnxGenerator._finalize changed since" in p
                for p in problems), problems  # fmt: skip
     assert any("generator.py" in p and "OnnxGenerator._finalize changed (fingerprint" in p
                and "FastGenerator._finalize in line" in p for p in problems), problems  # fmt: skip
@@ -82,7 +82,7 @@ def test_a_code_change_on_one_side_fails_naming_its_mirror_until_fixed(tmp_path)
 
 def test_a_mirror_line_away_from_its_def_is_an_error(tmp_path):
     mod = _tree(tmp_path)
-    runtime = tmp_path / "lightcompress" / "deploy" / "onnx_runtime.py"
+    runtime = tmp_path / "lightcompress" / "runtime" / "search.py"
     lines = runtime.read_text().split("\n")
     i = next(i for i, line in enumerate(lines) if "# Mirrors: " in line)
     lines.insert(i + 1, "")

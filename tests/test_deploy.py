@@ -354,7 +354,7 @@ FAMILIES = {
 
 
 def _batches(sentences, size, pad=1):
-    from lightcompress.deploy.translate import left_pad_batches
+    from lightcompress.deploy.torch_translator import left_pad_batches
 
     return list(left_pad_batches(sentences, size, pad))
 
@@ -516,7 +516,7 @@ def test_translator_translates_raw_text_as_fairseqs_hub_interface(toy):
 
 def _translate_cli(*args, stdin=""):
     return subprocess.run(
-        [sys.executable, "-c", "from lightcompress.deploy.translate import cli_main; cli_main()",
+        [sys.executable, "-c", "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
          *args],
         input=stdin, capture_output=True, text=True, timeout=300, check=False,
         env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"),
@@ -535,7 +535,7 @@ def test_translate_command_reads_stdin_and_writes_the_output_file(toy, tmp_path)
 
 
 def test_translate_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
-    from lightcompress.deploy.translate import main
+    from lightcompress.deploy.torch_translator import main
 
     notspm = tmp_path / "not.model"
     notspm.write_text("hello\n")
@@ -661,8 +661,8 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
     from fairseq.sequence_generator import SequenceGenerator
 
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.deploy.onnx_runtime import OnnxGenerator
     from lightcompress.measure.params import build_random_model
+    from lightcompress.runtime import OnnxGenerator
 
     arch, flags = FAMILIES_ONNX[family]
     torch.manual_seed(0)
@@ -756,7 +756,7 @@ def test_onnx_runtime_sinusoid_rows_are_fairseqs_table_to_rounding():
     from fairseq.modules import SinusoidalPositionalEmbedding
 
     from lightcompress.deploy.onnx_export import _frequencies
-    from lightcompress.deploy.onnx_runtime import sinusoid
+    from lightcompress.runtime import sinusoid
 
     positions = np.arange(2, 1026)
     for dim in (8, 9, 256, 512):
@@ -889,8 +889,8 @@ def test_onnx_factor_space_export_without_query_biases_gives_fairseqs_hypotheses
     from fairseq.sequence_generator import SequenceGenerator
 
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.deploy.onnx_runtime import OnnxGenerator
     from lightcompress.measure.params import build_random_model
+    from lightcompress.runtime import OnnxGenerator
 
     arch, flags = FAMILIES["lightformer"]
     torch.manual_seed(0)
@@ -965,7 +965,7 @@ def test_onnx_export_keeps_the_compressed_size_shared_layers_and_tables_once(tmp
 
 def test_onnx_int8_export_translates_the_trained_teacher_like_float32(toy, tmp_path):
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.deploy.onnx_runtime import OnnxTranslator
+    from lightcompress.runtime import OnnxTranslator
 
     model, task = _load(toy["teacher"], toy["data"])
     export_onnx(model, task, str(tmp_path / "f32"), spm=toy["spm"])
@@ -1013,8 +1013,15 @@ def test_onnx_export_command_and_its_torch_free_translate_py_give_the_fast_paths
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(out)) == ["MANIFEST.sha256", "config.json", "decoder.onnx",
                                        "dict.src.txt", "dict.tgt.txt", "encoder.onnx",
-                                       "onnx_files.py", "spm.model", "translate.py",
+                                       "runtime", "spm.model", "translate.py",
                                        "weights.bin"]  # fmt: skip
+    # the runtime package, file for file (no module renamed), and the script that runs it
+    package = os.path.join(REPO_ROOT, "lightcompress", "runtime")
+    shipped = sorted(os.listdir(out / "runtime"))
+    assert shipped == sorted(n for n in os.listdir(package) if n.endswith(".py")), shipped
+    for name in shipped:
+        with open(os.path.join(package, name), "rb") as f:
+            assert (out / "runtime" / name).read_bytes() == f.read(), name
     with open(os.path.join(toy["raw"], "test.de")) as f:
         lines = [line.strip() for line in f][:12]
     lines[4] = ""
@@ -1031,7 +1038,7 @@ def test_onnx_export_command_and_its_torch_free_translate_py_give_the_fast_paths
 
 def test_onnx_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
     from lightcompress.deploy.onnx_export import main
-    from lightcompress.deploy.onnx_runtime import main as translate_main
+    from lightcompress.runtime import main as translate_main
 
     # a decoder with cross self-attention (keys and values from the source and the prefix),
     # which the decoder step does not compute

@@ -383,7 +383,7 @@ class FastGenerator:
     # beam search (fairseq's SequenceGenerator._generate, translation only)
     # ----------------------------------------------------------------------------------------
 
-    # Mirrors: lightcompress.deploy.onnx_runtime.OnnxGenerator.generate@31d3741edd81, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@4c74e40e92d5
+    # Mirrors: lightcompress.runtime.search.OnnxGenerator.generate@31d3741edd81, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@4c74e40e92d5
     @_beamable  # (fairseq's beamable attention for the search only: see beamable_attention)
     @torch.inference_mode()
     def generate(self, src_tokens: Tensor, src_lengths: Tensor) -> list[list[dict]]:
@@ -506,7 +506,7 @@ class FastGenerator:
             finalized[sent] = [finalized[sent][i] for i in order]
         return finalized
 
-    # Mirrors: lightcompress.deploy.onnx_runtime.OnnxGenerator._finalize@371ee7610fb6, fairseq.sequence_generator.SequenceGenerator.finalize_hypos@388f067e383e; self@2cf60f12a9f8
+    # Mirrors: lightcompress.runtime.search.OnnxGenerator._finalize@371ee7610fb6, fairseq.sequence_generator.SequenceGenerator.finalize_hypos@388f067e383e; self@2cf60f12a9f8
     def _finalize(self, step, bbsz_idx, eos_scores, tokens, finalized, finished, beam, max_len):
         """fairseq's ``finalize_hypos``: store the hypotheses that end in EOS; returns the
         batch positions of the sentences that are now finished."""
