@@ -48,7 +48,6 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check lightcompress tests scripts examples
 	$(VENV)/bin/ruff format --check lightcompress tests scripts examples
-	$(PY) scripts/check_copies.py   # the mirrored beam searches (torch, numpy, fairseq's) in step
 
 format: install
 	$(VENV)/bin/ruff format lightcompress tests scripts examples

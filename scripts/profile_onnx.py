@@ -27,7 +27,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from lightcompress import runtime
-from lightcompress.runtime import search
+from lightcompress.runtime import onnx_step
 
 
 class ProfileError(ValueError):
@@ -55,7 +55,7 @@ def _translator(args, profile_dir: str | None):
         return runtime.OnnxTranslator(args.model_dir, **_settings(args))
     import onnxruntime as ort
 
-    plain = search.session
+    plain = onnx_step.session
 
     def session(path, threads):
         if os.path.basename(path) != "decoder.onnx":
@@ -69,11 +69,11 @@ def _translator(args, profile_dir: str | None):
         so.profile_file_prefix = os.path.join(profile_dir, "decoder")
         return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
-    search.session = session  # (the sessions OnnxGenerator opens)
+    onnx_step.session = session  # (the sessions OnnxGenerator opens)
     try:
         return runtime.OnnxTranslator(args.model_dir, **_settings(args))
     finally:
-        search.session = plain
+        onnx_step.session = plain
 
 
 def _settings(args) -> dict:
@@ -84,7 +84,7 @@ def _settings(args) -> dict:
 
 def wall_shares(translator, sentences, runs: int) -> dict:
     """Best of ``runs``: seconds, tokens, steps, and the encoder / decoder / beam-search shares."""
-    gen = translator.generator
+    gen = translator.generator.step  # (the ONNX step: its sessions and decoder call)
     spent = {"encoder": 0.0, "decoder": 0.0, "steps": 0}
     enc_run, dec_run = gen.encoder.run, gen._run_decoder
 
@@ -123,7 +123,7 @@ def wall_shares(translator, sentences, runs: int) -> dict:
 
 def kernel_profile(translator, sentences, top: int) -> dict:
     """Translate once with the decoder's profiler on: kernel time by operator and by node."""
-    gen = translator.generator
+    gen = translator.generator.step  # (the ONNX step: its sessions and decoder call)
     # (the session's public run: the profiler records each call)
     gen._run_decoder = lambda feed: gen.decoder.run(gen._dec_outputs, feed)
     translator.translate_ids(sentences)

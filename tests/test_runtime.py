@@ -224,3 +224,29 @@ def test_an_export_made_in_a_process_runs_its_own_shipped_copy(export):
             open(os.path.join(shipped, name), "rb") as b,
         ):
             assert a.read() == b.read(), name
+
+
+def test_there_is_one_beam_search():
+    """The ONNX runtime and the PyTorch fast path run the same search
+    (:class:`lightcompress.runtime.search.BeamSearch`) over their step: no other module of the
+    package selects candidates or finalizes hypotheses (fairseq's ``finalize_hypos``)."""
+    from lightcompress.deploy.generator import FastGenerator, TorchStep
+    from lightcompress.runtime import BeamSearch, OnnxGenerator, OnnxStep
+    from lightcompress.runtime.search import Step
+
+    assert issubclass(FastGenerator, BeamSearch) and issubclass(OnnxGenerator, BeamSearch)
+    for step in (TorchStep, OnnxStep):
+        assert {"start", "step"} <= set(vars(step)) and not issubclass(step, BeamSearch)
+    assert {"start", "step"} <= set(vars(Step))
+    searches = []
+    root = os.path.join(REPO_ROOT, "lightcompress")
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name), encoding="utf-8") as f:
+                    tree = ast.parse(f.read())
+                found = [n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+                         and n.name in ("_finalize", "finalize_hypos", "_generate")]  # fmt: skip
+                if found:
+                    searches.append(os.path.relpath(os.path.join(folder, name), root))
+    assert searches == [os.path.join("runtime", "search.py")], searches

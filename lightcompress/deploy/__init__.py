@@ -3,8 +3,9 @@
 - :mod:`lightcompress.deploy.torch_translator`: :class:`Translator` (raw text in, raw text out,
   on the fast path) and ``lightcompress-translate`` (its old name,
   ``lightcompress.deploy.translate``, still imports);
-- :mod:`lightcompress.deploy.generator`: :class:`FastGenerator`, fairseq's beam search and
-  results over a lean decoder step that keeps the compressed weights as they are;
+- :mod:`lightcompress.deploy.generator`: :class:`FastGenerator`, the one beam search
+  (:mod:`lightcompress.runtime.search`, fairseq's results) over a lean decoder step in PyTorch
+  that keeps the compressed weights as they are;
 - :mod:`lightcompress.deploy.ct2`: export of dense fairseq Transformers (teachers, dense
   baselines, dense plugin architectures) to CTranslate2 (``lightcompress-export-ct2``);
 - :mod:`lightcompress.deploy.onnx_export`: export of the Transformer, LightFormer, Hypoformer,

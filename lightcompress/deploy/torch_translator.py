@@ -243,22 +243,13 @@ class Translator:
         return out
 
     def translate(self, lines: Iterable[str]) -> list[str]:
-        """Translations of ``lines`` in order; an empty or blank line gives ``""``."""
-        lines = [line.rstrip("\n") for line in lines]
-        todo = [i for i, line in enumerate(lines) if line.strip()]
-        encoded = [self.encode(lines[i]) for i in todo]
+        """Translations of ``lines`` in order; an empty or blank line gives ``""`` (the ONNX
+        runtime's text loop, :func:`lightcompress.runtime.translator.translate_lines`)."""
+        from lightcompress.runtime.translator import translate_lines
+
         limit = self.model.max_positions()[0]
-        for i, src in zip(todo, encoded):
-            if limit and src.numel() > limit:  # (fairseq-interactive refuses such input too)
-                raise TranslateError(
-                    f"input line {i + 1} has {src.numel()} tokens, more than the model's "
-                    f"{limit} source positions: split it"
-                )
-        ids = self.translate_ids(encoded)
-        out = [""] * len(lines)
-        for i, hyp in zip(todo, ids):
-            out[i] = self.decode(hyp)
-        return out
+        return translate_lines(lines, self.encode, self.translate_ids, self.decode, limit,
+                               TranslateError)  # fmt: skip
 
 
 def _arg_parser() -> argparse.ArgumentParser:

@@ -29,10 +29,10 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from .files import OnnxError, config_path, ort_errors, read_symbols
-from .search import OnnxGenerator
+from .onnx_step import OnnxGenerator
 from .tokenizers import MosesBPE, TextError, load_sentencepiece
 
-__all__ = ["OnnxTranslator", "left_pad_batches", "main", "split_lines"]
+__all__ = ["OnnxTranslator", "left_pad_batches", "main", "split_lines", "translate_lines"]
 
 
 def split_lines(text: str) -> list[str]:
@@ -167,21 +167,27 @@ class OnnxTranslator:
 
     def translate(self, lines: Iterable[str]) -> list[str]:
         """Translations of ``lines`` in order; an empty or blank line gives ``""``."""
-        lines = [line.rstrip("\n") for line in lines]
-        todo = [i for i, line in enumerate(lines) if line.strip()]
-        encoded = [self.encode(lines[i]) for i in todo]
         limit = self.generator.config.get("max_source_positions")
-        for i, src in zip(todo, encoded):
-            if limit and len(src) > limit:  # (fairseq-interactive refuses such input too)
-                raise OnnxError(
-                    f"input line {i + 1} has {len(src)} tokens, more than the model's "
-                    f"{limit} source positions: split it"
-                )
-        ids = self.translate_ids(encoded)
-        out = [""] * len(lines)
-        for i, hyp in zip(todo, ids):
-            out[i] = self.decode(hyp)
-        return out
+        return translate_lines(lines, self.encode, self.translate_ids, self.decode, limit)
+
+
+def translate_lines(lines: Iterable[str], encode, translate_ids, decode, limit: int | None,
+                    error: type[Exception] = OnnxError) -> list[str]:  # fmt: skip
+    """The text loop of both translators (this one and ``lightcompress-translate``'s): every
+    non-blank line of ``lines`` encoded (refused with ``error`` when it has more than ``limit``
+    source tokens, as fairseq-interactive refuses it), their best hypotheses
+    (``translate_ids``) decoded; a blank line gives ``""``."""
+    lines = [line.rstrip("\n") for line in lines]
+    todo = [i for i, line in enumerate(lines) if line.strip()]
+    encoded = [encode(lines[i]) for i in todo]
+    for i, src in zip(todo, encoded):
+        if limit and len(src) > limit:
+            raise error(f"input line {i + 1} has {len(src)} tokens, more than the model's "
+                        f"{limit} source positions: split it")  # fmt: skip
+    out = [""] * len(lines)
+    for i, hyp in zip(todo, translate_ids(encoded)):
+        out[i] = decode(hyp)
+    return out
 
 
 def _arg_parser(prog: str | None = None) -> argparse.ArgumentParser:
