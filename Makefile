@@ -53,7 +53,6 @@ test: install
 lint: install
 	$(VENV)/bin/ruff check lightcompress tests scripts examples bench
 	$(VENV)/bin/ruff format --check lightcompress tests scripts examples bench
-	$(PY) scripts/check_copies.py   # the mirrored beam searches (torch, numpy, fairseq's) in step
 
 format: install
 	$(VENV)/bin/ruff format lightcompress tests scripts examples bench

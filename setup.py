@@ -37,7 +37,7 @@ setup(
         "cython",
         "cffi",
         "sentencepiece>=0.1.99",
-        # raw text through a Moses + subword-nmt BPE model (lightcompress.deploy.onnx_text: the
+        # raw text through a Moses + subword-nmt BPE model (lightcompress.runtime.tokenizers: the
         # ONNX export's translate.py and lightcompress-translate --bpe-codes)
         "sacremoses>=0.1",
         "subword-nmt>=0.3.8",
@@ -64,7 +64,7 @@ setup(
             "lightcompress-compress=lightcompress.compress:cli_main",
             "lightcompress-export-ct2=lightcompress.deploy.ct2:cli_main",
             "lightcompress-export-onnx=lightcompress.deploy.onnx_export:cli_main",
-            "lightcompress-translate=lightcompress.deploy.translate:cli_main",
+            "lightcompress-translate=lightcompress.deploy.torch_translator:cli_main",
             "lightcompress-shortlist=lightcompress.deploy.shortlist_build:cli_main",
         ],
     },

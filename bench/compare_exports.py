@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from lightcompress.deploy import onnx_runtime
+from lightcompress import runtime
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from profile_onnx import ProfileError, sample_lines  # (the same sentences as the profiler's)
@@ -45,10 +45,10 @@ def compare(args) -> list[dict]:
                 "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
                 "shortlist": args.shortlist, "tokenized": args.tokenized}  # fmt: skip
     try:
-        translators = [onnx_runtime.OnnxTranslator(d, **settings) for d in args.exports]
+        translators = [runtime.OnnxTranslator(d, **settings) for d in args.exports]
         if translators[0].text_error:
-            raise onnx_runtime.OnnxError(translators[0].text_error)
-    except onnx_runtime.OnnxError as exc:
+            raise runtime.OnnxError(translators[0].text_error)
+    except runtime.OnnxError as exc:
         raise CompareError(str(exc)) from None
     dicts = {tuple(t.src_symbols) for t in translators}
     if len(dicts) > 1:

@@ -26,7 +26,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from lightcompress.deploy import onnx_runtime
+from lightcompress import runtime
+from lightcompress.runtime import onnx_step
 
 
 class ProfileError(ValueError):
@@ -51,10 +52,10 @@ def sample_lines(path: str, n: int) -> list[str]:
 def _translator(args, profile_dir: str | None):
     """An OnnxTranslator, its decoder session profiled into ``profile_dir`` when given."""
     if profile_dir is None:
-        return onnx_runtime.OnnxTranslator(args.model_dir, **_settings(args))
+        return runtime.OnnxTranslator(args.model_dir, **_settings(args))
     import onnxruntime as ort
 
-    plain = onnx_runtime._session
+    plain = onnx_step.session
 
     def session(path, threads):
         if os.path.basename(path) != "decoder.onnx":
@@ -68,11 +69,11 @@ def _translator(args, profile_dir: str | None):
         so.profile_file_prefix = os.path.join(profile_dir, "decoder")
         return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
-    onnx_runtime._session = session
+    onnx_step.session = session  # (the sessions OnnxGenerator opens)
     try:
-        return onnx_runtime.OnnxTranslator(args.model_dir, **_settings(args))
+        return runtime.OnnxTranslator(args.model_dir, **_settings(args))
     finally:
-        onnx_runtime._session = plain
+        onnx_step.session = plain
 
 
 def _settings(args) -> dict:
@@ -83,7 +84,7 @@ def _settings(args) -> dict:
 
 def wall_shares(translator, sentences, runs: int) -> dict:
     """Best of ``runs``: seconds, tokens, steps, and the encoder / decoder / beam-search shares."""
-    gen = translator.generator
+    gen = translator.generator.step  # (the ONNX step: its sessions and decoder call)
     spent = {"encoder": 0.0, "decoder": 0.0, "steps": 0}
     enc_run, dec_run = gen.encoder.run, gen._run_decoder
 
@@ -122,7 +123,7 @@ def wall_shares(translator, sentences, runs: int) -> dict:
 
 def kernel_profile(translator, sentences, top: int) -> dict:
     """Translate once with the decoder's profiler on: kernel time by operator and by node."""
-    gen = translator.generator
+    gen = translator.generator.step  # (the ONNX step: its sessions and decoder call)
     # (the session's public run: the profiler records each call)
     gen._run_decoder = lambda feed: gen.decoder.run(gen._dec_outputs, feed)
     translator.translate_ids(sentences)
@@ -176,7 +177,7 @@ def main(argv=None) -> int:
         wall = wall_shares(translator, sentences, args.runs)
         with tempfile.TemporaryDirectory(prefix="profile_onnx.") as tmp:
             kernels = kernel_profile(_translator(args, tmp), sentences, args.top)
-    except (ProfileError, onnx_runtime.OnnxError) as exc:
+    except (ProfileError, runtime.OnnxError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     sh = wall["share"]

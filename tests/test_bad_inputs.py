@@ -33,8 +33,8 @@ LINE_CASES = [
 
 @pytest.mark.parametrize("text, lines", LINE_CASES)
 def test_both_readers_split_at_newline_only(text, lines):
-    from lightcompress.deploy.onnx_runtime import split_lines as torch_free
     from lightcompress.io import split_lines
+    from lightcompress.runtime import split_lines as torch_free
 
     assert split_lines(text) == lines
     assert torch_free(text) == lines  # the copy that ships in every ONNX export
@@ -42,7 +42,7 @@ def test_both_readers_split_at_newline_only(text, lines):
 
 def _translate_cli(*args, stdin: bytes):
     return subprocess.run(
-        [sys.executable, "-c", "from lightcompress.deploy.translate import cli_main; cli_main()",
+        [sys.executable, "-c", "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
          *args],
         input=stdin, capture_output=True, timeout=300, check=False,
         env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"),
@@ -305,7 +305,7 @@ def _tiny_onnx_export(out) -> None:
 def test_an_edited_onnx_export_is_refused_with_one_line(tmp_path, edit):
     import json
 
-    from lightcompress.deploy.onnx_runtime import OnnxError, OnnxGenerator
+    from lightcompress.runtime import OnnxError, OnnxGenerator
 
     out = tmp_path / "onnx"
     old = os.umask(0o022)
@@ -350,7 +350,7 @@ def test_translate_py_on_a_full_disk_is_one_line_and_leaves_no_temporary_file(
 ):
     import errno
 
-    from lightcompress.deploy import onnx_runtime
+    from lightcompress.runtime import translator
 
     out = tmp_path / "onnx"
     _tiny_onnx_export(out)
@@ -360,10 +360,10 @@ def test_translate_py_on_a_full_disk_is_one_line_and_leaves_no_temporary_file(
     def full(*_):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(onnx_runtime.os, "replace", full)
+    monkeypatch.setattr(translator.os, "replace", full)
     target = tmp_path / "result" / "out.txt"
     target.parent.mkdir()
-    assert onnx_runtime.main([str(out), "-i", str(src), "-o", str(target), "--tokenized"]) == 2
+    assert translator.main([str(out), "-i", str(src), "-o", str(target), "--tokenized"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "No space left on device" in err[0]
     assert os.listdir(target.parent) == []
@@ -446,7 +446,8 @@ def test_a_full_disk_is_one_line_for_every_writing_deploy_command(
     import errno
 
     import lightcompress.io as lio
-    from lightcompress.deploy import ct2, onnx_export, translate
+    from lightcompress.deploy import ct2, onnx_export
+    from lightcompress.deploy import torch_translator as translate
 
     ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
     src = tmp_path / "in.txt"
@@ -475,7 +476,7 @@ def test_a_full_disk_is_one_line_for_every_writing_deploy_command(
 def test_a_line_longer_than_the_models_positions_is_one_line(
     tiny_data, tiny_transformer, tmp_path, capsys
 ):
-    from lightcompress.deploy import onnx_runtime
+    from lightcompress.runtime import translator
 
     long_line = " ".join(["5"] * 1100)
     text = f"5 6\n{long_line}\n"
@@ -490,7 +491,7 @@ def test_a_line_longer_than_the_models_positions_is_one_line(
     src.write_text(text)
     capsys.readouterr()
     argv = [str(out), "-i", str(src), "-o", str(tmp_path / "o.txt"), "--tokenized"]
-    assert onnx_runtime.main(argv) == 2
+    assert translator.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "input line 2 has 1101 tokens" in err[0]
     assert not (tmp_path / "o.txt").exists()
@@ -534,7 +535,7 @@ def test_the_onnx_exporters_comparison_is_nan_aware():
 
 
 def test_the_exports_translate_py_refuses_non_utf8_input_with_one_line(tmp_path, capsys):
-    from lightcompress.deploy import onnx_runtime
+    from lightcompress.runtime import translator
 
     out = tmp_path / "onnx"
     _tiny_onnx_export(out)
@@ -542,7 +543,7 @@ def test_the_exports_translate_py_refuses_non_utf8_input_with_one_line(tmp_path,
     src.write_bytes(b"5 6 \xff 7\n")
     capsys.readouterr()
     argv = [str(out), "-i", str(src), "-o", str(tmp_path / "o.txt"), "--tokenized"]
-    assert onnx_runtime.main(argv) == 2
+    assert translator.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not UTF-8" in err[0] and not (tmp_path / "o.txt").exists()
 
@@ -597,14 +598,17 @@ def test_an_onnx_export_whose_runtime_fails_or_translates_otherwise_is_never_wri
     flags, good, bad, message = RUNTIME_FAULTS[fault]
     model, task = _tiny_model(flags)
     copy = shutil.copyfile
+    faulty = []
 
     def faulty_copy(src, dst, *a, **k):
-        if os.path.basename(dst) == "translate.py":
+        if os.path.basename(os.path.dirname(dst)) == "runtime":  # (the export's runtime/)
             with open(src, encoding="utf-8") as f:
                 text = f.read()
-            assert text.count(good) == 1, good  # (the fault must land in the shipped runtime)
+            if good in text:
+                faulty.append(os.path.basename(dst))
+                text = text.replace(good, bad)
             with open(dst, "w", encoding="utf-8") as f:
-                f.write(text.replace(good, bad))
+                f.write(text)
             return dst
         return copy(src, dst, *a, **k)
 
@@ -612,6 +616,7 @@ def test_an_onnx_export_whose_runtime_fails_or_translates_otherwise_is_never_wri
     out = tmp_path / "onnx"
     with pytest.raises(ExportError, match=message):
         export_onnx(model, task, str(out))
+    assert len(faulty) == 1, faulty  # (the fault landed in the shipped runtime, once)
     assert not out.exists() and os.listdir(tmp_path) == []  # nothing written, no temporary left
     monkeypatch.setattr(onnx_export.shutil, "copyfile", copy)
     config = export_onnx(model, task, str(out))  # the real runtime: proven and written
@@ -631,7 +636,7 @@ def test_an_int8_onnx_export_records_how_many_probe_translations_it_kept(tmp_pat
     assert round(agreement * len(PROBE_LENGTHS)) == pytest.approx(agreement * len(PROBE_LENGTHS))
     written = json.loads((tmp_path / "onnx" / "config.json").read_text())
     assert written["int8_probe_agreement"] == agreement
-    from lightcompress.deploy.onnx_runtime import OnnxGenerator
+    from lightcompress.runtime import OnnxGenerator
 
     OnnxGenerator(str(tmp_path / "onnx"))  # the manifest was rewritten with the config
 

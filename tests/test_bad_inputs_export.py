@@ -58,13 +58,13 @@ def _one_line(capsys, status: int, *words: str) -> str:
 
 def _onnx(argv) -> int:
     """translate.py of an export without a tokenizer: subword tokens in (--tokenized)."""
-    from lightcompress.deploy import onnx_runtime
+    from lightcompress.runtime import translator
 
-    return onnx_runtime.main([str(a) for a in argv] + ["--tokenized"])
+    return translator.main([str(a) for a in argv] + ["--tokenized"])
 
 
 def _torch(argv) -> int:
-    from lightcompress.deploy import translate
+    from lightcompress.deploy import torch_translator as translate
 
     return translate.main([str(a) for a in argv])
 
@@ -98,7 +98,8 @@ def test_4_a_shortlist_with_fewer_candidates_than_the_beam_needs(setup, tmp_path
     at beam 5 and made them disagree at beam 2 (``<s>`` against ``<unk>``): both top the
     candidates up to 2 x beam tokens besides the special ones (the lowest ids: a fairseq
     dictionary's most frequent), and translate alike."""
-    from lightcompress.deploy.onnx_files import Shortlist, _read_symbols
+    from lightcompress.runtime import Shortlist
+    from lightcompress.runtime.files import read_symbols
 
     outs = {}
     for name, run, argv in (
@@ -116,7 +117,7 @@ def test_4_a_shortlist_with_fewer_candidates_than_the_beam_needs(setup, tmp_path
     # (no BOS, PAD or EOS: real tokens; <unk> is a candidate the model may choose, as fairseq
     # prints it, where the list lacks the right word)
     assert words and not {"<s>", "<pad>", "</s>"} & set(words), outs
-    symbols = _read_symbols(os.path.join(setup["onnx"], "dict.tgt.txt"))
+    symbols = read_symbols(os.path.join(setup["onnx"], "dict.tgt.txt"))
     sl = Shortlist(setup["empty"], symbols, symbols, specials=(0, 1, 2, 3))
     assert sl.candidates([[5, 6]]).tolist() == [0, 1, 2, 3]  # (the file lists nothing)
     assert sl.candidates([[5, 6]], 2 * beam).tolist() == list(range(4 + 2 * beam))
@@ -237,9 +238,10 @@ def test_7_a_truncated_shortlist_is_refused_by_every_reader(setup, tmp_path, rea
 
 
 def test_7_the_builders_file_is_read_whole(setup):
-    from lightcompress.deploy.onnx_files import Shortlist, _read_symbols
+    from lightcompress.runtime import Shortlist
+    from lightcompress.runtime.files import read_symbols
 
-    symbols = _read_symbols(os.path.join(setup["onnx"], "dict.tgt.txt"))
+    symbols = read_symbols(os.path.join(setup["onnx"], "dict.tgt.txt"))
     with open(setup["real"], encoding="utf-8") as f:
         header, *lines = f.read().split("\n")
     assert header.startswith("#lightcompress-shortlist 2 lines=") and lines[-1] == ""
@@ -337,7 +339,7 @@ def test_9_what_ended_in_a_traceback_is_one_line(setup, tmp_path, case, capsys):
         if case.endswith("translate.py"):
             argv = [os.path.join(setup["onnx"], "translate.py"), setup["onnx"], "--tokenized"]
         else:
-            argv = ["-c", "from lightcompress.deploy.translate import cli_main; cli_main()",
+            argv = ["-c", "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
                     "--path", setup["ckpt"], "--data", setup["data"]]  # fmt: skip
         proc = _closed_stdin(argv)
         err = proc.stderr.strip().splitlines()

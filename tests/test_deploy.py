@@ -352,9 +352,34 @@ FAMILIES = {
                   "--encoder-layers", "4", "--decoder-layers", "4"]),
 }  # fmt: skip
 
+ONNX_FAMILIES = ["transformer", "transformer_no_pos", "transformer_learned_pos", "lightformer", "hypoformer",
+                 "smartformer", "subformer", "subformer_wide", "composed"]  # fmt: skip
+# Subformer with a wider sandwich (d_s 48 > d 32): projections in and out of the middle
+# layers and cross-attention through query projections at the encoder's width
+FAMILIES_ONNX = dict(FAMILIES, transformer_no_pos=(
+    # no positions: the decoder graph has no position input (the runtime once fed "pos" anyway)
+    "transformer", FAMILIES["transformer"][1] + ["--no-token-positional-embeddings"]),
+    # one spec composing the kinds the export rewrites: tensor-train FFN maps (as matrix
+    # products), CP self-attention maps (as low-rank maps, in the factors' space), a hybrid
+    # TT query map of the cross-attention
+    composed=("lightformer_iwslt_de_en", T32 + [
+        "--encoder-layers", "2", "--decoder-layers", "2", "--lc-encoder-groups", "2",
+        "--lc-decoder-groups", "2", "--encoder-normalize-before", "--decoder-normalize-before",
+        "--lc-spec",
+        ("encoder.layers.*.fc1, decoder.layers.*.fc1, decoder.layers.*.fc2 = tt(ranks=2);"
+         "decoder.layers.*.self_attn.*_proj = cp(rank=4, heads=2);"
+         "decoder.layers.*.encoder_attn.q_proj = htt(alpha=0.5, ranks=2)")]),
+    transformer_learned_pos=(
+    # learned positions: the decoder graph gathers the row itself (input "pos")
+    "transformer", FAMILIES["transformer"][1] + ["--encoder-learned-pos",
+                                                 "--decoder-learned-pos"]), subformer_wide=(
+    "subformer", FAMILIES["subformer"][1] + ["--subformer-sandwich-dim", "48",
+                                             "--subformer-sandwich-heads", "2",
+                                             "--subformer-sandwich-ffn-dim", "96"]))  # fmt: skip
+
 
 def _batches(sentences, size, pad=1):
-    from lightcompress.deploy.translate import left_pad_batches
+    from lightcompress.deploy.torch_translator import left_pad_batches
 
     return list(left_pad_batches(sentences, size, pad))
 
@@ -378,15 +403,17 @@ class _EosBias(torch.nn.Module):
 EOS_BIAS = 2.0  # logit spreads: every family then ends hypotheses at several different steps
 
 
-@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("family", ONNX_FAMILIES)
 def test_fast_path_gives_fairseqs_hypotheses_and_scores_on_every_family(family):
+    """The PyTorch backend of the one search (the ONNX export's: its test below) gives fairseq's
+    hypotheses and scores on every family the export takes."""
     from fairseq.sequence_generator import SequenceGenerator
 
     from lightcompress.build import dictionary_of_size
     from lightcompress.deploy.generator import FastGenerator
     from lightcompress.measure.params import build_random_model
 
-    arch, flags = FAMILIES[family]
+    arch, flags = FAMILIES_ONNX[family]
     torch.manual_seed(0)
     vocab = 40
     model = build_random_model(arch, vocab, flags, True).eval()
@@ -405,7 +432,7 @@ def test_fast_path_gives_fairseqs_hypotheses_and_scores_on_every_family(family):
     for beam in (1, 5):
         settings = {"beam_size": beam, "max_len_a": 1.0, "max_len_b": 3}
         fast = FastGenerator(model, d, **settings)
-        assert fast.lean == (family != "subformer"), fast.why_not_lean
+        assert fast.lean == (not family.startswith("subformer")), fast.why_not_lean
         fairseq = SequenceGenerator([model], d, **settings)
         for _idx, src, src_lengths in _batches(sentences, 3):  # padded batches that shrink
             with torch.inference_mode():
@@ -516,7 +543,7 @@ def test_translator_translates_raw_text_as_fairseqs_hub_interface(toy):
 
 def _translate_cli(*args, stdin=""):
     return subprocess.run(
-        [sys.executable, "-c", "from lightcompress.deploy.translate import cli_main; cli_main()",
+        [sys.executable, "-c", "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
          *args],
         input=stdin, capture_output=True, text=True, timeout=300, check=False,
         env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"),
@@ -535,7 +562,7 @@ def test_translate_command_reads_stdin_and_writes_the_output_file(toy, tmp_path)
 
 
 def test_translate_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
-    from lightcompress.deploy.translate import main
+    from lightcompress.deploy.torch_translator import main
 
     notspm = tmp_path / "not.model"
     notspm.write_text("hello\n")
@@ -630,39 +657,14 @@ def test_int8_keeps_layer_sharing_one_packed_map_per_shared_map():
 # ONNX Runtime: lightcompress-export-onnx and its torch-free runtime
 # --------------------------------------------------------------------------------------------
 
-ONNX_FAMILIES = ["transformer", "transformer_no_pos", "transformer_learned_pos", "lightformer", "hypoformer",
-                 "smartformer", "subformer", "subformer_wide", "composed"]  # fmt: skip
-# Subformer with a wider sandwich (d_s 48 > d 32): projections in and out of the middle
-# layers and cross-attention through query projections at the encoder's width
-FAMILIES_ONNX = dict(FAMILIES, transformer_no_pos=(
-    # no positions: the decoder graph has no position input (the runtime once fed "pos" anyway)
-    "transformer", FAMILIES["transformer"][1] + ["--no-token-positional-embeddings"]),
-    # one spec composing the kinds the export rewrites: tensor-train FFN maps (as matrix
-    # products), CP self-attention maps (as low-rank maps, in the factors' space), a hybrid
-    # TT query map of the cross-attention
-    composed=("lightformer_iwslt_de_en", T32 + [
-        "--encoder-layers", "2", "--decoder-layers", "2", "--lc-encoder-groups", "2",
-        "--lc-decoder-groups", "2", "--encoder-normalize-before", "--decoder-normalize-before",
-        "--lc-spec",
-        ("encoder.layers.*.fc1, decoder.layers.*.fc1, decoder.layers.*.fc2 = tt(ranks=2);"
-         "decoder.layers.*.self_attn.*_proj = cp(rank=4, heads=2);"
-         "decoder.layers.*.encoder_attn.q_proj = htt(alpha=0.5, ranks=2)")]),
-    transformer_learned_pos=(
-    # learned positions: the decoder graph gathers the row itself (input "pos")
-    "transformer", FAMILIES["transformer"][1] + ["--encoder-learned-pos",
-                                                 "--decoder-learned-pos"]), subformer_wide=(
-    "subformer", FAMILIES["subformer"][1] + ["--subformer-sandwich-dim", "48",
-                                             "--subformer-sandwich-heads", "2",
-                                             "--subformer-sandwich-ffn-dim", "96"]))  # fmt: skip
-
 
 @pytest.mark.parametrize("family", ONNX_FAMILIES)
 def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(family, tmp_path):
     from fairseq.sequence_generator import SequenceGenerator
 
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.deploy.onnx_runtime import OnnxGenerator
     from lightcompress.measure.params import build_random_model
+    from lightcompress.runtime import OnnxGenerator
 
     arch, flags = FAMILIES_ONNX[family]
     torch.manual_seed(0)
@@ -756,7 +758,7 @@ def test_onnx_runtime_sinusoid_rows_are_fairseqs_table_to_rounding():
     from fairseq.modules import SinusoidalPositionalEmbedding
 
     from lightcompress.deploy.onnx_export import _frequencies
-    from lightcompress.deploy.onnx_runtime import sinusoid
+    from lightcompress.runtime import sinusoid
 
     positions = np.arange(2, 1026)
     for dim in (8, 9, 256, 512):
@@ -889,8 +891,8 @@ def test_onnx_factor_space_export_without_query_biases_gives_fairseqs_hypotheses
     from fairseq.sequence_generator import SequenceGenerator
 
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.deploy.onnx_runtime import OnnxGenerator
     from lightcompress.measure.params import build_random_model
+    from lightcompress.runtime import OnnxGenerator
 
     arch, flags = FAMILIES["lightformer"]
     torch.manual_seed(0)
@@ -965,7 +967,7 @@ def test_onnx_export_keeps_the_compressed_size_shared_layers_and_tables_once(tmp
 
 def test_onnx_int8_export_translates_the_trained_teacher_like_float32(toy, tmp_path):
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.deploy.onnx_runtime import OnnxTranslator
+    from lightcompress.runtime import OnnxTranslator
 
     model, task = _load(toy["teacher"], toy["data"])
     export_onnx(model, task, str(tmp_path / "f32"), spm=toy["spm"])
@@ -1013,8 +1015,15 @@ def test_onnx_export_command_and_its_torch_free_translate_py_give_the_fast_paths
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(out)) == ["MANIFEST.sha256", "config.json", "decoder.onnx",
                                        "dict.src.txt", "dict.tgt.txt", "encoder.onnx",
-                                       "onnx_files.py", "spm.model", "translate.py",
+                                       "runtime", "spm.model", "translate.py",
                                        "weights.bin"]  # fmt: skip
+    # the runtime package, file for file (no module renamed), and the script that runs it
+    package = os.path.join(REPO_ROOT, "lightcompress", "runtime")
+    shipped = sorted(os.listdir(out / "runtime"))
+    assert shipped == sorted(n for n in os.listdir(package) if n.endswith(".py")), shipped
+    for name in shipped:
+        with open(os.path.join(package, name), "rb") as f:
+            assert (out / "runtime" / name).read_bytes() == f.read(), name
     with open(os.path.join(toy["raw"], "test.de")) as f:
         lines = [line.strip() for line in f][:12]
     lines[4] = ""
@@ -1031,7 +1040,7 @@ def test_onnx_export_command_and_its_torch_free_translate_py_give_the_fast_paths
 
 def test_onnx_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
     from lightcompress.deploy.onnx_export import main
-    from lightcompress.deploy.onnx_runtime import main as translate_main
+    from lightcompress.runtime import main as translate_main
 
     # a decoder with cross self-attention (keys and values from the source and the prefix),
     # which the decoder step does not compute

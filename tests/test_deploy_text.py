@@ -130,7 +130,7 @@ def _runtime(export, *args, stdin="", env=None, cwd=None):
 
 
 def test_moses_bpe_encodes_raw_text_as_the_recipes_tools_did(iwslt):
-    from lightcompress.deploy.onnx_text import MosesBPE
+    from lightcompress.runtime.tokenizers import MosesBPE
 
     text = MosesBPE(iwslt["codes"], "de", "en", lowercase=True)
     raw = (iwslt["raw"] / "test.de").read_text().splitlines()
@@ -152,7 +152,8 @@ def test_bpe_export_takes_raw_text_and_returns_detokenized_text_without_torch(iw
                    iwslt["codes"], "-o", out)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "raw text in: Moses (de), lowercased, BPE" in proc.stderr
-    assert {"bpe.codes", "onnx_text.py", "translate.py", "onnx_files.py"} <= set(os.listdir(out))
+    assert {"bpe.codes", "runtime", "translate.py"} <= set(os.listdir(out))
+    assert "tokenizers.py" in os.listdir(os.path.join(out, "runtime"))
     with open(os.path.join(out, "config.json")) as f:
         config = json.load(f)
     assert config["spm"] is None and config["bpe"] == {
@@ -194,7 +195,7 @@ def test_bpe_export_takes_raw_text_and_returns_detokenized_text_without_torch(iw
 
     # lightcompress-translate --bpe-codes (PyTorch) gives the same text
     proc = subprocess.run(
-        [sys.executable, "-c", "from lightcompress.deploy.translate import cli_main; cli_main()",
+        [sys.executable, "-c", "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
          "--path", iwslt["teacher"], "--data", iwslt["data"], "--bpe-codes", iwslt["codes"]],
         input="\n".join(raw) + "\n", capture_output=True, text=True, timeout=300, check=False,
         env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"),
@@ -211,13 +212,13 @@ def test_bpe_export_takes_raw_text_and_returns_detokenized_text_without_torch(iw
 
 def test_an_export_without_a_tokenizer_refuses_raw_text_with_one_line(iwslt, tmp_path, capsys):
     from lightcompress.deploy.onnx_export import main as export_main
-    from lightcompress.deploy.onnx_runtime import OnnxError, OnnxTranslator
+    from lightcompress.runtime import OnnxError, OnnxTranslator
 
     out = str(tmp_path / "onnx")
     assert export_main(["--path", iwslt["teacher"], "--data", iwslt["data"], "-o", out]) == 0
     err = capsys.readouterr().err
     assert "no tokenizer" in err and "--tokenized" in err
-    assert "bpe.codes" not in os.listdir(out) and "onnx_text.py" not in os.listdir(out)
+    assert "bpe.codes" not in os.listdir(out)
     raw = (iwslt["raw"] / "test.de").read_text()
     env = _no_torch_env(tmp_path)
     proc = _runtime(out, stdin=raw, env=env)
@@ -255,7 +256,7 @@ def test_an_export_takes_the_data_bins_bpe_code_as_the_recipe_leaves_it(iwslt, t
     import shutil
 
     from lightcompress.deploy.onnx_export import main as export_main
-    from lightcompress.deploy.onnx_runtime import OnnxTranslator
+    from lightcompress.runtime import OnnxTranslator
 
     data = tmp_path / "bin"
     shutil.copytree(iwslt["data"], data)
@@ -268,13 +269,21 @@ def test_an_export_takes_the_data_bins_bpe_code_as_the_recipe_leaves_it(iwslt, t
     assert config["bpe"]["lowercase"] is False and config["bpe"]["aggressive_dash_splits"] is True
     pieces = OnnxTranslator(out).bpe.encode("Das Haus-Boot.")  # (-a; no lowercasing)
     assert " ".join(pieces).replace("@@ ", "") == "Das Haus @-@ Boot ."
-    # a damaged export (onnx_text.py is in its manifest): one line
-    os.remove(os.path.join(out, "onnx_text.py"))
+    # a damaged export: the codes (in its manifest), its runtime's tokenizers: one line
+    codes = os.path.join(out, "bpe.codes")
+    os.rename(codes, codes + ".moved")
     for args in ((), ("--tokenized",)):
         proc = _runtime(out, *args, stdin="Das Haus.\n")
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-        assert "lacks onnx_text.py (an incomplete export)" in proc.stderr
-    from lightcompress.deploy.onnx_text import MosesBPE, TextError
+        assert "lacks bpe.codes (an incomplete export)" in proc.stderr
+    os.rename(codes + ".moved", codes)
+    os.remove(os.path.join(out, "runtime", "tokenizers.py"))
+    for args in ((), ("--tokenized",)):
+        proc = _runtime(out, *args, stdin="Das Haus.\n")
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert "runtime/ beside it does not load" in proc.stderr
+        assert "runtime.tokenizers" in proc.stderr and "export it again" in proc.stderr
+    from lightcompress.runtime.tokenizers import MosesBPE, TextError
 
     with pytest.raises(TextError, match="not a file of the export"):
         MosesBPE.from_export(out, {"codes": "../code"})

@@ -20,7 +20,7 @@ ERRORS = [
     ("lightcompress.measure.params", "ParamsError"),
     ("lightcompress.deploy.ct2", "ExportError"),
     ("lightcompress.deploy.onnx_export", "ExportError"),
-    ("lightcompress.deploy.translate", "TranslateError"),
+    ("lightcompress.deploy.torch_translator", "TranslateError"),
     ("lightcompress.kd.distill", "DistillError"),
     ("lightcompress.tasks.translation_seqkd", "KDDataError"),
     ("lightcompress.wid.fuse", "FusionError"),

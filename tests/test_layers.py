@@ -3,7 +3,8 @@ file over the line bound.
 
 Layers, bottom to top:
 
-0. foundation: ``errors``, ``cli``, ``io``, ``compat``, ``checkpoint``, ``build``;
+0. foundation: ``errors``, ``cli``, ``io``, ``compat``, ``checkpoint``, ``build``, and the
+   torch-free ``runtime`` of ONNX exports (it imports nothing of the package: tests/test_runtime.py);
 1. ``modules`` (plain PyTorch);
 2. ``models``, ``wid``, ``search`` and the fairseq glue they share (``integration``, ``admin``);
 3. ``tasks``, ``criterions``, ``convert``, and the package itself (``lightcompress/__init__``
@@ -33,6 +34,7 @@ LAYERS = {
     "lightcompress.compat": 0,
     "lightcompress.checkpoint": 0,
     "lightcompress.build": 0,
+    "lightcompress.runtime": 0,
     "lightcompress.modules": 1,
     "lightcompress.models": 2,
     "lightcompress.wid": 2,

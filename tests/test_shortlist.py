@@ -97,7 +97,7 @@ def _model(family, split=False):
 def _write(path, lines, header=None):
     """A shortlist file of ``lines`` (the builder's header: line count and checksum), or with
     another ``header`` line."""
-    from lightcompress.deploy.onnx_files import shortlist_text
+    from lightcompress.runtime import shortlist_text
 
     with open(path, "w", encoding="utf-8") as f:
         if header is None:
@@ -269,8 +269,8 @@ def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fa
 
     from lightcompress.deploy.generator import FastGenerator
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.deploy.onnx_runtime import OnnxError, OnnxGenerator
     from lightcompress.deploy.shortlist import load_shortlist
+    from lightcompress.runtime import OnnxError, OnnxGenerator
 
     # the transformer's projection has no split rows: its export gathers them at every step
     split = family != "transformer"
@@ -338,7 +338,7 @@ def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fa
 
 def test_onnx_export_shortlist_bad_input_is_one_line(tmp_path):
     from lightcompress.deploy.onnx_export import ExportError, export_onnx
-    from lightcompress.deploy.onnx_runtime import OnnxError, OnnxGenerator
+    from lightcompress.runtime import OnnxError, OnnxGenerator
 
     model, task, _ = _model("transformer")
     bad = _write(tmp_path / "bad.txt", ["\tnot-a-symbol"])
@@ -356,7 +356,7 @@ def test_onnx_export_shortlist_bad_input_is_one_line(tmp_path):
 def test_packed_shortlist_gives_the_texts_candidates_and_refuses_a_bad_file_in_one_line(tmp_path):
     import zipfile
 
-    from lightcompress.deploy.onnx_files import OnnxError, Shortlist
+    from lightcompress.runtime import OnnxError, Shortlist
 
     _, task, _ = _model("transformer")
     s, d = task.source_dictionary, task.target_dictionary
@@ -519,7 +519,7 @@ def test_translate_commands_take_the_shortlist(words, tmp_path):
     """``lightcompress-translate --shortlist`` and the export's ``translate.py --shortlist``:
     a list that covers the vocabulary gives the text without it; a real list runs; a bad file
     is one line."""
-    from lightcompress.deploy.translate import Translator
+    from lightcompress.deploy.torch_translator import Translator
 
     sl = tmp_path / "sl.txt"
     assert (
@@ -531,14 +531,14 @@ def test_translate_commands_take_the_shortlist(words, tmp_path):
     with open(os.path.join(words["raw"], "test.de")) as f:
         text = f.read()
     base = ["--path", words["teacher"], "--data", words["data"]]
-    plain = _cli("lightcompress.deploy.translate", *base, stdin=text)
-    covered = _cli("lightcompress.deploy.translate", *base, "--shortlist", full, stdin=text)
-    short = _cli("lightcompress.deploy.translate", *base, "--shortlist", sl, stdin=text)
+    plain = _cli("lightcompress.deploy.torch_translator", *base, stdin=text)
+    covered = _cli("lightcompress.deploy.torch_translator", *base, "--shortlist", full, stdin=text)
+    short = _cli("lightcompress.deploy.torch_translator", *base, "--shortlist", sl, stdin=text)
     assert plain.returncode == covered.returncode == short.returncode == 0, short.stderr
     assert covered.stdout == plain.stdout
     assert len(short.stdout.split("\n")) == len(plain.stdout.split("\n"))
     bad = _write(tmp_path / "bad.txt", [], header="nonsense")
-    proc = _cli("lightcompress.deploy.translate", *base, "--shortlist", bad, stdin=text)
+    proc = _cli("lightcompress.deploy.torch_translator", *base, "--shortlist", bad, stdin=text)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "is not a lightcompress shortlist" in proc.stderr
     # the export: --shortlist ships the file; translate.py --shortlist uses it
@@ -561,7 +561,7 @@ def test_ct2_export_ships_the_shortlist_as_its_vocabulary_map(words, tmp_path):
     import ctranslate2
 
     from lightcompress.deploy.shortlist import load_shortlist
-    from lightcompress.deploy.translate import Translator
+    from lightcompress.deploy.torch_translator import Translator
 
     task = Translator(words["teacher"], words["data"], beam=5).task
     src_d, tgt_d = task.source_dictionary, task.target_dictionary

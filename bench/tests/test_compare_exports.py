@@ -107,7 +107,7 @@ class _FakeTranslator:
 def test_compare_exports_speed_is_a_speed_ratio(tmp_path, monkeypatch, capsys):
     """The speed column was the time ratio: an export that gives 3x the tokens in 1.5x the
     time (twice the tokens/s) read 0.667x."""
-    monkeypatch.setattr(compare_exports.onnx_runtime, "OnnxTranslator", _FakeTranslator)
+    monkeypatch.setattr(compare_exports.runtime, "OnnxTranslator", _FakeTranslator)
     monkeypatch.setattr(compare_exports.time, "perf_counter", lambda: _FakeTranslator.clock[0])
     text = tmp_path / "in.txt"
     text.write_text("a\n" * 4)

@@ -1,16 +1,19 @@
 """Deploying translation models on CPUs.
 
-- :mod:`lightcompress.deploy.translate`: :class:`Translator` (raw text in, raw text out, on the
-  fast path) and ``lightcompress-translate``;
-- :mod:`lightcompress.deploy.generator`: :class:`FastGenerator`, fairseq's beam search and
-  results over a lean decoder step that keeps the compressed weights as they are;
+- :mod:`lightcompress.deploy.torch_translator`: :class:`Translator` (raw text in, raw text out,
+  on the fast path) and ``lightcompress-translate`` (its old name,
+  ``lightcompress.deploy.translate``, still imports);
+- :mod:`lightcompress.deploy.generator`: :class:`FastGenerator`, the one beam search
+  (:mod:`lightcompress.runtime.search`, fairseq's results) over a lean decoder step in PyTorch
+  that keeps the compressed weights as they are;
 - :mod:`lightcompress.deploy.ct2`: export of dense fairseq Transformers (teachers, dense
   baselines, dense plugin architectures) to CTranslate2 (``lightcompress-export-ct2``);
 - :mod:`lightcompress.deploy.onnx_export`: export of the Transformer, LightFormer, Hypoformer,
   Smartformer and Subformer to ONNX Runtime graphs that keep the compressed weights
-  (``lightcompress-export-onnx``), and :mod:`lightcompress.deploy.onnx_runtime`
-  (:class:`OnnxTranslator`, :class:`OnnxGenerator`): fairseq's beam search in numpy over them,
-  without torch (copied into every export as ``translate.py``);
+  (``lightcompress-export-onnx``); they translate with the torch-free package
+  :mod:`lightcompress.runtime` (:class:`OnnxTranslator`, :class:`OnnxGenerator`: fairseq's beam
+  search in numpy over them), which every export carries as ``runtime/`` beside its
+  ``translate.py`` (``lightcompress.deploy.onnx_runtime``: its old name);
 - :mod:`lightcompress.deploy.shortlist`: a vocabulary shortlist for the output layer of both
   paths (``--shortlist``), built by :mod:`lightcompress.deploy.shortlist_build`
   (``lightcompress-shortlist``);
@@ -19,7 +22,7 @@
 """
 
 from lightcompress.deploy.generator import FastGenerator
-from lightcompress.deploy.onnx_runtime import OnnxGenerator, OnnxTranslator
-from lightcompress.deploy.translate import TranslateError, Translator
+from lightcompress.deploy.torch_translator import TranslateError, Translator
+from lightcompress.runtime import OnnxGenerator, OnnxTranslator
 
 __all__ = ["FastGenerator", "OnnxGenerator", "OnnxTranslator", "TranslateError", "Translator"]

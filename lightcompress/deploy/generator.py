@@ -1,9 +1,8 @@
-"""A lean beam search over the model's own modules: fairseq's translations, less Python per step.
+"""The PyTorch backend of the one beam search: fairseq's translations over the model's own modules.
 
-:class:`FastGenerator` is fairseq's ``SequenceGenerator`` beam search (the same candidate
-selection, finalization, length penalty, ``min_len`` / ``max_len`` rules and batch shrinking)
-without what translation does not use (attention tracking, constraints, prefixes, language-model
-fusion, ensembles), over a decoder step that keeps only what a step needs:
+:class:`FastGenerator` is the beam search of :mod:`lightcompress.runtime.search` (fairseq's
+``SequenceGenerator``, translation only: the ONNX export's search too) over
+:class:`TorchStep`, the model's encoder and a decoder step that keeps only what a step needs:
 
 - **the model's own modules**: every projection is called as a module (``q_proj(x)``,
   ``fc1(x)``, the output projection...), so low-rank, TT, hybrid, fused-QKV and CP maps
@@ -29,12 +28,16 @@ import contextlib
 import functools
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lightcompress.runtime.search import BeamSearch, SearchError
+
 __all__ = [
     "FastGenerator",
+    "TorchStep",
     "beamable_attention",
     "decoder_error",
     "layer_step",
@@ -182,49 +185,61 @@ def _beamable(generate):
     return wrapper
 
 
-class FastGenerator:
-    """Beam search with fairseq's results (see the module notes).
+class TorchStep:
+    """The model's encoder and one incremental decoder step in PyTorch, eagerly: the
+    :class:`~lightcompress.runtime.search.Step` of the search (see the module notes).
 
     Parameters
     ----------
     model : fairseq encoder-decoder model (eval mode)
     tgt_dict : fairseq Dictionary
-    beam_size, len_penalty, min_len, max_len_a, max_len_b, unk_penalty
-        As fairseq's ``--beam``, ``--lenpen``, ``--min-len``, ``--max-len-a``,
-        ``--max-len-b``, ``--unkpen``: at most ``min(int(max_len_a * src_len + max_len_b),
-        max_decoder_positions - 1)`` tokens before EOS, ``src_len`` the padded source length
-        (EOS included).
     shortlist : lightcompress.deploy.shortlist.Shortlist, optional
         Score only each batch's candidates (:mod:`lightcompress.deploy.shortlist`: the output
         projection's rows gathered once per batch, log-softmax renormalized over them).
     """
 
-    def __init__(self, model, tgt_dict, beam_size: int = 5, len_penalty: float = 1.0,
-                 min_len: int = 1, max_len_a: float = 0.0, max_len_b: int = 200,
-                 unk_penalty: float = 0.0, shortlist=None):  # fmt: skip
+    def __init__(self, model, tgt_dict, shortlist=None):
         self.model = model
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
         self.vocab_size = len(tgt_dict)
-        self.beam_size = min(beam_size, self.vocab_size - 1)
-        self.len_penalty, self.unk_penalty = len_penalty, unk_penalty
-        self.min_len, self.max_len_a, self.max_len_b = min_len, max_len_a, max_len_b
         self.max_positions = model.max_decoder_positions()
         self.shortlist = shortlist
         self.why_not_lean = lean_step_supported(model)
         self.lean = self.why_not_lean is None
+        self._state: dict = {}
+        self._cands: Tensor | None = None
+        self._beam = 1
 
-    # ----------------------------------------------------------------------------------------
-    # decoder step
-    # ----------------------------------------------------------------------------------------
+    def start(self, src_tokens: np.ndarray, src_lengths: np.ndarray, beam: int):
+        """The encoder's output (expanded to ``beam`` hypotheses per sentence, as fairseq
+        does), the cross-attention keys and values, a shortlist's candidates."""
+        src = torch.from_numpy(src_tokens)
+        net_input = {"src_tokens": src, "src_lengths": torch.from_numpy(src_lengths)}
+        encoder_out = self.model.encoder.forward_torchscript(net_input)
+        new_order = torch.arange(len(src)).view(-1, 1).repeat(1, beam).view(-1)
+        encoder_out = self.model.encoder.reorder_encoder_out(encoder_out, new_order)
+        self._cands = None
+        vocab, at = self.vocab_size, None
+        if self.shortlist is not None:  # (at least 2 x beam tokens besides the special ids)
+            at = self.shortlist.candidates(src_tokens, 2 * beam)
+            self._cands = torch.from_numpy(at)
+            vocab = len(at)
+        self._beam = beam
+        self._state = self._start(encoder_out, beam, self._cands)
+        return vocab, at
 
-    def _vocabulary(self, src_tokens: Tensor) -> tuple[int, Tensor | None]:
-        """The number of tokens scored for a batch and, with a shortlist, their ids."""
-        if self.shortlist is None:
-            return self.vocab_size, None
-        # (at least 2 x beam tokens besides the special ids: the ONNX runtime's rule)
-        ids = self.shortlist.candidates(src_tokens.cpu().numpy(), 2 * self.beam_size)
-        cands = torch.from_numpy(ids)
-        return cands.numel(), cands.to(src_tokens.device)
+    def step(self, tokens: np.ndarray, order: np.ndarray, bias: np.ndarray, k: int,
+             kept: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+        """fairseq's step: the caches reordered, the next token's log-probabilities (NaN as
+        -inf) + ``bias``, the ``k`` best of each hypothesis."""
+        if tokens.shape[1] > 1:  # (the first step's hypotheses are in order)
+            self._reorder(self._state, torch.from_numpy(order), self._beam, kept is not None)
+        lprobs = self._decode(torch.from_numpy(tokens), self._state)  # [N x V (V')]
+        lprobs.masked_fill_(torch.isnan(lprobs), -math.inf)  # fairseq: lprobs[nan] = -inf
+        values, ids = torch.topk(lprobs + torch.from_numpy(bias), k, dim=-1)
+        if self._cands is not None:  # positions among the candidates -> token ids
+            ids = self._cands[ids]
+        return values.numpy(), ids.numpy()
 
     def _start(self, encoder_out: dict, beam: int, cands: Tensor | None = None) -> dict:
         """The decoder state of a new batch: cross-attention keys/values of every layer, the
@@ -379,163 +394,42 @@ class FastGenerator:
         out = out.transpose(0, 1).contiguous().view(1, n, heads * d)
         return a.out_proj(out)
 
-    # ----------------------------------------------------------------------------------------
-    # beam search (fairseq's SequenceGenerator._generate, translation only)
-    # ----------------------------------------------------------------------------------------
 
-    # Mirrors: lightcompress.deploy.onnx_runtime.OnnxGenerator.generate@31d3741edd81, fairseq.sequence_generator.SequenceGenerator._generate@bd6adae3d7c8; self@4c74e40e92d5
+class FastGenerator(BeamSearch):
+    """fairseq's beam search (:class:`~lightcompress.runtime.search.BeamSearch`, the export's
+    too) over :class:`TorchStep`: fairseq's hypotheses and scores, with torch results.
+
+    Parameters
+    ----------
+    model : fairseq encoder-decoder model (eval mode)
+    tgt_dict : fairseq Dictionary
+    beam_size, len_penalty, min_len, max_len_a, max_len_b, unk_penalty
+        As fairseq's ``--beam``, ``--lenpen``, ``--min-len``, ``--max-len-a``,
+        ``--max-len-b``, ``--unkpen``: at most ``min(int(max_len_a * src_len + max_len_b),
+        max_decoder_positions - 1)`` tokens before EOS, ``src_len`` the padded source length
+        (EOS included).
+    shortlist : lightcompress.deploy.shortlist.Shortlist, optional
+        :class:`TorchStep`'s.
+    """
+
+    def __init__(self, model, tgt_dict, beam_size: int = 5, len_penalty: float = 1.0,
+                 min_len: int = 1, max_len_a: float = 0.0, max_len_b: int = 200,
+                 unk_penalty: float = 0.0, shortlist=None):  # fmt: skip
+        step = TorchStep(model, tgt_dict, shortlist)
+        super().__init__(step, beam_size=beam_size, len_penalty=len_penalty, min_len=min_len,
+                         max_len_a=max_len_a, max_len_b=max_len_b, unk_penalty=unk_penalty)  # fmt: skip
+        self.model, self.shortlist = model, shortlist
+        self.lean, self.why_not_lean = step.lean, step.why_not_lean
+
     @_beamable  # (fairseq's beamable attention for the search only: see beamable_attention)
     @torch.inference_mode()
     def generate(self, src_tokens: Tensor, src_lengths: Tensor) -> list[list[dict]]:
         """Translate a batch: ``src_tokens`` ``[B x S]`` (left-padded, as fairseq batches
         them), ``src_lengths`` ``[B]``. Returns, per sentence, the ``beam`` finished
-        hypotheses best first: ``{"tokens": [T] (ending with EOS), "score": float}``."""
-        beam, eos, pad = self.beam_size, self.eos, self.pad
-        bsz, src_len = src_tokens.size()
-        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_positions - 1)
-        if self.min_len > max_len:
-            raise ValueError(f"min_len {self.min_len} is larger than max_len {max_len}")
-        net_input = {"src_tokens": src_tokens, "src_lengths": src_lengths}
-        encoder_out = self.model.encoder.forward_torchscript(net_input)
-        new_order = torch.arange(bsz).view(-1, 1).repeat(1, beam).view(-1).to(src_tokens.device)
-        encoder_out = self.model.encoder.reorder_encoder_out(encoder_out, new_order)
-        vocab, cands = self._vocabulary(src_tokens)  # (a shortlist's candidates, or all)
-        state = self._start(encoder_out, beam, cands)
-
-        scores = torch.zeros(bsz * beam, max_len + 1).float()
-        tokens = torch.full((bsz * beam, max_len + 2), pad, dtype=torch.long)
-        tokens[:, 0] = eos
-        cands_to_ignore = torch.zeros(bsz, beam, dtype=torch.bool)
-        finalized: list[list[dict]] = [[] for _ in range(bsz)]
-        finished = [False] * bsz
-        num_remaining = bsz
-        cand_size = 2 * beam
-        bbsz_offsets = (torch.arange(0, bsz) * beam).unsqueeze(1).type_as(tokens)
-        cand_offsets = torch.arange(0, cand_size).type_as(tokens)
-        reorder_state: Tensor | None = None
-        batch_idxs: Tensor | None = None
-
-        for step in range(max_len + 1):  # one extra step for EOS
-            if reorder_state is not None:
-                if batch_idxs is not None:
-                    corr = batch_idxs - torch.arange(batch_idxs.numel()).type_as(batch_idxs)
-                    reorder_state.view(-1, beam).add_(corr.unsqueeze(-1) * beam)
-                self._reorder(state, reorder_state, beam, batch_idxs is not None)
-            lprobs = self._decode(tokens[:, : step + 1], state)
-            lprobs.masked_fill_(torch.isnan(lprobs), -math.inf)  # fairseq: lprobs[nan] = -inf
-            lprobs[:, pad] = -math.inf
-            lprobs[:, self.unk] -= self.unk_penalty
-            if step >= max_len:
-                lprobs[:, :eos] = -math.inf
-                lprobs[:, eos + 1 :] = -math.inf
-            elif step < self.min_len:
-                lprobs[:, eos] = -math.inf
-            scores = scores.type_as(lprobs)
-
-            # fairseq's BeamSearch.step
-            lp = lprobs.view(bsz, -1, vocab)
-            if step == 0:
-                lp = lp[:, ::beam, :].contiguous()
-            else:
-                lp = lp + scores.view(bsz, beam, -1)[:, :, step - 1].unsqueeze(-1)
-            top = torch.topk(lp.view(bsz, -1), k=min(cand_size, lp.view(bsz, -1).size(1) - 1))
-            cand_scores, cand_indices = top[0], top[1]
-            cand_beams = torch.div(cand_indices, vocab, rounding_mode="trunc")
-            cand_indices = cand_indices.fmod(vocab)
-            if cands is not None:  # positions in the shortlist's candidates -> token ids
-                cand_indices = cands[cand_indices]
-
-            cand_bbsz_idx = cand_beams.add(bbsz_offsets)
-            eos_mask = cand_indices.eq(eos) & cand_scores.ne(-math.inf)
-            eos_mask[:, :beam][cands_to_ignore] = torch.tensor(0).to(eos_mask)
-            eos_bbsz_idx = torch.masked_select(cand_bbsz_idx[:, :beam], mask=eos_mask[:, :beam])
-            finalized_sents: list[int] = []
-            if eos_bbsz_idx.numel() > 0:
-                eos_scores = torch.masked_select(cand_scores[:, :beam], mask=eos_mask[:, :beam])
-                finalized_sents = self._finalize(
-                    step, eos_bbsz_idx, eos_scores, tokens, finalized, finished, beam, max_len
-                )
-                num_remaining -= len(finalized_sents)
-            if num_remaining == 0:
-                break
-            if len(finalized_sents) > 0:
-                new_bsz = bsz - len(finalized_sents)
-                batch_mask = torch.ones(bsz, dtype=torch.bool)
-                batch_mask[finalized_sents] = False
-                batch_idxs = torch.arange(bsz).masked_select(batch_mask)
-                eos_mask = eos_mask[batch_idxs]
-                cand_beams = cand_beams[batch_idxs]
-                bbsz_offsets.resize_(new_bsz, 1)
-                cand_bbsz_idx = cand_beams.add(bbsz_offsets)
-                cand_scores = cand_scores[batch_idxs]
-                cand_indices = cand_indices[batch_idxs]
-                cands_to_ignore = cands_to_ignore[batch_idxs]
-                scores = scores.view(bsz, -1)[batch_idxs].view(new_bsz * beam, -1)
-                tokens = tokens.view(bsz, -1)[batch_idxs].view(new_bsz * beam, -1)
-                bsz = new_bsz
-            else:
-                batch_idxs = None
-
-            eos_mask[:, :beam] = ~((~cands_to_ignore) & (~eos_mask[:, :beam]))
-            active_mask = torch.add(
-                eos_mask.type_as(cand_offsets) * cand_size, cand_offsets[: eos_mask.size(1)]
-            )
-            new_cands_to_ignore, active_hypos = torch.topk(
-                active_mask, k=beam, dim=1, largest=False
-            )
-            cands_to_ignore = new_cands_to_ignore.ge(cand_size)[:, :beam]
-            active_bbsz_idx = torch.gather(cand_bbsz_idx, dim=1, index=active_hypos).view(-1)
-            tokens[:, : step + 1] = torch.index_select(
-                tokens[:, : step + 1], dim=0, index=active_bbsz_idx
-            )
-            tokens.view(bsz, beam, -1)[:, :, step + 1] = torch.gather(
-                cand_indices, dim=1, index=active_hypos
-            )
-            if step > 0:
-                scores[:, :step] = torch.index_select(
-                    scores[:, :step], dim=0, index=active_bbsz_idx
-                )
-            scores.view(bsz, beam, -1)[:, :, step] = torch.gather(
-                cand_scores, dim=1, index=active_hypos
-            )
-            reorder_state = active_bbsz_idx
-
-        for sent in range(len(finalized)):
-            s = torch.tensor([float(h["score"]) for h in finalized[sent]])
-            _, order = torch.sort(s, descending=True)
-            finalized[sent] = [finalized[sent][i] for i in order]
-        return finalized
-
-    # Mirrors: lightcompress.deploy.onnx_runtime.OnnxGenerator._finalize@371ee7610fb6, fairseq.sequence_generator.SequenceGenerator.finalize_hypos@388f067e383e; self@2cf60f12a9f8
-    def _finalize(self, step, bbsz_idx, eos_scores, tokens, finalized, finished, beam, max_len):
-        """fairseq's ``finalize_hypos``: store the hypotheses that end in EOS; returns the
-        batch positions of the sentences that are now finished."""
-        tokens_clone = tokens.index_select(0, bbsz_idx)[:, 1 : step + 2]  # no leading EOS
-        tokens_clone[:, step] = self.eos
-        eos_scores = eos_scores / (step + 1) ** self.len_penalty
-        cum_unfin: list[int] = []
-        prev = 0
-        for f in finished:
-            if f:
-                prev += 1
-            else:
-                cum_unfin.append(prev)
-        cum_fin = torch.tensor(cum_unfin, dtype=torch.int).to(bbsz_idx)
-        unfin_idx = torch.div(bbsz_idx, beam, rounding_mode="trunc")
-        sent = unfin_idx + torch.index_select(cum_fin, 0, unfin_idx)
-        seen = (sent << 32) + unfin_idx
-        unique_seen: list[int] = torch.unique(seen).tolist()
-        sent_list: list[int] = sent.tolist()
-        for i in range(bbsz_idx.size(0)):
-            if len(finalized[sent_list[i]]) < beam:
-                finalized[sent_list[i]].append({"tokens": tokens_clone[i], "score": eos_scores[i]})
-        newly_finished: list[int] = []
-        for unique_s in unique_seen:
-            unique_sent = unique_s >> 32
-            unique_unfin_idx = unique_s - (unique_sent << 32)
-            if not finished[unique_sent] and (
-                len(finalized[unique_sent]) == beam or step == max_len
-            ):
-                finished[unique_sent] = True
-                newly_finished.append(unique_unfin_idx)
-        return newly_finished
+        hypotheses best first: ``{"tokens": [T] (ending with EOS), "score": float tensor}``."""
+        try:
+            out = super().generate(src_tokens.cpu().numpy(), src_lengths.cpu().numpy())
+        except SearchError as exc:
+            raise ValueError(str(exc)) from None
+        return [[{"tokens": torch.from_numpy(h["tokens"]), "score": torch.tensor(h["score"])}
+                 for h in hyps] for hyps in out]  # fmt: skip

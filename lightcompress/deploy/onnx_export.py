@@ -1,8 +1,8 @@
 """Export a translation model to ONNX Runtime: an encoder graph and a one-step decoder graph.
 
 ``lightcompress-export-onnx --path ckpt.pt --data data-bin -o model-onnx [--int8 large|all]``
-writes a self-contained directory that :mod:`lightcompress.deploy.onnx_runtime` translates with
-(numpy, onnxruntime and, for raw text, sentencepiece; no torch, no fairseq):
+writes a self-contained directory that the torch-free package :mod:`lightcompress.runtime`
+translates with (numpy, onnxruntime and, for raw text, sentencepiece; no torch, no fairseq):
 
 - ``encoder.onnx``: ``src_tokens [B x S]`` (left-padded) -> the additive
   source mask ``[B x 1 x 1 x S]`` (0 or -inf) and, per decoder layer, the cross-attention keys
@@ -17,13 +17,13 @@ writes a self-contained directory that :mod:`lightcompress.deploy.onnx_runtime` 
 - ``weights.bin``: every weight once (ONNX external data that both graphs point into): layer
   sharing, tied tables and factorized maps stay as they are, the file is the compressed size;
 - ``config.json`` (special ids, layer shapes, maximum positions), ``dict.src.txt`` /
-  ``dict.tgt.txt`` (the model's fairseq dictionaries), ``spm.model`` when given, and
-  ``translate.py`` and ``onnx_files.py`` (a copy of the runtime: ``python translate.py DIR <
-  in > out``);
+  ``dict.tgt.txt`` (the model's fairseq dictionaries), ``spm.model`` when given, the
+  package ``runtime/`` (:mod:`lightcompress.runtime`, copied file for file) and ``translate.py``,
+  which runs it (``python translate.py DIR < in > out``; format version 2, see
+  :data:`lightcompress.runtime.VERSION`);
 - with ``--bpe-codes`` (a Moses + subword-nmt BPE data-bin, fairseq's IWSLT'14 recipe; the
-  data-bin's ``bpe.code`` when neither it nor ``--spm`` is given): ``bpe.codes``,
-  ``onnx_text.py`` (:mod:`lightcompress.deploy.onnx_text`: sacremoses + subword-nmt) and the
-  settings in ``config.json``'s ``"bpe"`` (Moses languages, lowercasing, dash splits), so the
+  data-bin's ``bpe.code`` when neither it nor ``--spm`` is given): ``bpe.codes`` (read by
+  :mod:`lightcompress.runtime.tokenizers`: sacremoses + subword-nmt) and the settings in ``config.json``'s ``"bpe"`` (Moses languages, lowercasing, dash splits), so the
   export takes raw text and returns detokenized text. An export with neither takes only
   subword tokens (``translate.py --tokenized``) and refuses raw text.
 
@@ -37,7 +37,7 @@ decoder with other layers is refused with one line. The export is checked before
 is written: the float32 graphs must reproduce the model's encoder outputs and log-probabilities
 on a probe batch (to 1e-3); an int8 export records how far int8 moved them
 (``config.json``: ``int8_error``, relative) and the command prints it. Then the export is run
-as a user runs it (its own ``translate.py``) on probe sentences and compared with fairseq's
+as a user runs it (its own ``translate.py``, in a process of its own) on probe sentences and compared with fairseq's
 beam search (:mod:`lightcompress.deploy.onnx_proof`): a float32 export that does not give
 fairseq's translations, or does not run, is never written; an int8 export records the share of
 probe sentences it translates as the float32 model does (``int8_probe_agreement``).
@@ -99,13 +99,13 @@ from lightcompress.deploy.onnx_tools import (
     _trace,
     _write_dict,
     _write_manifest,
+    _write_runtime,
 )
 from lightcompress.deploy.tt_graph import tt_in_graph
+from lightcompress.runtime.files import FORMAT, VERSION
 
 __all__ = ["ExportError", "cli_main", "export_onnx", "main"]
 
-FORMAT = "lightcompress-onnx"
-VERSION = 1
 ROWS_GRAPH = "rows.onnx"
 
 
@@ -146,12 +146,12 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
     """Export ``model`` (eval mode, float32, CPU) into the new directory ``out_dir`` (see the
     module notes); ``int8``: ``None``, ``"large"`` or ``"all"``; ``shortlist``: a shortlist
     file to ship (the decoder graph then takes candidate ids); ``bpe``: Moses + BPE settings
-    (:class:`~lightcompress.deploy.onnx_text.MosesBPE`'s keyword arguments, ``codes`` the
+    (:class:`~lightcompress.runtime.tokenizers.MosesBPE`'s keyword arguments, ``codes`` the
     file to ship). Returns the config written.
     Raises :class:`ExportError` (nothing written) for a model it cannot export."""
     text = None
     if bpe is not None:  # (checked before anything is written)
-        from lightcompress.deploy.onnx_text import MosesBPE, TextError
+        from lightcompress.runtime.tokenizers import MosesBPE, TextError
 
         if spm:
             raise ExportError("give a sentencepiece model or BPE codes, not both")
@@ -337,16 +337,11 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         _write_dict(tgt_dict, os.path.join(tmp, "dict.tgt.txt"))
         if spm:
             shutil.copyfile(spm, os.path.join(tmp, "spm.model"))
-        if text is not None:  # the codes, and the Moses + BPE code beside translate.py
+        if text is not None:  # the codes (read by the runtime's tokenizers)
             shutil.copyfile(bpe["codes"], os.path.join(tmp, config["bpe"]["codes"]))
-            shutil.copyfile(os.path.join(os.path.dirname(__file__), "onnx_text.py"),
-                            os.path.join(tmp, "onnx_text.py"))  # fmt: skip
         if shortlist is not None:
             packed.save_packed(os.path.join(tmp, "shortlist.npz"))
-        shutil.copyfile(os.path.join(os.path.dirname(__file__), "onnx_runtime.py"),
-                        os.path.join(tmp, "translate.py"))  # fmt: skip
-        shutil.copyfile(os.path.join(os.path.dirname(__file__), "onnx_files.py"),
-                        os.path.join(tmp, "onnx_files.py"))  # fmt: skip
+        _write_runtime(tmp)  # runtime/ and translate.py
         if check:  # float32: exact (or ExportError); int8: how far it moved, recorded
             errors = _check(tmp, dict(zip(arg_names, args)), ref, src, cross, strict=not int8)
             if int8:
@@ -404,7 +399,7 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("-t", "--target-lang", help="target language (as -s)")
     p.add_argument("-o", "--output", required=True, help="output directory (new or empty)")
     p.add_argument("--spm", help="sentencepiece model to ship with the export (raw text)")
-    from lightcompress.deploy.onnx_text import add_arguments
+    from lightcompress.runtime.tokenizers import add_arguments
 
     add_arguments(p)  # --bpe-codes and the Moses options (raw text)
     p.add_argument(
@@ -434,7 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     args = _arg_parser().parse_args(argv)
     prog = PROG
-    from lightcompress.deploy.onnx_text import TextError, check_arguments, settings_of
+    from lightcompress.runtime.tokenizers import TextError, check_arguments, settings_of
 
     if args.bpe_codes is None and args.spm is None and os.path.isfile(f"{args.data}/bpe.code"):
         args.bpe_codes = os.path.join(args.data, "bpe.code")  # (the IWSLT'14 recipe's copy)

@@ -2,10 +2,11 @@
 
 The graph check of :mod:`lightcompress.deploy.onnx_export` compares single graph calls on a probe
 batch; it cannot see an export whose runtime fails (a graph input the runtime does not feed, a
-configuration it misreads). :func:`prove_translations` therefore loads the export's own
-``translate.py`` (the shipped copy, by path: the file a deployment runs), translates a few probe
-sentences with its :class:`OnnxTranslator` (config, manifest, dictionaries, both graphs, the numpy
-beam search) and compares the best hypotheses with fairseq's ``SequenceGenerator`` on the model:
+configuration it misreads). :func:`prove_translations` therefore imports the export's own
+``translate.py`` in a Python process of its own (the export's ``runtime/``, the code a
+deployment runs, not the package's), translates a few probe sentences with its
+:class:`OnnxTranslator` (config, manifest, dictionaries, both graphs, the numpy beam search) and
+compares the best hypotheses with fairseq's ``SequenceGenerator`` on the model:
 
 - float32: every best hypothesis must be fairseq's (the same tokens; a different hypothesis is
   accepted only as a tie, with fairseq's score of the export's hypothesis within ``1e-4`` of its
@@ -18,8 +19,9 @@ A runtime error is an ``ExportError`` naming it; the caller writes nothing in ei
 
 from __future__ import annotations
 
-import importlib.util
+import json
 import os
+import subprocess
 import sys
 
 import torch
@@ -46,18 +48,31 @@ def probe_sentences(src_dict, max_source_positions: int, seed: int = 0) -> list[
     return out
 
 
-def _load_runtime(folder: str):
-    """The export's ``translate.py`` as a module of its own (not the package's copy)."""
-    path = os.path.join(folder, "translate.py")
-    name = f"_lightcompress_export_runtime_{os.getpid()}_{id(path)}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # (dataclass-free, but keep import-time lookups working)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(name, None)
-    return module
+# run in a process of its own, by the export's translate.py: ids in (JSON on stdin), ids out
+_CHILD = """import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import translate
+settings = json.loads(sys.argv[2])
+translator = translate.OnnxTranslator(sys.argv[1], **settings)
+sentences = [np.array(s, dtype=np.int64) for s in json.load(sys.stdin)]
+print(json.dumps(translator.translate_ids(sentences)))
+"""
+
+
+def _run_export(folder: str, sentences: list[list[int]], **settings) -> list[list[int]]:
+    """The export's own ``translate.py`` (its ``OnnxTranslator``), in a process of its own: the
+    best hypothesis of every sentence. Raises RuntimeError with the child's last line."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(
+        [sys.executable, "-B", "-c", _CHILD, os.path.abspath(folder), json.dumps(settings)],
+        input=json.dumps(sentences), capture_output=True, text=True, env=env, timeout=600,
+        check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
+        raise RuntimeError(lines[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def _fairseq_best(model, tgt_dict, sentences, pad: int) -> list[tuple[list[int], float]]:
@@ -99,13 +114,10 @@ def prove_translations(folder: str, model, task, int8: str | None) -> float:
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     sentences = probe_sentences(src_dict, model.max_positions()[0])
     try:
-        runtime = _load_runtime(folder)
-        translator = runtime.OnnxTranslator(
-            folder, beam=PROBE_BEAM, max_len_a=0.0, max_len_b=_MAX_LEN_B, batch_size=len(sentences)
-        )
-        got = translator.translate_ids([s.numpy() for s in sentences])
-    except Exception as exc:  # noqa: BLE001  (any failure of the shipped runtime refuses the export)
-        detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        got = _run_export(folder, [s.tolist() for s in sentences], beam=PROBE_BEAM,
+                          max_len_a=0.0, max_len_b=_MAX_LEN_B, batch_size=len(sentences))  # fmt: skip
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        detail = " ".join(str(exc).split())[:300]
         raise ExportError(f"the export does not run with its translate.py ({detail})") from None
     ref = _fairseq_best(model, tgt_dict, sentences, src_dict.pad())
     same = sum(g == r for g, (r, _score) in zip(got, ref))

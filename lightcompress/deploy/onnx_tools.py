@@ -16,8 +16,40 @@ from lightcompress.deploy.tt_graph import TT_MATRIX
 
 __all__ = ["MANIFEST", "WEIGHTS"]
 
-MANIFEST = "MANIFEST.sha256"  # (the same name as onnx_runtime.MANIFEST)
+MANIFEST = "MANIFEST.sha256"  # (the same name as lightcompress.runtime.MANIFEST)
 WEIGHTS = "weights.bin"
+RUNTIME = "runtime"  # (the package lightcompress.runtime, as an export carries it)
+LAUNCHER = "translate.py"
+
+# the export's translate.py: runs the package beside it (also when a program loads this file by
+# its path: the folder goes first on sys.path, so the export's own copy is the one imported)
+_LAUNCHER_TEXT = '''#!/usr/bin/env python3
+"""Translate with the model in this folder: ``python translate.py DIR [--beam 5 ...] < in > out``
+(``--help``: the options). The code is the package ``runtime/`` beside this file (numpy and
+onnxruntime; sentencepiece or sacremoses + subword-nmt for raw text): lightcompress.runtime,
+export format version {version}."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+try:
+    from runtime import OnnxError, OnnxGenerator, OnnxTranslator, main
+except ImportError as exc:
+    if __name__ != "__main__":
+        raise
+    if exc.name in ("numpy", "onnxruntime"):
+        why = f"it needs numpy and onnxruntime (pip install numpy onnxruntime): {{exc}}"
+    else:
+        why = f"runtime/ beside it does not load ({{exc}}): an incomplete export, export it again"
+    print(f"{{os.path.basename(sys.argv[0])}}: error: {{why}}", file=sys.stderr)
+    sys.exit(2)
+
+__all__ = ["OnnxError", "OnnxGenerator", "OnnxTranslator", "main"]
+
+if __name__ == "__main__":
+    sys.exit(main())
+'''
 
 
 def _trace(module, args, path, input_names, output_names, dynamic_axes) -> None:
@@ -176,12 +208,30 @@ def _write_dict(d, path: str) -> None:
         f.writelines(sym + "\n" for sym in d.symbols)
 
 
+def _write_runtime(directory: str) -> None:
+    """The runtime an export carries: the package :mod:`lightcompress.runtime`, file for file,
+    as ``runtime/``, and ``translate.py``, which runs it."""
+    from lightcompress import runtime
+    from lightcompress.runtime.files import VERSION
+
+    source = os.path.dirname(os.path.abspath(runtime.__file__))
+    os.makedirs(os.path.join(directory, RUNTIME))
+    for name in sorted(os.listdir(source)):
+        if name.endswith(".py"):
+            shutil.copyfile(os.path.join(source, name), os.path.join(directory, RUNTIME, name))
+    path = os.path.join(directory, LAUNCHER)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(_LAUNCHER_TEXT.format(version=VERSION))
+    os.chmod(path, 0o755)
+
+
 def _write_manifest(directory: str) -> None:
     """``MANIFEST.sha256`` (``sha256sum`` format) of every file the runtime reads: it refuses
-    an export whose config, dictionaries or weights were edited after it was written."""
+    an export whose config, dictionaries or weights were edited after it was written (the
+    runtime's own code is not among them)."""
     lines = []
     for name in sorted(os.listdir(directory)):
-        if name in ("translate.py", "onnx_files.py", MANIFEST):  # (the runtime's code)
+        if name in (LAUNCHER, RUNTIME, MANIFEST):  # (the runtime's code)
             continue
         digest = hashlib.sha256()
         with open(os.path.join(directory, name), "rb") as f:

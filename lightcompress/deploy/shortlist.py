@@ -10,8 +10,8 @@ log-softmax is renormalized over the candidates (as Marian and CTranslate2 do), 
 differ from fairseq's full-vocabulary ones; a list that covers the whole vocabulary gives
 fairseq's translations (tests).
 
-The file is read by :class:`lightcompress.deploy.onnx_runtime.Shortlist` (numpy: the ONNX
-export's ``translate.py`` reads it too); this module adds what the PyTorch fast path needs:
+The file is read by :class:`lightcompress.runtime.Shortlist` (numpy: the ONNX
+export's runtime reads it too); this module adds what the PyTorch fast path needs:
 
 - :func:`load_shortlist`: the file against a model's fairseq dictionaries;
 - :func:`output_rows`: the output projection restricted to the candidates, its rows gathered
@@ -34,8 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightcompress.deploy.onnx_runtime import OnnxError, Shortlist
 from lightcompress.errors import LightcompressError
+from lightcompress.runtime.files import OnnxError
+from lightcompress.runtime.shortlist import Shortlist
 
 __all__ = ["Shortlist", "ShortlistError", "load_shortlist", "output_rows", "split_output_rows"]
 

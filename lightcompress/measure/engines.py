@@ -182,7 +182,7 @@ class FastRunner:
         return tokens
 
     def translate(self, sentences: Sequence[torch.Tensor], gen, batch_size: int) -> list[list[int]]:
-        from lightcompress.deploy.translate import left_pad_batches
+        from lightcompress.deploy.torch_translator import left_pad_batches
 
         runner = self._for(gen)
         out: list[list[int] | None] = [None] * len(sentences)
@@ -195,7 +195,7 @@ class FastRunner:
 
 class OnnxRunner:
     """A ``lightcompress-export-onnx`` export on ONNX Runtime's CPU provider
-    (:class:`lightcompress.deploy.onnx_runtime.OnnxGenerator`: fairseq's beam search in numpy),
+    (:class:`lightcompress.runtime.OnnxGenerator`: fairseq's beam search in numpy),
     the same settings as fairseq.
 
     Parameters
@@ -216,7 +216,7 @@ class OnnxRunner:
 
     def __init__(self, model_dir: str, threads: int, pad: int, model_max_positions=None,
                  shortlist: bool = False):  # fmt: skip
-        from lightcompress.deploy.onnx_runtime import OnnxGenerator
+        from lightcompress.runtime import OnnxGenerator
 
         self.model_dir = model_dir
         self.pad = pad
@@ -251,7 +251,7 @@ class OnnxRunner:
         return tokens
 
     def translate(self, sentences: Sequence[torch.Tensor], gen, batch_size: int) -> list[list[int]]:
-        from lightcompress.deploy.translate import left_pad_batches
+        from lightcompress.deploy.torch_translator import left_pad_batches
 
         self._set(gen)
         eos = self.generator.eos

@@ -1,4 +1,5 @@
-"""Moses + subword-nmt BPE text processing, as fairseq's IWSLT'14 / WMT recipes prepare data.
+"""The text processing of an export: sentencepiece (:func:`load_sentencepiece`), or Moses +
+subword-nmt BPE as fairseq's IWSLT'14 / WMT recipes prepare data (:class:`MosesBPE`).
 
 Raw text -> the Moses tokenizer (sacremoses, ``tokenizer.perl``'s rules; XML escaping on,
 aggressive dash splits off unless the data used ``-a``) -> lowercasing when the data was
@@ -6,10 +7,10 @@ lowercased (the IWSLT'14 recipe: ``lowercase.perl`` after tokenizing) -> subword
 ``apply-bpe`` with ``@@`` marks -> the model's subword tokens. Back: the ``@@ `` marks removed,
 then the Moses detokenizer of the target language (a lowercased model's output stays lowercase).
 
-numpy-free and torch-free (sacremoses and subword-nmt are pure Python): the ONNX exporter ships
-this file as ``onnx_text.py`` next to ``translate.py`` in an export made with ``--bpe-codes``,
-with the codes as ``bpe.codes`` and the settings in ``config.json``'s ``"bpe"``;
-``lightcompress-translate --bpe-codes`` uses the same class, so both give the same text.
+numpy-free and torch-free (sacremoses and subword-nmt are pure Python): an export made with
+``--bpe-codes`` ships the codes as ``bpe.codes`` and the settings in ``config.json``'s
+``"bpe"``; ``lightcompress-translate --bpe-codes`` uses the same class, so both give the same
+text. The commands' options for it (:func:`add_arguments`) are at the end.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 
-__all__ = ["BPE_CODES", "MosesBPE", "TextError", "check_codes", "looks_lowercased"]
+__all__ = ["BPE_CODES", "MosesBPE", "TextError", "add_arguments", "check_arguments", "check_codes",
+           "load_sentencepiece", "looks_lowercased", "settings_of"]  # fmt: skip
 
 BPE_CODES = "bpe.codes"  # (the codes' name inside an export)
 
@@ -44,6 +46,20 @@ def check_codes(path: str) -> None:
                 f"{path} is not subword-nmt BPE codes (line {n} is not two subword units: "
                 "give the codes file of subword-nmt learn-bpe)"
             )
+
+
+def load_sentencepiece(path: str):
+    """The sentencepiece processor of the model ``path`` (:class:`TextError` if it does not
+    load)."""
+    try:
+        import sentencepiece
+    except ImportError:
+        raise TextError("raw text needs sentencepiece (pip install sentencepiece)") from None
+    try:
+        return sentencepiece.SentencePieceProcessor(model_file=path)
+    except (RuntimeError, OSError) as exc:
+        detail = " ".join(str(exc).split())[:200]
+        raise TextError(f"cannot load the sentencepiece model {path}: {detail}") from None
 
 
 def looks_lowercased(symbols: Iterable[str]) -> bool:
