@@ -93,7 +93,11 @@ class _NoInitOnMeta(TorchFunctionMode):
     torch runs them through Python reference code, slower than building the model)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if args and getattr(func, "__name__", "") in _INITIALISERS and getattr(args[0], "is_meta", False):
+        if (
+            args
+            and getattr(func, "__name__", "") in _INITIALISERS
+            and getattr(args[0], "is_meta", False)
+        ):
             return args[0]
         return func(*args, **(kwargs or {}))
 
