@@ -123,3 +123,31 @@ def test_a_dawid_config_needs_its_teacher():
 def test_an_unknown_row_is_one_clear_error():
     with pytest.raises(ValueError, match="no config 'table9_nothing' .* table7_lightformer_12_2"):
         compose(os.path.join(REPO_ROOT, "configs", "lightformer"), "table9_nothing")
+
+
+def test_a_recipes_dry_run_prints_its_config_and_the_overrides_it_uses(tmp_path):
+    """NUM_GPUS=0 and LR=1e-3: the printed config with its overrides composes to the training
+    the recipe runs (the CPU, the learning rate, the paths)."""
+    import shlex
+    import subprocess
+
+    recipe = os.path.join(REPO_ROOT, "examples/translation/lightformer/table7-lightformer-12-2.sh")
+    env = {k: v for k, v in os.environ.items() if k not in make_configs.CLEAN}
+    env.update(DRY_RUN="1", NUM_GPUS="0", LR="1e-3", USER_DIR="lightcompress",
+               PYTHON=sys.executable, HOME=str(tmp_path))  # fmt: skip
+    proc = subprocess.run(["bash", recipe], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120, check=True)  # fmt: skip
+    lines = proc.stdout.splitlines()
+    i = next(i for i, ln in enumerate(lines) if "this row's training from its config" in ln)
+    assert lines[i].endswith("configs/lightformer/table7_lightformer_12_2.yaml:")
+    cmd = shlex.split(lines[i + 1].strip()[: -len(")")])
+    assert cmd[:5] == ["fairseq-hydra-train", "--config-dir", os.path.join(REPO_ROOT,
+                       "configs", "lightformer"), "--config-name", "table7_lightformer_12_2"]  # fmt: skip
+    cfg = compose(cmd[2], cmd[4], cmd[5:])
+    save = "checkpoints/lightformer/iwslt14/lightformer-12-2-g6-svd"
+    assert cfg.task.data == "data-bin/iwslt14.tokenized.de-en"
+    assert cfg.checkpoint.save_dir == save
+    assert cfg.checkpoint.finetune_from_model == save + "/student_init.pt"
+    assert cfg.common.cpu is True and cfg.common.fp16 is False
+    assert cfg.optimization.lr == [0.001] and cfg.model.encoder_layers == 12
+    assert len(cmd) == 5 + 6  # data, save dir, converted weights, cpu, fp16, lr: no more

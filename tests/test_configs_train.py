@@ -50,3 +50,32 @@ def test_a_row_trains_from_its_config_and_generates(family, row, model, tiny_dat
     assert (save / "checkpoint_last.pt").exists()
     bleu, hyps, _ = harness.generate(tiny_data, str(save / "checkpoint_last.pt"))
     assert bleu is not None and len(hyps) == 40  # every test sentence translated
+
+
+def test_the_dawid_row_trains_from_its_config_fuses_and_generates(tiny_data, tiny_transformer,
+                                                                  tmp_path):  # fmt: skip
+    """DA-WID's config names no teacher (``model.dawid_teacher: ???``): the run gives it; the
+    training checkpoint is fused (``lightcompress-convert dawid-fuse``) before it translates."""
+    save = tmp_path / "ckpt"
+    teacher = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    overrides = [
+        f"task.data={tiny_data}", f"checkpoint.save_dir={save}", f"model.dawid_teacher={teacher}",
+        "common.cpu=true", "common.fp16=false", "optimization.max_update=8",
+        "optimization.update_freq=[1]", "lr_scheduler.warmup_updates=2",
+        "dataset.max_tokens=2048", "dataset.num_workers=0", "dataset.data_buffer_size=0",
+        "checkpoint.keep_last_epochs=-1", "model.dawid_calib_tokens=256",
+        "model.dawid_target_sparsity=0.3", "model.dawid_distill_updates=3",
+        "model.dawid_sparsity_warmup=6", "model.dawid_structure_updates=3",
+    ]  # fmt: skip
+    harness.run_cli(
+        "fairseq-hydra-train",
+        ["--config-dir", os.path.join(REPO_ROOT, "configs", "dawid"), "--config-name",
+         "iwslt14_dawid", *overrides],
+        cwd=REPO_ROOT, timeout=300,
+    )  # fmt: skip
+    fused = str(tmp_path / "fused.pt")
+    harness.run_cli(
+        "lightcompress-convert", ["dawid-fuse", "-i", str(save / "checkpoint_last.pt"), "-o", fused]
+    )
+    bleu, hyps, _ = harness.generate(tiny_data, fused)
+    assert bleu is not None and len(hyps) == 40
