@@ -7,7 +7,7 @@ import os
 
 import harness
 import pytest
-from harness import REPO_ROOT
+from harness import REPO_ROOT, USER_DIR
 
 TINY = {
     "encoder_embed_dim": 32, "decoder_embed_dim": 32, "encoder_ffn_embed_dim": 64,
@@ -33,7 +33,8 @@ ROWS = [
 def test_a_row_trains_from_its_config_and_generates(family, row, model, tiny_data, tmp_path):
     save = tmp_path / "ckpt"
     overrides = [
-        f"task.data={tiny_data}", f"checkpoint.save_dir={save}", "common.cpu=true",
+        f"task.data={tiny_data}", f"checkpoint.save_dir={save}", f"common.user_dir={USER_DIR}",
+        "common.cpu=true",
         "common.fp16=false", "common.log_interval=1", "optimization.max_update=3",
         "optimization.update_freq=[1]", "lr_scheduler.warmup_updates=2",
         "dataset.max_tokens=2048", "dataset.num_workers=0", "dataset.data_buffer_size=0",
@@ -43,7 +44,7 @@ def test_a_row_trains_from_its_config_and_generates(family, row, model, tiny_dat
         "fairseq-hydra-train",
         ["--config-dir", os.path.join(REPO_ROOT, "configs", family), "--config-name", row,
          *overrides],
-        cwd=REPO_ROOT, timeout=300,
+        cwd=tmp_path, timeout=300,
     )  # fmt: skip
     log = proc.stdout + proc.stderr
     assert "num_updates: 3 >= max_update: 3" in log or "num_updates 3" in log, log[-3000:]
@@ -60,6 +61,7 @@ def test_the_dawid_row_trains_from_its_config_fuses_and_generates(tiny_data, tin
     teacher = os.path.join(tiny_transformer, "checkpoint_best.pt")
     overrides = [
         f"task.data={tiny_data}", f"checkpoint.save_dir={save}", f"model.dawid_teacher={teacher}",
+        f"common.user_dir={USER_DIR}",
         "common.cpu=true", "common.fp16=false", "optimization.max_update=8",
         "optimization.update_freq=[1]", "lr_scheduler.warmup_updates=2",
         "dataset.max_tokens=2048", "dataset.num_workers=0", "dataset.data_buffer_size=0",
@@ -71,7 +73,7 @@ def test_the_dawid_row_trains_from_its_config_fuses_and_generates(tiny_data, tin
         "fairseq-hydra-train",
         ["--config-dir", os.path.join(REPO_ROOT, "configs", "dawid"), "--config-name",
          "iwslt14_dawid", *overrides],
-        cwd=REPO_ROOT, timeout=300,
+        cwd=tmp_path, timeout=300,
     )  # fmt: skip
     fused = str(tmp_path / "fused.pt")
     harness.run_cli(
