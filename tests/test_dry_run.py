@@ -75,12 +75,13 @@ exit 1
 
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory):
-    """(copy of the repository's examples/, scripts/ and lightcompress/__main__.py, stub dir)"""
+    """(copy of the repository's examples/, scripts/, configs/ and lightcompress/__main__.py)"""
     root = tmp_path_factory.mktemp("dry-run")
     repo = root / "repo"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     shutil.copytree(EXAMPLES, repo / "examples", ignore=ignore, symlinks=True)
     shutil.copytree(os.path.join(ROOT, "scripts"), repo / "scripts", ignore=ignore, symlinks=True)
+    shutil.copytree(os.path.join(ROOT, "configs"), repo / "configs")  # read by a row's dry run
     (repo / "lightcompress").mkdir()
     shutil.copy(os.path.join(ROOT, "lightcompress", "__main__.py"), repo / "lightcompress")
     return repo

@@ -604,6 +604,8 @@ fit() {
   if [[ "$DRY_RUN" == 1 ]]; then
     run_log "$save_dir/train.log" fairseq-train "$DATA_BIN" --user-dir "$(user_dir)" \
       --save-dir "$save_dir" "${FIT_ARGS[@]}"
+    ROW_TRAIN=(fairseq-train "$DATA_BIN" --user-dir "$(user_dir)" --save-dir "$save_dir"
+      "${FIT_ARGS[@]}")
     return 0
   fi
   # one training per save directory (a second is refused with the live one's pid), and
@@ -625,6 +627,39 @@ fit() {
   ((rc == 0)) || die "fairseq-train failed (exit $rc); see $save_dir/train.log"
   touch "$save_dir/train.done"
 }
+
+# row_config: the row's config, configs/<recipe folder>/<script name, '-' -> '_'>.yaml
+# (scripts/make_configs.py writes it from the row's last training; tests/test_configs.py keeps
+# them equal).
+row_config() {
+  local script="$0" folder name
+  folder="${script%/*}"
+  [[ "$folder" != "$script" ]] || folder=.
+  folder="$(cd "$folder" && pwd)"
+  name="${script##*/}"
+  name="${name%.sh}"
+  echo "$REPO_ROOT/configs/${folder##*/}/${name//-/_}.yaml"
+}
+
+# row_config_note: at the end of a dry run, the row's training (its last fit) as its config
+# and the hydra overrides that give the same training (the run's paths, the device, what the
+# environment changed): examples/common/config_overrides.py.
+ROW_TRAIN=()
+row_config_note() {
+  local rc=$? config
+  ((rc == 0 && ${#ROW_TRAIN[@]} > 0)) || return "$rc"
+  config="$(row_config)"
+  [[ -f "$config" ]] || return 0
+  echo "  (this row's training from its config $config:"
+  if have_python; then
+    echo "   $("$PYTHON" -c "$(<"$COMMON_DIR/config_overrides.py")" "$config" "${ROW_TRAIN[@]}"))"
+  else
+    echo "   python is needed to list the overrides)"
+  fi
+}
+if [[ "$DRY_RUN" == 1 ]]; then
+  trap row_config_note EXIT
+fi
 
 # lib_stop: the INT/TERM trap of a script that trains (every recipe's fit, run.sh): its own
 # descendants end (listed first, signalled at once: a lane killed before its training could start

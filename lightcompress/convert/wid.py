@@ -143,7 +143,7 @@ def fuse_checkpoint(argv=None, out=None):
     """Run the fusion; returns ``(fused_model, shapes)``. Raises ConversionError."""
     out = sys.stdout if out is None else out
     import lightcompress  # noqa: F401  (registers the models, allow-lists checkpoint types)
-    from lightcompress.checkpoint import model_config, read_checkpoint
+    from lightcompress.checkpoint import checkpoint_arch, model_config, read_checkpoint
     from lightcompress.convert.core import ConversionError, save_student_checkpoint
     from lightcompress.errors import ConfigError
     from lightcompress.io import atomic_write
@@ -155,8 +155,8 @@ def fuse_checkpoint(argv=None, out=None):
     opts = get_parser().parse_args(argv)
     _check_output(opts)
     state = read_checkpoint(opts.input)
-    args = model_config(state)
-    arch = getattr(args, "arch", None) or (args.get("arch") if isinstance(args, dict) else None)
+    model_config(state)  # a checkpoint without a model configuration: CheckpointError
+    arch = checkpoint_arch(state)  # args.arch, or cfg.model._name (fairseq-hydra-train)
     if arch not in ("dawid", "dawid_roberta") or "wid_teacher_config" not in state["model"]:
         raise ConversionError(
             f"{opts.input} is not a DA-WID training checkpoint (arch {arch!r}; train with "
