@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import os
+import warnings
 
 import pytest
 
@@ -55,7 +56,14 @@ LAYERS = {
 LAYER_NAMES = ["foundation", "modules", "models/wid/search", "tasks/criterions/convert",
                "deploy", "measure/commands"]  # fmt: skip
 
-MAX_LINES = 600
+# A module past WARN_LINES is named in the test run's warnings (a reader's hint to split it by
+# job, not a rule that draws module boundaries); past MAX_LINES it fails.
+WARN_LINES = 600
+MAX_LINES = 800
+
+
+class LongModuleWarning(Warning):
+    """A source file long enough to be hard to read (not a UserWarning: pytest.ini hides those)."""
 
 
 def _module_files() -> dict[str, str]:
@@ -199,13 +207,18 @@ def test_no_import_circle():
 
 
 def test_no_source_file_is_over_the_line_bound():
-    long = []
+    long, warn = [], []
     for path in MODULES.values():
         rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
         with open(path, encoding="utf-8") as f:
             n = sum(1 for _ in f)
         if n > MAX_LINES:
             long.append(f"{PACKAGE}/{rel}: {n} lines")
+        elif n > WARN_LINES:
+            warn.append(f"{PACKAGE}/{rel}: {n} lines")
+    if warn:
+        warnings.warn(f"over {WARN_LINES} lines (split by job where it helps a reader): "
+                      + ", ".join(sorted(warn)), LongModuleWarning, stacklevel=1)  # fmt: skip
     assert not long, f"files over {MAX_LINES} lines (split them by job):\n" + "\n".join(long)
 
 
