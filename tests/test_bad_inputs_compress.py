@@ -99,7 +99,7 @@ def test_kill_9_in_every_step_leaves_no_process_and_the_rerun_finishes(
 ):
     save = tmp_path / "kd"
     args = [*CMD, _teacher(tiny_transformer), "--data", tiny_data, "-o", str(save), "--kd",
-            "--rank", "8", *FAST]  # fmt: skip
+            "--rank", "8", "--max-update", "1000", "--validate-every", "250", "--patience", "0", *FAST]  # fmt: skip
     killed = []
     for step, want in KD_STEPS:
         run = subprocess.run([sys.executable, "-c", KILLER, step, want, *args], env=_env(),

@@ -107,8 +107,8 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
     train = next(line for line in out.splitlines() if "fairseq-train" in line)
     assert "--task translation_seqkd --kd-data-mode both" in train
     for flag in ("--finetune-from-model", "--optimizer adam", "--lr 0.0015", ("--criterion "
-                 "label_smoothed_cross_entropy"), f"--lc-rank {rank}", "--max-update 1000",
-                 "--warmup-updates 100"):  # fmt: skip
+                 "label_smoothed_cross_entropy"), f"--lc-rank {rank}", "--max-update 4000",
+                 "--warmup-updates 400", "--validate-interval-updates 500", "--patience 4"):  # fmt: skip
         assert flag in train, train
     assert "--scoring sacrebleu" in out and "--ct2" in out and "--onnx" in out
     # every engine in one interleaved run (issue 40 item 10)

@@ -154,7 +154,8 @@ class Plan:
                "--max-update", str(o.max_update), "--validate-every", str(o.validate_every)]  # fmt: skip
         if o.cpu:
             cmd.append("--cpu")
-        return cmd + ["--", "--patience", str(o.patience), *train]
+        cmd += ["--patience", str(o.patience)]
+        return cmd + (["--", *train] if train else [])
 
     def compress_args(self, row: str) -> tuple[list[str], list[str]]:
         """(compress options, extra fairseq-train flags) of a compress row."""
@@ -296,8 +297,14 @@ class Plan:
         ckpt = _json(os.path.join(save, "plan.json"))["student"]["checkpoint"]
         finished = datetime.datetime.fromtimestamp(
             os.path.getmtime(os.path.join(save, "report.json")), datetime.UTC)  # fmt: skip
+        if rec.get("kd") is None:  # (a plan.json from before compress recorded it)
+            rec["kd"] = any("translation_seqkd" in c for c in cmds)
+        # the code that ran: the checkout whose plugin the run's fairseq-train imported
+        train = next((shlex.split(c) for c in cmds if "fairseq-train" in c), [])
+        user_dir = train[train.index("--user-dir") + 1] if "--user-dir" in train else REPO_ROOT
         rec.update(row=row, what=WHAT[row], checkpoint=ckpt, commands=cmds,
-                   budget=self.budget(), machine=machine(), code=code_commit(), started=None,
+                   budget=self.budget(), machine=machine(),
+                   code=code_commit(os.path.dirname(user_dir)), started=None,
                    finished=finished.isoformat(timespec="seconds"))  # fmt: skip
         _write_json(out, rec)
         return rec
@@ -359,8 +366,8 @@ def machine() -> str:
     return f"{cpu}{', ' + gpu if gpu else ''}"
 
 
-def code_commit() -> str:
-    r = subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "--short=12", "HEAD"],
+def code_commit(repo: str = REPO_ROOT) -> str:
+    r = subprocess.run(["git", "-C", repo, "rev-parse", "--short=12", "HEAD"],
                        capture_output=True, text=True, check=False)  # fmt: skip
     return r.stdout.strip() or "unknown"
 
@@ -650,8 +657,8 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="CPU threads per training (default 1)")
     p.add_argument("--speed-sentences", type=int, default=50)
     p.add_argument("--speed-runs", type=int, default=3)
-    p.add_argument("--readme", help="table: also write the table between the README's "
-                   "<!-- converged --> markers in this file")  # fmt: skip
+    p.add_argument("--readme", help="table: also write a narrow table and the claims between "
+                   "the <!-- converged --> and <!-- /converged --> markers of this file")  # fmt: skip
     return p
 
 
@@ -706,7 +713,7 @@ def main(argv=None) -> int:
                 os.path.join(opts.rows_dir, "results.md"),
             )
             if opts.readme:
-                _update_readme(opts.readme, text)
+                _update_readme(opts.readme, compact(opts.rows_dir))
             print(text)
     except PlanError as exc:
         print(f"converged.py: {exc}", file=sys.stderr)
@@ -717,15 +724,48 @@ def main(argv=None) -> int:
     return 0
 
 
+def compact(rows_dir: str) -> str:
+    """The README's results: a narrow table (and the claims) from the same JSON."""
+    recs, spd = _load_rows(rows_dir)
+    if not recs:
+        raise PlanError(f"{rows_dir}: no row JSON (converged.py run writes them)")
+    teacher = next((r["teacher"] for r in recs if r.get("teacher")), None)
+    if teacher is None:
+        raise PlanError(f"{rows_dir}: no compress row holds the teacher's figures")
+
+    def vs_ct2(label, batch):
+        s = (spd or {}).get(batch, {})
+        return _ratio(
+            s.get(label, {}).get("onnxruntime"), s.get("teacher", {}).get("ctranslate2-int8")
+        )
+
+    lines = ["| model | parameters | BLEU | chrF | vs CTranslate2 int8 on the teacher, batch 1 / 32 |",
+             "| --- | ---: | ---: | ---: | ---: |",
+             f"| teacher 3-3 (dense) | {teacher['params']:,} | {teacher['bleu']:.2f} | {teacher['chrf']:.2f} | |"]  # fmt: skip
+    for r in recs:
+        lines.append(
+            f"| {r['row']} | {r['params']:,} ({_ratio(teacher['params'], r['params'])} fewer) | "
+            f"{r['bleu']:.2f} ({r['bleu'] - teacher['bleu']:+.2f}) | {r['chrf']:.2f} | "
+            f"{vs_ct2(r['row'], 'batch_1')} / {vs_ct2(r['row'], 'batch_32')} |"
+        )
+    by = {r["row"]: r for r in recs}
+    done = [c for c in claims(by, teacher) if "not measured yet" not in c]
+    todo = [r for r in ROWS if r not in by]
+    out = [*lines, ""]
+    out += done
+    if todo:
+        out.append(f"- Not run yet from this teacher: {', '.join(todo)} (`converged.py run`).")
+    return "\n".join(out) + "\n"
+
+
 def _update_readme(path: str, text: str) -> None:
     begin, end = "<!-- converged -->", "<!-- /converged -->"
     with open(path, encoding="utf-8") as f:
         doc = f.read()
     if begin not in doc or end not in doc:
         raise PlanError(f"{path}: no {begin} ... {end} markers to write the table between")
-    body = text.split("\n", 2)[2]  # (without the title)
     head, rest = doc.split(begin, 1)
-    doc = head + begin + "\n" + body + end + rest.split(end, 1)[1]
+    doc = head + begin + "\n" + text + end + rest.split(end, 1)[1]
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.write(doc)
     os.replace(path + ".tmp", path)
