@@ -4,6 +4,7 @@ redone, and the table builds from the row JSON alone (the committed rows include
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -155,3 +156,22 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     assert (tmp_path / "results.md").read_text(encoding="utf-8") == text
     empty = _plan("table", "--rows-dir", tmp_path / "none", check=False)
     assert empty.returncode == 2 and "no row JSON" in empty.stderr
+
+
+def test_the_committed_rows_build_the_committed_table_and_the_readme(tmp_path):
+    committed = os.path.join(RESULTS, "converged")
+    names = [n for n in os.listdir(committed) if n.endswith(".json")]
+    assert "default.json" in names
+    for n in names:
+        shutil.copy(os.path.join(committed, n), tmp_path / n)
+    text = converged.table(str(tmp_path))
+    with open(os.path.join(committed, "results.md"), encoding="utf-8") as f:
+        assert f.read() == text
+    with open(os.path.join(committed, "default.json"), encoding="utf-8") as f:
+        default = json.load(f)
+    assert f"| default | {default['params']:,} |" in text and f"{default['bleu']:.2f}" in text
+    # the README's results are the same rows (converged.py table --readme README.md)
+    with open(os.path.join(harness.REPO_ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    block = readme.split("<!-- converged -->\n", 1)[1].split("<!-- /converged -->", 1)[0]
+    assert block == converged.compact(str(tmp_path))

@@ -186,6 +186,7 @@ def test_every_architecture_the_recipes_and_readmes_name_is_a_preset():
         "lightformer_spec_text",
         "hypoformer_spec_text",
         "hypoformer_kd",  # a run of examples/translation/results/
+        "lightformer_keep_depth",  # a row of examples/translation/results/converged.py
         "lightformer_init",  # its SVD student's converted checkpoint (lightformer_init.pt)
         "lightformer_shallow",  # remeasure.sh's shallow-decoder LightFormer run ...
         "lightformer_shallow_init",  # ... and its converted checkpoint

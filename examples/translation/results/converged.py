@@ -486,6 +486,7 @@ def _speed_rows(doc: dict) -> dict:
     out: dict = {}
     for m in doc["models"]:
         eng = m["engine"] + ("-int8" if m.get("precision") == "int8" else "")
+        eng += "+shortlist" if m.get("shortlist") else ""
         out.setdefault(m["label"], {})[eng] = round(m["tokens_per_s"], 1)
     return out
 
