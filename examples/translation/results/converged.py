@@ -502,6 +502,17 @@ def _load_rows(rows_dir: str) -> tuple[list[dict], dict | None]:
     return recs, (_json(spath) if os.path.exists(spath) else None)
 
 
+def _rows_and_teacher(rows_dir: str) -> tuple[list[dict], dict | None, dict]:
+    """The finished rows, the speed record and the teacher's figures (held by compress rows)."""
+    recs, spd = _load_rows(rows_dir)
+    if not recs:
+        raise PlanError(f"{rows_dir}: no row JSON (converged.py run writes them)")
+    teacher = next((r["teacher"] for r in recs if r.get("teacher")), None)
+    if teacher is None:
+        raise PlanError(f"{rows_dir}: no compress row holds the teacher's figures")
+    return recs, spd, teacher
+
+
 def _fmt(v, spec="", none="-"):
     return none if v is None else format(v, spec)
 
@@ -512,12 +523,7 @@ def _ratio(a, b):
 
 def table(rows_dir: str) -> str:
     """results.md from ROWS_DIR's JSON alone."""
-    recs, spd = _load_rows(rows_dir)
-    if not recs:
-        raise PlanError(f"{rows_dir}: no row JSON (converged.py run writes them)")
-    teacher = next((r["teacher"] for r in recs if r.get("teacher")), None)
-    if teacher is None:
-        raise PlanError(f"{rows_dir}: no compress row holds the teacher's figures")
+    recs, spd, teacher = _rows_and_teacher(rows_dir)
     scores = _json(os.path.join(TEACHER_DIR, "scores.json")) if os.path.exists(
         os.path.join(TEACHER_DIR, "scores.json")) else {}  # fmt: skip
     tp = teacher["params"]
@@ -727,12 +733,7 @@ def main(argv=None) -> int:
 
 def compact(rows_dir: str) -> str:
     """The README's results: a narrow table (and the claims) from the same JSON."""
-    recs, spd = _load_rows(rows_dir)
-    if not recs:
-        raise PlanError(f"{rows_dir}: no row JSON (converged.py run writes them)")
-    teacher = next((r["teacher"] for r in recs if r.get("teacher")), None)
-    if teacher is None:
-        raise PlanError(f"{rows_dir}: no compress row holds the teacher's figures")
+    recs, spd, teacher = _rows_and_teacher(rows_dir)
 
     def vs_ct2(label, batch):
         s = (spd or {}).get(batch, {})
