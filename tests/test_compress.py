@@ -21,7 +21,8 @@ import torch
 import lightcompress  # noqa: F401  (the checkpoint allow-list)
 
 FAST = ["--speed-runs", "1", "--speed-sentences", "3"]
-STEPS = ["transfer", "fine-tune", "export", "test-teacher", "test-student", "speed", "report"]
+STEPS = ["transfer", "fine-tune", "export", "int8", "test-teacher", "test-student", "speed",
+         "report"]  # fmt: skip
 
 
 def _env():
@@ -102,7 +103,7 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
     # (sequence-level KD is on by default for LightFormer: its data is made before fine-tuning)
     steps = [line.split(":")[0] for line in out.splitlines() if line.startswith("step ")]
     assert steps == [
-        f"step {i}/8 {n}" for i, n in enumerate(["transfer", "kd-data", *STEPS[1:]], 1)
+        f"step {i}/9 {n}" for i, n in enumerate(["transfer", "kd-data", *STEPS[1:]], 1)
     ]
     train = next(line for line in out.splitlines() if "fairseq-train" in line)
     assert "--task translation_seqkd --kd-data-mode both" in train
@@ -114,6 +115,9 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
     # every engine in one interleaved run (issue 40 item 10)
     (speed,) = [line for line in out.splitlines() if "measure" in line and "--json" in line]
     assert "--onnx" in speed and "--ct2" in speed and "student=" in speed
+    # the student's int8 export (large maps by default) is translated and timed too
+    (int8,) = [line for line in out.splitlines() if "lightcompress.compress.int8" in line]
+    assert "--int8 large" in int8 and "--eval" in int8 and "--int8-large" in speed
 
 
 def _trainers(save) -> list[int]:
@@ -178,6 +182,10 @@ def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
     assert rows["teacher"]["bleu"] > 20  # the teacher's own test translation
     report = (save / "report.md").read_text()
     assert "| parameters |" in report and "CTranslate2 int8" in report
+    # the tiny student has no map of 2^17 weights: its int8 export (large maps) is left out,
+    # and the report says why
+    assert "No int8 export of the student: --int8 large: no map of this model" in report
+    assert rows["student"]["int8"]["left_out"] and not (save / "student-onnx-int8").exists()
     # the export translates the data's tokens with its own runtime (no torch needed; the toy
     # data has no tokenizer, so raw text is refused)
     src = Path(tiny_data).parent.joinpath("raw", "test.de").read_text().splitlines()[:3]
@@ -192,10 +200,33 @@ def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
 
 def test_hypoformer_from_the_post_ln_teacher(tiny_data, tiny_transformer, tmp_path):
     save = tmp_path / "hypo"
-    proc = _compress([_teacher(tiny_transformer), "--data", tiny_data, "-o", save,
-                      "--method", "hypoformer", "--rank", "8", "--max-update", "6", *FAST])  # fmt: skip
+    proc = _compress([_teacher(tiny_transformer), "--data", tiny_data, "-o", save, "--method",
+                      "hypoformer", "--rank", "8", "--max-update", "6", "--int8", "all", *FAST])  # fmt: skip
     assert "TT-SVD weight transfer" in proc.stdout
     doc = json.loads((save / "report.json").read_text())
+    # --int8 all: the student's int8 export translated the test split, scored as the float32
+    # models are (same references), and was timed beside them
+    q = doc["models"]["student"]["int8"]
+    src = Path(tiny_data).parent.joinpath("raw", "test.de").read_text().splitlines()
+    assert q["precision"] == "int8" and q["sentences"] == len(src) and 0 <= q["bleu"] <= 100
+    assert q["bleu_signature"] == doc["models"]["student"]["bleu_signature"]
+    assert doc["models"]["student"]["tokens_per_s"]["onnxruntime-int8"] > 0
+    hyps = [line for line in (save / "eval" / "student-int8.txt").read_text().splitlines()
+            if line.startswith("H-")]  # fmt: skip
+    assert len(hyps) == len(src) and all(len(h.split("\t")) == 3 for h in hyps)
+    report = (save / "report.md").read_text()
+    assert "| BLEU, student ONNX Runtime int8 (every map) |" in report
+    assert "vs the student's onnxruntime int8 (every map) |" in report
+    assert (save / "student-onnx-int8" / "MANIFEST.sha256").exists()
+    # the int8 step's translation loop, run on the float32 export, gives fairseq-generate's
+    # hypotheses and references exactly
+    from lightcompress.compress.int8 import translate_split
+    from lightcompress.compress.report import read_generate
+
+    rows = translate_split(str(save / "student-onnx"), tiny_data, "de", "en", beam=5,
+                           max_len_a=1.2, max_len_b=10)  # fmt: skip
+    want_hyps, want_refs = read_generate(save / "eval" / "student.txt")
+    assert [r[3] for r in rows] == want_hyps and [r[1] for r in rows] == want_refs
     assert doc["plan"]["method"] == "hypoformer"
     assert doc["models"]["student"]["params"] < doc["models"]["teacher"]["params"]
     assert (save / "student-onnx" / "MANIFEST.sha256").exists()

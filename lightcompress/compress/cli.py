@@ -168,6 +168,12 @@ def get_parser() -> argparse.ArgumentParser:
     f.add_argument("--validate-every", type=_positive(int, "--validate-every"),
                    help="updates between validations and checkpoints (default: max-update / 8)")  # fmt: skip
     f.add_argument("--cpu", action="store_true", help="train on the CPU even with a GPU")
+    e = p.add_argument_group("deployment")
+    e.add_argument("--int8", choices=["large", "all", "none"], default="large",
+                   help="also export the student with ONNX Runtime's dynamic int8 (large: the "
+                   "maps of at least 2^17 weights, e.g. the output projection, the default; all: "
+                   "every map; none: no int8 export), translate the test split with it and time "
+                   "it: the report shows its BLEU and speed beside the float32 export's")  # fmt: skip
     s = p.add_argument_group("speed (scripts/measure_speed.sh)")
     s.add_argument("--speed-sentences", type=_positive(int, "--speed-sentences"), default=20)
     s.add_argument("--speed-runs", type=_positive(int, "--speed-runs"), default=3)
@@ -372,6 +378,15 @@ def build_plan(opts, extra: list[str], log=print):
         tool("lightcompress-export-onnx") + ["--path", student, "--data", B, *langs, "-o", onnx_dir,
                                              *spm]], outputs=[os.path.join(onnx_dir, "MANIFEST.sha256")]))  # fmt: skip
     lengths = ["--max-len-a", "1.2", "--max-len-b", "10"]
+    if opts.int8 != "none":
+        int8_dir = os.path.join(save, "student-onnx-int8")
+        steps.append(Step("int8", f"ONNX Runtime int8 export of the student ({opts.int8} maps) "
+                          "and its translation of the test split", [
+            [sys.executable, "-m", "lightcompress.compress.int8", "--path", student, "--data", B, *langs,
+             "-o", int8_dir, "--int8", opts.int8, "--eval", os.path.join(save, "eval", "student-int8.txt"),
+             "--skipped", os.path.join(save, "eval", "student-int8.skipped"), "--beam", str(opts.beam),
+             *lengths, *(["--post-process", post] if post else []), *spm]],
+            marker=os.path.join(save, "eval", "student-int8.done")))  # fmt: skip
     for who, ckpt in (("teacher", T), ("student", student)):
         out = os.path.join(save, "eval", f"{who}.txt")
         gen = tool("fairseq-generate") + [B, "--user-dir", user_dir, "--path", ckpt, "--task", "translation",
@@ -388,11 +403,12 @@ def build_plan(opts, extra: list[str], log=print):
              "--runs", str(opts.speed_runs), "--threads", "1", "--beam", str(opts.beam), *lengths, "--quiet"]  # fmt: skip
     measure = _script("measure_speed.sh", MEASURE)
     speed_json = os.path.join(save, "speed.json")
+    int8_speed = {"large": ["--int8-large"], "all": ["--compare-int8"], "none": []}[opts.int8]
     # every engine in one interleaved run (a disturbance then slows all of them, not one), the
     # best of its runs reported and a wide spread of runs warned about (report.py)
     steps.append(Step("speed", "tokens/s of teacher and student (fairseq, ONNX Runtime) and "
                       "CTranslate2 on the dense teacher, interleaved", [
-        measure + ["--path", f"teacher={T},student={student}", "--onnx", "--ct2",
+        measure + ["--path", f"teacher={T},student={student}", "--onnx", "--ct2", *int8_speed,
                    *speed, "--json", speed_json]], outputs=[speed_json]))  # fmt: skip
     report = [os.path.join(save, f"report.{ext}") for ext in ("md", "png", "json")]
     steps.append(Step("report", "the report (markdown, PNG, JSON)", outputs=report))
@@ -406,6 +422,7 @@ def build_plan(opts, extra: list[str], log=print):
             "model": student_model,
             "shape": shape_of.describe(),
             "kd": kd,
+            "int8": opts.int8,
         },
         "commands": commands,
         # options that change an output without changing a command: a rerun with other

@@ -105,8 +105,22 @@ def _atomic_text(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def build_rows(plan: dict, speed: dict, ct2: dict | None, scores: dict, onnx_dir: str | None):
-    """The report's figures: ``{"teacher": {...}, "student": {...}}``."""
+INT8_PRECISIONS = ("int8-large", "int8")  # measure_speed's names of --int8 large / all
+ENGINES = ["fairseq", "onnxruntime", *(f"onnxruntime-{p}" for p in INT8_PRECISIONS),
+           "ctranslate2-float32", "ctranslate2-int8"]  # fmt: skip
+
+
+def _engine_name(key: str) -> str:
+    """``onnxruntime-int8-large`` -> ``onnxruntime int8 (large maps)``."""
+    names = {"onnxruntime-int8-large": "onnxruntime int8 (large maps)",
+             "onnxruntime-int8": "onnxruntime int8 (every map)"}  # fmt: skip
+    return names.get(key, f"{key} float32")
+
+
+def build_rows(plan: dict, speed: dict, ct2: dict | None, scores: dict, onnx_dir: str | None,
+               int8: dict | None = None):  # fmt: skip
+    """The report's figures: ``{"teacher": {...}, "student": {...}}``; with ``int8`` (the int8
+    step's export, scores or the reason it was left out), ``student["int8"]`` too."""
     rows = {}
     for who in ("teacher", "student"):
         fair = speed.get((who, "fairseq", "float32"), {})
@@ -126,12 +140,21 @@ def build_rows(plan: dict, speed: dict, ct2: dict | None, scores: dict, onnx_dir
     if onnx_dir and os.path.isdir(onnx_dir):
         rows["student"]["onnx_export"] = onnx_dir
         rows["student"]["onnx_size_bytes"] = dir_size(onnx_dir)
+    for who in ("teacher", "student"):  # ONNX Runtime int8 (compress --int8)
+        for prec in INT8_PRECISIONS:
+            rec = speed.get((who, "onnxruntime", prec))
+            if rec:
+                rows[who]["tokens_per_s"][f"onnxruntime-{prec}"] = best_rate(rec)
     if ct2:
         for prec in ("int8", "float32"):
             rec = ct2.get(("teacher", "ctranslate2", prec))
             if rec:
                 rows["teacher"]["tokens_per_s"][f"ctranslate2-{prec}"] = best_rate(rec)
                 rows["teacher"][f"ctranslate2_{prec}_size_bytes"] = rec.get("size_bytes")
+    if int8:
+        rows["student"]["int8"] = dict(int8)
+        if int8.get("onnx_export") and os.path.isdir(int8["onnx_export"]):
+            rows["student"]["int8"]["onnx_size_bytes"] = dir_size(int8["onnx_export"])
     return rows
 
 
@@ -172,20 +195,35 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
         f"| BLEU | {t['bleu']:.2f} | {s['bleu']:.2f} | {s['bleu'] - t['bleu']:+.2f} |",
         f"| chrF | {t['chrf']:.2f} | {s['chrf']:.2f} | {s['chrf'] - t['chrf']:+.2f} |",
     ]
-    engines = ["fairseq", "onnxruntime"]
-    for eng in engines:
+    q = s.get("int8") or {}
+    if q.get("bleu") is not None:
+        what = _engine_name(f"onnxruntime-{q['precision']}").replace("onnxruntime", "ONNX Runtime")
+        lines += [
+            f"| size on disk ({what} export) | - | "
+            f"{_human(q.get('onnx_size_bytes'), 'B')} | "
+            f"{ratio(q.get('onnx_size_bytes'), t.get('onnx_size_bytes'))} of the teacher's float32 |",
+            f"| BLEU, student {what} | {t['bleu']:.2f} | {q['bleu']:.2f} | "
+            f"{q['bleu'] - t['bleu']:+.2f} |",
+            f"| chrF, student {what} | {t['chrf']:.2f} | {q['chrf']:.2f} | "
+            f"{q['chrf'] - t['chrf']:+.2f} |",
+        ]
+    for eng in ENGINES[:4]:
         a, b = t["tokens_per_s"].get(eng), s["tokens_per_s"].get(eng)
         if a is None and b is None:
             continue
-        lines.append(f"| tokens/s, {eng} float32 | {_human(a)} | {_human(b)} | {ratio(b, a)} |")
+        lines.append(f"| tokens/s, {_engine_name(eng)} | {_human(a)} | {_human(b)} | "
+                     f"{ratio(b, a)} |")  # fmt: skip
     for prec in ("int8", "float32"):
         v = t["tokens_per_s"].get(f"ctranslate2-{prec}")
-        if v is not None:
-            best = max(x for x in s["tokens_per_s"].values() if x is not None)
-            lines.append(
-                f"| tokens/s, CTranslate2 {prec} (the dense teacher) | {_human(v)} | "
-                f"{_human(best)} (student, fastest engine) | {ratio(best, v)} |"
-            )
+        if v is None:
+            continue
+        for eng in ENGINES[1:4] if prec == "int8" else ENGINES[1:2]:  # the student's exports
+            b = s["tokens_per_s"].get(eng)
+            if b is not None:
+                lines.append(
+                    f"| tokens/s, CTranslate2 {prec} (the dense teacher) vs the student's "
+                    f"{_engine_name(eng)} | {_human(v)} | {_human(b)} | {ratio(b, v)} |"
+                )
     lines += [
         "",
         (
@@ -204,6 +242,11 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
         lines += ["", (f"The student's ONNX Runtime export: `{s['onnx_export']}` "
                   f"(`python {s['onnx_export']}/translate.py {s['onnx_export']}{flag} < in > out`; "
                   f"{what}).")]  # fmt: skip
+    if q.get("onnx_export"):
+        lines += ["", (f"The student's int8 export: `{q['onnx_export']}` (the same commands; "
+                       f"BLEU above from its translation of the {protocol['subset']} split).")]  # fmt: skip
+    elif q.get("left_out"):
+        lines += ["", f"No int8 export of the student: {q['left_out']}"]
     for note in protocol.get("notes", []) + protocol.get("warnings", []):
         lines += ["", note]
     lines += ["", "Commands run (`plan.json` in this directory):", "", "```bash"]
@@ -249,9 +292,10 @@ def plot(rows: dict, path: str, title: str) -> bool:
     bars(axes[1], ["fairseq", "ONNX"], [t["size_bytes"], t.get("onnx_size_bytes")],
          [s["size_bytes"], s.get("onnx_size_bytes")], "bytes on disk")  # fmt: skip
     bars(axes[2], ["BLEU", "chrF"], [t["bleu"], t["chrf"]], [s["bleu"], s["chrf"]], "score")
-    engines = sorted(set(t["tokens_per_s"]) | set(s["tokens_per_s"]),
-                     key=["fairseq", "onnxruntime", "ctranslate2-float32", "ctranslate2-int8"].index)  # fmt: skip
-    bars(axes[3], [e.replace("ctranslate2-", "CT2 ") for e in engines],
+    engines = sorted(set(t["tokens_per_s"]) | set(s["tokens_per_s"]), key=ENGINES.index)
+    short = {"onnxruntime": "ONNX", "onnxruntime-int8-large": "ONNX int8",
+             "onnxruntime-int8": "ONNX int8 all"}  # fmt: skip
+    bars(axes[3], [short.get(e, e.replace("ctranslate2-", "CT2 ")) for e in engines],
          [t["tokens_per_s"].get(e) for e in engines], [s["tokens_per_s"].get(e) for e in engines],
          "tokens/s")  # fmt: skip
     axes[3].tick_params(axis="x", labelrotation=20)
@@ -268,11 +312,14 @@ def write_report(save_dir: str, plan: dict, protocol: dict, refs_file: str | Non
     """Score the translations, read the speed results, write report.json / .md / .png (the plot
     where matplotlib is installed)."""
     scores = {}
+    ref_lines = None
+    if refs_file:
+        with open(refs_file, encoding="utf-8") as f:
+            ref_lines = [line.rstrip("\n") for line in f]
     for who in ("teacher", "student"):
         hyps, refs = read_generate(os.path.join(save_dir, "eval", f"{who}.txt"))
         if refs_file:
-            with open(refs_file, encoding="utf-8") as f:
-                refs = [line.rstrip("\n") for line in f]
+            refs = ref_lines
             if len(refs) != len(hyps):
                 from lightcompress.compress.teacher import CompressError
 
@@ -281,6 +328,19 @@ def write_report(save_dir: str, plan: dict, protocol: dict, refs_file: str | Non
                     f"{len(hyps)} sentences"
                 )
         scores[who] = score(hyps, refs)
+    int8 = None
+    done = os.path.join(save_dir, "eval", "student-int8.done")
+    skipped = os.path.join(save_dir, "eval", "student-int8.skipped")
+    if os.path.exists(done) and os.path.exists(skipped):
+        with open(skipped, encoding="utf-8") as f:
+            int8 = {"left_out": f.read().strip()}
+    elif os.path.exists(done):
+        hyps, refs = read_generate(os.path.join(save_dir, "eval", "student-int8.txt"))
+        if refs_file:
+            refs = ref_lines
+        export = os.path.join(save_dir, "student-onnx-int8")
+        precision = "int8" if plan["student"].get("int8") == "all" else "int8-large"
+        int8 = {"precision": precision, "onnx_export": export, **score(hyps, refs)}
     speed = read_speed(os.path.join(save_dir, "speed.json"))
     # every engine in one interleaved run (speed.json); a separate CTranslate2 run's file is
     # read only where an older run of compress wrote one
@@ -290,7 +350,7 @@ def write_report(save_dir: str, plan: dict, protocol: dict, refs_file: str | Non
     for line in protocol["warnings"]:
         print(f"[compress] {line}", flush=True)
     onnx_dir = os.path.join(save_dir, "student-onnx")
-    rows = build_rows(plan, speed, ct2, scores, onnx_dir)
+    rows = build_rows(plan, speed, ct2, scores, onnx_dir, int8)
     doc = {"plan": plan, "protocol": protocol, "models": rows}
     _atomic_text(os.path.join(save_dir, "report.json"), json.dumps(doc, indent=1) + "\n")
     png = os.path.join(save_dir, "report.png")

@@ -125,7 +125,7 @@ def acquire_lock(save_dir: str) -> int:
 
 
 STALE_DIRS = ("", "eval", "kd-bin", os.path.join("kd-bin", "distill-work"), "student",
-              "student-onnx")  # fmt: skip
+              "student-onnx", "student-onnx-int8")  # fmt: skip
 
 
 def remove_stale_temp(save: str) -> list[str]:

@@ -104,7 +104,12 @@ from lightcompress.deploy.onnx_tools import (
 from lightcompress.deploy.tt_graph import tt_in_graph
 from lightcompress.runtime.files import FORMAT, VERSION
 
-__all__ = ["ExportError", "cli_main", "export_onnx", "main"]
+__all__ = ["ExportError", "NothingToQuantize", "cli_main", "export_onnx", "main"]
+
+
+class NothingToQuantize(ExportError):
+    """``int8``: no map of the model is large enough, so int8 would quantize nothing (the
+    export would be the float32 one, only larger)."""
 
 ROWS_GRAPH = "rows.onnx"
 
@@ -327,7 +332,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
                 quantized += _quantize(path, os.path.join(work, f"{name}.int8.onnx"), limit)
                 protos[name] = onnx.load(os.path.join(work, f"{name}.int8.onnx"))
             if not quantized:  # (the export would be float32, only larger: refused)
-                raise ExportError(_nothing_to_quantize(int8, limit))
+                raise NothingToQuantize(_nothing_to_quantize(int8, limit))
             shutil.rmtree(work)
         _share_weights(protos, tmp)
         for name, proto in protos.items():
