@@ -299,3 +299,36 @@ def test_compress_exports_the_student_with_the_datas_bpe_codes(iwslt, tmp_path, 
     export = [line for line in capsys.readouterr().out.splitlines() if "export-onnx" in line]
     assert len(export) == 1 and export[0].endswith(f"--bpe-codes {iwslt['codes']}"), export
     assert not save.exists()
+
+
+def test_lightcompress_translate_says_what_it_takes_without_a_tokenizer(iwslt, tmp_path, capsys):
+    import shutil
+
+    from lightcompress.deploy import Translator
+    from lightcompress.deploy.torch_translator import main
+
+    raw = (iwslt["raw"] / "test.de").read_text().splitlines()[:4]
+    bpe = (iwslt["bpe"] / "test.de").read_text().splitlines()[:4]
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    base = ["--path", iwslt["teacher"], "--data", iwslt["data"], "-i", str(src), "-o", str(out)]
+    tokens = Translator(iwslt["teacher"], iwslt["data"]).translate(bpe)
+    # no tokenizer: tokens in and out, with a one-line notice that says so
+    src.write_text("\n".join(bpe) + "\n")
+    assert main(base) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no --spm or --bpe-codes" in err[0] and "--tokenized" in err[0]
+    assert out.read_text().splitlines() == tokens
+    # --tokenized: the same, and no notice
+    assert main([*base, "--tokenized"]) == 0
+    assert capsys.readouterr().err == "" and out.read_text().splitlines() == tokens
+    assert main([*base, "--tokenized", "--bpe-codes", iwslt["codes"]]) == 2
+    assert "without --spm / --bpe-codes" in capsys.readouterr().err
+    # a data-bin with the recipe's bpe.code: raw text in and out, as with --bpe-codes
+    data = tmp_path / "bin"
+    shutil.copytree(iwslt["data"], data)
+    shutil.copyfile(iwslt["codes"], data / "bpe.code")
+    src.write_text("\n".join(raw) + "\n")
+    assert main([*base[:2], "--data", str(data), *base[4:]]) == 0
+    assert f"Moses + BPE with {data}/bpe.code" in capsys.readouterr().err
+    want = Translator(iwslt["teacher"], iwslt["data"], bpe_codes=iwslt["codes"]).translate(raw)
+    assert out.read_text().splitlines() == want and not any("@@" in t for t in want)

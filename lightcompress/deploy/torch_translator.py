@@ -273,6 +273,12 @@ def _arg_parser() -> argparse.ArgumentParser:
         "needed when the checkpoint does not name it; the moses tokenizer's)",
     )
     p.add_argument("-t", "--target-lang", help="target language (as -s)")
+    p.add_argument(
+        "--tokenized",
+        action="store_true",
+        help="the input is the data's space-separated subword tokens, and so is the output (no "
+        "--spm / --bpe-codes; without a tokenizer, input is taken as tokens with a notice)",
+    )
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--lenpen", type=float, default=1.0)
     p.add_argument("--max-len-a", type=float, default=0.0, help="as fairseq's (default 0)")
@@ -323,6 +329,19 @@ def _main(argv: Sequence[str] | None) -> int:
         check_arguments(args)
     except TextError as exc:
         raise TranslateError(str(exc)) from None
+    if args.tokenized and (args.spm or args.bpe_codes):
+        raise TranslateError("--tokenized takes subword tokens: give it without --spm / "
+                             "--bpe-codes")  # fmt: skip
+    codes = os.path.join(args.data, "bpe.code")
+    if not (args.tokenized or args.spm or args.bpe_codes):
+        if os.path.isfile(codes):  # (the IWSLT'14 recipe's copy: raw text, as the export)
+            args.bpe_codes = codes
+            print(f"{PROG}: raw text in and out: Moses + BPE with {codes} (--tokenized for "
+                  "the data's subword tokens)", file=sys.stderr)  # fmt: skip
+        else:
+            print(f"{PROG}: no --spm or --bpe-codes: the input is taken as the data's subword "
+                  "tokens and the output is tokens too (give the data's tokenizer for raw "
+                  "text; --tokenized says so and drops this notice)", file=sys.stderr)  # fmt: skip
     translator = Translator(
         args.path, args.data, spm=args.spm, bpe_codes=args.bpe_codes,
         tokenizer=args.tokenizer or "moses", lowercase=args.lowercase,
