@@ -197,16 +197,19 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
     ]
     q = s.get("int8") or {}
     if q.get("bleu") is not None:
-        what = _engine_name(f"onnxruntime-{q['precision']}").replace("onnxruntime", "ONNX Runtime")
+        what = {
+            "int8-large": "ONNX Runtime int8, large maps",
+            "int8": "ONNX Runtime int8, every map",
+        }[q["precision"]]
+        size = q.get("onnx_size_bytes")
         lines += [
-            f"| size on disk ({what} export) | - | "
-            f"{_human(q.get('onnx_size_bytes'), 'B')} | "
-            f"{ratio(q.get('onnx_size_bytes'), t.get('onnx_size_bytes'))} of the teacher's float32 |",
-            f"| BLEU, student {what} | {t['bleu']:.2f} | {q['bleu']:.2f} | "
-            f"{q['bleu'] - t['bleu']:+.2f} |",
-            f"| chrF, student {what} | {t['chrf']:.2f} | {q['chrf']:.2f} | "
-            f"{q['chrf'] - t['chrf']:+.2f} |",
-        ]
+            (f"| size on disk (student's {what}) | - | {_human(size, 'B')} | "
+             f"{ratio(size, t.get('onnx_size_bytes'))} of the teacher's float32 export |"),
+            (f"| BLEU, student's {what} | {t['bleu']:.2f} | {q['bleu']:.2f} | "
+             f"{q['bleu'] - t['bleu']:+.2f} |"),
+            (f"| chrF, student's {what} | {t['chrf']:.2f} | {q['chrf']:.2f} | "
+             f"{q['chrf'] - t['chrf']:+.2f} |"),
+        ]  # fmt: skip
     for eng in ENGINES[:4]:
         a, b = t["tokens_per_s"].get(eng), s["tokens_per_s"].get(eng)
         if a is None and b is None:

@@ -111,6 +111,7 @@ class NothingToQuantize(ExportError):
     """``int8``: no map of the model is large enough, so int8 would quantize nothing (the
     export would be the float32 one, only larger)."""
 
+
 ROWS_GRAPH = "rows.onnx"
 
 
