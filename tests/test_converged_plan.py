@@ -131,13 +131,15 @@ def _row(name, bleu, params, **kw):
 
 
 def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
-    rows = {"default": _row("default", 39.5, 2000), "lightformer_random": _row("lightformer_random", 30.0, 2000),
+    int8 = {"precision": "int8-large", "bleu": 39.2, "chrf": 49.0, "onnx_size_bytes": 9000000}
+    rows = {"default": _row("default", 39.5, 2000, int8=int8), "lightformer_random": _row("lightformer_random", 30.0, 2000),
             "hypoformer_kd": _row("hypoformer_kd", 35.0, 2600), "hypoformer": _row("hypoformer", 36.0, 2600)}  # fmt: skip
     for name, rec in rows.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(rec), encoding="utf-8")
     speed = {"machine": "m", "code": "c0ffee",
              "batch_1": {"teacher": {"ctranslate2-int8": 1000.0, "ctranslate2-int8+shortlist": 1500.0},
-                         "default": {"onnxruntime": 2500.0, "onnxruntime+shortlist": 3000.0}},
+                         "default": {"onnxruntime": 2500.0, "onnxruntime+shortlist": 3000.0,
+                                     "onnxruntime-int8-large": 2800.0}},
              "batch_32": {"teacher": {"ctranslate2-int8": 4000.0}, "default": {"onnxruntime": 6000.0}}}  # fmt: skip
     (tmp_path / "speed.json").write_text(json.dumps(speed), encoding="utf-8")
     text = converged.table(str(tmp_path))
@@ -145,6 +147,14 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[1:8] == ["2,000", "4.00x", "0.0 MB", "39.50", "49.50", "-0.50", "100 (80)"]
     assert cells[8:] == ["2,500", "2.50x", "2.00x", "6,000", "1.50x", "-"]
+    # the row's int8 export: its own line, BLEU and speed from its JSON
+    line = next(ln for ln in text.splitlines() if ln.startswith("| default, int8 (large maps) "))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1:7] == ["2,000", "4.00x", "9.0 MB", "39.20", "49.00", "-0.80"]
+    assert cells[8:11] == ["2,800", "2.80x", "-"]
+    assert "| default, int8 (large maps) | 2,000 | 39.20 (-0.80) | 49.00 | 2.80x / - |" in (
+        converged.compact(str(tmp_path))
+    )
     assert (
         "within 1 BLEU): holds for the default student (4.00x fewer parameters, -0.50 BLEU)" in text
     )
@@ -175,3 +185,33 @@ def test_the_committed_rows_build_the_committed_table_and_the_readme(tmp_path):
         readme = f.read()
     block = readme.split("<!-- converged -->\n", 1)[1].split("<!-- /converged -->", 1)[0]
     assert block == converged.compact(str(tmp_path))
+
+
+def test_record_int8_adds_a_later_runs_int8_figures_of_the_same_student(tmp_path):
+    rows, save = tmp_path / "rows", tmp_path / "save"
+    rows.mkdir()
+    save.mkdir()
+    ckpt, first = save / "student.pt", tmp_path / "first.pt"  # (the row's own run: a copy)
+    ckpt.write_bytes(b"the student")
+    first.write_bytes(b"the student")
+    (rows / "default.json").write_text(json.dumps(_row("default", 39.5, 2000,
+                                                       checkpoint=str(first))))  # fmt: skip
+    (save / "plan.json").write_text(json.dumps({"student": {"checkpoint": str(ckpt)},
+                                                "commands": ["c1", "c2"]}))  # fmt: skip
+    q = {"precision": "int8-large", "bleu": 39.1, "chrf": 48.5, "onnx_size_bytes": 1234,
+         "sentences": 40}  # fmt: skip
+    (save / "report.json").write_text(json.dumps({"models": {"student": {"int8": q}}}))
+    assert _plan("record-int8", "default", save, "--rows-dir", rows).returncode == 0
+    rec = json.loads((rows / "default.json").read_text())
+    assert {k: rec["int8"][k] for k in q if k != "sentences"} == {
+        k: v for k, v in q.items() if k != "sentences"
+    }
+    assert rec["int8"]["commands"] == ["c1", "c2"] and rec["bleu"] == 39.5
+    # another student's run, or a report without int8, is refused in one line
+    ckpt.write_bytes(b"another student")
+    proc = _plan("record-int8", "default", save, "--rows-dir", rows, check=False)
+    assert proc.returncode == 2 and "holds another student" in proc.stderr.strip()
+    ckpt.write_bytes(b"the student")
+    (save / "report.json").write_text(json.dumps({"models": {"student": {}}}))
+    proc = _plan("record-int8", "default", save, "--rows-dir", rows, check=False)
+    assert proc.returncode == 2 and "no int8 figures" in proc.stderr

@@ -309,6 +309,34 @@ class Plan:
         _write_json(out, rec)
         return rec
 
+    def record_int8(self, row: str, save: str) -> dict:
+        """Add to ``row``'s JSON the int8 export's figures of a later compress run of the same
+        student (``save``: its report.json; the student checkpoint must be the same bytes)."""
+        import hashlib
+
+        out = os.path.join(self.o.rows_dir, f"{row}.json")
+        if not os.path.exists(out):
+            raise PlanError(f"{out}: no such row; record or run it first")
+        rec = _json(out)
+        plan = _json(os.path.join(save, "plan.json"))
+
+        def digest(path):
+            with open(path, "rb") as f:
+                return hashlib.sha256(f.read()).hexdigest()
+
+        if digest(plan["student"]["checkpoint"]) != digest(rec["checkpoint"]):
+            raise PlanError(f"{save} holds another student than {row}'s {rec['checkpoint']}")
+        q = _int8_of(_json(os.path.join(save, "report.json")))
+        if not q:
+            raise PlanError(f"{save}/report.json has no int8 figures (compress --int8)")
+        q["int8"].update(commands=plan["commands"], code=code_commit(),
+                         measured=datetime.datetime.fromtimestamp(
+                             os.path.getmtime(os.path.join(save, "report.json")), datetime.UTC
+                         ).isoformat(timespec="seconds"))  # fmt: skip
+        rec.update(q)
+        _write_json(out, rec)
+        return rec
+
     def budget(self) -> dict:
         o = self.o
         return {
@@ -403,7 +431,17 @@ def compress_record(save: str, row: str) -> dict:
                shape=rep["plan"]["student"].get("shape"), kd=rep["plan"]["student"].get("kd"),
                teacher={k: t.get(k) for k in ("params", "size_bytes", "bleu", "chrf")},
                **_training(os.path.join(save, "logs", "03-fine-tune.log")))  # fmt: skip
+    rec.update(_int8_of(rep))
     return rec
+
+
+def _int8_of(rep: dict) -> dict:
+    """``{"int8": ...}``: the int8 export's figures of a compress report (its int8 step), or
+    nothing where the report has none."""
+    q = rep["models"]["student"].get("int8") or {}
+    if q.get("bleu") is None:
+        return {}
+    return {"int8": {k: q.get(k) for k in ("precision", "bleu", "chrf", "onnx_size_bytes")}}
 
 
 def scratch_record(save: str, row: str, ref: str) -> dict:
@@ -464,7 +502,7 @@ def speed(plan: Plan, dry: bool) -> None:
                      os.path.join(REPO_ROOT, "lightcompress"), "--natural", "--num-sentences", str(n),
                      "--timing-batch-size", str(batch), "--runs", str(o.speed_runs), "--threads", "1",
                      "--beam", "5", "--max-len-a", "1.2", "--max-len-b", "10", "--onnx", "--ct2",
-                     "--shortlist", shortlist, "--quiet", "--json", outs[batch]])  # fmt: skip
+                     "--int8-large", "--shortlist", shortlist, "--quiet", "--json", outs[batch]])  # fmt: skip
     if dry:
         for c in cmds:
             print("+ " + shlex.join(c))
@@ -476,7 +514,8 @@ def speed(plan: Plan, dry: bool) -> None:
             plan.run_cmd(cmd, os.path.join(o.save_root, f"speed-b{batch}.log"))
     doc = {"commands": [shlex.join(c) for c in cmds], "machine": machine(), "code": code_commit(),
            "batch_1": _speed_rows(_json(outs[1])), "batch_32": _speed_rows(_json(outs[32])),
-           "protocol": _json(outs[1])["protocol"]}  # fmt: skip
+           "protocol": _json(outs[1])["protocol"],
+           "notes": sorted({n for b in (1, 32) for n in _json(outs[b]).get("notes", [])})}  # fmt: skip
     _write_json(os.path.join(o.rows_dir, "speed.json"), doc)
     print(f"[converged] speed -> {o.rows_dir}/speed.json", file=sys.stderr)
 
@@ -485,13 +524,17 @@ def _speed_rows(doc: dict) -> dict:
     """label -> engine (with +shortlist) -> tokens/s, of measure_speed --json."""
     out: dict = {}
     for m in doc["models"]:
-        eng = m["engine"] + ("-int8" if m.get("precision") == "int8" else "")
+        prec = m.get("precision") or "float32"
+        eng = m["engine"] + ("" if prec == "float32" else f"-{prec}")
         eng += "+shortlist" if m.get("shortlist") else ""
         out.setdefault(m["label"], {})[eng] = round(m["tokens_per_s"], 1)
     return out
 
 
 # -- the table --------------------------------------------------------------------------------
+INT8_NAME = {"int8-large": "int8 (large maps)", "int8": "int8 (every map)"}
+
+
 def _load_rows(rows_dir: str) -> tuple[list[dict], dict | None]:
     recs = []
     for r in ROWS:
@@ -532,13 +575,13 @@ def table(rows_dir: str) -> str:
              "| b32 / CT2 int8, both shortlist |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
 
-    def speeds(label):
+    def speeds(label, eng="onnxruntime"):
         cells = []
         for b in ("batch_1", "batch_32"):
             s = (spd or {}).get(b, {})
             mine, ct2 = s.get(label, {}), s.get("teacher", {})
-            own = mine.get("onnxruntime") if label != "teacher" else ct2.get("ctranslate2-int8")
-            own_sl = mine.get("onnxruntime+shortlist") if label != "teacher" else ct2.get(
+            own = mine.get(eng) if label != "teacher" else ct2.get("ctranslate2-int8")
+            own_sl = mine.get(f"{eng}+shortlist") if label != "teacher" else ct2.get(
                 "ctranslate2-int8+shortlist")  # fmt: skip
             cells += [_fmt(own, ",.0f"), _ratio(own, ct2.get("ctranslate2-int8")),
                       _ratio(own_sl, ct2.get("ctranslate2-int8+shortlist"))]  # fmt: skip
@@ -554,6 +597,12 @@ def table(rows_dir: str) -> str:
             r["row"], f"{r['params']:,}", _ratio(tp, r["params"]), f"{size / 1e6:.1f} MB",
             _fmt(r["bleu"], ".2f"), _fmt(r["chrf"], ".2f"), f"{r['bleu'] - t_bleu:+.2f}",
             f"{_fmt(r.get('updates'))} ({_fmt(r.get('best_update'))})", *speeds(r["row"])]) + " |")  # fmt: skip
+        q = r.get("int8")
+        if q:
+            lines.append("| " + " | ".join([
+                f"{r['row']}, {INT8_NAME[q['precision']]}", f"{r['params']:,}", _ratio(tp, r["params"]),
+                f"{q['onnx_size_bytes'] / 1e6:.1f} MB", _fmt(q["bleu"], ".2f"), _fmt(q["chrf"], ".2f"),
+                f"{q['bleu'] - t_bleu:+.2f}", "", *speeds(r["row"], f"onnxruntime-{q['precision']}")]) + " |")  # fmt: skip
     by = {r["row"]: r for r in recs}
     sig = recs[0].get("bleu_signature")
     out = [
@@ -565,7 +614,9 @@ def table(rows_dir: str) -> str:
         + "). Test split, beam 5, "
         f"sacreBLEU `{sig}`, chrF `{recs[0].get('chrf_signature')}`. Size: the ONNX Runtime "
         "export (the fairseq checkpoint where a row has no export). Speed: ONNX Runtime float32 "
-        "of each student against CTranslate2 int8 on the teacher, one thread, beam 5, test "
+        "of each student (an int8 line: its export with ONNX Runtime's dynamic int8 of the maps "
+        "of at least 2^17 weights, made and scored by compress's int8 step) against CTranslate2 "
+        "int8 on the teacher, one thread, beam 5, test "
         "sentences at their natural lengths, every engine in one interleaved run per batch "
         'size; "both shortlist": student and teacher each with the shared vocabulary shortlist.',
         "",
@@ -596,6 +647,8 @@ def table(rows_dir: str) -> str:
     ]
     if spd:
         out += ["", f"Speed: {spd['machine']}, code {spd['code']}."]
+        out += ["", "What the speed runs left out (measure_speed's notes):", ""]
+        out += [f"- {n}" for n in spd.get("notes", [])] or ["- nothing"]
     return "\n".join(out) + "\n"
 
 
@@ -648,7 +701,7 @@ def claims(by: dict, teacher: dict) -> list[str]:
 # -- command line ---------------------------------------------------------------------------
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="converged.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("cmd", choices=["plan", "run", "speed", "table", "record"])
+    p.add_argument("cmd", choices=["plan", "run", "speed", "table", "record", "record-int8"])
     p.add_argument("rows", nargs="*", help="run: these rows only (default: all, in order); "
                    "record: ROW and the save directory of its finished compress run")  # fmt: skip
     p.add_argument("--data-dir", default=os.path.join(CACHE, "data", "results-permissive"),
@@ -682,9 +735,10 @@ def main(argv=None) -> int:
         ):
             if getattr(opts, v) < 1:
                 raise PlanError(f"--{v.replace('_', '-')} must be a positive integer")
-        if opts.cmd == "record":
+        if opts.cmd in ("record", "record-int8"):
             if len(opts.rows) != 2:
-                raise PlanError("record takes ROW and DIR (a finished compress run's --save-dir)")
+                raise PlanError(f"{opts.cmd} takes ROW and DIR (a finished compress run's "
+                                "--save-dir)")  # fmt: skip
             opts.rows, save = opts.rows[:1], opts.rows[1]
         bad = [r for r in opts.rows if r not in ROWS]
         if bad:
@@ -708,6 +762,9 @@ def main(argv=None) -> int:
         elif opts.cmd == "record":
             rec = Plan(opts).record(opts.rows[0], save)
             print(f"{opts.rows[0]}: BLEU {rec['bleu']} chrF {rec['chrf']}")
+        elif opts.cmd == "record-int8":
+            rec = Plan(opts).record_int8(opts.rows[0], save)
+            print(f"{opts.rows[0]}, int8: BLEU {rec['int8']['bleu']} chrF {rec['int8']['chrf']}")
         elif opts.cmd == "speed":
             plan.check(dry=False)
             speed(plan, dry=False)
@@ -735,11 +792,9 @@ def compact(rows_dir: str) -> str:
     """The README's results: a narrow table (and the claims) from the same JSON."""
     recs, spd, teacher = _rows_and_teacher(rows_dir)
 
-    def vs_ct2(label, batch):
+    def vs_ct2(label, batch, eng="onnxruntime"):
         s = (spd or {}).get(batch, {})
-        return _ratio(
-            s.get(label, {}).get("onnxruntime"), s.get("teacher", {}).get("ctranslate2-int8")
-        )
+        return _ratio(s.get(label, {}).get(eng), s.get("teacher", {}).get("ctranslate2-int8"))
 
     lines = ["| model | parameters | BLEU | chrF | vs CTranslate2 int8 on the teacher, batch 1 / 32 |",
              "| --- | ---: | ---: | ---: | ---: |",
@@ -750,6 +805,14 @@ def compact(rows_dir: str) -> str:
             f"{r['bleu']:.2f} ({r['bleu'] - teacher['bleu']:+.2f}) | {r['chrf']:.2f} | "
             f"{vs_ct2(r['row'], 'batch_1')} / {vs_ct2(r['row'], 'batch_32')} |"
         )
+        q = r.get("int8")
+        if q:
+            eng = f"onnxruntime-{q['precision']}"
+            lines.append(
+                f"| {r['row']}, {INT8_NAME[q['precision']]} | {r['params']:,} | "
+                f"{q['bleu']:.2f} ({q['bleu'] - teacher['bleu']:+.2f}) | {q['chrf']:.2f} | "
+                f"{vs_ct2(r['row'], 'batch_1', eng)} / {vs_ct2(r['row'], 'batch_32', eng)} |"
+            )
     by = {r["row"]: r for r in recs}
     done = [c for c in claims(by, teacher) if "not measured yet" not in c]
     todo = [r for r in ROWS if r not in by]
