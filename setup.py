@@ -42,20 +42,27 @@ setup(
         "sacremoses>=0.1",
         "subword-nmt>=0.3.8",
         "tensorly>=0.8",
-        # deployment: CTranslate2 export and side-by-side speed (lightcompress.deploy)
-        "ctranslate2==4.8.5",
+        # deployment: the ONNX export and its runtime (CTranslate2 is the [ct2] extra)
         "onnx==1.23.2",
         "onnxruntime==1.32.0",
     ],
-    # What only the plots, the summarization recipe's ROUGE and the project's own experiments
-    # need; `make` installs all of it (requirements/lock.txt). pip install "lightcompress[plots]"
+    # What only the plots, the summarization recipe's ROUGE, the CTranslate2 comparison and the
+    # project's own experiments need; `make` installs all of it (requirements/lock.txt).
+    # pip install "lightcompress[plots]"
     extras_require={
         # lightcompress-compress's report.png (left out, with a note, without matplotlib) and
         # scripts/plot_*.py; adjustText: readable point labels in scripts/plot_frontier.py
         "plots": ["matplotlib>=3.5", "adjustText>=1.0"],
         # examples/summarization/lightformer/score_rouge.py
         "rouge": ["rouge-score>=0.1.2"],
-        "all": ["matplotlib>=3.5", "adjustText>=1.0", "rouge-score>=0.1.2"],
+        # CTranslate2: lightcompress-export-ct2 and measure_speed --ct2 (without it: refused
+        # with one line / no CTranslate2 rows, with a note); lightcompress-compress's teacher
+        # on CTranslate2 int8
+        "ct2": ["ctranslate2==4.8.5"],
+        # the project's own experiments (bench/, examples/translation/results/): the
+        # CTranslate2 comparison and the plots
+        "bench": ["ctranslate2==4.8.5", "matplotlib>=3.5", "adjustText>=1.0"],
+        "all": ["matplotlib>=3.5", "adjustText>=1.0", "rouge-score>=0.1.2", "ctranslate2==4.8.5"],
     },
     entry_points={
         "console_scripts": [

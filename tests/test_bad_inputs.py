@@ -332,7 +332,7 @@ def test_an_edited_onnx_export_is_refused_with_one_line(tmp_path, edit):
 def test_every_script_with_a_shebang_is_executable():
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     found, not_executable = 0, []
-    for top in ("examples", "scripts"):
+    for top in ("examples", "scripts", "bench"):
         for root, _, files in os.walk(os.path.join(repo, top)):
             for name in files:
                 path = os.path.join(root, name)

@@ -1115,21 +1115,3 @@ def test_measure_speed_times_onnx_exports_with_fairseqs_bleu_size_and_memory(toy
     # the ONNX process (numpy + onnxruntime through the export's translate.py) holds no torch
     assert onnx["peak_rss_kib"] >= onnx["baseline_rss_kib"] > 0
     assert onnx["baseline_rss_kib"] < ref["baseline_rss_kib"] / 2
-
-
-def test_ct2_beam_agreement_script_accounts_for_every_sentence(toy, tmp_path, capsys):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "ct2_beam_agreement", os.path.join(REPO_ROOT, "scripts", "ct2_beam_agreement.py")
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    out = tmp_path / "agree.json"
-    assert mod.main(["--path", toy["teacher"], "--data", toy["data"], "--num-sentences", "12",
-                     "--json", str(out)]) == 0  # fmt: skip
-    r = json.loads(out.read_text())
-    assert r["identical"] + r["ct2_lower"] + r["ct2_higher"] == r["sentences"] == 12
-    assert r["identical"] >= 6 and r["largest_gap_lower"] >= 0
-    assert "identical" in capsys.readouterr().out
-    assert mod.main(["--path", toy["teacher"], "--data", toy["data"], "--beam", "0"]) == 2

@@ -26,6 +26,9 @@ that ``translate_batch(..., use_vmap=True)`` scores only a batch's candidates, a
 user would deploy it: the comparison with the ONNX export's shortlist is then like for like.
 
 The output directory is written atomically (a complete model or nothing).
+
+CTranslate2 is an extra (``pip install 'lightcompress[ct2]'``; ``make`` installs it): without
+it, an export is refused with one line saying so (:data:`NOT_INSTALLED`).
 """
 
 from __future__ import annotations
@@ -44,8 +47,10 @@ from lightcompress import cli
 from lightcompress.errors import LightcompressError
 
 __all__ = [
+    "NOT_INSTALLED",
     "ExportError",
     "cli_main",
+    "ctranslate2_missing",
     "dense_export_error",
     "export_ctranslate2",
     "export_model",
@@ -58,6 +63,20 @@ QUANTIZATIONS = ("float32", "int8", "int8_float32", "int16")
 
 class ExportError(LightcompressError, ValueError):
     """A checkpoint that cannot be exported (one line for the user)."""
+
+
+# CTranslate2 is an extra (``pip install 'lightcompress[ct2]'``; ``make`` installs it): this
+# module imports it only where it converts or scores a model
+NOT_INSTALLED = "ctranslate2 is not installed (pip install 'lightcompress[ct2]')"
+
+
+def ctranslate2_missing() -> str | None:
+    """``None`` when ``ctranslate2`` imports, else :data:`NOT_INSTALLED` (one line)."""
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        return NOT_INSTALLED
+    return None
 
 
 class _ShortlistError(ExportError):
@@ -225,6 +244,9 @@ def export_ctranslate2(
     import lightcompress  # noqa: F401  (plugin architectures; fairseq checkpoints load)
     from lightcompress.checkpoint import CheckpointError, load_checkpoint
 
+    missing = ctranslate2_missing()  # (before anything is checked or loaded)
+    if missing:
+        raise ExportError(missing)
     if quantization is not None and quantization not in QUANTIZATIONS:
         raise ExportError(
             f"quantization must be one of {', '.join(QUANTIZATIONS)}, got {quantization!r}"
@@ -270,6 +292,9 @@ def export_model(model, task, model_args, output_dir: str, quantization: str | N
     from lightcompress.errors import one_line
     from lightcompress.io import atomic_directory
 
+    missing = ctranslate2_missing()
+    if missing:
+        raise ExportError(missing)
     spec_args = _model_namespace(model_args)
     arch = getattr(spec_args, "arch", None) or getattr(spec_args, "_name", None) or "?"
     message = dense_export_error(model, arch)

@@ -214,9 +214,14 @@ def with_ct2(
     is exported with int8 weights); with ``shortlist``, each also exported with it as
     CTranslate2's vocabulary map and run with ``use_vmap`` (after the one without). Returns the
     new candidates and one note per model that could not be exported (a compressed one:
-    CTranslate2 would have to store it dense)."""
-    from lightcompress.deploy.ct2 import ExportError, export_model
+    CTranslate2 would have to store it dense). Without ctranslate2 (the ``[ct2]`` extra): no
+    candidates and one note saying so."""
+    from lightcompress.deploy.ct2 import ExportError, ctranslate2_missing, export_model
     from lightcompress.measure.engines import CT2Runner
+
+    missing = ctranslate2_missing()
+    if missing:
+        return [], [f"{missing}: no CTranslate2 rows"]
 
     def exports(sl):
         def export(c, target, precision):

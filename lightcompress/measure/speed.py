@@ -44,7 +44,8 @@ decoder step over the model's own, compressed modules). ``--ct2`` exports every 
 plugin architectures; :mod:`lightcompress.deploy.ct2`) to CTranslate2 and times it in float32
 and int8 (int8 weights on disk, CTranslate2's int8 GEMMs) next to the fairseq rows, on the same
 sentences with the same beam, length penalty and output lengths (:mod:`lightcompress.measure.engines`);
-compressed models get a ``note:`` line instead (CTranslate2 would store them dense). ``Size`` is
+compressed models get a ``note:`` line instead (CTranslate2 would store them dense), and so does
+the run without ctranslate2 installed (the ``[ct2]`` extra: no CTranslate2 rows). ``Size`` is
 the model's weights as stored (fairseq: ``torch.save(state_dict())``, shared tensors once;
 CTranslate2: its model directory). ``--memory`` adds the peak resident memory of a fresh process
 per model that imports only its engine, loads the model and translates the timing sentences once
@@ -276,7 +277,8 @@ def _arg_parser() -> argparse.ArgumentParser:
         "--ct2",
         action="store_true",
         help="also time CTranslate2 exports (float32 and int8) of every dense model "
-        "(lightcompress.deploy.ct2); compressed models are listed as not exportable",
+        "(lightcompress.deploy.ct2; needs ctranslate2, the [ct2] extra); compressed models are "
+        "listed as not exportable",
     )
     e.add_argument(
         "--fast",

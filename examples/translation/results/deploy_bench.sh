@@ -11,7 +11,8 @@
 #
 # Writes OUT/deploy-b1.json and OUT/deploy-b32.json (measure_speed --json; the two runs go side
 # by side, one core each), then OUT/deploy-b32-sorted.json (batch 32, batches longest first,
-# alone), and copies them to ROWS_DIR. Settings (environment): SAVE_ROOT (the
+# alone), and copies them to ROWS_DIR (their report: python bench/deploy_report.py
+# ROWS_DIR/deploy-b1.json ROWS_DIR/deploy-b32.json). Settings (environment): SAVE_ROOT (the
 # models, default ~/.cache/lightcompress/remeasure), DATA_DIR (the plan's corpus), OUT (default
 # ~/.cache/lightcompress/deploy-bench), ROWS_DIR (default: the committed rows), B1_SENTENCES
 # (150), B32_SENTENCES (640), RUNS (3), SEQUENTIAL=1 (batch 1, then batch 32, each alone on

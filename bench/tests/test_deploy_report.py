@@ -1,4 +1,4 @@
-"""scripts/deploy_report.py: the deployment benchmark's table, the engine's and compression's
+"""bench/deploy_report.py: the deployment benchmark's table, the engine's and compression's
 shares and the goal, from two measure_speed --json runs (synthetic figures)."""
 
 import importlib.util
@@ -9,7 +9,7 @@ import pytest
 from harness import REPO_ROOT
 
 spec = importlib.util.spec_from_file_location(
-    "deploy_report", os.path.join(REPO_ROOT, "scripts", "deploy_report.py")
+    "deploy_report", os.path.join(REPO_ROOT, "bench", "deploy_report.py")
 )
 report = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(report)

@@ -2,7 +2,7 @@
 """How often CTranslate2's beam search picks another translation than fairseq's, and by how much
 fairseq's own score of the two differs.
 
-    python scripts/ct2_beam_agreement.py --path teacher.pt --data DATA_BIN [--subset test]
+    python bench/ct2_beam_agreement.py --path teacher.pt --data DATA_BIN [--subset test]
         [--num-sentences 200] [--beam 5] [--lenpen 1.0] [--max-len-a 1.2 --max-len-b 10]
 
 The model is exported to CTranslate2 (float32, into a temporary directory, checked by the

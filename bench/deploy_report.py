@@ -2,7 +2,7 @@
 """The deployment benchmark's report (``examples/translation/results/deploy_bench.sh``): one
 Markdown table from its batch-1 and batch-32 ``measure_speed --json`` runs, and what it says.
 
-    python scripts/deploy_report.py deploy-b1.json deploy-b32.json [--out report.md]
+    python bench/deploy_report.py deploy-b1.json deploy-b32.json [--out report.md]
 
 Rows: model x engine (``+shortlist``: the vocabulary shortlist; ``+text``: raw text to raw text,
 sentencepiece in the timed path) x precision, with size on disk, peak memory, BLEU (from the run
