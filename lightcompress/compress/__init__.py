@@ -3,7 +3,7 @@ fine-tuned, exported and measured student in one command.
 
 The command is the top layer of the package: it runs the steps that must survive on their own
 as subprocesses (``lightcompress-convert``, ``lightcompress-export-onnx``, ``fairseq-train``,
-``fairseq-generate``, ``scripts/measure_speed.sh``, ``scripts/distill_data.sh``), counts
+``fairseq-generate``, ``measure_speed``, ``lightcompress.kd.distill``), counts
 parameters with the function of ``lightcompress-params``
 (:func:`lightcompress.measure.params.checkpoint_report`) and reads checkpoints with
 ``torch.load(weights_only=True)``; nothing in the package imports it.

@@ -6,10 +6,10 @@ exported to ONNX Runtime and measured beside its teacher, in one resumable comma
     lightcompress-compress ... --method smartformer --rank 32 --dry-run   # print the commands
 
 Steps (each skipped when its outputs exist; rerun the same command after a stop): transfer
-(``lightcompress-convert``), optional KD data (``--kd``: ``scripts/distill_data.sh``),
+(``lightcompress-convert``), optional KD data (``--kd``: ``python -m lightcompress.kd.distill``),
 fine-tuning (``fairseq-train --finetune-from-model``; DA-WID: its own training, then
 ``lightcompress-convert dawid-fuse``), ONNX Runtime export (``lightcompress-export-onnx``), test
-translations of teacher and student (``fairseq-generate``), speed (``scripts/measure_speed.sh``:
+translations of teacher and student (``fairseq-generate``), speed (``measure_speed``:
 fairseq and ONNX Runtime, CTranslate2 on the dense teacher) and the report (``report.md``,
 ``report.png``, ``report.json``). Everything is checked, and a teacher the method cannot take
 refused, before anything is written. See docs/compress.md.
@@ -146,7 +146,7 @@ def get_parser() -> argparse.ArgumentParser:
     f = p.add_argument_group("fine-tuning (fairseq-train)")
     f.add_argument("--kd", action=argparse.BooleanOptionalAction, default=None,
                    help="fine-tune on the teacher's translation of the training set as well "
-                   "(sequence-level KD, scripts/distill_data.sh; default: on for lightformer "
+                   "(sequence-level KD, lightcompress.kd.distill; default: on for lightformer "
                    "and hypoformer, where it was measured to help, off for smartformer and "
                    "dawid, whose training distils from the teacher itself)")  # fmt: skip
     f.add_argument("--search-ranks", metavar="R,R,...",
@@ -174,7 +174,7 @@ def get_parser() -> argparse.ArgumentParser:
                    "maps of at least 2^17 weights, e.g. the output projection, the default; all: "
                    "every map; none: no int8 export), translate the test split with it and time "
                    "it: the report shows its BLEU and speed beside the float32 export's")  # fmt: skip
-    s = p.add_argument_group("speed (scripts/measure_speed.sh)")
+    s = p.add_argument_group("speed (measure_speed: python -m lightcompress.measure.speed)")
     s.add_argument("--speed-sentences", type=_positive(int, "--speed-sentences"), default=20)
     s.add_argument("--speed-runs", type=_positive(int, "--speed-runs"), default=3)
     p.add_argument("--dry-run", action="store_true",
@@ -182,20 +182,10 @@ def get_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _script(name: str, module_call: str) -> list[str]:
-    """``scripts/NAME`` of this checkout, or the same entry point through python."""
-    import lightcompress
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(lightcompress.__file__)))
-    path = os.path.join(root, "scripts", name)
-    if os.path.isfile(path):
-        return ["bash", path]
-    return [sys.executable, "-c", module_call]
-
-
-MEASURE = ("import logging, sys; logging.disable(logging.WARNING); sys.argv[0] = 'measure_speed'; "
-           "from lightcompress.measure.speed import cli_main; cli_main()")  # fmt: skip
-DISTILL = "import sys; from lightcompress.kd.distill import cli_main; sys.exit(cli_main())"
+def _module(name: str) -> list[str]:
+    """A command of the installed package, run by compress's own interpreter (``python -m``):
+    the package compress itself runs, never a checkout's ``scripts/`` found by path."""
+    return [sys.executable, "-m", name]
 
 
 def build_plan(opts, extra: list[str], log=print):
@@ -327,7 +317,7 @@ def build_plan(opts, extra: list[str], log=print):
     if kd:
         kd = os.path.join(save, "kd-bin")
         steps.append(Step("kd-data", "the teacher translates the training set (KD data)", [
-            _script("distill_data.sh", DISTILL) + [B, "--path", T, "--out-dir", kd, "--user-dir", user_dir,
+            _module("lightcompress.kd.distill") + [B, "--path", T, "--out-dir", kd, "--user-dir", user_dir,
                                                    "--beam", str(opts.beam), "--max-tokens", str(opts.max_tokens),
                                                    "--num-shards", "0", "--generate-args",
                                                    "--max-len-a 1.2 --max-len-b 10", *device]],
@@ -401,7 +391,7 @@ def build_plan(opts, extra: list[str], log=print):
     src_len = max(1, round(data.mean_source_length("test")))
     speed = ["--data", B, "--num-sentences", str(opts.speed_sentences), "--src-len", str(src_len),
              "--runs", str(opts.speed_runs), "--threads", "1", "--beam", str(opts.beam), *lengths, "--quiet"]  # fmt: skip
-    measure = _script("measure_speed.sh", MEASURE)
+    measure = _module("lightcompress.measure.speed")
     speed_json = os.path.join(save, "speed.json")
     int8_speed = {"large": ["--int8-large"], "all": ["--compare-int8"], "none": []}[opts.int8]
     # every engine in one interleaved run (a disturbance then slows all of them, not one), the
@@ -409,7 +399,8 @@ def build_plan(opts, extra: list[str], log=print):
     steps.append(Step("speed", "tokens/s of teacher and student (fairseq, ONNX Runtime) and "
                       "CTranslate2 on the dense teacher, interleaved", [
         measure + ["--path", f"teacher={T},student={student}", "--onnx", "--ct2", *int8_speed,
-                   *speed, "--json", speed_json]], outputs=[speed_json]))  # fmt: skip
+                   *speed, "--json", speed_json]], outputs=[speed_json],
+        env={k: os.environ.get(k, "1") for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}))  # fmt: skip
     report = [os.path.join(save, f"report.{ext}") for ext in ("md", "png", "json")]
     steps.append(Step("report", "the report (markdown, PNG, JSON)", outputs=report))
     commands = [render(c) for st in steps for c in st.commands]
@@ -437,7 +428,7 @@ def build_plan(opts, extra: list[str], log=print):
         "beam": opts.beam,
         "post_process": post or "none",
         "references": os.path.abspath(opts.ref) if opts.ref else "fairseq's post-processed targets",
-        "speed": f"scripts/measure_speed.sh: {opts.speed_sentences} test sentences of about {src_len} "
+        "speed": f"measure_speed: {opts.speed_sentences} test sentences of about {src_len} "
         f"tokens, batch 1, one thread, beam {opts.beam}, every engine in one run, interleaved, the "
         f"best of {opts.speed_runs} runs; outputs capped at 1.2 x source + 10 tokens (as for BLEU)",
         "notes": notes,
@@ -492,9 +483,9 @@ def main(argv=None) -> int:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1 :]
     opts = get_parser().parse_args(argv)
-    # the scripts it runs (measure_speed.sh, distill_data.sh) use this interpreter, the one
-    # with torch, not the checkout's .venv or python3 (found: a clone without .venv ran the
-    # speed step with the system python3 and failed)
+    # its commands run with this interpreter (python -m lightcompress...), the one with torch,
+    # and so does any script they start through $PYTHON (found: a clone without .venv once ran
+    # the speed step with the system python3 and failed)
     os.environ.setdefault("PYTHON", sys.executable)
     say = lambda msg: print(f"[compress] {msg}", flush=True)
     try:

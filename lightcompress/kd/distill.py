@@ -531,3 +531,9 @@ def cli_main(argv=None) -> int:
     """``scripts/distill_data.py``: :func:`main`'s exit status, a :class:`DistillError` as one
     line (status 2 for a bad argument, 1 for a run that cannot go on)."""
     return cli.run(main, argv, "distill_data")
+
+
+if __name__ == "__main__":  # python -m lightcompress.kd.distill (lightcompress-compress's KD step)
+    import sys
+
+    sys.exit(cli_main())
