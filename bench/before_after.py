@@ -118,8 +118,8 @@ def compare(before: str, after: str, out: str, families: list[str], updates: int
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| family | sentences (distinct outputs) | float32 export: same lines | PyTorch path: same "
-             "lines | PyTorch = export (after) | int8 agreement before / after | int8: same lines |",
+    lines = [("| family | sentences (distinct outputs) | float32 export: same lines | PyTorch path: "
+              "same lines | PyTorch = export (after) | int8 agreement before / after | int8: same lines |"),
              "| --- | ---: | --- | --- | --- | ---: | --- |"]  # fmt: skip
     for r in rows:
         lines.append(
