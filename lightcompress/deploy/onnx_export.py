@@ -28,12 +28,12 @@ translates with (numpy, onnxruntime and, for raw text, sentencepiece; no torch, 
   subword tokens (``translate.py --tokenized``) and refuses raw text.
 
 The graphs are traced from the model's own modules (``q_proj(x)``, ``fc1(x)``, the output
-projection...), so every compressed family whose decoder the lean step of
-:class:`~lightcompress.deploy.generator.FastGenerator` computes exports: fairseq's Transformer,
-LightFormer (low-rank maps and table, tied factorized output projection, shared layers, Admin),
-Hypoformer (fused HTT Q/K/V), Smartformer (CP Q/K/V), Subformer (SAFE block without
-cross-attention, sandwich projections, query-projected cross-attention, output reduction). A
-decoder with other layers is refused with one line. The export is checked before anything
+projection...; :mod:`lightcompress.deploy.onnx_graphs`, the modules that the PyTorch backend,
+:class:`~lightcompress.deploy.generator.FastGenerator`, runs eagerly), so these families export:
+fairseq's Transformer, LightFormer (low-rank maps and table, tied factorized output projection,
+shared layers, Admin), Hypoformer (fused HTT Q/K/V), Smartformer (CP Q/K/V), Subformer (SAFE
+block without cross-attention, sandwich projections, query-projected cross-attention, output
+reduction), DA-WID's fused layers. A decoder with other layers is refused with one line. The export is checked before anything
 is written: the float32 graphs must reproduce the model's encoder outputs and log-probabilities
 on a probe batch (to 1e-3); an int8 export records how far int8 moved them
 (``config.json``: ``int8_error``, relative) and the command prints it. Then the export is run
@@ -87,6 +87,7 @@ from lightcompress.deploy.onnx_graphs import (  # (ExportError re-exported: its 
     encoder_module,
     export_error,
     layer_layout,
+    lean_encoder_error,  # noqa: F401  (imported from here too)
     probe_batch,
 )
 from lightcompress.deploy.onnx_tools import (

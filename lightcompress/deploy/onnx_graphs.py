@@ -1,8 +1,9 @@
 """The encoder (mask and cross-attention keys and values) and the one beam-search step of the
-decoder, over the model's own modules (factorized maps regrouped), and the check of what they
-compute: the modules that :mod:`lightcompress.deploy.onnx_export` traces into the ONNX graphs
-and that the PyTorch backend (:class:`~lightcompress.deploy.generator.TorchStep`) runs eagerly,
-with the same inputs.
+decoder, over the model's own modules (factorized maps regrouped): the modules that
+:mod:`lightcompress.deploy.onnx_export` traces into the ONNX graphs and that the PyTorch backend
+(:class:`~lightcompress.deploy.generator.TorchStep`) runs eagerly, with the same inputs. The
+checks of what they compute (:func:`export_error`, :func:`lean_encoder_error`) live in
+:mod:`lightcompress.deploy.step`.
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ from lightcompress.deploy.onnx_dawid import (
     PaddedKeysValues,
     PaddedMaps,
     encoder_layer,
-    fused_error,
     step_layer,
     traced_keys_values,
 )
 from lightcompress.deploy.onnx_dawid import is_fused as _fused
 from lightcompress.deploy.onnx_dawid import is_fused_encoder as _fused_encoder
-from lightcompress.deploy.step import layer_step, lean_step_supported
+from lightcompress.deploy.step import (  # (the checks: imported from here too)
+    export_error,
+    layer_step,
+    lean_encoder_error,
+)
 from lightcompress.deploy.tt_graph import fused_qkv, fused_qkv_step
 from lightcompress.errors import LightcompressError
 
@@ -563,70 +567,8 @@ def encoder_module(model, probe: Tensor) -> _Encoder:
     return encoder
 
 
-def lean_encoder_error(model) -> str | None:
-    """``None`` when :class:`_Encoder`'s lean layers compute ``model``'s encoder (fairseq's
-    Transformer encoder and encoder layers, the plugin's compressed ones), else why not."""
-    from fairseq.models.transformer import TransformerEncoderBase
-    from fairseq.modules import MultiheadAttention
-    from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
-
-    from lightcompress.models.compressed import CompressedEncoderLayer
-
-    enc = model.encoder
-    if not isinstance(enc, TransformerEncoderBase):
-        return f"{type(enc).__name__} is not fairseq's Transformer encoder"
-    for name in ("forward", "forward_scriptable"):
-        if getattr(type(enc), name) is not getattr(TransformerEncoderBase, name):
-            return f"{type(enc).__name__} has its own {name}"
-    for i, layer in enumerate(enc.layers):
-        if _fused_encoder(layer):  # (DA-WID: _Encoder._fused_layer)
-            continue
-        if type(layer).forward not in (TransformerEncoderLayerBase.forward,
-                                       CompressedEncoderLayer.forward):  # fmt: skip
-            return f"encoder.layers.{i}: {type(layer).__name__} has its own forward"
-        a = layer.self_attn
-        if type(a).forward is not MultiheadAttention.forward:
-            return f"encoder.layers.{i}: {type(a).__name__} has its own forward"
-        if a.bias_k is not None or a.add_zero_attn or a.head_dim * a.num_heads != a.embed_dim:
-            return f"encoder.layers.{i}: attention bias_k / zero attention / uneven heads"
-        if getattr(a, "use_xformers", False):
-            return f"encoder.layers.{i}: xformers attention"
-    return None
-
-
-# --------------------------------------------------------------------------------------------
-# checks
-# --------------------------------------------------------------------------------------------
-
-
 def _inner_attention(attn):
     """fairseq's attention inside Subformer's :class:`QueryProjectedAttention` (or ``attn``)."""
     from lightcompress.modules.safe import QueryProjectedAttention
 
     return attn.attention if isinstance(attn, QueryProjectedAttention) else attn
-
-
-def export_error(model) -> str | None:
-    """``None`` when the model exports, else why not (one line)."""
-    from lightcompress.models.subformer import SubformerDecoderLayer
-
-    layers = getattr(getattr(model, "decoder", None), "layers", None)
-    if layers and any(_fused(layer) for layer in layers):  # DA-WID's fused layers
-        why = fused_error(model)
-        if why is not None:
-            return why
-    else:
-        why = lean_step_supported(model, extra_forwards=(SubformerDecoderLayer.forward,))
-        if why is not None:
-            return why
-        for i, layer in enumerate(model.decoder.layers):
-            if layer.self_attn.head_dim * layer.self_attn.num_heads != layer.self_attn.embed_dim:
-                return f"decoder.layers.{i}: heads do not split the width"
-    enc = getattr(model, "encoder", None)
-    if enc is None or not hasattr(enc, "padding_idx"):
-        return "its encoder is not fairseq's Transformer encoder"
-    try:
-        _position_kind(model.decoder)
-    except ExportError as exc:
-        return str(exc)
-    return None
