@@ -33,14 +33,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lightcompress.deploy.step import decoder_error, layer_step, lean_step_supported
+from lightcompress.deploy.step import (  # (importable from here too: their old home)
+    decoder_error,
+    export_error,
+    layer_step,
+    lean_step_supported,
+)
 from lightcompress.runtime.search import BeamSearch, SearchError
 
 __all__ = [
     "FastGenerator",
     "TorchStep",
     "beamable_attention",
-    "decoder_error",  # (their home: lightcompress.deploy.step)
+    "decoder_error",
     "layer_step",
     "lean_step_supported",
 ]
@@ -112,8 +117,6 @@ class TorchStep:
     """
 
     def __init__(self, model, tgt_dict, shortlist=None):
-        from lightcompress.deploy.onnx_graphs import export_error
-
         self.model = model
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
         self.vocab_size = len(tgt_dict)
