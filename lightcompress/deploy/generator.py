@@ -13,13 +13,14 @@ traced graphs (:class:`~lightcompress.runtime.onnx_step.OnnxStep`):
   bias and returns each hypothesis' ``k`` best next tokens;
 - with a shortlist, ``_OutputRows``: the candidates' output rows, once per batch.
 
-So a family is taught to one step: what the export computes is what the PyTorch backend
-computes (the model's own modules, factorized maps regrouped but never densified), to float
-rounding of fairseq's (the equality tests against fairseq's generator hold to 1e-5). A decoder
-the step does not compute (Subformer's SAFE / sandwich layers, DA-WID's fused layers, options
-such as ``--scale-attn``; :func:`~lightcompress.deploy.step.lean_step_supported`,
-:func:`~lightcompress.deploy.onnx_graphs.export_error`) runs fairseq's own decoder with its
-incremental state under the same search (:attr:`FastGenerator.lean` is ``False``).
+So a family is taught to one step: every model the export takes (fairseq's Transformer, the
+plugin's compressed families, Subformer, DA-WID's fused layers) runs in PyTorch what its export
+computes (the model's own modules, factorized maps regrouped, never densified), to float
+rounding of fairseq's (the equality tests against fairseq's generator hold to 1e-5). A model the
+export refuses (:func:`~lightcompress.deploy.step.export_error`: cross self-attention, options
+such as ``--scale-attn``, a layer with its own ``forward``...) runs fairseq's own decoder with
+its incremental state under the same search (:attr:`FastGenerator.lean` is ``False``,
+:attr:`FastGenerator.why_not_lean` says why).
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class TorchStep:
         self.vocab_size = len(tgt_dict)
         self.max_positions = model.max_decoder_positions()
         self.shortlist = shortlist
-        self.why_not_lean = lean_step_supported(model) or export_error(model)
+        self.why_not_lean = export_error(model)  # (None: the export's step computes it)
         self.lean = self.why_not_lean is None
         self._fairseq = None if self.lean else _FairseqStep(model, self.vocab_size, shortlist)
         if self.lean:
@@ -224,8 +225,8 @@ class TorchStep:
 
 
 class _FairseqStep:
-    """The step of a decoder :class:`TorchStep` does not compute: fairseq's own encoder and
-    decoder, with its incremental state (and a shortlist's output rows, once per batch)."""
+    """The step of a model the export refuses: fairseq's own encoder and decoder, with its
+    incremental state (and a shortlist's output rows, once per batch)."""
 
     def __init__(self, model, vocab_size: int, shortlist=None):
         self.model, self.vocab_size, self.shortlist = model, vocab_size, shortlist
