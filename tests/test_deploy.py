@@ -347,7 +347,7 @@ FAMILIES = {
     # CP-factorized Q/K/V (CPLinear)
     "smartformer": ("smartformer_iwslt_de_en", T32 + ["--encoder-layers", "2",
                     "--decoder-layers", "2", "--sm-rank", "4"]),
-    # SAFE + sandwich layers: fairseq's own decoder under the lean search
+    # SAFE + sandwich layers (query-projected cross-attention)
     "subformer": ("subformer", T32 + ["--safe-dim", "16", "--safe-heads", "2",
                   "--encoder-layers", "4", "--decoder-layers", "4"]),
 }  # fmt: skip
@@ -378,6 +378,11 @@ FAMILIES_ONNX = dict(FAMILIES, transformer_no_pos=(
                                              "--subformer-sandwich-ffn-dim", "96"]))  # fmt: skip
 
 
+# a decoder the export refuses (cross self-attention): fairseq's own decoder under the search
+FALLBACK_FAMILIES = {"cross_self_attention": (
+    "transformer", FAMILIES["transformer"][1] + ["--cross-self-attention"])}  # fmt: skip
+
+
 def _batches(sentences, size, pad=1):
     from lightcompress.deploy.torch_translator import left_pad_batches
 
@@ -403,17 +408,18 @@ class _EosBias(torch.nn.Module):
 EOS_BIAS = 2.0  # logit spreads: every family then ends hypotheses at several different steps
 
 
-@pytest.mark.parametrize("family", ONNX_FAMILIES)
+@pytest.mark.parametrize("family", ONNX_FAMILIES + list(FALLBACK_FAMILIES))
 def test_fast_path_gives_fairseqs_hypotheses_and_scores_on_every_family(family):
     """The PyTorch backend of the one search (the ONNX export's: its test below) gives fairseq's
-    hypotheses and scores on every family the export takes."""
+    hypotheses and scores on every family the export takes (the export's step, run eagerly),
+    and on a decoder it refuses (fairseq's own decoder)."""
     from fairseq.sequence_generator import SequenceGenerator
 
     from lightcompress.build import dictionary_of_size
     from lightcompress.deploy.generator import FastGenerator
     from lightcompress.measure.params import build_random_model
 
-    arch, flags = FAMILIES_ONNX[family]
+    arch, flags = {**FAMILIES_ONNX, **FALLBACK_FAMILIES}[family]
     torch.manual_seed(0)
     vocab = 40
     model = build_random_model(arch, vocab, flags, True).eval()
@@ -432,7 +438,7 @@ def test_fast_path_gives_fairseqs_hypotheses_and_scores_on_every_family(family):
     for beam in (1, 5):
         settings = {"beam_size": beam, "max_len_a": 1.0, "max_len_b": 3}
         fast = FastGenerator(model, d, **settings)
-        assert fast.lean == (not family.startswith("subformer")), fast.why_not_lean
+        assert fast.lean == (family not in FALLBACK_FAMILIES), fast.why_not_lean
         fairseq = SequenceGenerator([model], d, **settings)
         for _idx, src, src_lengths in _batches(sentences, 3):  # padded batches that shrink
             with torch.inference_mode():
@@ -448,12 +454,13 @@ def test_fast_path_gives_fairseqs_hypotheses_and_scores_on_every_family(family):
     assert len(lengths) > 2  # hypotheses finished at different steps (EOS before the limit)
 
 
-@pytest.mark.parametrize("family", ["transformer", "subformer"])
+@pytest.mark.parametrize("family", ["transformer", "subformer", "cross_self_attention"])
 def test_fast_path_leaves_the_model_as_it_found_it(family):
     """fairseq's beamable attention, which the search turns on, is off again afterwards: a
     teacher-forced forward of a batch that divides by the beam (it once attended to every
     beam-th sentence's source) and fairseq's search at another beam size (a shape error) give
-    what they gave before. The subformer runs fairseq's own decoder in the search."""
+    what they gave before. The model with cross self-attention runs fairseq's own decoder in the
+    search."""
     from fairseq.modules.multihead_attention import MultiheadAttention
     from fairseq.sequence_generator import SequenceGenerator
 
@@ -461,7 +468,7 @@ def test_fast_path_leaves_the_model_as_it_found_it(family):
     from lightcompress.deploy.generator import FastGenerator
     from lightcompress.measure.params import build_random_model
 
-    arch, flags = FAMILIES[family]
+    arch, flags = {**FAMILIES, **FALLBACK_FAMILIES}[family]
     torch.manual_seed(0)
     vocab = 40
     model = build_random_model(arch, vocab, flags, True).eval()
@@ -485,7 +492,7 @@ def test_fast_path_leaves_the_model_as_it_found_it(family):
     sizes = beam_sizes()
     assert sizes and set(sizes) == {1}
     fast = FastGenerator(model, d, beam_size=5, max_len_a=1.0, max_len_b=3)
-    assert fast.lean == (family != "subformer")
+    assert fast.lean == (family not in FALLBACK_FAMILIES)
     fast.generate(src[:4], lengths[:4])
     assert beam_sizes() == sizes
     after = forward_and_search()

@@ -4,8 +4,8 @@
   on the fast path) and ``lightcompress-translate`` (its old name,
   ``lightcompress.deploy.translate``, still imports);
 - :mod:`lightcompress.deploy.generator`: :class:`FastGenerator`, the one beam search
-  (:mod:`lightcompress.runtime.search`, fairseq's results) over a lean decoder step in PyTorch
-  that keeps the compressed weights as they are;
+  (:mod:`lightcompress.runtime.search`, fairseq's results) over the ONNX export's decoder step
+  run eagerly in PyTorch, which keeps the compressed weights as they are;
 - :mod:`lightcompress.deploy.ct2`: export of dense fairseq Transformers (teachers, dense
   baselines, dense plugin architectures) to CTranslate2 (``lightcompress-export-ct2``);
 - :mod:`lightcompress.deploy.onnx_export`: export of the Transformer, LightFormer, Hypoformer,

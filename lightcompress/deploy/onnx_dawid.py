@@ -202,7 +202,7 @@ def fused_error(model) -> str | None:
     Transformer decoder around fused layers of a self-attention, a cross-attention and an FFN
     block (any of them pruned to its residual; a head without query/key width attends
     uniformly)."""
-    from lightcompress.deploy.generator import decoder_error
+    from lightcompress.deploy.step import decoder_error
 
     dec = model.decoder
     why = decoder_error(dec)

@@ -28,12 +28,12 @@ translates with (numpy, onnxruntime and, for raw text, sentencepiece; no torch, 
   subword tokens (``translate.py --tokenized``) and refuses raw text.
 
 The graphs are traced from the model's own modules (``q_proj(x)``, ``fc1(x)``, the output
-projection...), so every compressed family whose decoder the lean step of
-:class:`~lightcompress.deploy.generator.FastGenerator` computes exports: fairseq's Transformer,
-LightFormer (low-rank maps and table, tied factorized output projection, shared layers, Admin),
-Hypoformer (fused HTT Q/K/V), Smartformer (CP Q/K/V), Subformer (SAFE block without
-cross-attention, sandwich projections, query-projected cross-attention, output reduction). A
-decoder with other layers is refused with one line. The export is checked before anything
+projection...; :mod:`lightcompress.deploy.onnx_graphs`, the modules that the PyTorch backend,
+:class:`~lightcompress.deploy.generator.FastGenerator`, runs eagerly), so these families export:
+fairseq's Transformer, LightFormer (low-rank maps and table, tied factorized output projection,
+shared layers, Admin), Hypoformer (fused HTT Q/K/V), Smartformer (CP Q/K/V), Subformer (SAFE
+block without cross-attention, sandwich projections, query-projected cross-attention, output
+reduction), DA-WID's fused layers. A decoder with other layers is refused with one line. The export is checked before anything
 is written: the float32 graphs must reproduce the model's encoder outputs and log-probabilities
 on a probe batch (to 1e-3); an int8 export records how far int8 moved them
 (``config.json``: ``int8_error``, relative) and the command prints it. Then the export is run
@@ -78,20 +78,20 @@ from lightcompress import cli
 from lightcompress.deploy.onnx_graphs import (  # (ExportError re-exported: its old home)
     ExportError,
     _DecoderStep,
-    _Encoder,
     _frequencies,
     _OutputRows,
     _position_kind,
     _positions_in_graph,
     _sinusoid,
     _tied_htt,
+    encoder_module,
     export_error,
     layer_layout,
-    lean_encoder_error,
+    lean_encoder_error,  # noqa: F401  (imported from here too)
+    probe_batch,
 )
 from lightcompress.deploy.onnx_tools import (
     _check,
-    _error,
     _k_as_input,
     _quantize,
     _share_weights,
@@ -133,17 +133,6 @@ def _names(layers: list):
             cache_in.append(f"cross_b{i}")
         cache_out += [f"new_k{i}", f"new_v{i}"]
     return cache_in, cache_out
-
-
-def _probe(model, vocab: int, pad: int, eos: int):
-    """A padded probe batch of two sentences ``[2 x 7]`` (the encoder is traced with its mask
-    path)."""
-    g = torch.Generator().manual_seed(0)
-    low = min(4, vocab - 1)
-    src = torch.randint(low, vocab, (2, 7), generator=g)
-    src[:, -1] = eos
-    src[1, :2] = pad
-    return src
 
 
 def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | None = None,
@@ -219,7 +208,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         raise ExportError(f"cannot create {out_dir}: {parent} is not a directory")
     tmp = tempfile.mkdtemp(prefix=".onnx-export-", dir=parent)
     try:
-        src = _probe(model, len(src_dict), src_dict.pad(), src_dict.eos())
+        src = probe_batch(src_dict)
         cache_in, cache_out = _names(layers)
         enc_out = ["enc_bias"] + [n for n in cache_in if n.startswith("cross_")]
         enc_axes = {"src_tokens": {0: "B", 1: "S"}}
@@ -228,13 +217,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         with torch.no_grad(), _positions_in_graph(model), tt_in_graph(model):
             # (eval wrappers: the exporter puts a module back into its own mode afterwards,
             # and a new module is in training mode, which would switch dropout on)
-            encoder = _Encoder(model, lean=lean_encoder_error(model) is None).eval()
-            if encoder.lean:  # the lean layers must be the model's encoder, exactly
-                own = _Encoder(model).eval()(src)
-                lean = encoder(src)
-                worst = max(_error(a.numpy(), b.numpy()) for a, b in zip(lean, own))
-                if not worst <= 1e-4 * max(1.0, max(float(b.abs().max()) for b in own[1:])):
-                    encoder = _Encoder(model).eval()  # (the model's own encoder is traced)
+            encoder = encoder_module(model, src)  # (lean where it is the model's encoder)
             _trace(encoder, (src,), os.path.join(tmp, "encoder.raw.onnx"), ["src_tokens"],
                    enc_out, enc_axes)  # fmt: skip
             cross = encoder(src)

@@ -1,6 +1,9 @@
-"""What the ONNX graphs of :mod:`lightcompress.deploy.onnx_export` compute: the encoder (mask
-and cross-attention keys and values) and one beam-search step of the decoder, traced from the
-model's own modules (factorized maps regrouped for ONNX), and the check of what can be exported.
+"""The encoder (mask and cross-attention keys and values) and the one beam-search step of the
+decoder, over the model's own modules (factorized maps regrouped): the modules that
+:mod:`lightcompress.deploy.onnx_export` traces into the ONNX graphs and that the PyTorch backend
+(:class:`~lightcompress.deploy.generator.TorchStep`) runs eagerly, with the same inputs. The
+checks of what they compute (:func:`export_error`, :func:`lean_encoder_error`) live in
+:mod:`lightcompress.deploy.step`.
 """
 
 from __future__ import annotations
@@ -18,16 +21,20 @@ from lightcompress.deploy.onnx_dawid import (
     PaddedKeysValues,
     PaddedMaps,
     encoder_layer,
-    fused_error,
     step_layer,
     traced_keys_values,
 )
 from lightcompress.deploy.onnx_dawid import is_fused as _fused
 from lightcompress.deploy.onnx_dawid import is_fused_encoder as _fused_encoder
+from lightcompress.deploy.step import (  # (the checks: imported from here too)
+    export_error,
+    layer_step,
+    lean_encoder_error,
+)
 from lightcompress.deploy.tt_graph import fused_qkv, fused_qkv_step
 from lightcompress.errors import LightcompressError
 
-__all__ = ["ExportError", "export_error", "lean_encoder_error"]
+__all__ = ["ExportError", "encoder_module", "export_error", "lean_encoder_error", "probe_batch"]
 
 _K_PLACEHOLDER = 7  # the traced top-k size; replaced by the graph input "k"
 
@@ -196,7 +203,9 @@ class _DecoderStep(nn.Module):
     constant-shape reshapes (few graph nodes). ``shortlist``: the input after ``bias`` is the
     sorted candidate ids ``[V']``; the output layer scores only them (its rows gathered in the
     graph, :func:`~lightcompress.deploy.shortlist.output_rows`), the bias is taken at them and
-    the ids returned are token ids."""
+    the ids returned are token ids. Traced by the export; run eagerly by
+    :class:`~lightcompress.deploy.generator.TorchStep` with the inputs the ONNX runtime feeds
+    the traced graph (``top_k``: the graph's input ``k``, a constant while traced)."""
 
     def __init__(self, model, shortlist: bool = False, rows: int = 0, score=None):
         super().__init__()
@@ -218,6 +227,7 @@ class _DecoderStep(nn.Module):
         self.num_layers = len(dec.layers)
         self.position_kind = _position_kind(dec)
         self.regrouped = _Regrouped()
+        self._kept_rows = None  # (run eagerly: the candidates' output rows of the batch)
         # a low-rank input table: looked up lean (factor_attention.low_rank_lookup)
         self._lookup = None if self._tied_rows else low_rank_lookup(self.regrouped, dec)
         # attentions of low-rank maps: in their factors' space (factor_attention)
@@ -241,7 +251,8 @@ class _DecoderStep(nn.Module):
                 inner = _inner_attention(layer.encoder_attn)
                 self.regrouped.prepare([inner.q_proj], [inner.scaling])
 
-    def forward(self, prev: Tensor, pos: Tensor, order: Tensor, bias: Tensor, *caches: Tensor):
+    def forward(self, prev: Tensor, pos: Tensor, order: Tensor, bias: Tensor, *caches: Tensor,
+                top_k: int = _K_PLACEHOLDER):  # fmt: skip
         dec = self.model.decoder
         cands = rows = None
         if self.shortlist:
@@ -254,6 +265,8 @@ class _DecoderStep(nn.Module):
             x = self._lookup(prev)  # [N x C]
         else:
             x = dec.embed_scale * dec.embed_tokens(prev)  # [N x C]
+        if dec.quant_noise is not None:
+            x = dec.quant_noise(x)
         if dec.project_in_dim is not None:
             x = dec.project_in_dim(x)
         if self.position_kind == "sinusoidal":  # the row, computed by the runtime
@@ -283,18 +296,28 @@ class _DecoderStep(nn.Module):
         elif self.rows:  # (the rows and the bias of the candidates: gathered per batch)
             logits = self._score(x, rows)  # [N x V']
         else:
-            from lightcompress.deploy.shortlist import output_rows
-
-            logits = output_rows(dec.output_projection, cands)(x)  # [N x V']
+            logits = self._output_rows(cands)(x)  # [N x V']
             bias = bias.index_select(0, cands)
         lp = F.log_softmax(logits.float(), dim=-1)  # [N x V]
         # fairseq's ``lprobs[lprobs != lprobs] = -inf`` on the k best only: a NaN or +inf
         # logit makes every entry of the row NaN or -inf after the log-softmax, so the row
         # ends up -inf, as in fairseq (masking all N x V entries: two more full-width passes)
-        top = torch.topk(lp + bias, _K_PLACEHOLDER, dim=-1)
+        top = torch.topk(lp + bias, top_k, dim=-1)
         lp = torch.where(torch.isnan(top[0]), torch.tensor(float("-inf")), top[0])
         ids = top[1] if cands is None else cands[top[1]]  # (candidates -> token ids)
         return (lp, ids, *new)
+
+    def _output_rows(self, cands: Tensor):
+        """The output layer over the candidates (:func:`~lightcompress.deploy.shortlist.output_rows`):
+        gathered in the traced graph at every step; run eagerly, once per batch (``cands``)."""
+        from lightcompress.deploy.shortlist import output_rows
+
+        proj = self.model.decoder.output_projection
+        if torch.jit.is_tracing():
+            return output_rows(proj, cands)
+        if self._kept_rows is None or self._kept_rows[0] is not cands:
+            self._kept_rows = (cands, output_rows(proj, cands))
+        return self._kept_rows[1]
 
     def _sentence_rows(self, q: Tensor, enc_bias: Tensor, h: int, d: int) -> Tensor:
         """``[N x H*d]`` hypotheses (``beam`` per sentence, in order) -> ``[B x beam x H x d]``,
@@ -309,8 +332,6 @@ class _DecoderStep(nn.Module):
     def _layer(self, layer, x, past_k, past_v, cross, enc_bias, order):
         """One layer of the step (:func:`layer_step` around the attentions below); returns
         the output and the grown self-attention caches."""
-        from lightcompress.deploy.generator import layer_step
-
         if _fused(layer):
             return step_layer(self, layer, x, past_k, past_v, cross, enc_bias, order)
         grown = []
@@ -505,7 +526,6 @@ class _Encoder(nn.Module):
     def _layer(self, layer, x: Tensor, enc_bias: Tensor, heads) -> Tensor:
         """fairseq's ``TransformerEncoderLayerBase.forward`` (:func:`layer_step`: pre- or
         post-LN, Admin residuals) on ``[B*S x C]`` rows."""
-        from lightcompress.deploy.generator import layer_step
 
         def self_attention(x):
             a = layer.self_attn
@@ -520,40 +540,31 @@ class _Encoder(nn.Module):
         return layer_step(layer, x, self_attention)
 
 
-def lean_encoder_error(model) -> str | None:
-    """``None`` when :class:`_Encoder`'s lean layers compute ``model``'s encoder (fairseq's
-    Transformer encoder and encoder layers, the plugin's compressed ones), else why not."""
-    from fairseq.models.transformer import TransformerEncoderBase
-    from fairseq.modules import MultiheadAttention
-    from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
-
-    from lightcompress.models.compressed import CompressedEncoderLayer
-
-    enc = model.encoder
-    if not isinstance(enc, TransformerEncoderBase):
-        return f"{type(enc).__name__} is not fairseq's Transformer encoder"
-    for name in ("forward", "forward_scriptable"):
-        if getattr(type(enc), name) is not getattr(TransformerEncoderBase, name):
-            return f"{type(enc).__name__} has its own {name}"
-    for i, layer in enumerate(enc.layers):
-        if _fused_encoder(layer):  # (DA-WID: _Encoder._fused_layer)
-            continue
-        if type(layer).forward not in (TransformerEncoderLayerBase.forward,
-                                       CompressedEncoderLayer.forward):  # fmt: skip
-            return f"encoder.layers.{i}: {type(layer).__name__} has its own forward"
-        a = layer.self_attn
-        if type(a).forward is not MultiheadAttention.forward:
-            return f"encoder.layers.{i}: {type(a).__name__} has its own forward"
-        if a.bias_k is not None or a.add_zero_attn or a.head_dim * a.num_heads != a.embed_dim:
-            return f"encoder.layers.{i}: attention bias_k / zero attention / uneven heads"
-        if getattr(a, "use_xformers", False):
-            return f"encoder.layers.{i}: xformers attention"
-    return None
+def probe_batch(d) -> Tensor:
+    """A padded probe batch of two sentences ``[2 x 7]`` of the source dictionary ``d`` (the
+    encoder is traced with its mask path)."""
+    vocab, pad, eos = len(d), d.pad(), d.eos()
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(min(4, vocab - 1), vocab, (2, 7), generator=g)
+    src[:, -1] = eos
+    src[1, :2] = pad
+    return src
 
 
-# --------------------------------------------------------------------------------------------
-# checks
-# --------------------------------------------------------------------------------------------
+def encoder_module(model, probe: Tensor) -> _Encoder:
+    """The :class:`_Encoder` of ``model`` (eval mode): its lean layers where they compute the
+    model's encoder (:func:`lean_encoder_error`) and give its outputs on ``probe`` (to 1e-4 of
+    the largest cross-attention key or value), else the model's own encoder."""
+    from lightcompress.deploy.onnx_tools import _error
+
+    encoder = _Encoder(model, lean=lean_encoder_error(model) is None).eval()
+    if encoder.lean:  # the lean layers must be the model's encoder, exactly
+        own = _Encoder(model).eval()(probe)
+        lean = encoder(probe)
+        worst = max(_error(a.numpy(), b.numpy()) for a, b in zip(lean, own))
+        if not worst <= 1e-4 * max(1.0, max(float(b.abs().max()) for b in own[1:])):
+            encoder = _Encoder(model).eval()  # (the model's own encoder)
+    return encoder
 
 
 def _inner_attention(attn):
@@ -561,30 +572,3 @@ def _inner_attention(attn):
     from lightcompress.modules.safe import QueryProjectedAttention
 
     return attn.attention if isinstance(attn, QueryProjectedAttention) else attn
-
-
-def export_error(model) -> str | None:
-    """``None`` when the model exports, else why not (one line)."""
-    from lightcompress.deploy.generator import lean_step_supported
-    from lightcompress.models.subformer import SubformerDecoderLayer
-
-    layers = getattr(getattr(model, "decoder", None), "layers", None)
-    if layers and any(_fused(layer) for layer in layers):  # DA-WID's fused layers
-        why = fused_error(model)
-        if why is not None:
-            return why
-    else:
-        why = lean_step_supported(model, extra_forwards=(SubformerDecoderLayer.forward,))
-        if why is not None:
-            return why
-        for i, layer in enumerate(model.decoder.layers):
-            if layer.self_attn.head_dim * layer.self_attn.num_heads != layer.self_attn.embed_dim:
-                return f"decoder.layers.{i}: heads do not split the width"
-    enc = getattr(model, "encoder", None)
-    if enc is None or not hasattr(enc, "padding_idx"):
-        return "its encoder is not fairseq's Transformer encoder"
-    try:
-        _position_kind(model.decoder)
-    except ExportError as exc:
-        return str(exc)
-    return None

@@ -19,7 +19,8 @@ data: Moses tokenizer of the source language unless ``--tokenizer none``, lowerc
 dictionary is lowercase, ``@@`` BPE; the same code as an ONNX export's), then the source
 dictionary; hypotheses are turned back into text the other way round (``@@`` removed, Moses
 detokenizer). With neither, lines are the data's subword tokens and so are the translations. Translation runs on :class:`~lightcompress.deploy.generator.FastGenerator` (fairseq's
-beam search and results, lean decoder step, the checkpoint's compressed weights as they are),
+beam search and results, the export's decoder step run eagerly, the checkpoint's compressed
+weights as they are),
 in batches of ``batch_size`` sentences of similar length, on ``threads`` CPU threads; ``int8``
 quantizes the large maps (or all) first (:func:`lightcompress.deploy.quantize.quantize_model_int8`).
 Empty (or blank) lines give empty translations. Every input error (a missing file, a

@@ -39,8 +39,8 @@ with the same beam and length penalty (batches of ``--batch-size``; forced lengt
 applied) and reports sacreBLEU of the ``--post-process``-ed (e.g. BPE-removed) text; the table is
 followed by sacreBLEU's signature (``BLEU: sacreBLEU nrefs:1|case:mixed|...``).
 Engines, size, memory: ``--fast`` times every model also on lightcompress's fast path
-(:class:`lightcompress.deploy.generator.FastGenerator`: fairseq's search and results, a lean
-decoder step over the model's own, compressed modules). ``--ct2`` exports every dense model (fairseq's Transformers, dense
+(:class:`lightcompress.deploy.generator.FastGenerator`: fairseq's search and results, the ONNX
+export's decoder step run eagerly over the model's own, compressed modules). ``--ct2`` exports every dense model (fairseq's Transformers, dense
 plugin architectures; :mod:`lightcompress.deploy.ct2`) to CTranslate2 and times it in float32
 and int8 (int8 weights on disk, CTranslate2's int8 GEMMs) next to the fairseq rows, on the same
 sentences with the same beam, length penalty and output lengths (:mod:`lightcompress.measure.engines`);

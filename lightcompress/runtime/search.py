@@ -7,8 +7,9 @@ or ensembles), written once over a small :class:`Step` interface that a backend 
 
 - :class:`~.onnx_step.OnnxStep`: an export's ONNX Runtime sessions (the encoder once per batch,
   one decoder call per step; :class:`~.onnx_step.OnnxGenerator`);
-- ``lightcompress.deploy.generator.TorchStep``: the model itself, eagerly, in PyTorch
-  (``FastGenerator``: ``lightcompress-translate`` and the ``Translator`` API).
+- ``lightcompress.deploy.generator.TorchStep``: the same encoder and decoder step, the modules
+  the export traces, run eagerly in PyTorch on the model itself (``FastGenerator``:
+  ``lightcompress-translate`` and the ``Translator`` API).
 
 A step returns each hypothesis' ``k = 2 x beam`` best next tokens (log-probability + the
 search's bias); the global top ``2 x beam`` of a sentence is among them, so the search selects
