@@ -284,7 +284,8 @@ def _arg_parser() -> argparse.ArgumentParser:
         "--fast",
         action="store_true",
         help="also time every model on lightcompress's fast path (lightcompress.deploy: "
-        "fairseq's beam search and results, the ONNX export's encoder and decoder step run eagerly in torch), float32 and int8 alike",
+        "fairseq's beam search and results, the ONNX export's encoder and decoder step run "
+        "eagerly in torch), float32 and int8 alike",
     )
     e.add_argument(
         "--onnx",
