@@ -17,7 +17,7 @@ So a family is taught to one step: every model the export takes (fairseq's Trans
 plugin's compressed families, Subformer, DA-WID's fused layers) runs in PyTorch what its export
 computes (the model's own modules, factorized maps regrouped, never densified), to float
 rounding of fairseq's (the equality tests against fairseq's generator hold to 1e-5). A model the
-export refuses (:func:`~lightcompress.deploy.step.export_error`: cross self-attention, options
+export refuses (:func:`~lightcompress.deploy.onnx_graphs.export_error`: cross self-attention, options
 such as ``--scale-attn``, a layer with its own ``forward``...) runs fairseq's own decoder with
 its incremental state under the same search (:attr:`FastGenerator.lean` is ``False``,
 :attr:`FastGenerator.why_not_lean` says why).
@@ -34,9 +34,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lightcompress.deploy.onnx_graphs import export_error
 from lightcompress.deploy.step import (  # (importable from here too: their old home)
     decoder_error,
-    export_error,
     layer_step,
     lean_step_supported,
 )

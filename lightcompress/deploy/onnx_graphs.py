@@ -1,9 +1,9 @@
 """The encoder (mask and cross-attention keys and values) and the one beam-search step of the
 decoder, over the model's own modules (factorized maps regrouped): the modules that
 :mod:`lightcompress.deploy.onnx_export` traces into the ONNX graphs and that the PyTorch backend
-(:class:`~lightcompress.deploy.generator.TorchStep`) runs eagerly, with the same inputs. The
-checks of what they compute (:func:`export_error`, :func:`lean_encoder_error`) live in
-:mod:`lightcompress.deploy.step`.
+(:class:`~lightcompress.deploy.generator.TorchStep`) runs eagerly, with the same inputs, and the
+checks of what they compute (:func:`export_error`, :func:`lean_encoder_error`; the decoder
+layers' walk and checks: :mod:`lightcompress.deploy.step`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,7 @@ from lightcompress.deploy.onnx_dawid import (
 )
 from lightcompress.deploy.onnx_dawid import is_fused as _fused
 from lightcompress.deploy.onnx_dawid import is_fused_encoder as _fused_encoder
-from lightcompress.deploy.step import (  # (the checks: imported from here too)
-    export_error,
-    layer_step,
-    lean_encoder_error,
-)
+from lightcompress.deploy.step import layer_step, lean_step_supported
 from lightcompress.deploy.tt_graph import fused_qkv, fused_qkv_step
 from lightcompress.errors import LightcompressError
 
@@ -555,8 +551,6 @@ def encoder_module(model, probe: Tensor) -> _Encoder:
     """The :class:`_Encoder` of ``model`` (eval mode): its lean layers where they compute the
     model's encoder (:func:`lean_encoder_error`) and give its outputs on ``probe`` (to 1e-4 of
     the largest cross-attention key or value), else the model's own encoder."""
-    from lightcompress.deploy.onnx_tools import _error
-
     encoder = _Encoder(model, lean=lean_encoder_error(model) is None).eval()
     if encoder.lean:  # the lean layers must be the model's encoder, exactly
         own = _Encoder(model).eval()(probe)
@@ -572,3 +566,75 @@ def _inner_attention(attn):
     from lightcompress.modules.safe import QueryProjectedAttention
 
     return attn.attention if isinstance(attn, QueryProjectedAttention) else attn
+
+
+def _error(got, ref) -> float:
+    """Largest absolute difference (``inf`` where shapes or -inf entries disagree, and for any
+    NaN: a model whose outputs hold NaN is never 'equal' to its export)."""
+    import numpy as np
+
+    if got.shape != ref.shape or not np.array_equal(np.isfinite(got), np.isfinite(ref)):
+        return float("inf")
+    if np.isnan(got).any() or np.isnan(ref).any():
+        return float("inf")
+    fin = np.isfinite(ref)
+    return float(np.abs(got[fin].astype(np.float64) - ref[fin]).max()) if fin.any() else 0.0
+
+
+def lean_encoder_error(model) -> str | None:
+    """``None`` when the lean layers of :class:`~lightcompress.deploy.onnx_graphs._Encoder` compute ``model``'s encoder (fairseq's
+    Transformer encoder and encoder layers, the plugin's compressed ones), else why not."""
+    from fairseq.models.transformer import TransformerEncoderBase
+    from fairseq.modules import MultiheadAttention
+    from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
+
+    from lightcompress.models.compressed import CompressedEncoderLayer
+
+    enc = model.encoder
+    if not isinstance(enc, TransformerEncoderBase):
+        return f"{type(enc).__name__} is not fairseq's Transformer encoder"
+    for name in ("forward", "forward_scriptable"):
+        if getattr(type(enc), name) is not getattr(TransformerEncoderBase, name):
+            return f"{type(enc).__name__} has its own {name}"
+    for i, layer in enumerate(enc.layers):
+        if _fused_encoder(layer):  # (DA-WID: onnx_dawid.encoder_layer)
+            continue
+        if type(layer).forward not in (TransformerEncoderLayerBase.forward,
+                                       CompressedEncoderLayer.forward):  # fmt: skip
+            return f"encoder.layers.{i}: {type(layer).__name__} has its own forward"
+        a = layer.self_attn
+        if type(a).forward is not MultiheadAttention.forward:
+            return f"encoder.layers.{i}: {type(a).__name__} has its own forward"
+        if a.bias_k is not None or a.add_zero_attn or a.head_dim * a.num_heads != a.embed_dim:
+            return f"encoder.layers.{i}: attention bias_k / zero attention / uneven heads"
+        if getattr(a, "use_xformers", False):
+            return f"encoder.layers.{i}: xformers attention"
+    return None
+
+
+def export_error(model) -> str | None:
+    """``None`` when the model exports (the encoder and decoder step of
+    :mod:`lightcompress.deploy.onnx_graphs` compute it), else why not (one line)."""
+    from lightcompress.deploy.onnx_dawid import fused_error, is_fused
+    from lightcompress.models.subformer import SubformerDecoderLayer
+
+    layers = getattr(getattr(model, "decoder", None), "layers", None)
+    if layers and any(is_fused(layer) for layer in layers):  # DA-WID's fused layers
+        why = fused_error(model)
+        if why is not None:
+            return why
+    else:
+        why = lean_step_supported(model, extra_forwards=(SubformerDecoderLayer.forward,))
+        if why is not None:
+            return why
+        for i, layer in enumerate(model.decoder.layers):
+            if layer.self_attn.head_dim * layer.self_attn.num_heads != layer.self_attn.embed_dim:
+                return f"decoder.layers.{i}: heads do not split the width"
+    enc = getattr(model, "encoder", None)
+    if enc is None or not hasattr(enc, "padding_idx"):
+        return "its encoder is not fairseq's Transformer encoder"
+    try:
+        _position_kind(model.decoder)
+    except ExportError as exc:
+        return str(exc)
+    return None

@@ -11,7 +11,7 @@ import shutil
 
 import torch
 
-from lightcompress.deploy.onnx_graphs import _K_PLACEHOLDER, ExportError
+from lightcompress.deploy.onnx_graphs import _K_PLACEHOLDER, ExportError, _error
 from lightcompress.deploy.tt_graph import TT_MATRIX
 
 __all__ = ["MANIFEST", "WEIGHTS"]
@@ -240,19 +240,6 @@ def _write_manifest(directory: str) -> None:
         lines.append(f"{digest.hexdigest()}  {name}\n")
     with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as f:
         f.writelines(lines)
-
-
-def _error(got, ref) -> float:
-    """Largest absolute difference (``inf`` where shapes or -inf entries disagree, and for any
-    NaN: a model whose outputs hold NaN is never 'equal' to its export)."""
-    import numpy as np
-
-    if got.shape != ref.shape or not np.array_equal(np.isfinite(got), np.isfinite(ref)):
-        return float("inf")
-    if np.isnan(got).any() or np.isnan(ref).any():
-        return float("inf")
-    fin = np.isfinite(ref)
-    return float(np.abs(got[fin].astype(np.float64) - ref[fin]).max()) if fin.any() else 0.0
 
 
 def _relative_error(got, ref) -> float:

@@ -3,8 +3,9 @@ the ONNX export, run eagerly by the PyTorch backend,
 :class:`~lightcompress.deploy.generator.TorchStep`) assume of a model: the walk of one fairseq
 layer around its attentions (:func:`layer_step`) and the checks of what they compute
 (:func:`decoder_error`, :func:`lean_step_supported`: fairseq's and the plugin's compressed
-decoder layers; :func:`export_error`: those, Subformer's and DA-WID's, the export's whole
-model; :func:`lean_encoder_error`: the encoder's lean layers).
+decoder layers). The checks of the whole model (:func:`~lightcompress.deploy.onnx_graphs.export_error`:
+those, Subformer's and DA-WID's; the encoder's lean layers) are in :mod:`~lightcompress.deploy.onnx_graphs`;
+this module imports nothing of the package.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from torch import Tensor
 
 __all__ = [
     "decoder_error",
-    "export_error",
     "layer_step",
-    "lean_encoder_error",
     "lean_step_supported",
 ]
 
@@ -106,65 +105,4 @@ def lean_step_supported(model, extra_forwards=()) -> str | None:
         why = _lean_layer_error(layer, extra_forwards)
         if why:
             return f"decoder.layers.{i}: {why}"
-    return None
-
-
-def lean_encoder_error(model) -> str | None:
-    """``None`` when the lean layers of :class:`~lightcompress.deploy.onnx_graphs._Encoder` compute ``model``'s encoder (fairseq's
-    Transformer encoder and encoder layers, the plugin's compressed ones), else why not."""
-    from fairseq.models.transformer import TransformerEncoderBase
-    from fairseq.modules import MultiheadAttention
-    from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
-
-    from lightcompress.deploy.onnx_dawid import is_fused_encoder
-    from lightcompress.models.compressed import CompressedEncoderLayer
-
-    enc = model.encoder
-    if not isinstance(enc, TransformerEncoderBase):
-        return f"{type(enc).__name__} is not fairseq's Transformer encoder"
-    for name in ("forward", "forward_scriptable"):
-        if getattr(type(enc), name) is not getattr(TransformerEncoderBase, name):
-            return f"{type(enc).__name__} has its own {name}"
-    for i, layer in enumerate(enc.layers):
-        if is_fused_encoder(layer):  # (DA-WID: onnx_dawid.encoder_layer)
-            continue
-        if type(layer).forward not in (TransformerEncoderLayerBase.forward,
-                                       CompressedEncoderLayer.forward):  # fmt: skip
-            return f"encoder.layers.{i}: {type(layer).__name__} has its own forward"
-        a = layer.self_attn
-        if type(a).forward is not MultiheadAttention.forward:
-            return f"encoder.layers.{i}: {type(a).__name__} has its own forward"
-        if a.bias_k is not None or a.add_zero_attn or a.head_dim * a.num_heads != a.embed_dim:
-            return f"encoder.layers.{i}: attention bias_k / zero attention / uneven heads"
-        if getattr(a, "use_xformers", False):
-            return f"encoder.layers.{i}: xformers attention"
-    return None
-
-
-def export_error(model) -> str | None:
-    """``None`` when the model exports (the encoder and decoder step of
-    :mod:`lightcompress.deploy.onnx_graphs` compute it), else why not (one line)."""
-    from lightcompress.deploy.onnx_dawid import fused_error, is_fused
-    from lightcompress.deploy.onnx_graphs import ExportError, _position_kind
-    from lightcompress.models.subformer import SubformerDecoderLayer
-
-    layers = getattr(getattr(model, "decoder", None), "layers", None)
-    if layers and any(is_fused(layer) for layer in layers):  # DA-WID's fused layers
-        why = fused_error(model)
-        if why is not None:
-            return why
-    else:
-        why = lean_step_supported(model, extra_forwards=(SubformerDecoderLayer.forward,))
-        if why is not None:
-            return why
-        for i, layer in enumerate(model.decoder.layers):
-            if layer.self_attn.head_dim * layer.self_attn.num_heads != layer.self_attn.embed_dim:
-                return f"decoder.layers.{i}: heads do not split the width"
-    enc = getattr(model, "encoder", None)
-    if enc is None or not hasattr(enc, "padding_idx"):
-        return "its encoder is not fairseq's Transformer encoder"
-    try:
-        _position_kind(model.decoder)
-    except ExportError as exc:
-        return str(exc)
     return None

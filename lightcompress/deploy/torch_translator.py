@@ -334,15 +334,16 @@ def _main(argv: Sequence[str] | None) -> int:
         raise TranslateError("--tokenized takes subword tokens: give it without --spm / "
                              "--bpe-codes")  # fmt: skip
     codes = os.path.join(args.data, "bpe.code")
+    notice = None
     if not (args.tokenized or args.spm or args.bpe_codes):
         if os.path.isfile(codes):  # (the IWSLT'14 recipe's copy: raw text, as the export)
             args.bpe_codes = codes
-            print(f"{PROG}: raw text in and out: Moses + BPE with {codes} (--tokenized for "
-                  "the data's subword tokens)", file=sys.stderr)  # fmt: skip
+            notice = (f"raw text in and out: Moses + BPE with {codes} (--tokenized for the "
+                      "data's subword tokens)")  # fmt: skip
         else:
-            print(f"{PROG}: no --spm or --bpe-codes: the input is taken as the data's subword "
-                  "tokens and the output is tokens too (give the data's tokenizer for raw "
-                  "text; --tokenized says so and drops this notice)", file=sys.stderr)  # fmt: skip
+            notice = ("no --spm or --bpe-codes: the input is taken as the data's subword tokens "
+                      "and the output is tokens too (give the data's tokenizer for raw text; "
+                      "--tokenized says so and drops this notice)")  # fmt: skip
     translator = Translator(
         args.path, args.data, spm=args.spm, bpe_codes=args.bpe_codes,
         tokenizer=args.tokenizer or "moses", lowercase=args.lowercase,
@@ -371,6 +372,8 @@ def _main(argv: Sequence[str] | None) -> int:
                 f.write(text)
         except OSError as exc:  # a full disk, a read-only file system (atomic: nothing left)
             raise TranslateError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    if notice:  # (after a success only: an error stays one line)
+        print(f"{PROG}: {notice}", file=sys.stderr)
     return 0
 
 
