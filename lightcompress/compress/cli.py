@@ -376,7 +376,7 @@ def build_plan(opts, extra: list[str], log=print):
              "-o", int8_dir, "--int8", opts.int8, "--eval", os.path.join(save, "eval", "student-int8.txt"),
              "--skipped", os.path.join(save, "eval", "student-int8.skipped"), "--beam", str(opts.beam),
              *lengths, *(["--post-process", post] if post else []), *spm]],
-            marker=os.path.join(save, "eval", "student-int8.done")))  # fmt: skip
+            marker=os.path.join(save, "eval", "student-int8.done"), call=_int8_main))  # fmt: skip
     for who, ckpt in (("teacher", T), ("student", student)):
         out = os.path.join(save, "eval", f"{who}.txt")
         gen = tool("fairseq-generate") + [B, "--user-dir", user_dir, "--path", ckpt, "--task", "translation",
@@ -400,7 +400,8 @@ def build_plan(opts, extra: list[str], log=print):
                       "CTranslate2 on the dense teacher, interleaved", [
         measure + ["--path", f"teacher={T},student={student}", "--onnx", "--ct2", *int8_speed,
                    *speed, "--json", speed_json]], outputs=[speed_json],
-        env={k: os.environ.get(k, "1") for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}))  # fmt: skip
+        env={k: os.environ.get(k, "1") for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")},
+        call=_measure_main))  # fmt: skip
     report = [os.path.join(save, f"report.{ext}") for ext in ("md", "png", "json")]
     steps.append(Step("report", "the report (markdown, PNG, JSON)", outputs=report))
     commands = [render(c) for st in steps for c in st.commands]
@@ -435,6 +436,21 @@ def build_plan(opts, extra: list[str], log=print):
     }
     steps[-1].func = lambda: _report(save, plan, protocol, opts.ref)
     return steps, plan
+
+
+def _measure_main(argv: list[str]) -> int:
+    """measure_speed (the papers' tokens/s protocol), called as a function."""
+    from lightcompress.cli import quiet_logs
+    from lightcompress.measure.speed import main
+
+    quiet_logs()
+    return main(argv)
+
+
+def _int8_main(argv: list[str]) -> int:
+    from lightcompress.compress.int8 import main
+
+    return main(argv)
 
 
 def _report(save, plan, protocol, ref):

@@ -70,7 +70,10 @@ class Step:
     """One step: commands run in order (or ``func`` in-process), complete when every path of
     ``outputs`` exists. ``stdout_to[i]``: command i's standard output goes to that file
     (written atomically); ``marker``: a file written after success (for outputs that cannot
-    prove themselves complete, such as a training directory)."""
+    prove themselves complete, such as a training directory). ``call``: the package's own
+    ``main(argv) -> int`` of the step's one command (``python -m MODULE ARGS``), called in this
+    process with ``ARGS``, its output going to the step's log (the command is what the plan
+    shows, and what a user can run by hand)."""
 
     name: str
     what: str
@@ -79,6 +82,7 @@ class Step:
     stdout_to: list[str | None] = field(default_factory=list)
     marker: str | None = None
     func: Callable[[], None] | None = None
+    call: Callable[[list[str]], int] | None = None
     env: dict[str, str] = field(default_factory=dict)
 
     def complete(self) -> bool:
@@ -223,8 +227,42 @@ class Runner:
                     f.write(time.strftime("%Y-%m-%d %H:%M:%S\n"))
             self.say(n, step, f"done in {time.monotonic() - t0:.0f} s")
 
+    def _call(self, n: int, step: Step, argv: list[str], log_path: str) -> None:
+        """``step.call`` with the arguments after ``python -m MODULE``, in this process, its
+        standard output and error in the log; a non-zero status is :class:`StepFailed`."""
+        import contextlib
+
+        self.say(n, step, f"  (in this process; log: {log_path})")
+        saved = {k: os.environ.get(k) for k in step.env}
+        os.environ.update(step.env)
+        try:
+            with open(log_path, "a", encoding="utf-8") as log:
+                log.write(f"$ {render(argv)}\n")
+                log.flush()
+                with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                    try:
+                        rc = step.call(argv[3:])
+                    except SystemExit as exc:  # (argparse)
+                        rc = exc.code if isinstance(exc.code, int) else 1
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        if rc:
+            with open(log_path, encoding="utf-8", errors="replace") as f:
+                lines = [ln.rstrip() for ln in f if _informative(ln)]
+            tail = lines[-1][-200:] if lines else "(no output)"
+            raise StepFailed(f"{step.name}: {argv[2]} failed (exit {rc}): {tail}; see {log_path}")
+
     def _command(self, n: int, step: Step, i: int, cmd: list, stdout_path: str | None) -> None:
         argv = [a.value() if isinstance(a, FileArg) else str(a) for a in cmd]
+        if step.call is not None:
+            os.makedirs(self.log_dir, exist_ok=True)
+            log_path = os.path.join(self.log_dir, f"{n:02d}-{step.name}.log")
+            self.say(n, step, f"+ {render(cmd)}")
+            return self._call(n, step, argv, log_path)
         run_argv, preexec = guarded(argv)
         os.makedirs(self.log_dir, exist_ok=True)
         log_path = os.path.join(self.log_dir, f"{n:02d}-{step.name}{f'-{i + 1}' if i else ''}.log")
