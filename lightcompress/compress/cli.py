@@ -372,7 +372,7 @@ def build_plan(opts, extra: list[str], log=print):
         int8_dir = os.path.join(save, "student-onnx-int8")
         steps.append(Step("int8", f"ONNX Runtime int8 export of the student ({opts.int8} maps) "
                           "and its translation of the test split", [
-            [sys.executable, "-m", "lightcompress.compress.int8", "--path", student, "--data", B, *langs,
+            _module("lightcompress.compress.int8") + ["--path", student, "--data", B, *langs,
              "-o", int8_dir, "--int8", opts.int8, "--eval", os.path.join(save, "eval", "student-int8.txt"),
              "--skipped", os.path.join(save, "eval", "student-int8.skipped"), "--beam", str(opts.beam),
              *lengths, *(["--post-process", post] if post else []), *spm]],

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from lightcompress import cli
 from lightcompress.errors import LightcompressError
+from lightcompress.io import atomic_write
 
 __all__ = ["main", "translate_split"]
 
@@ -124,25 +125,20 @@ def _main(argv: Sequence[str] | None) -> int:
         try:
             export_main(export)
         except NothingToQuantize as exc:
-            _write(args.skipped, f"{exc}\n")
+            with atomic_write(args.skipped) as f:
+                f.write(f"{exc}\n")
             print(f"{PROG}: left out: {exc}", file=sys.stderr)
             return 0
     rows = translate_split(args.output, args.data, args.source_lang, args.target_lang,
                            args.subset, args.beam, args.max_len_a, args.max_len_b,
                            args.batch_size, args.threads, args.post_process)  # fmt: skip
     lines = [f"T-{i}\t{ref}\nH-{i}\t{score:.6f}\t{hyp}\n" for i, ref, score, hyp in rows]
-    _write(args.eval, "".join(lines))
+    with atomic_write(args.eval) as f:
+        f.write("".join(lines))
     if os.path.exists(args.skipped):
         os.remove(args.skipped)
     print(f"{PROG}: {len(rows)} sentences translated by {args.output}", file=sys.stderr)
     return 0
-
-
-def _write(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

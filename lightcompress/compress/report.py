@@ -110,11 +110,13 @@ ENGINES = ["fairseq", "onnxruntime", *(f"onnxruntime-{p}" for p in INT8_PRECISIO
            "ctranslate2-float32", "ctranslate2-int8"]  # fmt: skip
 
 
+INT8_MAPS = {"int8-large": "large maps", "int8": "every map"}  # which maps each int8 quantizes
+
+
 def _engine_name(key: str) -> str:
     """``onnxruntime-int8-large`` -> ``onnxruntime int8 (large maps)``."""
-    names = {"onnxruntime-int8-large": "onnxruntime int8 (large maps)",
-             "onnxruntime-int8": "onnxruntime int8 (every map)"}  # fmt: skip
-    return names.get(key, f"{key} float32")
+    prec = key.removeprefix("onnxruntime-")
+    return f"onnxruntime int8 ({INT8_MAPS[prec]})" if prec in INT8_MAPS else f"{key} float32"
 
 
 def build_rows(plan: dict, speed: dict, ct2: dict | None, scores: dict, onnx_dir: str | None,
@@ -197,10 +199,7 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
     ]
     q = s.get("int8") or {}
     if q.get("bleu") is not None:
-        what = {
-            "int8-large": "ONNX Runtime int8, large maps",
-            "int8": "ONNX Runtime int8, every map",
-        }[q["precision"]]
+        what = f"ONNX Runtime int8, {INT8_MAPS[q['precision']]}"
         size = q.get("onnx_size_bytes")
         lines += [
             (f"| size on disk (student's {what}) | - | {_human(size, 'B')} | "

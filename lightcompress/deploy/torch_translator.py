@@ -280,12 +280,9 @@ def _arg_parser() -> argparse.ArgumentParser:
         help="the input is the data's space-separated subword tokens, and so is the output (no "
         "--spm / --bpe-codes; without a tokenizer, input is taken as tokens with a notice)",
     )
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--lenpen", type=float, default=1.0)
-    p.add_argument("--max-len-a", type=float, default=0.0, help="as fairseq's (default 0)")
-    p.add_argument("--max-len-b", type=int, default=200, help="as fairseq's (default 200)")
-    p.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    from lightcompress.runtime.translator import add_search_arguments
+
+    add_search_arguments(p)  # (the export's translate.py has the same)
     p.add_argument(
         "--int8",
         nargs="?",

@@ -32,7 +32,14 @@ from .files import OnnxError, config_path, ort_errors, read_symbols
 from .onnx_step import OnnxGenerator
 from .tokenizers import MosesBPE, TextError, load_sentencepiece
 
-__all__ = ["OnnxTranslator", "left_pad_batches", "main", "split_lines", "translate_lines"]
+__all__ = [
+    "OnnxTranslator",
+    "add_search_arguments",
+    "left_pad_batches",
+    "main",
+    "split_lines",
+    "translate_lines",
+]
 
 
 def split_lines(text: str) -> list[str]:
@@ -44,6 +51,17 @@ def split_lines(text: str) -> list[str]:
     if lines[-1] == "":
         lines.pop()
     return [line.removesuffix("\r") for line in lines]
+
+
+def add_search_arguments(p: argparse.ArgumentParser) -> None:
+    """The search options of both translators (this one and ``lightcompress-translate``):
+    beam, length penalty and limits as fairseq's, batch size, threads."""
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--lenpen", type=float, default=1.0)
+    p.add_argument("--max-len-a", type=float, default=0.0, help="as fairseq's (default 0)")
+    p.add_argument("--max-len-b", type=int, default=200, help="as fairseq's (default 200)")
+    p.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
 
 
 def left_pad_batches(sentences: Sequence[np.ndarray], batch_size: int, pad: int):
@@ -197,12 +215,7 @@ def _arg_parser(prog: str | None = None) -> argparse.ArgumentParser:
         "export and its tokenizer (numpy + onnxruntime; fairseq's beam search).",
     )
     p.add_argument("model_dir", help="the export's directory")
-    p.add_argument("--beam", type=int, default=5)
-    p.add_argument("--lenpen", type=float, default=1.0)
-    p.add_argument("--max-len-a", type=float, default=0.0, help="as fairseq's (default 0)")
-    p.add_argument("--max-len-b", type=int, default=200, help="as fairseq's (default 200)")
-    p.add_argument("--batch-size", type=int, default=32, help="sentences per batch (default 32)")
-    p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
+    add_search_arguments(p)
     p.add_argument("--shortlist", action="store_true", help="score only the export's shortlist")
     p.add_argument("--tokenized", action="store_true",
                    help="the input is the data's subword tokens (space-separated), and so is the "
