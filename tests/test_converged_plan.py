@@ -118,6 +118,32 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     assert "done before" in again.stderr and (rows / "subformer.json").read_bytes() == before
 
 
+def test_a_row_another_process_trains_is_skipped_and_options_go_before_rows(corpus, tmp_path):
+    """Two ``run`` commands (one per core) never train one row at once: a row whose lock another
+    process holds is skipped, and so is a row made from such a row; options may come first."""
+    import fcntl
+
+    runs, rows = tmp_path / "runs", tmp_path / "rows"
+    common = ["--data-dir", corpus, "--save-root", runs, "--rows-dir", rows, "--cpu"]
+    held = []
+    for row in ("subformer", "smartformer_search"):
+        (runs / row).mkdir(parents=True)
+        f = open(runs / row / "row.lock", "a+", encoding="utf-8")  # noqa: SIM115
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.append(f)
+    try:
+        proc = _plan("run", *common, "subformer", "smartformer")
+    finally:
+        for f in held:
+            f.close()
+    assert "subformer: another process is training it" in proc.stderr
+    assert "smartformer: made from smartformer_search, which another process is training" in proc.stderr
+    assert not rows.exists() and not (runs / "subformer" / "student").exists()
+    # with the locks released, the prerequisite's absence is the usual one-line error
+    alone = _plan("run", *common, "smartformer", check=False)
+    assert alone.returncode == 2 and "run that row first" in alone.stderr
+
+
 def _row(name, bleu, params, **kw):
     rec = {"row": name, "what": converged.WHAT[name], "params": params, "size_bytes": params * 4,
            "onnx_size_bytes": params * 4 + 1000, "bleu": bleu, "chrf": bleu + 10,

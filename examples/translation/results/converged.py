@@ -26,7 +26,8 @@ Rows (in the order ``run`` trains them; each from ``teacher/checkpoint.pt``):
 Every row trains at most ``--max-update`` updates (default 7,000), validates every
 ``--validate-every`` (500) and stops early after ``--patience`` (4) validations without a lower
 loss; its state lives in ``--save-root`` (outside the checkout: rerun the same command after any
-stop and each row goes on from its last checkpoint), and each finished row is written to
+stop and each row goes on from its last checkpoint; two ``run`` commands, e.g. one per core,
+share the rows: a row another process is training is skipped), and each finished row is written to
 ``--rows-dir`` (``converged/ROW.json``, committed). ``speed`` times the teacher and every
 finished row in one interleaved run (fairseq, ONNX Runtime, CTranslate2 on the dense teacher,
 with and without the shared vocabulary shortlist; batch 1 and 32; one thread) and ``table``
@@ -353,9 +354,26 @@ class Plan:
             return _json(out)
         need = NEEDS.get(row)
         if need and not os.path.exists(os.path.join(self.o.rows_dir, f"{need}.json")):
+            with _RowLock(self.save(need), need) as other:
+                if not other.held:
+                    print(f"[converged] {row}: made from {need}, which another process is "
+                          "training; skipped (run it again afterwards)", file=sys.stderr,
+                          flush=True)  # fmt: skip
+                    return None
             raise PlanError(f"{row} is made from the {need} row's result: run that row first")
         save = self.save(row)
         os.makedirs(save, exist_ok=True)
+        with _RowLock(save, row) as lock:
+            if not lock.held:
+                print(f"[converged] {row}: another process is training it ({lock.path}); "
+                      "skipped", file=sys.stderr, flush=True)  # fmt: skip
+                return None
+            if os.path.exists(out):  # finished by that other process meanwhile
+                print(f"[converged] {row}: done before ({out})", file=sys.stderr)
+                return _json(out)
+            return self._run_row(row, save, out)
+
+    def _run_row(self, row: str, save: str, out: str) -> dict:
         started = datetime.datetime.now(datetime.UTC)
         print(f"[converged] {row}: {WHAT[row]} ({save})", file=sys.stderr, flush=True)
         cmds = self.commands(row)
@@ -380,6 +398,37 @@ class Plan:
         print(f"[converged] {row}: BLEU {rec['bleu']} chrF {rec['chrf']}, {rec['params']:,} "
               f"parameters -> {out}", file=sys.stderr, flush=True)  # fmt: skip
         return rec
+
+
+class _RowLock:
+    """An exclusive lock on one row's state (``SAVE/row.lock``, flock): two ``run`` commands
+    (e.g. one per CPU core, each given its own rows) never train the same row at once. The
+    lock goes with its process, so a killed run leaves nothing to clean up."""
+
+    def __init__(self, save: str, row: str):
+        os.makedirs(save, exist_ok=True)
+        self.path = os.path.join(save, "row.lock")
+        self.held = False
+        self._f = None
+
+    def __enter__(self):
+        import fcntl
+
+        self._f = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(self._f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return self
+        self.held = True
+        self._f.seek(0)
+        self._f.truncate()
+        self._f.write(f"{os.getpid()}\n")
+        self._f.flush()
+        return self
+
+    def __exit__(self, *exc):
+        self._f.close()  # releases the lock
+        return False
 
 
 def machine() -> str:
@@ -723,7 +772,8 @@ def get_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    opts = get_parser().parse_args(argv)
+    # rows and options in any order (``run --cpu hypoformer`` as ``run hypoformer --cpu``)
+    opts = get_parser().parse_intermixed_args(argv)
     try:
         for v in (
             "max_update",
