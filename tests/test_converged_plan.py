@@ -137,7 +137,10 @@ def test_a_row_another_process_trains_is_skipped_and_options_go_before_rows(corp
         for f in held:
             f.close()
     assert "subformer: another process is training it" in proc.stderr
-    assert "smartformer: made from smartformer_search, which another process is training" in proc.stderr
+    assert (
+        "smartformer: made from smartformer_search, which another process is training"
+        in proc.stderr
+    )
     assert not rows.exists() and not (runs / "subformer" / "student").exists()
     # with the locks released, the prerequisite's absence is the usual one-line error
     alone = _plan("run", *common, "smartformer", check=False)
