@@ -998,6 +998,50 @@ def test_onnx_int8_export_translates_the_trained_teacher_like_float32(toy, tmp_p
     )
 
 
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
+def test_int8_export_stores_a_tied_table_once_in_int8(tmp_path, tied):
+    """ONNX Runtime's quantizer gives the output projection an int8 copy of a tied table and
+    leaves the lookups on the float32 one: the export stores the table once, in int8, and the
+    lookups dequantize its rows. An untied model's lookups keep their float32 tables."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, numpy_helper
+
+    from lightcompress.deploy.onnx_export import export_onnx
+    from lightcompress.measure.specs import build_random_model
+
+    flags = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim",
+             "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
+             "--decoder-attention-heads", "2", "--encoder-layers", "1", "--decoder-layers", "1"]  # fmt: skip
+    torch.manual_seed(0)
+    model, task, _ = build_random_model("transformer", 4100, flags, tied, return_task=True)
+    export_onnx(model.eval(), task, str(tmp_path / "f32"))
+    config = export_onnx(model, task, str(tmp_path / "int8"), int8="large")
+    table = model.encoder.embed_tokens.weight.detach().numpy()  # 4100 x 32: the one large map
+    graphs = {n: onnx.load(str(tmp_path / "int8" / f"{n}.onnx")) for n in ("encoder", "decoder")}
+    floats = [i.name for g in graphs.values() for i in g.graph.initializer
+              if i.data_type == TensorProto.FLOAT and list(i.dims) == list(table.shape)]  # fmt: skip
+    dequantized = [
+        n for g in graphs.values() for n in g.graph.node if n.op_type == "DequantizeLinear"
+    ]
+    f32_size = os.path.getsize(tmp_path / "f32" / "weights.bin")
+    int8_size = os.path.getsize(tmp_path / "int8" / "weights.bin")
+    if tied:
+        assert floats == [] and len(dequantized) == 2  # the encoder's and the decoder's lookup
+        # the table once, in int8 (a quarter of its float32 bytes), beside the small maps
+        assert int8_size <= f32_size - 0.7 * table.nbytes, (int8_size, f32_size)
+        # the lookups see the int8 table's rows: within half a quantization step of the table
+        scale = np.abs(table).max() / 127
+        q = next(i for i in graphs["encoder"].graph.initializer if i.data_type == TensorProto.INT8)
+        rows = numpy_helper.to_array(q).T.astype(np.float32) * scale
+        assert np.abs(rows - table).max() <= 0.51 * scale
+        assert 0 < config["int8_error"]["encoder"] < 0.05  # (float32 lookups: 0)
+    else:  # the output projection alone is int8; both lookups read their float32 tables
+        assert len(floats) == 2 and dequantized == []
+        assert config["int8_error"]["encoder"] < 1e-5
+        assert int8_size >= 2 * table.nbytes  # (both float32 tables)
+
+
 def _no_torch_env(tmp_path) -> dict:
     """An environment where ``import torch`` (and fairseq, lightcompress) fails."""
     block = tmp_path / "block"

@@ -45,7 +45,9 @@ probe sentences it translates as the float32 model does (``int8_probe_agreement`
 ``--int8``: ONNX Runtime's dynamic int8 quantization (int8 weights, activations quantized on
 the fly: ``MatMulInteger``) of the large maps (``large``: at least 2^17 weights, the
 :func:`lightcompress.deploy.quantize.quantize_model_int8` rule) or of every map (``all``),
-in the decoder and the encoder.
+in the decoder and the encoder. A tied table (embedding and output projection) is then
+stored once, in int8: the lookups gather and dequantize the int8 copy the output projection
+multiplies with, and the float32 table is dropped (:func:`onnx_tools._int8_lookups`).
 
 ``--shortlist FILE`` (a ``lightcompress-shortlist`` file of the model's data): the decoder graph
 takes the sorted candidate ids ``cands`` ``[V']`` after ``bias`` and scores only them. For a
@@ -92,6 +94,7 @@ from lightcompress.deploy.onnx_graphs import (  # (ExportError re-exported: its 
 )
 from lightcompress.deploy.onnx_tools import (
     _check,
+    _int8_lookups,
     _k_as_input,
     _quantize,
     _share_weights,
@@ -317,6 +320,7 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
                 protos[name] = onnx.load(os.path.join(work, f"{name}.int8.onnx"))
             if not quantized:  # (the export would be float32, only larger: refused)
                 raise NothingToQuantize(_nothing_to_quantize(int8, limit))
+            _int8_lookups(protos)  # a tied table stored once, in int8
             shutil.rmtree(work)
         _share_weights(protos, tmp)
         for name, proto in protos.items():

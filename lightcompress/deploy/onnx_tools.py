@@ -203,6 +203,96 @@ def _quantize(path: str, out_path: str, min_elements: int) -> int:
     return len(set(nodes) & {n.name for n in proto.graph.node})  # (a Gemm once)
 
 
+def _int8_lookups(protos: dict) -> int:
+    """Embedding lookups from the int8 copy of a tied table (after :func:`_quantize`).
+
+    ONNX Runtime's quantizer gives the output projection ``x E^T`` an int8 copy of the table
+    (``MatMulInteger`` on ``E^T``) and leaves the lookups (``Gather``) on the float32 ``E``, so a
+    tied table would be stored twice (float32 and int8) and the int8 export would be larger than
+    the float32 one. Every ``Gather`` of a float32 table whose transpose is the int8 weight of a
+    ``MatMulInteger`` (checked by value: each entry within half a quantization step) gathers
+    that weight's columns instead and dequantizes them (``DequantizeLinear``: the int8 row times
+    the map's scale), in every graph; the float32 table is then dropped. The lookups see the
+    table as the output projection does (int8); the table is stored once, in int8. Returns
+    how many lookups it changed."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    # the int8 weights of the quantized products: name -> (int8 array, scale, zero point, protos)
+    qmaps: dict = {}
+    for proto in protos.values():
+        inits = {i.name: i for i in proto.graph.initializer}
+        for n in proto.graph.node:
+            q = n.input[1] if n.op_type == "MatMulInteger" else ""
+            zp = n.input[3] if len(n.input) > 3 else ""
+            scale = q[: -len("_quantized")] + "_scale" if q.endswith("_quantized") else ""
+            if q in inits and zp in inits and scale in inits and len(inits[q].dims) == 2:
+                qmaps[q] = (inits[q], inits[scale], inits[zp])
+    arrays = {q: tuple(numpy_helper.to_array(t) for t in v) for q, v in qmaps.items()}
+    changed = 0
+    for proto in protos.values():
+        g = proto.graph
+        inits = {i.name: i for i in g.initializer}
+        nodes = []
+        for n in g.node:
+            table = inits.get(n.input[0]) if n.op_type == "Gather" else None
+            axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+            match = None
+            if table is not None and axis == 0 and table.data_type == TensorProto.FLOAT:
+                t = numpy_helper.to_array(table)
+                for q, (qa, sa, za) in arrays.items():
+                    if t.ndim == 2 and qa.shape == t.shape[::-1]:
+                        steps = t.T / np.float32(sa) - (qa.astype(np.float32) - np.float32(za))
+                        if np.all(np.abs(steps) <= 0.5 + 1e-3):
+                            match = q
+                            break
+            if match is None:
+                nodes.append(n)
+                continue
+            for init in qmaps[match]:  # (a graph without the product, e.g. the encoder)
+                if init.name not in inits:
+                    g.initializer.append(init)
+                    inits[init.name] = init
+            p = f"{n.name or n.output[0]}/int8"
+            width = int(t.shape[1])
+            g.initializer.extend([
+                numpy_helper.from_array(np.array([width, -1], dtype=np.int64), f"{p}/by_row"),
+                numpy_helper.from_array(np.array([width], dtype=np.int64), f"{p}/width"),
+            ])  # fmt: skip
+            q, scale, zp = (i.name for i in qmaps[match])
+            nodes += [  # int8 columns of E^T -> float -> rows, in the lookup's shape
+                helper.make_node("Gather", [q, n.input[1]], [f"{p}/cols"], axis=1, name=f"{p}/g"),
+                helper.make_node(
+                    "DequantizeLinear", [f"{p}/cols", scale, zp], [f"{p}/fcols"], name=f"{p}/dq"
+                ),
+                helper.make_node(
+                    "Reshape", [f"{p}/fcols", f"{p}/by_row"], [f"{p}/flat"], name=f"{p}/r1"
+                ),
+                helper.make_node(
+                    "Transpose", [f"{p}/flat"], [f"{p}/rows"], perm=[1, 0], name=f"{p}/t"
+                ),
+                helper.make_node("Shape", [n.input[1]], [f"{p}/ids_shape"], name=f"{p}/s"),
+                helper.make_node(
+                    "Concat",
+                    [f"{p}/ids_shape", f"{p}/width"],
+                    [f"{p}/shape"],
+                    axis=0,
+                    name=f"{p}/c",
+                ),
+                helper.make_node(
+                    "Reshape", [f"{p}/rows", f"{p}/shape"], [n.output[0]], name=f"{p}/r2"
+                ),
+            ]
+            changed += 1
+        del g.node[:]
+        g.node.extend(nodes)
+        used = {i for n in g.node for i in n.input} | {i.name for i in g.input}
+        keep = [i for i in g.initializer if i.name in used]
+        del g.initializer[:]
+        g.initializer.extend(keep)
+    return changed
+
+
 def _write_dict(d, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(sym + "\n" for sym in d.symbols)
