@@ -999,7 +999,7 @@ def test_onnx_int8_export_translates_the_trained_teacher_like_float32(toy, tmp_p
 
 
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
-def test_int8_export_stores_a_tied_table_once_in_int8(tmp_path, tied):
+def test_int8_export_stores_a_tied_table_once_in_int8(tmp_path, tied, monkeypatch):
     """ONNX Runtime's quantizer gives the output projection an int8 copy of a tied table and
     leaves the lookups on the float32 one: the export stores the table once, in int8, and the
     lookups dequantize its rows. An untied model's lookups keep their float32 tables."""
@@ -1036,6 +1036,24 @@ def test_int8_export_stores_a_tied_table_once_in_int8(tmp_path, tied):
         rows = numpy_helper.to_array(q).T.astype(np.float32) * scale
         assert np.abs(rows - table).max() <= 0.51 * scale
         assert 0 < config["int8_error"]["encoder"] < 0.05  # (float32 lookups: 0)
+        lookups = [n.op_type for n in graphs["encoder"].graph.node if "/int8/" in n.name]
+        assert lookups == ["Gather", "DequantizeLinear", "Transpose"]
+        # where shape inference cannot tell the ids' rank, the general form gives the same
+        import onnxruntime as ort
+
+        from lightcompress.deploy import onnx_tools
+
+        monkeypatch.setattr(onnx_tools, "_ranks", lambda proto: {})
+        export_onnx(model, task, str(tmp_path / "general"), int8="large")
+        src = np.array([[5, 6, 7, 2], [9, 4100 - 1, 3, 2]], dtype=np.int64)
+        outs = []
+        for name in ("int8", "general"):
+            sess = ort.InferenceSession(str(tmp_path / name / "encoder.onnx"))
+            graph = onnx.load(str(tmp_path / name / "encoder.onnx")).graph
+            ops = [n.op_type for n in graph.node if "/int8/" in n.name]
+            assert len(ops) == (3 if name == "int8" else 7), ops
+            outs.append(sess.run(None, {"src_tokens": src}))
+        assert all(np.array_equal(a, b) for a, b in zip(*outs))
     else:  # the output projection alone is int8; both lookups read their float32 tables
         assert len(floats) == 2 and dequantized == []
         assert config["int8_error"]["encoder"] < 1e-5

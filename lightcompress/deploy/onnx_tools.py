@@ -203,6 +203,22 @@ def _quantize(path: str, out_path: str, min_elements: int) -> int:
     return len(set(nodes) & {n.name for n in proto.graph.node})  # (a Gemm once)
 
 
+def _ranks(proto) -> dict:
+    """The rank of every value of the graph that ONNX's shape inference can tell."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # noqa: BLE001  (without ranks the lookups take the general form)
+        return {}
+    out = {}
+    for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+        t = vi.type.tensor_type
+        if t.HasField("shape"):
+            out[vi.name] = len(t.shape.dim)
+    return out
+
+
 def _int8_lookups(protos: dict) -> int:
     """Embedding lookups from the int8 copy of a tied table (after :func:`_quantize`).
 
@@ -233,6 +249,7 @@ def _int8_lookups(protos: dict) -> int:
     for proto in protos.values():
         g = proto.graph
         inits = {i.name: i for i in g.initializer}
+        ranks = _ranks(proto)
         nodes = []
         for n in g.node:
             table = inits.get(n.input[0]) if n.op_type == "Gather" else None
@@ -254,35 +271,35 @@ def _int8_lookups(protos: dict) -> int:
                     g.initializer.append(init)
                     inits[init.name] = init
             p = f"{n.name or n.output[0]}/int8"
-            width = int(t.shape[1])
-            g.initializer.extend([
-                numpy_helper.from_array(np.array([width, -1], dtype=np.int64), f"{p}/by_row"),
-                numpy_helper.from_array(np.array([width], dtype=np.int64), f"{p}/width"),
-            ])  # fmt: skip
             q, scale, zp = (i.name for i in qmaps[match])
-            nodes += [  # int8 columns of E^T -> float -> rows, in the lookup's shape
-                helper.make_node("Gather", [q, n.input[1]], [f"{p}/cols"], axis=1, name=f"{p}/g"),
-                helper.make_node(
-                    "DequantizeLinear", [f"{p}/cols", scale, zp], [f"{p}/fcols"], name=f"{p}/dq"
-                ),
-                helper.make_node(
-                    "Reshape", [f"{p}/fcols", f"{p}/by_row"], [f"{p}/flat"], name=f"{p}/r1"
-                ),
-                helper.make_node(
-                    "Transpose", [f"{p}/flat"], [f"{p}/rows"], perm=[1, 0], name=f"{p}/t"
-                ),
-                helper.make_node("Shape", [n.input[1]], [f"{p}/ids_shape"], name=f"{p}/s"),
-                helper.make_node(
-                    "Concat",
-                    [f"{p}/ids_shape", f"{p}/width"],
-                    [f"{p}/shape"],
-                    axis=0,
-                    name=f"{p}/c",
-                ),
-                helper.make_node(
-                    "Reshape", [f"{p}/rows", f"{p}/shape"], [n.output[0]], name=f"{p}/r2"
-                ),
-            ]
+            ids, rank = n.input[1], ranks.get(n.input[1])
+            # int8 columns of E^T [d x *ids] -> float -> the lookup's [*ids x d]
+            nodes += [
+                helper.make_node("Gather", [q, ids], [f"{p}/cols"], axis=1, name=f"{p}/g"),
+                helper.make_node("DequantizeLinear", [f"{p}/cols", scale, zp], [f"{p}/fcols"],
+                                 name=f"{p}/dq"),
+            ]  # fmt: skip
+            if rank is not None:  # (the ids' rank known: one transpose)
+                perm = [*range(1, rank + 1), 0]
+                nodes.append(helper.make_node("Transpose", [f"{p}/fcols"], [n.output[0]],
+                                              perm=perm, name=f"{p}/t"))  # fmt: skip
+            else:  # [d x N] -> [N x d] -> [*ids x d]
+                width = int(t.shape[1])
+                g.initializer.extend([
+                    numpy_helper.from_array(np.array([width, -1], dtype=np.int64), f"{p}/by_row"),
+                    numpy_helper.from_array(np.array([width], dtype=np.int64), f"{p}/width"),
+                ])  # fmt: skip
+                nodes += [
+                    helper.make_node("Reshape", [f"{p}/fcols", f"{p}/by_row"], [f"{p}/flat"],
+                                     name=f"{p}/r1"),
+                    helper.make_node("Transpose", [f"{p}/flat"], [f"{p}/rows"], perm=[1, 0],
+                                     name=f"{p}/t"),
+                    helper.make_node("Shape", [ids], [f"{p}/ids_shape"], name=f"{p}/s"),
+                    helper.make_node("Concat", [f"{p}/ids_shape", f"{p}/width"],
+                                     [f"{p}/shape"], axis=0, name=f"{p}/c"),
+                    helper.make_node("Reshape", [f"{p}/rows", f"{p}/shape"], [n.output[0]],
+                                     name=f"{p}/r2"),
+                ]  # fmt: skip
             changed += 1
         del g.node[:]
         g.node.extend(nodes)
