@@ -244,3 +244,60 @@ def test_record_int8_adds_a_later_runs_int8_figures_of_the_same_student(tmp_path
     (save / "report.json").write_text(json.dumps({"models": {"student": {}}}))
     proc = _plan("record-int8", "default", save, "--rows-dir", rows, check=False)
     assert proc.returncode == 2 and "no int8 figures" in proc.stderr
+
+
+def test_the_fixed_rank_row_takes_the_searched_models_size(tmp_path):
+    """``smartformer`` (fixed CP rank) gets the rank that gives the searched model's size: the
+    mean of the searched ranks, a decoder layer (self and cross attention) counted twice."""
+    opts = converged.get_parser().parse_args(["plan", "--save-root", str(tmp_path)])
+    plan = converged.Plan(opts)
+    assert plan.matched_rank() == "<the searched model's mean rank>"  # (no search yet)
+    log = tmp_path / "smartformer_search" / "student" / "rank_search.jsonl"
+    log.parent.mkdir(parents=True)
+    first = {"ranks": {"encoder.layers.0": 64, "encoder.layers.1": 64, "encoder.layers.2": 64,
+                       "decoder.layers.0": 64}}  # fmt: skip
+    last = {"ranks": {"encoder.layers.0": 32, "encoder.layers.1": 64, "encoder.layers.2": 128,
+                      "decoder.layers.0": 64}}  # fmt: skip
+    log.write_text(json.dumps(first) + "\n" + json.dumps(last) + "\n", encoding="utf-8")
+    assert plan.matched_rank() == 70  # (32 + 64 + 128 + 2 * 64) / 5 = 70.4
+    (cmd,) = plan.commands("smartformer")
+    assert cmd[cmd.index("--rank") + 1] == "70" and "--search-ranks" not in cmd
+    log.write_text("", encoding="utf-8")
+    with pytest.raises(converged.StepError, match="logged no decision"):
+        plan.matched_rank()
+
+
+def test_the_random_init_row_is_the_default_rows_own_training_without_its_transfer(tmp_path):
+    """``lightformer_random`` runs the default row's recorded fairseq-train command (same data,
+    KD data, recipe, budget) without ``--finetune-from-model``, with this checkout's plugin,
+    saving to its own directory; a run without that row, or without its KD data, is refused."""
+    rows, kd = tmp_path / "rows", tmp_path / "kd-bin"
+    opts = converged.get_parser().parse_args(
+        ["run", "--save-root", str(tmp_path / "runs"), "--rows-dir", str(rows)]
+    )
+    plan = converged.Plan(opts)
+    with pytest.raises(converged.StepError, match="no JSON yet"):
+        plan.commands("lightformer_random", dry=False)
+    recorded = ("/old/venv/bin/fairseq-train /data/bin --user-dir /old/clone/lightcompress "
+                f"--task translation_seqkd --kd-distilled-data {kd} --arch lightformer "
+                "--finetune-from-model /old/student_init.pt --max-update 7000 "
+                "--save-dir /old/student --seed 1")  # fmt: skip
+    rows.mkdir()
+    (rows / "default.json").write_text(
+        json.dumps({"commands": ["/old/venv/bin/lightcompress-convert -i t.pt", recorded]}),
+        encoding="utf-8",
+    )
+    with pytest.raises(converged.PlanError, match="KD data"):
+        plan.commands("lightformer_random", dry=False)
+    kd.mkdir()
+    train, generate = plan.commands("lightformer_random", dry=False)
+    assert "--finetune-from-model" not in train and "/old/student_init.pt" not in train
+    assert train[0] == os.path.join(os.path.dirname(plan.py), "fairseq-train")
+    assert train[train.index("--user-dir") + 1] == os.path.join(harness.REPO_ROOT, "lightcompress")
+    assert train[train.index("--save-dir") + 1] == str(
+        tmp_path / "runs" / "lightformer_random" / "student"
+    )
+    for flag, value in (("--task", "translation_seqkd"), ("--kd-distilled-data", str(kd)),
+                        ("--max-update", "7000"), ("--seed", "1")):  # fmt: skip
+        assert train[train.index(flag) + 1] == value  # (the rest as the default row ran it)
+    assert "fairseq-generate" in generate[0]

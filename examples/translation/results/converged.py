@@ -201,31 +201,59 @@ class Plan:
         den = sum(weight[k.split(".")[0]] for k in ranks)
         return max(1, round(num / den))
 
-    def default_train(self) -> list[str]:
-        """The default row's fairseq-train command (from compress --dry-run), random init."""
-        out = subprocess.run(self.compress("default", ["--dry-run"]), env=self.env,
-                             capture_output=True, text=True, check=False)  # fmt: skip
+    def default_train(self, dry: bool = False) -> list[str]:
+        """The default row's own fairseq-train command (as its JSON records it), without
+        ``--finetune-from-model`` (random initialisation), saving to this row's directory and
+        run with this checkout's plugin: the same data, KD data, recipe and budget."""
+        rec = os.path.join(self.o.rows_dir, "default.json")
+        if os.path.exists(rec):
+            lines = [c for c in _json(rec).get("commands", []) if "fairseq-train" in c]
+            if len(lines) != 1:
+                raise StepError(f"{rec} records no single fairseq-train command")
+            cmd = shlex.split(lines[0])
+        elif dry:  # (the plan's listing before the default row ran: the command it will run)
+            cmd = self._default_train_planned()
+        else:
+            raise StepError("the default row has no JSON yet")
+        if "--finetune-from-model" in cmd:
+            i = cmd.index("--finetune-from-model")
+            del cmd[i : i + 2]
+        cmd[0] = os.path.join(os.path.dirname(self.py), "fairseq-train")
+        for flag, value in (("--user-dir", os.path.join(REPO_ROOT, "lightcompress")),
+                            ("--save-dir", os.path.join(self.save("lightformer_random"), "student"))):  # fmt: skip
+            if flag in cmd:
+                cmd[cmd.index(flag) + 1] = value
+        if "--kd-distilled-data" in cmd and not dry:
+            kd = cmd[cmd.index("--kd-distilled-data") + 1]
+            if not os.path.isdir(kd):
+                raise PlanError(f"{kd}: the default row's KD data (its fairseq-train command "
+                                "reads it) is missing: run the default row on this machine")  # fmt: skip
+        return cmd
+
+    def _default_train_planned(self) -> list[str]:
+        """The fairseq-train command the default row will run (compress --dry-run into a
+        directory that does not exist, so no earlier run's settings interfere; its paths are
+        then the default row's)."""
+        import tempfile
+
+        nowhere = os.path.join(tempfile.gettempdir(), f"converged-dry-run-{os.getpid()}")
+        cmd = self.compress("default", ["--dry-run"])
+        cmd[cmd.index("--save-dir") + 1] = nowhere
+        out = subprocess.run(cmd, env=self.env, capture_output=True, text=True, check=False)
         if out.returncode != 0:
             raise StepError(
                 f"compress --dry-run of the default row failed: {out.stderr.strip()[-300:]}"
             )
-        lines = [
-            ln[2:]
-            for ln in out.stdout.splitlines()
-            if ln.startswith("+ ") and "fairseq-train" in ln
-        ]
+        lines = [ln[2:] for ln in out.stdout.splitlines()
+                 if ln.startswith("+ ") and "fairseq-train" in ln]  # fmt: skip
         if len(lines) != 1:
             raise StepError("compress --dry-run printed no single fairseq-train command")
-        cmd = shlex.split(lines[0])
-        i = cmd.index("--finetune-from-model")
-        del cmd[i : i + 2]
-        cmd[cmd.index("--save-dir") + 1] = os.path.join(self.save("lightformer_random"), "student")
-        return cmd
+        return [a.replace(nowhere, self.save("default")) for a in shlex.split(lines[0])]
 
-    def scratch_train(self, row: str) -> list[str]:
+    def scratch_train(self, row: str, dry: bool = False) -> list[str]:
         o = self.o
         if row == "lightformer_random":
-            return self.default_train()
+            return self.default_train(dry)
         cmd = [os.path.join(os.path.dirname(self.py), "fairseq-train"), self.bin,
                "--user-dir", os.path.join(REPO_ROOT, "lightcompress"), "--task", "translation",
                "-s", "de", "-t", "en", *SUBFORMER, "--warmup-updates", str(max(1, o.max_update // 10)),
@@ -247,11 +275,15 @@ class Plan:
                 "--required-batch-size-multiple", "1", "--num-workers", "0",
                 "--post-process", "sentencepiece"] + (["--cpu"] if self.o.cpu else [])  # fmt: skip
 
-    def commands(self, row: str) -> list[list[str]]:
+    def commands(self, row: str, dry: bool = True) -> list[list[str]]:
+        """``row``'s commands; ``dry`` (the plan's listing): a command made from a row not
+        finished yet is shown as a placeholder (a run raises the reason instead)."""
         if row in ("lightformer_random", "subformer"):
             try:
-                train = self.scratch_train(row)
-            except StepError:
+                train = self.scratch_train(row, dry)
+            except (StepError, PlanError):
+                if not dry:
+                    raise
                 train = [
                     "fairseq-train",
                     "<the default row's command without --finetune-from-model>",
@@ -376,7 +408,7 @@ class Plan:
     def _run_row(self, row: str, save: str, out: str) -> dict:
         started = datetime.datetime.now(datetime.UTC)
         print(f"[converged] {row}: {WHAT[row]} ({save})", file=sys.stderr, flush=True)
-        cmds = self.commands(row)
+        cmds = self.commands(row, dry=False)
         if len(cmds) == 2:  # a training from scratch, then the test translation
             done = os.path.join(save, "student", "train.done")
             if not os.path.exists(done):
