@@ -110,6 +110,7 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     assert "Loaded checkpoint" in log and "@ 2 updates)" in log  # resumed, not restarted
     rec = json.loads((rows / "subformer.json").read_text(encoding="utf-8"))
     assert rec["updates"] == 4 and rec["row"] == "subformer"
+    assert rec["ups_median"] > 0 and rec["train_hours"] == round(4 / rec["ups_median"] / 3600, 2)
     assert rec["params"] > 0 and rec["sentences"] == 10 and 0 <= rec["bleu"] <= 100
     assert rec["budget"] == {"max_update": 4, "validate_every": 2, "patience": 5}
     # a finished row is kept as it is
@@ -161,7 +162,7 @@ def _row(name, bleu, params, **kw):
 
 def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     int8 = {"precision": "int8-large", "bleu": 39.2, "chrf": 49.0, "onnx_size_bytes": 9000000}
-    rows = {"default": _row("default", 39.5, 2000, int8=int8), "lightformer_random": _row("lightformer_random", 30.0, 2000),
+    rows = {"default": _row("default", 39.5, 2000, int8=int8, train_hours=1.64, ups_median=0.97), "lightformer_random": _row("lightformer_random", 30.0, 2000),
             "hypoformer_kd": _row("hypoformer_kd", 35.0, 2600), "hypoformer": _row("hypoformer", 36.0, 2600)}  # fmt: skip
     for name, rec in rows.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(rec), encoding="utf-8")
@@ -190,6 +191,9 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     assert "SVD transfer beats random initialisation at equal updates: holds here" in text
     assert "KD helps: does not hold here: hypoformer_kd BLEU 35.00 against hypoformer 36.00" in text
     assert "searched ranks beat one fixed rank at equal size: not measured yet" in text
+    # the CPU route's cost: each timed row's training hours (rows without a time are left out)
+    timing = next(ln for ln in text.splitlines() if ln.startswith("Training time of each row"))
+    assert timing.endswith(": default 1.6 h (0.97 updates/s).")
     # the CLI writes results.md; an empty folder is one line
     assert _plan("table", "--rows-dir", tmp_path).returncode == 0
     assert (tmp_path / "results.md").read_text(encoding="utf-8") == text

@@ -499,8 +499,17 @@ def _training(log: str) -> dict:
     ups = [int(u) for u in re.findall(r"num_updates[ =]+(\d+)", text)]
     stopped = ("early stop (patience)" if "early stop" in text
                else "max-update" if "done training" in text else None)  # fmt: skip
-    return {"updates": max(ups) if ups else None, "best_update": int(upd),
-            "best_valid_loss": loss, "valid_curve": valid, "stopped": stopped}  # fmt: skip
+    out = {"updates": max(ups) if ups else None, "best_update": int(upd),
+           "best_valid_loss": loss, "valid_curve": valid, "stopped": stopped}  # fmt: skip
+    # the training's speed on this machine: the median of fairseq's updates/s over the log
+    # (a median, so that a run stopped and resumed, or paused, does not count its pauses)
+    # (train_inner lines; a run too short for one: fairseq's end-of-epoch train lines)
+    inner = re.findall(r"train_inner .*?\bups=([0-9.]+)", text)
+    rates = sorted(map(float, inner or re.findall(r"\| train \|.*?\| ups ([0-9.]+)", text)))
+    if rates and out["updates"] and rates[len(rates) // 2] > 0:
+        median = rates[len(rates) // 2]
+        out.update(ups_median=median, train_hours=round(out["updates"] / median / 3600, 2))
+    return out
 
 
 def compress_record(save: str, row: str) -> dict:
@@ -645,6 +654,22 @@ def _ratio(a, b):
     return f"{a / b:.2f}x" if a and b else "-"
 
 
+def _timing(recs: list[dict]) -> list[str]:
+    """One line: each row's training time at its log's median speed (the CPU route's cost)."""
+    timed = [r for r in recs if r.get("train_hours")]
+    if not timed:
+        return []
+    return [
+        "Training time of each row (its updates at the median updates/s of its fairseq log, "
+        "validation excluded; one CPU thread unless its machine says otherwise): "
+        + "; ".join(
+            f"{r['row']} {r['train_hours']:.1f} h ({r['ups_median']:.2f} updates/s)" for r in timed
+        )
+        + ".",
+        "",
+    ]
+
+
 def table(rows_dir: str) -> str:
     """results.md from ROWS_DIR's JSON alone."""
     recs, spd, teacher = _rows_and_teacher(rows_dir)
@@ -705,6 +730,7 @@ def table(rows_dir: str) -> str:
         "",
         "Rows: " + "; ".join(f"`{r['row']}` {r['what']}" for r in recs) + ".",
         "",
+        *_timing(recs),
         "Budget of every row: "
         + ", ".join(
             sorted(
