@@ -134,6 +134,7 @@ def test_a_row_another_process_trains_is_skipped_and_options_go_before_rows(corp
         held.append(f)
     try:
         proc = _plan("run", *common, "subformer", "smartformer")
+        where = _plan("status", *common).stdout.splitlines()
     finally:
         for f in held:
             f.close()
@@ -143,6 +144,10 @@ def test_a_row_another_process_trains_is_skipped_and_options_go_before_rows(corp
         in proc.stderr
     )
     assert not rows.exists() and not (runs / "subformer" / "student").exists()
+    # status: one line per row, in the plan's order
+    assert [ln.split(":")[0] for ln in where] == converged.ROWS
+    assert "subformer: training now" in where and "default: not started" in where
+    assert "smartformer: not started (made from smartformer_search)" in where
     # with the locks released, the prerequisite's absence is the usual one-line error
     alone = _plan("run", *common, "smartformer", check=False)
     assert alone.returncode == 2 and "run that row first" in alone.stderr

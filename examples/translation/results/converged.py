@@ -4,6 +4,7 @@
 
     python examples/translation/results/converged.py plan           # every row and its commands
     python examples/translation/results/converged.py run [ROW ...]  # train + score (resumable)
+    python examples/translation/results/converged.py status         # where every row stands
     python examples/translation/results/converged.py speed          # one interleaved speed run
     python examples/translation/results/converged.py table          # results.md from the JSON
     python examples/translation/results/converged.py record ROW DIR # a finished compress run's row
@@ -463,6 +464,44 @@ class _RowLock:
         return False
 
 
+def status(plan: Plan) -> list[str]:
+    """One line per row: finished (its BLEU), training now (another process holds its lock),
+    stopped part-way, or not started; with the updates, the best validation loss so far and,
+    where training, the hours left to the budget at the log's median speed."""
+    lines = []
+    for row in ROWS:
+        out = os.path.join(plan.o.rows_dir, f"{row}.json")
+        if os.path.exists(out):
+            rec = _json(out)
+            lines.append(f"{row}: done, BLEU {rec.get('bleu')} ({rec.get('updates')} updates, "
+                         f"{rec.get('stopped') or 'stopped'})")  # fmt: skip
+            continue
+        save = plan.save(row)
+        logs = [os.path.join(save, "logs", "03-fine-tune.log"), os.path.join(save, "train.log")]
+        log = next((p for p in logs if os.path.exists(p)), None)
+        busy = False
+        if os.path.exists(os.path.join(save, "row.lock")):
+            with _RowLock(save, row) as lock:
+                busy = not lock.held
+        state = "training now" if busy else "stopped part-way" if log else "not started"
+        if log is None:
+            need = NEEDS.get(row)
+            lines.append(f"{row}: {state}" + (f" (made from {need})" if need else ""))
+            continue
+        try:
+            t = _training(log)
+        except StepError:  # (no validation yet)
+            lines.append(f"{row}: {state}, no validation yet")
+            continue
+        text = (f"{row}: {state}, {t['updates']} of at most {plan.o.max_update} updates, best "
+                f"validation loss {t['best_valid_loss']} at {t['best_update']}")  # fmt: skip
+        if t.get("ups_median") and t["updates"] is not None:
+            left = max(0, plan.o.max_update - t["updates"]) / t["ups_median"] / 3600
+            text += f"; at most {left:.1f} h left at {t['ups_median']:.2f} updates/s"
+        lines.append(text)
+    return lines
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -808,7 +847,9 @@ def claims(by: dict, teacher: dict) -> list[str]:
 # -- command line ---------------------------------------------------------------------------
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="converged.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("cmd", choices=["plan", "run", "speed", "table", "record", "record-int8"])
+    p.add_argument(
+        "cmd", choices=["plan", "run", "status", "speed", "table", "record", "record-int8"]
+    )
     p.add_argument("rows", nargs="*", help="run: these rows only (default: all, in order); "
                    "record: ROW and the save directory of its finished compress run")  # fmt: skip
     p.add_argument("--data-dir", default=os.path.join(CACHE, "data", "results-permissive"),
@@ -863,6 +904,8 @@ def main(argv=None) -> int:
             print(
                 f"# table: python {os.path.relpath(__file__, REPO_ROOT)} table --rows-dir {opts.rows_dir}"
             )
+        elif opts.cmd == "status":
+            print("\n".join(status(plan)))
         elif opts.cmd == "run":
             plan.check(dry=False)
             for row in opts.rows or ROWS:
