@@ -998,66 +998,86 @@ def test_onnx_int8_export_translates_the_trained_teacher_like_float32(toy, tmp_p
     )
 
 
-@pytest.mark.parametrize("tied", [True, False], ids=["tied", "untied"])
-def test_int8_export_stores_a_tied_table_once_in_int8(tmp_path, tied, monkeypatch):
+@pytest.mark.parametrize("case", ["tied", "untied", "tied-shortlist"])
+def test_int8_export_stores_the_embedding_tables_once_in_int8(tmp_path, case, monkeypatch):
     """ONNX Runtime's quantizer gives the output projection an int8 copy of a tied table and
     leaves the lookups on the float32 one: the export stores the table once, in int8, and the
-    lookups dequantize its rows. An untied model's lookups keep their float32 tables."""
-    import numpy as np
+    lookups dequantize its rows. Tables that are only looked up (an untied model's; with the
+    shortlist, the tied table whose candidates' rows rows.onnx gathers) are stored in int8 too."""
     import onnx
+    import onnxruntime as ort
     from onnx import TensorProto, numpy_helper
 
+    from lightcompress.deploy import onnx_tools
     from lightcompress.deploy.onnx_export import export_onnx
     from lightcompress.measure.specs import build_random_model
 
+    tied, shortlist = case != "untied", case == "tied-shortlist"
     flags = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim",
              "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
              "--decoder-attention-heads", "2", "--encoder-layers", "1", "--decoder-layers", "1"]  # fmt: skip
     torch.manual_seed(0)
     model, task, _ = build_random_model("transformer", 4100, flags, tied, return_task=True)
-    export_onnx(model.eval(), task, str(tmp_path / "f32"))
-    config = export_onnx(model, task, str(tmp_path / "int8"), int8="large")
-    table = model.encoder.embed_tokens.weight.detach().numpy()  # 4100 x 32: the one large map
-    graphs = {n: onnx.load(str(tmp_path / "int8" / f"{n}.onnx")) for n in ("encoder", "decoder")}
+    extra = {}
+    if shortlist:  # 3 candidates per source symbol
+        rng = np.random.default_rng(0)
+        src, tgt = task.source_dictionary.symbols, task.target_dictionary.symbols
+        lines = ["\t" + " ".join(tgt[i] for i in (6, 7))] + [
+            src[s] + "\t" + " ".join(tgt[t] for t in rng.choice(range(4, len(tgt)), 3))
+            for s in range(4, len(src))
+        ]
+        from lightcompress.runtime import shortlist_text
+
+        (tmp_path / "sl.txt").write_text(shortlist_text(lines, "test"), encoding="utf-8")
+        extra = {"shortlist": str(tmp_path / "sl.txt")}
+    export_onnx(model.eval(), task, str(tmp_path / "f32"), **extra)
+    config = export_onnx(model, task, str(tmp_path / "int8"), int8="large", **extra)
+    # 4100 x 32 tables: the large maps (the FFN and attention maps are small)
+    tables = [model.encoder.embed_tokens.weight.detach().numpy()]
+    if not tied:
+        tables.append(model.decoder.embed_tokens.weight.detach().numpy())
+    names = ["encoder", "decoder"] + (["rows"] if shortlist else [])
+    graphs = {n: onnx.load(str(tmp_path / "int8" / f"{n}.onnx")) for n in names}
     floats = [i.name for g in graphs.values() for i in g.graph.initializer
-              if i.data_type == TensorProto.FLOAT and list(i.dims) == list(table.shape)]  # fmt: skip
-    dequantized = [
-        n for g in graphs.values() for n in g.graph.node if n.op_type == "DequantizeLinear"
-    ]
+              if i.data_type == TensorProto.FLOAT and list(i.dims[-2:]) in ([4100, 32], [32, 4100])]  # fmt: skip
+    assert floats == []  # no float32 copy of any table
+    dequantized = {n: sum(x.op_type == "DequantizeLinear" for x in g.graph.node)
+                   for n, g in graphs.items()}  # fmt: skip
+    assert dequantized == {"encoder": 1, "decoder": 1, **({"rows": 1} if shortlist else {})}
+    # every table stored once, in int8 (a quarter of its float32 bytes)
     f32_size = os.path.getsize(tmp_path / "f32" / "weights.bin")
     int8_size = os.path.getsize(tmp_path / "int8" / "weights.bin")
-    if tied:
-        assert floats == [] and len(dequantized) == 2  # the encoder's and the decoder's lookup
-        # the table once, in int8 (a quarter of its float32 bytes), beside the small maps
-        assert int8_size <= f32_size - 0.7 * table.nbytes, (int8_size, f32_size)
-        # the lookups see the int8 table's rows: within half a quantization step of the table
+    assert int8_size <= f32_size - 0.7 * sum(t.nbytes for t in tables), (int8_size, f32_size)
+    # the lookups see the int8 table's rows: within half a quantization step of the table
+    weights = {
+        i.name: numpy_helper.to_array(i) for g in graphs.values() for i in g.graph.initializer
+    }
+    for table in tables:
         scale = np.abs(table).max() / 127
-        q = next(i for i in graphs["encoder"].graph.initializer if i.data_type == TensorProto.INT8)
-        rows = numpy_helper.to_array(q).T.astype(np.float32) * scale
-        assert np.abs(rows - table).max() <= 0.51 * scale
-        assert 0 < config["int8_error"]["encoder"] < 0.05  # (float32 lookups: 0)
-        lookups = [n.op_type for n in graphs["encoder"].graph.node if "/int8/" in n.name]
-        assert lookups == ["Gather", "DequantizeLinear", "Transpose"]
-        # where shape inference cannot tell the ids' rank, the general form gives the same
-        import onnxruntime as ort
-
-        from lightcompress.deploy import onnx_tools
-
-        monkeypatch.setattr(onnx_tools, "_ranks", lambda proto: {})
-        export_onnx(model, task, str(tmp_path / "general"), int8="large")
-        src = np.array([[5, 6, 7, 2], [9, 4100 - 1, 3, 2]], dtype=np.int64)
-        outs = []
-        for name in ("int8", "general"):
-            sess = ort.InferenceSession(str(tmp_path / name / "encoder.onnx"))
-            graph = onnx.load(str(tmp_path / name / "encoder.onnx")).graph
-            ops = [n.op_type for n in graph.node if "/int8/" in n.name]
-            assert len(ops) == (3 if name == "int8" else 7), ops
-            outs.append(sess.run(None, {"src_tokens": src}))
-        assert all(np.array_equal(a, b) for a, b in zip(*outs))
-    else:  # the output projection alone is int8; both lookups read their float32 tables
-        assert len(floats) == 2 and dequantized == []
-        assert config["int8_error"]["encoder"] < 1e-5
-        assert int8_size >= 2 * table.nbytes  # (both float32 tables)
+        rows = [
+            w.astype(np.float32) * scale
+            for w in weights.values()
+            if w.dtype == np.int8 and w.size == table.size
+        ]
+        rows = [r if r.shape == table.shape else r.T for r in rows]
+        assert any(np.abs(r - table).max() <= 0.51 * scale for r in rows)
+    assert 0 < config["int8_error"]["encoder"] < 0.05  # (float32 lookups: 0)
+    if case != "tied":
+        return
+    lookups = [n.op_type for n in graphs["encoder"].graph.node if "/int8/" in n.name]
+    assert lookups == ["Gather", "DequantizeLinear", "Transpose"]
+    # where shape inference cannot tell the ids' rank, the general form gives the same
+    monkeypatch.setattr(onnx_tools, "_ranks", lambda proto: {})
+    export_onnx(model, task, str(tmp_path / "general"), int8="large")
+    src = np.array([[5, 6, 7, 2], [9, 4100 - 1, 3, 2]], dtype=np.int64)
+    outs = []
+    for name in ("int8", "general"):
+        graph = onnx.load(str(tmp_path / name / "encoder.onnx")).graph
+        ops = [n.op_type for n in graph.node if "/int8/" in n.name]
+        assert len(ops) == (3 if name == "int8" else 7), ops
+        sess = ort.InferenceSession(str(tmp_path / name / "encoder.onnx"))
+        outs.append(sess.run(None, {"src_tokens": src}))
+    assert all(np.array_equal(a, b) for a, b in zip(*outs))
 
 
 def _no_torch_env(tmp_path) -> dict:

@@ -47,7 +47,9 @@ the fly: ``MatMulInteger``) of the large maps (``large``: at least 2^17 weights,
 :func:`lightcompress.deploy.quantize.quantize_model_int8` rule) or of every map (``all``),
 in the decoder and the encoder. A tied table (embedding and output projection) is then
 stored once, in int8: the lookups gather and dequantize the int8 copy the output projection
-multiplies with, and the float32 table is dropped (:func:`onnx_tools._int8_lookups`).
+multiplies with, and the float32 table is dropped (:func:`onnx_tools._int8_lookups`); a token
+table that is only looked up (untied; with ``--shortlist``, gathered for the candidates' rows)
+of that size is stored in int8 too (:func:`onnx_tools._int8_tables`).
 
 ``--shortlist FILE`` (a ``lightcompress-shortlist`` file of the model's data): the decoder graph
 takes the sorted candidate ids ``cands`` ``[V']`` after ``bias`` and scores only them. For a
@@ -95,6 +97,7 @@ from lightcompress.deploy.onnx_graphs import (  # (ExportError re-exported: its 
 from lightcompress.deploy.onnx_tools import (
     _check,
     _int8_lookups,
+    _int8_tables,
     _k_as_input,
     _quantize,
     _share_weights,
@@ -314,13 +317,15 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
             if check:  # the float32 graphs first, exactly
                 _check(work, dict(zip(arg_names, args)), ref, src, cross, strict=True)
             quantized = 0
-            for name in ("encoder", "decoder"):  # (rows.onnx gathers: nothing to quantize)
+            for name in ("encoder", "decoder"):  # (rows.onnx only gathers)
                 path = os.path.join(work, f"{name}.onnx")
                 quantized += _quantize(path, os.path.join(work, f"{name}.int8.onnx"), limit)
                 protos[name] = onnx.load(os.path.join(work, f"{name}.int8.onnx"))
+            _int8_lookups(protos)  # a tied table stored once, in int8
+            # tables only looked up (untied; the shortlist's rows): int8 too
+            quantized += _int8_tables(protos, limit, {len(src_dict), len(tgt_dict)})
             if not quantized:  # (the export would be float32, only larger: refused)
                 raise NothingToQuantize(_nothing_to_quantize(int8, limit))
-            _int8_lookups(protos)  # a tied table stored once, in int8
             shutil.rmtree(work)
         _share_weights(protos, tmp)
         for name, proto in protos.items():
@@ -365,8 +370,8 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
 
 def _nothing_to_quantize(int8: str, limit: int) -> str:
     fix = "export it without --int8" + (" (or with --int8 all)" if int8 == "large" else "")
-    return (f"--int8 {int8}: no map of this model has {limit} weights or more, so int8 would "
-            f"quantize nothing (a float32 export, only larger): {fix}")  # fmt: skip
+    return (f"--int8 {int8}: no map or token table of this model has {limit} weights or "
+            f"more, so int8 would quantize nothing (a float32 export, only larger): {fix}")  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------

@@ -310,6 +310,64 @@ def _int8_lookups(protos: dict) -> int:
     return changed
 
 
+def _int8_tables(protos: dict, min_elements: int, vocab_sizes) -> int:
+    """Token embedding tables that are only looked up (``Gather``), stored in int8: after
+    :func:`_int8_lookups`, a float32 table of at least ``min_elements`` entries whose rows are
+    the vocabulary (``vocab_sizes``) and which every graph only gathers (an untied model's
+    tables; with the shortlist, the tied table whose candidates' rows ``rows.onnx`` gathers) is
+    quantized like ONNX Runtime's int8 weights (per tensor, symmetric: ``scale = max|E| / 127``,
+    zero point 0), and each lookup gathers int8 rows and dequantizes them. Positional tables
+    (their rows are positions) stay float32. Returns how many tables it quantized."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    tables: dict = {}  # name -> the float32 array, from the first graph that has it
+    only_gathered: dict = {}
+    for proto in protos.values():
+        inits = {i.name: i for i in proto.graph.initializer}
+        for n in proto.graph.node:
+            for k, name in enumerate(n.input):
+                if name not in inits:
+                    continue
+                init = inits[name]
+                axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
+                gathered = n.op_type == "Gather" and k == 0 and axis == 0
+                only_gathered[name] = only_gathered.get(name, True) and gathered
+                if (gathered and name not in tables and init.data_type == TensorProto.FLOAT
+                        and len(init.dims) == 2 and init.dims[0] in vocab_sizes
+                        and init.dims[0] * init.dims[1] >= max(min_elements, 1)):  # fmt: skip
+                    tables[name] = numpy_helper.to_array(init)
+    tables = {k: v for k, v in tables.items() if only_gathered.get(k)}
+    for name, t in tables.items():
+        scale = np.float32(max(float(np.abs(t).max()), 1e-12) / 127.0)
+        q = np.clip(np.rint(t / scale), -127, 127).astype(np.int8)
+        made = [numpy_helper.from_array(q, f"{name}_int8"),
+                numpy_helper.from_array(np.array(scale, dtype=np.float32), f"{name}_int8_scale"),
+                numpy_helper.from_array(np.array(0, dtype=np.int8), f"{name}_int8_zero_point")]  # fmt: skip
+        for proto in protos.values():
+            g = proto.graph
+            if not any(i.name == name for i in g.initializer):
+                continue
+            nodes = []
+            for n in g.node:
+                if n.op_type != "Gather" or n.input[0] != name:
+                    nodes.append(n)
+                    continue
+                p = f"{n.name or n.output[0]}/int8"
+                nodes += [
+                    helper.make_node("Gather", [made[0].name, n.input[1]], [f"{p}/rows"],
+                                     axis=0, name=f"{p}/g"),
+                    helper.make_node("DequantizeLinear", [f"{p}/rows", made[1].name, made[2].name],
+                                     [n.output[0]], name=f"{p}/dq"),
+                ]  # fmt: skip
+            del g.node[:]
+            g.node.extend(nodes)
+            keep = [i for i in g.initializer if i.name != name]
+            del g.initializer[:]
+            g.initializer.extend([*keep, *made])
+    return len(tables)
+
+
 def _write_dict(d, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(sym + "\n" for sym in d.symbols)
