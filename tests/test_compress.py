@@ -184,7 +184,9 @@ def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
     assert "| parameters |" in report and "CTranslate2 int8" in report
     # the tiny student has no map of 2^17 weights: its int8 export (large maps) is left out,
     # and the report says why
-    assert "No int8 export of the student: --int8 large: no map or token table of this model" in report
+    assert (
+        "No int8 export of the student: --int8 large: no map or token table of this model" in report
+    )
     assert rows["student"]["int8"]["left_out"] and not (save / "student-onnx-int8").exists()
     # the export translates the data's tokens with its own runtime (no torch needed; the toy
     # data has no tokenizer, so raw text is refused)
