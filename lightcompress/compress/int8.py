@@ -7,9 +7,9 @@ models (same references, same post-processing).
         -o student-onnx-int8 --eval eval/student-int8.txt --beam 5 --max-len-a 1.2 \\
         --max-len-b 10 --post-process sentencepiece --spm spm.model
 
-A student with no map or token table large enough for ``--int8 large`` (a small model: nothing to quantize,
-the export would be the float32 one, only larger) is not an error: the reason is written to
-``--skipped`` and the report says that the int8 row is left out and why.
+A student with no map or token table large enough for ``--int8 large`` (a small model:
+nothing to quantize, the export would be the float32 one, only larger) is not an error: the
+reason is written to ``--skipped`` and the report says that the int8 row is left out and why.
 """
 
 from __future__ import annotations
