@@ -187,8 +187,9 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[1:7] == ["2,000", "4.00x", "9.0 MB", "39.20", "49.00", "-0.80"]
     assert cells[8:11] == ["2,800", "2.80x", "-"]
-    assert "| default, int8 (large maps) | 2,000 | 39.20 (-0.80) | 49.00 | 2.80x / - |" in (
-        converged.compact(str(tmp_path))
+    assert (
+        "| default | 2,000 (4.00x fewer) | 39.50 (-0.50); int8 39.20 (-0.80) | 49.50; int8 49.00 "
+        "| 2.50x / 1.50x; int8 2.80x / - |" in converged.compact(str(tmp_path))
     )
     assert (
         "within 1 BLEU): holds for the default student (4.00x fewer parameters, -0.50 BLEU)" in text
