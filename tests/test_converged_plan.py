@@ -168,13 +168,15 @@ def _row(name, bleu, params, **kw):
 def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     int8 = {"precision": "int8-large", "bleu": 39.2, "chrf": 49.0, "onnx_size_bytes": 9000000}
     rows = {"default": _row("default", 39.5, 2000, int8=int8, train_hours=1.64, ups_median=0.97), "lightformer_random": _row("lightformer_random", 30.0, 2000),
-            "hypoformer_kd": _row("hypoformer_kd", 35.0, 2600), "hypoformer": _row("hypoformer", 36.0, 2600)}  # fmt: skip
+            "hypoformer_kd": _row("hypoformer_kd", 35.0, 2600), "hypoformer": _row("hypoformer", 36.0, 2600),
+            "lightformer_keep_depth": _row("lightformer_keep_depth", 41.0, 2100, stopped="max-update", best_update=100)}  # fmt: skip
     for name, rec in rows.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(rec), encoding="utf-8")
     speed = {"machine": "m", "code": "c0ffee",
              "batch_1": {"teacher": {"ctranslate2-int8": 1000.0, "ctranslate2-int8+shortlist": 1500.0},
                          "default": {"onnxruntime": 2500.0, "onnxruntime+shortlist": 3000.0,
-                                     "onnxruntime-int8-large": 2800.0}},
+                                     "onnxruntime-int8-large": 2800.0},
+                         "lightformer_keep_depth": {"onnxruntime": 2000.0}},
              "batch_32": {"teacher": {"ctranslate2-int8": 4000.0}, "default": {"onnxruntime": 6000.0}}}  # fmt: skip
     (tmp_path / "speed.json").write_text(json.dumps(speed), encoding="utf-8")
     text = converged.table(str(tmp_path))
@@ -197,6 +199,13 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     assert "SVD transfer beats random initialisation at equal updates: holds here" in text
     assert "KD helps: does not hold here: hypoformer_kd BLEU 35.00 against hypoformer 36.00" in text
     assert "searched ranks beat one fixed rank at equal size: not measured yet" in text
+    assert ("against the teacher's depth: does not hold here: default BLEU 39.50 against "
+            "lightformer_keep_depth 41.00 (-1.50, 2,000 against 2,100 parameters); the shallow "
+            "decoder decodes 1.25x as fast at batch 1.") in text  # fmt: skip
+    assert (
+        "- Stopped by the budget while still improving: lightformer_keep_depth (best at 100 of 100 updates)."
+        in text
+    )
     # the CPU route's cost: each timed row's training hours (rows without a time are left out)
     timing = next(ln for ln in text.splitlines() if ln.startswith("Training time of each row"))
     assert timing.endswith(": default 1.6 h (0.97 updates/s).")

@@ -789,7 +789,8 @@ def table(rows_dir: str) -> str:
         "",
         "## The papers' claims, in direction",
         "",
-        *claims(by, teacher),
+        *claims(by, teacher, spd),
+        *_budget_note(recs),
     ]
     if spd:
         out += ["", f"Speed: {spd['machine']}, code {spd['code']}."]
@@ -798,7 +799,38 @@ def table(rows_dir: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def claims(by: dict, teacher: dict) -> list[str]:
+def _depth_claim(by: dict, spd: dict | None) -> str:
+    """The shallow decoder (the default 3-1) against the teacher's depth: within 1 BLEU or
+    not, and what it buys in speed (ONNX Runtime float32 at batch 1, the same run)."""
+    a, b = "default", "lightformer_keep_depth"
+    claim = ("LightFormer: a deep encoder and shallow decoder loses little (within 1 BLEU) "
+             "against the teacher's depth")  # fmt: skip
+    if a not in by or b not in by:
+        return f"- {claim}: not measured yet ({a if a not in by else b} has no finished row)."
+    gap = by[a]["bleu"] - by[b]["bleu"]
+    holds = gap >= -1.0
+    line = (f"- {claim}: {'holds' if holds else 'does not hold'} here: {a} BLEU "
+            f"{by[a]['bleu']:.2f} against {b} {by[b]['bleu']:.2f} ({gap:+.2f}, "
+            f"{by[a]['params']:,} against {by[b]['params']:,} parameters)")  # fmt: skip
+    s = (spd or {}).get("batch_1", {})
+    fa, fb = s.get(a, {}).get("onnxruntime"), s.get(b, {}).get("onnxruntime")
+    if fa and fb:
+        line += f"; the shallow decoder decodes {fa / fb:.2f}x as fast at batch 1"
+    return line + "."
+
+
+def _budget_note(recs: list[dict]) -> list[str]:
+    """Rows the budget stopped while their validation loss still fell (best at the last)."""
+    still = [r for r in recs if r.get("stopped") == "max-update" and r.get("updates")
+             and r.get("best_update") == r.get("updates")]  # fmt: skip
+    if not still:
+        return []
+    names = ", ".join(f"{r['row']} (best at {r['best_update']:,} of {r['updates']:,} updates)"
+                      for r in still)  # fmt: skip
+    return [f"- Stopped by the budget while still improving: {names}."]
+
+
+def claims(by: dict, teacher: dict, spd: dict | None = None) -> list[str]:
     """One line per claim whose rows are finished, in direction, said plainly either way."""
 
     def cmp(a, b, claim, why_not=""):
@@ -824,8 +856,7 @@ def claims(by: dict, teacher: dict) -> list[str]:
             "LightFormer: SVD transfer beats random initialisation at equal updates",
         )
     )
-    out.append(cmp("default", "lightformer_keep_depth", "LightFormer: a deep encoder and shallow decoder loses little against the teacher's depth",
-                   "the shallow decoder costs BLEU here"))  # fmt: skip
+    out.append(_depth_claim(by, spd))
     out.append(cmp("hypoformer_kd", "hypoformer", "Hypoformer: sequence-level KD helps"))
     out.append(
         cmp(
@@ -967,7 +998,8 @@ def compact(rows_dir: str) -> str:
             f"{bleu} | {chrf} | {speed} |"
         )
     by = {r["row"]: r for r in recs}
-    done = [c for c in claims(by, teacher) if "not measured yet" not in c]
+    done = [c for c in claims(by, teacher, spd) if "not measured yet" not in c]
+    done += _budget_note(recs)
     todo = [r for r in ROWS if r not in by]
     out = [*lines, ""]
     out += done
