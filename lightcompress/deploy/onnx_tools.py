@@ -123,9 +123,14 @@ def _simplify(model_proto) -> None:
         if len(alive) == len(keep):
             break
         keep = alive
+    _set_nodes(g, keep)
+
+
+def _set_nodes(g, nodes) -> None:
+    """Make ``nodes`` the graph's nodes and drop the initializers no node reads any more."""
     del g.node[:]
-    g.node.extend(keep)
-    used = {i for n in keep for i in n.input}
+    g.node.extend(nodes)
+    used = {i for n in nodes for i in n.input} | {i.name for i in g.input}
     inits = [i for i in g.initializer if i.name in used]
     del g.initializer[:]
     g.initializer.extend(inits)
@@ -301,12 +306,7 @@ def _int8_lookups(protos: dict) -> int:
                                      name=f"{p}/r2"),
                 ]  # fmt: skip
             changed += 1
-        del g.node[:]
-        g.node.extend(nodes)
-        used = {i for n in g.node for i in n.input} | {i.name for i in g.input}
-        keep = [i for i in g.initializer if i.name in used]
-        del g.initializer[:]
-        g.initializer.extend(keep)
+        _set_nodes(g, nodes)
     return changed
 
 
@@ -360,11 +360,8 @@ def _int8_tables(protos: dict, min_elements: int, vocab_sizes) -> int:
                     helper.make_node("DequantizeLinear", [f"{p}/rows", made[1].name, made[2].name],
                                      [n.output[0]], name=f"{p}/dq"),
                 ]  # fmt: skip
-            del g.node[:]
-            g.node.extend(nodes)
-            keep = [i for i in g.initializer if i.name != name]
-            del g.initializer[:]
-            g.initializer.extend([*keep, *made])
+            g.initializer.extend(made)
+            _set_nodes(g, nodes)  # (the float32 table: read by no node now)
     return len(tables)
 
 
