@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import re
 import struct
 import sys
 import tarfile
@@ -285,8 +286,66 @@ def test_build_end_to_end_and_skip(tmp_path, monkeypatch, capsys):
 def test_bad_sha256_in_cache_stops(tmp_path, monkeypatch):
     deb = _pkg_deb(tmp_path, "tool", {"Open the file": "Die Datei öffnen"})
     src = lc.Source("debian", "tool", "1.0-1", deb.name, "f" * 64, "ISC", "License: ISC")
-    # the wrong file is dropped and fetched again; without apt-get that is one clear stop
+    monkeypatch.setitem(
+        lc.DEBIAN_POOL, "tool", "debian/pool/main/t/tool/tool_1.0-1+deb12u1_all.deb"
+    )
+
+    def offline(url, dest):
+        raise OSError("<urlopen error [Errno -3] Temporary failure in name resolution>")
+
+    # the wrong file is dropped and fetched again; offline and without apt-get that is one
+    # clear stop naming the URL and where to put the file
     monkeypatch.setattr(lc.shutil, "which", lambda name: None)
-    with pytest.raises(SystemExit, match="apt-get not found"):
-        lc.download_debs([src], tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        lc.download_debs([src], tmp_path, fetch=offline)
+    msg = str(stop.value)
+    assert msg.startswith("tool: cannot download https://deb.debian.org/debian/pool/main/t/tool/"
+                          "tool_1.0-1%2Bdeb12u1_all.deb: <urlopen error")  # fmt: skip
+    assert f"fetch it by hand into {deb}" in msg and "\n" not in msg
     assert not deb.exists()
+
+
+def test_debian_pins_are_fetched_from_the_mirror_and_checked(tmp_path, monkeypatch):
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    deb = _pkg_deb(mirror, "tool", {"Open the file": "Die Datei öffnen"})
+    digest = lc.pc.sha256_of(deb)
+    src = lc.Source("debian", "tool", "1:1.0-1", "tool_1%3a1.0-1_all.deb", digest, "ISC",
+                    "License: ISC")  # fmt: skip
+    monkeypatch.setitem(lc.DEBIAN_POOL, "tool", "debian/pool/main/t/tool/tool_1.0-1_all.deb")
+    asked = []
+
+    def from_mirror(url, dest):  # (lc.fetch_url with the mirror in a directory)
+        asked.append(url)
+        lc.fetch_url(mirror.as_uri() + "/" + deb.name, dest)
+
+    cache = tmp_path / "cache"
+    got = lc.download_debs([src], cache, fetch=from_mirror)
+    assert asked == ["https://deb.debian.org/debian/pool/main/t/tool/tool_1.0-1_all.deb"]
+    assert got == {"tool": cache / "tool_1%3a1.0-1_all.deb"}  # (apt-get's name for the file)
+    assert got["tool"].read_bytes() == deb.read_bytes()
+    assert lc.download_debs([src], cache, fetch=None) == got  # cached: nothing fetched
+    # a file the mirror changed is refused by its pin
+    monkeypatch.setattr(lc.pc, "sha256_of", lambda p: "0" * 64)
+    with pytest.raises(SystemExit, match="tool: sha256 0{64} != pinned"):
+        lc.download_debs([src], tmp_path / "other", fetch=from_mirror)
+
+
+def test_fetch_url_leaves_no_partial_file(tmp_path):
+    dest = tmp_path / "x.deb"
+    with pytest.raises(OSError):
+        lc.fetch_url((tmp_path / "missing.deb").as_uri(), dest)
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "src.deb").write_bytes(b"!<arch>\n")
+    lc.fetch_url((tmp_path / "src.deb").as_uri(), dest)
+    assert dest.read_bytes() == b"!<arch>\n" and not dest.with_name("x.deb.part").exists()
+
+
+def test_every_debian_pin_has_its_place_on_the_mirror():
+    debs = [s for s in lc.SOURCES if s.registry == "debian"]
+    assert {s.name for s in debs} == set(lc.DEBIAN_POOL)
+    for s in debs:
+        path = lc.DEBIAN_POOL[s.name]
+        assert path.startswith(("debian/pool/main/", "debian-security/pool/updates/main/")), path
+        # the mirror's file name is the pin's without apt-get's quoted epoch
+        assert path.rsplit("/", 1)[1] == re.sub(r"_\d+%3a", "_", s.filename), (path, s.filename)

