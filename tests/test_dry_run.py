@@ -20,8 +20,7 @@ There is no data in the temporary directory, so every row's check_tools reports 
 it reports and goes on) what a real run would miss: the report must come before the first
 training command, which shows that the check runs before the first training step.
 
-The demo (examples/translation/demo.sh, prepare-demo-corpus.sh) is covered like the recipes:
-with DRY_RUN=1 it prints its pipeline (corpus build, trainings, conversion, plots, measurement).
+The demo (examples/translation/demo.sh) has its own dry-run tests (tests/test_demo.py).
 """
 
 import glob

@@ -119,7 +119,6 @@ def test_recipes_are_shellcheck_clean():
         script("iwslt14-transformer-6-6.sh"),
         script("table4-gigaword-lightformer.sh"),
         os.path.join(ROOT, "examples", "translation", "demo.sh"),
-        os.path.join(ROOT, "examples", "translation", "prepare-demo-corpus.sh"),
     ]
     for args in (["-x", *followed], ["-e", "SC1091,SC2034", *ROW_SCRIPTS]):
         proc = subprocess.run(

@@ -715,19 +715,6 @@ def test_an_offline_download_names_what_to_fetch_by_hand(bench, tmp_path):
     assert not out.exists() and not (tmp_path / "dl" / "corpus.tgz.part").exists()
 
 
-def test_the_demos_dry_run_prints_the_exact_training_commands(tmp_path):
-    proc = subprocess.run(["bash", str(ROOT / "examples" / "translation" / "demo.sh")],
-                          env={**os.environ, "DRY_RUN": "1", "OUT": str(tmp_path / "out")},
-                          capture_output=True, text=True, timeout=120, check=False, cwd=ROOT)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-800:]
-    trains = [line for line in proc.stdout.splitlines() if line.startswith("+ fairseq-train ")]
-    assert len(trains) >= 3
-    for line in trains:
-        for flag in ("--optimizer adam", "--lr-scheduler inverse_sqrt",
-                     "--criterion label_smoothed_cross_entropy", "--dropout 0.1"):  # fmt: skip
-            assert flag in line, (flag, line)
-
-
 def test_a_recipe_owns_its_save_directory_and_stopping_it_ends_its_training(tmp_path):
     # (examples/common/lib.sh's fit, the one training step of every recipe)
     bin_ = tmp_path / "bin"

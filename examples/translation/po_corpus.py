@@ -9,7 +9,7 @@ unpacked to disk), pairs every English msgid with its German msgstr, cleans and
 deduplicates the pairs, splits them *by package* into train / valid / test, trains a
 joint sentencepiece model and binarizes everything with ``fairseq-preprocess``.
 
-Output layout (``--out``, default ``data/demo``)::
+Output layout (``--out``, default ``data/po-corpus``)::
 
     raw/        train.de train.en valid.* test.*   detokenized, one sentence per line
     spm/        spm.model spm.vocab + the sentencepiece-encoded splits
@@ -945,7 +945,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--out",
         type=Path,
-        default=Path("data/demo"),
+        default=Path("data/po-corpus"),
         help="output directory (default: %(default)s)",
     )
     ap.add_argument("--cache", type=Path, default=None,
