@@ -231,20 +231,29 @@ class Runner:
         """``step.call`` with the arguments after ``python -m MODULE``, in this process, its
         standard output and error in the log; a non-zero status is :class:`StepFailed`."""
         import contextlib
+        import logging
 
         self.say(n, step, f"  (in this process; log: {log_path})")
         saved = {k: os.environ.get(k) for k in step.env}
         os.environ.update(step.env)
+        # the logging records too (fairseq's INFO lines): a handler made before the call holds
+        # the real standard error, which redirect_stderr does not change
+        root = logging.getLogger()
+        handlers, level = root.handlers[:], root.level
         try:
             with open(log_path, "a", encoding="utf-8") as log:
                 log.write(f"$ {render(argv)}\n")
                 log.flush()
+                to_log = logging.StreamHandler(log)
+                to_log.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
+                root.handlers = [to_log]
                 with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
                     try:
                         rc = step.call(argv[3:])
                     except SystemExit as exc:  # (argparse)
                         rc = exc.code if isinstance(exc.code, int) else 1
         finally:
+            root.handlers, root.level = handlers, level
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
