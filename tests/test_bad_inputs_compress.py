@@ -81,7 +81,7 @@ for pid in left:
 print(json.dumps({"killed": killed, "seen": seen, "left": left, "out": "".join(lines)}))
 """
 
-KD_STEPS = [("transfer", "lightcompress-convert"), ("kd-data", "fairseq_cli.generate"),
+KD_STEPS = [("transfer", "lightcompress-convert"), ("kd-data", "lightcompress.kd.onnx_generate"),
             ("fine-tune", "fairseq-train"), ("export", "lightcompress-export-onnx"),
             ("test-teacher", "fairseq-generate"), ("test-student", "fairseq-generate"),
             ("int8", ""), ("speed", ""), ("report", "")]  # fmt: skip

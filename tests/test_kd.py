@@ -129,6 +129,37 @@ def test_rerun_resumes_keeping_finished_shards(distilled, tiny_data, tiny_transf
         main(_distill_args(tiny_data, ckpt, out, "--work-dir", str(work), "--beam", "3"))
 
 
+def test_the_onnx_engine_gives_fairseq_generates_translations(
+    distilled, tiny_data, tiny_transformer, tmp_path, capsys
+):
+    from lightcompress.kd.distill import DistillError, main
+
+    ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
+    out = tmp_path / "out"
+    args = _distill_args(tiny_data, ckpt, str(out), "--engine", "onnx", "--threads", "1")
+    args[args.index("--generate-args") + 1] = "--max-len-a 1.2 --max-len-b 5"
+    assert main(args) == 0
+    work = out / "distill-work"
+    # the same hypotheses, line for line, as fairseq-generate's (the module's fixture)
+    with open(f"{distilled}/distill-work/train.en") as f:
+        assert (work / "train.en").read_text() == f.read()
+    src, orig = _indexed(f"{out}/train.de-en.de"), _indexed(f"{tiny_data}/train.de-en.de")
+    assert len(src) == len(_indexed(f"{out}/train.de-en.en")) == N_TRAIN
+    assert all(src[i].equal(orig[i]) for i in range(N_TRAIN))
+    assert (work / "teacher-onnx" / "MANIFEST.sha256").exists()
+    assert "lightcompress.kd.onnx_generate" in capsys.readouterr().out
+    # a rerun keeps shards and export; another engine does not mix with them
+    os.remove(work / "shard1.gen")
+    mtime = os.stat(work / "teacher-onnx" / "MANIFEST.sha256").st_mtime_ns
+    assert main(args) == 0
+    assert os.stat(work / "teacher-onnx" / "MANIFEST.sha256").st_mtime_ns == mtime
+    with open(f"{distilled}/distill-work/train.en") as f:
+        assert (work / "train.en").read_text() == f.read()
+    fairseq = [a for a in args if a not in ("--engine", "onnx")]
+    with pytest.raises(DistillError, match=r"other settings \(engine: 'onnx' -> None\)"):
+        main(fairseq)
+
+
 def _fake_generate(monkeypatch, script):
     """Make the pipeline run ``python -c SCRIPT`` instead of fairseq-generate."""
     from lightcompress.kd import distill
@@ -238,6 +269,18 @@ def test_distillation_prints_progress_to_stderr(tiny_data, tmp_path, monkeypatch
         ({2: "/nowhere/teacher.pt"}, "--path: teacher checkpoint /nowhere/teacher.pt not found"),
         ({"add": ["--shard-id", "5"]}, "--shard-id 5: there are 2 shards (0 to 1)"),
         ({"add": ["--beam", "0"]}, "--beam must be >= 1, got 0"),
+        (
+            {"add": ["--engine", "onnx"]},
+            (
+                "--generate-args --data-buffer-size: --engine onnx "
+                "takes only --max-len-a, --max-len-b, --min-len, --unkpen (--engine fairseq takes any "
+                "fairseq-generate flag)"
+            ),
+        ),
+        (
+            {"add": ["--engine", "onnx", "--generate-args", "", "--post-process", "sentencepiece"]},
+            "--post-process needs --engine fairseq (the ONNX engine writes subwords)",
+        ),
     ],
 )
 def test_distill_data_sh_refuses_bad_arguments_with_one_line(tiny_data, tmp_path, change, message):

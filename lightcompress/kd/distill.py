@@ -20,6 +20,11 @@ Pipeline (``scripts/distill_data.py`` is the command line):
    ``OUT`` as the train split, and the binarized source is checked to equal the original one token
    for token (which proves the order was restored).
 
+``--engine onnx`` translates with the teacher's ONNX Runtime export instead (made once in
+``WORK/teacher-onnx``; ``lightcompress.kd.onnx_generate``, fairseq's beam search in numpy,
+writing fairseq-generate's format): the same translations in about 2.3x less time on the CPU. The rest of
+the pipeline is the same.
+
 Progress goes to stderr: a line when a shard starts, one every ``--progress-interval`` seconds
 (default 30) while it is translated (``[distill] shard K (i/N): done/size sentences (p%), elapsed,
 about ... left in this shard; run: sentences done/to do, elapsed``, counted from the ``H-`` lines
@@ -168,7 +173,51 @@ def _write_shard_data(args, prefix, start, end, shard_dir):
             builder.finalize(out + ".idx")
 
 
+ONNX_GENERATE_ARGS = ("--max-len-a", "--max-len-b", "--min-len", "--unkpen")
+
+
+def _onnx_generate_command(args, shard_dir):
+    """The shard translated by the teacher's ONNX Runtime export (``--engine onnx``)."""
+    return [sys.executable, "-m", "lightcompress.kd.onnx_generate", shard_dir,
+            "--export", _export_dir(args), "--gen-subset", "train",
+            "-s", args.source_lang, "-t", args.target_lang, "--beam", str(args.beam),
+            "--lenpen", str(args.lenpen), "--batch-size", str(args.batch_size or 64),
+            "--threads", str(args.threads), *shlex.split(args.generate_args)]  # fmt: skip
+
+
+def _engine_name(args):
+    return "fairseq-generate" if args.engine == "fairseq" else "lightcompress.kd.onnx_generate"
+
+
+def _export_dir(args):
+    return os.path.join(args.work_dir, "teacher-onnx")
+
+
+def _export_teacher(args):
+    """``--engine onnx``: the teacher's float32 ONNX Runtime export (once; kept in the work
+    directory, where a rerun finds it)."""
+    out = _export_dir(args)
+    if os.path.exists(os.path.join(out, "MANIFEST.sha256")):
+        return
+    from lightcompress.deploy.onnx_export import _main as export
+
+    _progress(f"exporting the teacher to ONNX Runtime ({out}): the KD data's engine")
+    shutil.rmtree(out, ignore_errors=True)
+    argv = ["--path", args.path, "--data", args.data, "-s", args.source_lang,
+            "-t", args.target_lang, "-o", out]  # fmt: skip
+    try:
+        export(argv)
+    except LightcompressError as exc:
+        shutil.rmtree(out, ignore_errors=True)
+        raise DistillError(
+            f"the teacher's ONNX Runtime export failed: {exc}; translate with fairseq-generate "
+            "instead (--engine fairseq)"
+        ) from None
+
+
 def _generate_command(args, shard_dir):
+    if args.engine == "onnx":
+        return _onnx_generate_command(args, shard_dir)
     cmd = [sys.executable, "-m", "fairseq_cli.generate", shard_dir,
            "--path", args.path, "--gen-subset", "train",
            "--source-lang", args.source_lang, "--target-lang", args.target_lang,
@@ -307,7 +356,7 @@ def _translate_shard(args, prefix, k, start, end, run):
             with open(log_file, encoding="utf-8") as f:
                 tail = f.read()[-3000:]
             raise DistillError(
-                f"fairseq-generate failed on shard {k} (exit {rc}); {log_file}:\n{tail}"
+                f"{_engine_name(args)} failed on shard {k} (exit {rc}); {log_file}:\n{tail}"
             )
         check_shard(tmp, start, end - start, args.allow_empty)
     shutil.rmtree(shard_dir, ignore_errors=True)
@@ -335,11 +384,14 @@ def _check_config(args, n):
         "post_process": args.post_process,
         "generate_args": args.generate_args,
     }
+    if args.engine != "fairseq":  # (a work directory of before --engine: fairseq's)
+        config["engine"] = args.engine
     path = os.path.join(args.work_dir, "config.json")
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             old = json.load(f)
-        diff = {k: (old.get(k), v) for k, v in config.items() if old.get(k) != v}
+        diff = {k: (old.get(k), config.get(k)) for k in {**old, **config}
+                if old.get(k) != config.get(k)}  # fmt: skip
         if diff:
             detail = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
             raise DistillError(
@@ -384,6 +436,15 @@ def build_parser():
     p.add_argument("--shard-id", type=int,
                    help="translate only this shard and stop (e.g. one process per GPU); a later "
                         "run without it translates what is missing and merges")  # fmt: skip
+    p.add_argument("--engine", choices=["fairseq", "onnx"], default="fairseq",
+                   help="what translates: fairseq-generate (default; CPU or GPU), or the "
+                        "teacher's ONNX Runtime export with fairseq's beam search "
+                        "(lightcompress.kd.onnx_generate: 2.3x fairseq-generate's speed on the CPU; "
+                        "batches of --batch-size sentences, default 64; --generate-args may hold "
+                        "--max-len-a, --max-len-b, --min-len, --unkpen)")  # fmt: skip
+    p.add_argument("--threads", type=int, default=0,
+                   help="--engine onnx: ONNX Runtime threads (default 0: as torch, "
+                        "OMP_NUM_THREADS when it is set, else one per core)")  # fmt: skip
     p.add_argument("--user-dir", help="--user-dir for fairseq-generate (the teacher's plugin)")
     p.add_argument("--cpu", action="store_true", help="generate on CPU")
     p.add_argument("--fp16", action="store_true", help="generate in fp16")
@@ -425,6 +486,24 @@ def _check_args(args):
         raise UsageError(f"--progress-interval must be >= 0, got {args.progress_interval}")
     if args.shard_id is not None and args.shard_id < 0:
         raise UsageError(f"--shard-id must be >= 0, got {args.shard_id}")
+    if args.threads < 0:
+        raise UsageError(f"--threads must be >= 0, got {args.threads}")
+    if args.engine == "onnx":
+        for flag, value in (("--post-process", args.post_process), ("--fp16", args.fp16)):
+            if value:
+                raise UsageError(f"{flag} needs --engine fairseq (the ONNX engine writes subwords)")
+        try:
+            words = shlex.split(args.generate_args)
+        except ValueError as exc:
+            raise UsageError(f"--generate-args: {exc}") from None
+        other = [
+            w for w in words if w.startswith("-") and w.split("=")[0] not in ONNX_GENERATE_ARGS
+        ]
+        if other:
+            raise UsageError(
+                f"--generate-args {other[0]}: --engine onnx takes only "
+                f"{', '.join(ONNX_GENERATE_ARGS)} (--engine fairseq takes any fairseq-generate flag)"
+            )
 
 
 def main(argv=None):
@@ -467,6 +546,10 @@ def _main(argv):
     bounds = _shard_bounds(n, args.num_shards)
 
     todo = range(args.num_shards) if args.shard_id is None else [args.shard_id]
+    if args.engine == "onnx" and any(
+        not os.path.exists(os.path.join(args.work_dir, f"shard{k}.gen")) for k in todo
+    ):
+        _export_teacher(args)
     kept = [k for k in todo if os.path.exists(os.path.join(args.work_dir, f"shard{k}.gen"))]
     missing = [k for k in todo if k not in kept]
     run = {

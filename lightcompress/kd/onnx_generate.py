@@ -1,0 +1,121 @@
+"""A data-bin split translated by an ONNX Runtime export of the teacher, printed as
+``fairseq-generate`` prints it (``S-i`` source and ``H-i`` score / hypothesis lines, the score
+in base 2): the KD data's engine on the CPU (``lightcompress.kd.distill --engine onnx``), with
+fairseq's own beam search (``lightcompress.runtime``): the same translations as
+``fairseq-generate`` in 2.3x less time on one thread (the shipped teacher, docs/compress.md).
+
+    python -m lightcompress.kd.onnx_generate SHARD_DATA --export teacher-onnx --gen-subset train \\
+        -s de -t en --beam 5 --max-len-a 1.2 --max-len-b 10 > shard.gen
+
+Sentences go in batches of similar length (longest first, ``--batch-size`` sentences); each
+batch's lines are written and flushed as it is done, so that a reader can follow the progress.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+
+from lightcompress import cli
+from lightcompress.errors import LightcompressError
+
+__all__ = ["main"]
+
+PROG = "lightcompress.kd.onnx_generate"
+
+
+class OnnxGenerateError(LightcompressError):
+    """Bad input (one line)."""
+
+
+def _arg_parser() -> argparse.ArgumentParser:
+    p = cli.OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("data", help="the data-bin (its dictionaries are the export's)")
+    p.add_argument("--export", required=True, help="the teacher's ONNX Runtime export (float32)")
+    p.add_argument("--gen-subset", default="train", help="the split (default: train)")
+    p.add_argument("-s", "--source-lang", required=True)
+    p.add_argument("-t", "--target-lang", required=True)
+    p.add_argument("--beam", type=int, default=5)
+    p.add_argument("--lenpen", type=float, default=1.0)
+    p.add_argument("--unkpen", type=float, default=0.0)
+    p.add_argument("--min-len", type=int, default=1)
+    p.add_argument("--max-len-a", type=float, default=0.0)
+    p.add_argument("--max-len-b", type=int, default=200)
+    p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="ONNX Runtime threads (default 0: as torch, OMP_NUM_THREADS when it is "
+                        "set, else one per core)")  # fmt: skip
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return cli.run(_main, argv, PROG)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _arg_parser().parse_args(argv)
+    import os
+
+    for name in ("beam", "batch_size", "min_len"):
+        if getattr(args, name) < 1:
+            raise OnnxGenerateError(f"--{name.replace('_', '-')} must be >= 1")
+    if args.threads < 0:
+        raise OnnxGenerateError("--threads must be >= 0")
+    threads = args.threads
+    if not threads and os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        threads = int(os.environ["OMP_NUM_THREADS"])
+
+    import numpy as np
+    import torch
+    from fairseq.data import Dictionary
+
+    from lightcompress.compress.int8 import Int8Error, _split
+    from lightcompress.runtime import OnnxError, OnnxGenerator
+    from lightcompress.runtime.translator import left_pad_batches
+
+    src, tgt = args.source_lang, args.target_lang
+    dicts = {}
+    for lang in (src, tgt):
+        path = os.path.join(args.data, f"dict.{lang}.txt")
+        if not os.path.isfile(path):
+            raise OnnxGenerateError(f"{path} not found")
+        dicts[lang] = Dictionary.load(path)
+    try:
+        sources = _split(args.data, args.gen_subset, src, tgt, src, dicts[src])
+    except Int8Error as exc:
+        raise OnnxGenerateError(str(exc)) from None
+    try:
+        gen = OnnxGenerator(args.export, beam_size=args.beam, len_penalty=args.lenpen,
+                            min_len=args.min_len, max_len_a=args.max_len_a,
+                            max_len_b=args.max_len_b, unk_penalty=args.unkpen,
+                            threads=threads)  # fmt: skip
+    except OnnxError as exc:
+        raise OnnxGenerateError(str(exc)) from None
+    if gen.config["vocab_size"] != len(dicts[tgt]) or gen.config["src_vocab_size"] != len(
+        dicts[src]
+    ):
+        raise OnnxGenerateError(
+            f"{args.export} was not exported with the dictionaries of {args.data}"
+        )
+    sentences = [np.asarray(sources[i], dtype=np.int64) for i in range(len(sources))]
+    strip = {dicts[tgt].eos()}
+    out = sys.stdout
+    try:
+        for idx, batch, lengths in left_pad_batches(sentences, args.batch_size, dicts[src].pad()):
+            for i, hyps in zip(idx, gen.generate(batch, lengths)):
+                best = hyps[0]
+                # as fairseq-generate: the source as the dictionary prints it, the score in base 2
+                source = dicts[src].string(torch.as_tensor(sentences[i]))
+                hyp = dicts[tgt].string(torch.as_tensor(best["tokens"]),
+                                        extra_symbols_to_ignore=strip)  # fmt: skip
+                out.write(f"S-{i}\t{source}\nH-{i}\t{float(best['score']) / math.log(2)}\t{hyp}\n")
+            out.flush()
+    except OnnxError as exc:
+        raise OnnxGenerateError(str(exc)) from None
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
