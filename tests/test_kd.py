@@ -160,6 +160,49 @@ def test_the_onnx_engine_gives_fairseq_generates_translations(
         main(fairseq)
 
 
+def test_engine_auto_takes_the_work_directorys_engine_else_onnx_where_it_can(
+    tiny_data, tmp_path, monkeypatch, capsys
+):
+    import json
+
+    from lightcompress.kd import distill
+
+    def resolved(*extra, config=None, export_fails=False):
+        work = tmp_path / f"w{len(list(tmp_path.iterdir()))}"
+        work.mkdir()
+        if config is not None:
+            (work / "config.json").write_text(json.dumps(config))
+        args = distill.build_parser().parse_args(
+            [tiny_data, "--path", "t.pt", "--out-dir", "o", "--work-dir", str(work), "--cpu",
+             "--engine", "auto", *extra])  # fmt: skip
+
+        def export(a):
+            if export_fails:
+                raise distill.DistillError("the teacher's ONNX Runtime export failed: no such arch")
+            exported.append(a.engine)
+
+        exported = []
+        monkeypatch.setattr(distill, "_export_teacher", export)
+        distill._resolve_engine(args)
+        return args.engine, exported, capsys.readouterr().err
+
+    # a work directory keeps the engine it was made with (one made before --engine: fairseq)
+    assert resolved(config={"engine": "onnx"}) == ("onnx", [], "")
+    assert resolved(config={"beam": 5}) == ("fairseq", [], "")
+    # a new one on the CPU: the ONNX engine, its export made
+    assert resolved() == ("onnx", ["onnx"], "")
+    # settings it cannot honour, or a teacher that does not export: fairseq-generate, saying why
+    engine, exported, err = resolved("--generate-args", "--nbest 2")
+    assert (engine, exported) == ("fairseq", [])
+    assert err == ("[distill] translating with fairseq-generate (--generate-args --nbest: "
+                   "--engine onnx takes only --max-len-a, --max-len-b, --min-len, --unkpen "
+                   "(--engine fairseq takes any fairseq-generate flag))\n")  # fmt: skip
+    engine, _, err = resolved(export_fails=True)
+    assert engine == "fairseq"
+    assert err == ("[distill] translating with fairseq-generate (the teacher's ONNX Runtime "
+                   "export failed: no such arch)\n")  # fmt: skip
+
+
 def _fake_generate(monkeypatch, script):
     """Make the pipeline run ``python -c SCRIPT`` instead of fairseq-generate."""
     from lightcompress.kd import distill

@@ -317,8 +317,9 @@ def build_plan(opts, extra: list[str], log=print):
     if kd:
         kd = os.path.join(save, "kd-bin")
         # on the CPU the teacher's ONNX Runtime export translates (fairseq's beam search, the
-        # same translations in 2.3x less time on one thread, docs/compress.md)
-        kd_engine = ["--engine", "onnx"] if device else []
+        # same translations in 2.3x less time on one thread, docs/compress.md); on a GPU, or
+        # where the teacher does not export, fairseq-generate
+        kd_engine = ["--engine", "auto"]
         steps.append(Step("kd-data", "the teacher translates the training set (KD data)", [
             _module("lightcompress.kd.distill") + [B, "--path", T, "--out-dir", kd, "--user-dir", user_dir,
                                                    "--beam", str(opts.beam), "--max-tokens", str(opts.max_tokens),

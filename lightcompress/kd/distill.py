@@ -209,10 +209,7 @@ def _export_teacher(args):
         export(argv)
     except LightcompressError as exc:
         shutil.rmtree(out, ignore_errors=True)
-        raise DistillError(
-            f"the teacher's ONNX Runtime export failed: {exc}; translate with fairseq-generate "
-            "instead (--engine fairseq)"
-        ) from None
+        raise DistillError(f"the teacher's ONNX Runtime export failed: {exc}") from None
 
 
 def _generate_command(args, shard_dir):
@@ -436,12 +433,13 @@ def build_parser():
     p.add_argument("--shard-id", type=int,
                    help="translate only this shard and stop (e.g. one process per GPU); a later "
                         "run without it translates what is missing and merges")  # fmt: skip
-    p.add_argument("--engine", choices=["fairseq", "onnx"], default="fairseq",
-                   help="what translates: fairseq-generate (default; CPU or GPU), or the "
+    p.add_argument("--engine", choices=["fairseq", "onnx", "auto"], default="fairseq",
+                   help="what translates: fairseq-generate (default; CPU or GPU); the "
                         "teacher's ONNX Runtime export with fairseq's beam search "
                         "(lightcompress.kd.onnx_generate: 2.3x fairseq-generate's speed on the CPU; "
                         "batches of --batch-size sentences, default 64; --generate-args may hold "
-                        "--max-len-a, --max-len-b, --min-len, --unkpen)")  # fmt: skip
+                        "--max-len-a, --max-len-b, --min-len, --unkpen); auto: onnx on the CPU "
+                        "where the settings allow it and the teacher exports, else fairseq")  # fmt: skip
     p.add_argument("--threads", type=int, default=0,
                    help="--engine onnx: ONNX Runtime threads (default 0: as torch, "
                         "OMP_NUM_THREADS when it is set, else one per core)")  # fmt: skip
@@ -489,21 +487,52 @@ def _check_args(args):
     if args.threads < 0:
         raise UsageError(f"--threads must be >= 0, got {args.threads}")
     if args.engine == "onnx":
-        for flag, value in (("--post-process", args.post_process), ("--fp16", args.fp16)):
-            if value:
-                raise UsageError(f"{flag} needs --engine fairseq (the ONNX engine writes subwords)")
+        why = _onnx_refuses(args)
+        if why:
+            raise UsageError(why)
+
+
+def _onnx_refuses(args):
+    """Why the ONNX engine cannot honour these settings (one line), or None."""
+    for flag, value in (("--post-process", args.post_process), ("--fp16", args.fp16)):
+        if value:
+            return f"{flag} needs --engine fairseq (the ONNX engine writes subwords)"
+    try:
+        words = shlex.split(args.generate_args)
+    except ValueError as exc:
+        return f"--generate-args: {exc}"
+    other = [w for w in words if w.startswith("-") and w.split("=")[0] not in ONNX_GENERATE_ARGS]
+    if other:
+        return (
+            f"--generate-args {other[0]}: --engine onnx takes only "
+            f"{', '.join(ONNX_GENERATE_ARGS)} (--engine fairseq takes any fairseq-generate flag)"
+        )
+    return None
+
+
+def _resolve_engine(args):
+    """``--engine auto``: the engine the work directory was made with; else the teacher's ONNX
+    Runtime export on the CPU (``--cpu``, or no GPU) where the settings allow it and the teacher
+    exports, ``fairseq-generate`` otherwise (with a line saying why)."""
+    if args.engine != "auto":
+        return
+    path = os.path.join(args.work_dir, "config.json")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            args.engine = json.load(f).get("engine", "fairseq")
+        return
+    import torch
+
+    why = "a GPU" if not args.cpu and torch.cuda.is_available() else _onnx_refuses(args)
+    if why is None:
+        args.engine = "onnx"
         try:
-            words = shlex.split(args.generate_args)
-        except ValueError as exc:
-            raise UsageError(f"--generate-args: {exc}") from None
-        other = [
-            w for w in words if w.startswith("-") and w.split("=")[0] not in ONNX_GENERATE_ARGS
-        ]
-        if other:
-            raise UsageError(
-                f"--generate-args {other[0]}: --engine onnx takes only "
-                f"{', '.join(ONNX_GENERATE_ARGS)} (--engine fairseq takes any fairseq-generate flag)"
-            )
+            _export_teacher(args)
+            return
+        except DistillError as exc:
+            why = str(exc)
+    args.engine = "fairseq"
+    _progress(f"translating with fairseq-generate ({why})")
 
 
 def main(argv=None):
@@ -542,6 +571,7 @@ def _main(argv):
             f"{args.num_shards - 1})"
         )
     os.makedirs(args.work_dir, exist_ok=True)  # only now: a refused run leaves nothing behind
+    _resolve_engine(args)
     _check_config(args, n)
     bounds = _shard_bounds(n, args.num_shards)
 
@@ -549,7 +579,12 @@ def _main(argv):
     if args.engine == "onnx" and any(
         not os.path.exists(os.path.join(args.work_dir, f"shard{k}.gen")) for k in todo
     ):
-        _export_teacher(args)
+        try:
+            _export_teacher(args)
+        except DistillError as exc:
+            raise DistillError(
+                f"{exc}; translate with fairseq-generate: --engine fairseq"
+            ) from None
     kept = [k for k in todo if os.path.exists(os.path.join(args.work_dir, f"shard{k}.gen"))]
     missing = [k for k in todo if k not in kept]
     run = {
