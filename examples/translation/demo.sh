@@ -51,7 +51,7 @@ for n in UPDATES THREADS SENTENCES; do
   }
 done
 for tool in lightcompress-compress fairseq-preprocess python; do
-  command -v "$tool" >/dev/null || {
+  [[ "$DRY_RUN" == 1 ]] || command -v "$tool" >/dev/null || {
     echo "demo.sh: $tool not on PATH; run it through 'make demo' (which installs .venv)" >&2
     exit 1
   }
