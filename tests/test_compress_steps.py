@@ -11,9 +11,10 @@ from lightcompress.compress.steps import Runner, Step, StepFailed
 def test_an_in_process_step_logs_to_its_log_not_the_console(tmp_path, capfd):
     # a handler on the real standard error, as logging.basicConfig makes before the step runs
     root = logging.getLogger()
-    before = root.handlers[:], root.level
+    before = root.handlers[:], root.level, logging.root.manager.disable
     console = logging.StreamHandler(sys.__stderr__)
     root.handlers, root.level = [console], logging.INFO
+    logging.disable(logging.NOTSET)  # (another test of this process may have silenced INFO)
 
     def call(argv):
         logging.getLogger("fairseq.tasks.translation").info("[de] dictionary: 8080 types")
@@ -30,7 +31,8 @@ def test_an_in_process_step_logs_to_its_log_not_the_console(tmp_path, capfd):
         # the console handler is back afterwards, the step's handler gone
         assert root.handlers == [console] and root.level == logging.INFO
     finally:
-        root.handlers, root.level = before
+        root.handlers, root.level = before[:2]
+        logging.disable(before[2])
     console_out, console_err = capfd.readouterr()
     assert "dictionary" not in console_err + console_out and "printed" not in console_out
     log = (tmp_path / "int8.log").read_text()
