@@ -53,6 +53,7 @@ import time
 from lightcompress import cli
 from lightcompress.errors import LightcompressError
 from lightcompress.io import atomic_directory, atomic_path, atomic_write
+from lightcompress.kd import onnx_generate
 
 __all__ = [
     "DistillError",
@@ -173,18 +174,6 @@ def _write_shard_data(args, prefix, start, end, shard_dir):
             builder.finalize(out + ".idx")
 
 
-ONNX_GENERATE_ARGS = ("--max-len-a", "--max-len-b", "--min-len", "--unkpen")
-
-
-def _onnx_generate_command(args, shard_dir):
-    """The shard translated by the teacher's ONNX Runtime export (``--engine onnx``)."""
-    return [sys.executable, "-m", "lightcompress.kd.onnx_generate", shard_dir,
-            "--export", _export_dir(args), "--gen-subset", "train",
-            "-s", args.source_lang, "-t", args.target_lang, "--beam", str(args.beam),
-            "--lenpen", str(args.lenpen), "--batch-size", str(args.batch_size or 64),
-            "--threads", str(args.threads), *shlex.split(args.generate_args)]  # fmt: skip
-
-
 def _engine_name(args):
     return "fairseq-generate" if args.engine == "fairseq" else "lightcompress.kd.onnx_generate"
 
@@ -194,27 +183,15 @@ def _export_dir(args):
 
 
 def _export_teacher(args):
-    """``--engine onnx``: the teacher's float32 ONNX Runtime export (once; kept in the work
-    directory, where a rerun finds it)."""
-    out = _export_dir(args)
-    if os.path.exists(os.path.join(out, "MANIFEST.sha256")):
-        return
-    from lightcompress.deploy.onnx_export import _main as export
-
-    _progress(f"exporting the teacher to ONNX Runtime ({out}): the KD data's engine")
-    shutil.rmtree(out, ignore_errors=True)
-    argv = ["--path", args.path, "--data", args.data, "-s", args.source_lang,
-            "-t", args.target_lang, "-o", out]  # fmt: skip
     try:
-        export(argv)
-    except LightcompressError as exc:
-        shutil.rmtree(out, ignore_errors=True)
-        raise DistillError(f"the teacher's ONNX Runtime export failed: {exc}") from None
+        onnx_generate.export_teacher(args, _export_dir(args), _progress)
+    except onnx_generate.OnnxGenerateError as exc:
+        raise DistillError(str(exc)) from None
 
 
 def _generate_command(args, shard_dir):
     if args.engine == "onnx":
-        return _onnx_generate_command(args, shard_dir)
+        return onnx_generate.command(args, shard_dir, _export_dir(args))
     cmd = [sys.executable, "-m", "fairseq_cli.generate", shard_dir,
            "--path", args.path, "--gen-subset", "train",
            "--source-lang", args.source_lang, "--target-lang", args.target_lang,
@@ -487,52 +464,13 @@ def _check_args(args):
     if args.threads < 0:
         raise UsageError(f"--threads must be >= 0, got {args.threads}")
     if args.engine == "onnx":
-        why = _onnx_refuses(args)
+        why = onnx_generate.refuses(args)
         if why:
             raise UsageError(why)
 
 
-def _onnx_refuses(args):
-    """Why the ONNX engine cannot honour these settings (one line), or None."""
-    for flag, value in (("--post-process", args.post_process), ("--fp16", args.fp16)):
-        if value:
-            return f"{flag} needs --engine fairseq (the ONNX engine writes subwords)"
-    try:
-        words = shlex.split(args.generate_args)
-    except ValueError as exc:
-        return f"--generate-args: {exc}"
-    other = [w for w in words if w.startswith("-") and w.split("=")[0] not in ONNX_GENERATE_ARGS]
-    if other:
-        return (
-            f"--generate-args {other[0]}: --engine onnx takes only "
-            f"{', '.join(ONNX_GENERATE_ARGS)} (--engine fairseq takes any fairseq-generate flag)"
-        )
-    return None
-
-
 def _resolve_engine(args):
-    """``--engine auto``: the engine the work directory was made with; else the teacher's ONNX
-    Runtime export on the CPU (``--cpu``, or no GPU) where the settings allow it and the teacher
-    exports, ``fairseq-generate`` otherwise (with a line saying why)."""
-    if args.engine != "auto":
-        return
-    path = os.path.join(args.work_dir, "config.json")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            args.engine = json.load(f).get("engine", "fairseq")
-        return
-    import torch
-
-    why = "a GPU" if not args.cpu and torch.cuda.is_available() else _onnx_refuses(args)
-    if why is None:
-        args.engine = "onnx"
-        try:
-            _export_teacher(args)
-            return
-        except DistillError as exc:
-            why = str(exc)
-    args.engine = "fairseq"
-    _progress(f"translating with fairseq-generate ({why})")
+    onnx_generate.choose(args, lambda: _export_teacher(args), _progress)
 
 
 def main(argv=None):

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from lightcompress import cli
 from lightcompress.errors import LightcompressError
 
-__all__ = ["main"]
+__all__ = ["GENERATE_ARGS", "choose", "command", "export_teacher", "main", "refuses"]
 
 PROG = "lightcompress.kd.onnx_generate"
 
@@ -115,6 +115,89 @@ def _main(argv: Sequence[str] | None) -> int:
     except OnnxError as exc:
         raise OnnxGenerateError(str(exc)) from None
     return 0
+
+
+# -- the engine of lightcompress.kd.distill (--engine onnx / auto) ----------------------------
+GENERATE_ARGS = ("--max-len-a", "--max-len-b", "--min-len", "--unkpen")
+
+
+def refuses(args) -> str | None:
+    """Why this engine cannot honour distill's settings (one line), or None."""
+    import shlex
+
+    for flag, value in (("--post-process", args.post_process), ("--fp16", args.fp16)):
+        if value:
+            return f"{flag} needs --engine fairseq (the ONNX engine writes subwords)"
+    try:
+        words = shlex.split(args.generate_args)
+    except ValueError as exc:
+        return f"--generate-args: {exc}"
+    other = [w for w in words if w.startswith("-") and w.split("=")[0] not in GENERATE_ARGS]
+    if other:
+        return (
+            f"--generate-args {other[0]}: --engine onnx takes only "
+            f"{', '.join(GENERATE_ARGS)} (--engine fairseq takes any fairseq-generate flag)"
+        )
+    return None
+
+
+def command(args, shard_dir: str, export: str) -> list[str]:
+    """The command that translates distill's shard ``shard_dir`` with the export."""
+    import shlex
+
+    return [sys.executable, "-m", "lightcompress.kd.onnx_generate", shard_dir,
+            "--export", export, "--gen-subset", "train",
+            "-s", args.source_lang, "-t", args.target_lang, "--beam", str(args.beam),
+            "--lenpen", str(args.lenpen), "--batch-size", str(args.batch_size or 64),
+            "--threads", str(args.threads), *shlex.split(args.generate_args)]  # fmt: skip
+
+
+def export_teacher(args, out: str, progress) -> None:
+    """The teacher's float32 ONNX Runtime export into ``out`` (once: a finished one is kept)."""
+    import os
+    import shutil
+
+    if os.path.exists(os.path.join(out, "MANIFEST.sha256")):
+        return
+    from lightcompress.deploy.onnx_export import _main as export
+
+    progress(f"exporting the teacher to ONNX Runtime ({out}): the KD data's engine")
+    shutil.rmtree(out, ignore_errors=True)
+    argv = ["--path", args.path, "--data", args.data, "-s", args.source_lang,
+            "-t", args.target_lang, "-o", out]  # fmt: skip
+    try:
+        export(argv)
+    except LightcompressError as exc:
+        shutil.rmtree(out, ignore_errors=True)
+        raise OnnxGenerateError(f"the teacher's ONNX Runtime export failed: {exc}") from None
+
+
+def choose(args, export, progress) -> None:
+    """``--engine auto``: the engine the work directory was made with; else this one on the CPU
+    (``--cpu``, or no GPU) where the settings allow it and ``export()`` succeeds, else
+    ``fairseq-generate`` (with a line saying why)."""
+    import json
+    import os
+
+    if args.engine != "auto":
+        return
+    path = os.path.join(args.work_dir, "config.json")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            args.engine = json.load(f).get("engine", "fairseq")
+        return
+    import torch
+
+    why = "a GPU" if not args.cpu and torch.cuda.is_available() else refuses(args)
+    if why is None:
+        args.engine = "onnx"
+        try:
+            export()
+            return
+        except LightcompressError as exc:
+            why = str(exc)
+    args.engine = "fairseq"
+    progress(f"translating with fairseq-generate ({why})")
 
 
 if __name__ == "__main__":
