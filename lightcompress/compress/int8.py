@@ -20,16 +20,11 @@ import sys
 from collections.abc import Sequence
 
 from lightcompress import cli
-from lightcompress.errors import LightcompressError
 from lightcompress.io import atomic_write
 
 __all__ = ["main", "translate_split"]
 
 PROG = "lightcompress-compress int8"
-
-
-class Int8Error(LightcompressError):
-    """Bad input to the int8 step (one line)."""
 
 
 def _arg_parser() -> argparse.ArgumentParser:
@@ -56,19 +51,6 @@ def _arg_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _split(data: str, subset: str, src: str, tgt: str, lang: str, dictionary):
-    """The ``subset`` side ``lang`` of a fairseq data-bin (``subset.src-tgt.lang``, or the
-    reversed pair's file as fairseq's translation task reads it)."""
-    from fairseq.data import data_utils
-
-    for pair in (f"{src}-{tgt}", f"{tgt}-{src}"):
-        prefix = os.path.join(data, f"{subset}.{pair}.{lang}")
-        dataset = data_utils.load_indexed_dataset(prefix, dictionary)
-        if dataset is not None:
-            return dataset
-    raise Int8Error(f"{data} has no {subset} split for {src}-{tgt} ({subset}.{src}-{tgt}.{lang})")
-
-
 def translate_split(export: str, data: str, src: str, tgt: str, subset: str = "test",
                     beam: int = 5, max_len_a: float = 0.0, max_len_b: int = 200,
                     batch_size: int = 64, threads: int = 1, post_process: str | None = None):  # fmt: skip
@@ -76,31 +58,20 @@ def translate_split(export: str, data: str, src: str, tgt: str, subset: str = "t
     prints it: ``(sentence id, reference, score, hypothesis)`` in id order, hypothesis and
     reference strings made by the data's target dictionary with ``post_process`` (as
     fairseq-generate's ``H-`` / ``T-`` lines). The export's dictionaries are the data's."""
-    import numpy as np
-    from fairseq.data import Dictionary
-
-    from lightcompress.runtime import OnnxGenerator
-    from lightcompress.runtime.translator import left_pad_batches
-
-    src_dict = Dictionary.load(os.path.join(data, f"dict.{src}.txt"))
-    tgt_dict = Dictionary.load(os.path.join(data, f"dict.{tgt}.txt"))
-    sources = _split(data, subset, src, tgt, src, src_dict)
-    targets = _split(data, subset, src, tgt, tgt, tgt_dict)
-    gen = OnnxGenerator(export, beam_size=beam, max_len_a=max_len_a, max_len_b=max_len_b,
-                        threads=threads)  # fmt: skip
-    if gen.config["vocab_size"] != len(tgt_dict) or gen.config["src_vocab_size"] != len(src_dict):
-        raise Int8Error(f"{export} was not exported with the dictionaries of {data}")
-    sentences = [np.asarray(sources[i], dtype=np.int64) for i in range(len(sources))]
-    found: dict[int, tuple[float, list[int]]] = {}
-    for idx, batch, lengths in left_pad_batches(sentences, batch_size, src_dict.pad()):
-        for i, hyps in zip(idx, gen.generate(batch, lengths)):
-            best = hyps[0]
-            found[i] = (float(best["score"]), [int(t) for t in best["tokens"]])
     import torch
 
+    from lightcompress.deploy.databin import DataBinTranslation
+
+    split = DataBinTranslation(export, data, subset, src, tgt, beam_size=beam,
+                               max_len_a=max_len_a, max_len_b=max_len_b, threads=threads)  # fmt: skip
+    targets = split.targets()
+    found = {
+        i: (score, tokens) for batch in split.batches(batch_size) for i, score, tokens in batch
+    }
+    tgt_dict = split.tgt_dict
     strip = {tgt_dict.eos()}
     rows = []
-    for i in range(len(sentences)):
+    for i in range(len(split)):
         score, tokens = found[i]
         hyp = tgt_dict.string(torch.tensor(tokens), post_process, extra_symbols_to_ignore=strip)
         ref = tgt_dict.string(targets[i], post_process, escape_unk=True,

@@ -67,52 +67,27 @@ def _main(argv: Sequence[str] | None) -> int:
     if not threads and os.environ.get("OMP_NUM_THREADS", "").isdigit():
         threads = int(os.environ["OMP_NUM_THREADS"])
 
-    import numpy as np
     import torch
-    from fairseq.data import Dictionary
 
-    from lightcompress.compress.int8 import Int8Error, _split
-    from lightcompress.runtime import OnnxError, OnnxGenerator
-    from lightcompress.runtime.translator import left_pad_batches
+    from lightcompress.deploy.databin import DataBinError, DataBinTranslation
 
-    src, tgt = args.source_lang, args.target_lang
-    dicts = {}
-    for lang in (src, tgt):
-        path = os.path.join(args.data, f"dict.{lang}.txt")
-        if not os.path.isfile(path):
-            raise OnnxGenerateError(f"{path} not found")
-        dicts[lang] = Dictionary.load(path)
     try:
-        sources = _split(args.data, args.gen_subset, src, tgt, src, dicts[src])
-    except Int8Error as exc:
-        raise OnnxGenerateError(str(exc)) from None
-    try:
-        gen = OnnxGenerator(args.export, beam_size=args.beam, len_penalty=args.lenpen,
-                            min_len=args.min_len, max_len_a=args.max_len_a,
-                            max_len_b=args.max_len_b, unk_penalty=args.unkpen,
-                            threads=threads)  # fmt: skip
-    except OnnxError as exc:
-        raise OnnxGenerateError(str(exc)) from None
-    if gen.config["vocab_size"] != len(dicts[tgt]) or gen.config["src_vocab_size"] != len(
-        dicts[src]
-    ):
-        raise OnnxGenerateError(
-            f"{args.export} was not exported with the dictionaries of {args.data}"
-        )
-    sentences = [np.asarray(sources[i], dtype=np.int64) for i in range(len(sources))]
-    strip = {dicts[tgt].eos()}
-    out = sys.stdout
-    try:
-        for idx, batch, lengths in left_pad_batches(sentences, args.batch_size, dicts[src].pad()):
-            for i, hyps in zip(idx, gen.generate(batch, lengths)):
-                best = hyps[0]
+        split = DataBinTranslation(args.export, args.data, args.gen_subset, args.source_lang,
+                                   args.target_lang, beam_size=args.beam, len_penalty=args.lenpen,
+                                   min_len=args.min_len, max_len_a=args.max_len_a,
+                                   max_len_b=args.max_len_b, unk_penalty=args.unkpen,
+                                   threads=threads)  # fmt: skip
+        src_dict, tgt_dict = split.src_dict, split.tgt_dict
+        strip = {tgt_dict.eos()}
+        out = sys.stdout
+        for batch in split.batches(args.batch_size):
+            for i, score, tokens in batch:
                 # as fairseq-generate: the source as the dictionary prints it, the score in base 2
-                source = dicts[src].string(torch.as_tensor(sentences[i]))
-                hyp = dicts[tgt].string(torch.as_tensor(best["tokens"]),
-                                        extra_symbols_to_ignore=strip)  # fmt: skip
-                out.write(f"S-{i}\t{source}\nH-{i}\t{float(best['score']) / math.log(2)}\t{hyp}\n")
+                source = src_dict.string(torch.as_tensor(split.sentences[i]))
+                hyp = tgt_dict.string(torch.as_tensor(tokens), extra_symbols_to_ignore=strip)
+                out.write(f"S-{i}\t{source}\nH-{i}\t{score / math.log(2)}\t{hyp}\n")
             out.flush()
-    except OnnxError as exc:
+    except DataBinError as exc:
         raise OnnxGenerateError(str(exc)) from None
     return 0
 
