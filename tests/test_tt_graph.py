@@ -128,3 +128,57 @@ def test_a_cp_map_is_the_low_rank_map_of_its_khatri_rao_first_factor():
         assert cp_first(m) is first  # (one tensor per map: regrouped weights are keyed by it)
         m.w1.mul_(2.0)  # changed factors: a new first factor
         assert cp_first(m) is not first and torch.allclose(cp_first(m), 2 * first)
+
+
+def test_a_traced_htt_output_table_is_built_from_its_factors_even_when_cached(tmp_path):
+    """A Hypoformer's output layer is its HTT table, tied. In eval mode under no_grad the table
+    is cached; traced, it is built from the dense part and the TT cores in the graph, so that
+    the export stores the factors (a traced cache was an 8 MB V x d constant of a 19 MB export)
+    and ONNX Runtime folds the table when it loads the graph: the same logits."""
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+
+    from lightcompress.integration import TiedOutputProjection
+    from lightcompress.modules.embeddings import HTTEmbedding
+
+    torch.manual_seed(0)
+    vocab, dim = 300, 64
+    emb = HTTEmbedding(vocab, dim, 0.5, 4, padding_idx=1).eval()
+
+    class Scores(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.proj = emb, TiedOutputProjection(emb)
+
+        def forward(self, x):
+            return self.proj(x)
+
+        def train(self, mode=True):
+            # the exporter switches the module to eval mode (which drops the cache) before it
+            # traces; the export of a model then runs its encoder eagerly before it traces the
+            # decoder step: the table cached again (as here) when the table is shared
+            super().train(mode)
+            if not mode:
+                with torch.no_grad():
+                    _ = emb.weight
+            return self
+
+    x = torch.randn(3, dim)
+    scores = Scores().eval()
+    with torch.no_grad():
+        builds = emb.table_builds
+        ref = scores(x)  # (the table built and cached)
+        assert emb.table_builds == builds and emb._cache is not None  # (cached by eval())
+        path = str(tmp_path / "scores.onnx")
+        torch.onnx.export(scores, (x,), path, input_names=["x"], dynamo=False,
+                          do_constant_folding=False, dynamic_axes={"x": {0: "n"}})  # fmt: skip
+    graph = onnx.load(path).graph
+    stored = [tuple(i.dims) for i in graph.initializer] + [
+        tuple(a.t.dims) for n in graph.node if n.op_type == "Constant" for a in n.attribute
+    ]
+    assert (vocab, dim) not in stored and (dim, vocab) not in stored
+    assert (vocab, emb.dense.shape[1]) in stored  # (the dense part: a parameter)
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    got = session.run(None, {"x": x.numpy()})[0]
+    np.testing.assert_allclose(got, ref.numpy(), rtol=1e-4, atol=1e-5)

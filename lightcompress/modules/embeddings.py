@@ -375,8 +375,12 @@ class HTTEmbedding(nn.Module):
 
     @property
     def weight(self) -> torch.Tensor:
-        """The full table ``(V, d)``, padding row zero (cached in eval mode under no_grad)."""
-        if self.training or torch.is_grad_enabled():
+        """The full table ``(V, d)``, padding row zero (cached in eval mode under no_grad).
+
+        Traced (the ONNX export), it is built from the factors in the graph: the export stores
+        the factors, not the table, and ONNX Runtime folds the table into one constant when it
+        loads the graph (decoding does the same work)."""
+        if self.training or torch.is_grad_enabled() or torch.jit.is_tracing():
             self._cache = None
             return self._build_table()
         key = self._key()
