@@ -255,6 +255,17 @@ def test_record_int8_adds_a_later_runs_int8_figures_of_the_same_student(tmp_path
         k: v for k, v in q.items() if k != "sentences"
     }
     assert rec["int8"]["commands"] == ["c1", "c2"] and rec["bleu"] == 39.5
+    assert rec["onnx_size_bytes"] == 2000 * 4 + 1000 and "onnx_export" not in rec
+    # the float32 export's size too, where the later run's export differs (newer code)
+    student = {"int8": q, "onnx_size_bytes": 5000}
+    (save / "report.json").write_text(json.dumps({"models": {"student": student}}))
+    assert _plan("record-int8", "default", save, "--rows-dir", rows).returncode == 0
+    rec = json.loads((rows / "default.json").read_text())
+    assert rec["onnx_size_bytes"] == 5000 and rec["onnx_export"]["was_bytes"] == 9000
+    assert rec["onnx_export"]["code"] == rec["int8"]["code"]
+    line = (f"Export sizes made again by later code from the same student (`record-int8`): "
+            f"default 0.0 MB (code {rec['int8']['code']}; was 0.0 MB).")  # fmt: skip
+    assert converged._exports_again([rec]) == [line, ""]
     # another student's run, or a report without int8, is refused in one line
     ckpt.write_bytes(b"another student")
     proc = _plan("record-int8", "default", save, "--rows-dir", rows, check=False)

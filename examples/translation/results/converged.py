@@ -344,8 +344,9 @@ class Plan:
         return rec
 
     def record_int8(self, row: str, save: str) -> dict:
-        """Add to ``row``'s JSON the int8 export's figures of a later compress run of the same
-        student (``save``: its report.json; the student checkpoint must be the same bytes)."""
+        """Add to ``row``'s JSON the int8 export's figures and the float32 export's size of a
+        later compress run of the same student (``save``: its report.json; the student
+        checkpoint must be the same bytes): the exports of the current code."""
         import hashlib
 
         out = os.path.join(self.o.rows_dir, f"{row}.json")
@@ -360,14 +361,20 @@ class Plan:
 
         if digest(plan["student"]["checkpoint"]) != digest(rec["checkpoint"]):
             raise PlanError(f"{save} holds another student than {row}'s {rec['checkpoint']}")
-        q = _int8_of(_json(os.path.join(save, "report.json")))
+        report = _json(os.path.join(save, "report.json"))
+        q = _int8_of(report)
         if not q:
             raise PlanError(f"{save}/report.json has no int8 figures (compress --int8)")
-        q["int8"].update(commands=plan["commands"], code=code_commit(),
-                         measured=datetime.datetime.fromtimestamp(
-                             os.path.getmtime(os.path.join(save, "report.json")), datetime.UTC
-                         ).isoformat(timespec="seconds"))  # fmt: skip
+        measured = datetime.datetime.fromtimestamp(
+            os.path.getmtime(os.path.join(save, "report.json")), datetime.UTC
+        ).isoformat(timespec="seconds")
+        q["int8"].update(commands=plan["commands"], code=code_commit(), measured=measured)
         rec.update(q)
+        size = report["models"]["student"].get("onnx_size_bytes")
+        if size and size != rec.get("onnx_size_bytes"):  # (the float32 export of this code)
+            rec.update(onnx_size_bytes=size,
+                       onnx_export={"code": code_commit(), "measured": measured,
+                                    "was_bytes": rec.get("onnx_size_bytes")})  # fmt: skip
         _write_json(out, rec)
         return rec
 
@@ -709,6 +716,23 @@ def _timing(recs: list[dict]) -> list[str]:
     ]
 
 
+def _exports_again(recs: list[dict]) -> list[str]:
+    """One line: the rows whose float32 export was made again by later code (record-int8)."""
+    again = [r for r in recs if r.get("onnx_export")]
+    if not again:
+        return []
+    return [
+        "Export sizes made again by later code from the same student (`record-int8`): "
+        + "; ".join(
+            f"{r['row']} {r['onnx_size_bytes'] / 1e6:.1f} MB (code {r['onnx_export']['code']}; "
+            f"was {r['onnx_export']['was_bytes'] / 1e6:.1f} MB)"
+            for r in again
+        )
+        + ".",
+        "",
+    ]
+
+
 def table(rows_dir: str) -> str:
     """results.md from ROWS_DIR's JSON alone."""
     recs, spd, teacher = _rows_and_teacher(rows_dir)
@@ -770,6 +794,7 @@ def table(rows_dir: str) -> str:
         "Rows: " + "; ".join(f"`{r['row']}` {r['what']}" for r in recs) + ".",
         "",
         *_timing(recs),
+        *_exports_again(recs),
         "Budget of every row: "
         + ", ".join(
             sorted(
