@@ -132,6 +132,13 @@ def test_a_row_another_process_trains_is_skipped_and_options_go_before_rows(corp
         f = open(runs / row / "row.lock", "a+", encoding="utf-8")  # noqa: SIM115
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         held.append(f)
+    # a compress row without KD: its fairseq-train log is step 02's (03 after the KD data)
+    (runs / "smartformer_search" / "logs").mkdir()
+    (runs / "smartformer_search" / "logs" / "02-fine-tune.log").write_text(
+        "2026-01-01 00:00:01 | INFO | train_inner | epoch 001:     10 / 270 loss=5.1, ups=0.5, "
+        "num_updates=500\n2026-01-01 00:00:02 | INFO | valid | epoch 001 | valid on 'valid' "
+        "subset | loss 5.654 | nll_loss 4.1 | num_updates 500\n"
+    )
     try:
         proc = _plan("run", *common, "subformer", "smartformer")
         where = _plan("status", *common).stdout.splitlines()
@@ -147,6 +154,10 @@ def test_a_row_another_process_trains_is_skipped_and_options_go_before_rows(corp
     # status: one line per row, in the plan's order
     assert [ln.split(":")[0] for ln in where] == converged.ROWS
     assert "subformer: training now" in where and "default: not started" in where
+    assert (
+        "smartformer_search: training now, 500 of at most 7000 updates, best validation loss "
+        "5.654 at 500; at most 3.6 h left at 0.50 updates/s" in where
+    )
     assert "smartformer: not started (made from smartformer_search)" in where
     # with the locks released, the prerequisite's absence is the usual one-line error
     alone = _plan("run", *common, "smartformer", check=False)

@@ -484,7 +484,7 @@ def status(plan: Plan) -> list[str]:
                          f"{rec.get('stopped') or 'stopped'})")  # fmt: skip
             continue
         save = plan.save(row)
-        logs = [os.path.join(save, "logs", "03-fine-tune.log"), os.path.join(save, "train.log")]
+        logs = [fine_tune_log(save), os.path.join(save, "train.log")]
         log = next((p for p in logs if os.path.exists(p)), None)
         busy = False
         if os.path.exists(os.path.join(save, "row.lock")):
@@ -558,6 +558,15 @@ def _training(log: str) -> dict:
     return out
 
 
+def fine_tune_log(save: str) -> str:
+    """A compress run's fairseq-train log: ``logs/NN-fine-tune.log``, its step's number
+    depending on the steps before it (03 after the KD data's step, 02 without KD)."""
+    import glob
+
+    found = sorted(glob.glob(os.path.join(glob.escape(save), "logs", "[0-9][0-9]-fine-tune.log")))
+    return found[-1] if found else os.path.join(save, "logs", "03-fine-tune.log")
+
+
 def compress_record(save: str, row: str) -> dict:
     rep = _json(os.path.join(save, "report.json"))
     s, t = rep["models"]["student"], rep["models"]["teacher"]
@@ -566,7 +575,7 @@ def compress_record(save: str, row: str) -> dict:
     rec.update(method=rep["plan"]["method"], model=s.get("model"), choice=rep["plan"]["choice"],
                shape=rep["plan"]["student"].get("shape"), kd=rep["plan"]["student"].get("kd"),
                teacher={k: t.get(k) for k in ("params", "size_bytes", "bleu", "chrf")},
-               **_training(os.path.join(save, "logs", "03-fine-tune.log")))  # fmt: skip
+               **_training(fine_tune_log(save)))  # fmt: skip
     rec.update(_int8_of(rep))
     return rec
 
