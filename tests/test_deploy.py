@@ -705,7 +705,7 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
     # shapes are computed once, not per reshape as fairseq's traced attention computes them
     import onnx
 
-    from lightcompress.deploy.onnx_export import lean_encoder_error
+    from lightcompress.deploy.onnx_encoder import lean_encoder_error
 
     why = lean_encoder_error(model)
     assert (why is None) == (arch != "subformer"), why

@@ -109,7 +109,7 @@ def test_onnx_export_of_a_fused_dawid_model_gives_fairseqs_hypotheses_and_scores
     # the encoder graph is the lean one (the heads' shapes computed once, not per reshape)
     import onnx
 
-    from lightcompress.deploy.onnx_graphs import lean_encoder_error
+    from lightcompress.deploy.onnx_encoder import lean_encoder_error
 
     assert lean_encoder_error(model) is None
     nodes = onnx.load(os.path.join(out, "encoder.onnx"), load_external_data=False).graph.node

@@ -133,13 +133,12 @@ class TorchStep:
     def _build(self) -> None:
         """The export's modules (:func:`~lightcompress.deploy.onnx_export.export_onnx` builds
         them so) and the layout of the decoder step's cache inputs."""
+        from lightcompress.deploy.onnx_encoder import encoder_module, probe_batch
         from lightcompress.deploy.onnx_graphs import (
             _DecoderStep,
             _OutputRows,
             _tied_htt,
-            encoder_module,
             layer_layout,
-            probe_batch,
         )
         from lightcompress.deploy.shortlist import split_output_rows
 

@@ -79,6 +79,11 @@ from collections.abc import Sequence
 import torch
 
 from lightcompress import cli
+from lightcompress.deploy.onnx_encoder import (  # (lean_encoder_error: importable from here too)
+    encoder_module,
+    lean_encoder_error,  # noqa: F401
+    probe_batch,
+)
 from lightcompress.deploy.onnx_graphs import (  # (ExportError re-exported: its old home)
     ExportError,
     _DecoderStep,
@@ -88,11 +93,8 @@ from lightcompress.deploy.onnx_graphs import (  # (ExportError re-exported: its 
     _positions_in_graph,
     _sinusoid,
     _tied_htt,
-    encoder_module,
     export_error,
     layer_layout,
-    lean_encoder_error,  # noqa: F401  (imported from here too)
-    probe_batch,
 )
 from lightcompress.deploy.onnx_tools import (
     _check,
