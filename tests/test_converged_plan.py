@@ -342,3 +342,43 @@ def test_the_random_init_row_is_the_default_rows_own_training_without_its_transf
                         ("--max-update", "7000"), ("--seed", "1")):  # fmt: skip
         assert train[train.index(flag) + 1] == value  # (the rest as the default row ran it)
     assert "fairseq-generate" in generate[0]
+
+
+def _fairseq_lines(first, last, ups, step=50):
+    """train_inner and valid lines of a fairseq log from update ``first`` to ``last``."""
+    out = []
+    for n in range(first + step, last + 1, step):
+        out.append(f"2026-01-01 00:00:01 | INFO | train_inner | epoch 001:     10 / 270 loss=5.1, "
+                   f"ups={ups}, num_updates={n}")  # fmt: skip
+        out.append(f"2026-01-01 00:00:02 | INFO | valid | epoch 001 | valid on 'valid' subset | "
+                   f"loss {9 - n / 1000:.3f} | nll_loss 4.1 | num_updates {n}")  # fmt: skip
+    return out
+
+
+def test_a_row_continued_on_another_device_counts_each_part_at_its_own_speed(tmp_path):
+    """A row's log with a ``[converged] device:`` line (its training went on on a GPU): each
+    part's updates at that part's median speed, not one median over both."""
+    log = tmp_path / "train.log"
+    lines = [*_fairseq_lines(0, 1000, 0.5), "[converged] prose about the move, not a mark",
+             "[converged] device: one NVIDIA H200 from update 1000", *_fairseq_lines(1000, 3000, 10.0),
+             ("2026-01-01 00:00:03 | INFO | fairseq_cli.train | early stop since valid performance "
+              "hasn't improved for last 4 runs")]  # fmt: skip
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    t = converged._training(str(log))
+    assert t["updates"] == 3000 and t["stopped"] == "early stop (patience)"
+    assert [
+        (p["device"], p["from_update"], p["updates"], p["ups_median"]) for p in t["devices"]
+    ] == [
+        ("this machine", 0, 1000, 0.5),
+        ("one NVIDIA H200", 1000, 2000, 10.0),
+    ]
+    assert t["train_hours"] == round(1000 / 0.5 / 3600 + 2000 / 10.0 / 3600, 2)
+    assert "ups_median" not in t  # one median over both parts would mean nothing
+    (line,) = [ln for ln in converged._timing([{"row": "subformer", **t}]) if ln]
+    assert ("subformer 0.6 h (1,000 updates at 0.50/s on one CPU thread + 2,000 updates at "
+            "10.00/s on one NVIDIA H200)") in line  # fmt: skip
+    # without a device line: one part, one median, as before
+    log.write_text("\n".join(_fairseq_lines(0, 1000, 0.5)) + "\n", encoding="utf-8")
+    t = converged._training(str(log))
+    assert "devices" not in t and t["ups_median"] == 0.5
+    assert t["train_hours"] == round(1000 / 0.5 / 3600, 2)

@@ -551,13 +551,49 @@ def _training(log: str) -> dict:
            "best_valid_loss": loss, "valid_curve": valid, "stopped": stopped}  # fmt: skip
     # the training's speed on this machine: the median of fairseq's updates/s over the log
     # (a median, so that a run stopped and resumed, or paused, does not count its pauses)
-    # (train_inner lines; a run too short for one: fairseq's end-of-epoch train lines)
+    parts = _device_parts(text, out["updates"])
+    if len(parts) == 1:
+        if parts[0]["ups_median"] and out["updates"]:
+            median = parts[0]["ups_median"]
+            out.update(ups_median=median, train_hours=round(out["updates"] / median / 3600, 2))
+        return out
+    # a row continued on another device: each part's updates at its own median speed
+    if all(p["ups_median"] for p in parts):
+        out.update(devices=parts, train_hours=round(sum(p["hours"] for p in parts), 2))
+    return out
+
+
+# a line the plan's log gets where a row's training went on on another device:
+# "[converged] device: NAME from update N" (the fairseq lines after it are that device's)
+DEVICE_MARK = r"^\[converged\] device: (.+?) from update (\d+)\s*$"
+
+
+def _median_ups(text: str) -> float | None:
+    """The median of fairseq's updates/s in ``text`` (train_inner lines; a run too short for
+    one: fairseq's end-of-epoch train lines)."""
+    import re
+
     inner = re.findall(r"train_inner .*?\bups=([0-9.]+)", text)
     rates = sorted(map(float, inner or re.findall(r"\| train \|.*?\| ups ([0-9.]+)", text)))
-    if rates and out["updates"] and rates[len(rates) // 2] > 0:
-        median = rates[len(rates) // 2]
-        out.update(ups_median=median, train_hours=round(out["updates"] / median / 3600, 2))
-    return out
+    return rates[len(rates) // 2] if rates and rates[len(rates) // 2] > 0 else None
+
+
+def _device_parts(text: str, updates: int | None) -> list[dict]:
+    """The log cut at its device lines: each part's device, updates, median speed and hours
+    (one part, device "this machine", for a log without such lines)."""
+    import re
+
+    marks = list(re.finditer(DEVICE_MARK, text, re.MULTILINE))
+    cuts = [(0, "this machine", 0)] + [(m.end(), m.group(1), int(m.group(2))) for m in marks]
+    parts = []
+    for i, (at, name, first) in enumerate(cuts):
+        end_at = marks[i].start() if i < len(marks) else len(text)
+        last = cuts[i + 1][2] if i + 1 < len(cuts) else (updates or 0)
+        ups = _median_ups(text[at:end_at])
+        n = max(0, last - first)
+        parts.append({"device": name, "from_update": first, "updates": n, "ups_median": ups,
+                      "hours": round(n / ups / 3600, 3) if ups else None})  # fmt: skip
+    return parts
 
 
 def fine_tune_log(save: str) -> str:
@@ -716,12 +752,19 @@ def _timing(recs: list[dict]) -> list[str]:
     timed = [r for r in recs if r.get("train_hours")]
     if not timed:
         return []
+
+    def one(r):
+        if not r.get("devices"):
+            return f"{r['row']} {r['train_hours']:.1f} h ({r['ups_median']:.2f} updates/s)"
+        return f"{r['row']} {r['train_hours']:.1f} h (" + " + ".join(
+            f"{p['updates']:,} updates at {p['ups_median']:.2f}/s on "
+            f"{'one CPU thread' if p['device'] == 'this machine' else p['device']}"
+            for p in r["devices"]) + ")"  # fmt: skip
+
     return [
         "Training time of each row (its updates at the median updates/s of its fairseq log, "
         "validation excluded; one CPU thread unless its machine says otherwise): "
-        + "; ".join(
-            f"{r['row']} {r['train_hours']:.1f} h ({r['ups_median']:.2f} updates/s)" for r in timed
-        )
+        + "; ".join(one(r) for r in timed)
         + ".",
         "",
     ]
