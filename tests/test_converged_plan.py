@@ -113,6 +113,14 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     assert rec["ups_median"] > 0 and rec["train_hours"] == round(4 / rec["ups_median"] / 3600, 2)
     assert rec["params"] > 0 and rec["sentences"] == 10 and 0 <= rec["bleu"] <= 100
     assert rec["budget"] == {"max_update": 4, "validate_every": 2, "patience": 5}
+    # source-check: the row's JSON gets how much its encoder output depends on the source
+    out = _plan("source-check", "subformer", *common).stdout
+    rec = json.loads((rows / "subformer.json").read_text(encoding="utf-8"))
+    check = rec["source_check"]
+    assert out.startswith("subformer: {") and -1.0 <= check["pooled_cosine"] <= 1.0
+    assert check["translations"] == 10 and 1 <= check["distinct_translations"] <= 10
+    bad = _plan("source-check", "dawid", *common, check=False)
+    assert bad.returncode == 2 and "dawid: no finished row" in bad.stderr
     # a finished row is kept as it is
     before = (rows / "subformer.json").read_bytes()
     again = _plan("run", "subformer", *common, "--max-update", 4)
@@ -382,3 +390,21 @@ def test_a_row_continued_on_another_device_counts_each_part_at_its_own_speed(tmp
     t = converged._training(str(log))
     assert "devices" not in t and t["ups_median"] == 0.5
     assert t["train_hours"] == round(1000 / 0.5 / 3600, 2)
+
+
+def test_a_row_that_gives_every_source_the_same_vector_is_said_not_to_translate(tmp_path):
+    """source-check's figures: one line under the table for every measured row, and a
+    finding among the claims for a row whose encoder output is the same for every source."""
+    deaf = {"sources": 100, "pooled_cosine": 1.0, "distinct_translations": 1, "translations": 1952}
+    rows = {"default": _row("default", 39.5, 2000, source_check={"sources": 100, "pooled_cosine": 0.75}),
+            "subformer": _row("subformer", 0.04, 6000, source_check=deaf)}  # fmt: skip
+    for name, rec in rows.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(rec), encoding="utf-8")
+    text = converged.table(str(tmp_path))
+    assert ("source): default 0.750; subformer 1.000 (1 distinct of 1,952 translations).") in text
+    lines = converged.claims(rows, {"params": 8000, "bleu": 40.0})
+    assert (
+        "- subformer did not learn to translate: its encoder gives every source the same vector "
+        "(source-check cosine 1.000; 1 distinct of 1,952 test translations)." in lines
+    )
+    assert not any(ln.startswith("- default did not") for ln in lines)

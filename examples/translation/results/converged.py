@@ -653,6 +653,51 @@ def scratch_record(save: str, row: str, ref: str) -> dict:
             "teacher": None, **_training(os.path.join(save, "train.log"))}  # fmt: skip
 
 
+def record_source_check(plan: Plan, row: str) -> dict:
+    """Add source_check.py's figures (does the model read its source?) to a finished row's
+    JSON: the pooled-encoder cosine of 100 test sources and, for a row translated by
+    fairseq-generate, its distinct test translations."""
+    from source_check import CheckError, distinct_translations, pooled_cosine
+
+    out = os.path.join(plan.o.rows_dir, f"{row}.json")
+    if row not in ROWS or not os.path.exists(out):
+        raise PlanError(f"{row}: no finished row ({out})")
+    rec = _json(out)
+    try:
+        check = {"sources": 100, "pooled_cosine": pooled_cosine(plan.checkpoint(row), plan.bin)}
+    except CheckError as exc:
+        raise StepError(str(exc)) from None
+    gen = os.path.join(plan.save(row), "generate-test.txt")
+    if os.path.exists(gen):
+        check["distinct_translations"], check["translations"] = distinct_translations(gen)
+    rec["source_check"] = dict(check, code=code_commit())
+    _write_json(out, rec)
+    return rec
+
+
+def _source_checks(recs: list[dict]) -> list[str]:
+    """One line: the rows measured by ``source-check``."""
+    done = [r for r in recs if r.get("source_check")]
+    if not done:
+        return []
+
+    def one(r):
+        c = r["source_check"]
+        text = f"{r['row']} {c['pooled_cosine']:.3f}"
+        if c.get("translations"):
+            text += (
+                f" ({c['distinct_translations']:,} distinct of {c['translations']:,} translations)"
+            )
+        return text
+
+    return [
+        "Does each model read its source (`converged.py source-check`: the mean cosine between the "
+        "mean-pooled encoder outputs of 100 test sources, 1.000 = the same vector for every "
+        "source): " + "; ".join(one(r) for r in done) + ".",
+        "",
+    ]
+
+
 def _count_checkpoint(path: str) -> int:
     """Total parameters of a checkpoint's model (lightcompress.checkpoint's report)."""
     from lightcompress.measure.params import checkpoint_report
@@ -849,6 +894,7 @@ def table(rows_dir: str) -> str:
         "",
         *_timing(recs),
         *_exports_again(recs),
+        *_source_checks(recs),
         "Budget of every row: "
         + ", ".join(
             sorted(
@@ -951,6 +997,23 @@ def claims(by: dict, teacher: dict, spd: dict | None = None) -> list[str]:
             "DA-WID: weight-inherited distillation beats the LightFormer of the same size",
         )
     )
+    out.extend(_deaf_rows(by))
+    return out
+
+
+def _deaf_rows(by: dict) -> list[str]:
+    """Rows whose encoder gives every source the same vector (source-check cosine >= 0.999)."""
+    out = []
+    for row, r in by.items():
+        c = r.get("source_check") or {}
+        if c.get("pooled_cosine", 0) < 0.999:
+            continue
+        line = (f"- {row} did not learn to translate: its encoder gives every source the same "
+                f"vector (source-check cosine {c['pooled_cosine']:.3f}")  # fmt: skip
+        if c.get("translations"):
+            line += (f"; {c['distinct_translations']:,} distinct of {c['translations']:,} "
+                     "test translations")  # fmt: skip
+        out.append(line + ").")
     return out
 
 
@@ -958,10 +1021,21 @@ def claims(by: dict, teacher: dict, spd: dict | None = None) -> list[str]:
 def get_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="converged.py", description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "cmd", choices=["plan", "run", "status", "speed", "table", "record", "record-int8"]
+        "cmd",
+        choices=[
+            "plan",
+            "run",
+            "status",
+            "speed",
+            "table",
+            "record",
+            "record-int8",
+            "source-check",
+        ],
     )
     p.add_argument("rows", nargs="*", help="run: these rows only (default: all, in order); "
-                   "record: ROW and the save directory of its finished compress run")  # fmt: skip
+                   "record: ROW and the save directory of its finished compress run; "
+                   "source-check: finished rows whose JSON gets source_check.py's figures")  # fmt: skip
     p.add_argument("--data-dir", default=os.path.join(CACHE, "data", "results-permissive"),
                    help="the permissive-only results corpus (bin/, raw/test.en)")  # fmt: skip
     p.add_argument("--save-root", default=os.path.join(CACHE, "converged"),
@@ -1029,6 +1103,10 @@ def main(argv=None) -> int:
         elif opts.cmd == "speed":
             plan.check(dry=False)
             speed(plan, dry=False)
+        elif opts.cmd == "source-check":
+            for row in opts.rows:
+                rec = record_source_check(plan, row)["source_check"]
+                print(f"{row}: {json.dumps(rec)}")
         else:
             text = table(opts.rows_dir)
             with open(os.path.join(opts.rows_dir, "results.md.tmp"), "w", encoding="utf-8") as f:
