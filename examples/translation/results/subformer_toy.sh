@@ -1,0 +1,49 @@
+#!/bin/bash
+# Does a Subformer learn to read its source? A toy reversal task (random sequences of 4-10 of 40
+# symbols, target = the source reversed: a model that ignores its source cannot do better than
+# a validation nll of about 5 bits), 3-3 layers at width 128, the converged subformer row's
+# optimizer and schedule scaled down (lr 5e-4, warm-up 100, 600 updates of 1,024 tokens), one CPU
+# thread, about 3 minutes a variant. Prints each variant's validation nll_loss by update.
+#   bash examples/translation/results/subformer_toy.sh [VARIANT...]   (default: A B C D F I)
+# A SAFE 64 + the authors' BERT init (the subformer row's setting), B SAFE 64 + fairseq's init,
+# C no SAFE (BERT init), D fairseq's transformer, F SAFE 64 + BERT init + learned positions,
+# I SAFE 64 + BERT init + 4 SAFE heads (the authors' rule gives r / 64 = 1).
+set -eu
+HERE=$(cd "$(dirname "$0")/../../.." && pwd)
+PY=${PYTHON:-$HERE/.venv/bin/python}
+W=${WORK:-/tmp/lightcompress-subformer-toy}
+mkdir -p "$W" && cd "$W"
+if [ ! -f bin/dict.src.txt ]; then
+  "$PY" - <<'PY'
+import random
+random.seed(0)
+vocab = [f"w{i}" for i in range(40)]
+for split, n in (("train", 6000), ("valid", 300)):
+    with open(f"{split}.src", "w") as fs, open(f"{split}.tgt", "w") as ft:
+        for _ in range(n):
+            s = [random.choice(vocab) for _ in range(random.randint(4, 10))]
+            fs.write(" ".join(s) + "\n")
+            ft.write(" ".join(reversed(s)) + "\n")
+PY
+  "$PY" -m fairseq_cli.preprocess --source-lang src --target-lang tgt --trainpref train \
+    --validpref valid --destdir bin --joined-dictionary --workers 1 > preprocess.log 2>&1
+fi
+COMMON="bin --task translation -s src -t tgt --encoder-layers 3 --decoder-layers 3
+ --encoder-embed-dim 128 --decoder-embed-dim 128 --encoder-ffn-embed-dim 256 --decoder-ffn-embed-dim 256
+ --encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings --optimizer adam
+ --adam-betas (0.9,0.999) --adam-eps 1e-06 --lr 5e-4 --lr-scheduler inverse_sqrt --warmup-init-lr 1e-07
+ --weight-decay 0.01 --dropout 0.1 --criterion label_smoothed_cross_entropy --label-smoothing 0.1
+ --warmup-updates 100 --max-tokens 1024 --max-update ${UPD:-600} --validate-interval-updates 200
+ --save-interval-updates 200 --keep-interval-updates 1 --no-epoch-checkpoints --no-progress-bar
+ --log-format simple --log-interval 100 --num-workers 0 --seed 1 --user-dir $HERE/lightcompress --cpu"
+SF="--arch subformer --subformer-sharing sandwich"
+declare -A V=([A]="$SF --safe-dim 64" [B]="$SF --safe-dim 64 --subformer-init fairseq" [C]="$SF"
+  [D]="--arch transformer" [F]="$SF --safe-dim 64 --encoder-learned-pos --decoder-learned-pos"
+  [I]="$SF --safe-dim 64 --safe-heads 4")
+for k in "${@:-A B C D F I}"; do
+  for v in $k; do
+    rm -rf "ck-$v"
+    OMP_NUM_THREADS=1 "$PY" -m fairseq_cli.train $COMMON ${V[$v]} --save-dir "ck-$v" > "$v.log" 2>&1
+    echo "$v $(grep 'valid on' "$v.log" | sed -E 's/.*nll_loss ([0-9.]+).*num_updates ([0-9]+).*/\2:\1/' | tr '\n' ' ')"
+  done
+done
