@@ -50,15 +50,22 @@ def model_only(ckpt, prefix):
     _write_parts(st, prefix)
 
 
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def unpack(prefix, out):
     parts = sorted(glob.glob(f"{prefix}.part*"), key=lambda p: int(p.rsplit("part", 1)[1]))
-    data = b"".join(open(p, "rb").read() for p in parts)
+    data = b"".join(_read(p) for p in parts)
     st = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
     opt = st.get("last_optimizer_state")
     if opt is not None:
         for s in opt["state"].values():
             s["exp_avg_sq"] = s["exp_avg_sq"].float()
-            s["exp_avg"] = s["exp_avg"].float() if "exp_avg" in s else torch.zeros_like(s["exp_avg_sq"])
+            s["exp_avg"] = (
+                s["exp_avg"].float() if "exp_avg" in s else torch.zeros_like(s["exp_avg_sq"])
+            )
     torch.save(st, out)
     print(f"{out}: from {len(parts)} parts", flush=True)
 

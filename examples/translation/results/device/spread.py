@@ -1,14 +1,17 @@
 """How much the encoder's output at each layer still differs between positions (std across
 positions over the overall std, 0 = every position the same) and between two sources."""
+
 import sys
 
 import torch
-
-import lightcompress  # noqa: F401  (plugin, safe globals)
 from fairseq import checkpoint_utils
 
+import lightcompress  # noqa: F401  (plugin, safe globals)
+
 path, data, name = sys.argv[1:4]
-models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
+models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+    [path], arg_overrides={"data": data}
+)
 m = models[0].eval().cpu()
 task.load_dataset("test")
 ds = task.dataset("test")
@@ -29,5 +32,7 @@ with torch.no_grad():
         pooled.append(h[:, 0].mean(0))
         out.append(row)
 cos = torch.cosine_similarity(pooled[0], pooled[1], 0).item()
-upd = torch.load(path, map_location="cpu", weights_only=False)["optimizer_history"][-1]["num_updates"]
+upd = torch.load(path, map_location="cpu", weights_only=False)["optimizer_history"][-1][
+    "num_updates"
+]
 print(f"spread {name} @{upd}: per layer {out[0]}; pooled cos of two sources {cos:.4f}")
