@@ -76,6 +76,16 @@ def test_the_dry_run_names_every_row_with_its_commands(corpus, tmp_path):
     assert "fairseq-train" in rand and "--arch lightformer" in rand
     assert "--finetune-from-model" not in rand and "--lc-rank 50" in rand
     assert "--arch subformer" in by["subformer"] and "--lr 5e-4" in by["subformer"]
+    assert "--subformer-init" not in by["subformer"]  # the authors' BERT init (the default)
+    # the other-init row: the subformer row's command, its own directory, fairseq's init
+    sub, fi = (by[r].split("\n+ ")[1].split() for r in ("subformer", "subformer_fairseq_init"))
+    i, j = sub.index("--save-dir"), fi.index("--save-dir")
+    assert fi[j + 1].endswith(os.path.join("subformer_fairseq_init", "student"))
+    assert fi[:j] + fi[j + 2 :] == sub[:i] + sub[i + 2 : -1] + [
+        "--subformer-init",
+        "fairseq",
+        "--cpu",
+    ]
     assert "measure_speed.sh" in by["speed"] and "--shortlist" in by["speed"]
     assert not (tmp_path / "runs").exists() and not (tmp_path / "rows").exists()
 

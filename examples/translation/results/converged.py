@@ -22,7 +22,10 @@ Rows (in the order ``run`` trains them; each from ``teacher/checkpoint.pt``):
 - ``smartformer``: the fixed CP rank that gives the searched model's size (equal size);
 - ``dawid``: ``--method dawid --params`` the default student's parameters (LightFormer's size);
 - ``subformer``: trained from scratch as its paper does (sandwich sharing, SAFE, its Adam
-  settings and learning rate 5e-4), at the teacher's width and 6-6 depth.
+  settings and learning rate 5e-4), at the teacher's width and 6-6 depth;
+- ``subformer_fairseq_init``: the same with fairseq's initialisation (``--subformer-init
+  fairseq``): with the authors' BERT init the subformer row did not learn to read its source
+  (docs/lab/subformer-source.md).
 
 Every row trains at most ``--max-update`` updates (default 7,000), validates every
 ``--validate-every`` (500) and stops early after ``--patience`` (4) validations without a lower
@@ -58,7 +61,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO_ROOT, "scripts"))
 
 ROWS = ["default", "lightformer_keep_depth", "lightformer_random", "hypoformer_kd", "hypoformer",
-        "smartformer_search", "smartformer", "dawid", "subformer"]  # fmt: skip
+        "smartformer_search", "smartformer", "dawid", "subformer", "subformer_fairseq_init"]  # fmt: skip
 WHAT = {
     "default": "lightcompress-compress, its defaults (LightFormer SVD transfer, 3-1, 4x fewer)",
     "lightformer_keep_depth": "LightFormer SVD transfer at the teacher's depth (--keep-depth)",
@@ -69,7 +72,11 @@ WHAT = {
     "smartformer": "Smartformer, one fixed CP rank at the searched model's size",
     "dawid": "DA-WID (compactors and masks, fused) at the default student's size",
     "subformer": "Subformer (sandwich sharing + SAFE) from scratch, its paper's schedule",
+    "subformer_fairseq_init": "the subformer row with fairseq's initialisation instead of the "
+    "authors' BERT init (--subformer-init fairseq; docs/lab/subformer-source.md)",
 }
+# rows trained from scratch by fairseq-train (the others are lightcompress-compress runs)
+SCRATCH = ("lightformer_random", "subformer", "subformer_fairseq_init")
 # Subformer as its paper trains it (examples/translation/subformer/common.sh: Adam (0.9, 0.999)
 # eps 1e-6, lr 5e-4, inverse_sqrt, weight decay 0.01, dropout 0.2, label smoothing 0.1), at the
 # teacher's width; 6-6 sandwich (its Table 2 shape: first and last layer own, the middle shared).
@@ -267,6 +274,8 @@ class Plan:
                "--save-dir", os.path.join(self.save(row), "student"), "--no-progress-bar",
                "--log-format", "simple", "--log-interval", "50", "--num-workers", "0",
                "--seed", "1"]  # fmt: skip
+        if row == "subformer_fairseq_init":
+            cmd += ["--subformer-init", "fairseq"]
         return cmd + (["--cpu"] if o.cpu else [])
 
     def generate(self, row: str) -> list[str]:
@@ -281,7 +290,7 @@ class Plan:
     def commands(self, row: str, dry: bool = True) -> list[list[str]]:
         """``row``'s commands; ``dry`` (the plan's listing): a command made from a row not
         finished yet is shown as a placeholder (a run raises the reason instead)."""
-        if row in ("lightformer_random", "subformer"):
+        if row in SCRATCH:
             try:
                 train = self.scratch_train(row, dry)
             except (StepError, PlanError):
@@ -323,7 +332,7 @@ class Plan:
     def record(self, row: str, save: str) -> dict:
         """``row``'s JSON from a finished compress run in ``save`` made elsewhere (its own
         commands, from its plan.json, are what the row records)."""
-        if row in ("lightformer_random", "subformer"):
+        if row in SCRATCH:
             raise PlanError(f"{row} is not a compress row: `converged.py run {row}` trains it")
         out = os.path.join(self.o.rows_dir, f"{row}.json")
         if os.path.exists(out):
