@@ -7,7 +7,8 @@
 #   bash examples/translation/results/subformer_toy.sh [VARIANT...]   (default: A B C D F I)
 # A SAFE 64 + the authors' BERT init (the subformer row's setting), B SAFE 64 + fairseq's init,
 # C no SAFE (BERT init), D fairseq's transformer, F SAFE 64 + BERT init + learned positions,
-# I SAFE 64 + BERT init + 4 SAFE heads (the authors' rule gives r / 64 = 1).
+# I SAFE 64 + BERT init + 4 SAFE heads (the authors' rule gives r / 64 = 1), E SAFE 64 + BERT init
+# for everything but the token table, drawn as fairseq draws it, N(0, r^-1/2).
 set -eu
 HERE=$(cd "$(dirname "$0")/../../.." && pwd)
 PY=${PYTHON:-$HERE/.venv/bin/python}
@@ -28,6 +29,32 @@ PY
   "$PY" -m fairseq_cli.preprocess --source-lang src --target-lang tgt --trainpref train \
     --validpref valid --destdir bin --joined-dictionary --workers 1 > preprocess.log 2>&1
 fi
+# variant E's trainer: fairseq-train with the token table re-drawn after the BERT init
+cat > e_train.py <<'PY'
+import sys
+
+import torch
+
+import lightcompress.models.subformer as sf
+
+bert_init = sf.bert_init_model_
+
+
+def bert_but_the_token_table(model):
+    bert_init(model)
+    emb = model.encoder.embed_tokens  # (shared with the decoder: --share-all-embeddings)
+    with torch.no_grad():
+        emb.weight.normal_(0, emb.embedding_dim**-0.5)
+        emb.weight[emb.padding_idx].zero_()
+    return model
+
+
+sf.bert_init_model_ = bert_but_the_token_table
+from fairseq_cli.train import cli_main  # noqa: E402
+
+sys.argv = ["fairseq-train", *sys.argv[1:]]
+cli_main()
+PY
 COMMON="bin --task translation -s src -t tgt --encoder-layers 3 --decoder-layers 3
  --encoder-embed-dim 128 --decoder-embed-dim 128 --encoder-ffn-embed-dim 256 --decoder-ffn-embed-dim 256
  --encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings --optimizer adam
@@ -39,11 +66,12 @@ COMMON="bin --task translation -s src -t tgt --encoder-layers 3 --decoder-layers
 SF="--arch subformer --subformer-sharing sandwich"
 declare -A V=([A]="$SF --safe-dim 64" [B]="$SF --safe-dim 64 --subformer-init fairseq" [C]="$SF"
   [D]="--arch transformer" [F]="$SF --safe-dim 64 --encoder-learned-pos --decoder-learned-pos"
-  [I]="$SF --safe-dim 64 --safe-heads 4")
-for k in "${@:-A B C D F I}"; do
+  [I]="$SF --safe-dim 64 --safe-heads 4" [E]="$SF --safe-dim 64")
+for k in "${@:-A B C D F I E}"; do
   for v in $k; do
     rm -rf "ck-$v"
-    OMP_NUM_THREADS=1 "$PY" -m fairseq_cli.train $COMMON ${V[$v]} --save-dir "ck-$v" > "$v.log" 2>&1
+    if [ "$v" = E ]; then train=("$PY" e_train.py); else train=("$PY" -m fairseq_cli.train); fi
+    OMP_NUM_THREADS=1 PYTHONPATH="$HERE" "${train[@]}" $COMMON ${V[$v]} --save-dir "ck-$v" > "$v.log" 2>&1
     echo "$v $(grep 'valid on' "$v.log" | sed -E 's/.*nll_loss ([0-9.]+).*num_updates ([0-9]+).*/\2:\1/' | tr '\n' ' ')"
   done
 done
