@@ -348,3 +348,33 @@ def test_language_model_end_to_end(tmp_path):
         n_types = len(f.read().splitlines()) + 4  # and <s> <pad> </s> <unk>
     assert n_types == 48
     assert ppl < n_types / 3, ppl
+
+
+def test_a_small_safe_table_with_the_bert_init_is_warned_about():
+    """SAFE at a small --safe-dim with the authors' BERT init and sinusoidal positions did not
+    learn to read its source (docs/lab/subformer-source.md): building one says so."""
+    from argparse import Namespace
+
+    from lightcompress.models.subformer import small_safe_table_warning
+
+    def args(**kw):
+        return Namespace(**{"safe_dim": 64, "subformer_init": "bert", **kw})
+
+    text = small_safe_table_warning(args())
+    assert text and "--safe-dim 64" in text and "std 0.16" in text and "fairseq" in text
+    assert small_safe_table_warning(args(subformer_init="fairseq")) is None
+    assert small_safe_table_warning(args(encoder_learned_pos=True)) is None
+    assert small_safe_table_warning(args(safe_dim=320)) is None  # the paper's MT setting
+    assert small_safe_table_warning(args(safe_dim=None)) is None
+    # and a model built with it logs it (the test module silences warnings: lift that here)
+    logging.disable(logging.NOTSET)
+    try:
+        seen = []
+        handler = logging.Handler()
+        handler.emit = seen.append
+        logging.getLogger("lightcompress.models.subformer").addHandler(handler)
+        build("subformer", 100, TINY_NARROW)  # r = 16
+        logging.getLogger("lightcompress.models.subformer").removeHandler(handler)
+    finally:
+        logging.disable(logging.WARNING)
+    assert any("--safe-dim 16" in r.getMessage() for r in seen)

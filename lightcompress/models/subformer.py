@@ -507,6 +507,28 @@ class SubformerDecoder(TransformerDecoderBase):
 
 # --- model ----------------------------------------------------------------------------------
 
+# BERT's N(0, 0.02) table times the encoder's sqrt(r) below this std did not learn to read its
+# source in our runs (r = 64: 0.16; docs/lab/subformer-source.md); the paper's r = 320 gives 0.36
+SMALL_SAFE_TOKEN_STD = 0.2
+
+
+def small_safe_table_warning(args) -> str | None:
+    """A warning for SAFE with the BERT init, sinusoidal positions and a small ``--safe-dim``:
+    the token table starts small against the positions (measured: such models did not learn
+    to read their source), or None."""
+    r = getattr(args, "safe_dim", None)
+    if not r or getattr(args, "subformer_init", "bert") != "bert":
+        return None
+    if getattr(args, "encoder_learned_pos", False) or getattr(args, "no_scale_embedding", False):
+        return None
+    std = 0.02 * r**0.5
+    if std >= SMALL_SAFE_TOKEN_STD:
+        return None
+    return (f"--safe-dim {r} with --subformer-init bert and sinusoidal positions: the token "
+            f"table starts at std {std:.2f} against positions of RMS 0.71; such models did not "
+            "learn to read their source in lightcompress's runs (docs/lab/subformer-source.md). "
+            "Consider --subformer-init fairseq.")  # fmt: skip
+
 
 @register_model("subformer")
 class SubformerModel(TransformerModel):
@@ -524,6 +546,9 @@ class SubformerModel(TransformerModel):
         model = super().build_model(args, task)
         if getattr(args, "subformer_init", "bert") == "bert":
             bert_init_model_(model)
+            warning = small_safe_table_warning(args)
+            if warning:
+                logger.warning(warning)
         return model
 
     @classmethod
