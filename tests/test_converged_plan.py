@@ -418,3 +418,22 @@ def test_a_row_that_gives_every_source_the_same_vector_is_said_not_to_translate(
         "(source-check cosine 1.000; 1 distinct of 1,952 test translations)." in lines
     )
     assert not any(ln.startswith("- default did not") for ln in lines)
+
+
+def test_the_dawid_row_keeps_the_teachers_embeddings_and_matches_the_default_layers(tmp_path):
+    """DA-WID prunes inside the teacher's layers and keeps its embeddings, so its row asks for
+    the teacher's embedding parameters plus the default student's non-embedding parameters
+    (the default student's total, whose embedding is factorized, is out of its reach)."""
+    rows = tmp_path / "rows"
+    opts = converged.get_parser().parse_args(
+        ["plan", "--save-root", str(tmp_path / "runs"), "--rows-dir", str(rows)]
+    )
+    plan = converged.Plan(opts)
+    assert plan.dawid_params().startswith("<")  # (no default row yet)
+    rows.mkdir()
+    student = os.path.join(harness.REPO_ROOT, "tests", "data", "pre_registry", "lightformer.pt")
+    (rows / "default.json").write_text(json.dumps({"checkpoint": student}), encoding="utf-8")
+    # the shipped teacher: 8,080 x 256 shared embedding; the tiny LightFormer: 20,224 outside it
+    assert plan.dawid_params() == 8080 * 256 + 20224
+    (cmd,) = plan.commands("dawid")
+    assert cmd[cmd.index("--method") + 1 :][:3] == ["dawid", "--params", str(8080 * 256 + 20224)]

@@ -20,7 +20,8 @@ Rows (in the order ``run`` trains them; each from ``teacher/checkpoint.pt``):
 - ``smartformer_search``: ``--method smartformer --search-ranks 32,64,128``: the A2C rank
   search picks each layer's CP rank (around the natural rank d / 4 = 64) while it fine-tunes;
 - ``smartformer``: the fixed CP rank that gives the searched model's size (equal size);
-- ``dawid``: ``--method dawid --params`` the default student's parameters (LightFormer's size);
+- ``dawid``: ``--method dawid --params``: the teacher's embeddings (DA-WID keeps them) plus the
+  default student's non-embedding parameters (LightFormer's layers' size);
 - ``subformer``: trained from scratch as its paper does (sandwich sharing, SAFE, its Adam
   settings and learning rate 5e-4), at the teacher's width and 6-6 depth;
 - ``subformer_fairseq_init``: the same with fairseq's initialisation (``--subformer-init
@@ -70,7 +71,8 @@ WHAT = {
     "hypoformer": "Hypoformer (TT transfer) without KD",
     "smartformer_search": "Smartformer, CP ranks chosen by the A2C rank search",
     "smartformer": "Smartformer, one fixed CP rank at the searched model's size",
-    "dawid": "DA-WID (compactors and masks, fused) at the default student's size",
+    "dawid": "DA-WID (compactors and masks, fused), the teacher's embeddings and the default "
+    "student's non-embedding parameters",
     "subformer": "Subformer (sandwich sharing + SAFE) from scratch, its paper's schedule",
     "subformer_fairseq_init": "the subformer row with fairseq's initialisation instead of the "
     "authors' BERT init (--subformer-init fairseq; docs/lab/subformer-source.md)",
@@ -188,12 +190,21 @@ class Plan:
         if row == "smartformer":
             return ["--method", "smartformer", "--rank", str(self.matched_rank())], []
         if row == "dawid":
-            return ["--method", "dawid", "--params", str(self.default_params())], []
+            return ["--method", "dawid", "--params", str(self.dawid_params())], []
         raise KeyError(row)
 
-    def default_params(self) -> int | str:
+    def dawid_params(self) -> int | str:
+        """DA-WID keeps the teacher's embeddings and prunes the rest, so it cannot reach the
+        default student's total (whose embedding is factorized too): its row gets the
+        default student's non-embedding parameters on top of the teacher's embeddings."""
+        from lightcompress.measure.params import checkpoint_report
+
         rec = os.path.join(self.o.rows_dir, "default.json")
-        return _json(rec)["params"] if os.path.exists(rec) else "<the default row's parameters>"
+        ckpt = _json(rec).get("checkpoint") if os.path.exists(rec) else None
+        if not ckpt or not os.path.exists(ckpt):
+            return "<the teacher's embedding + the default student's non-embedding parameters>"
+        return (checkpoint_report(self.teacher)["embedding"]
+                + checkpoint_report(ckpt)["non_embedding"])  # fmt: skip
 
     def matched_rank(self) -> int | str:
         """The fixed CP rank with the searched model's size: each Q/K/V map costs R (d + h +
@@ -1003,7 +1014,8 @@ def claims(by: dict, teacher: dict, spd: dict | None = None) -> list[str]:
         cmp(
             "dawid",
             "default",
-            "DA-WID: weight-inherited distillation beats the LightFormer of the same size",
+            "DA-WID: weight-inherited distillation beats the LightFormer of the same "
+            "non-embedding size (DA-WID keeps the teacher's embeddings)",
         )
     )
     out.extend(_deaf_rows(by))
