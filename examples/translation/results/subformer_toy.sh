@@ -13,6 +13,14 @@ set -eu
 HERE=$(cd "$(dirname "$0")/../../.." && pwd)
 PY=${PYTHON:-$HERE/.venv/bin/python}
 W=${WORK:-/tmp/lightcompress-subformer-toy}
+if [ "${DRY_RUN:-0}" = 1 ]; then  # the plan, nothing run or written
+  echo "+ write $W/{train,valid}.{src,tgt} (reversal task) and $W/e_train.py"
+  echo "+ $PY -m fairseq_cli.preprocess --source-lang src --target-lang tgt ... --destdir $W/bin"
+  for v in ${*:-A B C D F I E}; do
+    echo "+ $PY -m fairseq_cli.train $W/bin ... (variant $v) --save-dir $W/ck-$v"
+  done
+  exit 0
+fi
 mkdir -p "$W" && cd "$W"
 if [ ! -f bin/dict.src.txt ]; then
   "$PY" - <<'PY'

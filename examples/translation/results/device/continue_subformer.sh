@@ -3,6 +3,10 @@
 # (same fairseq-train arguments as converged.py's, without --cpu), stopped by fairseq's own
 # --stop-time-hours (it validates and saves when it stops), state packed back under $OUT.
 set -u -o pipefail
+if [ "${DRY_RUN:-0}" = 1 ]; then  # the plan, nothing run or written (runs on the device machine)
+  echo "+ unpack the carried state, fairseq-train (the subformer row's arguments, no --cpu) until --stop-time-hours, pack the last and best checkpoints under \$OUT"
+  exit 0
+fi
 export PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 SECS=${SECS:-450}

@@ -3,6 +3,10 @@
 # side on one GPU (the row's data, optimizer and schedule): A the row's Subformer (BERT init, SAFE
 # 64, sandwich), B the same with fairseq's init, C without SAFE, D fairseq's transformer.
 set -u
+if [ "${DRY_RUN:-0}" = 1 ]; then  # the plan, nothing run or written (runs on the device machine)
+  echo "+ four fairseq-train runs from scratch side by side (A B C D), then spread.py on each last checkpoint, logs under \$OUT"
+  exit 0
+fi
 export PYTHONUNBUFFERED=1
 PY=${PY:-python3}; UPD=${UPD:-1200}; EVERY=${EVERY:-400}; LIMIT=${LIMIT:-200}; EXTRA=${EXTRA:-}
 W=${W:-/tmp/lc}; mkdir -p "$W" "$OUT"
