@@ -113,8 +113,11 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     save = runs / "subformer"
     assert (save / "student" / "checkpoint_last.pt").exists()
     (rows / "subformer.json").unlink()
-    (save / "student" / "train.done").unlink()
+    # trained but not scored yet (its translation not written): status says so
     (save / "generate-test.txt").unlink()
+    where = _plan("status", *common).stdout.splitlines()
+    assert any(ln.startswith("subformer: trained, not scored yet, 2 of") for ln in where), where
+    (save / "student" / "train.done").unlink()
     _plan("run", "subformer", *common, "--max-update", 4)
     log = (save / "train.log").read_text(encoding="utf-8")
     assert "Loaded checkpoint" in log and "@ 2 updates)" in log  # resumed, not restarted

@@ -513,6 +513,8 @@ def status(plan: Plan) -> list[str]:
             with _RowLock(save, row) as lock:
                 busy = not lock.held
         state = "training now" if busy else "stopped part-way" if log else "not started"
+        if os.path.exists(os.path.join(save, "student", "train.done")):  # a scratch row
+            state = "trained, " + ("translating the test set now" if busy else "not scored yet")
         if log is None:
             need = NEEDS.get(row)
             lines.append(f"{row}: {state}" + (f" (made from {need})" if need else ""))
