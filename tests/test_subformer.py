@@ -365,6 +365,8 @@ def test_a_small_safe_table_with_the_bert_init_is_warned_about():
     assert small_safe_table_warning(args(subformer_init="fairseq")) is None
     assert small_safe_table_warning(args(encoder_learned_pos=True)) is None
     assert small_safe_table_warning(args(safe_dim=320)) is None  # the paper's MT setting
+    # without the sqrt(r) scale the table starts smaller still: warned even at r = 320
+    assert "std 0.02" in small_safe_table_warning(args(safe_dim=320, no_scale_embedding=True))
     assert small_safe_table_warning(args(safe_dim=None)) is None
     # and a model built with it logs it (the test module silences warnings: lift that here)
     logging.disable(logging.NOTSET)

@@ -519,9 +519,10 @@ def small_safe_table_warning(args) -> str | None:
     r = getattr(args, "safe_dim", None)
     if not r or getattr(args, "subformer_init", "bert") != "bert":
         return None
-    if getattr(args, "encoder_learned_pos", False) or getattr(args, "no_scale_embedding", False):
+    if getattr(args, "encoder_learned_pos", False):
         return None
-    std = 0.02 * r**0.5
+    # the encoder scales the table by sqrt(r) unless --no-scale-embedding (then smaller still)
+    std = 0.02 * (1.0 if getattr(args, "no_scale_embedding", False) else r**0.5)
     if std >= SMALL_SAFE_TOKEN_STD:
         return None
     return (f"--safe-dim {r} with --subformer-init bert and sinusoidal positions: the token "
