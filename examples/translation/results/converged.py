@@ -677,16 +677,16 @@ def scratch_record(save: str, row: str, ref: str) -> dict:
 
 def record_source_check(plan: Plan, row: str) -> dict:
     """Add source_check.py's figures (does the model read its source?) to a finished row's
-    JSON: the pooled-encoder cosine of 100 test sources and, for a row translated by
+    JSON: the pooled-encoder cosine of the first test sources and, for a row translated by
     fairseq-generate, its distinct test translations."""
-    from source_check import CheckError, distinct_translations, pooled_cosine
+    from source_check import SOURCES, CheckError, distinct_translations, pooled_cosine
 
     out = os.path.join(plan.o.rows_dir, f"{row}.json")
     if row not in ROWS or not os.path.exists(out):
         raise PlanError(f"{row}: no finished row ({out})")
     rec = _json(out)
     try:
-        check = {"sources": 100, "pooled_cosine": pooled_cosine(plan.checkpoint(row), plan.bin)}
+        check = {"sources": SOURCES, "pooled_cosine": pooled_cosine(plan.checkpoint(row), plan.bin)}
     except CheckError as exc:
         raise StepError(str(exc)) from None
     gen = os.path.join(plan.save(row), "generate-test.txt")
@@ -712,10 +712,11 @@ def _source_checks(recs: list[dict]) -> list[str]:
             )
         return text
 
+    counts = sorted({r["source_check"]["sources"] for r in done})
     return [
         "Does each model read its source (`converged.py source-check`: the mean cosine between the "
-        "mean-pooled encoder outputs of 100 test sources, 1.000 = the same vector for every "
-        "source): " + "; ".join(one(r) for r in done) + ".",
+        f"mean-pooled encoder outputs of {' or '.join(map(str, counts))} test sources, 1.000 = the "
+        "same vector for every source): " + "; ".join(one(r) for r in done) + ".",
         "",
     ]
 

@@ -23,7 +23,10 @@ class CheckError(Exception):
     """A checkpoint or data-bin this check cannot read (one line)."""
 
 
-def pooled_cosine(checkpoint: str, data_bin: str, n: int = 100, subset: str = "test") -> float:
+SOURCES = 100  # test sources pooled by default
+
+
+def pooled_cosine(checkpoint: str, data_bin: str, n: int = SOURCES, subset: str = "test") -> float:
     """The mean pairwise cosine of the mean-pooled encoder outputs of ``n`` sources."""
     import torch
     from fairseq import checkpoint_utils
@@ -68,7 +71,9 @@ def main(argv=None) -> int:
     p.add_argument("checkpoint")
     p.add_argument("data_bin")
     p.add_argument("--generate", help="a fairseq-generate output of this checkpoint")
-    p.add_argument("-n", type=int, default=100, help="test sources to pool (default 100)")
+    p.add_argument(
+        "-n", type=int, default=SOURCES, help=f"test sources to pool (default {SOURCES})"
+    )
     a = p.parse_args(argv)
     try:
         out = {"sources": a.n, "pooled_cosine": pooled_cosine(a.checkpoint, a.data_bin, a.n)}
