@@ -1,22 +1,33 @@
 """The converged plan (examples/translation/results/converged.py): its dry run names every row
-with its commands, a row stopped after its checkpoint resumes from it, a finished row is not
-redone, and the table builds from the row JSON alone (the committed rows included)."""
+with its commands, a row stopped after its checkpoint resumes from it (also after another
+device trained it on: device/handoff.py), a finished row is not redone, and the table builds from the row JSON alone (the committed rows included)."""
 
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 
 import harness
 import pytest
 
 RESULTS = os.path.join(harness.REPO_ROOT, "examples", "translation", "results")
 PLAN = os.path.join(RESULTS, "converged.py")
+HANDOFF = os.path.join(RESULTS, "device", "handoff.py")
 TEACHER = os.path.join(RESULTS, "teacher")
 sys.path.insert(0, RESULTS)
 
 import converged
+
+
+def _handoff(*args, check=True, env=None):
+    env = dict(os.environ, PYTHONPATH=harness.REPO_ROOT, OMP_NUM_THREADS="1", **(env or {}))
+    proc = subprocess.run([sys.executable, HANDOFF, *map(str, args)], capture_output=True,
+                          text=True, env=env, timeout=600, check=False)  # fmt: skip
+    if check:
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
 
 
 def _plan(*args, check=True):
@@ -118,14 +129,51 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     where = _plan("status", *common).stdout.splitlines()
     assert any(ln.startswith("subformer: trained, not scored yet, 2 of") for ln in where), where
     (save / "student" / "train.done").unlink()
+    # handed to "another device" (device/handoff.py; here the same CPU): send packs update 2,
+    # train goes on for one update (its time limit), receive puts update 3 back into the row
+    carry, back = tmp_path / "carry", tmp_path / "back"
+    budget = [*common, "--max-update", 4]
+    _handoff("send", "subformer", "--carry", carry, *budget)
+    with tarfile.open(carry / "bin.tar.xz", "w:xz") as t:
+        t.add(os.path.join(corpus, "bin"), arcname="bin")
+    env = {"OUT": str(back)}
+    _handoff("train", "--carry", carry, "--secs", "0.001", "--work", tmp_path / "w", env=env)
+    res = json.loads((back / "result.json").read_text(encoding="utf-8"))
+    assert (res["from_update"], res["last_update"], res["ended"]) == (2, 3, False), res
+    assert "last" in res["files"] and "--cpu" not in json.dumps(res)
+    bad = _handoff("receive", "dawid", back, *budget, check=False)
+    assert bad.returncode == 2 and "holds the row 'subformer', not 'dawid'" in bad.stderr
+    _handoff("receive", "subformer", back, *budget)
+    assert (save / "student" / "checkpoint_last.cpu-2.pt").exists()
+    again = _handoff("receive", "subformer", back, *budget, check=False)  # (taken already)
+    assert again.returncode == 2 and "at update 3, the device went on from 2" in again.stderr
     _plan("run", "subformer", *common, "--max-update", 4)
     log = (save / "train.log").read_text(encoding="utf-8")
-    assert "Loaded checkpoint" in log and "@ 2 updates)" in log  # resumed, not restarted
+    assert "Loaded checkpoint" in log and "@ 3 updates)" in log  # resumed, not restarted
+    parts = converged._device_parts(log, 4)
+    assert [(p["from_update"], p["updates"]) for p in parts] == [(0, 2), (2, 1), (3, 1)], parts
     rec = json.loads((rows / "subformer.json").read_text(encoding="utf-8"))
     assert rec["updates"] == 4 and rec["row"] == "subformer"
-    assert rec["ups_median"] > 0 and rec["train_hours"] == round(4 / rec["ups_median"] / 3600, 2)
     assert rec["params"] > 0 and rec["sentences"] == 10 and 0 <= rec["bleu"] <= 100
     assert rec["budget"] == {"max_update": 4, "validate_every": 2, "patience": 5}
+    # a device run that ends the training (--max-update 5): the step is marked done, and the
+    # lane only scores the row (no fairseq-train here: no fourth "Loaded checkpoint")
+    for f in (rows / "subformer.json", save / "generate-test.txt", save / "student" / "train.done"):
+        f.unlink()
+    budget = [*common, "--max-update", 5]
+    _handoff("send", "subformer", "--carry", carry, *budget)
+    shutil.rmtree(back)
+    _handoff("train", "--carry", carry, "--secs", "600", "--work", tmp_path / "w2", env=env)
+    res = json.loads((back / "result.json").read_text(encoding="utf-8"))
+    assert (res["from_update"], res["last_update"], res["ended"]) == (4, 5, True), res
+    assert set(res["files"]) <= {"final"} and res["final"] == "checkpoint_best.pt"
+    _handoff("receive", "subformer", back, *budget)
+    assert (save / "student" / "train.done").exists()
+    _plan("run", "subformer", *budget)
+    log = (save / "train.log").read_text(encoding="utf-8")
+    assert log.count("Loaded checkpoint") == 3, log[-3000:]
+    rec = json.loads((rows / "subformer.json").read_text(encoding="utf-8"))
+    assert rec["updates"] == 5 and rec["budget"]["max_update"] == 5
     # source-check: the row's JSON gets how much its encoder output depends on the source
     out = _plan("source-check", "subformer", *common).stdout
     rec = json.loads((rows / "subformer.json").read_text(encoding="utf-8"))
@@ -136,7 +184,7 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     assert bad.returncode == 2 and "dawid: no finished row" in bad.stderr
     # a finished row is kept as it is
     before = (rows / "subformer.json").read_bytes()
-    again = _plan("run", "subformer", *common, "--max-update", 4)
+    again = _plan("run", "subformer", *budget)
     assert "done before" in again.stderr and (rows / "subformer.json").read_bytes() == before
 
 

@@ -736,10 +736,14 @@ def test_a_recipe_owns_its_save_directory_and_stopping_it_ends_its_training(tmp_
     first = subprocess.Popen(["bash", str(recipe)], env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, cwd=ROOT)  # fmt: skip
     try:
-        for _ in range(600):
+        deadline = time.monotonic() + 180  # (the recipe's python steps first: slow under load)
+        while time.monotonic() < deadline and first.poll() is None:
             if (save / "fake.pid").exists() and (save / "fake.pid").read_text().strip():
                 break
             time.sleep(0.05)
+        if first.poll() is not None:
+            raise AssertionError(f"the recipe ended (exit {first.returncode}): "
+                                 f"{first.stderr.read()[-2000:]}")  # fmt: skip
         train_pid = int((save / "fake.pid").read_text())
         second = subprocess.run(["bash", str(recipe)], env=env, capture_output=True, text=True,
                                 timeout=60, check=False, cwd=ROOT)  # fmt: skip

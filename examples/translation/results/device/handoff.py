@@ -1,0 +1,344 @@
+"""Hand a converged-plan row's training to a lent GPU (the device tool) and take it back.
+
+Here, with the row's lane stopped right after a checkpoint (converged.py's options may follow)::
+
+    python examples/translation/results/device/handoff.py send ROW [--carry .gpu]
+
+writes the row's own fairseq-train arguments (its paths made relative, ``--cpu`` left out) and
+its last checkpoint (pack.py: the model in float32, Adam's moments in bfloat16) to
+``CARRY/state/``. The carried folder also needs ``site.tar.xz`` (fairseq) and ``bin.tar.xz``
+(the data-bin) as README.md here says. On the device machine (the tool runs in the repository
+root; what is written under ``$OUT`` comes back)::
+
+    python3 examples/translation/results/device/handoff.py train [--carry .gpu] [--secs 450]
+
+resumes fairseq-train there until it stops by itself (patience, ``--max-update``) or after
+``--secs`` more seconds of training (fairseq's ``--stop-time-hours``: it validates and saves),
+and writes ``train.log``, ``result.json`` and, within the tool's 64 MiB, the checkpoints the row
+needs next. Back here, the lane still stopped::
+
+    python examples/translation/results/device/handoff.py receive ROW FILES_AT
+
+puts them into the row's save directory (the CPU's last checkpoint kept next to them), appends
+the device's log to the row's fairseq log after a ``[converged] device: NAME from update N``
+line (converged.py counts each device's updates at its own speed) and, where the training
+ended, marks its step done. Restarting the lane then scores the row, or trains on from there.
+
+Bad input is one line on stderr and exit status 2.
+"""
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(HERE))))
+sys.path.insert(0, HERE)
+import pack
+
+LIMIT = 60 * 2**20  # what the checkpoints sent back may take (the tool returns at most 64 MiB)
+
+
+class HandoffError(Exception):
+    pass
+
+
+def _load(path):
+    import torch
+
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _updates(path) -> int:
+    return int(_load(path)["optimizer_history"][-1]["num_updates"])
+
+
+# -- here: send -------------------------------------------------------------------------------
+def _plan(rest):
+    sys.path.insert(0, os.path.dirname(HERE))
+    import converged
+
+    opts = converged.get_parser().parse_intermixed_args(["status", *rest])
+    return converged, converged.Plan(opts)
+
+
+def train_args(converged, plan, row: str) -> tuple[list[str], str]:
+    """The row's fairseq-train arguments as its lane runs them, and the row's fairseq log."""
+    save = plan.save(row)
+    if row in converged.SCRATCH:
+        return plan.scratch_train(row), os.path.join(save, "train.log")
+    doc = os.path.join(save, "plan.json")
+    if not os.path.exists(doc):
+        raise HandoffError(f"{row}: no compress plan ({doc}): start the row here first")
+    with open(doc, encoding="utf-8") as f:
+        cmd = shlex.split(json.load(f)["commands"][0])
+    return cmd, converged.fine_tune_log(save)
+
+
+def portable(cmd: list[str], data_bin: str) -> list[str]:
+    """``cmd``'s arguments after fairseq-train with placeholders for the machine's paths:
+    ``{BIN}`` the data-bin, ``{SAVE}`` the save directory, ``{REPO}`` the checkout the command
+    names (its --user-dir's parent); ``--cpu`` left out, and ``--finetune-from-model`` (fairseq
+    reads it only when the save directory has no checkpoint_last.pt, and this one has). Any
+    other absolute path (e.g. a KD data-bin) is refused."""
+    at = next((i for i, a in enumerate(cmd) if a.endswith(("fairseq-train", "fairseq_cli.train"))),
+              None)  # fmt: skip
+    if at is None:
+        raise HandoffError(f"not a fairseq-train command: {shlex.join(cmd[:3])} ...")
+    args = cmd[at + 1 :]
+    if "--user-dir" not in args or "--save-dir" not in args:
+        raise HandoffError("the fairseq-train command has no --user-dir or --save-dir")
+    repo = os.path.dirname(os.path.normpath(args[args.index("--user-dir") + 1]))
+    out, skip = [], False
+    for i, a in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if a == "--cpu":
+            continue
+        if a == "--finetune-from-model":
+            skip = True
+            continue
+        if a == "--save-dir":
+            out += [a, "{SAVE}"]
+            skip = True
+        elif os.path.normpath(a) == os.path.normpath(data_bin):
+            out.append("{BIN}")
+        elif a.startswith(repo + os.sep):
+            out.append("{REPO}/" + os.path.relpath(a, repo))
+        elif os.path.isabs(a):
+            raise HandoffError(f"argument {i + 1} ({a}) is a path the device machine lacks")
+        else:
+            out.append(a)
+    return out
+
+
+def send(row: str, carry: str, rest: list[str]) -> None:
+    converged, plan = _plan(rest)
+    if row not in converged.ROWS:
+        raise HandoffError(f"no row {row!r}: the rows are {', '.join(converged.ROWS)}")
+    save = plan.save(row)
+    with converged._RowLock(save, row) as lock:
+        if not lock.held:
+            raise HandoffError(f"{row}: a lane is training it: stop it right after a checkpoint")
+        cmd, log = train_args(converged, plan, row)
+        args = portable(cmd, plan.bin)
+        last = os.path.join(args_value(cmd, "--save-dir"), "checkpoint_last.pt")
+        if not os.path.exists(last):
+            raise HandoffError(f"{row}: no checkpoint to continue from ({last})")
+        if os.path.exists(os.path.join(os.path.dirname(last), "train.done")):
+            raise HandoffError(
+                f"{row}: its training has ended ({os.path.dirname(last)}/train.done)"
+            )
+        state = os.path.join(carry, "state")
+        shutil.rmtree(state, ignore_errors=True)
+        os.makedirs(state)
+        pack.pack(last, os.path.join(state, "ckpt"))
+        doc = {"row": row, "args": args, "from_update": _updates(last),
+               "final": "checkpoint_last.pt" if row == "dawid" else "checkpoint_best.pt",
+               "log": os.path.relpath(log, save), "sent": _now()}  # fmt: skip
+        with open(os.path.join(state, "row.json"), "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+    size = sum(os.path.getsize(p) for p in glob.glob(os.path.join(carry, "**"), recursive=True)
+               if os.path.isfile(p))  # fmt: skip
+    print(f"{row}: update {doc['from_update']:,} and its arguments in {state}; {carry} holds "
+          f"{size / 2**20:.1f} MiB (the working tree travels with it: 64 MiB in all)")  # fmt: skip
+
+
+def args_value(cmd: list[str], flag: str) -> str:
+    return cmd[cmd.index(flag) + 1]
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+# -- the device machine: train ----------------------------------------------------------------
+def _device_name() -> str:
+    import torch
+
+    if not torch.cuda.is_available():
+        return "this machine"
+    n = torch.cuda.device_count()
+    return f"{'one' if n == 1 else n} {torch.cuda.get_device_name(0)}"
+
+
+def train(carry: str, secs: float, work: str, out: str) -> dict:
+    state = os.path.join(carry, "state")
+    with open(os.path.join(state, "row.json"), encoding="utf-8") as f:
+        doc = json.load(f)
+    save = os.path.join(work, "save")
+    os.makedirs(save, exist_ok=True)
+    os.makedirs(out, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if os.path.exists(os.path.join(carry, "site.tar.xz")):
+        with tarfile.open(os.path.join(carry, "site.tar.xz")) as t:
+            t.extractall(os.path.join(work, "site"), filter="data")
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (os.path.join(work, "site"), env.get("PYTHONPATH")) if p
+        )
+    with tarfile.open(os.path.join(carry, "bin.tar.xz")) as t:
+        t.extractall(work, filter="data")
+    last = os.path.join(save, "checkpoint_last.pt")
+    pack.unpack(os.path.join(state, "ckpt"), last)
+    stop = (_load(last)["extra_state"]["previous_training_time"] + secs) / 3600
+    subs = {"{BIN}": os.path.join(work, "bin"), "{SAVE}": save, "{REPO}": REPO}
+    args = []
+    for a in doc["args"]:
+        for k, v in subs.items():
+            a = a.replace(k, v)
+        args.append(a)
+    cmd = [sys.executable, "-m", "fairseq_cli.train", *args, "--stop-time-hours", f"{stop:.6f}"]
+    t0 = time.monotonic()
+    with open(os.path.join(out, "train.log"), "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)  # fmt: skip
+        for line in proc.stdout:
+            log.write(line)
+            if "| valid |" in line or "early stop" in line or "done training" in line:
+                print(line.rstrip(), flush=True)
+        rc = proc.wait()
+    with open(os.path.join(out, "train.log"), encoding="utf-8", errors="replace") as f:
+        text = f.read()
+    ended = "early stop" in text or (
+        "done training" in text and _updates(last) >= int(args_value(args, "--max-update"))
+    )
+    best = os.path.join(save, "checkpoint_best.pt")
+    res = {"row": doc["row"], "device": _device_name(), "exit": rc, "from_update": doc["from_update"],
+           "last_update": _updates(last), "best_update": _updates(best) if os.path.exists(best) else None,
+           "ended": ended, "seconds": round(time.monotonic() - t0, 1), "final": doc["final"],
+           "files": {}}  # fmt: skip
+    if rc != 0:
+        res["error"] = (text.strip().splitlines() or ["(no output)"])[-1][-300:]
+    elif ended:  # only the checkpoint the row reads next, model only
+        final = os.path.join(save, doc["final"])
+        if os.path.exists(final):
+            pack.model_only(final, os.path.join(out, "final"))
+            res["files"]["final"] = doc["final"]
+    else:  # the last with its optimizer (to train on), and a new best, model only
+        pack.pack(last, os.path.join(out, "last"))
+        res["files"]["last"] = "checkpoint_last.pt"
+        if res["best_update"] is not None and res["best_update"] != res["last_update"]:
+            pack.model_only(best, os.path.join(out, "best"))
+            res["files"]["best"] = "checkpoint_best.pt"
+        if _size(out) > LIMIT:  # Adam's first moment restarts from zeros (pack.py unpack)
+            for p in glob.glob(os.path.join(out, "last.part*")):
+                os.remove(p)
+            pack.pack(last, os.path.join(out, "last"), exp_avg=False)
+            res["no_exp_avg"] = True
+    with open(os.path.join(out, "result.json"), "w", encoding="utf-8") as f:
+        json.dump(res, f, indent=1)
+    print(json.dumps({k: v for k, v in res.items() if k != "files"}), flush=True)
+    return res
+
+
+def _size(folder: str) -> int:
+    return sum(os.path.getsize(p) for p in glob.glob(os.path.join(folder, "*")))
+
+
+# -- here: receive ----------------------------------------------------------------------------
+def receive(row: str, back: str, rest: list[str]) -> None:
+    converged, plan = _plan(rest)
+    if row not in converged.ROWS:
+        raise HandoffError(f"no row {row!r}: the rows are {', '.join(converged.ROWS)}")
+    try:
+        with open(os.path.join(back, "result.json"), encoding="utf-8") as f:
+            res = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise HandoffError(f"{back}: no readable result.json ({exc})") from None
+    if res.get("row") != row:
+        raise HandoffError(f"{back} holds the row {res.get('row')!r}, not {row!r}")
+    if res.get("exit"):
+        raise HandoffError(f"fairseq-train failed on the device: {res.get('error')}")
+    save = plan.save(row)
+    with converged._RowLock(save, row) as lock:
+        if not lock.held:
+            raise HandoffError(f"{row}: a lane is training it: stop it before receiving")
+        cmd, log = train_args(converged, plan, row)
+        ckpts = args_value(cmd, "--save-dir")
+        here = _updates(os.path.join(ckpts, "checkpoint_last.pt"))
+        if here != res["from_update"]:
+            raise HandoffError(f"{row}: its checkpoint here is at update {here:,}, the device "
+                               f"went on from {res['from_update']:,}: nothing taken")  # fmt: skip
+        for key, name in res["files"].items():
+            if not glob.glob(os.path.join(back, f"{key}.part*")):
+                raise HandoffError(f"{back}: {key}.part* did not come back: nothing taken")
+        for key, name in res["files"].items():  # this machine's copy kept as NAME.cpu-N.pt
+            target = os.path.join(ckpts, name)
+            if os.path.exists(target):
+                os.replace(target, f"{target[: -len('.pt')]}.cpu-{here}.pt")
+            pack.unpack(os.path.join(back, key), target)
+        with open(os.path.join(back, "train.log"), encoding="utf-8", errors="replace") as f:
+            device_log = f.read()
+        stopped = ("stopped by itself" if res["ended"] else
+                   f"stopped by --stop-time-hours after {res['seconds']:.0f} s")  # fmt: skip
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(
+                f"[converged] updates {res['from_update']:,} -> {res['last_update']:,} ran on "
+                f"{res['device']} (examples/translation/results/device/handoff.py, received "
+                f"{_now()}): the row's fairseq-train arguments without --cpu, resumed from its "
+                f"checkpoint_last.pt, {stopped}; came back: {', '.join(res['files'].values())}"
+                + (
+                    " (Adam's first moment dropped: the size limit)"
+                    if res.get("no_exp_avg")
+                    else ""
+                )
+                + ".\n"
+            )
+            f.write(f"[converged] device: {res['device']} from update {res['from_update']}\n")
+            f.write(device_log if device_log.endswith("\n") else device_log + "\n")
+            if not res["ended"]:  # the lines a lane appends next are this machine's again
+                f.write(f"[converged] device: this machine from update {res['last_update']}\n")
+        if res["ended"]:  # the marker converged.py (scratch rows) or compress writes after it
+            with open(os.path.join(ckpts, "train.done"), "w", encoding="utf-8") as f:
+                f.write("fairseq-train ended\n" if row in converged.SCRATCH
+                        else time.strftime("%Y-%m-%d %H:%M:%S\n"))  # fmt: skip
+    print(f"{row}: update {res['last_update']:,} from {res['device']} in {ckpts}"
+          + ("; its training ended: restart the lane to score it" if res["ended"] else
+             "; restart the lane to train on"))  # fmt: skip
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="handoff.py", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("send", help="here: pack a stopped row's state into the carried folder")
+    s.add_argument("row")
+    t = sub.add_parser("train", help="on the device machine: train on, results under $OUT")
+    t.add_argument("--secs", type=float, default=450,
+                   help="at most this many more seconds of training (default 450)")  # fmt: skip
+    t.add_argument("--work", default="/tmp/lc-handoff", help="unpacked state (default %(default)s)")
+    r = sub.add_parser("receive", help="here: take the device's results back into the row")
+    r.add_argument("row")
+    r.add_argument("back", help="the folder the tool put the files from $OUT in (files_at)")
+    for q in (s, t, r):
+        q.add_argument("--carry", default=".gpu", help="the carried folder (default .gpu)")
+    a, rest = p.parse_known_args(argv)
+    try:
+        if a.cmd == "train":
+            if rest:
+                raise HandoffError(f"unknown arguments: {' '.join(rest)}")
+            out = os.environ.get("OUT")
+            if not out:
+                raise HandoffError("train runs on the device machine: $OUT is not set")
+            res = train(a.carry, a.secs, a.work, out)
+            return 1 if res["exit"] else 0
+        if a.cmd == "send":
+            send(a.row, a.carry, rest)
+        else:
+            receive(a.row, a.back, rest)
+    except (HandoffError, OSError) as exc:
+        print(f"handoff.py: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
