@@ -4,6 +4,7 @@ device trained it on: device/handoff.py), a finished row is not redone, and the 
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -488,3 +489,29 @@ def test_the_dawid_row_keeps_the_teachers_embeddings_and_matches_the_default_lay
     assert plan.dawid_params() == 8080 * 256 + 20224
     (cmd,) = plan.commands("dawid")
     assert cmd[cmd.index("--method") + 1 :][:3] == ["dawid", "--params", str(8080 * 256 + 20224)]
+
+
+def test_handoff_takes_a_compress_rows_fairseq_train_command_and_makes_it_portable(tmp_path):
+    sys.path.insert(0, os.path.dirname(HANDOFF))
+    import handoff
+
+    opts = converged.get_parser().parse_args(["status", "--save-root", str(tmp_path)])
+    plan = converged.Plan(opts)
+    repo, save = "/src/lc", str(tmp_path / "dawid")
+    train = ["/v/bin/fairseq-train", plan.bin, "--user-dir", f"{repo}/lightcompress", "--arch",
+             "dawid", "--dawid-teacher", f"{repo}/examples/t/checkpoint.pt",
+             "--finetune-from-model", f"{save}/init.pt", "--save-dir", f"{save}/student",
+             "--max-update", "7000", "--cpu"]  # fmt: skip
+    os.makedirs(save)
+    with open(os.path.join(save, "plan.json"), "w", encoding="utf-8") as f:
+        json.dump({"commands": ["/v/bin/lightcompress-convert -i x -o y", shlex.join(train)]}, f)
+    cmd, log = handoff.train_args(converged, plan, "dawid")
+    assert cmd == train and log == converged.fine_tune_log(save)
+    assert handoff.portable(cmd, plan.bin) == [
+        "{BIN}", "--user-dir", "{REPO}/lightcompress", "--arch", "dawid", "--dawid-teacher",
+        "{REPO}/examples/t/checkpoint.pt", "--save-dir", "{SAVE}", "--max-update", "7000"]  # fmt: skip
+    kd = [a if a != plan.bin else f"{save}/kd-bin" for a in train]
+    with pytest.raises(handoff.HandoffError, match="argument 1 .*kd-bin.* lacks"):
+        handoff.portable(kd, plan.bin)
+    with pytest.raises(handoff.HandoffError, match="not a fairseq-train command"):
+        handoff.portable(["/v/bin/lightcompress-convert", "-i", "x"], plan.bin)

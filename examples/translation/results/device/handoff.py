@@ -79,8 +79,11 @@ def train_args(converged, plan, row: str) -> tuple[list[str], str]:
     if not os.path.exists(doc):
         raise HandoffError(f"{row}: no compress plan ({doc}): start the row here first")
     with open(doc, encoding="utf-8") as f:
-        cmd = shlex.split(json.load(f)["commands"][0])
-    return cmd, converged.fine_tune_log(save)
+        cmds = [shlex.split(c) for c in json.load(f)["commands"]]
+    train = [c for c in cmds if any(a.endswith(("fairseq-train", "fairseq_cli.train")) for a in c)]
+    if not train:
+        raise HandoffError(f"{row}: its compress plan ({doc}) has no fairseq-train command")
+    return train[0], converged.fine_tune_log(save)
 
 
 def portable(cmd: list[str], data_bin: str) -> list[str]:
