@@ -485,7 +485,18 @@ def test_builder_lists_cooccurring_targets_and_always_the_frequent_ones_eos_and_
         assert shared == sorted(shared, reverse=True)
 
 
-def test_builder_bad_input_is_one_line_and_writes_nothing(words, tmp_path):
+def _in_process(main, args, capsys):
+    """``main(args)`` here (no interpreter to start): its exit status and standard error."""
+    try:
+        rc = main([str(a) for a in args])
+    except SystemExit as exc:  # (argparse)
+        rc = exc.code
+    return rc, capsys.readouterr().err
+
+
+def test_builder_bad_input_is_one_line_and_writes_nothing(words, tmp_path, capsys):
+    from lightcompress.deploy.shortlist_build import main
+
     out = tmp_path / "sl.txt"
     cases = [
         (["--data", tmp_path / "nope", "-o", out], "data directory not found"),
@@ -495,10 +506,15 @@ def test_builder_bad_input_is_one_line_and_writes_nothing(words, tmp_path):
         (["--data", words["data"], "-o", tmp_path], "is a directory"),
         (["--data", words["data"], "--k", "x", "-o", out], "invalid int value"),
     ]
-    for args, message in cases:
-        proc = _cli(BUILD, *args)
-        assert proc.returncode == 2, (args, proc.stderr)
-        lines = proc.stderr.strip().split("\n")
+    for i, (args, message) in enumerate(cases):
+        # the first as a command (nothing else on its standard error), the others in this process
+        if i == 0:
+            proc = _cli(BUILD, *args)
+            rc, err = proc.returncode, proc.stderr
+        else:
+            rc, err = _in_process(main, args, capsys)
+        assert rc == 2, (args, err)
+        lines = err.strip().split("\n")
         assert len(lines) == 1 and lines[0].startswith("lightcompress-shortlist: error:"), lines
         assert message in lines[0], lines
         assert not out.exists()
@@ -510,8 +526,8 @@ def test_builder_bad_input_is_one_line_and_writes_nothing(words, tmp_path):
     with open(cut / "dict.en.txt") as f:
         head = f.readlines()[:5]
     (cut / "dict.en.txt").write_text("".join(head))
-    proc = _cli(BUILD, "--data", cut, "-o", out)
-    assert proc.returncode == 2 and "do not fit" in proc.stderr, proc.stderr
+    rc, err = _in_process(main, ["--data", cut, "-o", out], capsys)
+    assert rc == 2 and "do not fit" in err and err.count("\n") == 1, err
     assert not out.exists()
 
 
