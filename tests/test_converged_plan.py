@@ -250,7 +250,7 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     int8 = {"precision": "int8-large", "bleu": 39.2, "chrf": 49.0, "onnx_size_bytes": 9000000}
     rows = {"default": _row("default", 39.5, 2000, int8=int8, train_hours=1.64, ups_median=0.97), "lightformer_random": _row("lightformer_random", 30.0, 2000),
             "hypoformer_kd": _row("hypoformer_kd", 35.0, 2600), "hypoformer": _row("hypoformer", 36.0, 2600),
-            "lightformer_keep_depth": _row("lightformer_keep_depth", 41.0, 2100, stopped="max-update", best_update=100)}  # fmt: skip
+            "lightformer_keep_depth": _row("lightformer_keep_depth", 41.01, 2100, stopped="max-update", best_update=100)}  # fmt: skip
     for name, rec in rows.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(rec), encoding="utf-8")
     speed = {"machine": "m", "code": "c0ffee",
@@ -281,12 +281,18 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     assert "KD helps: does not hold here: hypoformer_kd BLEU 35.00 against hypoformer 36.00" in text
     assert "searched ranks beat one fixed rank at equal size: not measured yet" in text
     assert ("against the teacher's depth: does not hold here: default BLEU 39.50 against "
-            "lightformer_keep_depth 41.00 (-1.50, 2,000 against 2,100 parameters); the shallow "
+            "lightformer_keep_depth 41.01 (-1.51, 2,000 against 2,100 parameters); the shallow "
             "decoder decodes 1.25x as fast at batch 1.") in text  # fmt: skip
     assert (
         "- Stopped by the budget while still improving: lightformer_keep_depth (best at 100 of 100 updates)."
         in text
     )
+    # keep_depth (41.01) is more than 1 BLEU above the teacher (40.0); default (39.5) is not
+    above = next(ln for ln in text.splitlines() if ln.startswith("- Above the teacher"))
+    assert above.startswith("- Above the teacher by more than 1 BLEU: lightformer_keep_depth "
+                            "(+1.01). These start from the teacher's weights and train up to 100 "
+                            "updates more")  # fmt: skip
+    assert above in converged.compact(str(tmp_path))
     # the CPU route's cost: each timed row's training hours (rows without a time are left out)
     timing = next(ln for ln in text.splitlines() if ln.startswith("Training time of each row"))
     assert timing.endswith(": default 1.6 h (0.97 updates/s).")
