@@ -572,21 +572,21 @@ def claims(records: list[dict]) -> list[str]:
 
     cmp(by.get("lightformer_svd"), by.get("lightformer_random"),
         "SVD transfer beats random initialisation at equal updates (LightFormer)",
-        "see the findings in docs/results.md")  # fmt: skip
+        "see the findings in docs/lab/results-cpu-plan.md")  # fmt: skip
     cmp(by.get("hypoformer_kd"), by.get("hypoformer"), "KD helps Hypoformer",
-        "see the findings in docs/results.md")  # fmt: skip
+        "see the findings in docs/lab/results-cpu-plan.md")  # fmt: skip
     s, f = by.get("smartformer_search"), by.get("smartformer")
     if s and f:
         size = (f"{s['params'] / 1e6:.2f}M vs {f['params'] / 1e6:.2f}M parameters"
                 if s.get("params") and f.get("params") else "sizes unknown")  # fmt: skip
         cmp(s, f, f"The searched ranks beat the fixed rank at equal size ({size})",
-            "see the findings in docs/results.md")  # fmt: skip
+            "see the findings in docs/lab/results-cpu-plan.md")  # fmt: skip
     d, lf = by.get("dawid"), by.get("lightformer_svd")
     if d and lf:
         size = (f"{d['params'] / 1e6:.2f}M vs {lf['params'] / 1e6:.2f}M parameters"
                 if d.get("params") and lf.get("params") else "sizes unknown")  # fmt: skip
         cmp(d, lf, f"DA-WID beats the LightFormer of the same size (SVD transfer; {size})",
-            "see the findings in docs/results.md")  # fmt: skip
+            "see the findings in docs/lab/results-cpu-plan.md")  # fmt: skip
     wid, wt = by.get("dawid"), by.get("dawid_teacher")
     if wid and wt:
         size = (f" at {wt['params'] / wid['params']:.2f}x fewer parameters"
