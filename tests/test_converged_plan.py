@@ -521,3 +521,18 @@ def test_handoff_takes_a_compress_rows_fairseq_train_command_and_makes_it_portab
         handoff.portable(kd, plan.bin)
     with pytest.raises(handoff.HandoffError, match="not a fairseq-train command"):
         handoff.portable(["/v/bin/lightcompress-convert", "-i", "x"], plan.bin)
+
+
+def test_a_claim_that_does_not_hold_says_what_was_measured_about_it():
+    by = {"smartformer_search": _row("smartformer_search", 38.0, 5000, best_valid_loss=5.4),
+          "smartformer": _row("smartformer", 39.0, 4900, best_valid_loss=5.3)}  # fmt: skip
+    line = next(c for c in converged.claims(by, by["smartformer"]["teacher"]) if "Smartformer" in c)
+    assert line.startswith("- Smartformer: searched ranks beat one fixed rank at equal size: "
+                           "does not hold here: smartformer_search BLEU 38.00 against "
+                           "smartformer 39.00 (5,000 against 4,900 parameters); the searched "
+                           "model starts at its largest rank")  # fmt: skip
+    assert line.endswith("(best validation loss 5.400 against 5.300).")
+    by["smartformer_search"]["bleu"] = 40.0  # holds: no reason given
+    line = next(c for c in converged.claims(by, by["smartformer"]["teacher"]) if "Smartformer" in c)
+    assert line.endswith("holds here: smartformer_search BLEU 40.00 against smartformer 39.00 "
+                         "(5,000 against 4,900 parameters).")  # fmt: skip

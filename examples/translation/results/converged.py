@@ -1026,11 +1026,18 @@ def claims(by: dict, teacher: dict, spd: dict | None = None) -> list[str]:
     )
     out.append(_depth_claim(by, spd))
     out.append(cmp("hypoformer_kd", "hypoformer", "Hypoformer: sequence-level KD helps"))
+    why = ""
+    if {"smartformer_search", "smartformer"} <= set(by):
+        a, b = by["smartformer_search"], by["smartformer"]
+        why = ("the searched model starts at its largest rank and is cut to the chosen ranks "
+               "while it fine-tunes, the fixed one trains at its rank from the start (best "
+               f"validation loss {a['best_valid_loss']:.3f} against {b['best_valid_loss']:.3f})")  # fmt: skip
     out.append(
         cmp(
             "smartformer_search",
             "smartformer",
             "Smartformer: searched ranks beat one fixed rank at equal size",
+            why,
         )
     )
     out.append(
