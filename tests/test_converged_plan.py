@@ -134,6 +134,11 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     # train goes on for one update (its time limit), receive puts update 3 back into the row
     carry, back = tmp_path / "carry", tmp_path / "back"
     budget = [*common, "--max-update", 4]
+    # more than the device tool takes (the working tree + the carried folder): refused, no state
+    big = _handoff("send", "subformer", "--carry", carry, *budget, check=False,
+                   env={"HANDOFF_CARRY_MIB": "0.5"})  # fmt: skip
+    assert big.returncode == 2 and "exceed the tool's" in big.stderr, big.stderr
+    assert big.stderr.count("\n") == 1 and not (carry / "state").exists()
     _handoff("send", "subformer", "--carry", carry, *budget)
     with tarfile.open(carry / "bin.tar.xz", "w:xz") as t:
         t.add(os.path.join(corpus, "bin"), arcname="bin")
@@ -536,3 +541,27 @@ def test_a_claim_that_does_not_hold_says_what_was_measured_about_it():
     line = next(c for c in converged.claims(by, by["smartformer"]["teacher"]) if "Smartformer" in c)
     assert line.endswith("holds here: smartformer_search BLEU 40.00 against smartformer 39.00 "
                          "(5,000 against 4,900 parameters).")  # fmt: skip
+
+
+def test_pack_stores_float16_exact_weights_as_float16_and_restores_them_exactly(tmp_path):
+    import torch
+
+    sys.path.insert(0, os.path.dirname(HANDOFF))
+    import pack
+
+    exact = torch.randn(64, 64).half().float()  # (weights inherited from a float16 teacher)
+    trained = torch.randn(64, 64)
+    moment = torch.rand(64, 64)
+    st = {"model": {"frozen": exact, "trained": trained, "step": torch.tensor(3)},
+          "last_optimizer_state": {"state": {0: {"exp_avg": moment, "exp_avg_sq": moment * 2}}}}  # fmt: skip
+    torch.save(st, tmp_path / "ck.pt")
+    pack.pack(tmp_path / "ck.pt", tmp_path / "p")
+    small = sum(p.stat().st_size for p in tmp_path.glob("p.part*"))
+    assert small < (tmp_path / "ck.pt").stat().st_size * 0.7  # the float16-exact half + moments
+    pack.unpack(tmp_path / "p", tmp_path / "back.pt")
+    back = torch.load(tmp_path / "back.pt", weights_only=False)
+    for k, t in st["model"].items():
+        assert back["model"][k].dtype == t.dtype and torch.equal(back["model"][k], t), k
+    assert "_pack_float16_exact" not in back
+    got = back["last_optimizer_state"]["state"][0]["exp_avg_sq"]
+    assert got.dtype == torch.float32 and torch.allclose(got, moment * 2, rtol=1e-2)

@@ -45,6 +45,9 @@ sys.path.insert(0, HERE)
 import pack
 
 LIMIT = 60 * 2**20  # what the checkpoints sent back may take (the tool returns at most 64 MiB)
+CARRY_LIMIT = int(
+    float(os.environ.get("HANDOFF_CARRY_MIB", "63")) * 2**20
+)  # the tree + carried folder
 
 
 class HandoffError(Exception):
@@ -145,15 +148,41 @@ def send(row: str, carry: str, rest: list[str]) -> None:
         shutil.rmtree(state, ignore_errors=True)
         os.makedirs(state)
         pack.pack(last, os.path.join(state, "ckpt"))
+        tree, budget, dropped = _tree_bytes(), CARRY_LIMIT, False
+        if tree + _folder_bytes(carry) > budget:  # Adam's first moment restarts from zeros there
+            dropped = True
+            for p in glob.glob(os.path.join(state, "ckpt.part*")):
+                os.remove(p)
+            pack.pack(last, os.path.join(state, "ckpt"), exp_avg=False)
+            print(f"{row}: Adam's first moment left out (the working tree, {tree / 2**20:.1f} "
+                  f"MiB, and {carry} would exceed {budget / 2**20:.0f} MiB)")  # fmt: skip
+        if tree + _folder_bytes(carry) > budget:
+            shutil.rmtree(state)
+            raise HandoffError(f"the working tree ({tree / 2**20:.1f} MiB) and {carry} "
+                               f"({_folder_bytes(carry) / 2**20:.1f} MiB) exceed the tool's "
+                               f"{budget / 2**20:.0f} MiB: empty large files the device does "
+                               "not need for the call (git checkout restores them)")  # fmt: skip
         doc = {"row": row, "args": args, "from_update": _updates(last),
                "final": "checkpoint_last.pt" if row == "dawid" else "checkpoint_best.pt",
-               "log": os.path.relpath(log, save), "sent": _now()}  # fmt: skip
+               "log": os.path.relpath(log, save), "sent": _now(), "sent_without_exp_avg": dropped}  # fmt: skip
         with open(os.path.join(state, "row.json"), "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
-    size = sum(os.path.getsize(p) for p in glob.glob(os.path.join(carry, "**"), recursive=True)
-               if os.path.isfile(p))  # fmt: skip
     print(f"{row}: update {doc['from_update']:,} and its arguments in {state}; {carry} holds "
-          f"{size / 2**20:.1f} MiB (the working tree travels with it: 64 MiB in all)")  # fmt: skip
+          f"{_folder_bytes(carry) / 2**20:.1f} MiB, the working tree {_tree_bytes() / 2**20:.1f} "
+          f"MiB (the tool takes {CARRY_LIMIT / 2**20:.0f} MiB in all)")  # fmt: skip
+
+
+def _folder_bytes(folder: str) -> int:
+    return sum(os.path.getsize(p) for p in glob.glob(os.path.join(folder, "**"), recursive=True)
+               if os.path.isfile(p))  # fmt: skip
+
+
+def _tree_bytes() -> int:
+    """What the device tool copies of this checkout: tracked and untracked, not ignored, files."""
+    r = subprocess.run(["git", "-C", REPO, "ls-files", "-z", "--cached", "--others",
+                        "--exclude-standard"], capture_output=True, check=True)  # fmt: skip
+    paths = [os.path.join(REPO, p) for p in r.stdout.decode().split("\0") if p]
+    return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
 
 
 def args_value(cmd: list[str], flag: str) -> str:
@@ -218,7 +247,7 @@ def train(carry: str, secs: float, work: str, out: str) -> dict:
     res = {"row": doc["row"], "device": _device_name(), "exit": rc, "from_update": doc["from_update"],
            "last_update": _updates(last), "best_update": _updates(best) if os.path.exists(best) else None,
            "ended": ended, "seconds": round(time.monotonic() - t0, 1), "final": doc["final"],
-           "files": {}}  # fmt: skip
+           "sent_without_exp_avg": doc.get("sent_without_exp_avg", False), "files": {}}  # fmt: skip
     if rc != 0:
         res["error"] = (text.strip().splitlines() or ["(no output)"])[-1][-300:]
     elif ended:  # only the checkpoint the row reads next, model only
@@ -288,9 +317,15 @@ def receive(row: str, back: str, rest: list[str]) -> None:
                 f"[converged] updates {res['from_update']:,} -> {res['last_update']:,} ran on "
                 f"{res['device']} (examples/translation/results/device/handoff.py, received "
                 f"{_now()}): the row's fairseq-train arguments without --cpu, resumed from its "
-                f"checkpoint_last.pt, {stopped}; came back: {', '.join(res['files'].values())}"
+                f"checkpoint_last.pt"
                 + (
-                    " (Adam's first moment dropped: the size limit)"
+                    " (sent without Adam's first moment: the size limit; it restarted from zeros)"
+                    if res.get("sent_without_exp_avg")
+                    else ""
+                )
+                + f", {stopped}; came back: {', '.join(res['files'].values()) or 'nothing new'}"
+                + (
+                    " (without Adam's first moment: the size limit)"
                     if res.get("no_exp_avg")
                     else ""
                 )
