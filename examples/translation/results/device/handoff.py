@@ -65,10 +65,13 @@ def _updates(path) -> int:
 
 
 # -- here: send -------------------------------------------------------------------------------
-def _plan(rest):
+def _plan(rest, row):
+    """converged.py's plan with its options ``rest``, for the row ``row`` (refused if unknown)."""
     sys.path.insert(0, os.path.dirname(HERE))
     import converged
 
+    if row not in converged.ROWS:
+        raise HandoffError(f"no row {row!r}: the rows are {', '.join(converged.ROWS)}")
     opts = converged.get_parser().parse_intermixed_args(["status", *rest])
     return converged, converged.Plan(opts)
 
@@ -128,9 +131,7 @@ def portable(cmd: list[str], data_bin: str) -> list[str]:
 
 
 def send(row: str, carry: str, rest: list[str]) -> None:
-    converged, plan = _plan(rest)
-    if row not in converged.ROWS:
-        raise HandoffError(f"no row {row!r}: the rows are {', '.join(converged.ROWS)}")
+    converged, plan = _plan(rest, row)
     save = plan.save(row)
     with converged._RowLock(save, row) as lock:
         if not lock.held:
@@ -278,9 +279,7 @@ def _size(folder: str) -> int:
 
 # -- here: receive ----------------------------------------------------------------------------
 def receive(row: str, back: str, rest: list[str]) -> None:
-    converged, plan = _plan(rest)
-    if row not in converged.ROWS:
-        raise HandoffError(f"no row {row!r}: the rows are {', '.join(converged.ROWS)}")
+    converged, plan = _plan(rest, row)
     try:
         with open(os.path.join(back, "result.json"), encoding="utf-8") as f:
             res = json.load(f)
