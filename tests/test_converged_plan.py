@@ -502,6 +502,32 @@ def test_the_dawid_row_keeps_the_teachers_embeddings_and_matches_the_default_lay
     assert cmd[cmd.index("--method") + 1 :][:3] == ["dawid", "--params", str(8080 * 256 + 20224)]
 
 
+def test_the_dawid_row_rebuilds_the_default_students_shape_when_its_checkpoint_is_elsewhere(
+    tmp_path,
+):
+    """A fresh machine has the committed default.json but not its checkpoint: the dawid row
+    then counts the student that the row's recorded lightcompress-convert command builds from
+    the teacher (the same shape, so the same non-embedding parameters)."""
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    committed = json.loads(
+        open(os.path.join(converged.HERE, "converged", "default.json"), encoding="utf-8").read()
+    )
+    doc = {"checkpoint": str(tmp_path / "gone" / "checkpoint_best.pt"),
+           "commands": committed["commands"]}  # fmt: skip
+    (rows / "default.json").write_text(json.dumps(doc), encoding="utf-8")
+    opts = converged.get_parser().parse_args(
+        ["plan", "--save-root", str(tmp_path / "runs"), "--rows-dir", str(rows)]
+    )
+    # the default student: 1,872,448 parameters, of which its factorized (rank 100) embedding
+    # is 8,080 x 100 + 100 x 256; DA-WID keeps the teacher's 8,080 x 256 table instead
+    outside = committed["params"] - (8080 * 100 + 100 * 256)
+    assert converged.Plan(opts).dawid_params() == 8080 * 256 + outside
+    doc["commands"] = [c for c in doc["commands"] if "lightcompress-convert" not in c]
+    (rows / "default.json").write_text(json.dumps(doc), encoding="utf-8")
+    assert converged.Plan(opts).dawid_params().startswith("<")
+
+
 def test_handoff_takes_a_compress_rows_fairseq_train_command_and_makes_it_portable(tmp_path):
     sys.path.insert(0, os.path.dirname(HANDOFF))
     import handoff

@@ -200,11 +200,32 @@ class Plan:
         from lightcompress.measure.params import checkpoint_report
 
         rec = os.path.join(self.o.rows_dir, "default.json")
-        ckpt = _json(rec).get("checkpoint") if os.path.exists(rec) else None
-        if not ckpt or not os.path.exists(ckpt):
+        doc = _json(rec) if os.path.exists(rec) else {}
+        ckpt = doc.get("checkpoint")
+        if ckpt and os.path.exists(ckpt):
+            return (checkpoint_report(self.teacher)["embedding"]
+                    + checkpoint_report(ckpt)["non_embedding"])  # fmt: skip
+        convert = [c for c in doc.get("commands", []) if "lightcompress-convert" in c]
+        if len(convert) != 1:
             return "<the teacher's embedding + the default student's non-embedding parameters>"
-        return (checkpoint_report(self.teacher)["embedding"]
-                + checkpoint_report(ckpt)["non_embedding"])  # fmt: skip
+        # the default row ran on another machine: its student's shape is the one its recorded
+        # lightcompress-convert command builds from the teacher (the same parameters as the
+        # trained student's), so build it again and count that
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="converged-default-shape-") as tmp:
+            cmd = shlex.split(convert[0])
+            cmd[0:1] = [self.py, "-c", "from lightcompress.convert.cli import cli_main; cli_main()"]
+            for flag, value in (("-i", self.teacher), ("-o", os.path.join(tmp, "student.pt"))):
+                if flag not in cmd:
+                    raise StepError(f"{rec}: its lightcompress-convert command has no {flag}")
+                cmd[cmd.index(flag) + 1] = value
+            out = subprocess.run(cmd, env=self.env, capture_output=True, text=True, check=False)
+            if out.returncode != 0:
+                raise StepError("rebuilding the default row's student shape failed: "
+                                f"{out.stderr.strip()[-300:]}")  # fmt: skip
+            return (checkpoint_report(self.teacher)["embedding"]
+                    + checkpoint_report(cmd[cmd.index("-o") + 1])["non_embedding"])  # fmt: skip
 
     def matched_rank(self) -> int | str:
         """The fixed CP rank with the searched model's size: each Q/K/V map costs R (d + h +
