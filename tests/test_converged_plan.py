@@ -510,9 +510,8 @@ def test_the_dawid_row_rebuilds_the_default_students_shape_when_its_checkpoint_i
     the teacher (the same shape, so the same non-embedding parameters)."""
     rows = tmp_path / "rows"
     rows.mkdir()
-    committed = json.loads(
-        open(os.path.join(converged.HERE, "converged", "default.json"), encoding="utf-8").read()
-    )
+    with open(os.path.join(converged.HERE, "converged", "default.json"), encoding="utf-8") as f:
+        committed = json.load(f)
     doc = {"checkpoint": str(tmp_path / "gone" / "checkpoint_best.pt"),
            "commands": committed["commands"]}  # fmt: skip
     (rows / "default.json").write_text(json.dumps(doc), encoding="utf-8")
