@@ -255,7 +255,8 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     int8 = {"precision": "int8-large", "bleu": 39.2, "chrf": 49.0, "onnx_size_bytes": 9000000}
     rows = {"default": _row("default", 39.5, 2000, int8=int8, train_hours=1.64, ups_median=0.97), "lightformer_random": _row("lightformer_random", 30.0, 2000),
             "hypoformer_kd": _row("hypoformer_kd", 35.0, 2600), "hypoformer": _row("hypoformer", 36.0, 2600),
-            "lightformer_keep_depth": _row("lightformer_keep_depth", 41.01, 2100, stopped="max-update", best_update=100)}  # fmt: skip
+            "lightformer_keep_depth": _row("lightformer_keep_depth", 41.01, 2100, stopped="max-update", best_update=100),
+            "dawid": _row("dawid", 38.0, 2500, updates=50, budget={"max_update": 50, "validate_every": 20, "patience": 4})}  # fmt: skip
     for name, rec in rows.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(rec), encoding="utf-8")
     speed = {"machine": "m", "code": "c0ffee",
@@ -292,6 +293,13 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
         "- Stopped by the budget while still improving: lightformer_keep_depth (best at 100 of 100 updates)."
         in text
     )
+    # a row whose budget was shrunk: the budget line names it, its claim says so
+    assert ("Budget of the rows: at most 100 updates, validation every 20, patience 4 (default, "
+            "lightformer_keep_depth, lightformer_random, hypoformer_kd, hypoformer); at most 50 "
+            "updates, validation every 20, patience 4 (dawid).") in text  # fmt: skip
+    assert ("non-embedding size (DA-WID keeps the teacher's embeddings): does not hold here: "
+            "dawid BLEU 38.00 against default 39.50 (2,500 against 2,000 parameters) at unequal "
+            "budgets: dawid 50 updates of at most 50, default 100 of at most 100.") in text  # fmt: skip
     # keep_depth (41.01) is more than 1 BLEU above the teacher (40.0); default (39.5) is not
     above = next(ln for ln in text.splitlines() if ln.startswith("- Above the teacher"))
     assert above.startswith("- Above the teacher by more than 1 BLEU: lightformer_keep_depth "

@@ -939,17 +939,7 @@ def table(rows_dir: str) -> str:
         *_timing(recs),
         *_exports_again(recs),
         *_source_checks(recs),
-        "Budget of every row: "
-        + ", ".join(
-            sorted(
-                {
-                    f"at most {r['budget']['max_update']:,} updates, validation every "
-                    f"{r['budget']['validate_every']}, patience {r['budget']['patience']}"
-                    for r in recs
-                }
-            )
-        )
-        + ".",
+        *_budgets(recs),
         "Where: "
         + "; ".join(
             sorted({f"{r['machine']} (code {r['code']}, {r['finished'][:10]})" for r in recs})
@@ -987,6 +977,25 @@ def _depth_claim(by: dict, spd: dict | None) -> str:
     if fa and fb:
         line += f"; the shallow decoder decodes {fa / fb:.2f}x as fast at batch 1"
     return line + "."
+
+
+def _budget_text(r: dict) -> str:
+    b = r["budget"]
+    return (f"at most {b['max_update']:,} updates, validation every {b['validate_every']}, "
+            f"patience {b['patience']}")  # fmt: skip
+
+
+def _budgets(recs: list[dict]) -> list[str]:
+    """The budget of every row; where rows had different budgets, which had which (a row whose
+    budget was shrunk to fit the machine's time says so here and in its claim)."""
+    groups: dict[str, list[str]] = {}
+    for r in recs:
+        groups.setdefault(_budget_text(r), []).append(r["row"])
+    if len(groups) == 1:
+        return [f"Budget of every row: {next(iter(groups))}."]
+    parts = [f"{text} ({', '.join(rows)})" for text, rows in
+             sorted(groups.items(), key=lambda kv: -len(kv[1]))]  # fmt: skip
+    return ["Budget of the rows: " + "; ".join(parts) + "."]
 
 
 def _budget_note(recs: list[dict]) -> list[str]:
@@ -1029,6 +1038,10 @@ def claims(by: dict, teacher: dict, spd: dict | None = None) -> list[str]:
         holds = x["bleu"] > y["bleu"]
         line = (f"- {claim}: {'holds' if holds else 'does not hold'} here: {a} BLEU {x['bleu']:.2f} "
                 f"against {b} {y['bleu']:.2f} ({x['params']:,} against {y['params']:,} parameters)")  # fmt: skip
+        if x["budget"]["max_update"] != y["budget"]["max_update"]:
+            line += (f" at unequal budgets: {a} {_fmt(x.get('updates'), ',')} updates of at most "
+                     f"{x['budget']['max_update']:,}, {b} {_fmt(y.get('updates'), ',')} of at "
+                     f"most {y['budget']['max_update']:,}")  # fmt: skip
         return line + ("." if holds or not why_not else f"; {why_not}.")
 
     out = []
