@@ -316,6 +316,50 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     assert empty.returncode == 2 and "no row JSON" in empty.stderr
 
 
+def test_rows_timed_on_another_machine_keep_their_own_run_and_teacher(tmp_path):
+    """Rows trained in a later session (the earlier rows' checkpoints on another machine) are
+    timed in a run of their own with the teacher; each row's ratios are against the teacher of
+    its own run, and its tokens/s are marked as that run's machine's."""
+    first = {"machine": "AMD", "code": "c1", "notes": ["dawid: an old note", "default: kept"],
+             "batch_1": {"teacher": {"ctranslate2-int8": 1000.0}, "default": {"onnxruntime": 2500.0},
+                         "lightformer_keep_depth": {"onnxruntime": 2000.0},
+                         "dawid": {"onnxruntime": 1.0}},
+             "batch_32": {"teacher": {"ctranslate2-int8": 4000.0}, "default": {"onnxruntime": 6000.0},
+                          "dawid": {"onnxruntime": 1.0}}}  # fmt: skip
+    later = {"machine": "Intel", "code": "c2", "notes": ["dawid: new"],
+             "batch_1": {"teacher": {"ctranslate2-int8": 500.0}, "dawid": {"onnxruntime": 750.0}},
+             "batch_32": {"teacher": {"ctranslate2-int8": 2000.0}, "dawid": {"onnxruntime": 1000.0}}}  # fmt: skip
+    merged = converged.merge_speed_runs(first, later)
+    assert [r["machine"] for r in merged["runs"]] == ["AMD", "Intel"]
+    assert "dawid" not in merged["runs"][0]["batch_1"] and merged["runs"][0]["notes"] == [
+        "default: kept"
+    ]
+    # a later run that times every row of the earlier one replaces it
+    assert converged.merge_speed_runs({"batch_1": {"teacher": {}, "dawid": {}}}, later) == later
+    assert converged.merge_speed_runs(None, later) == later
+    rows = {"default": _row("default", 39.5, 2000),
+            "lightformer_keep_depth": _row("lightformer_keep_depth", 39.0, 2100),
+            "dawid": _row("dawid", 38.0, 2500)}  # fmt: skip
+    for name, rec in rows.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(rec), encoding="utf-8")
+    (tmp_path / "speed.json").write_text(json.dumps(merged), encoding="utf-8")
+    text = converged.table(str(tmp_path))
+    cells = lambda row: [c.strip() for c in next(
+        ln for ln in text.splitlines() if ln.startswith(f"| {row} ")).strip("|").split("|")]  # fmt: skip
+    assert cells("dawid")[8:] == ["750\u2020", "1.50x", "-", "1,000\u2020", "0.50x", "-"]
+    assert cells("default")[8:] == ["2,500", "2.50x", "-", "6,000", "1.50x", "-"]
+    assert cells("teacher (dense, CTranslate2 int8 for speed)")[8:10] == ["1,000", "1.00x"]
+    assert "Speed: AMD, code c1 (the teacher's line and every row without a mark)." in text
+    assert (
+        "\u2020 dawid: timed in a later run, Intel, code c2, against the teacher timed in "
+        "that run (its CTranslate2 int8: 500 tokens/s at batch 1, 2,000 at batch 32)"
+    ) in text
+    assert "- dawid: new" in text and "- default: kept" in text and "old note" not in text
+    assert "the shallow decoder decodes 1.25x as fast at batch 1" in text
+    assert "| dawid | 2,500 (3.20x fewer) |" in converged.compact(str(tmp_path))
+    assert "| 1.50x / 0.50x |" in converged.compact(str(tmp_path))
+
+
 def test_the_committed_rows_build_the_committed_table_and_the_readme(tmp_path):
     committed = os.path.join(RESULTS, "converged")
     names = [n for n in os.listdir(committed) if n.endswith(".json")]

@@ -759,9 +759,22 @@ def speed(plan: Plan, dry: bool) -> None:
     rows = [r for r in ROWS if os.path.exists(os.path.join(o.rows_dir, f"{r}.json"))]
     if not rows and not dry:
         raise PlanError(f"{o.rows_dir}: no finished row to time (run `converged.py run` first)")
-    paths = [f"teacher={plan.teacher}"] + [
-        f"{r}={_json(os.path.join(o.rows_dir, f'{r}.json'))['checkpoint']}" for r in rows
-    ]
+    ckpt = {r: _json(os.path.join(o.rows_dir, f"{r}.json"))["checkpoint"] for r in rows}
+    spath = os.path.join(o.rows_dir, "speed.json")
+    earlier = _json(spath) if os.path.exists(spath) else None
+    elsewhere = [] if dry else [r for r in rows if not os.path.exists(ckpt[r])]
+    if elsewhere:
+        # rows trained on another machine (their checkpoints are not here): time the rest
+        # against the teacher in a run of their own, kept beside the run that timed those
+        timed = {lab for run in _speed_runs(earlier) for lab in run.get("batch_1", {})}
+        lost = [r for r in elsewhere if r not in timed]
+        print(f"[converged] speed: {', '.join(elsewhere)}: checkpoint not on this machine; "
+              + (f"no earlier run timed {', '.join(lost)}" if lost else "their earlier run stays"),
+              file=sys.stderr, flush=True)  # fmt: skip
+        rows = [r for r in rows if r not in elsewhere]
+        if not rows:
+            raise PlanError("no finished row's checkpoint is on this machine: nothing to time")
+    paths = [f"teacher={plan.teacher}"] + [f"{r}={ckpt.get(r, '<its checkpoint>')}" for r in rows]
     shortlist = os.path.join(o.save_root, "shortlist.txt")
     bindir = os.path.dirname(plan.py)
     cmds = [[os.path.join(bindir, "lightcompress-shortlist"), "--data", plan.bin, "-s", "de", "-t", "en",
@@ -788,8 +801,43 @@ def speed(plan: Plan, dry: bool) -> None:
            "batch_1": _speed_rows(_json(outs[1])), "batch_32": _speed_rows(_json(outs[32])),
            "protocol": _json(outs[1])["protocol"],
            "notes": sorted({n for b in (1, 32) for n in _json(outs[b]).get("notes", [])})}  # fmt: skip
-    _write_json(os.path.join(o.rows_dir, "speed.json"), doc)
+    if elsewhere:
+        doc = merge_speed_runs(earlier, doc)
+    _write_json(spath, doc)
     print(f"[converged] speed -> {o.rows_dir}/speed.json", file=sys.stderr)
+
+
+def _speed_runs(spd: dict | None) -> list[dict]:
+    """The speed runs of a speed.json: one run (the whole document) or its ``runs``."""
+    if not spd:
+        return []
+    return spd.get("runs", [spd])
+
+
+def merge_speed_runs(earlier: dict | None, new: dict) -> dict:
+    """``new`` (a run of the teacher and some rows) after the earlier runs, each row kept in
+    the latest run that timed it; a run left with the teacher alone is dropped. A row's ratios
+    are always against the teacher timed in its own run (machines differ between runs)."""
+    mine = set(new["batch_1"]) - {"teacher"}
+    runs = []
+    for run in _speed_runs(earlier):
+        run = json.loads(json.dumps(run))
+        for b in ("batch_1", "batch_32"):
+            run[b] = {k: v for k, v in run.get(b, {}).items() if k not in mine}
+        if set(run["batch_1"]) - {"teacher"}:
+            run["notes"] = [n for n in run.get("notes", []) if n.split(":")[0] not in mine]
+            runs.append(run)
+    return {"runs": [*runs, new]} if runs else new
+
+
+def speed_of(spd: dict | None, label: str) -> tuple[int | None, dict]:
+    """(index of the run that timed ``label``, that run); the teacher's is the first run."""
+    runs = _speed_runs(spd)
+    order = range(len(runs)) if label == "teacher" else range(len(runs) - 1, -1, -1)
+    for i in order:
+        if label in runs[i].get("batch_1", {}):
+            return i, runs[i]
+    return None, {}
 
 
 def _speed_rows(doc: dict) -> dict:
@@ -889,13 +937,15 @@ def table(rows_dir: str) -> str:
 
     def speeds(label, eng="onnxruntime"):
         cells = []
+        i, run = speed_of(spd, label)
+        mark = "†" * (i or 0)  # a row timed in a later run: that run's machine and teacher
         for b in ("batch_1", "batch_32"):
-            s = (spd or {}).get(b, {})
+            s = run.get(b, {})
             mine, ct2 = s.get(label, {}), s.get("teacher", {})
             own = mine.get(eng) if label != "teacher" else ct2.get("ctranslate2-int8")
             own_sl = mine.get(f"{eng}+shortlist") if label != "teacher" else ct2.get(
                 "ctranslate2-int8+shortlist")  # fmt: skip
-            cells += [_fmt(own, ",.0f"), _ratio(own, ct2.get("ctranslate2-int8")),
+            cells += [_fmt(own, ",.0f") + (mark if own else ""), _ratio(own, ct2.get("ctranslate2-int8")),
                       _ratio(own_sl, ct2.get("ctranslate2-int8+shortlist"))]  # fmt: skip
         return cells
 
@@ -953,10 +1003,29 @@ def table(rows_dir: str) -> str:
         *_above_teacher(recs, teacher),
     ]
     if spd:
-        out += ["", f"Speed: {spd['machine']}, code {spd['code']}."]
+        out += ["", *_speed_where(spd)]
+        notes = sorted({n for run in _speed_runs(spd) for n in run.get("notes", [])})
         out += ["", "What the speed runs left out (measure_speed's notes):", ""]
-        out += [f"- {n}" for n in spd.get("notes", [])] or ["- nothing"]
+        out += [f"- {n}" for n in notes] or ["- nothing"]
     return "\n".join(out) + "\n"
+
+
+def _speed_where(spd: dict) -> list[str]:
+    runs = _speed_runs(spd)
+    if len(runs) == 1:
+        return [f"Speed: {runs[0]['machine']}, code {runs[0]['code']}."]
+    out = [(f"Speed: {runs[0]['machine']}, code {runs[0]['code']} (the teacher's line and "
+            "every row without a mark).")]  # fmt: skip
+    for i, run in enumerate(runs[1:], 1):
+        t = {b: run[b].get("teacher", {}).get("ctranslate2-int8") for b in ("batch_1", "batch_32")}
+        rows = ", ".join(k for k in run["batch_1"] if k != "teacher")
+        out.append(
+            f"{'†' * i} {rows}: timed in a later run, {run['machine']}, code {run['code']}, "
+            "against the teacher timed in that run (its CTranslate2 int8: "
+            f"{_fmt(t['batch_1'], ',.0f')} tokens/s at batch 1, {_fmt(t['batch_32'], ',.0f')} at "
+            "batch 32): its tokens/s are that machine's, its ratios compare with the others'."
+        )
+    return out
 
 
 def _depth_claim(by: dict, spd: dict | None) -> str:
@@ -972,9 +1041,10 @@ def _depth_claim(by: dict, spd: dict | None) -> str:
     line = (f"- {claim}: {'holds' if holds else 'does not hold'} here: {a} BLEU "
             f"{by[a]['bleu']:.2f} against {b} {by[b]['bleu']:.2f} ({gap:+.2f}, "
             f"{by[a]['params']:,} against {by[b]['params']:,} parameters)")  # fmt: skip
-    s = (spd or {}).get("batch_1", {})
-    fa, fb = s.get(a, {}).get("onnxruntime"), s.get(b, {}).get("onnxruntime")
-    if fa and fb:
+    (ia, ra), (ib, rb) = speed_of(spd, a), speed_of(spd, b)
+    fa = ra.get("batch_1", {}).get(a, {}).get("onnxruntime")
+    fb = rb.get("batch_1", {}).get(b, {}).get("onnxruntime")
+    if fa and fb and ia == ib:  # (tokens/s of one run only)
         line += f"; the shallow decoder decodes {fa / fb:.2f}x as fast at batch 1"
     return line + "."
 
@@ -1217,7 +1287,7 @@ def compact(rows_dir: str) -> str:
     recs, spd, teacher = _rows_and_teacher(rows_dir)
 
     def vs_ct2(label, batch, eng="onnxruntime"):
-        s = (spd or {}).get(batch, {})
+        s = speed_of(spd, label)[1].get(batch, {})
         return _ratio(s.get(label, {}).get(eng), s.get("teacher", {}).get("ctranslate2-int8"))
 
     lines = ["| model | parameters | BLEU (vs teacher) | chrF | vs CTranslate2 int8 on the teacher, batch 1 / 32 |",
