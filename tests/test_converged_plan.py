@@ -360,6 +360,22 @@ def test_rows_timed_on_another_machine_keep_their_own_run_and_teacher(tmp_path):
     assert "| 1.50x / 0.50x |" in converged.compact(str(tmp_path))
 
 
+def test_speed_with_no_finished_rows_checkpoint_here_is_one_error(tmp_path, capsys):
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    (rows / "default.json").write_text(
+        json.dumps({"checkpoint": str(tmp_path / "elsewhere.pt")}), encoding="utf-8"
+    )
+    opts = converged.get_parser().parse_args(
+        ["speed", "--save-root", str(tmp_path / "runs"), "--rows-dir", str(rows)]
+    )
+    with pytest.raises(converged.PlanError, match="nothing to time"):
+        converged.speed(converged.Plan(opts), dry=False)
+    assert "default: checkpoint not on this machine; no earlier run timed default" in (
+        capsys.readouterr().err
+    )
+
+
 def test_the_committed_rows_build_the_committed_table_and_the_readme(tmp_path):
     committed = os.path.join(RESULTS, "converged")
     names = [n for n in os.listdir(committed) if n.endswith(".json")]
