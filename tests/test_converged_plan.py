@@ -286,6 +286,7 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     assert "SVD transfer beats random initialisation at equal updates: holds here" in text
     assert "KD helps: does not hold here: hypoformer_kd BLEU 35.00 against hypoformer 36.00" in text
     assert "searched ranks beat one fixed rank at equal size: not measured yet" in text
+    assert "come within 1 BLEU of the teacher with fewer parameters: not measured yet" in text
     assert ("against the teacher's depth: does not hold here: default BLEU 39.50 against "
             "lightformer_keep_depth 41.01 (-1.51, 2,000 against 2,100 parameters); the shallow "
             "decoder decodes 1.25x as fast at batch 1.") in text  # fmt: skip

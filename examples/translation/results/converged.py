@@ -1152,8 +1152,31 @@ def claims(by: dict, teacher: dict, spd: dict | None = None) -> list[str]:
             "non-embedding size (DA-WID keeps the teacher's embeddings)",
         )
     )
+    out.append(_subformer_claim(by, teacher))
     out.extend(_deaf_rows(by))
     return out
+
+
+def _subformer_claim(by: dict, teacher: dict) -> str:
+    """Subformer (SAFE + sandwich sharing, from scratch) against the teacher: within 1 BLEU
+    with fewer parameters or not, each initialisation at its own budget."""
+    claim = ("Subformer: sandwich sharing and SAFE, trained from scratch, come within 1 BLEU of "
+             "the teacher with fewer parameters")  # fmt: skip
+    rows = [r for r in ("subformer", "subformer_fairseq_init") if r in by]
+    if not rows:
+        return f"- {claim}: not measured yet (subformer has no finished row)."
+    path = os.path.join(TEACHER_DIR, "scores.json")
+    sc = _json(path) if os.path.exists(path) else {}
+    init = {"subformer": "the authors' BERT initialisation", "subformer_fairseq_init": "fairseq's"}
+    parts = [f"{r} ({init[r]}) BLEU {by[r]['bleu']:.2f}, {by[r]['params']:,} parameters, "
+             f"{_fmt(by[r].get('updates'), ',')} updates of at most "
+             f"{by[r]['budget']['max_update']:,} ({by[r].get('stopped') or '-'})" for r in rows]  # fmt: skip
+    holds = any(by[r]["bleu"] >= teacher["bleu"] - 1 for r in rows)
+    line = (f"- {claim}: {'holds' if holds else 'does not hold'} here: " + "; ".join(parts)
+            + f"; the teacher {teacher['bleu']:.2f} with {teacher['params']:,} parameters")  # fmt: skip
+    if "updates" in sc:
+        line += f" after {sc['updates']:,} updates"
+    return line + "."
 
 
 def _deaf_rows(by: dict) -> list[str]:
