@@ -298,6 +298,7 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     assert ("Budget of the rows: at most 100 updates, validation every 20, patience 4 (default, "
             "lightformer_keep_depth, lightformer_random, hypoformer_kd, hypoformer); at most 50 "
             "updates, validation every 20, patience 4 (dawid).") in text  # fmt: skip
+    assert "\n- Budget of the rows: at most 100 updates" in converged.compact(str(tmp_path))
     assert ("non-embedding size (DA-WID keeps the teacher's embeddings): does not hold here: "
             "dawid BLEU 38.00 against default 39.50 (2,500 against 2,000 parameters) at unequal "
             "budgets: dawid 50 updates of at most 50, default 100 of at most 100.") in text  # fmt: skip

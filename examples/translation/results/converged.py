@@ -1336,6 +1336,8 @@ def compact(rows_dir: str) -> str:
     by = {r["row"]: r for r in recs}
     done = [c for c in claims(by, teacher, spd) if "not measured yet" not in c]
     done += _budget_note(recs) + _above_teacher(recs, teacher)
+    if len({_budget_text(r) for r in recs}) > 1:
+        done += [f"- {line}" for line in _budgets(recs)]
     todo = [r for r in ROWS if r not in by]
     out = [*lines, ""]
     out += done
