@@ -755,7 +755,8 @@ def speed(plan: Plan, dry: bool) -> None:
     """The teacher and every finished row, one interleaved measure_speed run per batch size
     (1 and 32): fairseq, ONNX Runtime, CTranslate2 on the dense teacher, each with and without
     the shared shortlist (like for like), one thread, beam 5, test sentences at their natural
-    lengths -> ROWS_DIR/speed.json."""
+    lengths -> ROWS_DIR/speed.json. Finished rows whose checkpoints are not on this machine keep
+    the earlier run that timed them (``merge_speed_runs``)."""
     o = plan.o
     rows = [r for r in ROWS if os.path.exists(os.path.join(o.rows_dir, f"{r}.json"))]
     if not rows and not dry:
