@@ -287,6 +287,17 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     assert "KD helps: does not hold here: hypoformer_kd BLEU 35.00 against hypoformer 36.00" in text
     assert "searched ranks beat one fixed rank at equal size: not measured yet" in text
     assert "come within 1 BLEU of the teacher with fewer parameters: not measured yet" in text
+    a = _row("subformer", 1.0, 6000, valid_curve=[[20, 9.0], [40, 8.5]],
+             commands=["fairseq-train x --warmup-updates 700 --lr 5e-4"])  # fmt: skip
+    b = _row("subformer_fairseq_init", 2.0, 6000, valid_curve=[[20, 9.5], [40, 9.1], [60, 9.0]],
+             commands=["fairseq-train x --warmup-updates 150"])  # fmt: skip
+    line = converged._subformer_claim(
+        {"subformer": a, "subformer_fairseq_init": b}, rows["default"]["teacher"]
+    )
+    assert line.startswith("- Subformer: sandwich sharing and SAFE, trained from scratch, come "
+                           "within 1 BLEU of the teacher with fewer parameters: does not hold here")  # fmt: skip
+    assert line.endswith("; at 40 updates, validation loss subformer 8.500, subformer_fairseq_init "
+                         "9.100 (warm-up 700 against 150 updates: the plan scales it with the budget).")  # fmt: skip
     assert ("against the teacher's depth: does not hold here: default BLEU 39.50 against "
             "lightformer_keep_depth 41.01 (-1.51, 2,000 against 2,100 parameters); the shallow "
             "decoder decodes 1.25x as fast at batch 1.") in text  # fmt: skip

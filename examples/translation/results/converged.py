@@ -1178,7 +1178,30 @@ def _subformer_claim(by: dict, teacher: dict) -> str:
             + f"; the teacher {teacher['bleu']:.2f} with {teacher['params']:,} parameters")  # fmt: skip
     if "updates" in sc:
         line += f" after {sc['updates']:,} updates"
+    if len(rows) == 2:
+        line += _subformer_inits(by[rows[0]], by[rows[1]])
     return line + "."
+
+
+def _warmup(rec: dict) -> int | None:
+    for c in rec.get("commands", []):
+        args = shlex.split(c)
+        if "fairseq-train" in c and "--warmup-updates" in args:
+            return int(args[args.index("--warmup-updates") + 1])
+    return None
+
+
+def _subformer_inits(a: dict, b: dict) -> str:
+    """The two initialisations at the last update both validated at (their curves), with the
+    warm-up each ran (the plan scales it with the budget)."""
+    ca, cb = dict(a.get("valid_curve") or []), dict(b.get("valid_curve") or [])
+    common = sorted(set(ca) & set(cb))
+    if not common:
+        return ""
+    u = common[-1]
+    return (f"; at {u:,} updates, validation loss {a['row']} {ca[u]:.3f}, {b['row']} {cb[u]:.3f} "
+            f"(warm-up {_fmt(_warmup(a), ',')} against {_fmt(_warmup(b), ',')} updates: the plan "
+            "scales it with the budget)")  # fmt: skip
 
 
 def _deaf_rows(by: dict) -> list[str]:
