@@ -1366,7 +1366,9 @@ def compact(rows_dir: str) -> str:
     out = [*lines, ""]
     out += done
     if todo:
-        out.append(f"- Not run yet from this teacher: {', '.join(todo)} (`converged.py run`).")
+        out.append(
+            f"- No finished row yet from this teacher: {', '.join(todo)} (`converged.py run`)."
+        )
     return "\n".join(out) + "\n"
 
 
