@@ -857,6 +857,12 @@ def _speed_rows(doc: dict) -> dict:
 INT8_NAME = {"int8-large": "int8 (large maps)", "int8": "int8 (every map)"}
 
 
+def _teacher_scores() -> dict:
+    """The shipped teacher's scores.json ({} where it is missing)."""
+    path = os.path.join(TEACHER_DIR, "scores.json")
+    return _json(path) if os.path.exists(path) else {}
+
+
 def _load_rows(rows_dir: str) -> tuple[list[dict], dict | None]:
     recs = []
     for r in ROWS:
@@ -929,8 +935,7 @@ def _exports_again(recs: list[dict]) -> list[str]:
 def table(rows_dir: str) -> str:
     """results.md from ROWS_DIR's JSON alone."""
     recs, spd, teacher = _rows_and_teacher(rows_dir)
-    scores = _json(os.path.join(TEACHER_DIR, "scores.json")) if os.path.exists(
-        os.path.join(TEACHER_DIR, "scores.json")) else {}  # fmt: skip
+    scores = _teacher_scores()
     tp = teacher["params"]
     lines = ["| model | params | x fewer | size | BLEU | chrF | BLEU - teacher | updates (best) |"
              + " b1 tok/s | b1 / CT2 int8 | b1 / CT2 int8, both shortlist | b32 tok/s | b32 / CT2 int8 "
@@ -1087,8 +1092,7 @@ def _above_teacher(recs: list[dict], teacher: dict) -> list[str]:
     above = [r for r in recs if r["row"] not in SCRATCH and r["bleu"] - teacher["bleu"] > 1]
     if not above:
         return []
-    path = os.path.join(TEACHER_DIR, "scores.json")
-    sc = _json(path) if os.path.exists(path) else {}
+    sc = _teacher_scores()
     names = ", ".join(f"{r['row']} ({r['bleu'] - teacher['bleu']:+.2f})" for r in above)
     stop = (f" (the teacher: {sc['stopped']} at {sc['updates']:,} updates, its best at "
             f"{sc['best_update']:,})" if {"stopped", "updates", "best_update"} <= set(sc) else "")  # fmt: skip
@@ -1167,8 +1171,7 @@ def _subformer_claim(by: dict, teacher: dict) -> str:
     rows = [r for r in ("subformer", "subformer_fairseq_init") if r in by]
     if not rows:
         return f"- {claim}: not measured yet (subformer has no finished row)."
-    path = os.path.join(TEACHER_DIR, "scores.json")
-    sc = _json(path) if os.path.exists(path) else {}
+    sc = _teacher_scores()
     init = {"subformer": "the authors' BERT initialisation", "subformer_fairseq_init": "fairseq's"}
     parts = [f"{r} ({init[r]}) BLEU {by[r]['bleu']:.2f}, {by[r]['params']:,} parameters, "
              f"{_fmt(by[r].get('updates'), ',')} updates of at most "
