@@ -13,6 +13,7 @@ import os
 from lightcompress.compress.teacher import CompressError
 
 __all__ = [
+    "check_continue_from",
     "check_extra",
     "check_fused_size",
     "check_save_dir",
@@ -45,6 +46,7 @@ OWN = {
     "--user-dir": "compress passes this plugin's --user-dir",
     "--finetune-from-model": "compress starts from its own transferred student",
     "--restore-file": "compress resumes from SAVE_DIR/student itself",
+    "--continue-once": "give compress's --continue-from",
     "--no-save": "compress needs the student's checkpoints",
     "--max-update": "give compress's --max-update (it also scales the schedule)",
     "--max-tokens": "give compress's --max-tokens",
@@ -114,6 +116,48 @@ def _difference(new: list[str], old: dict) -> str:
     return "other commands"
 
 
+def check_continue_from(path: str | None, max_update: int, student_flags: list[str]) -> str | None:
+    """``--continue-from``: a training checkpoint (with its optimizer state) of the student this
+    command trains (its architecture and every ``--flag value`` of ``student_flags`` that the
+    checkpoint's configuration holds), below ``max_update`` updates. Its absolute path."""
+    if not path:
+        return None
+    from lightcompress.checkpoint import CheckpointError, checkpoint_arch, model_config, read_checkpoint
+
+    try:
+        state = read_checkpoint(path)
+        cfg = model_config(state)
+    except CheckpointError as exc:
+        raise CompressError(f"--continue-from: {exc}") from None
+    if not state.get("last_optimizer_state") or not state.get("optimizer_history"):
+        raise CompressError(f"--continue-from {path} holds no optimizer state: give a training "
+                            "checkpoint (an earlier run's SAVE_DIR/student/checkpoint_last.pt)")  # fmt: skip
+    flags = dict(zip(student_flags[::2], student_flags[1::2]))  # (every student flag has a value)
+    arch = checkpoint_arch(state)
+    if arch != flags.get("--arch"):
+        raise CompressError(f"--continue-from {path} is a {arch!r} model; this command trains "
+                            f"a {flags.get('--arch')!r} student")  # fmt: skip
+    for flag, want in flags.items():
+        key = flag.lstrip("-").replace("-", "_")
+        had = cfg.get(key) if hasattr(cfg, "get") else getattr(cfg, key, None)
+        if flag in ("--arch", "--dawid-teacher") or had is None:
+            continue
+        try:
+            same = math.isclose(float(had), float(want), rel_tol=1e-9)
+        except (TypeError, ValueError):
+            same = str(had) == str(want)
+        if not same:
+            hint = (" (its schedule: give the first run's --max-update as --schedule-updates)"
+                    if flag.startswith("--dawid-") or flag == "--warmup-updates" else "")  # fmt: skip
+            raise CompressError(f"--continue-from {path} was trained with {flag} {had}; this "
+                                f"command gives {want}{hint}")  # fmt: skip
+    done = state["optimizer_history"][-1].get("num_updates", 0)
+    if done >= max_update:
+        raise CompressError(f"--continue-from {path} has trained {done} updates already: give a "
+                            f"--max-update above {done}")  # fmt: skip
+    return os.path.abspath(path)
+
+
 def compare_plan(save: str, plan: dict, steps) -> list[str]:
     """Compare ``plan`` with the one ``save`` holds (``plan.json`` of an earlier run).
 
@@ -162,7 +206,8 @@ def count_checkpoint(path: str) -> dict:
 SIZE_TOLERANCE = 0.02  # DA-WID's masks meet the target in expectation: 2 % above it is allowed
 
 
-def check_fused_size(student: str, want: int, teacher_total: int, target: str, updates: int):
+def check_fused_size(student: str, want: int, teacher_total: int, target: str, updates: int,
+                     schedule: int | None = None):
     """DA-WID reaches its target or fails: a fused student above ``want`` total parameters (by
     more than :data:`SIZE_TOLERANCE`) or not smaller than its teacher is an error naming the
     size it reached."""
@@ -173,8 +218,10 @@ def check_fused_size(student: str, want: int, teacher_total: int, target: str, u
     raise CompressError(
         f"DA-WID's fused student has {got:,} parameters ({teacher_total / got:.2f}x fewer than "
         f"the teacher's {teacher_total:,}), more than {than} ({target}: at most {want:,}): its "
-        f"masks did not reach the target sparsity in {updates} updates. Run again in another "
-        "--save-dir with a larger --max-update, or ask for a smaller --ratio"
+        f"masks did not reach the target sparsity in {updates} updates. Go on training it: the "
+        "same command in another --save-dir with a larger --max-update, --schedule-updates "
+        f"{schedule or updates} and --continue-from {os.path.join(os.path.dirname(student), 'student', 'checkpoint_last.pt')}"
+        ", or ask for a smaller --ratio"
     )
 
 

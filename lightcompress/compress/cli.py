@@ -28,6 +28,7 @@ import sys
 
 from lightcompress.cli import OneLineParser
 from lightcompress.compress.checks import (
+    check_continue_from,
     check_extra,
     check_fused_size,
     check_save_dir,
@@ -167,6 +168,17 @@ def get_parser() -> argparse.ArgumentParser:
                    help="warmup updates (default: a tenth of --max-update)")  # fmt: skip
     f.add_argument("--validate-every", type=_positive(int, "--validate-every"),
                    help="updates between validations and checkpoints (default: max-update / 8)")  # fmt: skip
+    f.add_argument("--schedule-updates", type=_positive(int, "--schedule-updates"),
+                   help="the updates that the default warm-up, the rank search's interval and "
+                   "DA-WID's mask schedule are set for (default: --max-update); with "
+                   "--continue-from, the first run's --max-update, so that its schedule goes on "
+                   "unchanged")  # fmt: skip
+    f.add_argument("--continue-from", metavar="CHECKPOINT",
+                   help="go on training this student checkpoint of an earlier run (its "
+                   "SAVE_DIR/student/checkpoint_last.pt) up to --max-update, with its optimizer, "
+                   "schedule and update count (fairseq's --continue-once), e.g. a DA-WID run "
+                   "whose masks missed the target: the same method and target, in another "
+                   "--save-dir")  # fmt: skip
     f.add_argument("--cpu", action="store_true", help="train on the CPU even with a GPU")
     e = p.add_argument_group("deployment")
     e.add_argument("--int8", choices=["large", "all", "none"], default="large",
@@ -236,7 +248,11 @@ def build_plan(opts, extra: list[str], log=print):
     if opts.warmup is not None and opts.warmup >= opts.max_update:
         log(f"warning: --warmup {opts.warmup} is not below --max-update {opts.max_update}: the "
             "learning rate never reaches its peak")  # fmt: skip
-    warmup = opts.warmup or max(1, opts.max_update // 10)
+    schedule = opts.schedule_updates or opts.max_update
+    if schedule > opts.max_update:
+        raise CompressError(f"--schedule-updates {schedule} is above --max-update "
+                            f"{opts.max_update}: the schedule would not finish")  # fmt: skip
+    warmup = opts.warmup or max(1, schedule // 10)
     T = os.path.abspath(opts.teacher)
     B = os.path.abspath(opts.data)
     user_dir = os.path.dirname(os.path.abspath(lightcompress.__file__))
@@ -257,7 +273,7 @@ def build_plan(opts, extra: list[str], log=print):
         choice = (f"DA-WID target sparsity {sparsity:g} of the teacher's {counts['non_embedding']:,} "
                   f"non-embedding parameters ({target.describe()})")  # fmt: skip
         student_flags = ["--arch", "dawid", "--dawid-teacher", T, "--criterion", "dawid",
-                         *_dawid_flags(sparsity, opts.max_update, opts.lr or 2e-4, warmup)]  # fmt: skip
+                         *_dawid_flags(sparsity, schedule, opts.lr or 2e-4, warmup)]  # fmt: skip
         student_model = f"dawid (fused), sparsity {sparsity:g}"
     elif opts.energy is not None:
         flags = ["--lc-encoder-groups", "0", "--lc-decoder-groups", "0"]
@@ -307,12 +323,15 @@ def build_plan(opts, extra: list[str], log=print):
         student_flags = ["--arch", method.arch, *shape, *flags]
         student_model = f"{method.arch}, " + " ".join(flags)
     log(f"student: {choice}")
+    resume = check_continue_from(opts.continue_from, opts.max_update, student_flags)
+    if resume:
+        log(f"continuing {opts.continue_from} up to {opts.max_update} updates")
 
     # 2. optional KD data, fine-tuning (DA-WID: its training and the fusion)
     task = ["--task", "translation"]
     if search:
         task = ["--task", "translation_smartformer", "--sm-search", "--sm-search-ranks",
-                ",".join(map(str, search)), "--sm-search-interval", str(max(1, opts.max_update // 20)),
+                ",".join(map(str, search)), "--sm-search-interval", str(max(1, schedule // 20)),
                 "--sm-search-settle", "3"]  # fmt: skip
     if kd:
         kd = os.path.join(save, "kd-bin")
@@ -338,6 +357,8 @@ def build_plan(opts, extra: list[str], log=print):
     loss = [] if dawid else ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
                              "--dropout", f"{teacher.dropout:g}"]  # fmt: skip
     start = [] if dawid else ["--finetune-from-model", init]
+    if resume:  # (fairseq loads it, optimizer and all, when SAVE_DIR/student has no checkpoint)
+        start = ["--continue-once", resume]
     train = ["fairseq-train", B, "--user-dir", user_dir, *task, *langs, *student_flags, *start,
              "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "0.0",
              "--lr", f"{lr:g}", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(warmup),
@@ -361,7 +382,8 @@ def build_plan(opts, extra: list[str], log=print):
                                              "-o", student, "--force"]], outputs=[student]))  # fmt: skip
         want = int(counts["embedding"] + (1 - sparsity) * counts["non_embedding"])
         steps.append(Step("size", "the fused student against the target", func=functools.partial(
-            check_fused_size, student, want, counts["total"], target.describe(), opts.max_update)))  # fmt: skip
+            check_fused_size, student, want, counts["total"], target.describe(), opts.max_update,
+            schedule)))  # fmt: skip
 
     # 3. deployment export, test translations, speed, report
     onnx_dir = os.path.join(save, "student-onnx")

@@ -169,6 +169,10 @@ class Plan:
         if o.cpu:
             cmd.append("--cpu")
         cmd += ["--patience", str(o.patience)]
+        if o.schedule_updates:
+            cmd += ["--schedule-updates", str(o.schedule_updates)]
+        if o.continue_from:
+            cmd += ["--continue-from", os.path.abspath(o.continue_from)]
         return cmd + (["--", *train] if train else [])
 
     def compress_args(self, row: str) -> tuple[list[str], list[str]]:
@@ -424,11 +428,16 @@ class Plan:
 
     def budget(self) -> dict:
         o = self.o
-        return {
-            "max_update": o.max_update,
-            "validate_every": o.validate_every,
-            "patience": o.patience,
-        }
+        b = {"max_update": o.max_update, "validate_every": o.validate_every, "patience": o.patience}
+        if o.schedule_updates:  # (schedules set for another budget: a continued run's first)
+            b["schedule_updates"] = o.schedule_updates
+        if o.continue_from:
+            from lightcompress.checkpoint import read_checkpoint
+
+            state = read_checkpoint(o.continue_from)
+            b["continued_from"] = {"checkpoint": os.path.abspath(o.continue_from),
+                                   "updates": state["optimizer_history"][-1].get("num_updates")}  # fmt: skip
+        return b
 
     def run_row(self, row: str) -> dict:
         """Train and score ``row`` (each step skipped when done) and write its JSON."""
@@ -1058,8 +1067,13 @@ def _depth_claim(by: dict, spd: dict | None) -> str:
 
 def _budget_text(r: dict) -> str:
     b = r["budget"]
-    return (f"at most {b['max_update']:,} updates, validation every {b['validate_every']}, "
+    text = (f"at most {b['max_update']:,} updates, validation every {b['validate_every']}, "
             f"patience {b['patience']}")  # fmt: skip
+    if b.get("continued_from"):
+        text += f", continued from its run stopped at {b['continued_from']['updates']:,} updates"
+    if b.get("schedule_updates"):
+        text += f" (its schedule set for {b['schedule_updates']:,})"
+    return text
 
 
 def _budgets(recs: list[dict]) -> list[str]:
@@ -1251,6 +1265,13 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-update", type=int, default=7000)
     p.add_argument("--validate-every", type=int, default=500)
     p.add_argument("--patience", type=int, default=4)
+    p.add_argument("--schedule-updates", type=int,
+                   help="compress rows: the updates their schedules are set for (compress "
+                   "--schedule-updates; default: --max-update)")  # fmt: skip
+    p.add_argument("--continue-from", metavar="CHECKPOINT",
+                   help="run: go on training this checkpoint of the one row given (compress "
+                   "--continue-from, e.g. a row that stopped short of its target, moved aside: "
+                   "its SAVE/student/checkpoint_last.pt); the row's JSON records it")  # fmt: skip
     p.add_argument("--cpu", action="store_true", help="train on the CPU even with a GPU")
     p.add_argument("--threads", type=int, default=1, help="CPU threads per training (default 1)")
     p.add_argument("--speed-sentences", type=int, default=50)
@@ -1282,6 +1303,14 @@ def main(argv=None) -> int:
         bad = [r for r in opts.rows if r not in ROWS]
         if bad:
             raise PlanError(f"no row {bad[0]!r}: the rows are {', '.join(ROWS)}")
+        if opts.schedule_updates is not None and opts.schedule_updates < 1:
+            raise PlanError("--schedule-updates must be a positive integer")
+        if opts.continue_from and (opts.cmd not in ("run", "plan") or len(opts.rows) != 1
+                                   or opts.rows[0] in SCRATCH):  # fmt: skip
+            raise PlanError("--continue-from goes with `run ROW` (or `plan ROW`) and one compress "
+                            "row: the checkpoint of that row's earlier run")  # fmt: skip
+        if opts.continue_from and not os.path.isfile(opts.continue_from):
+            raise PlanError(f"--continue-from {opts.continue_from}: no such file")
         plan = Plan(opts)
         if opts.cmd == "plan":
             plan.check(dry=True)
