@@ -122,7 +122,12 @@ def check_continue_from(path: str | None, max_update: int, student_flags: list[s
     checkpoint's configuration holds), below ``max_update`` updates. Its absolute path."""
     if not path:
         return None
-    from lightcompress.checkpoint import CheckpointError, checkpoint_arch, model_config, read_checkpoint
+    from lightcompress.checkpoint import (
+        CheckpointError,
+        checkpoint_arch,
+        model_config,
+        read_checkpoint,
+    )
 
     try:
         state = read_checkpoint(path)
@@ -206,8 +211,14 @@ def count_checkpoint(path: str) -> dict:
 SIZE_TOLERANCE = 0.02  # DA-WID's masks meet the target in expectation: 2 % above it is allowed
 
 
-def check_fused_size(student: str, want: int, teacher_total: int, target: str, updates: int,
-                     schedule: int | None = None):
+def check_fused_size(
+    student: str,
+    want: int,
+    teacher_total: int,
+    target: str,
+    updates: int,
+    schedule: int | None = None,
+):
     """DA-WID reaches its target or fails: a fused student above ``want`` total parameters (by
     more than :data:`SIZE_TOLERANCE`) or not smaller than its teacher is an error naming the
     size it reached."""
