@@ -7,6 +7,7 @@ target or fails.
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -235,7 +236,8 @@ def test_a_log_write_error_in_the_reader_thread_is_the_step_error(tmp_path, monk
 
 def test_dawid_reaches_its_target_in_a_short_run(tiny_data, tiny_transformer, tmp_path):
     """Issue 39 item 6: at 100 updates the gates' scale is raised so that the fused student
-    meets the 4x target (before: a student larger than the teacher, and "done")."""
+    meets the 4x target (before: a student larger than the teacher, and "done"); its training
+    goes on with --continue-from (same schedule, a larger --max-update)."""
     save = tmp_path / "dawid"
     proc = _compress([_teacher(tiny_transformer), "--data", tiny_data, "-o", save, "--method",
                       "dawid", "--max-update", "100", "--validate-every", "50",
@@ -244,6 +246,49 @@ def test_dawid_reaches_its_target_in_a_short_run(tiny_data, tiny_transformer, tm
     rows = json.loads((save / "report.json").read_text())["models"]
     t, s = rows["teacher"]["params"], rows["student"]["params"]
     assert s <= t / 4 * 1.02, (s, t)
+
+    # --continue-from: its training goes on from update 100 to 120 in another directory, with
+    # the schedule of the first run (--schedule-updates 100), and ends with its own report
+    last = save / "student" / "checkpoint_last.pt"
+    more = tmp_path / "dawid-more"
+    base = [_teacher(tiny_transformer), "--data", tiny_data, "--method", "dawid",
+            "--validate-every", "10", *FAST[4:]]  # fmt: skip
+    proc = _compress([*base, "-o", more, "--max-update", "120", "--schedule-updates", "100",
+                      "--continue-from", last])  # fmt: skip
+    assert f"continuing {last} up to 120 updates" in proc.stdout
+    log = (more / "logs" / "01-fine-tune.log").read_text()
+    assert f"--continue-once {last}" in log and "--dawid-sparsity-warmup 36 " in log
+    assert re.search(r"Loaded checkpoint \S+ \(epoch \d+ @ 100 updates\)", log), log[-3000:]
+    assert "num_updates 120" in log
+    cont = json.loads((more / "report.json").read_text())["models"]["student"]
+    assert cont["params"] <= t / 4 * 1.02 and (more / "student-onnx" / "MANIFEST.sha256").exists()
+
+    # refused in one line, before anything is written: another schedule than the checkpoint's,
+    # a budget it has reached, a checkpoint of another model or without optimizer state
+    for extra, want in ((["--max-update", "120"], ("was trained with --dawid-distill-updates 7; "
+                         "this command gives 8 (its schedule: give the first run's --max-update "
+                         "as --schedule-updates)")),
+                        (["--max-update", "100", "--schedule-updates", "100"],
+                         "has trained 100 updates already: give a --max-update above 100")):  # fmt: skip
+        bad = tmp_path / "refused"
+        err = _one_line_error(_compress([*base, "-o", bad, *extra, "--continue-from", last],
+                                        check=False))  # fmt: skip
+        assert err.endswith(want) and not bad.exists(), err
+    other = _teacher(tiny_transformer)
+    err = _one_line_error(_compress([*base, "-o", tmp_path / "refused", "--max-update", "120",
+                                     "--schedule-updates", "100", "--continue-from", other],
+                                    check=False))  # fmt: skip
+    assert err.endswith("is a 'transformer' model; this command trains a 'dawid' student"), err
+    import torch
+
+    state = torch.load(last, map_location="cpu")
+    del state["last_optimizer_state"]
+    stripped = tmp_path / "stripped.pt"
+    torch.save(state, stripped)
+    err = _one_line_error(_compress([*base, "-o", tmp_path / "refused", "--max-update", "120",
+                                     "--schedule-updates", "100", "--continue-from", stripped],
+                                    check=False))  # fmt: skip
+    assert "holds no optimizer state: give a training checkpoint" in err, err
 
 
 def test_a_fused_student_above_its_target_is_an_error_with_its_size(tiny_transformer):
