@@ -253,7 +253,7 @@ def _row(name, bleu, params, **kw):
 
 def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     int8 = {"precision": "int8-large", "bleu": 39.2, "chrf": 49.0, "onnx_size_bytes": 9000000}
-    rows = {"default": _row("default", 39.5, 2000, int8=int8, train_hours=1.64, ups_median=0.97), "lightformer_random": _row("lightformer_random", 30.0, 2000),
+    rows = {"default": _row("default", 39.5, 2000, int8=int8, train_hours=1.64, ups_median=0.97), "lightformer_random": _row("lightformer_random", 30.0, 2000, onnx_size_bytes=None, size_bytes=10**8),
             "hypoformer_kd": _row("hypoformer_kd", 35.0, 2600), "hypoformer": _row("hypoformer", 36.0, 2600),
             "lightformer_keep_depth": _row("lightformer_keep_depth", 41.01, 2100, stopped="max-update", best_update=100),
             "dawid": _row("dawid", 38.0, 2500, updates=50, budget={"max_update": 50, "validate_every": 20, "patience": 4})}  # fmt: skip
@@ -271,6 +271,9 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[1:8] == ["2,000", "4.00x", "0.0 MB", "39.50", "49.50", "-0.50", "100 (80)"]
     assert cells[8:] == ["2,500", "2.50x", "2.00x", "6,000", "1.50x", "-"]
+    # a row without an export: its float32 weights (not its checkpoint with Adam's state)
+    line = next(ln for ln in text.splitlines() if ln.startswith("| lightformer_random "))
+    assert [c.strip() for c in line.strip("|").split("|")][3] == "0.0 MB"
     # the row's int8 export: its own line, BLEU and speed from its JSON
     line = next(ln for ln in text.splitlines() if ln.startswith("| default, int8 (large maps) "))
     cells = [c.strip() for c in line.strip("|").split("|")]
@@ -581,6 +584,38 @@ def test_the_dawid_row_keeps_the_teachers_embeddings_and_matches_the_default_lay
     assert plan.dawid_params() == 8080 * 256 + 20224
     (cmd,) = plan.commands("dawid")
     assert cmd[cmd.index("--method") + 1 :][:3] == ["dawid", "--params", str(8080 * 256 + 20224)]
+
+
+def test_a_row_that_stopped_short_goes_on_with_continue_from_and_says_so(tmp_path):
+    """A compress row whose run ended short of its target (DA-WID's masks) goes on from its
+    checkpoint with a larger --max-update and the first run's schedule: compress gets both
+    flags, and the row's budget (its JSON, the table's budget line) records them."""
+    import torch
+
+    ckpt = tmp_path / "dawid-1800" / "checkpoint_last.pt"
+    ckpt.parent.mkdir()
+    torch.save({"model": {}, "optimizer_history": [{"num_updates": 1890}]}, ckpt)
+    rows = tmp_path / "rows"
+    argv = ["plan", "dawid", "--save-root", str(tmp_path / "runs"), "--rows-dir", str(rows),
+            "--max-update", "3000", "--schedule-updates", "1800", "--continue-from", str(ckpt)]  # fmt: skip
+    plan = converged.Plan(converged.get_parser().parse_args(argv))
+    (cmd,) = plan.commands("dawid")
+    assert cmd[cmd.index("--max-update") + 1] == "3000"
+    assert cmd[-4:] == ["--schedule-updates", "1800", "--continue-from", str(ckpt)]
+    budget = plan.budget()
+    assert budget["schedule_updates"] == 1800
+    assert budget["continued_from"] == {"checkpoint": str(ckpt), "updates": 1890}
+    assert converged._budget_text({"budget": budget}) == (
+        "at most 3,000 updates, validation every 500, patience 4, continued from its run stopped "
+        "at 1,890 updates (its schedule set for 1,800)"
+    )
+    # one compress row only, and a file that is there
+    for bad, want in ((["run", "dawid", "default"], "one compress row"),
+                      (["run", "subformer"], "one compress row"),
+                      (["run", "dawid", "--continue-from", str(tmp_path / "none.pt")], "no such file")):  # fmt: skip
+        extra = [] if "--continue-from" in bad else ["--continue-from", str(ckpt)]
+        proc = _plan(*bad, *extra, "--rows-dir", rows, check=False)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and want in proc.stderr
 
 
 def test_the_dawid_row_rebuilds_the_default_students_shape_when_its_checkpoint_is_elsewhere(

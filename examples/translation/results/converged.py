@@ -970,7 +970,9 @@ def table(rows_dir: str) -> str:
                                      f"{teacher['size_bytes'] / 1e6:.1f} MB", _fmt(t_bleu, ".2f"),
                                      _fmt(teacher["chrf"], ".2f"), "", "", *speeds("teacher")]) + " |")  # fmt: skip
     for r in recs:
-        size = r.get("onnx_size_bytes") or r.get("size_bytes")
+        # (a row without an export: its float32 weights, not its checkpoint_best.pt, which holds
+        # Adam's state as well for some scratch rows)
+        size = r.get("onnx_size_bytes") or 4 * r["params"]
         lines.append("| " + " | ".join([
             r["row"], f"{r['params']:,}", _ratio(tp, r["params"]), f"{size / 1e6:.1f} MB",
             _fmt(r["bleu"], ".2f"), _fmt(r["chrf"], ".2f"), f"{r['bleu'] - t_bleu:+.2f}",
@@ -991,7 +993,7 @@ def table(rows_dir: str) -> str:
         + (f"; {scores.get('updates', '?')} updates" if scores else "")
         + "). Test split, beam 5, "
         f"sacreBLEU `{sig}`, chrF `{recs[0].get('chrf_signature')}`. Size: the ONNX Runtime "
-        "export (the fairseq checkpoint where a row has no export). Speed: ONNX Runtime float32 "
+        "export (where a row has no export: its float32 weights, 4 bytes a parameter). Speed: ONNX Runtime float32 "
         "of each student (an int8 line: its export with ONNX Runtime's dynamic int8 of the maps "
         "of at least 2^17 weights, made and scored by compress's int8 step) against CTranslate2 "
         "int8 on the teacher, one thread, beam 5, test "
