@@ -33,7 +33,9 @@ Every row trains at most ``--max-update`` updates (default 7,000), validates eve
 loss; its state lives in ``--save-root`` (outside the checkout: rerun the same command after any
 stop and each row goes on from its last checkpoint; two ``run`` commands, e.g. one per core,
 share the rows: a row another process is training is skipped; the state lasts as long as the
-machine, a fresh one starts unfinished rows again), and each finished row is written to
+machine, a fresh one starts unfinished rows again; a compress row that ended short of its
+target goes on from its checkpoint with ``--continue-from`` and ``--schedule-updates``), and
+each finished row is written to
 ``--rows-dir`` (``converged/ROW.json``, committed). ``speed`` times the teacher and every
 finished row in one interleaved run (fairseq, ONNX Runtime, CTranslate2 on the dense teacher,
 with and without the shared vocabulary shortlist; batch 1 and 32; one thread) and ``table``
