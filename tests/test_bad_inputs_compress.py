@@ -307,6 +307,31 @@ def test_a_fused_student_above_its_target_is_an_error_with_its_size(tiny_transfo
     assert scales[0] > scales[1] > scales[2] >= scales[3] == 150
 
 
+def test_continue_from_compares_every_student_flag_the_checkpoint_holds(tmp_path):
+    """Switches (no value) and valued flags alike: the same student passes, another rank or a
+    switch the checkpoint was trained without is refused."""
+    import argparse
+
+    import torch
+
+    from lightcompress.compress.checks import check_continue_from
+    from lightcompress.compress.teacher import CompressError
+
+    args = argparse.Namespace(arch="lightformer", lc_rank=8, share_all_embeddings=True,
+                              encoder_normalize_before=False)  # fmt: skip
+    path = tmp_path / "checkpoint_last.pt"
+    torch.save({"model": {}, "args": args, "optimizer_history": [{"num_updates": 5}],
+                "last_optimizer_state": {"state": {}}}, path)  # fmt: skip
+    same = ["--arch", "lightformer", "--share-all-embeddings", "--lc-rank", "8"]
+    assert check_continue_from(str(path), 10, same) == str(path)
+    for flags, want in ((["--arch", "lightformer", "--share-all-embeddings", "--lc-rank", "16"],
+                         "was trained with --lc-rank 8; this command gives 16"),
+                        (["--arch", "lightformer", "--encoder-normalize-before", "--lc-rank", "8"],
+                         "was trained with --encoder-normalize-before False; this command gives True")):  # fmt: skip
+        with pytest.raises(CompressError, match=re.escape(want)):
+            check_continue_from(str(path), 10, flags)
+
+
 def test_the_speed_report_takes_the_best_run_and_warns_of_a_wide_spread():
     from lightcompress.compress.report import best_rate, spread_warnings
 

@@ -137,7 +137,11 @@ def check_continue_from(path: str | None, max_update: int, student_flags: list[s
     if not state.get("last_optimizer_state") or not state.get("optimizer_history"):
         raise CompressError(f"--continue-from {path} holds no optimizer state: give a training "
                             "checkpoint (an earlier run's SAVE_DIR/student/checkpoint_last.pt)")  # fmt: skip
-    flags = dict(zip(student_flags[::2], student_flags[1::2]))  # (every student flag has a value)
+    flags, i = {}, 0
+    while i < len(student_flags):  # (--flag value, or a switch such as --share-all-embeddings)
+        has_value = i + 1 < len(student_flags) and not student_flags[i + 1].startswith("--")
+        flags[student_flags[i]] = student_flags[i + 1] if has_value else True
+        i += 2 if has_value else 1
     arch = checkpoint_arch(state)
     if arch != flags.get("--arch"):
         raise CompressError(f"--continue-from {path} is a {arch!r} model; this command trains "
