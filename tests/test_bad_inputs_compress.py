@@ -300,6 +300,12 @@ def test_a_fused_student_above_its_target_is_an_error_with_its_size(tiny_transfo
         check_fused_size(teacher, 10_000, 10**9, "4x fewer parameters than the teacher", 20)
     msg = str(info.value)
     assert "fused student has" in msg and "at most 10,000" in msg and "20 updates" in msg
+    assert "a larger --max-update, --schedule-updates 20 and --continue-from " in msg
+    assert msg.split("--continue-from ")[1].startswith(
+        os.path.join(tiny_transformer, "student", "checkpoint_last.pt")
+    )
+    with pytest.raises(CompressError, match="in 30 updates.*--schedule-updates 20 and"):
+        check_fused_size(teacher, 10_000, 10**9, "4x", 30, schedule=20)  # (a continued run)
     with pytest.raises(CompressError, match="more than the teacher's"):
         check_fused_size(teacher, 10**9, 1_000, "at most 1G", 20)
     # short runs get a larger step for the gates; long ones keep the results plan's 150
