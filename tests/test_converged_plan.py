@@ -549,6 +549,53 @@ def test_a_row_continued_on_another_device_counts_each_part_at_its_own_speed(tmp
     assert t["train_hours"] == round(1000 / 0.5 / 3600, 2)
 
 
+def test_a_continued_compress_row_counts_both_runs_updates_curve_and_hours(tmp_path):
+    """A DA-WID row made with --continue-from: the earlier run's log (up to the checkpoint it
+    continued from) and the continuation's, each part at its own speed; DA-WID's update is its
+    last (it fuses its last checkpoint), not its lowest validation loss."""
+    import torch
+
+    first = tmp_path / "dawid-1800"
+    (first / "logs").mkdir(parents=True)
+    (first / "student").mkdir()
+    ckpt = first / "student" / "checkpoint_last.pt"
+    torch.save({"model": {}, "optimizer_history": [{"num_updates": 1800}]}, ckpt)
+    early = _fairseq_lines(0, 1900, 0.25)  # (its lines past 1,800 were not continued)
+    early[1] = early[1].replace("loss 8.950", "loss 1.000")  # its lowest loss at update 50
+    (first / "logs" / "01-fine-tune.log").write_text("\n".join(early) + "\n", encoding="utf-8")
+    save = tmp_path / "dawid"
+    (save / "logs").mkdir(parents=True)
+    (save / "logs" / "01-fine-tune.log").write_text(
+        "\n".join([*_fairseq_lines(1800, 3000, 0.5), "fairseq_cli.train | done training"]) + "\n",
+        encoding="utf-8",
+    )
+    train = f"fairseq-train bin --arch dawid --continue-once {ckpt} --max-update 3000"
+    student = {"params": 3000, "size_bytes": 1, "onnx_size_bytes": 2, "bleu": 40.0, "chrf": 50.0}
+    report = {"plan": {"method": "dawid", "choice": "c", "student": {"shape": "3-3", "kd": False},
+                       "commands": [train, "lightcompress-convert dawid-fuse"]},
+              "models": {"student": student, "teacher": {"params": 8000, "bleu": 41.0}}}  # fmt: skip
+    (save / "report.json").write_text(json.dumps(report), encoding="utf-8")
+    rec = converged.compress_record(str(save), "dawid", threads=2)
+    assert rec["updates"] == 3000 and rec["stopped"] == "max-update"
+    assert [(p["device"], p["from_update"], p["updates"], p["ups_median"]) for p in rec["devices"]] == [
+        ("this machine", 0, 1800, 0.25),
+        ("this machine, continued on 2 CPU threads", 1800, 1200, 0.5),
+    ]  # fmt: skip
+    assert rec["train_hours"] == round(1800 / 0.25 / 3600 + 1200 / 0.5 / 3600, 2)
+    curve = [u for u, _ in rec["valid_curve"]]
+    assert curve[0] == 50 and curve[-1] == 3000 and 1850 in curve and curve.count(1850) == 1
+    assert rec["best_update"] == 3000 and rec["best_valid_loss"] == rec["valid_curve"][-1][1]
+    (line,) = [ln for ln in converged._timing([{"row": "dawid", **rec}]) if ln]
+    assert (
+        "dawid 2.7 h (1,800 updates at 0.25/s on one CPU thread + 1,200 updates at 0.50/s on "
+        "this machine, continued on 2 CPU threads)" in line
+    )
+    # the earlier run's log is gone: one error naming it
+    (first / "logs" / "01-fine-tune.log").unlink()
+    with pytest.raises(converged.StepError, match="the log of the run this row continued"):
+        converged.compress_record(str(save), "dawid", threads=2)
+
+
 def test_a_row_that_gives_every_source_the_same_vector_is_said_not_to_translate(tmp_path):
     """source-check's figures: one line under the table for every measured row, and a
     finding among the claims for a row whose encoder output is the same for every source."""

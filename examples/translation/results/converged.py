@@ -484,7 +484,7 @@ class Plan:
             rec = scratch_record(save, row, self.ref)
         else:
             self.run_cmd(cmds[0], os.path.join(save, "compress.log"))
-            rec = compress_record(save, row)
+            rec = compress_record(save, row, self.o.threads if self.o.cpu else None)
         rec.update(row=row, what=WHAT[row], checkpoint=self.checkpoint(row), commands=[shlex.join(c) for c in cmds],
                    budget=self.budget(),
                    machine=machine(), code=code_commit(), started=started.isoformat(timespec="seconds"),
@@ -584,9 +584,38 @@ def code_commit(repo: str = REPO_ROOT) -> str:
     return r.stdout.strip() or "unknown"
 
 
-def _training(log: str) -> dict:
-    """Updates, best update and validation loss, and the validation curve of a fairseq log."""
+def _training(log: str, before: tuple[str, int] | None = None, name: str = "") -> dict:
+    """Updates, best update and validation loss, and the validation curve of a fairseq log.
+
+    ``before``: (the log of the earlier run this one continued, the update it continued
+    from): that run's lines up to that update count too, as a part of its own speed (a
+    ``--continue-from`` row's updates, curve and hours are both runs'); ``name``: the
+    continuation's part (where it ran)."""
     from plot_curves import LogError, parse_log
+
+    if before is not None:
+        import re
+        import tempfile
+
+        first, at = before
+        with open(first, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines(keepends=True)
+        keep = []
+        for line in lines:  # (its lines past the checkpoint, if any, were not continued)
+            m = re.search(r"num_updates[ =]+(\d+)", line)
+            if m and int(m.group(1)) > at:
+                break
+            keep.append(line)
+        with open(log, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        where = name or "this machine, continued (--continue-from)"
+        mark = f"[converged] device: {where} from update {at}\n"
+        with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False, encoding="utf-8") as tmp:
+            tmp.write("".join(keep) + mark + text)
+        try:
+            return _training(tmp.name)
+        finally:
+            os.unlink(tmp.name)
 
     try:
         valid = parse_log(log)["valid"]
@@ -660,7 +689,9 @@ def fine_tune_log(save: str) -> str:
     return found[-1] if found else os.path.join(save, "logs", "03-fine-tune.log")
 
 
-def compress_record(save: str, row: str) -> dict:
+def compress_record(save: str, row: str, threads: int | None = None) -> dict:
+    """``row``'s figures from its compress run in ``save`` (``threads``: the CPU threads it
+    trained with, which names the part of a continued run)."""
     rep = _json(os.path.join(save, "report.json"))
     s, t = rep["models"]["student"], rep["models"]["teacher"]
     rec = {k: s.get(k) for k in ("params", "size_bytes", "onnx_size_bytes", "bleu", "bleu_signature",
@@ -668,9 +699,31 @@ def compress_record(save: str, row: str) -> dict:
     rec.update(method=rep["plan"]["method"], model=s.get("model"), choice=rep["plan"]["choice"],
                shape=rep["plan"]["student"].get("shape"), kd=rep["plan"]["student"].get("kd"),
                teacher={k: t.get(k) for k in ("params", "size_bytes", "bleu", "chrf")},
-               **_training(fine_tune_log(save)))  # fmt: skip
+               **_training(fine_tune_log(save), _continued(rep["plan"]["commands"]),
+                         f"this machine, continued on {threads} CPU thread{'s' * (threads != 1)}"
+                         if threads else ""))  # fmt: skip
+    if rec["method"] == "dawid" and rec.get("valid_curve"):
+        # DA-WID fuses its last checkpoint (its masks' schedule runs to the end): that is the
+        # row's update, not the lowest validation loss (the distillation-only start's)
+        rec.update(best_update=rec["updates"], best_valid_loss=rec["valid_curve"][-1][1])
     rec.update(_int8_of(rep))
     return rec
+
+
+def _continued(commands: list[str]) -> tuple[str, int] | None:
+    """(the earlier run's fine-tune log, the update it continued from) of a compress run made
+    with ``--continue-from`` (its fairseq-train's ``--continue-once``), or None."""
+    train = next((shlex.split(c) for c in commands if "--continue-once" in c), None)
+    if train is None:
+        return None
+    ckpt = train[train.index("--continue-once") + 1]
+    log = fine_tune_log(os.path.dirname(os.path.dirname(ckpt)))
+    if not os.path.exists(log):
+        raise StepError(f"{log}: the log of the run this row continued (--continue-from "
+                        f"{ckpt}) is missing")  # fmt: skip
+    from lightcompress.checkpoint import read_checkpoint
+
+    return log, read_checkpoint(ckpt)["optimizer_history"][-1].get("num_updates", 0)
 
 
 def _int8_of(rep: dict) -> dict:
