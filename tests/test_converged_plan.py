@@ -652,6 +652,8 @@ def test_a_row_that_stopped_short_goes_on_with_continue_from_and_says_so(tmp_pat
     budget = plan.budget()
     assert budget["schedule_updates"] == 1800
     assert budget["continued_from"] == {"checkpoint": str(ckpt), "updates": 1890}
+    (tmp_path / "plan.json").write_text(json.dumps({"commands": ["compress --max-update 1800"]}))
+    assert plan.budget()["continued_from"]["commands"] == ["compress --max-update 1800"]
     assert converged._budget_text({"budget": budget}) == (
         "at most 3,000 updates, validation every 500, patience 4, continued from its run stopped "
         "at 1,890 updates (its schedule set for 1,800)"

@@ -439,6 +439,11 @@ class Plan:
             state = read_checkpoint(o.continue_from)
             b["continued_from"] = {"checkpoint": os.path.abspath(o.continue_from),
                                    "updates": state["optimizer_history"][-1].get("num_updates")}  # fmt: skip
+            # the earlier run's own commands (its compress plan.json, SAVE/student/../plan.json)
+            first = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(o.continue_from))),
+                                 "plan.json")  # fmt: skip
+            if os.path.exists(first):
+                b["continued_from"]["commands"] = _json(first).get("commands")
         return b
 
     def run_row(self, row: str) -> dict:
