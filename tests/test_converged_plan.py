@@ -392,6 +392,42 @@ def test_speed_with_no_finished_rows_checkpoint_here_is_one_error(tmp_path, caps
     )
 
 
+def test_a_speed_run_reuses_a_batch_size_only_when_it_timed_the_same_models(tmp_path, monkeypatch):
+    """A stopped speed run keeps its finished batch size; a later run with another finished
+    row times again instead of taking the earlier models' figures for the new set."""
+    rows, runs = tmp_path / "rows", tmp_path / "runs"
+    rows.mkdir()
+    runs.mkdir()
+    (runs / "shortlist.txt").write_text("x\n", encoding="utf-8")
+    for r in ("default", "dawid"):
+        (tmp_path / f"{r}.pt").write_bytes(b"x")
+    (rows / "default.json").write_text(json.dumps({"checkpoint": str(tmp_path / "default.pt")}))
+    opts = converged.get_parser().parse_args(
+        ["speed", "--save-root", str(runs), "--rows-dir", str(rows)]
+    )
+    plan = converged.Plan(opts)
+    timed = []
+
+    def fake(cmd, log, stdout=None):  # what measure_speed --json writes, for the labels timed
+        labels = [p.split("=")[0] for p in cmd[cmd.index("--path") + 1].split(",")]
+        timed.append(labels)
+        doc = {"protocol": {}, "models": [{"label": lab, "engine": "onnxruntime",
+                                           "tokens_per_s": 100.0} for lab in labels]}  # fmt: skip
+        with open(cmd[cmd.index("--json") + 1], "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+
+    monkeypatch.setattr(plan, "run_cmd", fake)
+    converged.speed(plan, dry=False)
+    assert timed == [["teacher", "default"]] * 2
+    converged.speed(plan, dry=False)  # the same models: both batch sizes kept
+    assert len(timed) == 2
+    (rows / "dawid.json").write_text(json.dumps({"checkpoint": str(tmp_path / "dawid.pt")}))
+    converged.speed(plan, dry=False)
+    assert timed[2:] == [["teacher", "default", "dawid"]] * 2
+    doc = json.loads((rows / "speed.json").read_text())
+    assert set(doc["batch_1"]) == set(doc["batch_32"]) == {"teacher", "default", "dawid"}
+
+
 def test_the_committed_rows_build_the_committed_table_and_the_readme(tmp_path):
     committed = os.path.join(RESULTS, "converged")
     names = [n for n in os.listdir(committed) if n.endswith(".json")]

@@ -866,8 +866,19 @@ def speed(plan: Plan, dry: bool) -> None:
     if not os.path.exists(shortlist):
         plan.run_cmd(cmds[0], os.path.join(o.save_root, "shortlist.log"))
     for batch, cmd in zip((1, 32), cmds[1:]):
-        if not os.path.exists(outs[batch]):
-            plan.run_cmd(cmd, os.path.join(o.save_root, f"speed-b{batch}.log"))
+        # a finished batch size is kept (a stopped speed run goes on) only when it timed these
+        # same models with these settings: its command is kept beside it
+        made = outs[batch] + ".cmd"
+        if os.path.exists(outs[batch]) and os.path.exists(made):
+            with open(made, encoding="utf-8") as f:
+                if f.read() == shlex.join(cmd):
+                    continue
+        for path in (outs[batch], made):
+            if os.path.exists(path):
+                os.remove(path)
+        plan.run_cmd(cmd, os.path.join(o.save_root, f"speed-b{batch}.log"))
+        with open(made, "w", encoding="utf-8") as f:
+            f.write(shlex.join(cmd))
     doc = {"commands": [shlex.join(c) for c in cmds], "machine": machine(), "code": code_commit(),
            "batch_1": _speed_rows(_json(outs[1])), "batch_32": _speed_rows(_json(outs[32])),
            "protocol": _json(outs[1])["protocol"],
