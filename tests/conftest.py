@@ -94,7 +94,7 @@ def tiny_transformer(tiny_data, tmp_path_factory):
 # count DEFAULT_SECONDS.
 SLOW = {
     "tests/test_bad_inputs_compress.py::test_kill_9_in_every_step": 69,
-    "tests/test_bad_inputs_compress.py::test_dawid_reaches_its_target": 80,
+    "tests/test_bad_inputs_compress.py::test_dawid_reaches_its_target": 65,
     "tests/test_compress.py::test_a_run_stopped_during_fine_tuning": 42,
     "tests/test_compress.py::test_hypoformer_from_the_post_ln_teacher": 27,
     "tests/test_compress_teachers.py": 42,

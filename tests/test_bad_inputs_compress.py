@@ -8,6 +8,7 @@ target or fails.
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -253,42 +254,57 @@ def test_dawid_reaches_its_target_in_a_short_run(tiny_data, tiny_transformer, tm
     more = tmp_path / "dawid-more"
     base = [_teacher(tiny_transformer), "--data", tiny_data, "--method", "dawid",
             "--validate-every", "10", *FAST[4:]]  # fmt: skip
-    proc = _compress([*base, "-o", more, "--max-update", "120", "--schedule-updates", "100",
-                      "--continue-from", last])  # fmt: skip
-    assert f"continuing {last} up to 120 updates" in proc.stdout
+    # (stopped once its size step has passed: the steps after it are the first run's, tested)
+    cmd = [*CMD, *map(str, [*base, "-o", more, "--max-update", "120", "--schedule-updates",
+                            "100", "--continue-from", last])]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=_env())  # fmt: skip
+    sized = re.compile(r"^\[compress 4/\d+ export ", re.MULTILINE)
+    out = ""
+    for line in proc.stdout:
+        out += line
+        if sized.match(line):
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest, err = proc.communicate(timeout=120)
+    out += rest
+    assert proc.returncode in (0, 128 + signal.SIGTERM), out + err
+    assert f"continuing {last} up to 120 updates" in out
     log = (more / "logs" / "01-fine-tune.log").read_text()
     assert f"--continue-once {last}" in log and "--dawid-sparsity-warmup 36 " in log
     assert re.search(r"Loaded checkpoint \S+ \(epoch \d+ @ 100 updates\)", log), log[-3000:]
     assert "num_updates 120" in log
-    cont = json.loads((more / "report.json").read_text())["models"]["student"]
-    assert cont["params"] <= t / 4 * 1.02 and (more / "student-onnx" / "MANIFEST.sha256").exists()
+    from lightcompress.compress.checks import count_checkpoint
 
-    # refused in one line, before anything is written: another schedule than the checkpoint's,
-    # a budget it has reached, a checkpoint of another model or without optimizer state
-    for extra, want in ((["--max-update", "120"], ("was trained with --dawid-distill-updates 7; "
-                         "this command gives 8 (its schedule: give the first run's --max-update "
-                         "as --schedule-updates)")),
-                        (["--max-update", "100", "--schedule-updates", "100"],
-                         "has trained 100 updates already: give a --max-update above 100")):  # fmt: skip
-        bad = tmp_path / "refused"
-        err = _one_line_error(_compress([*base, "-o", bad, *extra, "--continue-from", last],
-                                        check=False))  # fmt: skip
-        assert err.endswith(want) and not bad.exists(), err
-    other = _teacher(tiny_transformer)
-    err = _one_line_error(_compress([*base, "-o", tmp_path / "refused", "--max-update", "120",
-                                     "--schedule-updates", "100", "--continue-from", other],
-                                    check=False))  # fmt: skip
-    assert err.endswith("is a 'transformer' model; this command trains a 'dawid' student"), err
+    assert count_checkpoint(str(more / "student.pt"))["total"] <= t / 4 * 1.02
+
+    # refused in one line, before anything is written: another schedule than the checkpoint's
+    # (the command), a budget it has reached, a checkpoint of another model or without
+    # optimizer state (the check itself, with the student's flags)
+    bad = tmp_path / "refused"
+    err = _one_line_error(_compress([*base, "-o", bad, "--max-update", "120", "--continue-from",
+                                     last], check=False))  # fmt: skip
+    assert err.endswith(
+        "was trained with --dawid-distill-updates 7; this command gives 8 (its "
+        "schedule: give the first run's --max-update as --schedule-updates)"
+    ), err
+    assert not bad.exists()
     import torch
+
+    from lightcompress.compress.checks import check_continue_from
+    from lightcompress.compress.teacher import CompressError
 
     state = torch.load(last, map_location="cpu")
     del state["last_optimizer_state"]
     stripped = tmp_path / "stripped.pt"
     torch.save(state, stripped)
-    err = _one_line_error(_compress([*base, "-o", tmp_path / "refused", "--max-update", "120",
-                                     "--schedule-updates", "100", "--continue-from", stripped],
-                                    check=False))  # fmt: skip
-    assert "holds no optimizer state: give a training checkpoint" in err, err
+    for path, updates, want in ((last, 100, "has trained 100 updates already: give a --max-update above 100"),
+                                (_teacher(tiny_transformer), 120, "is a 'transformer' model; this command trains a 'dawid' student"),
+                                (stripped, 120, "holds no optimizer state: give a training checkpoint")):  # fmt: skip
+        with pytest.raises(CompressError, match=re.escape(want)):
+            check_continue_from(
+                str(path), updates, ["--arch", "dawid", "--dawid-distill-updates", "7"]
+            )
 
 
 def test_a_fused_student_above_its_target_is_an_error_with_its_size(tiny_transformer):
