@@ -165,7 +165,7 @@ def get_parser() -> argparse.ArgumentParser:
     f.add_argument("--lr", type=_positive(float, "--lr"),
                    help="default 1.5e-3 (DA-WID: 2e-4)")  # fmt: skip
     f.add_argument("--warmup", type=_positive(int, "--warmup"),
-                   help="warmup updates (default: a tenth of --max-update)")  # fmt: skip
+                   help="warmup updates (default: a tenth of --schedule-updates, itself --max-update by default)")  # fmt: skip
     f.add_argument("--validate-every", type=_positive(int, "--validate-every"),
                    help="updates between validations and checkpoints (default: max-update / 8)")  # fmt: skip
     f.add_argument("--schedule-updates", type=_positive(int, "--schedule-updates"),

@@ -434,11 +434,8 @@ class Plan:
         if o.schedule_updates:  # (schedules set for another budget: a continued run's first)
             b["schedule_updates"] = o.schedule_updates
         if o.continue_from:
-            from lightcompress.checkpoint import read_checkpoint
-
-            state = read_checkpoint(o.continue_from)
             b["continued_from"] = {"checkpoint": os.path.abspath(o.continue_from),
-                                   "updates": state["optimizer_history"][-1].get("num_updates")}  # fmt: skip
+                                   "updates": _checkpoint_updates(o.continue_from)}  # fmt: skip
             # the earlier run's own commands (its compress plan.json, SAVE/student/../plan.json)
             first = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(o.continue_from))),
                                  "plan.json")  # fmt: skip
@@ -726,9 +723,14 @@ def _continued(commands: list[str]) -> tuple[str, int] | None:
     if not os.path.exists(log):
         raise StepError(f"{log}: the log of the run this row continued (--continue-from "
                         f"{ckpt}) is missing")  # fmt: skip
+    return log, _checkpoint_updates(ckpt)
+
+
+def _checkpoint_updates(path: str) -> int:
+    """The updates a fairseq training checkpoint has trained."""
     from lightcompress.checkpoint import read_checkpoint
 
-    return log, read_checkpoint(ckpt)["optimizer_history"][-1].get("num_updates", 0)
+    return read_checkpoint(path)["optimizer_history"][-1].get("num_updates", 0)
 
 
 def _int8_of(rep: dict) -> dict:
