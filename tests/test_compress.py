@@ -21,8 +21,8 @@ import torch
 import lightcompress  # noqa: F401  (the checkpoint allow-list)
 
 FAST = ["--speed-runs", "1", "--speed-sentences", "3"]
-STEPS = ["transfer", "fine-tune", "export", "int8", "test-teacher", "test-student", "speed",
-         "report"]  # fmt: skip
+STEPS = ["transfer", "fine-tune", "shortlist", "export", "int8", "test-teacher", "test-student",
+         "speed", "speed-b32", "report"]  # fmt: skip
 
 
 def _env():
@@ -103,7 +103,7 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
     # (sequence-level KD is on by default for LightFormer: its data is made before fine-tuning)
     steps = [line.split(":")[0] for line in out.splitlines() if line.startswith("step ")]
     assert steps == [
-        f"step {i}/9 {n}" for i, n in enumerate(["transfer", "kd-data", *STEPS[1:]], 1)
+        f"step {i}/11 {n}" for i, n in enumerate(["transfer", "kd-data", *STEPS[1:]], 1)
     ]
     train = next(line for line in out.splitlines() if "fairseq-train" in line)
     assert "--task translation_seqkd --kd-data-mode both" in train
@@ -112,12 +112,22 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
                  "--warmup-updates 400", "--validate-interval-updates 500", "--patience 4"):  # fmt: skip
         assert flag in train, train
     assert "--scoring sacrebleu" in out and "--ct2" in out and "--onnx" in out
-    # every engine in one interleaved run (issue 40 item 10)
-    (speed,) = [line for line in out.splitlines() if "measure" in line and "--json" in line]
-    assert "--onnx" in speed and "--ct2" in speed and "student=" in speed
-    # the student's int8 export (large maps by default) is translated and timed too
+    # every engine in one interleaved run (issue 40 item 10), at batch 1 and at batch 32
+    speed, b32 = [line for line in out.splitlines() if "measure" in line and "--json" in line]
+    for run in (speed, b32):
+        assert "--onnx" in run and "--ct2" in run and "student=" in run
+    assert "--timing-batch-size" not in speed and "--timing-batch-size 32" in b32
+    # the shortlist of the training split, shipped in both exports and timed (CTranslate2: its
+    # vocabulary map, like for like)
+    (build,) = [line for line in out.splitlines() if "lightcompress-shortlist" in line]
+    listed = f"--shortlist {save / 'shortlist.txt'}"
+    assert f"-o {save / 'shortlist.txt'}" in build and "--data" in build
+    (export,) = [line for line in out.splitlines() if "lightcompress-export-onnx" in line]
+    assert listed in export and listed in speed and listed in b32
+    # the student's int8 export (every map by default) is translated and timed too
     (int8,) = [line for line in out.splitlines() if "lightcompress.compress.int8" in line]
-    assert "--int8 large" in int8 and "--eval" in int8 and "--int8-large" in speed
+    assert "--int8 all" in int8 and "--eval" in int8 and "--compare-int8" in speed
+    assert listed in int8
 
 
 def _trainers(save) -> list[int]:
@@ -182,12 +192,20 @@ def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
     assert rows["teacher"]["bleu"] > 20  # the teacher's own test translation
     report = (save / "report.md").read_text()
     assert "| parameters |" in report and "CTranslate2 int8" in report
-    # the tiny student has no map of 2^17 weights: its int8 export (large maps) is left out,
-    # and the report says why
-    assert (
-        "No int8 export of the student: --int8 large: no map or token table of this model" in report
-    )
-    assert rows["student"]["int8"]["left_out"] and not (save / "student-onnx-int8").exists()
+    # the default int8 export (every map, the shortlist shipped and used) is translated and
+    # scored, beside the float32 student
+    q = rows["student"]["int8"]
+    assert q["precision"] == "int8" and q["bleu"] >= 0 and (save / "student-onnx-int8").is_dir()
+    config = json.loads((save / "student-onnx-int8" / "config.json").read_text())
+    assert config["int8"] == "all" and config["shortlist"]
+    assert "against the student in float32 (fairseq)" in report
+    # against what the user has: the teacher in CTranslate2 int8, without and with the
+    # shortlist as its vocabulary map, at batch 1 and 32, and the bytes on disk
+    vs = rows["student"]["vs_ct2_int8"]
+    assert vs["engine"] == "onnxruntime+shortlist int8"
+    for key in ("b1", "b32", "b1_vmap", "b32_vmap", "size_vs_ct2_int8"):
+        assert vs[key] > 0, key
+    assert "Against what you have now, the teacher in CTranslate2 int8" in report
     # the export translates the data's tokens with its own runtime (no torch needed; the toy
     # data has no tokenizer, so raw text is refused)
     src = Path(tiny_data).parent.joinpath("raw", "test.de").read_text().splitlines()[:3]

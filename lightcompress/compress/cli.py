@@ -8,9 +8,12 @@ exported to ONNX Runtime and measured beside its teacher, in one resumable comma
 Steps (each skipped when its outputs exist; rerun the same command after a stop): transfer
 (``lightcompress-convert``), optional KD data (``--kd``: ``python -m lightcompress.kd.distill``),
 fine-tuning (``fairseq-train --finetune-from-model``; DA-WID: its own training, then
-``lightcompress-convert dawid-fuse``), ONNX Runtime export (``lightcompress-export-onnx``), test
-translations of teacher and student (``fairseq-generate``), speed (``measure_speed``:
-fairseq and ONNX Runtime, CTranslate2 on the dense teacher) and the report (``report.md``,
+``lightcompress-convert dawid-fuse``), the vocabulary shortlist of the training split
+(``lightcompress-shortlist``; ``--no-shortlist`` leaves it out), ONNX Runtime exports
+(``lightcompress-export-onnx``: float32, and int8 of every map, both with the shortlist), test
+translations of teacher and student (``fairseq-generate``; the int8 export's own), speed
+(``measure_speed`` at batch 1 and 32: fairseq and ONNX Runtime, CTranslate2 on the dense teacher
+with and without the shortlist as its vocabulary map) and the report (``report.md``,
 ``report.png``, ``report.json``). Everything is checked, and a teacher the method cannot take
 refused, before anything is written. See docs/compress.md.
 """
@@ -62,6 +65,9 @@ from lightcompress.compress.teacher import CompressError, read_data_bin, read_te
 __all__ = ["build_plan", "cli_main", "get_parser", "main"]
 
 PROG = "lightcompress-compress"
+# sentences timed at batch 32: this many times --speed-sentences (several batches, as a
+# service translates a file)
+BATCH_SENTENCES = 4
 
 
 def _count(text: str) -> int:
@@ -181,11 +187,18 @@ def get_parser() -> argparse.ArgumentParser:
                    "--save-dir")  # fmt: skip
     f.add_argument("--cpu", action="store_true", help="train on the CPU even with a GPU")
     e = p.add_argument_group("deployment")
-    e.add_argument("--int8", choices=["large", "all", "none"], default="large",
-                   help="also export the student with ONNX Runtime's dynamic int8 (large: the "
-                   "maps of at least 2^17 weights, e.g. the output projection, the default; all: "
-                   "every map; none: no int8 export), translate the test split with it and time "
-                   "it: the report shows its BLEU and speed beside the float32 export's")  # fmt: skip
+    e.add_argument("--int8", choices=["all", "large", "none"], default="all",
+                   help="also export the student with ONNX Runtime's dynamic int8 (all: every "
+                   "map and token table, the default, measured the fastest and smallest; large: "
+                   "only the maps of at least 2^17 weights; none: no int8 export), translate the "
+                   "test split with it and time it: the report shows its BLEU and speed beside "
+                   "the float32 export's")  # fmt: skip
+    e.add_argument("--shortlist", action=argparse.BooleanOptionalAction, default=True,
+                   help="build a vocabulary shortlist from the training split "
+                   "(lightcompress-shortlist: each source token's likeliest target tokens) and "
+                   "ship it in the exports, whose translators then score only a batch's "
+                   "candidates (default; --no-shortlist: every token, as fairseq); the report "
+                   "times CTranslate2 on the teacher with the same list as its vocabulary map")  # fmt: skip
     s = p.add_argument_group("speed (measure_speed: python -m lightcompress.measure.speed)")
     s.add_argument("--speed-sentences", type=_positive(int, "--speed-sentences"), default=20)
     s.add_argument("--speed-runs", type=_positive(int, "--speed-runs"), default=3)
@@ -391,9 +404,16 @@ def build_plan(opts, extra: list[str], log=print):
     spm = ["--spm", os.path.abspath(opts.spm)] if opts.spm else []
     if opts.bpe_codes and not opts.spm:  # (raw text: Moses + BPE, settings from the data-bin)
         spm = ["--bpe-codes", os.path.abspath(opts.bpe_codes)]
+    listed = []  # (the exports' shortlist: --shortlist FILE)
+    if opts.shortlist:
+        shortlist = os.path.join(save, "shortlist.txt")
+        listed = ["--shortlist", shortlist]
+        steps.append(Step("shortlist", "the vocabulary shortlist of the training split", [
+            tool("lightcompress-shortlist") + ["--data", B, *langs, "-o", shortlist]],
+            outputs=[shortlist]))  # fmt: skip
     steps.append(Step("export", "ONNX Runtime export of the student", [
         tool("lightcompress-export-onnx") + ["--path", student, "--data", B, *langs, "-o", onnx_dir,
-                                             *spm]], outputs=[os.path.join(onnx_dir, "MANIFEST.sha256")]))  # fmt: skip
+                                             *spm, *listed]], outputs=[os.path.join(onnx_dir, "MANIFEST.sha256")]))  # fmt: skip
     lengths = ["--max-len-a", "1.2", "--max-len-b", "10"]
     if opts.int8 != "none":
         int8_dir = os.path.join(save, "student-onnx-int8")
@@ -402,7 +422,7 @@ def build_plan(opts, extra: list[str], log=print):
             _module("lightcompress.compress.int8") + ["--path", student, "--data", B, *langs,
              "-o", int8_dir, "--int8", opts.int8, "--eval", os.path.join(save, "eval", "student-int8.txt"),
              "--skipped", os.path.join(save, "eval", "student-int8.skipped"), "--beam", str(opts.beam),
-             *lengths, *(["--post-process", post] if post else []), *spm]],
+             *lengths, *(["--post-process", post] if post else []), *spm, *listed]],
             marker=os.path.join(save, "eval", "student-int8.done"), call=_int8_main))  # fmt: skip
     for who, ckpt in (("teacher", T), ("student", student)):
         out = os.path.join(save, "eval", f"{who}.txt")
@@ -422,13 +442,21 @@ def build_plan(opts, extra: list[str], log=print):
     speed_json = os.path.join(save, "speed.json")
     int8_speed = {"large": ["--int8-large"], "all": ["--compare-int8"], "none": []}[opts.int8]
     # every engine in one interleaved run (a disturbance then slows all of them, not one), the
-    # best of its runs reported and a wide spread of runs warned about (report.py)
-    steps.append(Step("speed", "tokens/s of teacher and student (fairseq, ONNX Runtime) and "
-                      "CTranslate2 on the dense teacher, interleaved", [
-        measure + ["--path", f"teacher={T},student={student}", "--onnx", "--ct2", *int8_speed,
-                   *speed, "--json", speed_json]], outputs=[speed_json],
-        env={k: os.environ.get(k, "1") for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")},
-        call=_measure_main))  # fmt: skip
+    # best of its runs reported and a wide spread of runs warned about (report.py); at batch 1
+    # (the papers' protocol) and at batch 32 (a service's batches: BATCH_SENTENCES times as many
+    # sentences, so that several batches are timed); with the shortlist, every ONNX Runtime and CTranslate2
+    # row also with it (CTranslate2: as its vocabulary map), like for like
+    for name, out, batch in (("speed", speed_json, []),
+                             ("speed-b32", os.path.join(save, "speed-b32.json"),
+                              ["--timing-batch-size", "32", "--num-sentences",
+                               str(opts.speed_sentences * BATCH_SENTENCES)])):  # fmt: skip
+        at = "batch 1" if not batch else "batch 32"
+        steps.append(Step(name, f"tokens/s of teacher and student (fairseq, ONNX Runtime) and "
+                          f"CTranslate2 on the dense teacher, interleaved, {at}", [
+            measure + ["--path", f"teacher={T},student={student}", "--onnx", "--ct2", *int8_speed,
+                       *listed, *speed, *batch, "--json", out]], outputs=[out],
+            env={k: os.environ.get(k, "1") for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")},
+            call=_measure_main))  # fmt: skip
     report = [os.path.join(save, f"report.{ext}") for ext in ("md", "png", "json")]
     steps.append(Step("report", "the report (markdown, PNG, JSON)", outputs=report))
     commands = [render(c) for st in steps for c in st.commands]
@@ -436,6 +464,7 @@ def build_plan(opts, extra: list[str], log=print):
         "method": method.name,
         "choice": choice,
         "teacher": {"checkpoint": T, "model": teacher.describe()},
+        "shortlist": listed[1] if listed else None,
         "student": {
             "checkpoint": student,
             "model": student_model,
@@ -457,8 +486,15 @@ def build_plan(opts, extra: list[str], log=print):
         "post_process": post or "none",
         "references": os.path.abspath(opts.ref) if opts.ref else "fairseq's post-processed targets",
         "speed": f"measure_speed: {opts.speed_sentences} test sentences of about {src_len} "
-        f"tokens, batch 1, one thread, beam {opts.beam}, every engine in one run, interleaved, the "
-        f"best of {opts.speed_runs} runs; outputs capped at 1.2 x source + 10 tokens (as for BLEU)",
+        f"tokens at batch 1 ({opts.speed_sentences * BATCH_SENTENCES} at batch 32), one "
+        f"thread, beam {opts.beam}, every engine in one run, interleaved, the best of "
+        f"{opts.speed_runs} runs; outputs capped at 1.2 x source + 10 tokens (as for BLEU)"
+        + (
+            "; with the vocabulary shortlist of the training split (CTranslate2: as its "
+            "vocabulary map), each row also without it"
+            if opts.shortlist
+            else ""
+        ),
         "notes": notes,
     }
     steps[-1].func = lambda: _report(save, plan, protocol, opts.ref)

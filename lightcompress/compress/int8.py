@@ -1,11 +1,12 @@
-"""The int8 step of ``lightcompress-compress``: the student exported to ONNX Runtime with its
-large maps (or every map) in dynamic int8, and that export's translation of the test split,
+"""The int8 step of ``lightcompress-compress``: the student exported to ONNX Runtime with every
+map (or its large maps) in dynamic int8, with the vocabulary shortlist when one is given, and
+that export's translation of the test split (with the shortlist, as its translators run),
 written in ``fairseq-generate``'s format so that the report scores it as it scores the float32
 models (same references, same post-processing).
 
     python -m lightcompress.compress.int8 --path student.pt --data data-bin -s de -t en \\
         -o student-onnx-int8 --eval eval/student-int8.txt --beam 5 --max-len-a 1.2 \\
-        --max-len-b 10 --post-process sentencepiece --spm spm.model
+        --max-len-b 10 --post-process sentencepiece --spm spm.model --shortlist shortlist.txt
 
 A student with no map or token table large enough for ``--int8 large`` (a small model:
 nothing to quantize, the export would be the float32 one, only larger) is not an error: the
@@ -34,8 +35,9 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("-s", "--source-lang", required=True)
     p.add_argument("-t", "--target-lang", required=True)
     p.add_argument("-o", "--output", required=True, help="the int8 export (new or empty)")
-    p.add_argument("--int8", choices=["large", "all"], default="large",
-                   help="the maps quantized: of at least 2^17 weights (default) or all")  # fmt: skip
+    p.add_argument("--int8", choices=["all", "large"], default="all",
+                   help="the maps quantized: every map (default) or those of at least 2^17 "
+                   "weights")  # fmt: skip
     p.add_argument("--eval", required=True, help="the translations, fairseq-generate's format")
     p.add_argument("--skipped", required=True,
                    help="where the reason goes when there is nothing to quantize")  # fmt: skip
@@ -48,22 +50,29 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--post-process", help="fairseq --post-process (e.g. sentencepiece)")
     p.add_argument("--spm", help="the data's sentencepiece model (shipped with the export)")
     p.add_argument("--bpe-codes", help="the data's subword-nmt codes (shipped with the export)")
+    p.add_argument("--shortlist", metavar="FILE",
+                   help="a vocabulary shortlist (lightcompress-shortlist) shipped with the export; "
+                   "the test split is then translated with it, as the export's translators do "
+                   "by default")  # fmt: skip
     return p
 
 
 def translate_split(export: str, data: str, src: str, tgt: str, subset: str = "test",
                     beam: int = 5, max_len_a: float = 0.0, max_len_b: int = 200,
-                    batch_size: int = 64, threads: int = 1, post_process: str | None = None):  # fmt: skip
+                    batch_size: int = 64, threads: int = 1, post_process: str | None = None,
+                    shortlist: bool | None = None):  # fmt: skip
     """The export's best translation of every sentence of ``subset``, as ``fairseq-generate``
     prints it: ``(sentence id, reference, score, hypothesis)`` in id order, hypothesis and
     reference strings made by the data's target dictionary with ``post_process`` (as
-    fairseq-generate's ``H-`` / ``T-`` lines). The export's dictionaries are the data's."""
+    fairseq-generate's ``H-`` / ``T-`` lines). The export's dictionaries are the data's.
+    ``shortlist``: as the translators' (None: the export's shortlist when it ships one)."""
     import torch
 
     from lightcompress.deploy.databin import DataBinTranslation
 
     split = DataBinTranslation(export, data, subset, src, tgt, beam_size=beam,
-                               max_len_a=max_len_a, max_len_b=max_len_b, threads=threads)  # fmt: skip
+                               max_len_a=max_len_a, max_len_b=max_len_b, threads=threads,
+                               shortlist=shortlist)  # fmt: skip
     targets = split.targets()
     found = {
         i: (score, tokens) for batch in split.batches(batch_size) for i, score, tokens in batch
@@ -93,6 +102,8 @@ def _main(argv: Sequence[str] | None) -> int:
             export += ["--spm", args.spm]
         elif args.bpe_codes:
             export += ["--bpe-codes", args.bpe_codes]
+        if args.shortlist:
+            export += ["--shortlist", args.shortlist]
         try:
             export_main(export)
         except NothingToQuantize as exc:

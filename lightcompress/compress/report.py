@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 
-__all__ = ["dir_size", "read_generate", "read_speed", "score", "write_report"]
+__all__ = ["against_ct2", "dir_size", "read_generate", "read_speed", "score", "write_report"]
 
 
 def read_generate(path: str) -> tuple[list[str], list[str]]:
@@ -51,10 +51,13 @@ def score(hyps: list[str], refs: list[str]) -> dict:
 
 
 def read_speed(path: str) -> dict[tuple[str, str, str], dict]:
-    """``(label, engine, precision) -> record`` of a ``measure_speed --json`` file."""
+    """``(label, engine, precision) -> record`` of a ``measure_speed --json`` file; a row timed
+    with a vocabulary shortlist (its record names the list) is engine ``...+shortlist``, as
+    measure_speed's table names it."""
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
-    return {(m["label"], m["engine"], m["precision"]): m for m in doc["models"]}
+    return {(m["label"], m["engine"] + ("+shortlist" if m.get("shortlist") else ""),
+             m["precision"]): m for m in doc["models"]}  # fmt: skip
 
 
 SPREAD_WARNING = 0.25  # (fastest - slowest) / fastest run of one row above this: a warning
@@ -160,6 +163,61 @@ def build_rows(plan: dict, speed: dict, ct2: dict | None, scores: dict, onnx_dir
     return rows
 
 
+def against_ct2(speeds: dict, rows: dict, shortlist: bool) -> dict:
+    """The student's default export (ONNX Runtime int8 of every map, else the int8 compress
+    made, else float32; with the shortlist when compress built one) against what a user already
+    has: the teacher in CTranslate2 int8, without and with the same list as its vocabulary map
+    (like for like), at each timed batch size (``speeds``: ``{1: speed, 32: speed}``). Returns
+    ``{"engine": ..., "b1": x, "b1_vmap": x, "b32": ..., "size_vs_ct2_int8": x, ...}`` (ratios
+    of tokens/s, and the teacher's CTranslate2 int8 bytes on disk over the student's export's);
+    a figure whose rows were not timed is left out."""
+    out: dict = {}
+    sub = "+shortlist" if shortlist else ""
+    for batch, speed in sorted(speeds.items()):
+        for prec in ("int8", "int8-large", "float32"):
+            rec = speed.get(("student", f"onnxruntime{sub}", prec))
+            if rec:
+                break
+        if not rec:
+            continue
+        out.setdefault("engine", f"onnxruntime{sub} {prec}")
+        mine = best_rate(rec)
+        out[f"student_tokens_per_s_b{batch}"] = mine
+        for key, eng in ((f"b{batch}", "ctranslate2"), (f"b{batch}_vmap", "ctranslate2+shortlist")):
+            theirs = speed.get(("teacher", eng, "int8"))
+            if theirs and best_rate(theirs) and mine:
+                out[f"teacher_{eng}_int8_tokens_per_s_b{batch}"] = best_rate(theirs)
+                out[key] = round(mine / best_rate(theirs), 3)
+    q = rows["student"].get("int8") or {}
+    size = q.get("onnx_size_bytes") or rows["student"].get("onnx_size_bytes")
+    ct2 = rows["teacher"].get("ctranslate2_int8_size_bytes")
+    if size and ct2:
+        out["student_export_bytes"], out["teacher_ct2_int8_bytes"] = size, ct2
+        out["size_vs_ct2_int8"] = round(size / ct2, 3)
+    return out
+
+
+def _against_lines(vs: dict) -> list[str]:
+    """The report's table of :func:`against_ct2`."""
+    if not any(k.startswith("b") for k in vs):
+        return []
+
+    def x(key):
+        return f"{vs[key]:.2f}x" if key in vs else "-"
+
+    lines = ["", ("Against what you have now, the teacher in CTranslate2 int8 (tokens/s of the "
+             f"student's default export, {vs['engine']}, over the teacher's; one thread, beam 5):"),
+             "", "| the teacher in CTranslate2 int8 | batch 1 | batch 32 |", "| --- | ---: | ---: |",
+             f"| without a vocabulary map | {x('b1')} | {x('b32')} |",
+             (f"| with the shortlist as its vocabulary map (like for like) | {x('b1_vmap')} | "
+             f"{x('b32_vmap')} |")]  # fmt: skip
+    if "size_vs_ct2_int8" in vs:
+        lines += ["", (f"On disk: the student's export {_human(vs['student_export_bytes'], 'B')}, "
+                       f"{vs['size_vs_ct2_int8']:.2f}x the teacher's CTranslate2 int8 model "
+                       f"({_human(vs['teacher_ct2_int8_bytes'], 'B')}).")]  # fmt: skip
+    return lines
+
+
 def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
     t, s = rows["teacher"], rows["student"]
 
@@ -200,6 +258,8 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
     q = s.get("int8") or {}
     if q.get("bleu") is not None:
         what = f"ONNX Runtime int8, {INT8_MAPS[q['precision']]}"
+        if plan.get("shortlist"):
+            what += " + shortlist"
         size = q.get("onnx_size_bytes")
         lines += [
             (f"| size on disk (student's {what}) | - | {_human(size, 'B')} | "
@@ -208,6 +268,8 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
              f"{q['bleu'] - t['bleu']:+.2f} |"),
             (f"| chrF, student's {what} | {t['chrf']:.2f} | {q['chrf']:.2f} | "
              f"{q['chrf'] - t['chrf']:+.2f} |"),
+            (f"| BLEU, student's {what} against the student in float32 (fairseq) | - | "
+             f"{q['bleu']:.2f} | {q['bleu'] - s['bleu']:+.2f} |"),
         ]  # fmt: skip
     for eng in ENGINES[:4]:
         a, b = t["tokens_per_s"].get(eng), s["tokens_per_s"].get(eng)
@@ -226,6 +288,7 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
                     f"| tokens/s, CTranslate2 {prec} (the dense teacher) vs the student's "
                     f"{_engine_name(eng)} | {_human(v)} | {_human(b)} | {ratio(b, v)} |"
                 )
+    lines += _against_lines(s.get("vs_ct2_int8") or {})
     lines += [
         "",
         (
@@ -353,6 +416,11 @@ def write_report(save_dir: str, plan: dict, protocol: dict, refs_file: str | Non
         print(f"[compress] {line}", flush=True)
     onnx_dir = os.path.join(save_dir, "student-onnx")
     rows = build_rows(plan, speed, ct2, scores, onnx_dir, int8)
+    speeds = {1: speed}
+    b32 = os.path.join(save_dir, "speed-b32.json")
+    if os.path.exists(b32):
+        speeds[32] = read_speed(b32)
+    rows["student"]["vs_ct2_int8"] = against_ct2(speeds, rows, bool(plan.get("shortlist")))
     doc = {"plan": plan, "protocol": protocol, "models": rows}
     _atomic_text(os.path.join(save_dir, "report.json"), json.dumps(doc, indent=1) + "\n")
     png = os.path.join(save_dir, "report.png")

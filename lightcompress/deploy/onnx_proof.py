@@ -113,9 +113,10 @@ def prove_translations(folder: str, model, task, int8: str | None) -> float:
 
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     sentences = probe_sentences(src_dict, model.max_positions()[0])
-    try:
+    try:  # (every token scored, as fairseq does, also where the export ships a shortlist)
         got = _run_export(folder, [s.tolist() for s in sentences], beam=PROBE_BEAM,
-                          max_len_a=0.0, max_len_b=_MAX_LEN_B, batch_size=len(sentences))  # fmt: skip
+                          max_len_a=0.0, max_len_b=_MAX_LEN_B, batch_size=len(sentences),
+                          shortlist=False)  # fmt: skip
     except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
         detail = " ".join(str(exc).split())[:300]
         raise ExportError(f"the export does not run with its translate.py ({detail})") from None

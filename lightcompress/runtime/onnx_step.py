@@ -25,7 +25,14 @@ from .files import (
 from .search import BeamSearch, SearchError
 from .shortlist import Shortlist
 
-__all__ = ["OnnxGenerator", "OnnxStep"]
+__all__ = ["OnnxGenerator", "OnnxStep", "use_shortlist"]
+
+
+def use_shortlist(config: dict, shortlist: bool | None) -> bool:
+    """Whether a translator scores the export's shortlist: ``shortlist`` as given, and for
+    None (the translators' default) whenever the export ships one (``--shortlist FILE`` at
+    export time, which ``lightcompress-compress`` gives by default)."""
+    return bool(config.get("shortlist")) if shortlist is None else bool(shortlist)
 
 
 class OnnxStep:
@@ -37,13 +44,15 @@ class OnnxStep:
         An export of ``lightcompress-export-onnx``.
     threads : int
         ONNX Runtime's intra-op threads.
-    shortlist : bool
+    shortlist : bool or None
         Score only the candidates of the export's shortlist (:class:`Shortlist`), log-softmax
         renormalized over them; an export made with a shortlist scores every token without.
+        None: the shortlist when the export ships one (:func:`use_shortlist`).
     """
 
-    def __init__(self, model_dir: str, threads: int = 1, shortlist: bool = False):
+    def __init__(self, model_dir: str, threads: int = 1, shortlist: bool | None = False):
         self.config = config = load_config(model_dir)
+        shortlist = use_shortlist(config, shortlist)
         self.pad, self.eos, self.unk = config["pad"], config["eos"], config["unk"]
         self.vocab_size = config["vocab_size"]
         self.layers = config["layers"]
@@ -167,7 +176,8 @@ class OnnxGenerator(BeamSearch):
 
     def __init__(self, model_dir: str, beam_size: int = 5, len_penalty: float = 1.0,
                  min_len: int = 1, max_len_a: float = 0.0, max_len_b: int = 200,
-                 unk_penalty: float = 0.0, threads: int = 1, shortlist: bool = False):  # fmt: skip
+                 unk_penalty: float = 0.0, threads: int = 1,
+                 shortlist: bool | None = False):  # fmt: skip
         step = OnnxStep(model_dir, threads=threads, shortlist=shortlist)
         super().__init__(step, beam_size=beam_size, len_penalty=len_penalty, min_len=min_len,
                          max_len_a=max_len_a, max_len_b=max_len_b, unk_penalty=unk_penalty)  # fmt: skip

@@ -84,13 +84,15 @@ class OnnxTranslator:
     and so are the translations (the only way to use an export without a tokenizer: raw text is
     refused with :class:`OnnxError`).
 
-    Parameters are :class:`OnnxGenerator`'s, plus ``batch_size`` (sentences per batch).
+    Parameters are :class:`OnnxGenerator`'s, plus ``batch_size`` (sentences per batch);
+    ``shortlist`` defaults to None: the export's vocabulary shortlist when it ships one
+    (``False`` scores every token, fairseq's translations).
     """
 
     def __init__(self, model_dir: str, beam: int = 5, lenpen: float = 1.0,
                  max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
                  batch_size: int = 32, threads: int = 1, unk_penalty: float = 0.0,
-                 shortlist: bool = False, tokenized: bool = False):  # fmt: skip
+                 shortlist: bool | None = None, tokenized: bool = False):  # fmt: skip
         for name, value in (("beam", beam), ("batch_size", batch_size), ("threads", threads),
                             ("min_len", min_len), ("max_len_b", max_len_b)):  # fmt: skip
             if value < 1:
@@ -216,7 +218,10 @@ def _arg_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument("model_dir", help="the export's directory")
     add_search_arguments(p)
-    p.add_argument("--shortlist", action="store_true", help="score only the export's shortlist")
+    p.add_argument("--shortlist", action=argparse.BooleanOptionalAction, default=None,
+                   help="score only the candidates of the export's vocabulary shortlist (the "
+                   "default when the export ships one; --no-shortlist scores every token, "
+                   "as fairseq does)")  # fmt: skip
     p.add_argument("--tokenized", action="store_true",
                    help="the input is the data's subword tokens (space-separated), and so is the "
                    "output: no tokenizer (an export without one takes only this)")  # fmt: skip
