@@ -532,9 +532,9 @@ def test_builder_bad_input_is_one_line_and_writes_nothing(words, tmp_path, capsy
 
 
 def test_translate_commands_take_the_shortlist(words, tmp_path):
-    """``lightcompress-translate --shortlist`` and the export's ``translate.py --shortlist``:
-    a list that covers the vocabulary gives the text without it; a real list runs; a bad file
-    is one line."""
+    """``lightcompress-translate --shortlist`` and the export's ``translate.py`` (which uses
+    the export's shortlist by default, ``--no-shortlist`` every token): a list that covers the
+    vocabulary gives the text without it; a real list runs; a bad file is one line."""
     from lightcompress.deploy.torch_translator import Translator
 
     sl = tmp_path / "sl.txt"
@@ -564,9 +564,23 @@ def test_translate_commands_take_the_shortlist(words, tmp_path):
     runtime = [sys.executable, str(out / "translate.py"), str(out), "--beam", "5", "--tokenized"]
     run = lambda *a: subprocess.run([*runtime, *a], input=text, capture_output=True, text=True,
                                     check=False, timeout=300)  # fmt: skip
-    assert run().stdout == plain.stdout
     onnx_short = run("--shortlist")
     assert onnx_short.returncode == 0 and onnx_short.stdout == short.stdout, onnx_short.stderr
+    # the export's translators use its shortlist by default (issue 55), --no-shortlist scores
+    # every token (fairseq's translations); the list changes some translations here, so the
+    # default is told apart from either
+    assert short.stdout != plain.stdout
+    assert run().stdout == short.stdout
+    assert run("--no-shortlist").stdout == plain.stdout
+    from lightcompress.runtime import OnnxTranslator
+
+    lines = text.splitlines()
+    default = OnnxTranslator(str(out), beam=5, tokenized=True).translate(lines)
+    assert default == OnnxTranslator(str(out), beam=5, tokenized=True, shortlist=True).translate(
+        lines
+    )
+    assert "\n".join(OnnxTranslator(str(out), beam=5, tokenized=True, shortlist=False)
+                     .translate(lines)) == plain.stdout.rstrip("\n")  # fmt: skip
 
 
 def test_ct2_export_ships_the_shortlist_as_its_vocabulary_map(words, tmp_path):
