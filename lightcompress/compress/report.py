@@ -188,6 +188,10 @@ def against_ct2(speeds: dict, rows: dict, shortlist: bool) -> dict:
             if theirs and best_rate(theirs) and mine:
                 out[f"teacher_{eng}_int8_tokens_per_s_b{batch}"] = best_rate(theirs)
                 out[key] = round(mine / best_rate(theirs), 3)
+                # the student's shape on CTranslate2 (its factors multiplied out), like for like
+                dense = speed.get(("student", eng, "int8"))
+                if dense and best_rate(dense):
+                    out[f"{key}_student_ct2"] = round(best_rate(dense) / best_rate(theirs), 3)
     q = rows["student"].get("int8") or {}
     size = q.get("onnx_size_bytes") or rows["student"].get("onnx_size_bytes")
     ct2 = rows["teacher"].get("ctranslate2_int8_size_bytes")
@@ -211,6 +215,22 @@ def _against_lines(vs: dict) -> list[str]:
              f"| without a vocabulary map | {x('b1')} | {x('b32')} |",
              (f"| with the shortlist as its vocabulary map (like for like) | {x('b1_vmap')} | "
              f"{x('b32_vmap')} |")]  # fmt: skip
+    dense = [k for k in ("b1_student_ct2", "b32_student_ct2", "b1_vmap_student_ct2",
+                         "b32_vmap_student_ct2") if k in vs]  # fmt: skip
+    if dense:
+        lines += [(f"| the student's own shape in CTranslate2 int8 (its factors multiplied out; "
+                   f"against the teacher with the vocabulary map where both have it) | "
+                   f"{x('b1_vmap_student_ct2') if 'b1_vmap_student_ct2' in vs else x('b1_student_ct2')} | "
+                   f"{x('b32_vmap_student_ct2') if 'b32_vmap_student_ct2' in vs else x('b32_student_ct2')} |")]  # fmt: skip
+        for batch in (1, 32):
+            ours = vs.get(f"b{batch}_vmap", vs.get(f"b{batch}"))
+            theirs = vs.get(f"b{batch}_vmap_student_ct2", vs.get(f"b{batch}_student_ct2"))
+            if ours and theirs and theirs > ours:
+                lines += ["", (f"At batch {batch} the student runs faster in CTranslate2 "
+                               f"({theirs:.2f}x against {ours:.2f}x): deploy its CTranslate2 export "
+                               "(`lightcompress-export-ct2 --path STUDENT --data DATA "
+                               "--quantization int8 --shortlist shortlist.txt`) for that "
+                               "batch size; it stores the student dense, so it is larger.")]  # fmt: skip
     if "size_vs_ct2_int8" in vs:
         lines += ["", (f"On disk: the student's export {_human(vs['student_export_bytes'], 'B')}, "
                        f"{vs['size_vs_ct2_int8']:.2f}x the teacher's CTranslate2 int8 model "
