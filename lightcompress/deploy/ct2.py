@@ -85,82 +85,29 @@ class _ShortlistError(ExportError):
 
 def _model_namespace(model_args) -> argparse.Namespace:
     """A plain Namespace copy of the checkpoint's model configuration (``args`` or ``cfg.model``)."""
-    if isinstance(model_args, argparse.Namespace):
-        return argparse.Namespace(**vars(model_args))
-    from omegaconf import OmegaConf
+    from lightcompress.deploy.densify import model_namespace
 
-    return argparse.Namespace(**OmegaConf.to_container(model_args, resolve=True))
+    return model_namespace(model_args)
 
 
 def dense_export_error(model: nn.Module, arch: str) -> str | None:
-    """Why ``model`` cannot be expressed as CTranslate2's Transformer without losing what it is
-    (``None`` when it can): every map CTranslate2 reads must be a plain ``nn.Linear`` /
-    ``nn.Embedding``, and no layer may scale its residual (Admin)."""
-    from fairseq.models.transformer import TransformerModel
+    """Why ``model`` cannot be converted as it is (``None`` when it can): it must be fairseq's
+    Transformer (:func:`~lightcompress.deploy.densify.structure_error`: no Admin, Subformer,
+    DA-WID layers or decoder projections), and every map CTranslate2 reads a plain
+    ``nn.Linear`` / ``nn.Embedding``. A model refused only for its maps is exported through
+    :func:`~lightcompress.deploy.densify.densify_model` (its factors multiplied out)."""
+    from lightcompress.deploy.densify import is_dense_slot, model_slots, structure_error
 
-    if not isinstance(model, TransformerModel) or type(model).__name__.startswith("Subformer"):
-        return (
-            f"architecture {arch!r} ({type(model).__name__}) is not a fairseq Transformer "
-            "encoder-decoder that CTranslate2 can express (Subformer's SAFE and sandwich "
-            "layers, language models and other models are not)"
-        )
-
-    def check(path: str, module, kind) -> str | None:
-        if type(module) is not kind:
+    message = structure_error(model, arch)
+    if message:
+        return message
+    for path, module, target in model_slots(model):
+        if not is_dense_slot(module, target):
+            kind = "an nn.Embedding" if target == "embedding" else "an nn.Linear"
             return (
                 f"architecture {arch!r} is not dense: {path} is a {type(module).__name__}, not "
-                f"an {kind.__name__}; CTranslate2 would have to store it dense. Export its dense "
-                "teacher instead, or translate it with lightcompress-translate (keeps the "
-                "compressed weights)"
+                f"{kind}; CTranslate2 would have to store it dense"
             )
-        return None
-
-    from fairseq.modules.transformer_layer import (
-        TransformerDecoderLayerBase,
-        TransformerEncoderLayerBase,
-    )
-
-    for side, kind in (("encoder", TransformerEncoderLayerBase),
-                       ("decoder", TransformerDecoderLayerBase)):  # fmt: skip
-        for i, layer in enumerate(getattr(model, side).layers):
-            if not isinstance(layer, kind):
-                return (
-                    f"architecture {arch!r}: {side}.layers.{i} is a {type(layer).__name__}, not "
-                    "fairseq's Transformer layer (DA-WID's layers have per-layer widths, and its "
-                    "training model compactors and masks): CTranslate2 cannot express it"
-                )
-    for name in ("project_in_dim", "project_out_dim"):
-        if getattr(model.decoder, name, None) is not None:
-            return (
-                f"architecture {arch!r} has a decoder {name.replace('_', ' ')} projection "
-                "(--decoder-input-dim / --decoder-output-dim other than the model width): "
-                "CTranslate2's Transformer has none"
-            )
-    slots = [("encoder.embed_tokens", model.encoder.embed_tokens, nn.Embedding),
-             ("decoder.embed_tokens", model.decoder.embed_tokens, nn.Embedding),
-             ("decoder.output_projection", model.decoder.output_projection, nn.Linear)]  # fmt: skip
-    for side in ("encoder", "decoder"):
-        for i, layer in enumerate(getattr(model, side).layers):
-            prefix = f"{side}.layers.{i}"
-            if layer._modules.get("admin") is not None:
-                return (
-                    f"architecture {arch!r} scales residuals (Admin, --admin-init) in {prefix}: "
-                    "CTranslate2 has no residual scaling"
-                )
-            attns = [("self_attn", layer.self_attn)]
-            if getattr(layer, "encoder_attn", None) is not None:
-                attns.append(("encoder_attn", layer.encoder_attn))
-            for name, attn in attns:
-                for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                    slots.append((f"{prefix}.{name}.{proj}", getattr(attn, proj, None), nn.Linear))
-            slots += [
-                (f"{prefix}.fc1", layer.fc1, nn.Linear),
-                (f"{prefix}.fc2", layer.fc2, nn.Linear),
-            ]
-    for path, module, kind in slots:
-        message = check(path, module, kind)
-        if message:
-            return message
     return None
 
 
@@ -280,15 +227,22 @@ def export_ctranslate2(
 
 def export_model(model, task, model_args, output_dir: str, quantization: str | None = None,
                  shortlist: str | None = None) -> str:  # fmt: skip
-    """Export a loaded (or freshly built) dense fairseq Transformer: ``model``, its ``task``
+    """Export a loaded (or freshly built) fairseq Transformer: ``model``, its ``task``
     (dictionaries) and model configuration (``args`` / ``cfg.model``), into ``output_dir``
     (replaced atomically), with ``shortlist`` as its vocabulary map (:func:`write_vmap`).
-    Raises :class:`ExportError` for a model CTranslate2 cannot express or a shortlist of other
-    dictionaries."""
+
+    A compressed student whose maps multiply out (LightFormer, Smartformer, Hypoformer without
+    Admin) is exported as the dense Transformer it computes
+    (:func:`~lightcompress.deploy.densify.densify_model`; recorded in ``check.json``'s
+    ``densified``). Either way the export is proven against ``model`` itself before anything
+    is written: its log-probabilities of probe pairs (:func:`check_export`) and its greedy
+    probe translations (:func:`check_translations`). Raises :class:`ExportError` for a model
+    CTranslate2 cannot express or a shortlist of other dictionaries."""
     import tempfile
 
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
+    from lightcompress.deploy.densify import DensifyError, densify_model, structure_error
     from lightcompress.errors import one_line
     from lightcompress.io import atomic_directory
 
@@ -297,16 +251,26 @@ def export_model(model, task, model_args, output_dir: str, quantization: str | N
         raise ExportError(missing)
     spec_args = _model_namespace(model_args)
     arch = getattr(spec_args, "arch", None) or getattr(spec_args, "_name", None) or "?"
-    message = dense_export_error(model, arch)
+    message = structure_error(model, arch)
     if message:
         raise ExportError(message)
-    if ARCH_MODEL_NAME_REGISTRY.get(arch) not in ("transformer", "transformer_align"):
+    densified = None
+    if dense_export_error(model, arch):  # factorized maps: multiplied out (or one line why not)
+        try:
+            densified = densify_model(model, model_args, task)
+        except DensifyError as exc:
+            raise ExportError(str(exc)) from None
+        # (a model of its own: CTranslate2's quantization may scale its weights in place)
+        target, spec_args = densified.model, copy.copy(densified.args)
+    else:
+        # (CTranslate2's converter reads the parameters as numpy views and its int8 / int16
+        # quantization scales them in place: it converts a copy, so that the caller's model is
+        # the same afterwards; measure_speed times that model next to the export)
+        target = copy.deepcopy(model)
+    if ARCH_MODEL_NAME_REGISTRY.get(spec_args.arch) not in ("transformer", "transformer_align"):
         # a dense plugin model is fairseq's Transformer: CTranslate2 knows it by that name
         spec_args.arch = "transformer"
-    # (CTranslate2's converter reads the parameters as numpy views and its int8 / int16
-    # quantization scales them in place: it converts a copy, so that the caller's model is
-    # the same afterwards; measure_speed times that model next to the export)
-    converter = _converter(copy.deepcopy(model), task, spec_args)
+    converter = _converter(target, task, spec_args)
     try:
         with atomic_directory(output_dir) as tmp, tempfile.TemporaryDirectory() as scratch:
             vmap = None
@@ -319,26 +283,39 @@ def export_model(model, task, model_args, output_dir: str, quantization: str | N
             # the export's check.json and reported, as the ONNX exporter's int8_error)
             worst = check_export(model, task, tmp)
             exact = quantization in (None, "float32")
+            what = "the multiplied-out model" if densified is not None else "fairseq's"
             if (exact and not worst <= TOLERANCE) or not math.isfinite(worst):
                 raise ExportError(
                     "the CTranslate2 export computes another model: its log-probabilities of "
-                    f"probe translations differ from fairseq's by up to {worst:.3g} (allowed "
+                    f"probe translations differ from {what} by up to {worst:.3g} (allowed "
                     f"{TOLERANCE:g}); options CTranslate2 ignores (e.g. --cross-self-attention) "
                     "change the model; nothing written"
                 )
+            translations = check_translations(model, task, tmp, strict=exact)
+            record = {"quantization": quantization or "float32",
+                      "max_abs_logprob_difference": worst, "tolerance": TOLERANCE if exact else None,
+                      "translations": translations, "densified": None}  # fmt: skip
+            if densified is not None:
+                record["densified"] = {
+                    "maps": len(densified.maps),
+                    "kinds": sorted({name for _, name in densified.maps}),
+                    "params": densified.params,
+                    "dense_params": densified.dense_params,
+                    "summary": densified.summary(),
+                }
             with open(os.path.join(tmp, "check.json"), "w", encoding="utf-8") as f:
-                json.dump({"quantization": quantization or "float32",
-                           "max_abs_logprob_difference": worst, "tolerance": TOLERANCE if exact else None},
-                          f)  # fmt: skip
+                json.dump(record, f)
     except ValueError as exc:  # CTranslate2's ConfigurationChecker: options it cannot express
         if isinstance(exc, ExportError):
             raise
+        if isinstance(exc, DensifyError):
+            raise ExportError(str(exc)) from None
         raise ExportError(f"CTranslate2 cannot express it: {one_line(exc)}") from None
     return output_dir
 
 
 # largest |log p| difference per target token between fairseq and a float32 export on the
-# probes (they agree to rounding: ~1e-6)
+# probes (they agree to rounding: ~1e-6); the same as densify's
 TOLERANCE = 1e-3
 
 
@@ -349,26 +326,12 @@ def check_export(model, task, ct2_dir: str, sentences: int = 4, seed: int = 0) -
     NaN-aware: a non-finite value on either side gives ``inf``."""
     import ctranslate2
 
+    from lightcompress.deploy.densify import gold_logprobs, probe_pairs
+
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
-    gen = torch.Generator().manual_seed(seed)
-    lo = src_dict.nspecial
-    srcs, tgts = [], []
-    for i in range(sentences):
-        srcs.append(torch.randint(lo, len(src_dict), (5 + i,), generator=gen))
-        tgts.append(torch.randint(tgt_dict.nspecial, len(tgt_dict), (4 + i,), generator=gen))
-    was_training = model.training
-    model.eval()
-    try:
-        ours = []
-        for src, tgt in zip(srcs, tgts):
-            src_tokens = torch.cat([src, torch.tensor([src_dict.eos()])]).unsqueeze(0)
-            prev = torch.cat([torch.tensor([tgt_dict.eos()]), tgt]).unsqueeze(0)
-            out = model(src_tokens, torch.tensor([src_tokens.shape[1]]), prev)
-            lprobs = model.get_normalized_probs(out, log_probs=True)[0].float()
-            gold = torch.cat([tgt, torch.tensor([tgt_dict.eos()])])
-            ours.append(lprobs.gather(-1, gold.unsqueeze(-1)).squeeze(-1))
-    finally:
-        model.train(was_training)
+    pairs = probe_pairs(task, sentences, seed)
+    srcs, tgts = [s for s, _ in pairs], [t for _, t in pairs]
+    ours = gold_logprobs(model, task, pairs)
     translator = ctranslate2.Translator(ct2_dir, device="cpu", inter_threads=1, intra_threads=1)
     results = translator.score_batch(
         [[src_dict[int(t)] for t in s] for s in srcs],
@@ -383,6 +346,50 @@ def check_export(model, task, ct2_dir: str, sentences: int = 4, seed: int = 0) -
             return float("inf")
         worst = max(worst, float((theirs - ref).abs().max()))
     return worst
+
+
+def check_translations(model, task, ct2_dir: str, strict: bool = True, sentences: int = 4,
+                       seed: int = 0) -> dict:  # fmt: skip
+    """Greedy translations of random probe sentences by the CTranslate2 export against
+    ``model``'s (:func:`lightcompress.deploy.densify.greedy`: the argmax at every step, no
+    token masked, the same length limit): equal, or parting at a near tie (the two tokens'
+    log-probabilities under ``model`` within :data:`TOLERANCE`). Returns ``{"sentences",
+    "equal", "near_ties", "differ"}``; with ``strict`` (float32 weights), a translation that
+    parts elsewhere is an :class:`ExportError`, otherwise it is counted in ``differ`` (int8)."""
+    import ctranslate2
+
+    from lightcompress.deploy.densify import (
+        DensifyError,
+        greedy,
+        greedy_mismatch,
+        max_len_of,
+        probe_pairs,
+    )
+
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    sources = [s for s, _ in probe_pairs(task, sentences, seed)]
+    ours = greedy(model, task, sources)
+    translator = ctranslate2.Translator(ct2_dir, device="cpu", inter_threads=1, intra_threads=1)
+    index = lambda t: tgt_dict.pad() if t == "<blank>" else tgt_dict.index(t)
+    theirs = []
+    for src in sources:
+        (result,) = translator.translate_batch(
+            [[src_dict[int(t)] for t in src]], beam_size=1, max_decoding_length=max_len_of(src),
+            min_decoding_length=0,
+        )  # fmt: skip
+        theirs.append([index(t) for t in result.hypotheses[0]])
+    counts = {"sentences": len(sources), "equal": 0, "near_ties": 0, "differ": 0}
+    for pair, hyp in zip(ours, theirs):
+        try:
+            one = greedy_mismatch([pair], [hyp], tgt_dict.eos(), "the CTranslate2 export")
+        except DensifyError as exc:
+            if strict:
+                raise ExportError(f"{exc}; nothing written") from None
+            counts["differ"] += 1
+            continue
+        counts["equal"] += one["equal"]
+        counts["near_ties"] += one["near_ties"]
+    return counts
 
 
 def _arg_parser() -> argparse.ArgumentParser:
