@@ -1,24 +1,39 @@
-"""Export of dense fairseq Transformers to CTranslate2, through CTranslate2's own fairseq converter.
+"""Export of fairseq Transformers to CTranslate2, through CTranslate2's own fairseq converter.
 
 What a user deploys an uncompressed model with: the teachers and dense baselines of the plugin
 (fairseq's ``transformer*`` architectures, and the plugin's own architectures when every map is
 dense) go to CTranslate2 with :func:`export_ctranslate2` (``lightcompress-export-ct2``), so that
 ``scripts/measure_speed.sh --ct2`` can time them next to the compressed models.
 
+A compressed student whose maps multiply out (LightFormer's low-rank maps and tables and shared
+layers, Smartformer's CP maps, Hypoformer's HTT / TT / low-rank maps, fused Q/K/V map, identity
+output maps and HTT table, when trained without Admin) is exported as the dense Transformer it
+computes (:func:`lightcompress.deploy.densify.densify_model`): the student's shape on
+CTranslate2, larger on disk than the factorized student by design (``check.json``'s
+``densified`` and the command's output say what was multiplied out and the sizes). Shared layers
+become equal copies, which CTranslate2 stores once (it aliases equal variables).
+
 How: the checkpoint is loaded as ``fairseq-generate`` loads it (the plugin imported first, so its
 architectures are known and torch's ``weights_only`` loader accepts fairseq checkpoints), the
-model is checked (:func:`dense_export_error`), then CTranslate2's converter functions
-(``ctranslate2.converters.fairseq``: the model spec from the model flags, every layer's weights,
-the vocabularies, ``</s>`` as decoder start token and source EOS) write the model. CTranslate2's
-converter itself accepts only fairseq's model names (``transformer``...); a plugin model that
-passes the dense check is converted with the spec of the fairseq Transformer it is.
+model is checked (:func:`dense_export_error`; a student refused only for its maps is multiplied
+out), then CTranslate2's converter functions (``ctranslate2.converters.fairseq``: the model spec
+from the model flags, every layer's weights, the vocabularies, ``</s>`` as decoder start token
+and source EOS) write the model. CTranslate2's converter itself accepts only fairseq's model
+names (``transformer``...); a plugin model is converted with the spec of the fairseq
+Transformer it is.
 
-Refused with one clear error (:class:`ExportError`): a factorized, fused, identity or CP map, a
-factorized embedding (anything that is not an ``nn.Linear`` / ``nn.Embedding`` where CTranslate2
-reads one), Admin residual scaling (``--admin-init``: CTranslate2 has no ``residual * omega``),
-Subformer (SAFE and sandwich layers), and whatever CTranslate2's converter rejects (activation,
-different encoder/decoder heads or normalisation). Layer sharing of dense layers is expressible:
-CTranslate2 stores the shared weights once (it aliases equal variables).
+Proven before anything is written, against the checkpoint's own model (the factorized student
+for a multiplied-out one): the export's log-probabilities of probe pairs (:func:`check_export`,
+teacher forcing) and its greedy probe translations (:func:`check_translations`: equal, or
+parting only at a near tie), to :data:`TOLERANCE` for float32 weights; for quantized weights the
+deviation and the translations that differ are recorded in ``check.json``.
+
+Refused with one clear error (:class:`ExportError`): Admin residual scaling (``--admin-init``:
+CTranslate2 has no ``residual * omega``, and the dense Transformer nothing to multiply it into),
+Subformer (SAFE and sandwich layers), DA-WID's layers (per-layer widths, masks), decoder
+input / output projections, a module with no dense equivalent (no ``to_dense()``, or one that
+does not reproduce its forward; :mod:`lightcompress.deploy.densify`), and whatever CTranslate2's
+converter rejects (activation, different encoder/decoder heads or normalisation).
 
 With a vocabulary shortlist (``--shortlist FILE``, :mod:`lightcompress.deploy.shortlist_build`),
 the export ships it as CTranslate2's own vocabulary map (``vmap.txt``, :func:`write_vmap`), so
@@ -395,8 +410,12 @@ def check_translations(model, task, ct2_dir: str, strict: bool = True, sentences
 def _arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lightcompress-export-ct2",
-        description="Export a dense fairseq Transformer checkpoint (a teacher, a dense baseline, "
-        "a dense plugin architecture) to CTranslate2 with CTranslate2's fairseq converter.",
+        description="Export a fairseq Transformer checkpoint (a teacher, a dense baseline, a "
+        "dense plugin architecture) to CTranslate2 with CTranslate2's fairseq converter. A "
+        "compressed student whose maps multiply out (LightFormer, Smartformer, Hypoformer "
+        "without Admin) is exported as the dense Transformer it computes (larger than the "
+        "student by design); Admin, Subformer and DA-WID students are refused. The export is "
+        "checked against the checkpoint's model on probe translations before it is written.",
     )
     p.add_argument("--path", required=True, help="fairseq checkpoint")
     p.add_argument("--data", required=True, help="its data-bin directory (dictionaries)")
@@ -426,10 +445,22 @@ def _main(argv: Sequence[str] | None) -> int:
                              shortlist=args.shortlist)  # fmt: skip
     with open(os.path.join(out, "check.json"), encoding="utf-8") as f:
         check = json.load(f)
-    print(f"wrote {out} (checked against fairseq on probe translations: largest log-probability "
-          f"difference {check['max_abs_logprob_difference']:.2g} per token, "
-          f"{check['quantization']} weights"
-          + (", the shortlist as its vocabulary map: translate with use_vmap=True)"
+    size = os.path.getsize(os.path.join(out, "model.bin"))
+    dense = check.get("densified")
+    if dense:
+        print(f"{args.path}: {dense['summary']} (the export is the student's dense shape: "
+              "larger than the factorized student by design)")  # fmt: skip
+    t = check["translations"]
+    agree = f"{t['equal']} of {t['sentences']} greedy probe translations equal"
+    if t["near_ties"]:
+        agree += f", {t['near_ties']} parting at a near tie"
+    if t["differ"]:
+        agree += f", {t['differ']} otherwise"
+    print(f"wrote {out} (model.bin {size / 1e6:.2f} MB, {check['quantization']} weights; checked "
+          f"against {'the student' if dense else 'fairseq'} on probe translations: largest "
+          f"log-probability difference {check['max_abs_logprob_difference']:.2g} per token, "
+          f"{agree}"
+          + ("; the shortlist as its vocabulary map: translate with use_vmap=True)"
              if args.shortlist else ")"))  # fmt: skip
     return 0
 
