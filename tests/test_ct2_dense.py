@@ -129,7 +129,7 @@ def test_int8_export_translates_as_the_student_within_int8_tolerance(toy):
         t = check["translations"]
         assert t["equal"] + t["near_ties"] + t["differ"] == t["sentences"] == 4
         model, task = _load(toy[family], toy["data"])
-        sources = _sources(task)
+        sources = _sources(task, 16)
         ours = [_fairseq_nbest(model, task, s, GREEDY)[0]["tokens"].tolist()[:-1] for s in sources]
         theirs = _runner(out, model, task, "int8").translate(sources, GREEDY, batch_size=8)
         same = sum(a == b for a, b in zip(ours, theirs))
@@ -190,8 +190,9 @@ def test_densify_writes_a_fairseq_checkpoint_of_the_dense_transformer(toy, tmp_p
 
 def test_what_cannot_be_multiplied_out_is_one_line_and_nothing_is_written(toy, tmp_path, capsys):
     """Admin residual scaling and Subformer through the command; a map without a dense
-    equivalent, one whose to_dense() is not its forward, and a parameter outside every slot
-    through the library (each one ExportError line, no directory left)."""
+    equivalent, one whose to_dense() is not its forward, a parameter outside every slot, and a
+    student with ``densify=False`` through the library (each one ExportError line, no
+    directory left)."""
     from torch import nn
 
     from lightcompress.checkpoint import load_checkpoint
@@ -235,6 +236,9 @@ def test_what_cannot_be_multiplied_out_is_one_line_and_nothing_is_written(toy, t
     ):
         with pytest.raises(ExportError, match=message.replace("(", r"\(").replace(")", r"\)")):
             export_model(*broken(kind), str(tmp_path / "out"))
+    with pytest.raises(ExportError, match="is not dense: encoder.embed_tokens is a LowRankEmb"):
+        export_model(*load_checkpoint(toy["lightformer"], toy["data"]), str(tmp_path / "out"),
+                     densify=False)  # fmt: skip
     assert sorted(os.listdir(tmp_path)) == ["admin.pt", "sub.pt"]
 
 

@@ -179,13 +179,15 @@ def export_ctranslate2(
     quantization: str | None = None,
     force: bool = False,
     shortlist: str | None = None,
+    densify: bool = True,
 ) -> str:
     """Export a dense fairseq Transformer checkpoint to a CTranslate2 model directory.
 
     Parameters
     ----------
     checkpoint : str
-        A fairseq checkpoint (fairseq's ``transformer*`` or a dense plugin architecture).
+        A fairseq checkpoint (fairseq's ``transformer*``, a dense plugin architecture, or a
+        student whose maps multiply out).
     data : str
         Its data-bin directory (the dictionaries become CTranslate2's vocabularies).
     output_dir : str
@@ -197,6 +199,9 @@ def export_ctranslate2(
     shortlist : str, optional
         A vocabulary shortlist (``lightcompress-shortlist``) shipped as CTranslate2's
         vocabulary map (``vmap.txt``; translate with ``use_vmap=True``).
+    densify : bool
+        Export a student whose maps multiply out as the dense Transformer it computes
+        (default); ``False``: refuse it, as a model that is not dense.
 
     Returns
     -------
@@ -231,7 +236,8 @@ def export_ctranslate2(
     except CheckpointError as exc:
         raise ExportError(str(exc)) from None
     try:
-        return export_model(model, task, model_args, output_dir, quantization, shortlist)
+        return export_model(model, task, model_args, output_dir, quantization, shortlist,
+                            densify=densify)  # fmt: skip
     except _ShortlistError:
         raise
     except ExportError as exc:
@@ -241,7 +247,7 @@ def export_ctranslate2(
 
 
 def export_model(model, task, model_args, output_dir: str, quantization: str | None = None,
-                 shortlist: str | None = None) -> str:  # fmt: skip
+                 shortlist: str | None = None, densify: bool = True) -> str:  # fmt: skip
     """Export a loaded (or freshly built) fairseq Transformer: ``model``, its ``task``
     (dictionaries) and model configuration (``args`` / ``cfg.model``), into ``output_dir``
     (replaced atomically), with ``shortlist`` as its vocabulary map (:func:`write_vmap`).
@@ -249,9 +255,9 @@ def export_model(model, task, model_args, output_dir: str, quantization: str | N
     A compressed student whose maps multiply out (LightFormer, Smartformer, Hypoformer without
     Admin) is exported as the dense Transformer it computes
     (:func:`~lightcompress.deploy.densify.densify_model`; recorded in ``check.json``'s
-    ``densified``). Either way the export is proven against ``model`` itself before anything
-    is written: its log-probabilities of probe pairs (:func:`check_export`) and its greedy
-    probe translations (:func:`check_translations`). Raises :class:`ExportError` for a model
+    ``densified``; ``densify=False`` refuses it instead). Either way the export is proven
+    against ``model`` itself before anything is written: its log-probabilities of probe pairs
+    (:func:`check_export`) and its greedy probe translations (:func:`check_translations`). Raises :class:`ExportError` for a model
     CTranslate2 cannot express or a shortlist of other dictionaries."""
     import tempfile
 
@@ -270,7 +276,10 @@ def export_model(model, task, model_args, output_dir: str, quantization: str | N
     if message:
         raise ExportError(message)
     densified = None
-    if dense_export_error(model, arch):  # factorized maps: multiplied out (or one line why not)
+    factorized = dense_export_error(model, arch)
+    if factorized and not densify:
+        raise ExportError(f"{factorized} (its factors would be multiplied out with densify=True)")
+    if factorized:  # multiplied out, or one line saying why it cannot be
         try:
             densified = densify_model(model, model_args, task)
         except DensifyError as exc:

@@ -227,11 +227,6 @@ def _affine(path: str, module) -> tuple[torch.Tensor, torch.Tensor]:
     return w, b
 
 
-def _identity(path: str, module, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    del path, module
-    return torch.eye(dim, dtype=torch.float64), torch.zeros(dim, dtype=torch.float64)
-
-
 def _fused_qkv(path: str, fused) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``[(W_q, b_q), (W_k, b_k), (W_v, b_v)]`` of a fused Q/K/V map."""
     from lightcompress.modules.fused_qkv import FusedQKV, fused_rows
@@ -267,8 +262,15 @@ def _table(path: str, emb) -> torch.Tensor:
     m = _f64(emb)
     with torch.no_grad():
         table = m.to_dense().detach()
-        tokens = torch.arange(table.shape[0])
-        err = float((m(tokens) - table).abs().max())
+        # lookups of the first rows, the padding row and a random sample (not the whole table)
+        gen = torch.Generator().manual_seed(0)
+        rows = table.shape[0]
+        tokens = torch.cat(
+            [torch.arange(min(rows, 64)), torch.randint(rows, (256,), generator=gen)]
+        )
+        if getattr(emb, "padding_idx", None) is not None:
+            tokens = torch.cat([tokens, torch.tensor([emb.padding_idx])])
+        err = float((m(tokens) - table[tokens]).abs().max())
     if not err <= 1e-8 * (1.0 + float(table.abs().max())):
         raise DensifyError(
             f"{path} ({type(emb).__name__}): its lookups differ from its to_dense() table by "
@@ -277,7 +279,7 @@ def _table(path: str, emb) -> torch.Tensor:
     return table
 
 
-def _output(model, proj) -> torch.Tensor:
+def _output(proj) -> torch.Tensor:
     """The ``(V, d)`` weight of the decoder's output projection, float64."""
     from lightcompress.integration import TiedOutputProjection
     from lightcompress.modules.registry import two_factors
@@ -373,7 +375,8 @@ def _tie_output(weights: dict, pad: int, tie_all: bool) -> bool:
     return True
 
 
-def _dense_args(model, model_args, tie_all: bool, tie_out: bool) -> argparse.Namespace:
+def _dense_args(model_args, tie_all: bool, tie_out: bool) -> argparse.Namespace:
+    """The dense model's configuration: the student's, as fairseq's ``transformer``."""
     args = model_namespace(model_args)
     args.arch = "transformer"
     if hasattr(args, "_name"):
@@ -387,7 +390,6 @@ def _dense_args(model, model_args, tie_all: bool, tie_out: bool) -> argparse.Nam
     for side in ("encoder", "decoder"):
         if hasattr(args, f"lc_{side}_groups"):
             setattr(args, f"lc_{side}_groups", 0)
-    del model
     return args
 
 
@@ -431,15 +433,15 @@ def densify_model(model: nn.Module, model_args, task, check: bool = True) -> Den
             if target == "embedding":
                 weights[f"{path}.weight"] = _table(path, module)
             elif target == "output":
-                weights[f"{path}.weight"] = _output(model, module)
+                weights[f"{path}.weight"] = _output(module)
             elif target == "qkv":
                 prefix = path[: -len(".qkv_proj")]
                 for name, (w, b) in zip(("q_proj", "k_proj", "v_proj"), _fused_qkv(path, module)):
                     weights[f"{prefix}.{name}.weight"], weights[f"{prefix}.{name}.bias"] = w, b
-            elif type(module) is nn.Identity:
-                attn = model.get_submodule(path.rpartition(".")[0])
-                w, b = _identity(path, module, attn.embed_dim)
-                weights[f"{path}.weight"], weights[f"{path}.bias"] = w, b
+            elif type(module) is nn.Identity:  # (an attention without output map: y = x)
+                dim = model.get_submodule(path.rpartition(".")[0]).embed_dim
+                weights[f"{path}.weight"] = torch.eye(dim, dtype=torch.float64)
+                weights[f"{path}.bias"] = torch.zeros(dim, dtype=torch.float64)
             else:
                 w, b = _affine(path, module)
                 weights[f"{path}.weight"], weights[f"{path}.bias"] = w, b
@@ -447,7 +449,7 @@ def densify_model(model: nn.Module, model_args, task, check: bool = True) -> Den
     if tie_all:
         weights["decoder.embed_tokens.weight"] = weights["encoder.embed_tokens.weight"]
     tie_out = _tie_output(weights, task.target_dictionary.pad(), tie_all)
-    args = _dense_args(model, model_args, tie_all, tie_out)
+    args = _dense_args(model_args, tie_all, tie_out)
     src, tgt = task.source_dictionary, task.target_dictionary
     with torch.random.fork_rng():  # (the build's random init would move the caller's RNG)
         try:
