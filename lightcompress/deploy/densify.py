@@ -31,9 +31,11 @@ with no dense equivalent (no ``to_dense()``, or one that does not reproduce its 
 parameter of the student that no slot of the dense Transformer holds.
 
 :func:`densify_checkpoint` writes the dense model as a fairseq checkpoint (``arch
-transformer``, the student's task configuration; atomically), so that ``fairseq-generate`` and
-``scripts/measure_speed.sh`` load it without the plugin; ``python -m
-lightcompress.deploy.densify --path STUDENT.pt --data DATA-BIN -o DENSE.pt`` runs it.
+transformer``: fairseq's own model class, the student's task configuration; atomically), which
+``fairseq-generate`` and ``scripts/measure_speed.sh`` load as any fairseq Transformer (with torch's
+``weights_only`` loader, ``--user-dir`` for the allow-list of fairseq's checkpoint types, as for
+every checkpoint); ``python -m lightcompress.deploy.densify --path STUDENT.pt --data DATA-BIN -o
+DENSE.pt`` runs it.
 """
 
 from __future__ import annotations
@@ -631,9 +633,9 @@ def greedy_mismatch(ours, theirs: Sequence[Sequence[int]], eos: int, what: str) 
 def densify_checkpoint(path_in: str, data: str, path_out: str, force: bool = False) -> Densified:
     """Write the student checkpoint ``path_in`` (dictionaries in ``data``) multiplied out as
     a fairseq checkpoint of the dense Transformer at ``path_out`` (atomically): ``arch
-    transformer``, the student's task configuration, no optimizer state. ``fairseq-generate``
-    and ``scripts/measure_speed.sh`` load it without the plugin. Proven before it is written
-    (:func:`densify_model`). Raises :class:`DensifyError` (or the checkpoint's
+    transformer`` (fairseq's own model class), the student's task configuration, no optimizer
+    state: ``fairseq-generate`` and ``scripts/measure_speed.sh`` load it as any fairseq
+    Transformer. Proven before it is written (:func:`densify_model`). Raises :class:`DensifyError` (or the checkpoint's
     :class:`~lightcompress.errors.CheckpointError`) with one line."""
     import lightcompress  # noqa: F401  (plugin architectures; fairseq checkpoints load)
     from lightcompress.checkpoint import load_checkpoint, read_checkpoint
