@@ -220,15 +220,17 @@ def test_ct2_exports_a_dense_plugin_architecture_and_translates_it_identically(t
 
 
 def test_ct2_export_refuses_a_compressed_model_with_one_line_and_writes_nothing(toy):
+    # (a student whose factors multiply out is exported dense, tests/test_ct2_dense.py; Admin's
+    # residual scaling has no place in the dense Transformer)
     ckpt = make_checkpoint(toy["data"], str(toy["root"] / "lf.pt"), "lightformer_iwslt_de_en",
                            TINY + ["--lc-rank", "8", "--lc-embed-rank", "8",
-                                   "--lc-encoder-groups", "1"])  # fmt: skip
+                                   "--lc-encoder-groups", "1", "--admin-init", "closed-form"])  # fmt: skip
     out = toy["root"] / "lf_ct2"
     proc = _run_export("--path", ckpt, "--data", toy["data"], "-o", str(out))
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
-    assert "is not dense" in lines[0] and "LowRank" in lines[0]
+    assert "scales residuals (Admin, --admin-init)" in lines[0]
     assert not out.exists()
     assert not [p for p in os.listdir(toy["root"]) if p.startswith(".lf_ct2")]
 
@@ -298,13 +300,13 @@ def test_measure_speed_notes_models_that_ct2_cannot_express(toy, tmp_path):
 
     lf = make_checkpoint(toy["data"], str(tmp_path / "lf.pt"), "lightformer_iwslt_de_en",
                          TINY + ["--lc-rank", "8", "--lc-embed-rank", "8",
-                                 "--lc-encoder-groups", "1"])  # fmt: skip
+                                 "--lc-encoder-groups", "1", "--admin-init", "closed-form"])  # fmt: skip
     candidates = load_candidates([f"teacher={toy['teacher']}", f"lf={lf}"], data=toy["data"])
     ct2, notes = with_ct2(candidates, str(tmp_path / "ct2"), threads=1)
     assert [(c.label, c.engine, c.precision) for c in ct2] == [
         ("teacher", "ctranslate2", "float32"), ("teacher", "ctranslate2", "int8")]  # fmt: skip
     assert len(notes) == 1 and notes[0].startswith("lf: no CTranslate2 export")
-    assert "encoder.embed_tokens is a LowRankEmbedding" in notes[0]
+    assert "scales residuals (Admin, --admin-init)" in notes[0]
 
 
 def test_measure_speed_ct2_dir_must_be_new_or_empty(toy, tmp_path, capsys):

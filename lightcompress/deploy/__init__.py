@@ -7,7 +7,9 @@
   (:mod:`lightcompress.runtime.search`, fairseq's results) over the ONNX export's decoder step
   run eagerly in PyTorch, which keeps the compressed weights as they are;
 - :mod:`lightcompress.deploy.ct2`: export of dense fairseq Transformers (teachers, dense
-  baselines, dense plugin architectures) to CTranslate2 (``lightcompress-export-ct2``);
+  baselines, dense plugin architectures) to CTranslate2 (``lightcompress-export-ct2``), and of
+  students whose factors multiply out as the dense Transformer they compute
+  (:mod:`lightcompress.deploy.densify`, which also writes it as a fairseq checkpoint);
 - :mod:`lightcompress.deploy.onnx_export`: export of the Transformer, LightFormer, Hypoformer,
   Smartformer and Subformer to ONNX Runtime graphs that keep the compressed weights
   (``lightcompress-export-onnx``); they translate with the torch-free package

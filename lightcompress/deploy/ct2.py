@@ -1,24 +1,39 @@
-"""Export of dense fairseq Transformers to CTranslate2, through CTranslate2's own fairseq converter.
+"""Export of fairseq Transformers to CTranslate2, through CTranslate2's own fairseq converter.
 
 What a user deploys an uncompressed model with: the teachers and dense baselines of the plugin
 (fairseq's ``transformer*`` architectures, and the plugin's own architectures when every map is
 dense) go to CTranslate2 with :func:`export_ctranslate2` (``lightcompress-export-ct2``), so that
 ``scripts/measure_speed.sh --ct2`` can time them next to the compressed models.
 
+A compressed student whose maps multiply out (LightFormer's low-rank maps and tables and shared
+layers, Smartformer's CP maps, Hypoformer's HTT / TT / low-rank maps, fused Q/K/V map, identity
+output maps and HTT table, when trained without Admin) is exported as the dense Transformer it
+computes (:func:`lightcompress.deploy.densify.densify_model`): the student's shape on
+CTranslate2, larger on disk than the factorized student by design (``check.json``'s
+``densified`` and the command's output say what was multiplied out and the sizes). Shared layers
+become equal copies, which CTranslate2 stores once (it aliases equal variables).
+
 How: the checkpoint is loaded as ``fairseq-generate`` loads it (the plugin imported first, so its
 architectures are known and torch's ``weights_only`` loader accepts fairseq checkpoints), the
-model is checked (:func:`dense_export_error`), then CTranslate2's converter functions
-(``ctranslate2.converters.fairseq``: the model spec from the model flags, every layer's weights,
-the vocabularies, ``</s>`` as decoder start token and source EOS) write the model. CTranslate2's
-converter itself accepts only fairseq's model names (``transformer``...); a plugin model that
-passes the dense check is converted with the spec of the fairseq Transformer it is.
+model is checked (:func:`dense_export_error`; a student refused only for its maps is multiplied
+out), then CTranslate2's converter functions (``ctranslate2.converters.fairseq``: the model spec
+from the model flags, every layer's weights, the vocabularies, ``</s>`` as decoder start token
+and source EOS) write the model. CTranslate2's converter itself accepts only fairseq's model
+names (``transformer``...); a plugin model is converted with the spec of the fairseq
+Transformer it is.
 
-Refused with one clear error (:class:`ExportError`): a factorized, fused, identity or CP map, a
-factorized embedding (anything that is not an ``nn.Linear`` / ``nn.Embedding`` where CTranslate2
-reads one), Admin residual scaling (``--admin-init``: CTranslate2 has no ``residual * omega``),
-Subformer (SAFE and sandwich layers), and whatever CTranslate2's converter rejects (activation,
-different encoder/decoder heads or normalisation). Layer sharing of dense layers is expressible:
-CTranslate2 stores the shared weights once (it aliases equal variables).
+Proven before anything is written, against the checkpoint's own model (the factorized student
+for a multiplied-out one): the export's log-probabilities of probe pairs (:func:`check_export`,
+teacher forcing) and its greedy probe translations (:func:`check_translations`: equal, or
+parting only at a near tie), to :data:`TOLERANCE` for float32 weights; for quantized weights the
+deviation and the translations that differ are recorded in ``check.json``.
+
+Refused with one clear error (:class:`ExportError`): Admin residual scaling (``--admin-init``:
+CTranslate2 has no ``residual * omega``, and the dense Transformer nothing to multiply it into),
+Subformer (SAFE and sandwich layers), DA-WID's layers (per-layer widths, masks), decoder
+input / output projections, a module with no dense equivalent (no ``to_dense()``, or one that
+does not reproduce its forward; :mod:`lightcompress.deploy.densify`), and whatever CTranslate2's
+converter rejects (activation, different encoder/decoder heads or normalisation).
 
 With a vocabulary shortlist (``--shortlist FILE``, :mod:`lightcompress.deploy.shortlist_build`),
 the export ships it as CTranslate2's own vocabulary map (``vmap.txt``, :func:`write_vmap`), so
@@ -85,82 +100,29 @@ class _ShortlistError(ExportError):
 
 def _model_namespace(model_args) -> argparse.Namespace:
     """A plain Namespace copy of the checkpoint's model configuration (``args`` or ``cfg.model``)."""
-    if isinstance(model_args, argparse.Namespace):
-        return argparse.Namespace(**vars(model_args))
-    from omegaconf import OmegaConf
+    from lightcompress.deploy.densify import model_namespace
 
-    return argparse.Namespace(**OmegaConf.to_container(model_args, resolve=True))
+    return model_namespace(model_args)
 
 
 def dense_export_error(model: nn.Module, arch: str) -> str | None:
-    """Why ``model`` cannot be expressed as CTranslate2's Transformer without losing what it is
-    (``None`` when it can): every map CTranslate2 reads must be a plain ``nn.Linear`` /
-    ``nn.Embedding``, and no layer may scale its residual (Admin)."""
-    from fairseq.models.transformer import TransformerModel
+    """Why ``model`` cannot be converted as it is (``None`` when it can): it must be fairseq's
+    Transformer (:func:`~lightcompress.deploy.densify.structure_error`: no Admin, Subformer,
+    DA-WID layers or decoder projections), and every map CTranslate2 reads a plain
+    ``nn.Linear`` / ``nn.Embedding``. A model refused only for its maps is exported through
+    :func:`~lightcompress.deploy.densify.densify_model` (its factors multiplied out)."""
+    from lightcompress.deploy.densify import is_dense_slot, model_slots, structure_error
 
-    if not isinstance(model, TransformerModel) or type(model).__name__.startswith("Subformer"):
-        return (
-            f"architecture {arch!r} ({type(model).__name__}) is not a fairseq Transformer "
-            "encoder-decoder that CTranslate2 can express (Subformer's SAFE and sandwich "
-            "layers, language models and other models are not)"
-        )
-
-    def check(path: str, module, kind) -> str | None:
-        if type(module) is not kind:
+    message = structure_error(model, arch)
+    if message:
+        return message
+    for path, module, target in model_slots(model):
+        if not is_dense_slot(module, target):
+            kind = "an nn.Embedding" if target == "embedding" else "an nn.Linear"
             return (
                 f"architecture {arch!r} is not dense: {path} is a {type(module).__name__}, not "
-                f"an {kind.__name__}; CTranslate2 would have to store it dense. Export its dense "
-                "teacher instead, or translate it with lightcompress-translate (keeps the "
-                "compressed weights)"
+                f"{kind}; CTranslate2 would have to store it dense"
             )
-        return None
-
-    from fairseq.modules.transformer_layer import (
-        TransformerDecoderLayerBase,
-        TransformerEncoderLayerBase,
-    )
-
-    for side, kind in (("encoder", TransformerEncoderLayerBase),
-                       ("decoder", TransformerDecoderLayerBase)):  # fmt: skip
-        for i, layer in enumerate(getattr(model, side).layers):
-            if not isinstance(layer, kind):
-                return (
-                    f"architecture {arch!r}: {side}.layers.{i} is a {type(layer).__name__}, not "
-                    "fairseq's Transformer layer (DA-WID's layers have per-layer widths, and its "
-                    "training model compactors and masks): CTranslate2 cannot express it"
-                )
-    for name in ("project_in_dim", "project_out_dim"):
-        if getattr(model.decoder, name, None) is not None:
-            return (
-                f"architecture {arch!r} has a decoder {name.replace('_', ' ')} projection "
-                "(--decoder-input-dim / --decoder-output-dim other than the model width): "
-                "CTranslate2's Transformer has none"
-            )
-    slots = [("encoder.embed_tokens", model.encoder.embed_tokens, nn.Embedding),
-             ("decoder.embed_tokens", model.decoder.embed_tokens, nn.Embedding),
-             ("decoder.output_projection", model.decoder.output_projection, nn.Linear)]  # fmt: skip
-    for side in ("encoder", "decoder"):
-        for i, layer in enumerate(getattr(model, side).layers):
-            prefix = f"{side}.layers.{i}"
-            if layer._modules.get("admin") is not None:
-                return (
-                    f"architecture {arch!r} scales residuals (Admin, --admin-init) in {prefix}: "
-                    "CTranslate2 has no residual scaling"
-                )
-            attns = [("self_attn", layer.self_attn)]
-            if getattr(layer, "encoder_attn", None) is not None:
-                attns.append(("encoder_attn", layer.encoder_attn))
-            for name, attn in attns:
-                for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                    slots.append((f"{prefix}.{name}.{proj}", getattr(attn, proj, None), nn.Linear))
-            slots += [
-                (f"{prefix}.fc1", layer.fc1, nn.Linear),
-                (f"{prefix}.fc2", layer.fc2, nn.Linear),
-            ]
-    for path, module, kind in slots:
-        message = check(path, module, kind)
-        if message:
-            return message
     return None
 
 
@@ -217,13 +179,15 @@ def export_ctranslate2(
     quantization: str | None = None,
     force: bool = False,
     shortlist: str | None = None,
+    densify: bool = True,
 ) -> str:
     """Export a dense fairseq Transformer checkpoint to a CTranslate2 model directory.
 
     Parameters
     ----------
     checkpoint : str
-        A fairseq checkpoint (fairseq's ``transformer*`` or a dense plugin architecture).
+        A fairseq checkpoint (fairseq's ``transformer*``, a dense plugin architecture, or a
+        student whose maps multiply out).
     data : str
         Its data-bin directory (the dictionaries become CTranslate2's vocabularies).
     output_dir : str
@@ -235,6 +199,9 @@ def export_ctranslate2(
     shortlist : str, optional
         A vocabulary shortlist (``lightcompress-shortlist``) shipped as CTranslate2's
         vocabulary map (``vmap.txt``; translate with ``use_vmap=True``).
+    densify : bool
+        Export a student whose maps multiply out as the dense Transformer it computes
+        (default); ``False``: refuse it, as a model that is not dense.
 
     Returns
     -------
@@ -269,7 +236,8 @@ def export_ctranslate2(
     except CheckpointError as exc:
         raise ExportError(str(exc)) from None
     try:
-        return export_model(model, task, model_args, output_dir, quantization, shortlist)
+        return export_model(model, task, model_args, output_dir, quantization, shortlist,
+                            densify=densify)  # fmt: skip
     except _ShortlistError:
         raise
     except ExportError as exc:
@@ -279,16 +247,23 @@ def export_ctranslate2(
 
 
 def export_model(model, task, model_args, output_dir: str, quantization: str | None = None,
-                 shortlist: str | None = None) -> str:  # fmt: skip
-    """Export a loaded (or freshly built) dense fairseq Transformer: ``model``, its ``task``
+                 shortlist: str | None = None, densify: bool = True) -> str:  # fmt: skip
+    """Export a loaded (or freshly built) fairseq Transformer: ``model``, its ``task``
     (dictionaries) and model configuration (``args`` / ``cfg.model``), into ``output_dir``
     (replaced atomically), with ``shortlist`` as its vocabulary map (:func:`write_vmap`).
-    Raises :class:`ExportError` for a model CTranslate2 cannot express or a shortlist of other
-    dictionaries."""
+
+    A compressed student whose maps multiply out (LightFormer, Smartformer, Hypoformer without
+    Admin) is exported as the dense Transformer it computes
+    (:func:`~lightcompress.deploy.densify.densify_model`; recorded in ``check.json``'s
+    ``densified``; ``densify=False`` refuses it instead). Either way the export is proven
+    against ``model`` itself before anything is written: its log-probabilities of probe pairs
+    (:func:`check_export`) and its greedy probe translations (:func:`check_translations`). Raises :class:`ExportError` for a model
+    CTranslate2 cannot express or a shortlist of other dictionaries."""
     import tempfile
 
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
+    from lightcompress.deploy.densify import DensifyError, densify_model, structure_error
     from lightcompress.errors import one_line
     from lightcompress.io import atomic_directory
 
@@ -297,16 +272,29 @@ def export_model(model, task, model_args, output_dir: str, quantization: str | N
         raise ExportError(missing)
     spec_args = _model_namespace(model_args)
     arch = getattr(spec_args, "arch", None) or getattr(spec_args, "_name", None) or "?"
-    message = dense_export_error(model, arch)
+    message = structure_error(model, arch)
     if message:
         raise ExportError(message)
-    if ARCH_MODEL_NAME_REGISTRY.get(arch) not in ("transformer", "transformer_align"):
+    densified = None
+    factorized = dense_export_error(model, arch)
+    if factorized and not densify:
+        raise ExportError(f"{factorized} (its factors would be multiplied out with densify=True)")
+    if factorized:  # multiplied out, or one line saying why it cannot be
+        try:
+            densified = densify_model(model, model_args, task)
+        except DensifyError as exc:
+            raise ExportError(str(exc)) from None
+        # (a model of its own: CTranslate2's quantization may scale its weights in place)
+        target, spec_args = densified.model, copy.copy(densified.args)
+    else:
+        # (CTranslate2's converter reads the parameters as numpy views and its int8 / int16
+        # quantization scales them in place: it converts a copy, so that the caller's model is
+        # the same afterwards; measure_speed times that model next to the export)
+        target = copy.deepcopy(model)
+    if ARCH_MODEL_NAME_REGISTRY.get(spec_args.arch) not in ("transformer", "transformer_align"):
         # a dense plugin model is fairseq's Transformer: CTranslate2 knows it by that name
         spec_args.arch = "transformer"
-    # (CTranslate2's converter reads the parameters as numpy views and its int8 / int16
-    # quantization scales them in place: it converts a copy, so that the caller's model is
-    # the same afterwards; measure_speed times that model next to the export)
-    converter = _converter(copy.deepcopy(model), task, spec_args)
+    converter = _converter(target, task, spec_args)
     try:
         with atomic_directory(output_dir) as tmp, tempfile.TemporaryDirectory() as scratch:
             vmap = None
@@ -319,26 +307,39 @@ def export_model(model, task, model_args, output_dir: str, quantization: str | N
             # the export's check.json and reported, as the ONNX exporter's int8_error)
             worst = check_export(model, task, tmp)
             exact = quantization in (None, "float32")
+            what = "the multiplied-out model" if densified is not None else "fairseq's"
             if (exact and not worst <= TOLERANCE) or not math.isfinite(worst):
                 raise ExportError(
                     "the CTranslate2 export computes another model: its log-probabilities of "
-                    f"probe translations differ from fairseq's by up to {worst:.3g} (allowed "
+                    f"probe translations differ from {what} by up to {worst:.3g} (allowed "
                     f"{TOLERANCE:g}); options CTranslate2 ignores (e.g. --cross-self-attention) "
                     "change the model; nothing written"
                 )
+            translations = check_translations(model, task, tmp, strict=exact)
+            record = {"quantization": quantization or "float32",
+                      "max_abs_logprob_difference": worst, "tolerance": TOLERANCE if exact else None,
+                      "translations": translations, "densified": None}  # fmt: skip
+            if densified is not None:
+                record["densified"] = {
+                    "maps": len(densified.maps),
+                    "kinds": sorted({name for _, name in densified.maps}),
+                    "params": densified.params,
+                    "dense_params": densified.dense_params,
+                    "summary": densified.summary(),
+                }
             with open(os.path.join(tmp, "check.json"), "w", encoding="utf-8") as f:
-                json.dump({"quantization": quantization or "float32",
-                           "max_abs_logprob_difference": worst, "tolerance": TOLERANCE if exact else None},
-                          f)  # fmt: skip
+                json.dump(record, f)
     except ValueError as exc:  # CTranslate2's ConfigurationChecker: options it cannot express
         if isinstance(exc, ExportError):
             raise
+        if isinstance(exc, DensifyError):
+            raise ExportError(str(exc)) from None
         raise ExportError(f"CTranslate2 cannot express it: {one_line(exc)}") from None
     return output_dir
 
 
 # largest |log p| difference per target token between fairseq and a float32 export on the
-# probes (they agree to rounding: ~1e-6)
+# probes (they agree to rounding: ~1e-6); the same as densify's
 TOLERANCE = 1e-3
 
 
@@ -349,26 +350,12 @@ def check_export(model, task, ct2_dir: str, sentences: int = 4, seed: int = 0) -
     NaN-aware: a non-finite value on either side gives ``inf``."""
     import ctranslate2
 
+    from lightcompress.deploy.densify import gold_logprobs, probe_pairs
+
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
-    gen = torch.Generator().manual_seed(seed)
-    lo = src_dict.nspecial
-    srcs, tgts = [], []
-    for i in range(sentences):
-        srcs.append(torch.randint(lo, len(src_dict), (5 + i,), generator=gen))
-        tgts.append(torch.randint(tgt_dict.nspecial, len(tgt_dict), (4 + i,), generator=gen))
-    was_training = model.training
-    model.eval()
-    try:
-        ours = []
-        for src, tgt in zip(srcs, tgts):
-            src_tokens = torch.cat([src, torch.tensor([src_dict.eos()])]).unsqueeze(0)
-            prev = torch.cat([torch.tensor([tgt_dict.eos()]), tgt]).unsqueeze(0)
-            out = model(src_tokens, torch.tensor([src_tokens.shape[1]]), prev)
-            lprobs = model.get_normalized_probs(out, log_probs=True)[0].float()
-            gold = torch.cat([tgt, torch.tensor([tgt_dict.eos()])])
-            ours.append(lprobs.gather(-1, gold.unsqueeze(-1)).squeeze(-1))
-    finally:
-        model.train(was_training)
+    pairs = probe_pairs(task, sentences, seed)
+    srcs, tgts = [s for s, _ in pairs], [t for _, t in pairs]
+    ours = gold_logprobs(model, task, pairs)
     translator = ctranslate2.Translator(ct2_dir, device="cpu", inter_threads=1, intra_threads=1)
     results = translator.score_batch(
         [[src_dict[int(t)] for t in s] for s in srcs],
@@ -385,11 +372,59 @@ def check_export(model, task, ct2_dir: str, sentences: int = 4, seed: int = 0) -
     return worst
 
 
+def check_translations(model, task, ct2_dir: str, strict: bool = True, sentences: int = 4,
+                       seed: int = 0) -> dict:  # fmt: skip
+    """Greedy translations of random probe sentences by the CTranslate2 export against
+    ``model``'s (:func:`lightcompress.deploy.densify.greedy`: the argmax at every step, no
+    token masked, the same length limit): equal, or parting at a near tie (the two tokens'
+    log-probabilities under ``model`` within :data:`TOLERANCE`). Returns ``{"sentences",
+    "equal", "near_ties", "differ"}``; with ``strict`` (float32 weights), a translation that
+    parts elsewhere is an :class:`ExportError`, otherwise it is counted in ``differ`` (int8)."""
+    import ctranslate2
+
+    from lightcompress.deploy.densify import (
+        DensifyError,
+        greedy,
+        greedy_mismatch,
+        max_len_of,
+        probe_pairs,
+    )
+
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    sources = [s for s, _ in probe_pairs(task, sentences, seed)]
+    ours = greedy(model, task, sources)
+    translator = ctranslate2.Translator(ct2_dir, device="cpu", inter_threads=1, intra_threads=1)
+    index = lambda t: tgt_dict.pad() if t == "<blank>" else tgt_dict.index(t)
+    theirs = []
+    for src in sources:
+        (result,) = translator.translate_batch(
+            [[src_dict[int(t)] for t in src]], beam_size=1, max_decoding_length=max_len_of(src),
+            min_decoding_length=0,
+        )  # fmt: skip
+        theirs.append([index(t) for t in result.hypotheses[0]])
+    counts = {"sentences": len(sources), "equal": 0, "near_ties": 0, "differ": 0}
+    for pair, hyp in zip(ours, theirs):
+        try:
+            one = greedy_mismatch([pair], [hyp], tgt_dict.eos(), "the CTranslate2 export")
+        except DensifyError as exc:
+            if strict:
+                raise ExportError(f"{exc}; nothing written") from None
+            counts["differ"] += 1
+            continue
+        counts["equal"] += one["equal"]
+        counts["near_ties"] += one["near_ties"]
+    return counts
+
+
 def _arg_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lightcompress-export-ct2",
-        description="Export a dense fairseq Transformer checkpoint (a teacher, a dense baseline, "
-        "a dense plugin architecture) to CTranslate2 with CTranslate2's fairseq converter.",
+        description="Export a fairseq Transformer checkpoint (a teacher, a dense baseline, a "
+        "dense plugin architecture) to CTranslate2 with CTranslate2's fairseq converter. A "
+        "compressed student whose maps multiply out (LightFormer, Smartformer, Hypoformer "
+        "without Admin) is exported as the dense Transformer it computes (larger than the "
+        "student by design); Admin, Subformer and DA-WID students are refused. The export is "
+        "checked against the checkpoint's model on probe translations before it is written.",
     )
     p.add_argument("--path", required=True, help="fairseq checkpoint")
     p.add_argument("--data", required=True, help="its data-bin directory (dictionaries)")
@@ -419,10 +454,22 @@ def _main(argv: Sequence[str] | None) -> int:
                              shortlist=args.shortlist)  # fmt: skip
     with open(os.path.join(out, "check.json"), encoding="utf-8") as f:
         check = json.load(f)
-    print(f"wrote {out} (checked against fairseq on probe translations: largest log-probability "
-          f"difference {check['max_abs_logprob_difference']:.2g} per token, "
-          f"{check['quantization']} weights"
-          + (", the shortlist as its vocabulary map: translate with use_vmap=True)"
+    size = os.path.getsize(os.path.join(out, "model.bin"))
+    dense = check.get("densified")
+    if dense:
+        print(f"{args.path}: {dense['summary']} (the export is the student's dense shape: "
+              "larger than the factorized student by design)")  # fmt: skip
+    t = check["translations"]
+    agree = f"{t['equal']} of {t['sentences']} greedy probe translations equal"
+    if t["near_ties"]:
+        agree += f", {t['near_ties']} parting at a near tie"
+    if t["differ"]:
+        agree += f", {t['differ']} otherwise"
+    print(f"wrote {out} (model.bin {size / 1e6:.2f} MB, {check['quantization']} weights; checked "
+          f"against {'the student' if dense else 'fairseq'} on probe translations: largest "
+          f"log-probability difference {check['max_abs_logprob_difference']:.2g} per token, "
+          f"{agree}"
+          + ("; the shortlist as its vocabulary map: translate with use_vmap=True)"
              if args.shortlist else ")"))  # fmt: skip
     return 0
 

@@ -209,13 +209,13 @@ def with_ct2(
     log=None,
     shortlist: str | None = None,
 ) -> tuple[list[Candidate], list[str]]:
-    """CTranslate2 float32 and int8 candidates exported from every dense float32 fairseq
+    """CTranslate2 float32 and int8 candidates exported from every float32 fairseq
     candidate (:func:`lightcompress.deploy.ct2.export_model`, into ``workdir``; the int8 model
-    is exported with int8 weights); with ``shortlist``, each also exported with it as
+    is exported with int8 weights; a student whose factors multiply out is exported as the
+    dense Transformer it computes); with ``shortlist``, each also exported with it as
     CTranslate2's vocabulary map and run with ``use_vmap`` (after the one without). Returns the
-    new candidates and one note per model that could not be exported (a compressed one:
-    CTranslate2 would have to store it dense). Without ctranslate2 (the ``[ct2]`` extra): no
-    candidates and one note saying so."""
+    new candidates and one note per model that could not be exported (Admin, Subformer,
+    DA-WID). Without ctranslate2 (the ``[ct2]`` extra): no candidates and one note saying so."""
     from lightcompress.deploy.ct2 import ExportError, ctranslate2_missing, export_model
     from lightcompress.measure.engines import CT2Runner
 

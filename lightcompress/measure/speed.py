@@ -41,10 +41,11 @@ followed by sacreBLEU's signature (``BLEU: sacreBLEU nrefs:1|case:mixed|...``).
 Engines, size, memory: ``--fast`` times every model also on lightcompress's fast path
 (:class:`lightcompress.deploy.generator.FastGenerator`: fairseq's search and results, the ONNX
 export's decoder step run eagerly over the model's own, compressed modules). ``--ct2`` exports every dense model (fairseq's Transformers, dense
-plugin architectures; :mod:`lightcompress.deploy.ct2`) to CTranslate2 and times it in float32
+plugin architectures; :mod:`lightcompress.deploy.ct2`), and every student whose factors multiply
+out as the dense Transformer it computes (its shape on CTranslate2), to CTranslate2 and times it in float32
 and int8 (int8 weights on disk, CTranslate2's int8 GEMMs) next to the fairseq rows, on the same
 sentences with the same beam, length penalty and output lengths (:mod:`lightcompress.measure.engines`);
-compressed models get a ``note:`` line instead (CTranslate2 would store them dense), and so does
+models that cannot be multiplied out (Admin, Subformer, DA-WID) get a ``note:`` line instead, and so does
 the run without ctranslate2 installed (the ``[ct2]`` extra: no CTranslate2 rows). ``Size`` is
 the model's weights as stored (fairseq: ``torch.save(state_dict())``, shared tensors once;
 CTranslate2: its model directory). ``--memory`` adds the peak resident memory of a fresh process

@@ -147,9 +147,10 @@ def _arg_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--ct2",
         action="store_true",
-        help="also time CTranslate2 exports (float32 and int8) of every dense model "
-        "(lightcompress.deploy.ct2; needs ctranslate2, the [ct2] extra); compressed models are "
-        "listed as not exportable",
+        help="also time CTranslate2 exports (float32 and int8) of every dense model, and of every "
+        "student whose factors multiply out as the dense Transformer it computes (lightcompress."
+        "deploy.ct2; needs ctranslate2, the [ct2] extra); the others (Admin, Subformer, DA-WID) "
+        "are listed as not exportable",
     )
     e.add_argument(
         "--fast",

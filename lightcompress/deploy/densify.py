@@ -1,0 +1,729 @@
+"""Multiply out a compressed student: the dense fairseq Transformer that computes what it computes.
+
+A LightFormer (low-rank maps and tables, shared layers), a Smartformer (CP attention maps) or a
+Hypoformer without Admin scaling (HTT / TT / low-rank maps, the fused Q/K/V map, attention
+without output projection, an HTT table) is fairseq's Transformer whose weights are stored as
+factors: every map is an affine map ``x W^T + b`` and every table a ``V x d`` matrix. Multiplied
+out, they give fairseq's plain ``transformer`` with the same LayerNorms, positions, flags and
+dictionaries, which engines that know only the dense Transformer run (CTranslate2:
+``lightcompress-export-ct2`` calls :func:`densify_model` on a student). It is larger than the
+student by design (the dense shape), and computes the same model to float rounding.
+
+How each slot is multiplied out (in float64, stored in the model's dtype): a map with
+``to_dense()`` (:class:`~lightcompress.modules.LowRankLinear`, ``TTLinear``, ``HybridLinear``,
+``CPLinear``) gives ``W``, its output at ``x = 0`` gives ``b``; ``nn.Identity`` (an attention
+without output projection) is ``W = I``, ``b = 0``; a fused Q/K/V map
+(:class:`~lightcompress.modules.fused_qkv.FusedQKV`) is multiplied out whole and its rows put
+back in ``[W_q; W_k; W_v]`` order (the inverse of :func:`fused_rows`); a factorized table gives
+``to_dense()`` and the output projection tied to it the matrix its logits use (``U V`` of a
+low-rank table, whose padding row is the padding token's logit: the dense model then has an
+output projection of its own). Each multiplied-out map is checked against the module's own
+forward on random inputs, and the whole dense model against the student on probe pairs
+(:func:`max_logprob_difference`) and probe translations (:func:`greedy_mismatch`), before it
+is returned. Layers of a sharing group become equal copies (CTranslate2 stores them once: it
+aliases equal variables).
+
+Refused with one line (:class:`DensifyError`): what is not a fairseq Transformer
+encoder-decoder (Subformer's SAFE and sandwich layers, language models), layers that are not
+fairseq's (DA-WID's per-layer widths and masks), Admin residual scaling (``residual * omega``
+has no place in the dense Transformer), decoder input / output projections, and any module
+with no dense equivalent (no ``to_dense()``, or one that does not reproduce its forward) or any
+parameter of the student that no slot of the dense Transformer holds.
+
+:func:`densify_checkpoint` writes the dense model as a fairseq checkpoint (``arch
+transformer``: fairseq's own model class, the student's task configuration; atomically), which
+``fairseq-generate`` and ``scripts/measure_speed.sh`` load as any fairseq Transformer (with torch's
+``weights_only`` loader, ``--user-dir`` for the allow-list of fairseq's checkpoint types, as for
+every checkpoint); ``python -m lightcompress.deploy.densify --path STUDENT.pt --data DATA-BIN -o
+DENSE.pt`` runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from lightcompress import cli
+from lightcompress.errors import LightcompressError
+
+__all__ = [
+    "TOLERANCE",
+    "Densified",
+    "DensifyError",
+    "cli_main",
+    "densify_checkpoint",
+    "densify_model",
+    "gold_logprobs",
+    "greedy",
+    "greedy_mismatch",
+    "is_dense_slot",
+    "main",
+    "max_len_of",
+    "max_logprob_difference",
+    "model_namespace",
+    "model_slots",
+    "probe_pairs",
+    "structure_error",
+]
+
+TOLERANCE = 1e-3
+"""Largest difference of a per-token log-probability (teacher forcing) between the dense model
+and the student on the probes, and largest log-probability gap of a greedy step where their
+translations may part (a near tie): the products regrouped differ in the last float32 digits
+(~1e-6 on the tiny models)."""
+
+
+class DensifyError(LightcompressError, ValueError):
+    """A model that cannot be multiplied out into a dense Transformer (one line for the user)."""
+
+
+def model_namespace(model_args) -> argparse.Namespace:
+    """A plain Namespace copy of a checkpoint's model configuration (``args`` or ``cfg.model``)."""
+    if isinstance(model_args, argparse.Namespace):
+        return argparse.Namespace(**vars(model_args))
+    from omegaconf import OmegaConf
+
+    return argparse.Namespace(**OmegaConf.to_container(model_args, resolve=True))
+
+
+# --------------------------------------------------------------------------------------------
+# what a dense Transformer has (shared with lightcompress.deploy.ct2's dense check)
+# --------------------------------------------------------------------------------------------
+
+
+def structure_error(model: nn.Module, arch: str) -> str | None:
+    """Why ``model`` is not fairseq's Transformer encoder-decoder apart from how its maps are
+    stored (``None`` when it is): Subformer and other models, layers that are not fairseq's
+    (DA-WID), decoder input / output projections, Admin residual scaling."""
+    from fairseq.models.transformer import TransformerModel
+    from fairseq.modules.transformer_layer import (
+        TransformerDecoderLayerBase,
+        TransformerEncoderLayerBase,
+    )
+
+    if not isinstance(model, TransformerModel) or type(model).__name__.startswith("Subformer"):
+        return (
+            f"architecture {arch!r} ({type(model).__name__}) is not a fairseq Transformer "
+            "encoder-decoder that CTranslate2 can express (Subformer's SAFE and sandwich "
+            "layers, language models and other models are not)"
+        )
+    for side, kind in (("encoder", TransformerEncoderLayerBase),
+                       ("decoder", TransformerDecoderLayerBase)):  # fmt: skip
+        for i, layer in enumerate(getattr(model, side).layers):
+            if not isinstance(layer, kind):
+                return (
+                    f"architecture {arch!r}: {side}.layers.{i} is a {type(layer).__name__}, not "
+                    "fairseq's Transformer layer (DA-WID's layers have per-layer widths, and its "
+                    "training model compactors and masks): CTranslate2 cannot express it"
+                )
+    for name in ("project_in_dim", "project_out_dim"):
+        if getattr(model.decoder, name, None) is not None:
+            return (
+                f"architecture {arch!r} has a decoder {name.replace('_', ' ')} projection "
+                "(--decoder-input-dim / --decoder-output-dim other than the model width): "
+                "CTranslate2's Transformer has none"
+            )
+    for side in ("encoder", "decoder"):
+        for i, layer in enumerate(getattr(model, side).layers):
+            if layer._modules.get("admin") is not None:
+                return (
+                    f"architecture {arch!r} scales residuals (Admin, --admin-init) in "
+                    f"{side}.layers.{i}: CTranslate2 has no residual scaling, and the dense "
+                    "Transformer none to multiply it into (train the student with --admin-init "
+                    "none to export it)"
+                )
+    return None
+
+
+def model_slots(model: nn.Module):
+    """``(path, module, target)`` of every weight slot of a fairseq Transformer, in order:
+    ``embedding`` (each table once), ``qkv`` (a fused Q/K/V map), ``linear`` (the attention
+    projections, FFN maps) and ``output`` (the decoder's output projection)."""
+    seen = set()
+    for side in ("encoder", "decoder"):
+        emb = getattr(model, side).embed_tokens
+        if id(emb) not in seen:
+            seen.add(id(emb))
+            yield f"{side}.embed_tokens", emb, "embedding"
+    for side in ("encoder", "decoder"):
+        for i, layer in enumerate(getattr(model, side).layers):
+            prefix = f"{side}.layers.{i}"
+            attns = [("self_attn", layer.self_attn)]
+            if getattr(layer, "encoder_attn", None) is not None:
+                attns.append(("encoder_attn", layer.encoder_attn))
+            for name, attn in attns:
+                fused = attn._modules.get("qkv_proj")
+                if fused is not None:
+                    yield f"{prefix}.{name}.qkv_proj", fused, "qkv"
+                else:
+                    for proj in ("q_proj", "k_proj", "v_proj"):
+                        yield f"{prefix}.{name}.{proj}", getattr(attn, proj, None), "linear"
+                yield f"{prefix}.{name}.out_proj", getattr(attn, "out_proj", None), "linear"
+            yield f"{prefix}.fc1", layer.fc1, "linear"
+            yield f"{prefix}.fc2", layer.fc2, "linear"
+    yield "decoder.output_projection", model.decoder.output_projection, "output"
+
+
+def is_dense_slot(module, target: str) -> bool:
+    """Whether the slot holds what CTranslate2 reads as it is (``nn.Linear`` / ``nn.Embedding``)."""
+    if target == "embedding":
+        return type(module) is nn.Embedding
+    return target != "qkv" and type(module) is nn.Linear
+
+
+# --------------------------------------------------------------------------------------------
+# multiplying out one slot
+# --------------------------------------------------------------------------------------------
+
+
+def _f64(module: nn.Module) -> nn.Module:
+    """A float64 copy in eval mode (the products multiplied out in float64)."""
+    return copy.deepcopy(module).to(torch.float64).eval()
+
+
+def _check_affine(path: str, module, fn, weight: torch.Tensor, bias: torch.Tensor) -> None:
+    """``fn(x) == x W^T + b`` on random inputs, to float64 rounding (else the module is not
+    the map its ``to_dense()`` says)."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, weight.shape[1], generator=gen, dtype=torch.float64)
+    y = fn(x)
+    want = x @ weight.t() + bias
+    err = float((y - want).abs().max())
+    scale = 1.0 + float(want.abs().max())
+    if not err <= 1e-8 * scale:
+        raise DensifyError(
+            f"{path} ({type(module).__name__}) does not multiply out to one matrix: its "
+            f"to_dense() differs from its forward by {err:.3g}; it has no dense equivalent"
+        )
+
+
+def _affine(path: str, module) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(W, b)`` in float64 of a map slot: ``(out, in)`` and ``(out,)``."""
+    if type(module) is nn.Linear:
+        w = module.weight.detach().double()
+        b = module.bias.detach().double() if module.bias is not None else w.new_zeros(w.shape[0])
+        return w, b
+    if module is None:
+        raise DensifyError(f"{path} is missing: the slot of the dense Transformer is empty")
+    if not callable(getattr(module, "to_dense", None)) or not hasattr(module, "in_features"):
+        raise DensifyError(
+            f"{path} is a {type(module).__name__}, which has no dense equivalent (no "
+            "to_dense()): it cannot be multiplied out into the dense Transformer"
+        )
+    m = _f64(module)
+    with torch.no_grad():
+        w = m.to_dense().detach()
+        if w.shape != (m.out_features, m.in_features):
+            raise DensifyError(
+                f"{path} ({type(module).__name__}): to_dense() is {tuple(w.shape)}, not "
+                f"(out, in) = {(m.out_features, m.in_features)}"
+            )
+        b = m(w.new_zeros(1, m.in_features)).reshape(-1)
+        _check_affine(path, module, m, w, b)
+    return w, b
+
+
+def _fused_qkv(path: str, fused) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``[(W_q, b_q), (W_k, b_k), (W_v, b_v)]`` of a fused Q/K/V map."""
+    from lightcompress.modules.fused_qkv import FusedQKV, fused_rows
+
+    if not isinstance(fused, FusedQKV):
+        raise DensifyError(
+            f"{path} is a {type(fused).__name__}, not a FusedQKV: no dense equivalent known"
+        )
+    d = fused.dim
+    w_fused, b_fused = _affine(f"{path}.proj", fused.proj)
+    rows = fused_rows(fused.num_dense, d)
+    w, b = torch.empty_like(w_fused), torch.empty_like(b_fused)
+    w[rows], b[rows] = w_fused, b_fused  # the fused layout back to [W_q; W_k; W_v]
+    out = [(w[i * d : (i + 1) * d], b[i * d : (i + 1) * d]) for i in range(3)]
+    m = _f64(fused)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, d, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        for name, y, (wi, bi) in zip("qkv", m(x), out):
+            _check_affine(f"{path} ({name})", fused, lambda _x, y=y: y, wi, bi)
+    return out
+
+
+def _table(path: str, emb) -> torch.Tensor:
+    """The ``(V, d)`` table of an embedding slot, float64."""
+    if type(emb) is nn.Embedding:
+        return emb.weight.detach().double()
+    if not callable(getattr(emb, "to_dense", None)):
+        raise DensifyError(
+            f"{path} is a {type(emb).__name__}, which has no dense table (no to_dense()): it "
+            "cannot be multiplied out into the dense Transformer"
+        )
+    m = _f64(emb)
+    with torch.no_grad():
+        table = m.to_dense().detach()
+        # lookups of the first rows, the padding row and a random sample (not the whole table)
+        gen = torch.Generator().manual_seed(0)
+        rows = table.shape[0]
+        tokens = torch.cat(
+            [torch.arange(min(rows, 64)), torch.randint(rows, (256,), generator=gen)]
+        )
+        if getattr(emb, "padding_idx", None) is not None:
+            tokens = torch.cat([tokens, torch.tensor([emb.padding_idx])])
+        err = float((m(tokens) - table[tokens]).abs().max())
+    if not err <= 1e-8 * (1.0 + float(table.abs().max())):
+        raise DensifyError(
+            f"{path} ({type(emb).__name__}): its lookups differ from its to_dense() table by "
+            f"{err:.3g}; it has no dense equivalent"
+        )
+    return table
+
+
+def _output(proj) -> torch.Tensor:
+    """The ``(V, d)`` weight of the decoder's output projection, float64."""
+    from lightcompress.integration import TiedOutputProjection
+    from lightcompress.modules.registry import two_factors
+
+    path = "decoder.output_projection"
+    if type(proj) is nn.Linear:
+        if proj.bias is not None:
+            raise DensifyError(f"{path} has a bias: fairseq's Transformer output has none")
+        return proj.weight.detach().double()
+    if not isinstance(proj, TiedOutputProjection):
+        raise DensifyError(
+            f"{path} is a {type(proj).__name__} (an adaptive softmax?): the dense Transformer's "
+            "output projection is one matrix"
+        )
+    emb = _f64(proj.embedding)
+    with torch.no_grad():
+        factors = two_factors(emb)
+        # what TiedOutputProjection computes: (x V^T) U^T for a low-rank table (its padding
+        # row is the padding token's logit), else x E^T with the table (padding row zero)
+        w = factors[1] @ factors[0] if factors is not None else _table(path, proj.embedding)
+        w = w.detach()
+        tied = TiedOutputProjection(emb)
+        _check_affine(path, proj, tied, w, w.new_zeros(w.shape[0]))
+    return w
+
+
+# --------------------------------------------------------------------------------------------
+# the dense model
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Densified:
+    """A student multiplied out.
+
+    Attributes
+    ----------
+    model : TransformerModel
+        fairseq's dense Transformer, in eval mode.
+    args : argparse.Namespace
+        Its model configuration (``arch`` ``transformer``), for a checkpoint or CTranslate2's
+        converter.
+    maps : list of (str, str)
+        ``(path, class name)`` of every slot that was multiplied out (empty: already dense).
+    params : int
+        The student's (unique) parameter count.
+    dense_params : int
+        The dense model's (unique) parameter count.
+    max_logprob_difference : float
+        Largest difference of a per-token log-probability between the two on the probe pairs.
+    translations : dict
+        Greedy probe translations: ``{"sentences", "equal", "near_ties"}``.
+    """
+
+    model: nn.Module
+    args: argparse.Namespace
+    maps: list = field(default_factory=list)
+    params: int = 0
+    dense_params: int = 0
+    max_logprob_difference: float = 0.0
+    translations: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """One line: what was multiplied out and the sizes."""
+        kinds = sorted({name for _, name in self.maps})
+        return (
+            f"multiplied out {len(self.maps)} factorized maps ({', '.join(kinds)}): "
+            f"{self.params:,} parameters -> {self.dense_params:,} in the dense Transformer"
+        )
+
+
+def _tie_output(weights: dict, pad: int, tie_all: bool) -> bool:
+    """Whether one matrix serves as the decoder's table and its output projection (then the
+    dense model ties them, as the student does): the two equal in every row but the padding
+    token's. A low-rank table tied to the output has a zero padding row for lookups and the
+    padding token's logit row ``u[pad] V`` for the output; the table then takes the output's
+    row, which no lookup reads (fairseq zeroes padded source positions and masks padding in
+    attention, CTranslate2 masks by length), so that the dense export stores the table once."""
+    out_w, table = (
+        weights["decoder.output_projection.weight"],
+        weights["decoder.embed_tokens.weight"],
+    )
+    if out_w.shape != table.shape:
+        return False
+    rows = torch.ones(out_w.shape[0], dtype=torch.bool)
+    if 0 <= pad < out_w.shape[0]:
+        rows[pad] = False
+    if not torch.equal(out_w.float()[rows], table.float()[rows]):
+        return False
+    weights["decoder.embed_tokens.weight"] = out_w
+    if tie_all:
+        weights["encoder.embed_tokens.weight"] = out_w
+    return True
+
+
+def _dense_args(model_args, tie_all: bool, tie_out: bool) -> argparse.Namespace:
+    """The dense model's configuration: the student's, as fairseq's ``transformer``."""
+    args = model_namespace(model_args)
+    args.arch = "transformer"
+    if hasattr(args, "_name"):
+        args._name = "transformer"
+    args.share_all_embeddings = tie_all and tie_out
+    args.share_decoder_input_output_embed = tie_out
+    # the tables are the student's (no pretrained vectors to read); no Admin in a Transformer
+    args.encoder_embed_path = args.decoder_embed_path = None
+    if hasattr(args, "admin_init"):
+        args.admin_init = "none"
+    for side in ("encoder", "decoder"):
+        if hasattr(args, f"lc_{side}_groups"):
+            setattr(args, f"lc_{side}_groups", 0)
+    return args
+
+
+def densify_model(model: nn.Module, model_args, task, check: bool = True) -> Densified:
+    """The dense fairseq Transformer equivalent to ``model`` (see the module docstring).
+
+    Parameters
+    ----------
+    model : TransformerModel
+        A loaded student (LightFormer, Smartformer, Hypoformer without Admin, or any plugin
+        Transformer whose maps have ``to_dense()``); left unchanged.
+    model_args : Namespace or DictConfig
+        Its model configuration (a checkpoint's ``args`` / ``cfg.model``).
+    task
+        Anything with ``source_dictionary`` / ``target_dictionary`` (its dictionaries).
+    check : bool
+        Prove the dense model against ``model`` on probe pairs and probe translations
+        (:data:`TOLERANCE`); raises :class:`DensifyError` when it computes another model.
+
+    Returns
+    -------
+    Densified
+    """
+    from lightcompress.build import build_model_without_data
+    from lightcompress.modules import count_unique_params
+
+    spec = model_namespace(model_args)
+    arch = getattr(spec, "arch", None) or getattr(spec, "_name", None) or "?"
+    message = structure_error(model, arch)
+    if message:
+        raise DensifyError(message)
+    slots = list(model_slots(model))
+    weights: dict[str, torch.Tensor] = {}
+    maps, used = [], set()
+    with torch.no_grad():
+        for path, module, target in slots:
+            if module is not None:
+                used.update(id(p) for p in module.parameters())
+            if not is_dense_slot(module, target) and module is not None:
+                maps.append((path, type(module).__name__))
+            if target == "embedding":
+                weights[f"{path}.weight"] = _table(path, module)
+            elif target == "output":
+                weights[f"{path}.weight"] = _output(module)
+            elif target == "qkv":
+                prefix = path[: -len(".qkv_proj")]
+                for name, (w, b) in zip(("q_proj", "k_proj", "v_proj"), _fused_qkv(path, module)):
+                    weights[f"{prefix}.{name}.weight"], weights[f"{prefix}.{name}.bias"] = w, b
+            elif type(module) is nn.Identity:  # (an attention without output map: y = x)
+                dim = model.get_submodule(path.rpartition(".")[0]).embed_dim
+                weights[f"{path}.weight"] = torch.eye(dim, dtype=torch.float64)
+                weights[f"{path}.bias"] = torch.zeros(dim, dtype=torch.float64)
+            else:
+                w, b = _affine(path, module)
+                weights[f"{path}.weight"], weights[f"{path}.bias"] = w, b
+    tie_all = model.encoder.embed_tokens is model.decoder.embed_tokens
+    if tie_all:
+        weights["decoder.embed_tokens.weight"] = weights["encoder.embed_tokens.weight"]
+    tie_out = _tie_output(weights, task.target_dictionary.pad(), tie_all)
+    args = _dense_args(model_args, tie_all, tie_out)
+    src, tgt = task.source_dictionary, task.target_dictionary
+    with torch.random.fork_rng():  # (the build's random init would move the caller's RNG)
+        try:
+            dense = build_model_without_data(args, src, tgt)
+        except (ValueError, RuntimeError) as exc:
+            from lightcompress.errors import one_line
+
+            raise DensifyError(f"cannot build the dense Transformer: {one_line(exc)}") from None
+    state = dense.state_dict()
+    student = model.state_dict()
+    by_name = {n: p for n, p in model.named_parameters(remove_duplicate=False)}
+    by_name.update(dict(model.named_buffers(remove_duplicate=False)))
+    new = {}
+    for key, value in state.items():
+        if key in weights:
+            src_value = weights[key]
+        elif key in student and student[key].shape == value.shape:
+            src_value = student[key]
+            if key in by_name:
+                used.add(id(by_name[key]))
+        else:
+            raise DensifyError(
+                f"the dense Transformer's {key} has no counterpart in the student ({arch}): it "
+                "cannot be multiplied out"
+            )
+        if src_value.shape != value.shape:
+            raise DensifyError(
+                f"{key}: the student's multiplied-out weight is {tuple(src_value.shape)}, the "
+                f"dense Transformer's {tuple(value.shape)}"
+            )
+        new[key] = src_value.detach().to(value.dtype).clone()
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) not in used:
+            raise DensifyError(
+                f"the student's {name} has no place in the dense Transformer (a part that "
+                "computes outside the maps it has): it cannot be multiplied out"
+            )
+    dense.load_state_dict(new, strict=True)
+    dense.eval()
+    result = Densified(dense, args, maps, count_unique_params(model), count_unique_params(dense))
+    if check:
+        result.max_logprob_difference = max_logprob_difference(model, dense, task)
+        if not result.max_logprob_difference <= TOLERANCE:
+            raise DensifyError(
+                "the multiplied-out Transformer computes another model: its log-probabilities "
+                f"of probe translations differ from the student's by up to "
+                f"{result.max_logprob_difference:.3g} (allowed {TOLERANCE:g})"
+            )
+        sources = [s for s, _ in probe_pairs(task)]
+        ours = greedy(model, task, sources)
+        theirs = [h for h, _ in greedy(dense, task, sources)]
+        result.translations = greedy_mismatch(
+            ours, theirs, task.target_dictionary.eos(), "the multiplied-out Transformer"
+        )
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# proofs: probe pairs (teacher forcing) and probe translations (greedy)
+# --------------------------------------------------------------------------------------------
+
+
+def probe_pairs(task, sentences: int = 4, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Random ``(source, target)`` token pairs (no EOS, no special tokens) of the task's
+    dictionaries, lengths 5.. and 4.. (the same for a given seed)."""
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    gen = torch.Generator().manual_seed(seed)
+    pairs = []
+    for i in range(sentences):
+        src = torch.randint(src_dict.nspecial, len(src_dict), (5 + i,), generator=gen)
+        tgt = torch.randint(tgt_dict.nspecial, len(tgt_dict), (4 + i,), generator=gen)
+        pairs.append((src, tgt))
+    return pairs
+
+
+@torch.no_grad()
+def gold_logprobs(model, task, pairs) -> list[torch.Tensor]:
+    """Per pair, the model's log-probability of each target token and of EOS (teacher
+    forcing; fairseq's forward)."""
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    was_training = model.training
+    model.eval()
+    try:
+        out = []
+        for src, tgt in pairs:
+            src_tokens = torch.cat([src, torch.tensor([src_dict.eos()])]).unsqueeze(0)
+            prev = torch.cat([torch.tensor([tgt_dict.eos()]), tgt]).unsqueeze(0)
+            net = model(src_tokens, torch.tensor([src_tokens.shape[1]]), prev)
+            lprobs = model.get_normalized_probs(net, log_probs=True)[0].float()
+            gold = torch.cat([tgt, torch.tensor([tgt_dict.eos()])])
+            out.append(lprobs.gather(-1, gold.unsqueeze(-1)).squeeze(-1))
+        return out
+    finally:
+        model.train(was_training)
+
+
+def max_logprob_difference(model, other, task, sentences: int = 4, seed: int = 0) -> float:
+    """Largest absolute difference of the per-token log-probabilities of two fairseq models on
+    :func:`probe_pairs` (``inf`` when either is not finite)."""
+    pairs = probe_pairs(task, sentences, seed)
+    worst = 0.0
+    for a, b in zip(gold_logprobs(model, task, pairs), gold_logprobs(other, task, pairs)):
+        if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+            return float("inf")
+        worst = max(worst, float((a - b).abs().max()))
+    return worst
+
+
+def max_len_of(source: torch.Tensor) -> int:
+    """The probe translations' length limit (tokens before EOS) for a source."""
+    return 2 * source.numel() + 2
+
+
+@torch.no_grad()
+def greedy(model, task, sources: Sequence[torch.Tensor]) -> list[tuple[list[int], list]]:
+    """Greedy translations of ``sources`` (token tensors without EOS) by a fairseq model, with
+    no token masked (the argmax of the model's distribution at each step, EOS ends), at most
+    :func:`max_len_of` tokens; per source ``(tokens without EOS, per-step log-probabilities)``."""
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    eos = tgt_dict.eos()
+    was_training = model.training
+    model.eval()
+    try:
+        out = []
+        for src in sources:
+            src_tokens = torch.cat([src, torch.tensor([src_dict.eos()])]).unsqueeze(0)
+            lengths = torch.tensor([src_tokens.shape[1]])
+            encoder_out = model.encoder(src_tokens, src_lengths=lengths)
+            tokens, steps = [], []
+            for _ in range(max_len_of(src) + 1):
+                prev = torch.tensor([[eos, *tokens]])
+                net = model.decoder(prev, encoder_out=encoder_out)
+                lp = model.get_normalized_probs(net, log_probs=True)[0, -1].float()
+                steps.append(lp)
+                token = int(lp.argmax())
+                if token == eos or len(tokens) == max_len_of(src):
+                    break
+                tokens.append(token)
+            out.append((tokens, steps))
+        return out
+    finally:
+        model.train(was_training)
+
+
+def greedy_mismatch(ours, theirs: Sequence[Sequence[int]], eos: int, what: str) -> dict:
+    """Compare greedy translations ``theirs`` (token lists without EOS) with the reference
+    ``ours`` (:func:`greedy`'s output): equal, or parting at a near tie (at the first step where
+    they differ, the reference's log-probabilities of the two tokens, EOS where one ended,
+    within :data:`TOLERANCE`). Returns ``{"sentences", "equal", "near_ties"}``; raises
+    :class:`DensifyError` naming ``what`` when a translation parts elsewhere."""
+    equal = ties = 0
+    for i, ((a, steps), b) in enumerate(zip(ours, theirs)):
+        b = [int(t) for t in b]
+        if a == b:
+            equal += 1
+            continue
+        t = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        gap = float("inf")
+        if t < len(steps):
+            mine = a[t] if t < len(a) else eos
+            other = b[t] if t < len(b) else eos
+            if 0 <= other < steps[t].numel():
+                gap = float(steps[t][mine] - steps[t][other])
+        if not abs(gap) <= TOLERANCE:
+            raise DensifyError(
+                f"{what} translates probe sentence {i} otherwise: {b} instead of {a}, parting "
+                f"at step {t} where the reference's log-probabilities of the two tokens are "
+                f"{gap:.3g} apart (allowed {TOLERANCE:g} for float rounding)"
+            )
+        ties += 1
+    return {"sentences": len(ours), "equal": equal, "near_ties": ties}
+
+
+# --------------------------------------------------------------------------------------------
+# a checkpoint of the dense model, and the command
+# --------------------------------------------------------------------------------------------
+
+
+def densify_checkpoint(path_in: str, data: str, path_out: str, force: bool = False) -> Densified:
+    """Write the student checkpoint ``path_in`` (dictionaries in ``data``) multiplied out as
+    a fairseq checkpoint of the dense Transformer at ``path_out`` (atomically): ``arch
+    transformer`` (fairseq's own model class), the student's task configuration, no optimizer
+    state: ``fairseq-generate`` and ``scripts/measure_speed.sh`` load it as any fairseq
+    Transformer. Proven before it is written (:func:`densify_model`). Raises :class:`DensifyError` (or the checkpoint's
+    :class:`~lightcompress.errors.CheckpointError`) with one line."""
+    import lightcompress  # noqa: F401  (plugin architectures; fairseq checkpoints load)
+    from lightcompress.checkpoint import load_checkpoint, read_checkpoint
+    from lightcompress.io import atomic_write
+
+    if os.path.exists(path_out) and not force:
+        raise DensifyError(f"{path_out} exists (pass --force to replace it)")
+    if os.path.isdir(path_out):
+        raise DensifyError(f"{path_out} is a directory; give a file name")
+    parent = os.path.dirname(os.path.abspath(path_out))
+    if not os.path.isdir(parent):
+        raise DensifyError(f"{path_out}: directory {parent} does not exist")
+    if os.path.exists(path_out) and os.path.samefile(path_in, path_out):
+        raise DensifyError("-o is the student checkpoint itself; refusing to overwrite it")
+    if not data or not os.path.isdir(data):
+        raise DensifyError(f"--data is not a directory: {data}")
+    model, task, model_args = load_checkpoint(path_in, data)
+    try:
+        dense = densify_model(model, model_args, task)
+    except DensifyError as exc:
+        raise DensifyError(f"{path_in}: {exc}") from None
+    state = read_checkpoint(path_in)
+    out = {k: v for k, v in state.items() if k not in ("model", "last_optimizer_state")}
+    cfg = state.get("cfg")
+    if cfg is not None and cfg.get("model") is not None:
+        cfg = dict(cfg)
+        cfg["model"] = dense.args
+        out["cfg"], out["args"] = cfg, None
+    else:
+        out["args"] = dense.args
+    out["model"] = dense.model.state_dict()
+    out["last_optimizer_state"] = None
+    hist = (state.get("optimizer_history") or [{}])[-1]
+    out["optimizer_history"] = [{
+        "criterion_name": hist.get("criterion_name", "LabelSmoothedCrossEntropyCriterion"),
+        "optimizer_name": hist.get("optimizer_name", "FairseqAdam"),
+        "lr_scheduler_state": {"best": None},
+        "num_updates": hist.get("num_updates", 0),
+    }]  # fmt: skip
+    extra = dict(state.get("extra_state") or {})
+    extra["densified_from"] = os.path.abspath(path_in)
+    out["extra_state"] = extra
+    try:
+        with atomic_write(path_out, "wb") as f:
+            torch.save(out, f)
+    except OSError as exc:
+        raise DensifyError(f"cannot write {path_out}: {exc.strerror or exc}") from None
+    return dense
+
+
+PROG = "lightcompress-densify"
+
+
+def _arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Multiply out a compressed student (LightFormer, Smartformer, Hypoformer "
+        "without Admin) into the fairseq checkpoint of the dense Transformer it computes "
+        "(arch transformer; larger than the student by design), proven against the student "
+        "on probe translations before it is written.",
+    )
+    p.add_argument("--path", required=True, help="the student's fairseq checkpoint")
+    p.add_argument("--data", required=True, help="its data-bin directory (dictionaries)")
+    p.add_argument("-o", "--output", required=True, help="the dense checkpoint to write (.pt)")
+    p.add_argument("--force", action="store_true", help="replace an existing output file")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m lightcompress.deploy.densify``: the exit status (errors as one line, 2)."""
+    return cli.run(_main, argv, PROG)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _arg_parser().parse_args(argv)
+    dense = densify_checkpoint(args.path, args.data, args.output, args.force)
+    size = os.path.getsize(args.output)
+    t = dense.translations
+    ties = f", {t['near_ties']} parting at a near tie" if t["near_ties"] else ""
+    print(
+        f"wrote {args.output} ({size / 1e6:.2f} MB): {dense.summary()}; checked against the "
+        f"student: largest log-probability difference {dense.max_logprob_difference:.2g} per "
+        f"token, {t['equal']} of {t['sentences']} greedy probe translations equal{ties}"
+    )
+    return 0
+
+
+cli_main = cli.entry_point(main, quiet=True)
+
+if __name__ == "__main__":
+    cli_main()
