@@ -73,6 +73,7 @@ setup(
             "lightcompress-export-onnx=lightcompress.deploy.onnx_export:cli_main",
             "lightcompress-translate=lightcompress.deploy.torch_translator:cli_main",
             "lightcompress-shortlist=lightcompress.deploy.shortlist_build:cli_main",
+            "lightcompress-densify=lightcompress.deploy.densify:cli_main",
         ],
     },
 )

@@ -85,7 +85,7 @@ print(json.dumps({"killed": killed, "seen": seen, "left": left, "out": "".join(l
 
 KD_STEPS = [("transfer", "lightcompress-convert"), ("kd-data", "lightcompress.kd.onnx_generate"),
             ("fine-tune", "fairseq-train"), ("shortlist", ""),
-            ("export", "lightcompress-export-onnx"), ("int8", ""),
+            ("export", "lightcompress-export-onnx"), ("int8", ""), ("ct2", ""),
             ("test-teacher", "fairseq-generate"), ("test-student", "fairseq-generate"),
             ("speed", ""), ("speed-b32", ""), ("report", "")]  # fmt: skip
 # (int8 and speed run in compress's own process: measure_speed called as a function)

@@ -21,8 +21,8 @@ import torch
 import lightcompress  # noqa: F401  (the checkpoint allow-list)
 
 FAST = ["--speed-runs", "1", "--speed-sentences", "3"]
-STEPS = ["transfer", "fine-tune", "shortlist", "export", "int8", "test-teacher", "test-student",
-         "speed", "speed-b32", "report"]  # fmt: skip
+STEPS = ["transfer", "fine-tune", "shortlist", "export", "int8", "ct2", "test-teacher",
+         "test-student", "speed", "speed-b32", "report"]  # fmt: skip
 
 
 def _env():
@@ -103,7 +103,7 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
     # (sequence-level KD is on by default for LightFormer: its data is made before fine-tuning)
     steps = [line.split(":")[0] for line in out.splitlines() if line.startswith("step ")]
     assert steps == [
-        f"step {i}/11 {n}" for i, n in enumerate(["transfer", "kd-data", *STEPS[1:]], 1)
+        f"step {i}/12 {n}" for i, n in enumerate(["transfer", "kd-data", *STEPS[1:]], 1)
     ]
     train = next(line for line in out.splitlines() if "fairseq-train" in line)
     assert "--task translation_seqkd --kd-data-mode both" in train
@@ -128,6 +128,9 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
     (int8,) = [line for line in out.splitlines() if "lightcompress.compress.int8" in line]
     assert "--int8 all" in int8 and "--eval" in int8 and "--compare-int8" in speed
     assert listed in int8
+    # the student's shape on CTranslate2: its factors multiplied out, int8, the same list
+    (ct2,) = [line for line in out.splitlines() if "lightcompress-export-ct2" in line]
+    assert f"-o {save / 'student-ct2'}" in ct2 and "--quantization int8" in ct2 and listed in ct2
 
 
 def _trainers(save) -> list[int]:
@@ -206,6 +209,10 @@ def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
     for key in ("b1", "b32", "b1_vmap", "b32_vmap", "size_vs_ct2_int8"):
         assert vs[key] > 0, key
     assert "Against what you have now, the teacher in CTranslate2 int8" in report
+    # the student's own shape on CTranslate2 (its factors multiplied out): exported, timed
+    assert (save / "student-ct2" / "model.bin").exists()
+    assert vs["b1_vmap_student_ct2"] > 0 and vs["b32_student_ct2"] > 0
+    assert "the student's own shape in CTranslate2 int8" in report
     # the export translates the data's tokens with its own runtime (no torch needed; the toy
     # data has no tokenizer, so raw text is refused)
     src = Path(tiny_data).parent.joinpath("raw", "test.de").read_text().splitlines()[:3]

@@ -10,7 +10,8 @@ Steps (each skipped when its outputs exist; rerun the same command after a stop)
 fine-tuning (``fairseq-train --finetune-from-model``; DA-WID: its own training, then
 ``lightcompress-convert dawid-fuse``), the vocabulary shortlist of the training split
 (``lightcompress-shortlist``; ``--no-shortlist`` leaves it out), ONNX Runtime exports
-(``lightcompress-export-onnx``: float32, and int8 of every map, both with the shortlist), test
+(``lightcompress-export-onnx``: float32, and int8 of every map, both with the shortlist), the
+student's CTranslate2 int8 export with its factors multiplied out (LightFormer, Smartformer), test
 translations of teacher and student (``fairseq-generate``; the int8 export's own), speed
 (``measure_speed`` at batch 1 and 32: fairseq and ONNX Runtime, CTranslate2 on the dense teacher
 with and without the shortlist as its vocabulary map) and the report (``report.md``,
@@ -424,6 +425,17 @@ def build_plan(opts, extra: list[str], log=print):
              "--skipped", os.path.join(save, "eval", "student-int8.skipped"), "--beam", str(opts.beam),
              *lengths, *(["--post-process", post] if post else []), *spm, *listed]],
             marker=os.path.join(save, "eval", "student-int8.done"), call=_int8_main))  # fmt: skip
+    ct2_dir = None
+    if method.name in ("lightformer", "smartformer"):  # (their factors multiply out exactly)
+        # the student's own shape on CTranslate2: its factors multiplied out into the dense
+        # Transformer it computes (larger on disk; the report says at which batch size it is
+        # the faster engine)
+        ct2_dir = os.path.join(save, "student-ct2")
+        steps.append(Step("ct2", "CTranslate2 int8 export of the student, its factors multiplied "
+                          "out (its shape on CTranslate2)", [
+            tool("lightcompress-export-ct2") + ["--path", student, "--data", B, "-o", ct2_dir,
+                                                "--quantization", "int8", *listed]],
+            outputs=[os.path.join(ct2_dir, "model.bin")]))  # fmt: skip
     for who, ckpt in (("teacher", T), ("student", student)):
         out = os.path.join(save, "eval", f"{who}.txt")
         gen = tool("fairseq-generate") + [B, "--user-dir", user_dir, "--path", ckpt, "--task", "translation",
@@ -471,6 +483,7 @@ def build_plan(opts, extra: list[str], log=print):
             "shape": shape_of.describe(),
             "kd": kd,
             "int8": opts.int8,
+            "ct2_export": ct2_dir,
         },
         "commands": commands,
         # options that change an output without changing a command: a rerun with other

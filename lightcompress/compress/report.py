@@ -201,8 +201,9 @@ def against_ct2(speeds: dict, rows: dict, shortlist: bool) -> dict:
     return out
 
 
-def _against_lines(vs: dict) -> list[str]:
-    """The report's table of :func:`against_ct2`."""
+def _against_lines(vs: dict, ct2_export: str | None = None) -> list[str]:
+    """The report's table of :func:`against_ct2` (``ct2_export``: the student's CTranslate2
+    export that compress wrote, named where it is the faster engine)."""
     if not any(k.startswith("b") for k in vs):
         return []
 
@@ -226,11 +227,13 @@ def _against_lines(vs: dict) -> list[str]:
             ours = vs.get(f"b{batch}_vmap", vs.get(f"b{batch}"))
             theirs = vs.get(f"b{batch}_vmap_student_ct2", vs.get(f"b{batch}_student_ct2"))
             if ours and theirs and theirs > ours:
+                where = (f"`{ct2_export}`" if ct2_export else
+                         "`lightcompress-export-ct2 --path STUDENT --data DATA --quantization "
+                         "int8 --shortlist shortlist.txt`")  # fmt: skip
                 lines += ["", (f"At batch {batch} the student runs faster in CTranslate2 "
                                f"({theirs:.2f}x against {ours:.2f}x): deploy its CTranslate2 export "
-                               "(`lightcompress-export-ct2 --path STUDENT --data DATA "
-                               "--quantization int8 --shortlist shortlist.txt`) for that "
-                               "batch size; it stores the student dense, so it is larger.")]  # fmt: skip
+                               f"({where}) for that batch size; it stores the student dense, so "
+                               "it is larger on disk.")]  # fmt: skip
     if "size_vs_ct2_int8" in vs:
         lines += ["", (f"On disk: the student's export {_human(vs['student_export_bytes'], 'B')}, "
                        f"{vs['size_vs_ct2_int8']:.2f}x the teacher's CTranslate2 int8 model "
@@ -308,7 +311,7 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
                     f"| tokens/s, CTranslate2 {prec} (the dense teacher) vs the student's "
                     f"{_engine_name(eng)} | {_human(v)} | {_human(b)} | {ratio(b, v)} |"
                 )
-    lines += _against_lines(s.get("vs_ct2_int8") or {})
+    lines += _against_lines(s.get("vs_ct2_int8") or {}, plan["student"].get("ct2_export"))
     lines += [
         "",
         (
