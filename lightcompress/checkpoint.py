@@ -32,6 +32,7 @@ from lightcompress.errors import CheckpointError, ConfigError, one_line
 __all__ = [
     "CheckpointError",
     "build_model",
+    "check_finite",
     "check_registered",
     "checkpoint_arch",
     "classification_heads_in",
@@ -277,9 +278,24 @@ def load_checkpoint(
     model_args = state.get("args") or state["cfg"]["model"]
     del state
     model = models[0]
+    check_finite(model, path)
     model.prepare_for_inference_(cfg)
     model.eval()
     return model, task, model_args
+
+
+def check_finite(model, path: str) -> None:
+    """Refuse a model whose weights hold NaN or infinity (a diverged training, a damaged file):
+    it would translate into garbage or fail deep inside the beam search."""
+    import torch
+
+    for name, tensor in model.named_parameters():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointError(
+                f"{path} holds non-finite weights: {name} has {bad:,} NaN or infinite values (a "
+                "diverged training or a damaged file): it cannot translate"
+            )
 
 
 def load_for_task(path: str, task):

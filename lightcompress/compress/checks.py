@@ -18,6 +18,7 @@ __all__ = [
     "check_fused_size",
     "check_save_dir",
     "check_target",
+    "check_tokenizer",
     "compare_plan",
     "dawid_gate_scale",
     "file_sha256",
@@ -77,6 +78,65 @@ def check_target(opts, teacher) -> None:
             f"--params {opts.params:,} is not below the teacher's {teacher.params:,} parameters: "
             "the student would be as large as the teacher or larger"
         )
+
+
+def check_tokenizer(opts, data) -> str | None:
+    """The data's tokenizer, checked against the data-bin's dictionaries before any work:
+    ``--spm`` or ``--bpe-codes`` (not both) that load and fit them; without either (and without
+    ``--tokenized``), the data-bin's own ``bpe.code`` (fairseq's IWSLT'14 recipe leaves it there),
+    else a dictionary of subword units is refused naming the flag it needs (its BLEU would be
+    scored on subword units and its export would take them). Returns the BPE codes to use."""
+    from lightcompress.deploy.text_fit import (
+        TextFitError,
+        check_tokenizer_fits,
+        dictionary_kind,
+        read_symbols,
+    )
+    from lightcompress.runtime.tokenizers import TextError, check_codes, load_sentencepiece
+
+    if opts.spm and opts.bpe_codes:
+        raise CompressError("give --spm (a sentencepiece model) or --bpe-codes (subword-nmt "
+                            "codes), not both: the data was made with one of them")  # fmt: skip
+    if opts.tokenized and (opts.spm or opts.bpe_codes):
+        flag = "--spm" if opts.spm else "--bpe-codes"
+        raise CompressError(f"--tokenized takes the data's subword units as they are: give it "
+                            f"without {flag}")  # fmt: skip
+    sides = []
+    for side, lang in (("source", data.src), ("target", data.tgt)):
+        path = os.path.join(data.path, f"dict.{lang}.txt")
+        try:
+            sides.append((f"the {side} dictionary of --data ({path})", read_symbols(path)))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CompressError(f"cannot read {path}: {exc}") from None
+    codes = opts.bpe_codes
+    if not (opts.spm or codes or opts.tokenized):
+        recipe = os.path.join(data.path, "bpe.code")
+        kind = dictionary_kind(sides[0][1])
+        if os.path.isfile(recipe):  # (as lightcompress-export-onnx and -translate take it)
+            codes = recipe
+        elif kind == "bpe":
+            raise CompressError(
+                f"--data {data.path} is Moses + BPE data (its dictionary's units end in @@): "
+                "give the codes it was made with, --bpe-codes FILE (fairseq's IWSLT'14 recipe: "
+                "iwslt14.tokenized.de-en/code), for BLEU on text and an export that takes "
+                "raw text; or --tokenized to score and export its subword units as they are"
+            )
+        elif kind == "sentencepiece":
+            raise CompressError(
+                f"--data {data.path} is sentencepiece data (its dictionary's units start with "
+                "\u2581): give the model it was made with, --spm FILE, for BLEU on text and an "
+                "export that takes raw text; or --tokenized to score and export its pieces "
+                "as they are"
+            )
+    try:
+        if codes:
+            check_codes(codes)
+        if opts.spm:
+            load_sentencepiece(opts.spm)
+        check_tokenizer_fits(sides, spm=opts.spm, codes=codes)
+    except (TextError, TextFitError) as exc:
+        raise CompressError(str(exc)) from None
+    return codes
 
 
 def check_save_dir(save: str) -> None:

@@ -33,6 +33,7 @@ from lightcompress.compress.checks import (
     check_fused_size,
     check_save_dir,
     check_target,
+    check_tokenizer,
     compare_plan,
     dawid_gate_scale,
     file_sha256,
@@ -139,6 +140,10 @@ def get_parser() -> argparse.ArgumentParser:
     d.add_argument("--spm", help="sentencepiece model of the data (post-processing, the export)")
     d.add_argument("--bpe-codes", help="subword-nmt codes of the data (post-processing; the "
                    "export then takes raw text: Moses + BPE, lowercased if the data is)")  # fmt: skip
+    d.add_argument("--tokenized", action="store_true",
+                   help="a data-bin of subword units (sentencepiece or BPE) without its "
+                   "tokenizer: score BLEU on its units (unless --post-process) and export a model "
+                   "that takes them (instead of --spm / --bpe-codes)")  # fmt: skip
     d.add_argument("--post-process", help="fairseq --post-process before scoring (default: "
                    "sentencepiece with --spm, subword_nmt with --bpe-codes, else none)")  # fmt: skip
     d.add_argument("--ref", help="raw references of the test split (default: fairseq's "
@@ -229,6 +234,9 @@ def build_plan(opts, extra: list[str], log=print):
     method.check(teacher)
     check_target(opts, teacher)
     data = read_data_bin(opts.data, teacher, opts.source_lang, opts.target_lang)
+    codes = check_tokenizer(opts, data)
+    if codes and not opts.bpe_codes:
+        log(f"BPE codes: {codes} (the data-bin's; --bpe-codes to give others)")
     save = os.path.abspath(opts.save_dir)
     if os.path.exists(save) and not os.path.isdir(save):
         raise CompressError(f"--save-dir {opts.save_dir} exists and is not a directory")
@@ -260,9 +268,7 @@ def build_plan(opts, extra: list[str], log=print):
 
     device = ["--cpu"] if opts.cpu or not torch.cuda.is_available() else []
     langs = ["-s", data.src, "-t", data.tgt]
-    post = opts.post_process or (
-        "sentencepiece" if opts.spm else "subword_nmt" if opts.bpe_codes else None
-    )
+    post = opts.post_process or ("sentencepiece" if opts.spm else "subword_nmt" if codes else None)
     steps: list[Step] = []
     init = os.path.join(save, "student_init.pt")
     train_dir = os.path.join(save, "student")
@@ -389,8 +395,8 @@ def build_plan(opts, extra: list[str], log=print):
     onnx_dir = os.path.join(save, "student-onnx")
     notes = []
     spm = ["--spm", os.path.abspath(opts.spm)] if opts.spm else []
-    if opts.bpe_codes and not opts.spm:  # (raw text: Moses + BPE, settings from the data-bin)
-        spm = ["--bpe-codes", os.path.abspath(opts.bpe_codes)]
+    if codes:  # (raw text: Moses + BPE, settings from the data-bin)
+        spm = ["--bpe-codes", os.path.abspath(codes)]
     steps.append(Step("export", "ONNX Runtime export of the student", [
         tool("lightcompress-export-onnx") + ["--path", student, "--data", B, *langs, "-o", onnx_dir,
                                              *spm]], outputs=[os.path.join(onnx_dir, "MANIFEST.sha256")]))  # fmt: skip
