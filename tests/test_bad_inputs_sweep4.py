@@ -237,3 +237,126 @@ def test_4_non_finite_weights_are_named_in_one_line(tiny_data, tiny_transformer,
         result = _translate(["--path", path, "--data", tiny_data, "-i", src, "-o", out])
     _refused(result, "non-finite weights", key)
     assert not out.exists()
+
+
+# ----------------------------------------------------------------------------------- item 3
+
+
+def _train_line(out: str) -> list[str]:
+    """The fine-tuning command of a dry run, as arguments of fairseq-train."""
+    import shlex
+
+    line = next(x for x in out.splitlines() if x.startswith("+ ") and "fairseq-train" in x)
+    argv = shlex.split(line[2:])
+    return argv[next(i for i, a in enumerate(argv) if a.endswith("fairseq-train")) + 1 :]
+
+
+@pytest.fixture(scope="module")
+def students(tiny_data, tiny_transformer, tmp_path_factory):
+    """Training checkpoints (with optimizer state, 5 updates) of the student that ``--rank 8``
+    trains from the tiny teacher: its own weights, one tensor of another shape, and the same
+    student of another vocabulary (a checkpoint of another model and data)."""
+    import torch
+
+    from lightcompress.build import build_model_without_data
+    from lightcompress.compress.checks import check_train_args
+
+    root = tmp_path_factory.mktemp("students")
+    status, out, err = _compress([_teacher(tiny_transformer), "--data", tiny_data, "-o",
+                                  root / "x", "--rank", "8", "--dry-run"])  # fmt: skip
+    assert status == 0, err
+    args = check_train_args(_train_line(out), [])
+    from lightcompress.deploy.text_fit import read_symbols
+
+    size = len(read_symbols(os.path.join(tiny_data, "dict.de.txt"))) + 4
+    paths = {}
+    for name, vocab in (("same", size), ("reshaped", size), ("other data", size + 8)):
+        sd = build_model_without_data(args, vocab, vocab).state_dict()
+        if name == "reshaped":
+            key = next(k for k in sd if k.endswith("fc1.weight") or "fc1" in k)
+            sd[key] = torch.zeros(*[d + 1 for d in sd[key].shape])
+        paths[name] = root / f"{name.replace(' ', '-')}.pt"
+        torch.save({"args": args, "model": sd, "optimizer_history": [{"num_updates": 5}],
+                    "last_optimizer_state": {"state": {}}}, paths[name])  # fmt: skip
+    return paths
+
+
+def _codes_file(tmp_path, texts, kind) -> str:
+    path = tmp_path / f"{kind}.codes"
+    if kind == "sentencepiece model":
+        return texts["spm"]["spm"]
+    path.write_text({"empty": "", "version line only": "#version: 0.2\n"}[kind])
+    return str(path)
+
+
+# case -> (arguments after the teacher, data and save dir; what the line says)
+BEFORE = {
+    "mistyped fairseq flag": (["--", "--max-upd", "5"], ["unrecognized arguments: --max-upd 5",
+                                                       "given after `--`: --max-upd 5"]),
+    "bad fairseq value": (["--", "--clip-norm", "abc"], ["--clip-norm: invalid", "abc"]),
+    "empty codes": (["--bpe-codes", "empty"], ["holds no BPE merges"]),
+    "version line only codes": (["--bpe-codes", "version line only"], ["holds no BPE merges"]),
+    "sentencepiece model as codes": (["--bpe-codes", "sentencepiece model"],
+                                     ["is not subword-nmt BPE codes", "--spm"]),
+    "continue from one tensor of another shape": (["--continue-from", "reshaped"],
+                                                  ["does not fit the student this command trains"]),
+    "continue from another model": (["--continue-from", "other data"],
+                                    ["does not fit the student this command trains",
+                                     "its encoder.embed_tokens"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
+@pytest.mark.parametrize("case", list(BEFORE))
+def test_3_what_can_be_checked_is_checked_before_any_work(
+    case, dry, tiny_data, tiny_transformer, students, texts, tmp_path
+):
+    args, words = BEFORE[case]
+    args = list(args)
+    if args[0] == "--bpe-codes":
+        args[1] = _codes_file(tmp_path, texts, args[1])
+    elif args[0] == "--continue-from":
+        args[1] = students[args[1]]
+    out = tmp_path / "out"
+    base = [_teacher(tiny_transformer), "--data", tiny_data, "-o", out, "--rank", "8"]
+    if "--" in args:
+        i = args.index("--")
+        args = [*args[:i], *(["--dry-run"] if dry else []), *args[i:]]
+    elif dry:
+        args.append("--dry-run")
+    _refused(_compress([*base, *args]), *words)
+    assert not out.exists()  # (nothing written, no step run)
+
+
+def test_3_the_right_checkpoint_is_continued(tiny_data, tiny_transformer, students, tmp_path):
+    status, out, err = _compress([_teacher(tiny_transformer), "--data", tiny_data, "-o",
+                                  tmp_path / "out", "--rank", "8", "--max-update", "20",
+                                  "--continue-from", students["same"], "--dry-run"])  # fmt: skip
+    assert status == 0 and f"--continue-once {students['same']}" in out, err
+
+
+def test_3_a_run_that_failed_on_its_settings_is_rerun_with_corrected_ones(
+    tiny_data, tiny_transformer, tmp_path
+):
+    """A run whose fine-tuning failed on a setting fairseq-train's parser takes (a validation
+    subset the data-bin lacks) left its transfer's output and an empty training folder: the
+    corrected command keeps the transfer and is accepted; once the training has written a
+    checkpoint, a command with other settings is refused (the outputs are the other run's)."""
+    import json
+
+    from lightcompress.compress.cli import build_plan, get_parser
+
+    out = tmp_path / "out"
+    base = [_teacher(tiny_transformer), "--data", tiny_data, "-o", str(out), "--rank", "8"]
+    steps, plan = build_plan(get_parser().parse_args(base), ["--valid-subset", "nosuch"],
+                             log=lambda msg: None)  # fmt: skip
+    out.mkdir()
+    (out / "plan.json").write_text(json.dumps(plan))  # what the failed run left
+    for path in steps[0].outputs:  # (the transfer: done)
+        open(path, "wb").close()
+    (out / "student").mkdir()  # (fairseq-train's check of its save directory)
+    status, text, err = _compress([*base, "--dry-run"])
+    assert status == 0, err
+    assert "step 1/" in text and "transfer" in text and "(done before: would be skipped)" in text
+    (out / "student" / "checkpoint_last.pt").write_bytes(b"")
+    _refused(_compress([*base, "--dry-run"]), "holds a run with other settings")

@@ -13,12 +13,14 @@ import os
 from lightcompress.compress.teacher import CompressError
 
 __all__ = [
+    "check_continue_fits",
     "check_continue_from",
     "check_extra",
     "check_fused_size",
     "check_save_dir",
     "check_target",
     "check_tokenizer",
+    "check_train_args",
     "compare_plan",
     "dawid_gate_scale",
     "file_sha256",
@@ -62,6 +64,71 @@ def check_extra(extra: list[str]) -> None:
         flag = arg.split("=", 1)[0]
         if flag in OWN:
             raise CompressError(f"`-- {flag}` is not for fairseq-train here: {OWN[flag]}")
+
+
+def check_train_args(argv: list, extra: list[str]):
+    """The fine-tuning command's arguments (``fairseq-train ARGV``, the flags after ``--`` among
+    them) parsed by fairseq-train's own parser before anything runs: a mistyped flag (``--max-upd
+    5``) or a bad value is refused in one line. Returns the parsed ``Namespace``. (An argument
+    that a step writes, such as a per-matrix spec, is parsed as a placeholder.)"""
+    import contextlib
+    import io
+    import re
+
+    from fairseq import options
+
+    from lightcompress.errors import LightcompressError
+
+    argv = ["x" if not isinstance(a, (str, int, float)) else str(a) for a in argv]
+    parser = options.get_training_parser()
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            return options.parse_args_and_arch(parser, argv)
+    except SystemExit:
+        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+        msg = re.sub(r"^[\w.-]+: error: ", "", lines[-1] if lines else "its arguments do not parse")
+    except (LightcompressError, ValueError) as exc:
+        msg = " ".join(str(exc).split())
+    given = f" (given after `--`: {' '.join(extra)})" if extra else ""
+    raise CompressError(f"fairseq-train would refuse the fine-tuning command: {msg}{given}; "
+                        "`fairseq-train --help` lists its flags")  # fmt: skip
+
+
+def check_continue_fits(path: str, args, src_vocab: int, tgt_vocab: int) -> None:
+    """``--continue-from``'s weights against the student this command trains (``args``: the
+    fine-tuning command, parsed), built without data: a checkpoint of another model, other
+    dictionaries or one tensor of another shape is refused before the transfer and KD run
+    (fairseq-train would fail after them: "Cannot load model parameters from checkpoint")."""
+    import copy
+
+    from lightcompress.build import build_model_without_data
+    from lightcompress.checkpoint import read_checkpoint
+    from lightcompress.errors import LightcompressError
+
+    state = read_checkpoint(path)
+    try:
+        model = build_model_without_data(copy.deepcopy(args), src_vocab, tgt_vocab)
+    except (LightcompressError, ValueError, RuntimeError, OSError):
+        return  # (not built here: fairseq-train's own loading says it)
+    want = model.state_dict()
+    have = dict(state["model"])
+    model.upgrade_state_dict(have)
+    for name, tensor in want.items():
+        if name not in have:
+            raise CompressError(f"--continue-from {path} does not fit the student this command "
+                                f"trains: it has no {name} (a checkpoint of another model)")  # fmt: skip
+        if tuple(have[name].shape) != tuple(tensor.shape):
+            raise CompressError(
+                f"--continue-from {path} does not fit the student this command trains: its "
+                f"{name} is {list(have[name].shape)}, the student's {list(tensor.shape)} (a "
+                "checkpoint of another model, teacher or data)"
+            )
+    extra = [k for k in have if k not in want]
+    if extra:
+        raise CompressError(f"--continue-from {path} does not fit the student this command "
+                            f"trains: its {extra[0]} is not the student's (a checkpoint of "
+                            "another model)")  # fmt: skip
 
 
 def check_target(opts, teacher) -> None:
@@ -231,10 +298,14 @@ def compare_plan(save: str, plan: dict, steps) -> list[str]:
     """Compare ``plan`` with the one ``save`` holds (``plan.json`` of an earlier run).
 
     Other commands are refused (the outputs of one would be taken for the other's) unless no
-    step has written anything yet (a run refused or failed at its first step is replaced).
+    step from the first one whose commands differ has written anything yet: a run refused or
+    failed on its settings (at its first step, or at fine-tuning before its first checkpoint)
+    is replaced by the corrected command, whose steps before that one are the same and are kept.
     Other report options (``plan["report_options"]``, e.g. ``--ref``) only change the report:
     its outputs are returned, for the caller to remove so that the report step is redone.
     """
+    from lightcompress.compress.steps import render
+
     path = os.path.join(save, "plan.json")
     if not os.path.exists(path):
         return []
@@ -245,10 +316,15 @@ def compare_plan(save: str, plan: dict, steps) -> list[str]:
         old = {}
     if not isinstance(old, dict):
         old = {}
-    written = [p for st in steps for p in st.outputs + ([st.marker] if st.marker else [])
-               if os.path.exists(p)]  # fmt: skip
     if old.get("commands") != plan["commands"]:
-        if not written:
+        before, i, first = old.get("commands") or [], 0, len(steps)
+        for k, st in enumerate(steps):  # (the first step whose commands differ)
+            mine = [render(c) for c in st.commands]
+            if before[i : i + len(mine)] != mine:
+                first = k
+                break
+            i += len(mine)
+        if not [p for st in steps[first:] for p in st.written()]:
             return []
         raise CompressError(
             f"{save} holds a run with other settings ({_difference(plan['commands'], old)}): "

@@ -28,12 +28,14 @@ import sys
 
 from lightcompress.cli import OneLineParser
 from lightcompress.compress.checks import (
+    check_continue_fits,
     check_continue_from,
     check_extra,
     check_fused_size,
     check_save_dir,
     check_target,
     check_tokenizer,
+    check_train_args,
     compare_plan,
     dawid_gate_scale,
     file_sha256,
@@ -374,12 +376,15 @@ def build_plan(opts, extra: list[str], log=print):
              "--keep-interval-updates", "1", "--no-epoch-checkpoints", "--save-dir", train_dir,
              "--no-progress-bar", "--log-format", "simple", "--log-interval", "10",
              "--num-workers", "0", "--seed", "1", "--data-buffer-size", "0", *device, *stop, *extra]  # fmt: skip
+    parsed = check_train_args(train[1:], extra)  # (fairseq-train's parser, before any work)
+    if resume:
+        check_continue_fits(resume, parsed, data.src_dict_size, data.tgt_dict_size)
     train[0:1] = tool("fairseq-train")
     best = "checkpoint_last.pt" if dawid else "checkpoint_best.pt"
     steps.append(Step("fine-tune", ("DA-WID training (masks, compactors, distillation)" if dawid else
                                     f"fine-tuning the student, {opts.max_update} updates"),
                       [train], outputs=[os.path.join(train_dir, best)],
-                      marker=os.path.join(train_dir, "train.done")))  # fmt: skip
+                      marker=os.path.join(train_dir, "train.done"), workdir=train_dir))  # fmt: skip
     student = os.path.join(train_dir, best)
     if dawid:
         student = os.path.join(save, "student.pt")
