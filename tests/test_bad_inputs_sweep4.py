@@ -360,3 +360,114 @@ def test_3_a_run_that_failed_on_its_settings_is_rerun_with_corrected_ones(
     assert "step 1/" in text and "transfer" in text and "(done before: would be skipped)" in text
     (out / "student" / "checkpoint_last.pt").write_bytes(b"")
     _refused(_compress([*base, "--dry-run"]), "holds a run with other settings")
+
+
+# ----------------------------------------------------------------------------------- item 7
+
+
+@pytest.mark.parametrize("tool", TOOLS[:2])
+def test_7_codes_with_only_a_version_line_are_one_line(texts, tool, tmp_path):
+    codes = tmp_path / "codes"
+    codes.write_text("#version: 0.2\n")
+    m, out = texts["bpe"], tmp_path / "out"
+    if tool == "lightcompress-export-onnx":
+        result = _export(["--path", m["teacher"], "--data", m["data"], "-o", out, "--bpe-codes",
+                          codes])  # fmt: skip
+    else:
+        src = tmp_path / "in.txt"
+        src.write_text("Das Haus.\n")
+        result = _translate(["--path", m["teacher"], "--data", m["data"], "-i", src, "-o", out,
+                             "--bpe-codes", codes])  # fmt: skip
+    line = _refused(result, "holds no BPE merges")
+    assert "cannot load the BPE codes" not in line
+    assert not out.exists()
+
+
+def test_7_a_byte_order_mark_does_not_change_the_first_translation(texts, tmp_path):
+    """Both translators encode raw text with MosesBPE (the export's translate.py through its
+    copy of :mod:`lightcompress.runtime.tokenizers`)."""
+    from lightcompress.runtime.tokenizers import MosesBPE
+
+    bpe = MosesBPE(texts["bpe"]["codes"], "de", "en", lowercase=True)
+    assert bpe.encode("\ufeffDas Haus.") == bpe.encode("Das Haus.")
+    m = texts["bpe"]
+    text = "Das rote Haus.\nDie Katze.\n"
+    got = []
+    for i, prefix in enumerate(("", "\ufeff")):
+        src, out = tmp_path / f"in{i}.txt", tmp_path / f"out{i}.txt"
+        src.write_text(prefix + text, encoding="utf-8")
+        status, _, err = _translate(["--path", m["teacher"], "--data", m["data"], "-i", src,
+                                     "-o", out, "--bpe-codes", m["codes"], "--beam", "1"])  # fmt: skip
+        assert status == 0, err
+        got.append(out.read_text(encoding="utf-8"))
+    assert got[0] == got[1]
+
+
+def test_7_dawids_fusion_error_names_what_compress_takes():
+    from lightcompress.wid.fuse import FusionError, check_shapes
+
+    layer = [{"kind": "self_attn", "out": 4, "v": 0}, {"kind": "ffn", "out": 4, "ffn": 0}]
+    with pytest.raises(FusionError) as info:
+        check_shapes({"encoder": {"embed_dim": 4, "layers": [layer]}})
+    msg = str(info.value)
+    assert "--dawid-target-sparsity" in msg and "lightcompress-compress" in msg
+    assert "--sparsity" in msg.split("lightcompress-compress")[1] and "--ratio" in msg
+
+
+# ----------------------------------------------------------------------------------- item 5
+
+SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
+                       "translation", "results", "teacher")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def changed_teacher(tmp_path_factory):
+    """A copy of the shipped teacher's folder whose checkpoint has one fc1 weight scaled (its
+    SHA256SUMS, copied with it, lists the original)."""
+    import torch
+
+    folder = tmp_path_factory.mktemp("changed") / "teacher"
+    shutil.copytree(SHIPPED, folder)
+    state = torch.load(folder / "checkpoint.pt", map_location="cpu", weights_only=True)
+    key = next(k for k in state["model"] if k.endswith("fc1.weight"))
+    state["model"][key][0, 0] *= 1.5
+    torch.save(state, folder / "checkpoint.pt")
+    return folder
+
+
+SUM_TOOLS = [*TOOLS, "lightcompress-export-ct2", "lightcompress-convert"]
+
+
+@pytest.mark.parametrize("tool", SUM_TOOLS)
+def test_5_a_changed_copy_of_the_shipped_teacher_is_refused_by_every_loader(
+    changed_teacher, tool, tiny_data, tmp_path
+):
+    ckpt, data, out = changed_teacher / "checkpoint.pt", changed_teacher, tmp_path / "out"
+    if tool == "lightcompress-export-onnx":
+        result = _export(["--path", ckpt, "--data", data, "-o", out])
+    elif tool == "lightcompress-translate":
+        src = tmp_path / "in.txt"
+        src.write_text("Das Haus.\n")
+        result = _translate(["--path", ckpt, "--data", data, "-i", src, "-o", out,
+                             "--spm", data / "spm.model"])  # fmt: skip
+    elif tool == "lightcompress-compress":
+        result = _compress([ckpt, "--data", tiny_data, "-o", out, "--dry-run"])
+    elif tool == "lightcompress-export-ct2":
+        from lightcompress.deploy.ct2 import main
+
+        result = _call(main, ["--path", ckpt, "--data", data, "-o", out])
+    else:
+        from lightcompress.convert.cli import main
+
+        result = _call(main, ["-i", ckpt, "-o", out, "-a", "lightformer", "--lc-rank", "4"])
+    _refused(result, "does not match its sum in", "SHA256SUMS")
+    assert not out.exists()
+
+
+def test_5_the_shipped_teacher_and_unlisted_files_pass(changed_teacher, tmp_path):
+    from lightcompress.checkpoint import verify_sums
+
+    verify_sums(os.path.join(SHIPPED, "checkpoint.pt"))  # (as shipped)
+    moved = tmp_path / "mine.pt"  # (a model of one's own, in a folder without SHA256SUMS)
+    shutil.copyfile(changed_teacher / "checkpoint.pt", moved)
+    verify_sums(str(moved))

@@ -73,6 +73,7 @@ def check_train_args(argv: list, extra: list[str]):
     that a step writes, such as a per-matrix spec, is parsed as a placeholder.)"""
     import contextlib
     import io
+    import logging
     import re
 
     from fairseq import options
@@ -82,6 +83,8 @@ def check_train_args(argv: list, extra: list[str]):
     argv = ["x" if not isinstance(a, (str, int, float)) else str(a) for a in argv]
     parser = options.get_training_parser()
     err = io.StringIO()
+    quiet = logging.root.manager.disable  # (fairseq logs "--user-dir ... already imported")
+    logging.disable(logging.WARNING)
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             return options.parse_args_and_arch(parser, argv)
@@ -90,6 +93,8 @@ def check_train_args(argv: list, extra: list[str]):
         msg = re.sub(r"^[\w.-]+: error: ", "", lines[-1] if lines else "its arguments do not parse")
     except (LightcompressError, ValueError) as exc:
         msg = " ".join(str(exc).split())
+    finally:
+        logging.disable(quiet)
     given = f" (given after `--`: {' '.join(extra)})" if extra else ""
     raise CompressError(f"fairseq-train would refuse the fine-tuning command: {msg}{given}; "
                         "`fairseq-train --help` lists its flags")  # fmt: skip
@@ -104,13 +109,21 @@ def check_continue_fits(path: str, args, src_vocab: int, tgt_vocab: int) -> None
 
     from lightcompress.build import build_model_without_data
     from lightcompress.checkpoint import read_checkpoint
-    from lightcompress.errors import LightcompressError
 
     state = read_checkpoint(path)
+    args = copy.deepcopy(args)
+    if getattr(args, "dawid_init", None) == "data-aware":
+        args.dawid_init = "identity"  # (the same shapes, without calibration data)
+    import logging
+
+    quiet = logging.root.manager.disable
+    logging.disable(logging.WARNING)
     try:
-        model = build_model_without_data(copy.deepcopy(args), src_vocab, tgt_vocab)
-    except (LightcompressError, ValueError, RuntimeError, OSError):
-        return  # (not built here: fairseq-train's own loading says it)
+        model = build_model_without_data(args, src_vocab, tgt_vocab)
+    except Exception:  # noqa: BLE001  (not built here: fairseq-train's own loading says why)
+        return
+    finally:
+        logging.disable(quiet)
     want = model.state_dict()
     have = dict(state["model"])
     model.upgrade_state_dict(have)
