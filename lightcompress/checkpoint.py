@@ -32,6 +32,7 @@ from lightcompress.errors import CheckpointError, ConfigError, one_line
 __all__ = [
     "CheckpointError",
     "build_model",
+    "check_finite",
     "check_registered",
     "checkpoint_arch",
     "classification_heads_in",
@@ -42,6 +43,7 @@ __all__ = [
     "read_checkpoint",
     "register_plugin_model",
     "unregister_plugin_model",
+    "verify_sums",
 ]
 
 # The fairseq model names of the plugin's families, filled by the presets table as it registers
@@ -68,6 +70,49 @@ def plugin_model_of(arch: str) -> str | None:
     return max(matches, key=len) if matches else None
 
 
+SUMS = "SHA256SUMS"
+_VERIFIED: set[tuple] = set()  # (path, size, mtime) of files this process found as listed
+
+
+def verify_sums(path: str) -> None:
+    """A file that sits beside a ``SHA256SUMS`` listing it (the shipped teacher's folder) must
+    match its sum: a changed or damaged copy is a :class:`CheckpointError` before it is read
+    (torch loads a checkpoint with a flipped or scaled weight without a word). Files that no
+    ``SHA256SUMS`` lists are not checked."""
+    import hashlib
+
+    folder, name = os.path.split(os.path.abspath(path))
+    sums = os.path.join(folder, SUMS)
+    if not os.path.isfile(sums):
+        return
+    want = None
+    try:
+        with open(sums, encoding="utf-8") as f:
+            for line in f:
+                parts = line.strip().split(None, 1)
+                if len(parts) == 2 and parts[1].lstrip("*") == name:
+                    want = parts[0].lower()
+    except (OSError, UnicodeDecodeError):
+        return
+    if want is None:
+        return
+    stat = os.stat(path)
+    key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+    if key in _VERIFIED:
+        return
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    if h.hexdigest() != want:
+        raise CheckpointError(
+            f"{path} does not match its sum in {sums} (a changed or damaged copy): fetch it "
+            f"again (git checkout -- {path} in a clone), or, for a model of your own, keep it "
+            f"in a folder of its own or update {SUMS}"
+        )
+    _VERIFIED.add(key)
+
+
 def read_checkpoint(path: str, upgrade: bool = False, overrides: dict | None = None) -> dict:
     """The state dict of the fairseq checkpoint ``path``.
 
@@ -82,6 +127,7 @@ def read_checkpoint(path: str, upgrade: bool = False, overrides: dict | None = N
         head = f.read(4)
     if not head.startswith((b"PK\x03\x04", b"\x80")):  # torch's zip format, legacy pickle
         raise CheckpointError(f"{path} is not a checkpoint (no zip or pickle header: a text file?)")
+    verify_sums(path)
     try:
         if upgrade:
             from fairseq import checkpoint_utils
@@ -277,9 +323,24 @@ def load_checkpoint(
     model_args = state.get("args") or state["cfg"]["model"]
     del state
     model = models[0]
+    check_finite(model, path)
     model.prepare_for_inference_(cfg)
     model.eval()
     return model, task, model_args
+
+
+def check_finite(model, path: str) -> None:
+    """Refuse a model whose weights hold NaN or infinity (a diverged training, a damaged file):
+    it would translate into garbage or fail deep inside the beam search."""
+    import torch
+
+    for name, tensor in model.named_parameters():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointError(
+                f"{path} holds non-finite weights: {name} has {bad:,} NaN or infinite values (a "
+                "diverged training or a damaged file): it cannot translate"
+            )
 
 
 def load_for_task(path: str, task):

@@ -13,11 +13,14 @@ import os
 from lightcompress.compress.teacher import CompressError
 
 __all__ = [
+    "check_continue_fits",
     "check_continue_from",
     "check_extra",
     "check_fused_size",
     "check_save_dir",
     "check_target",
+    "check_tokenizer",
+    "check_train_args",
     "compare_plan",
     "dawid_gate_scale",
     "file_sha256",
@@ -63,6 +66,84 @@ def check_extra(extra: list[str]) -> None:
             raise CompressError(f"`-- {flag}` is not for fairseq-train here: {OWN[flag]}")
 
 
+def check_train_args(argv: list, extra: list[str]):
+    """The fine-tuning command's arguments (``fairseq-train ARGV``, the flags after ``--`` among
+    them) parsed by fairseq-train's own parser before anything runs: a mistyped flag (``--max-upd
+    5``) or a bad value is refused in one line. Returns the parsed ``Namespace``. (An argument
+    that a step writes, such as a per-matrix spec, is parsed as a placeholder.)"""
+    import contextlib
+    import io
+    import logging
+    import re
+
+    from fairseq import options
+
+    from lightcompress.errors import LightcompressError
+
+    argv = ["x" if not isinstance(a, (str, int, float)) else str(a) for a in argv]
+    parser = options.get_training_parser()
+    err = io.StringIO()
+    quiet = logging.root.manager.disable  # (fairseq logs "--user-dir ... already imported")
+    logging.disable(logging.WARNING)
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            return options.parse_args_and_arch(parser, argv)
+    except SystemExit:
+        lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+        msg = re.sub(r"^[\w.-]+: error: ", "", lines[-1] if lines else "its arguments do not parse")
+    except (LightcompressError, ValueError) as exc:
+        msg = " ".join(str(exc).split())
+    finally:
+        logging.disable(quiet)
+    given = f" (given after `--`: {' '.join(extra)})" if extra else ""
+    raise CompressError(f"fairseq-train would refuse the fine-tuning command: {msg}{given}; "
+                        "`fairseq-train --help` lists its flags")  # fmt: skip
+
+
+def check_continue_fits(path: str, args, src_vocab: int, tgt_vocab: int) -> None:
+    """``--continue-from``'s weights against the student this command trains (``args``: the
+    fine-tuning command, parsed), built without data: a checkpoint of another model, other
+    dictionaries or one tensor of another shape is refused before the transfer and KD run
+    (fairseq-train would fail after them: "Cannot load model parameters from checkpoint")."""
+    import copy
+
+    from lightcompress.build import build_model_without_data
+    from lightcompress.checkpoint import read_checkpoint
+
+    state = read_checkpoint(path)
+    args = copy.deepcopy(args)
+    if getattr(args, "dawid_init", None) == "data-aware":
+        args.dawid_init = "identity"  # (the same shapes, without calibration data)
+    import logging
+
+    quiet = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        model = build_model_without_data(args, src_vocab, tgt_vocab)
+    except Exception:  # noqa: BLE001  (not built here: fairseq-train's own loading says why)
+        return
+    finally:
+        logging.disable(quiet)
+    want = model.state_dict()
+    have = dict(state["model"])
+    model.upgrade_state_dict(have)
+    for name, tensor in want.items():
+        if name not in have:
+            raise CompressError(f"--continue-from {path} does not fit the student this command "
+                                f"trains: it has no {name} (a checkpoint of another model)")  # fmt: skip
+        if tuple(have[name].shape) != tuple(tensor.shape):
+            raise CompressError(
+                f"--continue-from {path} does not fit the student this command trains: its "
+                f"{name} is {list(have[name].shape)}, the student's {list(tensor.shape)} (a "
+                "checkpoint of another model, teacher or data)"
+            )
+    extra = [k for k in have if k not in want]
+    if extra:
+        raise CompressError(f"--continue-from {path} does not fit the student this command "
+                            f"trains: its {extra[0]} is not the student's (a checkpoint of "
+                            "another model)")  # fmt: skip
+
+
 def check_target(opts, teacher) -> None:
     """A target the student cannot meet, found before anything is written."""
     s = teacher.settings
@@ -77,6 +158,65 @@ def check_target(opts, teacher) -> None:
             f"--params {opts.params:,} is not below the teacher's {teacher.params:,} parameters: "
             "the student would be as large as the teacher or larger"
         )
+
+
+def check_tokenizer(opts, data) -> str | None:
+    """The data's tokenizer, checked against the data-bin's dictionaries before any work:
+    ``--spm`` or ``--bpe-codes`` (not both) that load and fit them; without either (and without
+    ``--tokenized``), the data-bin's own ``bpe.code`` (fairseq's IWSLT'14 recipe leaves it there),
+    else a dictionary of subword units is refused naming the flag it needs (its BLEU would be
+    scored on subword units and its export would take them). Returns the BPE codes to use."""
+    from lightcompress.deploy.text_fit import (
+        TextFitError,
+        check_tokenizer_fits,
+        dictionary_kind,
+        read_symbols,
+    )
+    from lightcompress.runtime.tokenizers import TextError, check_codes, load_sentencepiece
+
+    if opts.spm and opts.bpe_codes:
+        raise CompressError("give --spm (a sentencepiece model) or --bpe-codes (subword-nmt "
+                            "codes), not both: the data was made with one of them")  # fmt: skip
+    if opts.tokenized and (opts.spm or opts.bpe_codes):
+        flag = "--spm" if opts.spm else "--bpe-codes"
+        raise CompressError(f"--tokenized takes the data's subword units as they are: give it "
+                            f"without {flag}")  # fmt: skip
+    sides = []
+    for side, lang in (("source", data.src), ("target", data.tgt)):
+        path = os.path.join(data.path, f"dict.{lang}.txt")
+        try:
+            sides.append((f"the {side} dictionary of --data ({path})", read_symbols(path)))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CompressError(f"cannot read {path}: {exc}") from None
+    codes = opts.bpe_codes
+    if not (opts.spm or codes or opts.tokenized):
+        recipe = os.path.join(data.path, "bpe.code")
+        kind = dictionary_kind(sides[0][1])
+        if os.path.isfile(recipe):  # (as lightcompress-export-onnx and -translate take it)
+            codes = recipe
+        elif kind == "bpe":
+            raise CompressError(
+                f"--data {data.path} is Moses + BPE data (its dictionary's units end in @@): "
+                "give the codes it was made with, --bpe-codes FILE (fairseq's IWSLT'14 recipe: "
+                "iwslt14.tokenized.de-en/code), for BLEU on text and an export that takes "
+                "raw text; or --tokenized to score and export its subword units as they are"
+            )
+        elif kind == "sentencepiece":
+            raise CompressError(
+                f"--data {data.path} is sentencepiece data (its dictionary's units start with "
+                "\u2581): give the model it was made with, --spm FILE, for BLEU on text and an "
+                "export that takes raw text; or --tokenized to score and export its pieces "
+                "as they are"
+            )
+    try:
+        if codes:
+            check_codes(codes)
+        if opts.spm:
+            load_sentencepiece(opts.spm)
+        check_tokenizer_fits(sides, spm=opts.spm, codes=codes)
+    except (TextError, TextFitError) as exc:
+        raise CompressError(str(exc)) from None
+    return codes
 
 
 def check_save_dir(save: str) -> None:
@@ -171,10 +311,14 @@ def compare_plan(save: str, plan: dict, steps) -> list[str]:
     """Compare ``plan`` with the one ``save`` holds (``plan.json`` of an earlier run).
 
     Other commands are refused (the outputs of one would be taken for the other's) unless no
-    step has written anything yet (a run refused or failed at its first step is replaced).
+    step from the first one whose commands differ has written anything yet: a run refused or
+    failed on its settings (at its first step, or at fine-tuning before its first checkpoint)
+    is replaced by the corrected command, whose steps before that one are the same and are kept.
     Other report options (``plan["report_options"]``, e.g. ``--ref``) only change the report:
     its outputs are returned, for the caller to remove so that the report step is redone.
     """
+    from lightcompress.compress.steps import render
+
     path = os.path.join(save, "plan.json")
     if not os.path.exists(path):
         return []
@@ -185,10 +329,15 @@ def compare_plan(save: str, plan: dict, steps) -> list[str]:
         old = {}
     if not isinstance(old, dict):
         old = {}
-    written = [p for st in steps for p in st.outputs + ([st.marker] if st.marker else [])
-               if os.path.exists(p)]  # fmt: skip
     if old.get("commands") != plan["commands"]:
-        if not written:
+        before, i, first = old.get("commands") or [], 0, len(steps)
+        for k, st in enumerate(steps):  # (the first step whose commands differ)
+            mine = [render(c) for c in st.commands]
+            if before[i : i + len(mine)] != mine:
+                first = k
+                break
+            i += len(mine)
+        if not [p for st in steps[first:] for p in st.written()]:
             return []
         raise CompressError(
             f"{save} holds a run with other settings ({_difference(plan['commands'], old)}): "

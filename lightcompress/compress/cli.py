@@ -32,11 +32,14 @@ import sys
 
 from lightcompress.cli import OneLineParser
 from lightcompress.compress.checks import (
+    check_continue_fits,
     check_continue_from,
     check_extra,
     check_fused_size,
     check_save_dir,
     check_target,
+    check_tokenizer,
+    check_train_args,
     compare_plan,
     dawid_gate_scale,
     file_sha256,
@@ -146,6 +149,10 @@ def get_parser() -> argparse.ArgumentParser:
     d.add_argument("--spm", help="sentencepiece model of the data (post-processing, the export)")
     d.add_argument("--bpe-codes", help="subword-nmt codes of the data (post-processing; the "
                    "export then takes raw text: Moses + BPE, lowercased if the data is)")  # fmt: skip
+    d.add_argument("--tokenized", action="store_true",
+                   help="a data-bin of subword units (sentencepiece or BPE) without its "
+                   "tokenizer: score BLEU on its units (unless --post-process) and export a model "
+                   "that takes them (instead of --spm / --bpe-codes)")  # fmt: skip
     d.add_argument("--post-process", help="fairseq --post-process before scoring (default: "
                    "sentencepiece with --spm, subword_nmt with --bpe-codes, else none)")  # fmt: skip
     d.add_argument("--ref", help="raw references of the test split (default: fairseq's "
@@ -243,6 +250,9 @@ def build_plan(opts, extra: list[str], log=print):
     method.check(teacher)
     check_target(opts, teacher)
     data = read_data_bin(opts.data, teacher, opts.source_lang, opts.target_lang)
+    codes = check_tokenizer(opts, data)
+    if codes and not opts.bpe_codes:
+        log(f"BPE codes: {codes} (the data-bin's; --bpe-codes to give others)")
     save = os.path.abspath(opts.save_dir)
     if os.path.exists(save) and not os.path.isdir(save):
         raise CompressError(f"--save-dir {opts.save_dir} exists and is not a directory")
@@ -274,9 +284,7 @@ def build_plan(opts, extra: list[str], log=print):
 
     device = ["--cpu"] if opts.cpu or not torch.cuda.is_available() else []
     langs = ["-s", data.src, "-t", data.tgt]
-    post = opts.post_process or (
-        "sentencepiece" if opts.spm else "subword_nmt" if opts.bpe_codes else None
-    )
+    post = opts.post_process or ("sentencepiece" if opts.spm else "subword_nmt" if codes else None)
     steps: list[Step] = []
     init = os.path.join(save, "student_init.pt")
     train_dir = os.path.join(save, "student")
@@ -382,12 +390,15 @@ def build_plan(opts, extra: list[str], log=print):
              "--keep-interval-updates", "1", "--no-epoch-checkpoints", "--save-dir", train_dir,
              "--no-progress-bar", "--log-format", "simple", "--log-interval", "10",
              "--num-workers", "0", "--seed", "1", "--data-buffer-size", "0", *device, *stop, *extra]  # fmt: skip
+    parsed = check_train_args(train[1:], extra)  # (fairseq-train's parser, before any work)
+    if resume:
+        check_continue_fits(resume, parsed, data.src_dict_size, data.tgt_dict_size)
     train[0:1] = tool("fairseq-train")
     best = "checkpoint_last.pt" if dawid else "checkpoint_best.pt"
     steps.append(Step("fine-tune", ("DA-WID training (masks, compactors, distillation)" if dawid else
                                     f"fine-tuning the student, {opts.max_update} updates"),
                       [train], outputs=[os.path.join(train_dir, best)],
-                      marker=os.path.join(train_dir, "train.done")))  # fmt: skip
+                      marker=os.path.join(train_dir, "train.done"), workdir=train_dir))  # fmt: skip
     student = os.path.join(train_dir, best)
     if dawid:
         student = os.path.join(save, "student.pt")
@@ -403,8 +414,8 @@ def build_plan(opts, extra: list[str], log=print):
     onnx_dir = os.path.join(save, "student-onnx")
     notes = []
     spm = ["--spm", os.path.abspath(opts.spm)] if opts.spm else []
-    if opts.bpe_codes and not opts.spm:  # (raw text: Moses + BPE, settings from the data-bin)
-        spm = ["--bpe-codes", os.path.abspath(opts.bpe_codes)]
+    if codes:  # (raw text: Moses + BPE, settings from the data-bin)
+        spm = ["--bpe-codes", os.path.abspath(codes)]
     listed = []  # (the exports' shortlist: --shortlist FILE)
     if opts.shortlist:
         shortlist = os.path.join(save, "shortlist.txt")

@@ -84,10 +84,19 @@ class Step:
     func: Callable[[], None] | None = None
     call: Callable[[list[str]], int] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
 
     def complete(self) -> bool:
         paths = self.outputs + ([self.marker] if self.marker else [])
         return bool(paths) and all(os.path.exists(p) for p in paths)
+
+    def written(self) -> list[str]:
+        """What the step has written so far: its outputs, marker and working folder's files."""
+        paths = [p for p in self.outputs + ([self.marker] if self.marker else [])
+                 if os.path.exists(p)]  # fmt: skip
+        if self.workdir and os.path.isdir(self.workdir):
+            paths += [os.path.join(self.workdir, n) for n in sorted(os.listdir(self.workdir))]
+        return paths
 
 
 GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "guard.py")

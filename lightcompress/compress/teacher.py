@@ -125,6 +125,12 @@ def read_teacher(path: str) -> Teacher:
 
     if not os.path.isfile(path):
         raise CompressError(f"no such teacher checkpoint: {path}")
+    from lightcompress.checkpoint import CheckpointError, verify_sums
+
+    try:
+        verify_sums(path)
+    except CheckpointError as exc:
+        raise CompressError(str(exc)) from None
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001  (truncated zip, not a torch file, foreign pickle)

@@ -468,6 +468,13 @@ def _main(argv: Sequence[str] | None) -> int:
                 "trained with"
             )
         raise ExportError(message) from None
+    from lightcompress.deploy.text_fit import TextFitError, check_tokenizer_fits, task_dictionaries
+
+    try:  # (codes or a sentencepiece model of another corpus: <unk> for most of the text)
+        sides = task_dictionaries(task, args.data)
+        check_tokenizer_fits(sides, spm=args.spm, codes=args.bpe_codes)
+    except TextFitError as exc:
+        raise ExportError(str(exc)) from None
     bpe = None
     if args.bpe_codes is not None:
         cfg = getattr(task, "cfg", None) or getattr(task, "args", None)

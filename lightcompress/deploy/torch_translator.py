@@ -175,6 +175,16 @@ class Translator:
             model = quantize_model_int8(model, inplace=True, min_weight_elements=large)
         self.model, self.task = model, task
         self.src_dict, self.tgt_dict = task.source_dictionary, task.target_dictionary
+        from lightcompress.deploy.text_fit import (
+            TextFitError,
+            check_tokenizer_fits,
+            task_dictionaries,
+        )
+
+        try:  # (codes or a sentencepiece model of another corpus: <unk> for most of the text)
+            check_tokenizer_fits(task_dictionaries(task, data), spm=spm, codes=bpe_codes)
+        except TextFitError as exc:
+            raise TranslateError(str(exc)) from None
         if bpe_codes is not None:  # Moses + subword-nmt BPE (the ONNX export's own code)
             from lightcompress.runtime.tokenizers import MosesBPE, TextError, looks_lowercased
 

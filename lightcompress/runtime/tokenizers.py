@@ -36,8 +36,14 @@ def check_codes(path: str) -> None:
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().rstrip("\n").split("\n")
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError:
+        raise TextError(f"{path} is not subword-nmt BPE codes (not UTF-8 text: a sentencepiece "
+                        "model? give that with --spm)") from None  # fmt: skip
+    except OSError as exc:
         raise TextError(f"cannot read the BPE codes {path}: {exc}") from None
+    if not lines[lines[0].startswith("#version:") :] or lines == [""]:  # (subword-nmt exits)
+        raise TextError(f"{path} holds no BPE merges (an empty codes file): give the codes file "
+                        "of subword-nmt learn-bpe")  # fmt: skip
     for n, line in enumerate(lines, 1):
         if n == 1 and line.startswith("#version:"):
             continue
@@ -156,6 +162,7 @@ class MosesBPE:
 
     def encode(self, line: str) -> list[str]:
         """The model's subword tokens of one raw line."""
+        line = line.replace("\ufeff", "")  # (a file's byte-order mark: no part of its text)
         if self.tokenizer is not None:
             line = self.tokenizer.tokenize(line, aggressive_dash_splits=self.aggressive_dash_splits,
                                            return_str=True, escape=self.escape)  # fmt: skip

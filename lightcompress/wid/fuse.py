@@ -108,6 +108,11 @@ def final_shapes(model) -> dict:
     return result
 
 
+# (lightcompress-compress takes the target as --sparsity or --ratio, not fairseq's flag)
+LOWER = ("lower --dawid-target-sparsity (lightcompress-compress: a lower --sparsity, or a "
+         "smaller --ratio or larger --params)")  # fmt: skip
+
+
 def check_shapes(shapes: dict) -> None:
     """Refuse masks that leave no usable model (FusionError, one line)."""
     for name in shapes:
@@ -118,23 +123,19 @@ def check_shapes(shapes: dict) -> None:
                 if s["out"] < 1:
                     raise FusionError(
                         f"the masks remove every hidden dimension of {name} layer {i} "
-                        f"({s['kind']}); lower --dawid-target-sparsity"
+                        f"({s['kind']}); " + LOWER
                     )
         blocks = [s for layer in shapes[name]["layers"] for s in layer]
         if not any((s.get("v") or s.get("ffn")) for s in blocks):
-            raise FusionError(
-                f"the masks remove every layer of the {name}; lower --dawid-target-sparsity"
-            )
+            raise FusionError(f"the masks remove every layer of the {name}; " + LOWER)
     if not any(s.get("v") for layer in shapes["encoder"]["layers"] for s in layer):
-        raise FusionError(
-            "the masks remove every encoder self-attention head; lower --dawid-target-sparsity"
-        )
+        raise FusionError("the masks remove every encoder self-attention head; " + LOWER)
     decoder = shapes.get("decoder", {"layers": []})["layers"]
     cross = [s for layer in decoder for s in layer if s["kind"] == "cross_attn"]
     if cross and not any(s.get("v") for s in cross):
         raise FusionError(
             "the masks remove every encoder-decoder attention head (the decoder would ignore the "
-            "source); lower --dawid-target-sparsity"
+            "source); " + LOWER
         )
 
 
