@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     import torch
     from fairseq.sequence_generator import SequenceGenerator
 
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
     from lightcompress.checkpoint import load_checkpoint
     from lightcompress.deploy.ct2 import export_model
     from lightcompress.errors import LightcompressError

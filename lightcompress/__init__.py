@@ -2,28 +2,19 @@
 
 ``fairseq-train DATA --user-dir $(python -m lightcompress --user-dir) --arch lightformer_...``
 
-Importing the package registers every model, architecture, task and criterion it provides and
-allow-lists the types fairseq checkpoints hold for torch's ``weights_only`` loader. Without
-fairseq installed only the plain-PyTorch factorization library (:mod:`lightcompress.modules`)
-is usable; the fairseq parts raise ImportError when imported (install with ``make install``).
+The package itself is light: importing a part that needs no fairseq (the factorization library
+:mod:`lightcompress.modules`, :mod:`lightcompress.io`) imports no fairseq. fairseq's
+``--user-dir`` imports the package with fairseq loaded, and then the package registers every
+model, architecture, task and criterion it provides and allow-lists the types fairseq
+checkpoints hold for torch's ``weights_only`` loader (:mod:`lightcompress.plugin`); a program of
+its own does the same with ``import lightcompress.plugin``.
 """
 
-try:
-    import fairseq
-except ImportError:  # the factorization library (lightcompress.modules) works without it
-    fairseq = None
+import sys
 
-if fairseq is not None:
-    from lightcompress.compat import (
-        allow_fairseq_checkpoints,
-        quiet_shared_parameter_logs,
-        report_config_errors,
-    )
-
-    allow_fairseq_checkpoints()
-    from lightcompress import criterions, models, tasks, wid  # noqa: F401  (registration)
-
-    report_config_errors()
-    quiet_shared_parameter_logs()
+if (
+    sys.modules.get("fairseq") is not None
+):  # fairseq's --user-dir (or a program that loaded fairseq first)
+    from lightcompress import plugin  # noqa: F401  (registration)
 
 __version__ = "0.1.0"

@@ -15,7 +15,7 @@ import sys
 def _arch_help(arch: str) -> int:
     import dataclasses
 
-    import lightcompress  # noqa: F401  (registers the models)
+    import lightcompress.plugin  # noqa: F401  (registers the models)
     from lightcompress.models.presets import PRESETS
 
     if arch not in PRESETS and arch in _other_archs():
@@ -46,7 +46,7 @@ def _other_archs() -> dict[str, str]:
     architecture name -> fairseq model name."""
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY
 
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
     from lightcompress.models.presets import PRESETS
 
     return {
@@ -76,7 +76,7 @@ def _model_flags_help(arch: str) -> int:
 
 
 def _list_archs() -> int:
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
     from lightcompress.models.presets import PRESETS
 
     for name, preset in PRESETS.items():

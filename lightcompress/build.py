@@ -87,6 +87,8 @@ def model_class(args):
     """The model class of ``args.arch`` (an architecture, or a model name of a config)."""
     from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 
+    import lightcompress.plugin  # noqa: F401  (the plugin's architectures)
+
     arch = _arch_name(args)
     cls = ARCH_MODEL_REGISTRY.get(arch) or MODEL_REGISTRY.get(arch)
     if cls is None:
@@ -142,6 +144,8 @@ def build_model_without_data(args, src_vocab, tgt_vocab=None, **build_kwargs):
 def check_arch(arch: str) -> None:
     """Raise ``ValueError`` naming similar architectures when ``arch`` is not registered."""
     from fairseq.models import ARCH_MODEL_REGISTRY
+
+    import lightcompress.plugin  # noqa: F401  (the plugin's architectures)
 
     if arch not in ARCH_MODEL_REGISTRY:
         close = [a for a in sorted(ARCH_MODEL_REGISTRY) if arch.split("_")[0] in a][:8]

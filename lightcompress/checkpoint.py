@@ -18,8 +18,9 @@ callers add what their user gave (``--dawid-teacher: ...``).
   (dictionaries of ``--data``); :func:`load_for_task`: a model built by a given task (a
   teacher with the student's dictionaries).
 
-``torch.load`` keeps ``weights_only=True``: importing :mod:`lightcompress` allow-lists the
-types fairseq checkpoints hold (:mod:`lightcompress.compat`).
+``torch.load`` keeps ``weights_only=True``: each loader imports :mod:`lightcompress.plugin`,
+which allow-lists the types fairseq checkpoints hold (:mod:`lightcompress.compat`) and
+registers the plugin's architectures.
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ def read_checkpoint(path: str, upgrade: bool = False, overrides: dict | None = N
     ``upgrade``: read it as fairseq's commands do (``load_checkpoint_to_cpu``: ``overrides``
     applied to its configuration, old formats upgraded); otherwise exactly as saved.
     """
+    import lightcompress.plugin  # noqa: F401  (the allow-list; the plugin's architectures)
+
     if not os.path.exists(path):
         raise CheckpointError(f"checkpoint not found: {path}")
     if not os.path.isfile(path):
@@ -212,6 +215,8 @@ def check_registered(path: str, state: dict) -> str:
     """The checkpoint's architecture, which fairseq must know (else one line saying why not)."""
     from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 
+    import lightcompress.plugin  # noqa: F401  (the allow-list; the plugin's architectures)
+
     arch = checkpoint_arch(state)
     if arch is None:
         raise CheckpointError(
@@ -290,6 +295,8 @@ def load_checkpoint(
     """
     from fairseq import checkpoint_utils
 
+    import lightcompress.plugin  # noqa: F401  (the allow-list; the plugin's architectures)
+
     if not os.path.exists(path):
         raise CheckpointError(f"checkpoint not found: {path}")
     if not os.path.isfile(path):
@@ -348,6 +355,8 @@ def load_for_task(path: str, task):
     dictionaries, e.g. a teacher's for the student's task), weights loaded strictly; in eval
     mode, on CPU. Weights that do not fit the task's dictionaries are a CheckpointError."""
     from fairseq import checkpoint_utils
+
+    import lightcompress.plugin  # noqa: F401  (the allow-list; the plugin's architectures)
 
     state = read_checkpoint(path, upgrade=True)
     arch = check_registered(path, state)

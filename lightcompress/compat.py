@@ -10,7 +10,8 @@ turning the protection off, we allow-list exactly the types fairseq checkpoints 
 - ``collections.OrderedDict`` and ``defaultdict`` are already allowed by torch.
 
 fairseq imports ``--user-dir`` while parsing its arguments, before any checkpoint is loaded, so
-importing this module from the package ``__init__`` covers ``fairseq-generate``,
+calling :func:`allow_fairseq_checkpoints` from :mod:`lightcompress.plugin` (which the package
+``__init__`` imports when fairseq loads it) covers ``fairseq-generate``,
 ``fairseq-interactive``, ``fairseq-train --restore-file`` / resume and
 ``TransformerModel.from_pretrained(..., user_dir=...)``.
 """

@@ -357,7 +357,7 @@ def expected(recipe: str) -> str | None:
 def write_all(check: bool = False) -> list[str]:
     """Write (or, with ``check``, compare) every recipe's config; returns the paths that
     differ (check) or were written."""
-    import lightcompress  # noqa: F401  (registers the plugin)
+    import lightcompress.plugin  # noqa: F401  (registers the plugin)
 
     out = []
     for recipe in recipes():

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-import lightcompress  # noqa: F401
+import lightcompress.plugin  # noqa: F401
 from lightcompress.admin import AdminResidual, admin_values, closed_form_omega
 from lightcompress.measure.params import build_random_model
 from lightcompress.modules import count_unique_params

@@ -401,7 +401,7 @@ def test_a_teacher_with_nan_weights_is_one_line_in_the_converter(tiny_transforme
     import harness
     import torch
 
-    import lightcompress  # noqa: F401  (the allow-list of fairseq checkpoints' types)
+    import lightcompress.plugin  # noqa: F401  (the allow-list of fairseq checkpoints' types)
 
     state = torch.load(os.path.join(tiny_transformer, "checkpoint_best.pt"), weights_only=True)
     key = next(k for k in state["model"] if k.endswith("fc1.weight"))

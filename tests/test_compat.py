@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-import lightcompress  # noqa: F401  (registers the models, allow-lists checkpoint types)
+import lightcompress.plugin  # noqa: F401  (registers the models, allow-lists checkpoint types)
 from lightcompress.convert.core import build_fairseq_model
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "pre_registry")

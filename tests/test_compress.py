@@ -18,7 +18,7 @@ import harness
 import pytest
 import torch
 
-import lightcompress  # noqa: F401  (the checkpoint allow-list)
+import lightcompress.plugin  # noqa: F401  (the checkpoint allow-list)
 
 FAST = ["--speed-runs", "1", "--speed-sentences", "3"]
 STEPS = ["transfer", "fine-tune", "shortlist", "export", "int8", "ct2", "test-teacher",

@@ -23,7 +23,7 @@ import harness
 import pytest
 from test_compress import CMD, FAST, _env
 
-import lightcompress  # noqa: F401  (the checkpoint allow-list)
+import lightcompress.plugin  # noqa: F401  (the checkpoint allow-list)
 from lightcompress.compress.cli import main as compress_main
 
 

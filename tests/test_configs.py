@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 sys.path.insert(0, os.path.join(REPO_ROOT, "scripts"))
 import make_configs
 
-import lightcompress  # noqa: F401  (registers the plugin)
+import lightcompress.plugin  # noqa: F401  (registers the plugin)
 from lightcompress.configs_build import build_config_model, compose
 from lightcompress.modules import count_unique_params
 

@@ -50,7 +50,7 @@ def make_checkpoint(data: str, path: str, arch: str, flags, updates: int = 0, se
     Adam updates on the toy task (0: random weights)."""
     from fairseq import tasks
 
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
     from lightcompress.build import parse_model_args
 
     torch.manual_seed(seed)

@@ -18,7 +18,7 @@ from test_deploy import EOS_BIAS, _batches, _EosBias
 from test_shortlist import _fairseq, _op_types, _same, _small_shortlist
 from test_wid import VOCAB, _pruned_student
 
-import lightcompress  # noqa: F401  (registers the plugin)
+import lightcompress.plugin  # noqa: F401  (registers the plugin)
 
 
 def _task():

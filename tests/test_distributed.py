@@ -107,7 +107,7 @@ def run_script(args, extra_env=None, nproc=2):
 
 def load_state(path):
     """The model state_dict of a fairseq checkpoint (needs the plugin's allow-list)."""
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
 
     return torch.load(path)["model"]
 
@@ -244,7 +244,7 @@ def test_two_workers_equal_one_worker_with_update_freq_2(runs):
 def _load_model(path):
     from fairseq import checkpoint_utils
 
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
 
     models, _cfg, _task = checkpoint_utils.load_model_ensemble_and_task([path])
     return models[0]
@@ -311,7 +311,7 @@ def test_restart_resumes_from_the_last_checkpoint(runs):
     assert re.search(loaded, log), log[-4000:]
     assert "num_updates=4," in log and "num_updates=8," in log
     assert "num_updates=1," not in log  # continued, did not start over
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
 
     final = torch.load(runs["two"])
     assert final["optimizer_history"][-1]["num_updates"] == MAX_UPDATE
@@ -669,7 +669,7 @@ def test_killing_torchrun_ends_the_ranks_and_the_rerun_resumes(crash):
     loaded = r"Loaded checkpoint \S+checkpoint_last\.pt \(epoch 1 @ 3 updates\)"
     assert re.search(loaded, rerun.stdout), rerun.stdout[-4000:]
     assert "num_updates=4," in rerun.stdout and f"num_updates={MAX_UPDATE}," in rerun.stdout
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
 
     final = torch.load(os.path.join(crash["save"], "checkpoint_last.pt"))
     assert final["optimizer_history"][-1]["num_updates"] == MAX_UPDATE

@@ -24,7 +24,7 @@ def test_no_weights_only_override_in_environment():
 def test_importing_the_plugin_registers_its_components():
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
 
     # plain fairseq architectures stay available next to the plugin's
     assert "transformer_iwslt_de_en" in ARCH_MODEL_REGISTRY
@@ -34,7 +34,7 @@ def test_plain_torch_load_still_rejects_unlisted_globals(tmp_path):
     """The shim allow-lists fairseq's types only; weights_only stays on for everything else."""
     import fractions
 
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
 
     path = tmp_path / "evil.pt"
     torch.save({"x": fractions.Fraction(1, 3)}, path)
@@ -66,7 +66,7 @@ def test_checkpoint_loads_with_weights_only_because_of_the_allow_list(tiny_trans
     assert shimmed.returncode == 0, shimmed.stderr[-3000:]
     assert "LOADED" in shimmed.stdout
     # every global the checkpoint holds is on the list (nothing is loaded through a loophole)
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
 
     assert torch.serialization.get_unsafe_globals_in_checkpoint(ckpt) == []
 

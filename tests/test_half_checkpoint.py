@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-import lightcompress  # noqa: F401  (allow-lists fairseq's checkpoint types)
+import lightcompress.plugin  # noqa: F401  (allow-lists fairseq's checkpoint types)
 from lightcompress.checkpoint import load_checkpoint
 
 __all__: list[str] = []

@@ -136,7 +136,7 @@ def test_a_bad_flag_inside_fairseq_train_is_one_line_not_a_traceback(tmp_path):
     """fairseq-train builds the model after reading the data: the plugin's configuration
     errors end the command with one line (the plugin's excepthook), exit status 2."""
     code = (
-        "import sys, lightcompress\n"
+        "import sys, fairseq, lightcompress\n"  # (the order of fairseq-train --user-dir)
         "from lightcompress.modules.registry import ConfigError\n"
         "raise ConfigError('--lc-rank must be >= 1, got -1')\n"
     )

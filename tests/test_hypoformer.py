@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-import lightcompress  # noqa: F401  (registers the architectures)
+import lightcompress.plugin  # noqa: F401  (registers the architectures)
 from lightcompress.build import dictionary_of_size
 from lightcompress.convert.core import ConversionError, build_fairseq_model, student_args_from
 from lightcompress.convert.hypoformer import HypoformerConverter

@@ -46,7 +46,7 @@ def _indexed(prefix):
 
 
 def _seqkd_task(data, mode, distilled=None, **kw):
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
     from lightcompress.tasks.translation_seqkd import TranslationSeqKDConfig, TranslationSeqKDTask
 
     cfg = TranslationSeqKDConfig(
@@ -514,7 +514,7 @@ def _Task():
 
 
 def test_word_kd_loss_equals_the_hand_computed_value():
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
     from lightcompress.criterions.word_kd import WordKDCriterion
 
     torch.manual_seed(0)
@@ -559,7 +559,7 @@ def test_word_kd_teacher_is_frozen_and_not_saved(tiny_data, tiny_transformer):
     from fairseq import checkpoint_utils
     from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
     from lightcompress.criterions.word_kd import WordKDCriterion
 
     ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")

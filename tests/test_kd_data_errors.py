@@ -94,7 +94,7 @@ def kd_dirs(tiny_data, tmp_path_factory):
 
 
 def _task(data, distilled, mode="both", **kw):
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
     from lightcompress.tasks.translation_seqkd import TranslationSeqKDConfig, TranslationSeqKDTask
 
     cfg = TranslationSeqKDConfig(
@@ -206,7 +206,7 @@ def test_good_data_passes_and_a_checkpoint_load_checks_nothing(kd_dirs, tiny_dat
     task.load_dataset("train")
     assert len(task.dataset("train")) == 3 * N_TRAIN
     # a trained model's task is set up from its checkpoint: the KD data may be gone by then
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
     from lightcompress.tasks.translation_seqkd import TranslationSeqKDConfig, TranslationSeqKDTask
 
     cfg = TranslationSeqKDConfig(

@@ -13,7 +13,7 @@ import pytest
 import torch
 from fairseq import options
 
-import lightcompress  # noqa: F401  (registers the plugin)
+import lightcompress.plugin  # noqa: F401  (registers the plugin)
 from lightcompress.convert.cli import cli_main, convert_checkpoint
 from lightcompress.convert.core import build_fairseq_model
 from lightcompress.modules import LowRankLinear, count_unique_params

@@ -159,7 +159,7 @@ def test_lowrank_tied_output_projection_is_quantized():
 @pytest.fixture(scope="module")
 def two_checkpoints(tiny_transformer, tmp_path_factory):
     """The tiny 2-2 checkpoint and a 2-1 copy of it (its second decoder layer dropped)."""
-    import lightcompress  # noqa: F401  (allow-lists fairseq checkpoint types)
+    import lightcompress.plugin  # noqa: F401  (allow-lists fairseq checkpoint types)
 
     best = os.path.join(tiny_transformer, "checkpoint_best.pt")
     state = torch.load(best)

@@ -118,3 +118,42 @@ def test_without_ctranslate2_the_export_is_one_line_and_measure_speed_notes_it(t
     assert doc["notes"] == [note]
     # lightcompress-compress's report says why its teacher has no CTranslate2 row
     assert f"No CTranslate2 int8 row for the teacher: {note}" in left_out(str(tmp_path), doc, {})
+
+
+def _fresh(code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+
+
+def test_a_part_that_needs_no_fairseq_imports_none():
+    """In a fresh interpreter: the runtime and io import neither torch nor fairseq; the
+    factorization library imports torch but no fairseq (the package ``__init__`` is light)."""
+    code = (
+        "import sys\n"
+        "import lightcompress.runtime, lightcompress.io, lightcompress.errors\n"
+        "assert 'torch' not in sys.modules and 'fairseq' not in sys.modules, 'runtime/io'\n"
+        "import lightcompress.modules\n"
+        "assert 'fairseq' not in sys.modules, 'modules'\n"
+    )
+    proc = _fresh(code)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_fairseqs_user_dir_import_registers_the_plugin_and_its_checkpoint_allow_list():
+    """fairseq's ``import_user_module`` (what ``--user-dir`` runs) registers every model,
+    task and criterion and allow-lists fairseq checkpoints' types for ``weights_only``."""
+    code = (
+        "import argparse, torch\n"
+        "from fairseq import utils\n"
+        "from fairseq.criterions import CRITERION_REGISTRY\n"
+        "from fairseq.models import ARCH_MODEL_REGISTRY\n"
+        "from fairseq.tasks import TASK_REGISTRY\n"
+        f"utils.import_user_module(argparse.Namespace(user_dir={REPO_ROOT + '/lightcompress'!r}))\n"
+        "plugin = {c.__module__.split('.')[1] for r in (ARCH_MODEL_REGISTRY, TASK_REGISTRY,\n"
+        "          CRITERION_REGISTRY) for c in r.values() if c.__module__.startswith('lightcompress.')}\n"
+        "assert {'models', 'tasks', 'criterions', 'wid'} <= plugin, plugin\n"
+        "assert argparse.Namespace in torch.serialization.get_safe_globals()\n"
+    )
+    proc = _fresh(code)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -263,7 +263,7 @@ def test_model_specs_keep_commas_inside_flag_values():
 def test_plugin_architecture_is_counted():
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    import lightcompress  # noqa: F401
+    import lightcompress.plugin  # noqa: F401
 
     if "lightformer_iwslt_de_en_lmf_sharing" not in ARCH_MODEL_REGISTRY:
         pytest.skip("LightFormer architectures not registered")

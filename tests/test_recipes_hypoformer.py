@@ -479,7 +479,7 @@ def fairseq_parser():
     logging.disable(logging.WARNING)
     from fairseq import options
 
-    import lightcompress  # noqa: F401  (registers models, tasks, criterions)
+    import lightcompress.plugin  # noqa: F401  (registers models, tasks, criterions)
 
     def parse(argv):
         argv = list(argv[1:])

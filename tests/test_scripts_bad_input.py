@@ -45,7 +45,7 @@ def one_error_line(stderr, prog):
 @pytest.fixture(scope="module")
 def plugin_checkpoints(tiny_data, tmp_path_factory):
     """A tiny LightFormer checkpoint (2 updates) and damaged variants of it."""
-    import lightcompress  # noqa: F401  (allow-lists fairseq checkpoint types)
+    import lightcompress.plugin  # noqa: F401  (allow-lists fairseq checkpoint types)
 
     root = tmp_path_factory.mktemp("bad-checkpoints")
     save = root / "lf"

@@ -44,7 +44,7 @@ def test_model_card_figures_come_from_scores():
 def hub():
     from fairseq.models.transformer import TransformerModel
 
-    import lightcompress  # noqa: F401  (fairseq's checkpoint types allow-listed)
+    import lightcompress.plugin  # noqa: F401  (fairseq's checkpoint types allow-listed)
 
     model = TransformerModel.from_pretrained(
         TEACHER, "checkpoint.pt", TEACHER, bpe="sentencepiece",

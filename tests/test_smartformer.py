@@ -6,7 +6,7 @@ import pytest
 import torch
 from fairseq import options
 
-import lightcompress  # noqa: F401  (registers the models)
+import lightcompress.plugin  # noqa: F401  (registers the models)
 from lightcompress.convert.core import build_fairseq_model
 from lightcompress.modules import CPLinear, count_unique_params, cp_to_dense
 

@@ -14,7 +14,7 @@ import harness
 import pytest
 import torch
 
-import lightcompress  # noqa: F401  (registers the models)
+import lightcompress.plugin  # noqa: F401  (registers the models)
 from lightcompress.models.subformer import SafeDecoderBlock, SafeEncoderBlock
 from lightcompress.modules.safe import QueryProjectedAttention, subformer_heads
 from lightcompress.modules.sharing import count_unique_params

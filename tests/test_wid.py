@@ -8,7 +8,7 @@ import harness
 import pytest
 import torch
 
-import lightcompress  # noqa: F401  (registers the plugin)
+import lightcompress.plugin  # noqa: F401  (registers the plugin)
 from lightcompress.measure.params import count_parameters
 from lightcompress.modules.registry import ConfigError
 from lightcompress.wid import fuse

@@ -11,7 +11,7 @@ import harness
 import pytest
 import torch
 
-import lightcompress  # noqa: F401  (allow-lists fairseq checkpoints for torch.load)
+import lightcompress.plugin  # noqa: F401  (allow-lists fairseq checkpoints for torch.load)
 
 SCHEDULE = [
     "--dawid-calib-tokens", "256", "--dawid-target-sparsity", "0.3",

@@ -12,7 +12,7 @@ import harness
 import pytest
 import torch
 
-import lightcompress  # noqa: F401  (allow-lists fairseq checkpoints for torch.load)
+import lightcompress.plugin  # noqa: F401  (allow-lists fairseq checkpoints for torch.load)
 
 GLUE_FLAGS = ["--task", "sentence_prediction", "--num-classes", "2", "--max-positions", "64",
               "--init-token", "0", "--separator-token", "2"]  # fmt: skip

@@ -580,6 +580,8 @@ def _dawid_flags(sparsity: float, updates: int, lr: float = 2e-4, warmup: int = 
 
 
 def main(argv=None) -> int:
+    import lightcompress.plugin  # noqa: F401  (plugin architectures; fairseq checkpoints load)
+
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = []
     if "--" in argv:

@@ -124,6 +124,8 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import lightcompress.plugin  # noqa: F401  (plugin architectures; fairseq checkpoints load)
+
     return cli.run(_main, argv, PROG)
 
 

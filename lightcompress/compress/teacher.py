@@ -121,7 +121,7 @@ def read_teacher(path: str) -> Teacher:
     import torch
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
-    import lightcompress  # noqa: F401  (architectures; fairseq's checkpoint types allow-listed)
+    import lightcompress.plugin  # noqa: F401  (architectures; fairseq's checkpoint types allow-listed)
 
     if not os.path.isfile(path):
         raise CompressError(f"no such teacher checkpoint: {path}")

@@ -97,7 +97,7 @@ def convert_checkpoint(argv=None, out=None):
     out = sys.stdout if out is None else out
     from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
-    import lightcompress  # noqa: F401  (registers architectures and the checkpoint allow-list)
+    import lightcompress.plugin  # noqa: F401  (registers architectures and the checkpoint allow-list)
     from lightcompress.convert import CONVERTERS
     from lightcompress.convert.core import (
         ConversionError,

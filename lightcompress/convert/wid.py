@@ -142,7 +142,7 @@ def _with_evaluation_criterion(state: dict, arch: str) -> dict:
 def fuse_checkpoint(argv=None, out=None):
     """Run the fusion; returns ``(fused_model, shapes)``. Raises ConversionError."""
     out = sys.stdout if out is None else out
-    import lightcompress  # noqa: F401  (registers the models, allow-lists checkpoint types)
+    import lightcompress.plugin  # noqa: F401  (registers the models, allow-lists checkpoint types)
     from lightcompress.checkpoint import checkpoint_arch, model_config, read_checkpoint
     from lightcompress.convert.core import ConversionError, save_student_checkpoint
     from lightcompress.errors import ConfigError

@@ -1,7 +1,7 @@
 """fairseq criterions of lightcompress.
 
 Every module of this package is imported here (fairseq also imports them by path when the
-plugin is given as ``--user-dir``), so that ``import lightcompress`` registers all of them.
+plugin is given as ``--user-dir``), so that ``import lightcompress.plugin`` registers all of them.
 """
 
 import importlib

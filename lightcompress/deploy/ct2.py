@@ -208,7 +208,7 @@ def export_ctranslate2(
     str
         ``output_dir``.
     """
-    import lightcompress  # noqa: F401  (plugin architectures; fairseq checkpoints load)
+    import lightcompress.plugin  # noqa: F401  (plugin architectures; fairseq checkpoints load)
     from lightcompress.checkpoint import CheckpointError, load_checkpoint
 
     missing = ctranslate2_missing()  # (before anything is checked or loaded)

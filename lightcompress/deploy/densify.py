@@ -637,7 +637,7 @@ def densify_checkpoint(path_in: str, data: str, path_out: str, force: bool = Fal
     state: ``fairseq-generate`` and ``scripts/measure_speed.sh`` load it as any fairseq
     Transformer. Proven before it is written (:func:`densify_model`). Raises :class:`DensifyError` (or the checkpoint's
     :class:`~lightcompress.errors.CheckpointError`) with one line."""
-    import lightcompress  # noqa: F401  (plugin architectures; fairseq checkpoints load)
+    import lightcompress.plugin  # noqa: F401  (plugin architectures; fairseq checkpoints load)
     from lightcompress.checkpoint import load_checkpoint, read_checkpoint
     from lightcompress.io import atomic_write
 

@@ -454,7 +454,7 @@ def _main(argv: Sequence[str] | None) -> int:
         raise ExportError(f"shortlist not found: {args.shortlist}")
     if os.path.exists(args.output) and (not os.path.isdir(args.output) or os.listdir(args.output)):
         raise ExportError(f"{args.output} exists: give a new or empty directory")
-    import lightcompress  # noqa: F401  (plugin architectures)
+    import lightcompress.plugin  # noqa: F401  (plugin architectures)
     from lightcompress.checkpoint import CheckpointError, load_checkpoint
 
     try:

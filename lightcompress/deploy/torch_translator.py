@@ -143,7 +143,7 @@ class Translator:
         _file(shortlist, "shortlist")
         if not data or not os.path.isdir(data):
             raise TranslateError(f"data directory not found: {data}")
-        import lightcompress  # noqa: F401  (plugin architectures; checkpoints load)
+        import lightcompress.plugin  # noqa: F401  (plugin architectures; checkpoints load)
         from lightcompress.checkpoint import CheckpointError, load_checkpoint
 
         torch.set_num_threads(threads)

@@ -476,6 +476,8 @@ def _resolve_engine(args):
 def main(argv=None):
     import threading
 
+    import lightcompress.plugin  # noqa: F401  (plugin architectures; fairseq checkpoints load)
+
     if threading.current_thread() is not threading.main_thread():
         return _main(argv)
     old = {sig: signal.signal(sig, _terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}

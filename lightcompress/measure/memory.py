@@ -125,7 +125,7 @@ def _child(job_path: str) -> dict:
         import torch
         from fairseq.sequence_generator import SequenceGenerator
 
-        import lightcompress  # noqa: F401  (plugin modules for unpickling)
+        import lightcompress.plugin  # noqa: F401  (plugin modules for unpickling)
 
         torch.set_num_threads(job["threads"])
         baseline = _status_kib("VmRSS")

@@ -425,6 +425,8 @@ def _arg_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``lightcompress-params``: the exit status (errors as one line, status 2)."""
+    import lightcompress.plugin  # noqa: F401  (plugin architectures; fairseq checkpoints load)
+
     return cli.run(_main, argv, PROG)
 
 

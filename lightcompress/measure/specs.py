@@ -40,7 +40,7 @@ class ParamsError(LightcompressError, ValueError):
 
 
 def _import_plugin():
-    import lightcompress  # noqa: F401  (registers the plugin's architectures)
+    import lightcompress.plugin  # noqa: F401  (registers the plugin's architectures)
 
 
 def _check_arch(arch: str) -> None:

@@ -171,7 +171,7 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
             raise SpeedError(f"--user-dir {args.user_dir}: no such directory") from None
         except ImportError as exc:
             raise SpeedError(f"--user-dir {args.user_dir}: {one_line(exc)}") from None
-    import lightcompress  # noqa: F401  (plugin architectures)
+    import lightcompress.plugin  # noqa: F401  (plugin architectures)
 
     torch.set_num_threads(args.threads)
     try:

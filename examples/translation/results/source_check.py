@@ -31,7 +31,7 @@ def pooled_cosine(checkpoint: str, data_bin: str, n: int = SOURCES, subset: str 
     import torch
     from fairseq import checkpoint_utils
 
-    import lightcompress  # noqa: F401  (the plugin's models and checkpoint allow-list)
+    import lightcompress.plugin  # noqa: F401  (the plugin's models and checkpoint allow-list)
 
     if not os.path.exists(checkpoint):
         raise CheckError(f"{checkpoint}: no such checkpoint")

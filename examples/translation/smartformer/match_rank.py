@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     logging.disable(logging.WARNING)
     import torch
 
-    import lightcompress  # noqa: F401  (registers the plugin)
+    import lightcompress.plugin  # noqa: F401  (registers the plugin)
     from lightcompress.build import build_model_without_data
     from lightcompress.checkpoint import model_config, read_checkpoint
     from lightcompress.errors import LightcompressError

@@ -6,7 +6,7 @@ import sys
 import torch
 from fairseq import checkpoint_utils
 
-import lightcompress  # noqa: F401  (plugin, safe globals)
+import lightcompress.plugin  # noqa: F401  (plugin, safe globals)
 
 path, data, name = sys.argv[1:4]
 models, _, task = checkpoint_utils.load_model_ensemble_and_task(
