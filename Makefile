@@ -10,8 +10,9 @@ TORCH_SPEC ?= torch==2.13.0
 # FAIRSEQ=ve (default, hash-pinned wheel) or FAIRSEQ=fallback (fairseq-fixed sdist build).
 FAIRSEQ ?= ve
 PKG_SOURCES := setup.py $(shell find lightcompress -name '*.py' 2>/dev/null)
+RUNTIME_SOURCES := runtime/pyproject.toml $(shell find runtime -name '*.py' 2>/dev/null)
 
-.PHONY: all install demo test lint format clean
+.PHONY: all install wheel demo test lint format clean
 
 all: test
 
@@ -30,12 +31,21 @@ endif
 
 # A regular (non-editable) install, so that `--user-dir lightcompress` resolves from any
 # directory (fairseq looks next to its own package); reinstalled whenever a source changes.
-$(VENV)/.stamp-pkg: $(VENV)/.stamp-deps $(PKG_SOURCES)
+# The runtime (runtime/: numpy + onnxruntime, no torch) is its own distribution, installed
+# first: the plugin depends on it.
+$(VENV)/.stamp-pkg: $(VENV)/.stamp-deps $(PKG_SOURCES) $(RUNTIME_SOURCES)
+	$(PIP) install -q --no-deps --no-build-isolation --force-reinstall ./runtime
 	$(PIP) install -q --no-deps --no-build-isolation --force-reinstall .
-	rm -rf build lightcompress.egg-info
+	rm -rf build lightcompress.egg-info runtime/build runtime/*.egg-info
 	touch $@
 
 install: $(VENV)/.stamp-pkg
+
+# The runtime's wheel (dist/lightcompress_runtime-*.whl), to serve exports without torch
+# (pip install dist/lightcompress_runtime-*.whl numpy onnxruntime)
+wheel: $(VENV)/.stamp-deps
+	$(PIP) wheel -q --no-deps --no-build-isolation -w dist ./runtime
+	rm -rf runtime/build runtime/*.egg-info
 
 demo: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash examples/translation/demo.sh
@@ -51,12 +61,12 @@ test: install
 	  -n $(TEST_WORKERS) --maxprocesses 8 tests bench/tests
 
 lint: install
-	$(VENV)/bin/ruff check lightcompress tests scripts examples bench
-	$(VENV)/bin/ruff format --check lightcompress tests scripts examples bench
+	$(VENV)/bin/ruff check lightcompress runtime tests scripts examples bench
+	$(VENV)/bin/ruff format --check lightcompress runtime tests scripts examples bench
 
 format: install
-	$(VENV)/bin/ruff format lightcompress tests scripts examples bench
-	$(VENV)/bin/ruff check --fix lightcompress tests scripts examples bench
+	$(VENV)/bin/ruff format lightcompress runtime tests scripts examples bench
+	$(VENV)/bin/ruff check --fix lightcompress runtime tests scripts examples bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache dist runtime/build runtime/*.egg-info

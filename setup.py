@@ -19,6 +19,9 @@ setup(
     license="MIT",
     packages=find_packages(include=["lightcompress", "lightcompress.*"]),
     install_requires=[
+        # the torch-free runtime of the ONNX exports, its own distribution in this repository
+        # (runtime/): `make` installs it first (pip install ./runtime; or pip install ./runtime .)
+        "lightcompress-runtime==0.1.0",
         # >= 2.6: every loader relies on torch.load's weights_only=True default (fairseq
         # checkpoints load through the plugin's allow-list, never with weights_only=False)
         "torch>=2.6",
@@ -37,7 +40,7 @@ setup(
         "cython",
         "cffi",
         "sentencepiece>=0.1.99",
-        # raw text through a Moses + subword-nmt BPE model (lightcompress.runtime.tokenizers: the
+        # raw text through a Moses + subword-nmt BPE model (lightcompress_runtime.tokenizers: the
         # ONNX export's translate.py and lightcompress-translate --bpe-codes)
         "sacremoses>=0.1",
         "subword-nmt>=0.3.8",

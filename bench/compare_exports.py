@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from lightcompress import runtime
+import lightcompress_runtime as runtime
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from profile_onnx import ProfileError, sample_lines  # (the same sentences as the profiler's)

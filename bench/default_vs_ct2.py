@@ -211,7 +211,7 @@ def _mean_candidates(export: str) -> float:
     of a real batch is costly to replicate here, so the mean over 50 test sentences."""
     import numpy as np
 
-    from lightcompress.runtime import OnnxStep
+    from lightcompress_runtime import OnnxStep
 
     step = OnnxStep(export, threads=1, shortlist=True)
     rng = np.random.default_rng(0)

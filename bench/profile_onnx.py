@@ -26,8 +26,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from lightcompress import runtime
-from lightcompress.runtime import onnx_step
+import lightcompress_runtime as runtime
+from lightcompress_runtime import onnx_step
 
 
 class ProfileError(ValueError):

@@ -15,6 +15,7 @@ import sys
 
 __all__ = [
     "REPO_ROOT",
+    "SOURCES",
     "USER_DIR",
     "build_without_data",
     "decode_incrementally",
@@ -29,6 +30,15 @@ __all__ = [
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO_ROOT, "lightcompress")
+# The checkout's sources, as PYTHONPATH: the plugin and its runtime (its own distribution,
+# runtime/), so that tests and their subprocesses run this checkout, not an installed copy.
+SOURCES = os.pathsep.join((REPO_ROOT, os.path.join(REPO_ROOT, "runtime")))
+for _path in reversed(SOURCES.split(os.pathsep)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (SOURCES, os.environ.get("PYTHONPATH", "")) if p
+)
 
 _BIN = os.path.dirname(sys.executable)
 

@@ -15,7 +15,7 @@ import pytest
 
 __all__: list[str] = []
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from harness import SOURCES
 
 # (input text, the lines fairseq sees)
 LINE_CASES = [
@@ -34,7 +34,7 @@ LINE_CASES = [
 @pytest.mark.parametrize("text, lines", LINE_CASES)
 def test_both_readers_split_at_newline_only(text, lines):
     from lightcompress.io import split_lines
-    from lightcompress.runtime import split_lines as torch_free
+    from lightcompress_runtime import split_lines as torch_free
 
     assert split_lines(text) == lines
     assert torch_free(text) == lines  # the copy that ships in every ONNX export
@@ -45,7 +45,7 @@ def _translate_cli(*args, stdin: bytes):
         [sys.executable, "-c", "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
          *args],
         input=stdin, capture_output=True, timeout=300, check=False,
-        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"),
+        env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"),
     )  # fmt: skip
 
 
@@ -117,7 +117,7 @@ def test_a_cp_rank_beyond_the_largest_possible_rank_is_refused_before_fitting(
          os.path.join(tiny_transformer, "checkpoint_best.pt"), "-o", str(out), *flags,
          "--sm-rank", "5000"],
         capture_output=True, text=True, timeout=120, check=False,
-        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"),
+        env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
     err = proc.stderr.strip().splitlines()
@@ -167,7 +167,7 @@ def test_a_config_error_in_a_python_shell_or_program_keeps_the_interpreter_alive
     proc = subprocess.run(
         [sys.executable, "-i", "-q"], input=code + "CompressionSpec.parse('x = nokind()')\n"
         "print('still alive')\n", capture_output=True, text=True, timeout=120, check=False,
-        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"),
+        env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
     )  # fmt: skip
     assert "still alive" in proc.stdout and "atexit ran" in proc.stdout, proc.stderr
     assert "Traceback" in proc.stderr
@@ -176,17 +176,17 @@ def test_a_config_error_in_a_python_shell_or_program_keeps_the_interpreter_alive
     script.write_text(code + "CompressionSpec.parse('x = nokind()')\n")
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           timeout=120, check=False,
-                          env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"))  # fmt: skip
+                          env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"))  # fmt: skip
     assert proc.returncode == 1 and "atexit ran" in proc.stdout and "Traceback" in proc.stderr
     # a command keeps its one line and exit status 2
     proc = subprocess.run([sys.executable, "-c", code + "CompressionSpec.parse('x = nokind()')"],
                           capture_output=True, text=True, timeout=120, check=False,
-                          env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"))  # fmt: skip
+                          env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"))  # fmt: skip
     assert proc.returncode == 2 and proc.stderr.startswith("lightcompress: error:"), proc.stderr
 
 
 def test_every_plugin_architecture_is_listed_and_has_help():
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore")
+    env = dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore")
     run = lambda *a: subprocess.run([sys.executable, "-m", "lightcompress", *a],
                                     capture_output=True, text=True, timeout=120, check=False,
                                     env=env)  # fmt: skip
@@ -305,7 +305,7 @@ def _tiny_onnx_export(out) -> None:
 def test_an_edited_onnx_export_is_refused_with_one_line(tmp_path, edit):
     import json
 
-    from lightcompress.runtime import OnnxError, OnnxGenerator
+    from lightcompress_runtime import OnnxError, OnnxGenerator
 
     out = tmp_path / "onnx"
     old = os.umask(0o022)
@@ -350,7 +350,7 @@ def test_translate_py_on_a_full_disk_is_one_line_and_leaves_no_temporary_file(
 ):
     import errno
 
-    from lightcompress.runtime import translator
+    from lightcompress_runtime import translator
 
     out = tmp_path / "onnx"
     _tiny_onnx_export(out)
@@ -414,7 +414,7 @@ def test_a_teacher_with_nan_weights_is_one_line_in_the_converter(tiny_transforme
         [sys.executable, "-m", "lightcompress.convert.cli", "-i", str(bad), "-o", str(out),
          *flags, "--lc-rank", "4", "--lc-encoder-groups", "0"],
         capture_output=True, text=True, timeout=120, check=False,
-        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"),
+        env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
     )  # fmt: skip
     err = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(err) == 1, proc.stderr[-800:]
@@ -476,7 +476,7 @@ def test_a_full_disk_is_one_line_for_every_writing_deploy_command(
 def test_a_line_longer_than_the_models_positions_is_one_line(
     tiny_data, tiny_transformer, tmp_path, capsys
 ):
-    from lightcompress.runtime import translator
+    from lightcompress_runtime import translator
 
     long_line = " ".join(["5"] * 1100)
     text = f"5 6\n{long_line}\n"
@@ -535,7 +535,7 @@ def test_the_onnx_exporters_comparison_is_nan_aware():
 
 
 def test_the_exports_translate_py_refuses_non_utf8_input_with_one_line(tmp_path, capsys):
-    from lightcompress.runtime import translator
+    from lightcompress_runtime import translator
 
     out = tmp_path / "onnx"
     _tiny_onnx_export(out)
@@ -636,7 +636,7 @@ def test_an_int8_onnx_export_records_how_many_probe_translations_it_kept(tmp_pat
     assert round(agreement * len(PROBE_LENGTHS)) == pytest.approx(agreement * len(PROBE_LENGTHS))
     written = json.loads((tmp_path / "onnx" / "config.json").read_text())
     assert written["int8_probe_agreement"] == agreement
-    from lightcompress.runtime import OnnxGenerator
+    from lightcompress_runtime import OnnxGenerator
 
     OnnxGenerator(str(tmp_path / "onnx"))  # the manifest was rewritten with the config
 

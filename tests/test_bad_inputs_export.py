@@ -19,7 +19,7 @@ import pytest
 
 __all__: list[str] = []
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from harness import REPO_ROOT, SOURCES
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def _one_line(capsys, status: int, *words: str) -> str:
 
 def _onnx(argv) -> int:
     """translate.py of an export without a tokenizer: subword tokens in (--tokenized)."""
-    from lightcompress.runtime import translator
+    from lightcompress_runtime import translator
 
     return translator.main([str(a) for a in argv] + ["--tokenized"])
 
@@ -98,8 +98,8 @@ def test_4_a_shortlist_with_fewer_candidates_than_the_beam_needs(setup, tmp_path
     at beam 5 and made them disagree at beam 2 (``<s>`` against ``<unk>``): both top the
     candidates up to 2 x beam tokens besides the special ones (the lowest ids: a fairseq
     dictionary's most frequent), and translate alike."""
-    from lightcompress.runtime import Shortlist
-    from lightcompress.runtime.files import read_symbols
+    from lightcompress_runtime import Shortlist
+    from lightcompress_runtime.files import read_symbols
 
     outs = {}
     for name, run, argv in (
@@ -238,8 +238,8 @@ def test_7_a_truncated_shortlist_is_refused_by_every_reader(setup, tmp_path, rea
 
 
 def test_7_the_builders_file_is_read_whole(setup):
-    from lightcompress.runtime import Shortlist
-    from lightcompress.runtime.files import read_symbols
+    from lightcompress_runtime import Shortlist
+    from lightcompress_runtime.files import read_symbols
 
     symbols = read_symbols(os.path.join(setup["onnx"], "dict.tgt.txt"))
     with open(setup["real"], encoding="utf-8") as f:
@@ -299,7 +299,7 @@ def _closed_stdin(argv) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", "-c", 'exec "$@" <&-', "bash", sys.executable, *map(str, argv)],
         capture_output=True, text=True, timeout=300, check=False,
-        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"),
+        env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"),
     )  # fmt: skip
 
 

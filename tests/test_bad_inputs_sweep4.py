@@ -386,8 +386,8 @@ def test_7_codes_with_only_a_version_line_are_one_line(texts, tool, tmp_path):
 
 def test_7_a_byte_order_mark_does_not_change_the_first_translation(texts, tmp_path):
     """Both translators encode raw text with MosesBPE (the export's translate.py through its
-    copy of :mod:`lightcompress.runtime.tokenizers`)."""
-    from lightcompress.runtime.tokenizers import MosesBPE
+    copy of :mod:`lightcompress_runtime.tokenizers`)."""
+    from lightcompress_runtime.tokenizers import MosesBPE
 
     bpe = MosesBPE(texts["bpe"]["codes"], "de", "en", lowercase=True)
     assert bpe.encode("\ufeffDas Haus.") == bpe.encode("Das Haus.")

@@ -23,7 +23,7 @@ import converged
 
 
 def _handoff(*args, check=True, env=None):
-    env = dict(os.environ, PYTHONPATH=harness.REPO_ROOT, OMP_NUM_THREADS="1", **(env or {}))
+    env = dict(os.environ, PYTHONPATH=harness.SOURCES, OMP_NUM_THREADS="1", **(env or {}))
     proc = subprocess.run([sys.executable, HANDOFF, *map(str, args)], capture_output=True,
                           text=True, env=env, timeout=600, check=False)  # fmt: skip
     if check:
@@ -32,7 +32,7 @@ def _handoff(*args, check=True, env=None):
 
 
 def _plan(*args, check=True):
-    env = dict(os.environ, PYTHONPATH=harness.REPO_ROOT, OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=harness.SOURCES, OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, PLAN, *map(str, args)], capture_output=True, text=True,
                           env=env, timeout=600, check=False)  # fmt: skip
     if check:

@@ -250,7 +250,7 @@ def test_the_shortlist_ships_as_the_vocabulary_map_of_the_dense_export(toy, tmp_
     from lightcompress.deploy.ct2 import main
     from lightcompress.deploy.shortlist import load_shortlist
     from lightcompress.deploy.shortlist_build import main as build
-    from lightcompress.runtime import shortlist_text
+    from lightcompress_runtime import shortlist_text
 
     _, task = _load(toy["smartformer"], toy["data"])
     src_d, tgt_d = task.source_dictionary, task.target_dictionary

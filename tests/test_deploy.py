@@ -15,7 +15,7 @@ from argparse import Namespace
 import numpy as np
 import pytest
 import torch
-from harness import REPO_ROOT, make_parallel_corpus
+from harness import REPO_ROOT, SOURCES, make_parallel_corpus
 
 TINY = [
     "--encoder-layers", "2", "--decoder-layers", "2",
@@ -147,7 +147,7 @@ def _run_export(*args):
     return subprocess.run(
         [sys.executable, "-c", "from lightcompress.deploy.ct2 import cli_main; cli_main()", *args],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=False,
-        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"),
+        env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
     )  # fmt: skip
 
 
@@ -555,7 +555,7 @@ def _translate_cli(*args, stdin=""):
         [sys.executable, "-c", "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
          *args],
         input=stdin, capture_output=True, text=True, timeout=300, check=False,
-        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"),
+        env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"),
     )  # fmt: skip
 
 
@@ -673,7 +673,7 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
 
     from lightcompress.deploy.onnx_export import export_onnx
     from lightcompress.measure.params import build_random_model
-    from lightcompress.runtime import OnnxGenerator
+    from lightcompress_runtime import OnnxGenerator
 
     arch, flags = FAMILIES_ONNX[family]
     torch.manual_seed(0)
@@ -767,7 +767,7 @@ def test_onnx_runtime_sinusoid_rows_are_fairseqs_table_to_rounding():
     from fairseq.modules import SinusoidalPositionalEmbedding
 
     from lightcompress.deploy.onnx_export import _frequencies
-    from lightcompress.runtime import sinusoid
+    from lightcompress_runtime import sinusoid
 
     positions = np.arange(2, 1026)
     for dim in (8, 9, 256, 512):
@@ -901,7 +901,7 @@ def test_onnx_factor_space_export_without_query_biases_gives_fairseqs_hypotheses
 
     from lightcompress.deploy.onnx_export import export_onnx
     from lightcompress.measure.params import build_random_model
-    from lightcompress.runtime import OnnxGenerator
+    from lightcompress_runtime import OnnxGenerator
 
     arch, flags = FAMILIES["lightformer"]
     torch.manual_seed(0)
@@ -976,7 +976,7 @@ def test_onnx_export_keeps_the_compressed_size_shared_layers_and_tables_once(tmp
 
 def test_onnx_int8_export_translates_the_trained_teacher_like_float32(toy, tmp_path):
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.runtime import OnnxTranslator
+    from lightcompress_runtime import OnnxTranslator
 
     model, task = _load(toy["teacher"], toy["data"])
     export_onnx(model, task, str(tmp_path / "f32"), spm=toy["spm"])
@@ -1028,7 +1028,7 @@ def test_int8_export_stores_the_embedding_tables_once_in_int8(tmp_path, case, mo
             src[s] + "\t" + " ".join(tgt[t] for t in rng.choice(range(4, len(tgt)), 3))
             for s in range(4, len(src))
         ]
-        from lightcompress.runtime import shortlist_text
+        from lightcompress_runtime import shortlist_text
 
         (tmp_path / "sl.txt").write_text(shortlist_text(lines, "test"), encoding="utf-8")
         extra = {"shortlist": str(tmp_path / "sl.txt")}
@@ -1101,7 +1101,7 @@ def test_onnx_export_command_and_its_torch_free_translate_py_give_the_fast_paths
         [sys.executable, "-c", "from lightcompress.deploy.onnx_export import cli_main; cli_main()",
          "--path", toy["teacher"], "--data", toy["data"], "--spm", toy["spm"], "-o", str(out)],
         capture_output=True, text=True, timeout=300, check=False,
-        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"),
+        env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(out)) == ["MANIFEST.sha256", "config.json", "decoder.onnx",
@@ -1131,7 +1131,7 @@ def test_onnx_export_command_and_its_torch_free_translate_py_give_the_fast_paths
 
 def test_onnx_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
     from lightcompress.deploy.onnx_export import main
-    from lightcompress.runtime import main as translate_main
+    from lightcompress_runtime import main as translate_main
 
     # a decoder with cross self-attention (keys and values from the source and the prefix),
     # which the decoder step does not compute

@@ -89,7 +89,7 @@ def _sentences(d, n=6, seed=2):
 @pytest.mark.parametrize("case", ["masks", "pruned"])
 def test_onnx_export_of_a_fused_dawid_model_gives_fairseqs_hypotheses_and_scores(case, tmp_path):
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.runtime import OnnxGenerator
+    from lightcompress_runtime import OnnxGenerator
 
     task = _task()
     d = task.target_dictionary
@@ -142,7 +142,7 @@ def test_fused_dawid_shortlist_and_int8_exports_and_the_fast_path(tmp_path):
     from lightcompress.deploy.generator import FastGenerator
     from lightcompress.deploy.onnx_export import export_onnx
     from lightcompress.deploy.shortlist import load_shortlist
-    from lightcompress.runtime import OnnxGenerator
+    from lightcompress_runtime import OnnxGenerator
 
     task = _task()
     d = task.target_dictionary

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 import pytest
-from harness import REPO_ROOT
+from harness import SOURCES
 from test_deploy import _no_torch_env, make_checkpoint
 
 BIN = os.path.dirname(sys.executable)
@@ -118,7 +118,7 @@ def _export(*args):
         [sys.executable, "-c", "from lightcompress.deploy.onnx_export import cli_main; cli_main()",
          *args],
         capture_output=True, text=True, timeout=300, check=False,
-        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"),
+        env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
     )  # fmt: skip
 
 
@@ -130,7 +130,7 @@ def _runtime(export, *args, stdin="", env=None, cwd=None):
 
 
 def test_moses_bpe_encodes_raw_text_as_the_recipes_tools_did(iwslt):
-    from lightcompress.runtime.tokenizers import MosesBPE
+    from lightcompress_runtime.tokenizers import MosesBPE
 
     text = MosesBPE(iwslt["codes"], "de", "en", lowercase=True)
     raw = (iwslt["raw"] / "test.de").read_text().splitlines()
@@ -198,7 +198,7 @@ def test_bpe_export_takes_raw_text_and_returns_detokenized_text_without_torch(iw
         [sys.executable, "-c", "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
          "--path", iwslt["teacher"], "--data", iwslt["data"], "--bpe-codes", iwslt["codes"]],
         input="\n".join(raw) + "\n", capture_output=True, text=True, timeout=300, check=False,
-        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"),
+        env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:-1] == got
@@ -212,7 +212,7 @@ def test_bpe_export_takes_raw_text_and_returns_detokenized_text_without_torch(iw
 
 def test_an_export_without_a_tokenizer_refuses_raw_text_with_one_line(iwslt, tmp_path, capsys):
     from lightcompress.deploy.onnx_export import main as export_main
-    from lightcompress.runtime import OnnxError, OnnxTranslator
+    from lightcompress_runtime import OnnxError, OnnxTranslator
 
     out = str(tmp_path / "onnx")
     assert export_main(["--path", iwslt["teacher"], "--data", iwslt["data"], "-o", out]) == 0
@@ -256,7 +256,7 @@ def test_an_export_takes_the_data_bins_bpe_code_as_the_recipe_leaves_it(iwslt, t
     import shutil
 
     from lightcompress.deploy.onnx_export import main as export_main
-    from lightcompress.runtime import OnnxTranslator
+    from lightcompress_runtime import OnnxTranslator
 
     data = tmp_path / "bin"
     shutil.copytree(iwslt["data"], data)
@@ -283,7 +283,7 @@ def test_an_export_takes_the_data_bins_bpe_code_as_the_recipe_leaves_it(iwslt, t
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert "runtime/ beside it does not load" in proc.stderr
         assert "runtime.tokenizers" in proc.stderr and "export it again" in proc.stderr
-    from lightcompress.runtime.tokenizers import MosesBPE, TextError
+    from lightcompress_runtime.tokenizers import MosesBPE, TextError
 
     with pytest.raises(TextError, match="not a file of the export"):
         MosesBPE.from_export(out, {"codes": "../code"})

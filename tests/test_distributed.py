@@ -585,7 +585,7 @@ def test_launch_runs_torchrun_on_this_machine(tmp_path):
     worker = tmp_path / "rank.py"
     worker.write_text(_FAKE_RANK)
     env = {k: v for k, v in os.environ.items() if k not in HOOK_VARS}
-    env["PYTHONPATH"] = harness.REPO_ROOT
+    env["PYTHONPATH"] = harness.SOURCES
     proc = subprocess.run(
         [sys.executable, "-m", "lightcompress.distributed", "launch", "--nproc", "2",
          "--timeout", "50", "--worker", str(worker), "--", "DATA"],

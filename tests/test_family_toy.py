@@ -387,7 +387,7 @@ def test_onnx_export_translates_like_the_toy_model(tiny_data, trained, tmp_path)
     from fairseq.sequence_generator import SequenceGenerator
 
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.runtime import OnnxGenerator
+    from lightcompress_runtime import OnnxGenerator
 
     model, task = _load(trained, tiny_data)
     export_onnx(model, task, str(tmp_path / "onnx"))  # (checks its graphs on a probe batch)

@@ -35,7 +35,7 @@ LAYERS = {
     "lightcompress.compat": 0,
     "lightcompress.checkpoint": 0,
     "lightcompress.build": 0,
-    "lightcompress.runtime": 0,
+    "lightcompress_runtime": 0,
     "lightcompress.modules": 1,
     "lightcompress.models": 2,
     "lightcompress.wid": 2,

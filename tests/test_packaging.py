@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 
-from harness import REPO_ROOT
+from harness import REPO_ROOT, SOURCES
 
 __all__: list[str] = []
 
@@ -61,7 +61,7 @@ def test_every_module_of_the_package_imports_without_the_extras():
         "        for name in getattr(mod, '__all__', []):\n"
         "            assert hasattr(mod, name), (m.name, name)\n"
     )
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore")
+    env = dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -82,7 +82,7 @@ def _no_ct2_env(tmp_path) -> dict:
     block = tmp_path / "block" / "ctranslate2"
     block.mkdir(parents=True)
     (block / "__init__.py").write_text("raise ImportError('ctranslate2 is blocked')\n")
-    return dict(os.environ, PYTHONPATH=f"{REPO_ROOT}:{block.parent}", PYTHONWARNINGS="ignore",
+    return dict(os.environ, PYTHONPATH=f"{SOURCES}:{block.parent}", PYTHONWARNINGS="ignore",
                 OMP_NUM_THREADS="1", PYTHON=sys.executable)  # fmt: skip
 
 
@@ -121,7 +121,7 @@ def test_without_ctranslate2_the_export_is_one_line_and_measure_speed_notes_it(t
 
 
 def _fresh(code: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore")
+    env = dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore")
     return subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
 
@@ -131,7 +131,7 @@ def test_a_part_that_needs_no_fairseq_imports_none():
     factorization library imports torch but no fairseq (the package ``__init__`` is light)."""
     code = (
         "import sys\n"
-        "import lightcompress.runtime, lightcompress.io, lightcompress.errors\n"
+        "import lightcompress_runtime, lightcompress.io, lightcompress.errors\n"
         "assert 'torch' not in sys.modules and 'fairseq' not in sys.modules, 'runtime/io'\n"
         "import lightcompress.modules\n"
         "assert 'fairseq' not in sys.modules, 'modules'\n"

@@ -10,7 +10,7 @@ import sys
 import harness
 import pytest
 import torch
-from harness import REPO_ROOT
+from harness import REPO_ROOT, SOURCES
 from torch import nn
 
 from lightcompress.measure import params as P
@@ -287,7 +287,7 @@ def test_bad_input_is_one_clear_error_line(argv, message, capsys):
 
 
 def test_cli_exit_code_and_clean_stdout():
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT, OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=SOURCES, OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "lightcompress.measure.params"]
 
     def run(extra):

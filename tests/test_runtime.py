@@ -1,4 +1,4 @@
-"""The torch-free runtime (:mod:`lightcompress.runtime`): a package that imports numpy,
+"""The torch-free runtime (:mod:`lightcompress_runtime`): a package that imports numpy,
 onnxruntime and the tokenizers only, carried file for file by every ONNX export as ``runtime/``
 beside the ``translate.py`` that runs it; exports of the format before (version 1: the runtime as
 module copies) still load, later ones are refused with one line naming their version."""
@@ -15,11 +15,12 @@ import sys
 
 import numpy as np
 import pytest
+from harness import SOURCES
 
 __all__: list[str] = []
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGE = os.path.join(REPO_ROOT, "lightcompress", "runtime")
+PACKAGE = os.path.join(REPO_ROOT, "runtime", "lightcompress_runtime")
 # what the runtime may import besides itself: the standard library and these
 THIRD_PARTY = {"numpy", "onnxruntime", "sentencepiece", "sacremoses", "subword_nmt"}
 
@@ -30,7 +31,7 @@ def _blocked_env(tmp_path, names=("torch", "fairseq")) -> dict:
     for name in names:
         (block / name).mkdir(parents=True, exist_ok=True)
         (block / name / "__init__.py").write_text(f"raise ImportError('{name} is blocked')\n")
-    path = os.pathsep.join([str(block), REPO_ROOT])
+    path = os.pathsep.join([str(block), SOURCES])
     return dict(os.environ, PYTHONPATH=path, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
 
 
@@ -82,8 +83,8 @@ def test_the_runtime_imports_nothing_of_lightcompress_and_no_torch():
 def test_the_runtime_package_imports_and_translates_with_torch_blocked(export, tmp_path):
     code = (
         "import sys\n"
-        "import lightcompress.runtime as rt\n"
-        "from lightcompress.runtime import OnnxTranslator\n"
+        "import lightcompress_runtime as rt\n"
+        "from lightcompress_runtime import OnnxTranslator\n"
         "t = OnnxTranslator(sys.argv[1], tokenized=True)\n"
         "print(t.translate(sys.stdin.read().splitlines()))\n"
         "assert 'torch' not in sys.modules and 'fairseq' not in sys.modules, 'torch imported'\n"
@@ -104,7 +105,7 @@ def _translate_py(folder, *args, stdin="", env=None, cwd=None):
 
 def test_an_export_runs_as_a_script_and_with_python_m(export, tmp_path):
     """``python EXPORT/translate.py EXPORT``, ``python -m runtime`` in the export's folder and
-    ``python -m lightcompress.runtime EXPORT`` give the same translations (torch blocked)."""
+    ``python -m lightcompress_runtime EXPORT`` give the same translations (torch blocked)."""
     env = _blocked_env(tmp_path, ("torch", "fairseq", "lightcompress"))
     script = _translate_py(export["dir"], stdin=export["text"], env=env, cwd=str(tmp_path))
     assert script.returncode == 0, script.stderr
@@ -115,18 +116,64 @@ def test_an_export_runs_as_a_script_and_with_python_m(export, tmp_path):
     )  # fmt: skip
     assert inside.returncode == 0, inside.stderr
     package = subprocess.run(
-        [sys.executable, "-m", "lightcompress.runtime", export["dir"], "--tokenized"],
+        [sys.executable, "-m", "lightcompress_runtime", export["dir"], "--tokenized"],
         input=export["text"], capture_output=True, text=True, timeout=300, check=False,
         env=_blocked_env(tmp_path), cwd=str(tmp_path),
     )  # fmt: skip
     assert package.returncode == 0, package.stderr
     assert script.stdout == inside.stdout == package.stdout
     bad = subprocess.run(
-        [sys.executable, "-m", "lightcompress.runtime", str(tmp_path / "none"), "--tokenized"],
+        [sys.executable, "-m", "lightcompress_runtime", str(tmp_path / "none"), "--tokenized"],
         capture_output=True, text=True, timeout=300, check=False, env=_blocked_env(tmp_path),
     )  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
-    assert bad.stderr.startswith("python -m lightcompress.runtime: error: model directory not")
+    assert bad.stderr.startswith("python -m lightcompress_runtime: error: model directory not")
+
+
+def test_the_runtime_installs_and_translates_where_there_is_no_torch(export, tmp_path):
+    """``pip install ./runtime[sentencepiece]`` into a fresh virtual environment (no torch, no
+    fairseq, no lightcompress): the package imports, ``python -m lightcompress_runtime EXPORT``
+    and ``OnnxTranslator`` give the translations of the checkout's runtime."""
+    source = tmp_path / "runtime-src"  # (pip builds in the source folder: not the checkout's)
+    shutil.copytree(os.path.join(REPO_ROOT, "runtime"), source,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))  # fmt: skip
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", python, "install", "-q",
+         f"{source}[sentencepiece]"],
+        capture_output=True, text=True, timeout=600, check=False, env=env, cwd=str(tmp_path),
+    )  # fmt: skip
+    assert install.returncode == 0, install.stderr[-2000:]
+    code = (
+        "import importlib.util, sys\n"
+        "for name in ('torch', 'fairseq', 'lightcompress'):\n"
+        "    assert importlib.util.find_spec(name) is None, name\n"
+        "import lightcompress_runtime as rt, sentencepiece\n"
+        "assert rt.__file__.startswith(sys.prefix), rt.__file__\n"
+        f"t = rt.OnnxTranslator({export['dir']!r}, tokenized=True, beam=5, threads=1)\n"
+        "print(*t.translate(sys.stdin.read().splitlines()), sep='\\n')\n"
+    )
+    api = subprocess.run([python, "-c", code], input=export["text"], capture_output=True,
+                         text=True, timeout=300, check=False, env=env, cwd=str(tmp_path))  # fmt: skip
+    assert api.returncode == 0, api.stderr[-2000:]
+    command = subprocess.run(
+        [python, "-m", "lightcompress_runtime", export["dir"], "--tokenized"],
+        input=export["text"], capture_output=True, text=True, timeout=300, check=False, env=env,
+        cwd=str(tmp_path),
+    )  # fmt: skip
+    assert command.returncode == 0, command.stderr[-2000:]
+    ours = subprocess.run(
+        [sys.executable, "-m", "lightcompress_runtime", export["dir"], "--tokenized"],
+        input=export["text"], capture_output=True, text=True, timeout=300, check=False,
+        env=_blocked_env(tmp_path), cwd=str(tmp_path),
+    )  # fmt: skip
+    assert ours.returncode == 0, ours.stderr
+    assert len(command.stdout.splitlines()) == 3
+    assert command.stdout == api.stdout == ours.stdout
 
 
 def test_an_exports_translate_py_loaded_by_path_gives_its_own_runtime(export):
@@ -171,7 +218,7 @@ def _as_version(export, tmp_path, version, old_layout=False) -> str:
 
 
 def test_an_export_of_the_format_before_still_loads(export, tmp_path):
-    from lightcompress.runtime import OnnxGenerator, OnnxTranslator, load_config
+    from lightcompress_runtime import OnnxGenerator, OnnxTranslator, load_config
 
     assert load_config(export["dir"])["version"] == 2
     old = _as_version(export, tmp_path, 1, old_layout=True)
@@ -188,7 +235,7 @@ def test_an_export_of_the_format_before_still_loads(export, tmp_path):
 
 
 def test_an_export_of_a_later_format_is_refused_with_one_line_naming_its_version(export, tmp_path):
-    from lightcompress.runtime import OnnxError, OnnxTranslator
+    from lightcompress_runtime import OnnxError, OnnxTranslator
 
     later = _as_version(export, tmp_path, 3)
     with pytest.raises(OnnxError, match="format version 3, this runtime reads versions 1 to 2"):
@@ -202,7 +249,7 @@ def test_an_export_of_a_later_format_is_refused_with_one_line_naming_its_version
 def test_the_old_module_names_give_the_same_objects():
     """``lightcompress.deploy.onnx_runtime`` and ``lightcompress.deploy.translate`` (the names
     before the runtime package and the torch translator's own module) still import."""
-    import lightcompress.runtime as rt
+    import lightcompress_runtime as rt
     from lightcompress.deploy import onnx_runtime, torch_translator, translate
 
     assert onnx_runtime.OnnxTranslator is rt.OnnxTranslator
@@ -213,7 +260,7 @@ def test_the_old_module_names_give_the_same_objects():
 
 def test_an_export_made_in_a_process_runs_its_own_shipped_copy(export):
     """The shipped files are the package's, byte for byte (no module renamed on copy)."""
-    spec = importlib.util.find_spec("lightcompress.runtime")
+    spec = importlib.util.find_spec("lightcompress_runtime")
     source = os.path.dirname(spec.origin)
     shipped = os.path.join(export["dir"], "runtime")
     names = sorted(n for n in os.listdir(source) if n.endswith(".py"))
@@ -228,25 +275,25 @@ def test_an_export_made_in_a_process_runs_its_own_shipped_copy(export):
 
 def test_there_is_one_beam_search():
     """The ONNX runtime and the PyTorch fast path run the same search
-    (:class:`lightcompress.runtime.search.BeamSearch`) over their step: no other module of the
+    (:class:`lightcompress_runtime.search.BeamSearch`) over their step: no other module of the
     package selects candidates or finalizes hypotheses (fairseq's ``finalize_hypos``)."""
     from lightcompress.deploy.generator import FastGenerator, TorchStep
-    from lightcompress.runtime import BeamSearch, OnnxGenerator, OnnxStep
-    from lightcompress.runtime.search import Step
+    from lightcompress_runtime import BeamSearch, OnnxGenerator, OnnxStep
+    from lightcompress_runtime.search import Step
 
     assert issubclass(FastGenerator, BeamSearch) and issubclass(OnnxGenerator, BeamSearch)
     for step in (TorchStep, OnnxStep):
         assert {"start", "step"} <= set(vars(step)) and not issubclass(step, BeamSearch)
     assert {"start", "step"} <= set(vars(Step))
     searches = []
-    root = os.path.join(REPO_ROOT, "lightcompress")
-    for folder, _dirs, files in os.walk(root):
-        for name in files:
-            if name.endswith(".py"):
-                with open(os.path.join(folder, name), encoding="utf-8") as f:
-                    tree = ast.parse(f.read())
-                found = [n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
-                         and n.name in ("_finalize", "finalize_hypos", "_generate")]  # fmt: skip
-                if found:
-                    searches.append(os.path.relpath(os.path.join(folder, name), root))
-    assert searches == [os.path.join("runtime", "search.py")], searches
+    for root in (os.path.join(REPO_ROOT, "lightcompress"), os.path.join(REPO_ROOT, "runtime")):
+        for folder, _dirs, files in os.walk(root):
+            for name in files:
+                if name.endswith(".py"):
+                    with open(os.path.join(folder, name), encoding="utf-8") as f:
+                        tree = ast.parse(f.read())
+                    found = [n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+                             and n.name in ("_finalize", "finalize_hypos", "_generate")]  # fmt: skip
+                    if found:
+                        searches.append(os.path.relpath(os.path.join(folder, name), REPO_ROOT))
+    assert searches == [os.path.join("runtime", "lightcompress_runtime", "search.py")], searches

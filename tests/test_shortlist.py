@@ -21,7 +21,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from harness import REPO_ROOT, make_parallel_corpus
+from harness import REPO_ROOT, SOURCES, make_parallel_corpus
 from test_deploy import EOS_BIAS, FAMILIES, _batches, _binarize, _EosBias, make_checkpoint
 
 SHORTLIST_FAMILIES = ["transformer", "lightformer", "hypoformer"]
@@ -97,7 +97,7 @@ def _model(family, split=False):
 def _write(path, lines, header=None):
     """A shortlist file of ``lines`` (the builder's header: line count and checksum), or with
     another ``header`` line."""
-    from lightcompress.runtime import shortlist_text
+    from lightcompress_runtime import shortlist_text
 
     with open(path, "w", encoding="utf-8") as f:
         if header is None:
@@ -270,7 +270,7 @@ def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fa
     from lightcompress.deploy.generator import FastGenerator
     from lightcompress.deploy.onnx_export import export_onnx
     from lightcompress.deploy.shortlist import load_shortlist
-    from lightcompress.runtime import OnnxError, OnnxGenerator
+    from lightcompress_runtime import OnnxError, OnnxGenerator
 
     # the transformer's projection has no split rows: its export gathers them at every step
     split = family != "transformer"
@@ -338,7 +338,7 @@ def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fa
 
 def test_onnx_export_shortlist_bad_input_is_one_line(tmp_path):
     from lightcompress.deploy.onnx_export import ExportError, export_onnx
-    from lightcompress.runtime import OnnxError, OnnxGenerator
+    from lightcompress_runtime import OnnxError, OnnxGenerator
 
     model, task, _ = _model("transformer")
     bad = _write(tmp_path / "bad.txt", ["\tnot-a-symbol"])
@@ -356,7 +356,7 @@ def test_onnx_export_shortlist_bad_input_is_one_line(tmp_path):
 def test_packed_shortlist_gives_the_texts_candidates_and_refuses_a_bad_file_in_one_line(tmp_path):
     import zipfile
 
-    from lightcompress.runtime import OnnxError, Shortlist
+    from lightcompress_runtime import OnnxError, Shortlist
 
     _, task, _ = _model("transformer")
     s, d = task.source_dictionary, task.target_dictionary
@@ -436,7 +436,7 @@ def _cli(module, *args, stdin=""):
     return subprocess.run(
         [sys.executable, "-c", f"from {module} import cli_main; cli_main()", *map(str, args)],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=False, input=stdin,
-        env=dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore"),
+        env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
     )  # fmt: skip
 
 
@@ -572,7 +572,7 @@ def test_translate_commands_take_the_shortlist(words, tmp_path):
     assert short.stdout != plain.stdout
     assert run().stdout == short.stdout
     assert run("--no-shortlist").stdout == plain.stdout
-    from lightcompress.runtime import OnnxTranslator
+    from lightcompress_runtime import OnnxTranslator
 
     lines = text.splitlines()
     default = OnnxTranslator(str(out), beam=5, tokenized=True).translate(lines)

@@ -129,7 +129,7 @@ def test_fuse_generate_and_count_the_fused_model(wid_data, wid_student, tmp_path
     # on probe sentences), and the export's torch-free runtime translates the test sources as
     # fairseq-generate did
     from lightcompress.deploy.onnx_export import main as export_main
-    from lightcompress.runtime import OnnxTranslator
+    from lightcompress_runtime import OnnxTranslator
 
     onnx_dir = str(tmp_path / "onnx")
     assert export_main(["--path", out, "--data", wid_data, "-o", onnx_dir]) == 0
@@ -314,7 +314,7 @@ def test_a_dawid_training_checkpoint_is_not_translated_but_named_for_fusion(
     import sys
 
     ckpt = os.path.join(wid_student[0], "checkpoint_last.pt")
-    env = dict(os.environ, PYTHONPATH=harness.REPO_ROOT, PYTHONWARNINGS="ignore")
+    env = dict(os.environ, PYTHONPATH=harness.SOURCES, PYTHONWARNINGS="ignore")
     for module, extra in (("lightcompress.deploy.torch_translator", []),
                           ("lightcompress.deploy.ct2", ["-o", str(tmp_path / "ct2")])):  # fmt: skip
         proc = subprocess.run(

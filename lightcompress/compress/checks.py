@@ -172,7 +172,7 @@ def check_tokenizer(opts, data) -> str | None:
         dictionary_kind,
         read_symbols,
     )
-    from lightcompress.runtime.tokenizers import TextError, check_codes, load_sentencepiece
+    from lightcompress_runtime.tokenizers import TextError, check_codes, load_sentencepiece
 
     if opts.spm and opts.bpe_codes:
         raise CompressError("give --spm (a sentencepiece model) or --bpe-codes (subword-nmt "

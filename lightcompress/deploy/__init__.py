@@ -4,7 +4,7 @@
   on the fast path) and ``lightcompress-translate`` (its old name,
   ``lightcompress.deploy.translate``, still imports);
 - :mod:`lightcompress.deploy.generator`: :class:`FastGenerator`, the one beam search
-  (:mod:`lightcompress.runtime.search`, fairseq's results) over the ONNX export's decoder step
+  (:mod:`lightcompress_runtime.search`, fairseq's results) over the ONNX export's decoder step
   run eagerly in PyTorch, which keeps the compressed weights as they are;
 - :mod:`lightcompress.deploy.ct2`: export of dense fairseq Transformers (teachers, dense
   baselines, dense plugin architectures) to CTranslate2 (``lightcompress-export-ct2``), and of
@@ -13,7 +13,7 @@
 - :mod:`lightcompress.deploy.onnx_export`: export of the Transformer, LightFormer, Hypoformer,
   Smartformer and Subformer to ONNX Runtime graphs that keep the compressed weights
   (``lightcompress-export-onnx``); they translate with the torch-free package
-  :mod:`lightcompress.runtime` (:class:`OnnxTranslator`, :class:`OnnxGenerator`: fairseq's beam
+  :mod:`lightcompress_runtime` (:class:`OnnxTranslator`, :class:`OnnxGenerator`: fairseq's beam
   search in numpy over them), which every export carries as ``runtime/`` beside its
   ``translate.py`` (``lightcompress.deploy.onnx_runtime``: its old name);
 - :mod:`lightcompress.deploy.shortlist`: a vocabulary shortlist for the output layer of both
@@ -25,6 +25,6 @@
 
 from lightcompress.deploy.generator import FastGenerator
 from lightcompress.deploy.torch_translator import TranslateError, Translator
-from lightcompress.runtime import OnnxGenerator, OnnxTranslator
+from lightcompress_runtime import OnnxGenerator, OnnxTranslator
 
 __all__ = ["FastGenerator", "OnnxGenerator", "OnnxTranslator", "TranslateError", "Translator"]

@@ -1,7 +1,7 @@
 """An ONNX Runtime export's translations of a fairseq data-bin split: the split read as
 fairseq's translation task reads it, the export checked against the data's dictionaries, the
 sentences searched in batches of similar length (longest first) by the export's beam search
-(:class:`lightcompress.runtime.OnnxGenerator`, fairseq's own search).
+(:class:`lightcompress_runtime.OnnxGenerator`, fairseq's own search).
 
 Two commands use it: the int8 step of ``lightcompress-compress`` (the test split, scored by
 the report as fairseq-generate's output is) and the KD data's ONNX engine
@@ -43,7 +43,7 @@ def load_split(data: str, subset: str, src: str, tgt: str, lang: str, dictionary
 
 class DataBinTranslation:
     """The ``subset`` split of the data-bin ``data`` (``src`` -> ``tgt``) and the export that
-    translates it. ``search`` goes to :class:`~lightcompress.runtime.OnnxGenerator`
+    translates it. ``search`` goes to :class:`~lightcompress_runtime.OnnxGenerator`
     (``beam_size``, ``len_penalty``, ``min_len``, ``max_len_a``, ``max_len_b``,
     ``unk_penalty``, ``threads``). Raises :class:`DataBinError` for a missing dictionary or
     split, an export the runtime refuses, or an export made with other dictionaries."""
@@ -52,7 +52,7 @@ class DataBinTranslation:
         import numpy as np
         from fairseq.data import Dictionary
 
-        from lightcompress.runtime import OnnxError, OnnxGenerator
+        from lightcompress_runtime import OnnxError, OnnxGenerator
 
         self.data, self.subset, self.src, self.tgt = data, subset, src, tgt
         dicts = []
@@ -85,8 +85,8 @@ class DataBinTranslation:
         """Each batch's best hypotheses as the batch is done: a list of ``(sentence id,
         score, token ids)``, the score fairseq's (natural log, length-normalised), the ids
         ending with EOS as fairseq-generate's hypotheses do."""
-        from lightcompress.runtime import OnnxError
-        from lightcompress.runtime.translator import left_pad_batches
+        from lightcompress_runtime import OnnxError
+        from lightcompress_runtime.translator import left_pad_batches
 
         pad = self.src_dict.pad()
         try:

@@ -1,10 +1,10 @@
 """The PyTorch backend of the one beam search: fairseq's translations over the model's own modules.
 
-:class:`FastGenerator` is the beam search of :mod:`lightcompress.runtime.search` (fairseq's
+:class:`FastGenerator` is the beam search of :mod:`lightcompress_runtime.search` (fairseq's
 ``SequenceGenerator``, translation only: the ONNX export's search too) over :class:`TorchStep`,
 which runs eagerly the modules that the ONNX export traces
 (:mod:`lightcompress.deploy.onnx_graphs`), with the inputs that the ONNX runtime feeds the
-traced graphs (:class:`~lightcompress.runtime.onnx_step.OnnxStep`):
+traced graphs (:class:`~lightcompress_runtime.onnx_step.OnnxStep`):
 
 - ``_Encoder``: once per batch, the source mask (``enc_bias``) and every decoder layer's
   cross-attention keys and values, kept once per sentence;
@@ -40,7 +40,7 @@ from lightcompress.deploy.step import (  # (importable from here too: their old 
     layer_step,
     lean_step_supported,
 )
-from lightcompress.runtime.search import BeamSearch, SearchError
+from lightcompress_runtime.search import BeamSearch, SearchError
 
 __all__ = [
     "FastGenerator",
@@ -106,7 +106,7 @@ def _beamable(generate):
 
 class TorchStep:
     """The model's encoder and one incremental decoder step in PyTorch, eagerly: the
-    :class:`~lightcompress.runtime.search.Step` of the search (see the module notes).
+    :class:`~lightcompress_runtime.search.Step` of the search (see the module notes).
 
     Parameters
     ----------
@@ -270,7 +270,7 @@ class _FairseqStep:
 
 
 class FastGenerator(BeamSearch):
-    """fairseq's beam search (:class:`~lightcompress.runtime.search.BeamSearch`, the export's
+    """fairseq's beam search (:class:`~lightcompress_runtime.search.BeamSearch`, the export's
     too) over :class:`TorchStep`: fairseq's hypotheses and scores, with torch results.
 
     Parameters

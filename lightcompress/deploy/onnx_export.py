@@ -1,7 +1,7 @@
 """Export a translation model to ONNX Runtime: an encoder graph and a one-step decoder graph.
 
 ``lightcompress-export-onnx --path ckpt.pt --data data-bin -o model-onnx [--int8 large|all]``
-writes a self-contained directory that the torch-free package :mod:`lightcompress.runtime`
+writes a self-contained directory that the torch-free package :mod:`lightcompress_runtime`
 translates with (numpy, onnxruntime and, for raw text, sentencepiece; no torch, no fairseq):
 
 - ``encoder.onnx``: ``src_tokens [B x S]`` (left-padded) -> the additive
@@ -18,12 +18,12 @@ translates with (numpy, onnxruntime and, for raw text, sentencepiece; no torch, 
   sharing, tied tables and factorized maps stay as they are, the file is the compressed size;
 - ``config.json`` (special ids, layer shapes, maximum positions), ``dict.src.txt`` /
   ``dict.tgt.txt`` (the model's fairseq dictionaries), ``spm.model`` when given, the
-  package ``runtime/`` (:mod:`lightcompress.runtime`, copied file for file) and ``translate.py``,
+  package ``runtime/`` (:mod:`lightcompress_runtime`, copied file for file) and ``translate.py``,
   which runs it (``python translate.py DIR < in > out``; format version 2, see
-  :data:`lightcompress.runtime.VERSION`);
+  :data:`lightcompress_runtime.VERSION`);
 - with ``--bpe-codes`` (a Moses + subword-nmt BPE data-bin, fairseq's IWSLT'14 recipe; the
   data-bin's ``bpe.code`` when neither it nor ``--spm`` is given): ``bpe.codes`` (read by
-  :mod:`lightcompress.runtime.tokenizers`: sacremoses + subword-nmt) and the settings in ``config.json``'s ``"bpe"`` (Moses languages, lowercasing, dash splits), so the
+  :mod:`lightcompress_runtime.tokenizers`: sacremoses + subword-nmt) and the settings in ``config.json``'s ``"bpe"`` (Moses languages, lowercasing, dash splits), so the
   export takes raw text and returns detokenized text. An export with neither takes only
   subword tokens (``translate.py --tokenized``) and refuses raw text.
 
@@ -110,7 +110,7 @@ from lightcompress.deploy.onnx_tools import (
     _write_runtime,
 )
 from lightcompress.deploy.tt_graph import tt_in_graph
-from lightcompress.runtime.files import FORMAT, VERSION
+from lightcompress_runtime.files import FORMAT, VERSION
 
 __all__ = ["ExportError", "NothingToQuantize", "cli_main", "export_onnx", "main"]
 
@@ -149,12 +149,12 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
     """Export ``model`` (eval mode, float32, CPU) into the new directory ``out_dir`` (see the
     module notes); ``int8``: ``None``, ``"large"`` or ``"all"``; ``shortlist``: a shortlist
     file to ship (the decoder graph then takes candidate ids); ``bpe``: Moses + BPE settings
-    (:class:`~lightcompress.runtime.tokenizers.MosesBPE`'s keyword arguments, ``codes`` the
+    (:class:`~lightcompress_runtime.tokenizers.MosesBPE`'s keyword arguments, ``codes`` the
     file to ship). Returns the config written.
     Raises :class:`ExportError` (nothing written) for a model it cannot export."""
     text = None
     if bpe is not None:  # (checked before anything is written)
-        from lightcompress.runtime.tokenizers import MosesBPE, TextError
+        from lightcompress_runtime.tokenizers import MosesBPE, TextError
 
         if spm:
             raise ExportError("give a sentencepiece model or BPE codes, not both")
@@ -399,7 +399,7 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("-t", "--target-lang", help="target language (as -s)")
     p.add_argument("-o", "--output", required=True, help="output directory (new or empty)")
     p.add_argument("--spm", help="sentencepiece model to ship with the export (raw text)")
-    from lightcompress.runtime.tokenizers import add_arguments
+    from lightcompress_runtime.tokenizers import add_arguments
 
     add_arguments(p)  # --bpe-codes and the Moses options (raw text)
     p.add_argument(
@@ -430,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     args = _arg_parser().parse_args(argv)
     prog = PROG
-    from lightcompress.runtime.tokenizers import TextError, check_arguments, settings_of
+    from lightcompress_runtime.tokenizers import TextError, check_arguments, settings_of
 
     if args.bpe_codes is None and args.spm is None and os.path.isfile(f"{args.data}/bpe.code"):
         args.bpe_codes = os.path.join(args.data, "bpe.code")  # (the IWSLT'14 recipe's copy)

@@ -1,7 +1,7 @@
-"""The old home of the ONNX export's runtime, now the torch-free package :mod:`lightcompress.runtime`
+"""The old home of the ONNX export's runtime, now the torch-free package :mod:`lightcompress_runtime`
 (``from lightcompress.deploy.onnx_runtime import OnnxTranslator`` goes on working)."""
 
-from lightcompress.runtime import (
+from lightcompress_runtime import (
     FORMAT,
     MANIFEST,
     SHORTLIST_HEADER,

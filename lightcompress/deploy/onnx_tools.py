@@ -16,9 +16,9 @@ from lightcompress.deploy.tt_graph import TT_MATRIX
 
 __all__ = ["MANIFEST", "WEIGHTS"]
 
-MANIFEST = "MANIFEST.sha256"  # (the same name as lightcompress.runtime.MANIFEST)
+MANIFEST = "MANIFEST.sha256"  # (the same name as lightcompress_runtime.MANIFEST)
 WEIGHTS = "weights.bin"
-RUNTIME = "runtime"  # (the package lightcompress.runtime, as an export carries it)
+RUNTIME = "runtime"  # (the package lightcompress_runtime, as an export carries it)
 LAUNCHER = "translate.py"
 
 # the export's translate.py: runs the package beside it (also when a program loads this file by
@@ -26,7 +26,7 @@ LAUNCHER = "translate.py"
 _LAUNCHER_TEXT = '''#!/usr/bin/env python3
 """Translate with the model in this folder: ``python translate.py DIR [--beam 5 ...] < in > out``
 (``--help``: the options). The code is the package ``runtime/`` beside this file (numpy and
-onnxruntime; sentencepiece or sacremoses + subword-nmt for raw text): lightcompress.runtime,
+onnxruntime; sentencepiece or sacremoses + subword-nmt for raw text): lightcompress_runtime,
 export format version {version}."""
 
 import os
@@ -371,10 +371,10 @@ def _write_dict(d, path: str) -> None:
 
 
 def _write_runtime(directory: str) -> None:
-    """The runtime an export carries: the package :mod:`lightcompress.runtime`, file for file,
+    """The runtime an export carries: the package :mod:`lightcompress_runtime`, file for file,
     as ``runtime/``, and ``translate.py``, which runs it."""
-    from lightcompress import runtime
-    from lightcompress.runtime.files import VERSION
+    import lightcompress_runtime as runtime
+    from lightcompress_runtime.files import VERSION
 
     source = os.path.dirname(os.path.abspath(runtime.__file__))
     os.makedirs(os.path.join(directory, RUNTIME))

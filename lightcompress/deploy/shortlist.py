@@ -10,7 +10,7 @@ log-softmax is renormalized over the candidates (as Marian and CTranslate2 do), 
 differ from fairseq's full-vocabulary ones; a list that covers the whole vocabulary gives
 fairseq's translations (tests).
 
-The file is read by :class:`lightcompress.runtime.Shortlist` (numpy: the ONNX
+The file is read by :class:`lightcompress_runtime.Shortlist` (numpy: the ONNX
 export's runtime reads it too); this module adds what the PyTorch fast path needs:
 
 - :func:`load_shortlist`: the file against a model's fairseq dictionaries;
@@ -35,8 +35,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lightcompress.errors import LightcompressError
-from lightcompress.runtime.files import OnnxError
-from lightcompress.runtime.shortlist import Shortlist
+from lightcompress_runtime.files import OnnxError
+from lightcompress_runtime.shortlist import Shortlist
 
 __all__ = ["Shortlist", "ShortlistError", "load_shortlist", "output_rows", "split_output_rows"]
 

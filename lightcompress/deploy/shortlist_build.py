@@ -20,7 +20,7 @@ CTranslate2's vocabulary maps):
   EOS and UNK: always included (PAD is not; the translators add every id up to the largest
   special symbol, PAD scored -inf as in fairseq).
 
-The file is UTF-8 text, read by :class:`lightcompress.runtime.Shortlist`: a header
+The file is UTF-8 text, read by :class:`lightcompress_runtime.Shortlist`: a header
 line (``#lightcompress-shortlist 2``, ``lines=N`` and ``sha256=...`` of the lines after it, so
 that every reader refuses a truncated or edited copy, and how it was built), then ``<TAB>``
 and the tokens always included, then one line per source token ``source<TAB>target target
@@ -45,7 +45,7 @@ import numpy as np
 
 from lightcompress import cli
 from lightcompress.deploy.shortlist import ShortlistError
-from lightcompress.runtime.shortlist import shortlist_text
+from lightcompress_runtime.shortlist import shortlist_text
 
 __all__ = ["build_shortlist", "cli_main", "language_pair", "list_lines", "main", "write_shortlist"]
 

@@ -91,7 +91,7 @@ def check_codes_fit(codes: str, symbols: Iterable[str], where: str = "the model'
     units of a dictionary (``symbols``; ``where`` names it): a unit ``abc@@`` needs the merge
     result ``abc``, a word-final ``abc`` the result ``abc</w>`` (version 0.1 codes: ``abc`` as
     well); single characters are always made. The codes are assumed readable
-    (:func:`lightcompress.runtime.tokenizers.check_codes`)."""
+    (:func:`lightcompress_runtime.tokenizers.check_codes`)."""
     symbols = list(symbols)
     made, v01 = set(), True
     with open(codes, encoding="utf-8") as f:

@@ -1,5 +1,5 @@
 """Translating raw text with a PyTorch checkpoint on the fast path: a Python API and
-``lightcompress-translate`` (an ONNX export translates with :mod:`lightcompress.runtime`).
+``lightcompress-translate`` (an ONNX export translates with :mod:`lightcompress_runtime`).
 
 ::
 
@@ -14,7 +14,7 @@
 
 Text goes through the data's tokenizer: sentencepiece (``--spm``, fairseq's own encoder as in
 ``fairseq-interactive`` and the hub interface), or Moses + subword-nmt BPE (``--bpe-codes``:
-:class:`~lightcompress.runtime.tokenizers.MosesBPE`, as fairseq's IWSLT'14 recipe prepared the
+:class:`~lightcompress_runtime.tokenizers.MosesBPE`, as fairseq's IWSLT'14 recipe prepared the
 data: Moses tokenizer of the source language unless ``--tokenizer none``, lowercasing when the
 dictionary is lowercase, ``@@`` BPE; the same code as an ONNX export's), then the source
 dictionary; hypotheses are turned back into text the other way round (``@@`` removed, Moses
@@ -53,9 +53,9 @@ class TranslateError(LightcompressError, ValueError):
 def left_pad_batches(
     sentences: Sequence[torch.Tensor], batch_size: int, pad: int
 ) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
-    """:func:`lightcompress.runtime.left_pad_batches` (batches of similar length, left-padded as
+    """:func:`lightcompress_runtime.left_pad_batches` (batches of similar length, left-padded as
     fairseq pads sources) over tensors: ``(indices, src_tokens [B x S], src_lengths [B])``."""
-    from lightcompress.runtime import left_pad_batches as batches
+    from lightcompress_runtime import left_pad_batches as batches
 
     arrays = [s.cpu().numpy() for s in sentences]
     for idx, src, lengths in batches(arrays, batch_size, pad):
@@ -134,7 +134,7 @@ class Translator:
         _file(spm, "sentencepiece model")
         _file(bpe_codes, "BPE codes")
         if bpe_codes is not None:
-            from lightcompress.runtime.tokenizers import TextError, check_codes
+            from lightcompress_runtime.tokenizers import TextError, check_codes
 
             try:
                 check_codes(bpe_codes)
@@ -186,7 +186,7 @@ class Translator:
         except TextFitError as exc:
             raise TranslateError(str(exc)) from None
         if bpe_codes is not None:  # Moses + subword-nmt BPE (the ONNX export's own code)
-            from lightcompress.runtime.tokenizers import MosesBPE, TextError, looks_lowercased
+            from lightcompress_runtime.tokenizers import MosesBPE, TextError, looks_lowercased
 
             cfg = getattr(task, "cfg", None) or getattr(task, "args", None)
             if lowercase is None:
@@ -255,8 +255,8 @@ class Translator:
 
     def translate(self, lines: Iterable[str]) -> list[str]:
         """Translations of ``lines`` in order; an empty or blank line gives ``""`` (the ONNX
-        runtime's text loop, :func:`lightcompress.runtime.translator.translate_lines`)."""
-        from lightcompress.runtime.translator import translate_lines
+        runtime's text loop, :func:`lightcompress_runtime.translator.translate_lines`)."""
+        from lightcompress_runtime.translator import translate_lines
 
         limit = self.model.max_positions()[0]
         return translate_lines(lines, self.encode, self.translate_ids, self.decode, limit,
@@ -274,7 +274,7 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--path", required=True, help="checkpoint")
     p.add_argument("--data", required=True, help="directory with the model's dictionaries")
     p.add_argument("--spm", help="sentencepiece model of the data")
-    from lightcompress.runtime.tokenizers import add_arguments
+    from lightcompress_runtime.tokenizers import add_arguments
 
     add_arguments(p)  # --bpe-codes and the Moses options
     p.add_argument(
@@ -290,7 +290,7 @@ def _arg_parser() -> argparse.ArgumentParser:
         help="the input is the data's space-separated subword tokens, and so is the output (no "
         "--spm / --bpe-codes; without a tokenizer, input is taken as tokens with a notice)",
     )
-    from lightcompress.runtime.translator import add_search_arguments
+    from lightcompress_runtime.translator import add_search_arguments
 
     add_search_arguments(p)  # (the export's translate.py has the same)
     p.add_argument(
@@ -331,7 +331,7 @@ def _main(argv: Sequence[str] | None) -> int:
         raise TranslateError("standard input is closed: give the text with -i FILE")
     if args.output is None and sys.stdout is None:
         raise TranslateError("standard output is closed: give a file with -o FILE")
-    from lightcompress.runtime.tokenizers import TextError, check_arguments
+    from lightcompress_runtime.tokenizers import TextError, check_arguments
 
     try:
         check_arguments(args)

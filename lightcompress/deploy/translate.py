@@ -1,5 +1,5 @@
 """The old name of :mod:`lightcompress.deploy.torch_translator` (the PyTorch translator and
-``lightcompress-translate``; not an export's ``translate.py``, which is :mod:`lightcompress.runtime`):
+``lightcompress-translate``; not an export's ``translate.py``, which is :mod:`lightcompress_runtime`):
 ``from lightcompress.deploy.translate import Translator`` goes on working."""
 
 from lightcompress.deploy.torch_translator import (

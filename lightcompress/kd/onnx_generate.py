@@ -1,7 +1,7 @@
 """A data-bin split translated by an ONNX Runtime export of the teacher, printed as
 ``fairseq-generate`` prints it (``S-i`` source and ``H-i`` score / hypothesis lines, the score
 in base 2): the KD data's engine on the CPU (``lightcompress.kd.distill --engine onnx``), with
-fairseq's own beam search (``lightcompress.runtime``): the same translations as
+fairseq's own beam search (``lightcompress_runtime``): the same translations as
 ``fairseq-generate`` in 2.3x less time on one thread (the shipped teacher, docs/compress.md).
 
     python -m lightcompress.kd.onnx_generate SHARD_DATA --export teacher-onnx --gen-subset train \\

@@ -195,7 +195,7 @@ class FastRunner:
 
 class OnnxRunner:
     """A ``lightcompress-export-onnx`` export on ONNX Runtime's CPU provider
-    (:class:`lightcompress.runtime.OnnxGenerator`: fairseq's beam search in numpy),
+    (:class:`lightcompress_runtime.OnnxGenerator`: fairseq's beam search in numpy),
     the same settings as fairseq.
 
     Parameters
@@ -216,7 +216,7 @@ class OnnxRunner:
 
     def __init__(self, model_dir: str, threads: int, pad: int, model_max_positions=None,
                  shortlist: bool = False):  # fmt: skip
-        from lightcompress.runtime import OnnxGenerator
+        from lightcompress_runtime import OnnxGenerator
 
         self.model_dir = model_dir
         self.pad = pad

@@ -53,7 +53,7 @@ per model that imports only its engine, loads the model and translates the timin
 (:mod:`lightcompress.measure.memory`). ``--onnx`` exports every model that
 :mod:`lightcompress.deploy.onnx_export` can express (fairseq's Transformer, LightFormer,
 Hypoformer, Smartformer, Subformer; compressed weights kept) and times it on ONNX Runtime
-(:class:`lightcompress.runtime.OnnxGenerator`, engine ``onnxruntime``) in float32,
+(:class:`lightcompress_runtime.OnnxGenerator`, engine ``onnxruntime``) in float32,
 and in ONNX Runtime's int8 with ``--int8-large`` (the large maps) / ``--compare-int8`` (every
 map); its size is the export directory. ``--shortlist FILE`` (``--fast``, ``--onnx``, ``--ct2``:
 as its vocabulary map) adds those rows again scoring only a vocabulary shortlist's candidates

@@ -7,7 +7,7 @@ per batch, what a deployment does with a line of text:
 - ONNX Runtime and the fast path: the sentencepiece model's encoding, the dictionary lookup
   (pieces -> ids, EOS appended), left padding, the translation, and the decoding (ids ->
   pieces -> text, fairseq's ``sentencepiece`` post-processing): the steps of
-  :class:`lightcompress.runtime.OnnxTranslator`'s ``encode`` / ``decode``, done
+  :class:`lightcompress_runtime.OnnxTranslator`'s ``encode`` / ``decode``, done
   here once for every engine (a runner holds no translator);
 - CTranslate2: the encoding to pieces, ``translate_batch`` on the pieces (CTranslate2 looks
   its vocabulary up itself) and the decoding of the output pieces.

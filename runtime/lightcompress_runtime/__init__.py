@@ -11,11 +11,12 @@ or sacremoses + subword-nmt.
 - :mod:`.shortlist`: :class:`Shortlist`, the vocabulary shortlist;
 - :mod:`.tokenizers`: sentencepiece, Moses + subword-nmt BPE.
 
-It imports nothing of lightcompress (relative imports only): ``lightcompress-export-onnx``
-copies it, file for file, into every export as the package ``runtime/`` beside a short
-``translate.py`` that runs it, so ``python EXPORT/translate.py EXPORT < in > out`` needs no
-lightcompress; with lightcompress installed, ``python -m lightcompress.runtime EXPORT`` and
-``from lightcompress.runtime import OnnxTranslator`` run the same code.
+Its own distribution (``pip install ./runtime``; ``runtime/pyproject.toml``), which imports
+nothing of the plugin (relative imports only); the plugin imports it. ``lightcompress-export-onnx``
+also copies it, file for file, into every export as the package ``runtime/`` beside a short
+``translate.py`` that runs it, so ``python EXPORT/translate.py EXPORT < in > out`` needs nothing
+installed but numpy and onnxruntime; installed, ``python -m lightcompress_runtime EXPORT`` and
+``from lightcompress_runtime import OnnxTranslator`` run the same code.
 """
 
 from .files import FORMAT, MANIFEST, VERSION, VERSIONS, OnnxError, load_config, sinusoid

@@ -7,9 +7,9 @@ needs neither torch nor fairseq nor lightcompress::
 
     python model-onnx/translate.py model-onnx --beam 5 < test.de > test.en
     python model-onnx/translate.py model-onnx --tokenized < test.bpe.de > test.bpe.en
-    python -m lightcompress.runtime model-onnx < test.de > test.en     # lightcompress installed
+    python -m lightcompress_runtime model-onnx < test.de > test.en     # pip install ./runtime
 
-    from lightcompress.runtime import OnnxTranslator
+    from lightcompress_runtime import OnnxTranslator
     t = OnnxTranslator("model-onnx", beam=5, threads=1)
     t.translate(["Die Datei konnte nicht gelesen werden.", ""])   # -> ["...", ""]
 
@@ -231,7 +231,7 @@ def _arg_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """The export's ``translate.py`` (and ``python -m lightcompress.runtime``): the exit status
+    """The export's ``translate.py`` (and ``python -m lightcompress_runtime``): the exit status
     (errors as one line, status 2)."""
     prog = prog or os.path.basename(sys.argv[0]) or "translate.py"
     args = _arg_parser(prog).parse_args(argv)
