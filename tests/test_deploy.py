@@ -1109,7 +1109,7 @@ def test_onnx_export_command_and_its_torch_free_translate_py_give_the_fast_paths
                                        "runtime", "spm.model", "translate.py",
                                        "weights.bin"]  # fmt: skip
     # the runtime package, file for file (no module renamed), and the script that runs it
-    package = os.path.join(REPO_ROOT, "lightcompress", "runtime")
+    package = os.path.join(REPO_ROOT, "runtime", "lightcompress_runtime")
     shipped = sorted(os.listdir(out / "runtime"))
     assert shipped == sorted(n for n in os.listdir(package) if n.endswith(".py")), shipped
     for name in shipped:
