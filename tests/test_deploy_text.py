@@ -203,7 +203,8 @@ def test_bpe_export_takes_raw_text_and_returns_detokenized_text_without_torch(iw
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:-1] == got
     # and the Python APIs
-    from lightcompress.deploy import OnnxTranslator, Translator
+    from lightcompress.deploy import Translator
+    from lightcompress_runtime import OnnxTranslator
 
     assert OnnxTranslator(out, beam=5).translate(raw) == got
     api = Translator(iwslt["teacher"], iwslt["data"], bpe_codes=iwslt["codes"], beam=5)

@@ -246,18 +246,6 @@ def test_an_export_of_a_later_format_is_refused_with_one_line_naming_its_version
     assert lines[0].startswith("translate.py: error: ")
 
 
-def test_the_old_module_names_give_the_same_objects():
-    """``lightcompress.deploy.onnx_runtime`` and ``lightcompress.deploy.translate`` (the names
-    before the runtime package and the torch translator's own module) still import."""
-    import lightcompress_runtime as rt
-    from lightcompress.deploy import onnx_runtime, torch_translator, translate
-
-    assert onnx_runtime.OnnxTranslator is rt.OnnxTranslator
-    assert onnx_runtime.OnnxGenerator is rt.OnnxGenerator and onnx_runtime.main is rt.main
-    assert translate.Translator is torch_translator.Translator
-    assert translate.cli_main is torch_translator.cli_main
-
-
 def test_an_export_made_in_a_process_runs_its_own_shipped_copy(export):
     """The shipped files are the package's, byte for byte (no module renamed on copy)."""
     spec = importlib.util.find_spec("lightcompress_runtime")

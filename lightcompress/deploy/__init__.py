@@ -1,8 +1,7 @@
 """Deploying translation models on CPUs.
 
 - :mod:`lightcompress.deploy.torch_translator`: :class:`Translator` (raw text in, raw text out,
-  on the fast path) and ``lightcompress-translate`` (its old name,
-  ``lightcompress.deploy.translate``, still imports);
+  on the fast path) and ``lightcompress-translate``;
 - :mod:`lightcompress.deploy.generator`: :class:`FastGenerator`, the one beam search
   (:mod:`lightcompress_runtime.search`, fairseq's results) over the ONNX export's decoder step
   run eagerly in PyTorch, which keeps the compressed weights as they are;
@@ -15,7 +14,7 @@
   (``lightcompress-export-onnx``); they translate with the torch-free package
   :mod:`lightcompress_runtime` (:class:`OnnxTranslator`, :class:`OnnxGenerator`: fairseq's beam
   search in numpy over them), which every export carries as ``runtime/`` beside its
-  ``translate.py`` (``lightcompress.deploy.onnx_runtime``: its old name);
+  ``translate.py``;
 - :mod:`lightcompress.deploy.shortlist`: a vocabulary shortlist for the output layer of both
   paths (``--shortlist``), built by :mod:`lightcompress.deploy.shortlist_build`
   (``lightcompress-shortlist``);
@@ -25,6 +24,5 @@
 
 from lightcompress.deploy.generator import FastGenerator
 from lightcompress.deploy.torch_translator import TranslateError, Translator
-from lightcompress_runtime import OnnxGenerator, OnnxTranslator
 
-__all__ = ["FastGenerator", "OnnxGenerator", "OnnxTranslator", "TranslateError", "Translator"]
+__all__ = ["FastGenerator", "TranslateError", "Translator"]
