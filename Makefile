@@ -12,7 +12,7 @@ FAIRSEQ ?= ve
 PKG_SOURCES := setup.py $(shell find lightcompress -name '*.py' 2>/dev/null)
 RUNTIME_SOURCES := runtime/pyproject.toml $(shell find runtime -name '*.py' 2>/dev/null)
 
-.PHONY: all install wheel demo test lint format clean
+.PHONY: all install wheel demo test test-lab lint format clean
 
 all: test
 
@@ -58,15 +58,21 @@ demo: install
 TEST_WORKERS ?= auto
 test: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -ra --durations=15 \
-	  -n $(TEST_WORKERS) --maxprocesses 8 tests bench/tests
+	  -n $(TEST_WORKERS) --maxprocesses 8 tests
+
+# The lab's tests (lab/tests: the results harness, corpus builders, device scripts; bench/tests:
+# the benchmark scripts), apart from the product's.
+test-lab: install
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -ra --durations=15 \
+	  -n $(TEST_WORKERS) --maxprocesses 8 lab/tests bench/tests
 
 lint: install
-	$(VENV)/bin/ruff check lightcompress runtime tests scripts examples bench
-	$(VENV)/bin/ruff format --check lightcompress runtime tests scripts examples bench
+	$(VENV)/bin/ruff check lightcompress runtime tests scripts examples bench lab
+	$(VENV)/bin/ruff format --check lightcompress runtime tests scripts examples bench lab
 
 format: install
-	$(VENV)/bin/ruff format lightcompress runtime tests scripts examples bench
-	$(VENV)/bin/ruff check --fix lightcompress runtime tests scripts examples bench
+	$(VENV)/bin/ruff format lightcompress runtime tests scripts examples bench lab
+	$(VENV)/bin/ruff check --fix lightcompress runtime tests scripts examples bench lab
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache dist runtime/build runtime/*.egg-info

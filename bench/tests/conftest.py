@@ -1,5 +1,5 @@
 """The bench scripts' tests use the suite's harness (``tests/harness.py``) and its toy-model
-helpers, as ``tests/`` does; ``make test`` runs both folders."""
+helpers, as ``tests/`` does; ``make test-lab`` runs this folder with ``lab/tests``."""
 
 import os
 import sys

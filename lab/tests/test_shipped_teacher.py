@@ -7,9 +7,9 @@ import json
 import os
 
 import pytest
+from harness import REPO_ROOT
 
-TEACHER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "examples", "translation", "results", "teacher")  # fmt: skip
+TEACHER = os.path.join(REPO_ROOT, "examples", "translation", "results", "teacher")
 
 
 def _sums():

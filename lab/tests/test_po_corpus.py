@@ -15,7 +15,7 @@ import pytest
 
 __all__: list[str] = []
 
-_PATH = Path(__file__).resolve().parents[1] / "examples" / "translation" / "po_corpus.py"
+_PATH = Path(__file__).resolve().parents[2] / "examples" / "translation" / "po_corpus.py"
 _spec = importlib.util.spec_from_file_location("po_corpus", _PATH)
 assert _spec is not None and _spec.loader is not None
 pc = importlib.util.module_from_spec(_spec)

@@ -17,7 +17,7 @@ import pytest
 
 __all__: list[str] = []
 
-_DIR = Path(__file__).resolve().parents[1] / "examples" / "translation"
+_DIR = Path(__file__).resolve().parents[2] / "examples" / "translation"
 sys.path.insert(0, str(_DIR))
 _spec = importlib.util.spec_from_file_location("l10n_corpus", _DIR / "l10n_corpus.py")
 assert _spec is not None and _spec.loader is not None

@@ -16,7 +16,7 @@ from lightcompress.checkpoint import load_checkpoint
 
 __all__: list[str] = []
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(
     "half_checkpoint", ROOT / "examples" / "translation" / "results" / "half_checkpoint.py"
 )

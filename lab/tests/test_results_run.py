@@ -30,7 +30,7 @@ import pytest
 
 __all__: list[str] = []
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "examples" / "translation" / "results" / "run.sh"
 
 FAKE_TRAIN = r"""#!/usr/bin/env bash
