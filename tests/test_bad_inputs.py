@@ -228,7 +228,7 @@ def test_model_configuration_errors_are_config_errors(tiny_data, arch, flags, me
     from fairseq import tasks
 
     from lightcompress.build import parse_model_args
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.errors import ConfigError
 
     args = parse_model_args(arch, ["-s", "de", "-t", "en", *flags], data=tiny_data)
     with pytest.raises(ConfigError, match=message):
@@ -424,7 +424,7 @@ def test_a_teacher_with_nan_weights_is_one_line_in_the_converter(tiny_transforme
 def test_rank_search_settings_are_checked_before_training(tiny_data, tmp_path):
     import harness
 
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.errors import ConfigError
     from lightcompress.search import SearchConfig
 
     for bad in (-1.0, 0.0, float("nan")):

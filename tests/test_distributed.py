@@ -457,7 +457,7 @@ def test_a_failing_rank_prints_one_line_naming_itself(monkeypatch, capsys):
     wait for torchrun to stop this rank; the plugin's own errors in one line (exit 2); others
     with the traceback, then one line with the way to resume."""
     import lightcompress.distributed as dist
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.errors import ConfigError
 
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setattr(dist, "_PEER_WAIT", 0.0)

@@ -11,8 +11,8 @@ from lightcompress.errors import CheckpointError, ConfigError, LightcompressErro
 
 # every user-facing error of the package, by the module users import it from
 ERRORS = [
-    ("lightcompress.modules.registry", "ConfigError"),
-    ("lightcompress.modules.registry", "SpecError"),
+    ("lightcompress.errors", "ConfigError"),
+    ("lightcompress.errors", "SpecError"),
     ("lightcompress.modules", "SpecError"),
     ("lightcompress.checkpoint", "CheckpointError"),
     ("lightcompress.convert.core", "ConversionError"),
@@ -33,11 +33,7 @@ def test_every_error_of_the_package_is_a_lightcompress_error(module, name):
     assert issubclass(cls, LightcompressError)
 
 
-def test_the_old_homes_of_the_errors_give_the_same_classes():
-    from lightcompress.modules.registry import ConfigError as OldConfigError
-    from lightcompress.modules.registry import SpecError as OldSpecError
-
-    assert OldConfigError is ConfigError and OldSpecError is SpecError
+def test_a_configuration_error_is_a_value_error():
     assert issubclass(SpecError, ConfigError) and issubclass(ConfigError, ValueError)
 
 

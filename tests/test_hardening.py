@@ -111,7 +111,7 @@ def test_energy_flag_names_are_real_flags(tmp_path, capsys):
     ],
 )
 def test_bad_plugin_flags_are_config_errors_before_anything_is_built(flags, message):
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message.replace("*", "\\*").replace("+", "\\+")):
         _build("lightformer", [*LF, *flags])
@@ -126,7 +126,7 @@ def test_bad_plugin_flags_are_config_errors_before_anything_is_built(flags, mess
     ],
 )
 def test_bad_subformer_flags_are_config_errors(flags, message):
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message):
         _build("subformer", [*TINY, *flags])
@@ -137,7 +137,7 @@ def test_a_bad_flag_inside_fairseq_train_is_one_line_not_a_traceback(tmp_path):
     errors end the command with one line (the plugin's excepthook), exit status 2."""
     code = (
         "import sys, fairseq, lightcompress\n"  # (the order of fairseq-train --user-dir)
-        "from lightcompress.modules.registry import ConfigError\n"
+        "from lightcompress.errors import ConfigError\n"
         "raise ConfigError('--lc-rank must be >= 1, got -1')\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
@@ -237,7 +237,7 @@ def test_a_misspelled_student_flag_is_one_line_not_fairseqs_usage(tmp_path, caps
 
 
 def test_a_corrupt_admin_profile_is_one_clear_error(tmp_path):
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.errors import ConfigError
 
     bad = tmp_path / "profile.json"
     bad.write_text('{"encoder.layers.0.self_attn": 1.0')  # truncated

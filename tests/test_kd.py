@@ -476,7 +476,7 @@ def test_task_refuses_distilled_data_with_other_dictionaries(tiny_data, distille
     lines = (other / "dict.en.txt").read_text().splitlines(True)
     lines[0], lines[1] = lines[1], lines[0]
     (other / "dict.en.txt").write_text("".join(lines))
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.errors import ConfigError
 
     # refused when the task is set up (before fairseq-train builds the model), as a ConfigError:
     # fairseq-train then prints one line, "fairseq-train: error: ...", and exits with status 2

@@ -188,7 +188,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES)
 def test_bad_distilled_data_is_refused_when_the_task_is_set_up(kd_dirs, tiny_data, case):
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.errors import ConfigError
     from lightcompress.tasks.translation_seqkd import KDDataError
 
     data, distilled, pattern = _expected(kd_dirs, tiny_data)[case]

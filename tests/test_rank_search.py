@@ -21,8 +21,8 @@ from harness import (
 )
 from torch import nn
 
+from lightcompress.errors import ConfigError
 from lightcompress.modules import CPLinear, count_unique_params
-from lightcompress.modules.registry import ConfigError
 from lightcompress.search import (
     A2CAgent,
     RankSearch,

@@ -5,13 +5,13 @@ import pytest
 import torch
 from torch import nn
 
+from lightcompress.errors import SpecError
 from lightcompress.modules import CompressionSpec, SpecPlan, count_params
 from lightcompress.modules.registry import (
     ALIASES,
     KINDS,
     QUANTIZE,
     Shape,
-    SpecError,
     canonical_kind,
     get_variant,
 )

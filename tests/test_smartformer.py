@@ -47,7 +47,7 @@ def test_incremental_decoding_equals_full_decoding():
 
 
 def test_bad_rank_is_one_config_error():
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--sm-rank must be >= 1"):
         harness.build_without_data("smartformer", 30, [*TINY, "--sm-rank", "0"])

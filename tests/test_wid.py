@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import lightcompress.plugin  # noqa: F401  (registers the plugin)
+from lightcompress.errors import ConfigError
 from lightcompress.measure.params import count_parameters
-from lightcompress.modules.registry import ConfigError
 from lightcompress.wid import fuse
 from lightcompress.wid.calibrate import qk_compactors, site_compactors, vo_compactors
 from lightcompress.wid.model import (

@@ -291,7 +291,7 @@ def test_dawid_fuse_refuses_a_damaged_training_checkpoint_with_one_line(
 def test_too_few_calibration_tokens_for_the_width_are_refused_before_any_data_is_read():
     import argparse
 
-    from lightcompress.modules.registry import ConfigError
+    from lightcompress.errors import ConfigError
     from lightcompress.wid.model import calibration_batches
 
     teacher = harness.build_without_data(

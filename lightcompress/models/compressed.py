@@ -52,12 +52,12 @@ from fairseq.modules.transformer_layer import (
 from torch import nn
 
 from lightcompress.admin import admin_residual, connect_admin
+from lightcompress.errors import ConfigError
 from lightcompress.integration import TiedOutputProjection, disable_attention_fast_path
 from lightcompress.models.presets import CompressionConfig, add_config_args
 from lightcompress.modules import CompressionSpec, SpecPlan, group_schedule, tie_layers
 from lightcompress.modules.cp import CPLinear
 from lightcompress.modules.fused_qkv import FusedQKV
-from lightcompress.modules.registry import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -71,7 +71,7 @@ class Transfer:
         The converter's own options (names unique among all converters).
     check : callable, optional
         ``(teacher_args, student_args, opts, log) -> None``: the preconditions beyond
-        ``same``; raises :class:`~lightcompress.modules.registry.ConfigError` with the reason.
+        ``same``; raises :class:`~lightcompress.errors.ConfigError` with the reason.
     spec : callable, optional
         ``(student_args, opts) -> spec text`` (default: the family's spec of the student's
         flags), e.g. ranks or energy thresholds given to the converter.

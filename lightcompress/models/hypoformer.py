@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from fairseq.models.transformer import base_architecture
 
 from lightcompress.admin import ADMIN_MODES
+from lightcompress.errors import ConfigError
 from lightcompress.models.compressed import HTTSelfAttention
 from lightcompress.models.family import Family, Transfer, register_family
 from lightcompress.models.presets import (
@@ -74,7 +75,6 @@ from lightcompress.models.presets import (
     add_config_args,
     flag_field,
 )
-from lightcompress.modules.registry import ConfigError
 
 __all__ = [
     "EMBED_KINDS",

@@ -65,6 +65,7 @@ from dataclasses import dataclass
 from fairseq.models.transformer import base_architecture
 from fairseq.models.transformer.transformer_legacy import transformer_iwslt_de_en
 
+from lightcompress.errors import ConfigError
 from lightcompress.models.compressed import apply_layer_sharing
 from lightcompress.models.family import Family, Transfer, register_family
 from lightcompress.models.presets import (
@@ -73,7 +74,6 @@ from lightcompress.models.presets import (
     add_config_args,
     flag_field,
 )
-from lightcompress.modules.registry import ConfigError
 
 __all__ = [
     "LIGHTFORMER",

@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from fairseq.models.transformer import base_architecture
 from fairseq.models.transformer.transformer_legacy import transformer_iwslt_de_en
 
+from lightcompress.errors import ConfigError
 from lightcompress.models.family import Family, Transfer, register_family
 from lightcompress.models.presets import CompressionConfig, Preset, flag_field
-from lightcompress.modules.registry import ConfigError
 
 __all__ = ["SMARTFORMER", "SmartformerConfig", "SmartformerModel", "smartformer_spec_text"]
 

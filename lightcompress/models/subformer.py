@@ -73,9 +73,9 @@ from fairseq.modules.transformer_layer import (
 )
 from torch import nn
 
+from lightcompress.errors import ConfigError
 from lightcompress.models.presets import PRESETS, add_config_args, register_presets
 from lightcompress.models.presets_subformer import SUBFORMER_PRESETS, SubformerConfig
-from lightcompress.modules.registry import ConfigError
 from lightcompress.modules.safe import (
     OutputReduction,
     QueryProjectedAttention,

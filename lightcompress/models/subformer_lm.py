@@ -29,6 +29,7 @@ from fairseq.models.transformer_lm import (
     TransformerLanguageModelConfig,
 )
 
+from lightcompress.errors import ConfigError
 from lightcompress.models.presets import register_presets
 from lightcompress.models.presets_subformer import SUBFORMER_PRESETS
 from lightcompress.models.subformer import (
@@ -36,7 +37,6 @@ from lightcompress.models.subformer import (
     SubformerDecoder,
     SubformerOptions,
 )
-from lightcompress.modules.registry import ConfigError
 from lightcompress.modules.safe import bert_init_model_
 
 __all__ = ["SubformerLanguageModel", "SubformerLanguageModelConfig"]

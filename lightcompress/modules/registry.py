@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from lightcompress.errors import ConfigError, SpecError  # (re-exported: their old home)
+from lightcompress.errors import SpecError
 from lightcompress.modules.cp import CPLinear
 from lightcompress.modules.embeddings import HTTEmbedding, LowRankEmbedding
 from lightcompress.modules.hybrid import HybridLinear, dense_columns
@@ -62,10 +62,8 @@ __all__ = [
     "PARAM_CHECKS",
     "QUANTIZE",
     "TARGETS",
-    "ConfigError",
     "Kind",
     "Shape",
-    "SpecError",
     "Variant",
     "canonical_kind",
     "get_variant",

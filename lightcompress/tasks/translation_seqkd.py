@@ -26,7 +26,7 @@ missing, unreadable or truncated files, dictionaries other than the task's, toke
 dictionary, or a distilled copy whose sentence count differs from the ground truth's (it must be a
 translation of the same train split) each raise :class:`KDDataError` naming the file or directory;
 inside ``fairseq-train`` it ends the command with one line, ``fairseq-train: error: ...``, exit
-status 2 (the plugin's :class:`~lightcompress.modules.registry.ConfigError` handling). Loading a
+status 2 (the plugin's :class:`~lightcompress.errors.ConfigError` handling). Loading a
 trained model (``from_checkpoint``) checks nothing: the distilled data need not exist any more.
 """
 
@@ -101,7 +101,7 @@ class TranslationSeqKDConfig(TranslationConfig):
 class KDDataError(ConfigError):
     """Training data of ``translation_seqkd`` that cannot be used; the message names the file.
 
-    A :class:`~lightcompress.modules.registry.ConfigError`: uncaught inside ``fairseq-train`` it
+    A :class:`~lightcompress.errors.ConfigError`: uncaught inside ``fairseq-train`` it
     ends the command with ``fairseq-train: error: <message>`` and exit status 2.
     """
 
