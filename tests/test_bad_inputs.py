@@ -86,7 +86,7 @@ def test_dawid_fusion_check_refuses_a_model_that_outputs_nan():
 
     from lightcompress.convert.core import ConversionError
     from lightcompress.convert.wid import _check_equivalence
-    from lightcompress.wid.model import fuse_model
+    from lightcompress.wid.fused_model import fuse_model
 
     targs, _, student = _pruned_student()
     fused, _, _ = fuse_model(student, targs)
@@ -376,7 +376,7 @@ def test_ct2_export_refuses_what_it_cannot_express_with_one_line_not_an_attribut
 
     from lightcompress.deploy.ct2 import ExportError, export_model
     from lightcompress.measure.params import build_random_model
-    from lightcompress.wid.model import fuse_model
+    from lightcompress.wid.fused_model import fuse_model
 
     targs, _, student = _pruned_student()
     fused, fargs, _ = fuse_model(student, targs)

@@ -29,7 +29,7 @@ def _task():
 
 
 def _fused_from_masks():
-    from lightcompress.wid.model import fuse_model
+    from lightcompress.wid.fused_model import fuse_model
 
     targs, _, student = _pruned_student()
     fused, _, shapes = fuse_model(student, targs)

@@ -13,13 +13,10 @@ from lightcompress.errors import ConfigError
 from lightcompress.measure.params import count_parameters
 from lightcompress.wid import fuse
 from lightcompress.wid.calibrate import qk_compactors, site_compactors, vo_compactors
-from lightcompress.wid.model import (
-    DAWIDModel,
-    check_teacher,
-    dawid_architecture,
-    fuse_model,
-    init_data_aware,
-)
+from lightcompress.wid.data_aware import init_data_aware
+from lightcompress.wid.fused_model import fuse_model
+from lightcompress.wid.model import DAWIDModel, dawid_architecture
+from lightcompress.wid.teacher import check_teacher
 
 TINY = [
     "--encoder-layers", 2, "--decoder-layers", 2, "--encoder-embed-dim", 16,

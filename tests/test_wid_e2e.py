@@ -292,7 +292,7 @@ def test_too_few_calibration_tokens_for_the_width_are_refused_before_any_data_is
     import argparse
 
     from lightcompress.errors import ConfigError
-    from lightcompress.wid.model import calibration_batches
+    from lightcompress.wid.data_aware import calibration_batches
 
     teacher = harness.build_without_data(
         "transformer", 56, harness.tiny_arch_args("transformer")[2:]

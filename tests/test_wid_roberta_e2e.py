@@ -145,7 +145,7 @@ def test_dawid_roberta_trains_fuses_and_the_fused_model_validates_alike(
 
 def test_a_translation_teacher_is_refused_for_roberta(tmp_path):
     from lightcompress.errors import ConfigError
-    from lightcompress.wid.model import check_teacher
+    from lightcompress.wid.teacher import check_teacher
 
     targs = harness.build_without_data("transformer", 30, harness.tiny_arch_args("transformer")[2:])
     args = targs.args

@@ -149,7 +149,8 @@ def fuse_checkpoint(argv=None, out=None):
     from lightcompress.io import atomic_write
     from lightcompress.modules.counting import count_parameters
     from lightcompress.wid.fuse import FusionError
-    from lightcompress.wid.model import DAWIDModel, fuse_model
+    from lightcompress.wid.fused_model import fuse_model
+    from lightcompress.wid.model import DAWIDModel
     from lightcompress.wid.roberta import DAWIDRobertaModel, fuse_roberta
 
     opts = get_parser().parse_args(argv)

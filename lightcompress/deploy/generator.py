@@ -35,20 +35,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lightcompress.deploy.onnx_graphs import export_error
-from lightcompress.deploy.step import (  # (importable from here too: their old home)
-    decoder_error,
-    layer_step,
-    lean_step_supported,
-)
 from lightcompress_runtime.search import BeamSearch, SearchError
 
 __all__ = [
     "FastGenerator",
     "TorchStep",
     "beamable_attention",
-    "decoder_error",
-    "layer_step",
-    "lean_step_supported",
 ]
 
 _INCREMENTAL: dict = {}  # a non-None incremental state: positional embeddings of the last step

@@ -33,14 +33,9 @@ from lightcompress.modules.sharing import (
     sandwich_schedule,
     tie_layers,
 )
-from lightcompress.modules.spec import (
-    CompressionReport,
-    CompressionSpec,
-    ReplacementRecord,
-    Rule,
-    SpecPlan,
-    count_params,
-)
+from lightcompress.modules.spec import CompressionSpec, SpecPlan
+from lightcompress.modules.spec_grammar import Rule
+from lightcompress.modules.spec_report import CompressionReport, ReplacementRecord, count_params
 from lightcompress.modules.tensor_train import (
     TTLinear,
     factorize_dim,

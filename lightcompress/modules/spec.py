@@ -65,31 +65,25 @@ from lightcompress.modules.registry import (
     Shape,
     target_of,
 )
-from lightcompress.modules.spec_grammar import (  # (re-exported: their old home)
+from lightcompress.modules.spec_grammar import (
     Rule,
     _parse_rule,
     _split_top,
     parse_value,
 )
-from lightcompress.modules.spec_report import (  # (re-exported: their old home)
+from lightcompress.modules.spec_report import (
     CompressionReport,
     ReplacementRecord,
     _describe,
     _numel,
     _shape_of,
-    count_params,
 )
 
 __all__ = [
     "KINDS",
-    "CompressionReport",
     "CompressionSpec",
-    "ReplacementRecord",
-    "Rule",
     "SpecError",
     "SpecPlan",
-    "count_params",
-    "parse_value",
 ]
 
 

@@ -26,54 +26,27 @@ from fairseq.models.transformer import TransformerModel
 from torch import nn
 
 from lightcompress.errors import ConfigError
-from lightcompress.wid.data_aware import (  # (re-exported: their old home)
-    calibration_batches,
-    collect_features,
+from lightcompress.wid.data_aware import (
     finish_student,
-    init_data_aware,
-    teacher_layers,
-)
-from lightcompress.wid.fused_model import (  # (re-exported: their old home)
-    DAWIDFusedModel,
-    dawid_fused_architecture,
-    fuse_model,
-    fused_args,
-    parse_shapes,
 )
 from lightcompress.wid.gates import HardConcreteGate, LagrangianSparsity
 from lightcompress.wid.masked import (
     WIDDecoderLayer,
     WIDEncoderLayer,
 )
-from lightcompress.wid.teacher import (  # (re-exported: their old home)
-    FAMILIES,
+from lightcompress.wid.teacher import (
     _from_json_buffer,
     _json_buffer,
     _namespace,
-    check_teacher,
     load_teacher_model,
     teacher_structure_args,
 )
 
 __all__ = [
-    "FAMILIES",
     "MASK_LEVELS",
-    "DAWIDFusedModel",
     "DAWIDModel",
     "WIDMixin",
-    "calibration_batches",
-    "check_teacher",
-    "collect_features",
     "dawid_architecture",
-    "dawid_fused_architecture",
-    "finish_student",
-    "fuse_model",
-    "fused_args",
-    "init_data_aware",
-    "load_teacher_model",
-    "parse_shapes",
-    "teacher_layers",
-    "teacher_structure_args",
 ]
 
 MASK_LEVELS = ("dim", "head", "layer")
