@@ -32,12 +32,15 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO_ROOT, "lightcompress")
 # The checkout's sources, as PYTHONPATH: the plugin and its runtime (its own distribution,
 # runtime/), so that tests and their subprocesses run this checkout, not an installed copy.
-SOURCES = os.pathsep.join((REPO_ROOT, os.path.join(REPO_ROOT, "runtime")))
-for _path in reversed(SOURCES.split(os.pathsep)):
+# Every subprocess gets the checkout's runtime; the plugin only where a test asks for it
+# (one test runs the installed plugin by its bare name).
+RUNTIME_ROOT = os.path.join(REPO_ROOT, "runtime")
+SOURCES = os.pathsep.join((REPO_ROOT, RUNTIME_ROOT))
+for _path in (RUNTIME_ROOT, REPO_ROOT):
     if _path not in sys.path:
         sys.path.insert(0, _path)
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (SOURCES, os.environ.get("PYTHONPATH", "")) if p
+    p for p in (RUNTIME_ROOT, os.environ.get("PYTHONPATH", "")) if p
 )
 
 _BIN = os.path.dirname(sys.executable)

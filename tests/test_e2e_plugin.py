@@ -43,7 +43,8 @@ def test_plain_torch_load_still_rejects_unlisted_globals(tmp_path):
 
 
 def test_checkpoint_loads_with_weights_only_because_of_the_allow_list(tiny_transformer):
-    """Without the plugin torch rejects the checkpoint; importing the plugin is what fixes it."""
+    """Without the plugin torch rejects the checkpoint; importing the plugin's registration
+    (``lightcompress.plugin``, what fairseq's ``--user-dir`` runs) is what fixes it."""
     ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
     code = "import sys, torch\n{}torch.load(sys.argv[1])\nprint('LOADED')"
     env = {k: v for k, v in os.environ.items() if k not in CHECKPOINT_ENV_VARS}
@@ -56,7 +57,7 @@ def test_checkpoint_loads_with_weights_only_because_of_the_allow_list(tiny_trans
     )
     assert bare.returncode != 0 and "Unsupported global" in bare.stderr
     shimmed = subprocess.run(
-        [sys.executable, "-c", code.format("import lightcompress\n"), ckpt],
+        [sys.executable, "-c", code.format("import lightcompress.plugin\n"), ckpt],
         capture_output=True,
         text=True,
         env=env,
