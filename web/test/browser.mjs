@@ -60,7 +60,8 @@ try {
     }
     result.probe = { ms: Date.now() - t0, answers: answers.length, slowest: Math.max(0, ...answers),
       lines: (await page.evaluate(() => document.querySelector("#target").value)).split("\n").length,
-      status: await page.evaluate(() => document.querySelector("#status").textContent) };
+      status: await page.evaluate(() => document.querySelector("#status").textContent),
+      messages: await page.evaluate(() => [...document.querySelectorAll("#messages li")].map((li) => li.textContent)) };
   }
   if (job.screenshot) {
     await page.locator("#source").fill(job.screenshotText ?? (job.inputs ?? []).join("\n"));
