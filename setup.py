@@ -19,10 +19,13 @@ setup(
     license="MIT",
     # the page of lightcompress-export-web (web/: its ES module, index.html and the npm pins of
     # its engine), installed as lightcompress/webpage
-    packages=find_packages(include=["lightcompress", "lightcompress.*"]) + ["lightcompress.webpage"],
+    packages=[*find_packages(include=["lightcompress", "lightcompress.*"]), "lightcompress.webpage"],
     package_dir={"lightcompress.webpage": "web"},
-    package_data={"lightcompress.webpage": ["index.html", "lightcompress.mjs", "package.json",
-                                            "package-lock.json", ".npmrc"]},
+    package_data={
+        "lightcompress.webpage": [
+            "index.html", "lightcompress.mjs", "package.json", "package-lock.json", ".npmrc"
+        ]
+    },
     install_requires=[
         # >= 2.6: every loader relies on torch.load's weights_only=True default (fairseq
         # checkpoints load through the plugin's allow-list, never with weights_only=False)

@@ -62,7 +62,8 @@ def _need_node() -> None:
 def _node(script: str, job: dict, timeout: int = 600) -> dict:
     """Run web/test/``script`` with ``job`` on stdin; its JSON answer."""
     proc = subprocess.run(["node", os.path.join(WEB, "test", script)], input=json.dumps(job),
-                          capture_output=True, text=True, cwd=WEB, timeout=timeout)  # fmt: skip
+                          capture_output=True, text=True, cwd=WEB, timeout=timeout,
+                          check=False)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -113,7 +114,9 @@ def tiny(tiny_data, tiny_transformer, tmp_path_factory):
 
     _need_node()
     root = tmp_path_factory.mktemp("web-tiny")
-    model, task, _ = load_checkpoint(os.path.join(tiny_transformer, "checkpoint_best.pt"), tiny_data)
+    model, task, _ = load_checkpoint(
+        os.path.join(tiny_transformer, "checkpoint_best.pt"), tiny_data
+    )
     export_onnx(model, task, str(root / "f32"))
     export_web(str(root / "f32"), str(root / "web"))
     lines = _lines(os.path.join(os.path.dirname(tiny_data), "raw", "test.de"))
@@ -160,7 +163,9 @@ def _same_nbest(onnx_dir, web_dir, lines, shortlist, batch_size=32, tokenized=Fa
     assert "error" not in answer, answer
     compared = 0
     for settings, result in zip(SETTINGS, answer["results"]):
-        gen = OnnxGenerator(onnx_dir, shortlist=shortlist, **{_PY[k]: v for k, v in settings.items()})
+        gen = OnnxGenerator(
+            onnx_dir, shortlist=shortlist, **{_PY[k]: v for k, v in settings.items()}
+        )
         for src, js in zip(batches, result["out"]):
             py = gen.generate(src, (src != translator.src_pad).sum(1))
             assert len(js) == len(py)
@@ -272,7 +277,9 @@ def test_the_page_folder_holds_the_model_the_engine_and_their_checksums(toy):
             assert hashlib.sha256(f.read()).hexdigest() == digest
         if name in web["files"]:
             assert web["sha256"][name] == digest
-    assert web["sizes"]["model"] == sum(os.path.getsize(os.path.join(folder, n)) for n in web["files"])
+    assert web["sizes"]["model"] == sum(
+        os.path.getsize(os.path.join(folder, n)) for n in web["files"]
+    )
     with open(os.path.join(folder, "engine", "sentencepiece.mjs"), encoding="utf-8") as f:
         spm = f.read()
     assert "from 'fs'" not in spm and "from 'buffer'" not in spm and len(spm) < 1_000_000
@@ -306,9 +313,10 @@ def test_the_pins_are_the_lock_files(toy):
 
 
 def _export_web(*args):
-    return subprocess.run([sys.executable, "-c", "from lightcompress.deploy.web_export import "
-                           "cli_main; cli_main()", *args], capture_output=True, text=True,
-                          cwd=REPO_ROOT, env=dict(os.environ, PYTHONPATH=REPO_ROOT))  # fmt: skip
+    code = "from lightcompress.deploy.web_export import cli_main; cli_main()"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          cwd=REPO_ROOT, env=dict(os.environ, PYTHONPATH=REPO_ROOT),
+                          check=False)  # fmt: skip
 
 
 def test_the_command_refuses_what_it_cannot_use_with_one_line(toy, tmp_path):
@@ -431,5 +439,7 @@ def test_the_page_stays_responsive_and_answers_every_line(served):
     assert "error" not in answer, answer
     assert probe["lines"] == 150 and probe["answers"] >= 2 and probe["slowest"] < 1000, probe
     assert probe["status"].startswith("149 lines in"), probe
-    assert len(probe["messages"]) == 1 and probe["messages"][0].startswith("Line 8: input line 8 has ")
+    assert len(probe["messages"]) == 1 and probe["messages"][0].startswith(
+        "Line 8: input line 8 has "
+    )
     assert "source positions: split it" in probe["messages"][0]

@@ -166,8 +166,8 @@ def _write_engine(node_modules: str, engine: str, sentencepiece: bool, hint: str
         shutil.copyfile(path, os.path.join(engine, name))
     notice = [
         "# The engine of this page\n",
-        "Copied by lightcompress-export-web from npm packages pinned by lightcompress's "
-        "web/package-lock.json.\n",
+        "Copied by lightcompress-export-web from npm packages pinned by lightcompress's web/"
+        + "package-lock.json.\n",
         f"## onnxruntime-web {ENGINE_PINS['onnxruntime-web']} ({', '.join(ORT_FILES)})\n",
         "ONNX Runtime, https://github.com/microsoft/onnxruntime. MIT License.\n",
         "Copyright (c) Microsoft Corporation\n\n" + _MIT,
@@ -180,12 +180,13 @@ def _write_engine(node_modules: str, engine: str, sentencepiece: bool, hint: str
         with open(os.path.join(spm, "LICENSE"), encoding="utf-8") as f:
             licence = f.read()
         notice += [
-            f"## @sctg/sentencepiece-js {ENGINE_PINS['@sctg/sentencepiece-js']} "
-            "(sentencepiece.mjs)\n",
-            "Google's sentencepiece (https://github.com/google/sentencepiece) compiled to "
-            "WebAssembly, https://github.com/sctg-development/sentencepiece-js; shipped here with "
-            "its Node imports replaced and its built-in example models left out. "
-            "Apache License 2.0:\n",
+            f"## @sctg/sentencepiece-js {ENGINE_PINS['@sctg/sentencepiece-js']} (sentencepiece.mjs)\n",
+            (
+                "Google's sentencepiece (https://github.com/google/sentencepiece) compiled to "
+                "WebAssembly, https://github.com/sctg-development/sentencepiece-js; shipped here "
+                "with its Node imports replaced and its built-in example models left out. "
+                "Apache License 2.0:\n"
+            ),
             licence,
         ]
     with open(os.path.join(engine, "NOTICE.md"), "w", encoding="utf-8") as f:
@@ -214,7 +215,12 @@ def pack_shortlist(shortlist, path: str) -> None:
     wide = n_tgt > 1 << 16
     listed = np.asarray(shortlist.listed, dtype="<u4")
     header = SHORTLIST_MAGIC + struct.pack("<5I", n_src, n_tgt, len(listed), len(ids), int(wide))
-    body = header + counts.tobytes() + listed.tobytes() + ids.astype("<u4" if wide else "<u2").tobytes()
+    body = (
+        header
+        + counts.tobytes()
+        + listed.tobytes()
+        + ids.astype("<u4" if wide else "<u2").tobytes()
+    )
     with open(path, "wb") as f:
         f.write(gzip.compress(body, compresslevel=9, mtime=0))
 
@@ -283,7 +289,7 @@ def export_web(onnx_dir: str, out_dir: str, node_modules: str | None = None,
             shutil.copyfile(os.path.join(page, name), os.path.join(tmp, name))
         _write_engine(node_modules, os.path.join(tmp, "engine"), bool(config.get("spm")), hint)
         engine_files = sorted(f"engine/{n}" for n in os.listdir(os.path.join(tmp, "engine")))
-        size = lambda names: sum(os.path.getsize(os.path.join(tmp, n)) for n in names)  # noqa: E731
+        size = lambda names: sum(os.path.getsize(os.path.join(tmp, n)) for n in names)
         web = {
             "format": FORMAT, "version": VERSION,
             "architecture": config.get("architecture"), "int8": config.get("int8"),
@@ -325,8 +331,11 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1,
                    help="ONNX Runtime Web's threads where the page is served cross-origin "
                    "isolated (default 1; other pages always run one)")  # fmt: skip
-    p.add_argument("--source-lang", metavar="LANG",
-                   help="the source language the page names (e.g. de; default: none)")
+    p.add_argument(
+        "--source-lang",
+        metavar="LANG",
+        help="the source language the page names (e.g. de; default: none)",
+    )
     return p
 
 
