@@ -233,10 +233,10 @@ def test_onnx_runtime_web_translates_as_the_runtime_but_for_float_rounding(toy):
     """The export's own engine/ (ONNX Runtime Web, WebAssembly, one thread) under Node: the
     runtime's translations of the 120 test sentences, all of them in float32; in int8 at
     least 95 % (its kernels sum in another order: a near-tie may go the other way)."""
-    for name, shortlist, least in (("f32", False, 120), ("int8", True, 114)):
-        for beam in (5, 1):
-            from lightcompress.runtime import OnnxTranslator
+    from lightcompress.runtime import OnnxTranslator
 
+    for name, shortlist, least, beams in (("f32", False, 120, (5,)), ("int8", True, 114, (5, 1))):
+        for beam in beams:
             py = OnnxTranslator(toy[name], beam=beam, shortlist=shortlist).translate(toy["lines"])
             job = {"mode": "translate", "lines": toy["lines"], "options": {"beam": beam}}
             answer = _node("translate-node.mjs", {"dir": toy[f"{name}-web"], "engine": "web",
@@ -312,14 +312,18 @@ def test_the_pins_are_the_lock_files(toy):
         assert lock["packages"][f"node_modules/{name}"]["version"] == version
 
 
-def _export_web(*args):
-    code = "from lightcompress.deploy.web_export import cli_main; cli_main()"
-    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                          cwd=REPO_ROOT, env=dict(os.environ, PYTHONPATH=REPO_ROOT),
-                          check=False)  # fmt: skip
+def _export_web(args, capsys) -> tuple[int, list[str]]:
+    """``lightcompress-export-web args`` in this process: its status and stderr lines."""
+    from lightcompress.deploy.web_export import main
+
+    try:
+        status = main(args)
+    except SystemExit as exc:  # (argparse)
+        status = exc.code
+    return status, capsys.readouterr().err.strip().splitlines()
 
 
-def test_the_command_refuses_what_it_cannot_use_with_one_line(toy, tmp_path):
+def test_the_command_refuses_what_it_cannot_use_with_one_line(toy, tmp_path, capsys):
     """Moses + BPE (no exact tokenizer in the page), an edited export, an output that is not
     new, engine packages missing or of other versions: one line, status 2, nothing written."""
     from lightcompress.deploy.onnx_tools import _write_manifest
@@ -354,13 +358,20 @@ def test_the_command_refuses_what_it_cannot_use_with_one_line(toy, tmp_path):
         ([toy["f32"]], "required: -o/--output"),
     ]
     for args, expected in cases:
-        proc = _export_web(*args)
-        err = proc.stderr.strip().splitlines()
-        assert proc.returncode == 2 and len(err) == 1, (args, proc.stderr)
+        status, err = _export_web(args, capsys)
+        assert status == 2 and len(err) == 1, (args, err)
         assert err[0].startswith("lightcompress-export-web: error: ") and expected in err[0], err
         assert not os.path.exists(out)
-    proc = _export_web("--help")
-    assert proc.returncode == 0 and "--node-modules" in proc.stdout
+    proc = subprocess.run([sys.executable, "-m", "lightcompress.deploy.web_export", "--help"],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert (
+        proc.returncode == 0 and "--node-modules" in proc.stdout and "--no-shortlist" in proc.stdout
+    )
+    status, err = _export_web([toy["int8"], "-o", out, "--no-shortlist"], capsys)
+    with open(os.path.join(out, "web.json"), encoding="utf-8") as f:
+        web = json.load(f)
+    assert status == 0 and web["shortlist"] is None and "shortlist.bin" not in os.listdir(out)
+    assert err[-1].startswith(f"lightcompress-export-web: wrote {out}; open it with: python -m")
 
 
 # --------------------------------------------------------------------------------------------

@@ -233,12 +233,20 @@ def _sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def export_web(onnx_dir: str, out_dir: str, node_modules: str | None = None,
-               threads: int = 1, source_lang: str | None = None) -> dict:  # fmt: skip
+def export_web(
+    onnx_dir: str,
+    out_dir: str,
+    node_modules: str | None = None,
+    threads: int = 1,
+    source_lang: str | None = None,
+    shortlist: bool = True,
+) -> dict:
     """Write the page of the ONNX export ``onnx_dir`` into the new (or empty) folder
     ``out_dir`` (see the module notes); ``node_modules``: where the engine's npm packages are
     installed (default: beside the page's sources); ``threads``: ONNX Runtime Web's threads
-    where the page is cross-origin isolated (one elsewhere). Returns what ``web.json`` holds.
+    where the page is cross-origin isolated (one elsewhere); ``source_lang``: the language the
+    page names; ``shortlist``: ship the export's shortlist (the page then scores only its
+    candidates; False: every token). Returns what ``web.json`` holds.
     Raises :class:`WebExportError` (nothing written)."""
     from lightcompress.io import atomic_directory
     from lightcompress.runtime import OnnxError, Shortlist, load_config
@@ -273,8 +281,8 @@ def export_web(onnx_dir: str, out_dir: str, node_modules: str | None = None,
     with atomic_directory(out_dir) as tmp:
         for name in model_files:
             shutil.copyfile(os.path.join(onnx_dir, name), os.path.join(tmp, name))
-        shortlist = None
-        if config.get("shortlist"):
+        packed_name = None
+        if config.get("shortlist") and shortlist:
             dicts = [read_symbols(os.path.join(onnx_dir, f"dict.{s}.txt")) for s in ("src", "tgt")]
             specials = (config["pad"], config["eos"], config["unk"])
             try:
@@ -282,9 +290,9 @@ def export_web(onnx_dir: str, out_dir: str, node_modules: str | None = None,
                                    specials=specials, old_text=True)  # fmt: skip
             except OnnxError as exc:
                 raise WebExportError(str(exc)) from None
-            shortlist = "shortlist.bin"
-            pack_shortlist(packed, os.path.join(tmp, shortlist))
-            model_files.append(shortlist)
+            packed_name = "shortlist.bin"
+            pack_shortlist(packed, os.path.join(tmp, packed_name))
+            model_files.append(packed_name)
         for name in PAGE_FILES:
             shutil.copyfile(os.path.join(page, name), os.path.join(tmp, name))
         _write_engine(node_modules, os.path.join(tmp, "engine"), bool(config.get("spm")), hint)
@@ -295,7 +303,7 @@ def export_web(onnx_dir: str, out_dir: str, node_modules: str | None = None,
             "architecture": config.get("architecture"), "int8": config.get("int8"),
             "source_lang": source_lang,
             "tokenizer": "sentencepiece" if config.get("spm") else None,
-            "shortlist": shortlist, "threads": threads,
+            "shortlist": packed_name, "threads": threads,
             "files": model_files,
             "sha256": {n: _sha256(os.path.join(tmp, n)) for n in model_files},
             "engine": {**ENGINE_PINS, "files": engine_files},
@@ -332,6 +340,12 @@ def _arg_parser() -> argparse.ArgumentParser:
                    help="ONNX Runtime Web's threads where the page is served cross-origin "
                    "isolated (default 1; other pages always run one)")  # fmt: skip
     p.add_argument(
+        "--no-shortlist",
+        action="store_true",
+        help="leave the export's shortlist out: the page scores every token (by default it "
+        "scores only the shortlist's candidates when the export has one)",
+    )
+    p.add_argument(
         "--source-lang",
         metavar="LANG",
         help="the source language the page names (e.g. de; default: none)",
@@ -348,7 +362,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = _arg_parser().parse_args(argv)
     try:
         web = export_web(args.onnx_export, args.output, args.node_modules, args.threads,
-                         args.source_lang)  # fmt: skip
+                         args.source_lang, shortlist=not args.no_shortlist)  # fmt: skip
     except OSError as exc:  # a full disk, a read-only file system (nothing is left)
         raise WebExportError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     sizes = web["sizes"]
@@ -364,3 +378,7 @@ def _main(argv: Sequence[str] | None) -> int:
 
 
 cli_main = cli.entry_point(main, quiet=True)
+
+
+if __name__ == "__main__":
+    cli_main()

@@ -3,8 +3,10 @@
 //
 // stdin: {url, chromium (default /usr/bin/chromium), inputs: [text typed into the page, one
 // translation each], screenshot: PNG path or null, bench: {lines, beams: [5, 1], repeat} or null,
-// probe: true | false (while a long input translates, the page answers a script at once)}.
-// stdout: {ready: {ms, ...}, outputs: [{target, status, messages}], bench: [...], probe: {...}}.
+// probe: {lines} (while a long input translates, the page answers a script at once),
+// translate: {lines, options} (the page's API on many lines, for BLEU)}.
+// stdout: {ready: {ms, ...}, outputs: [{target, status, messages}], bench: [{beam, runs: [ms],
+// texts}], probe: {...}, translate: {texts, errors, ms}, error (if any), console: [...]}.
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -16,7 +18,7 @@ const profile = mkdtempSync(path.join(os.tmpdir(), "lc-chromium-"));
 const browser = await chromium.launchPersistentContext(profile, {
   executablePath: job.chromium ?? "/usr/bin/chromium",
   headless: true,
-  viewport: { width: 1100, height: 720 },
+  viewport: { width: 1100, height: 500 },
   args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
     "--disable-sync", "--no-first-run"],
 });
@@ -68,6 +70,13 @@ try {
     await page.click("#translate");
     await page.waitForFunction(() => !document.querySelector("#translate").disabled, null, { timeout: 120000 });
     await page.screenshot({ path: job.screenshot });
+  }
+  if (job.translate) {
+    // the page's API (window.lightcompress.translate: the Worker's translateEach) on many lines
+    result.translate = await page.evaluate(async ({ lines, options }) => {
+      const { results, ms } = await window.lightcompress.translate(lines, options);
+      return { texts: results.map((r) => r.text ?? null), errors: results.map((r) => r.error ?? null), ms };
+    }, job.translate);
   }
   if (job.bench) {
     result.bench = [];
