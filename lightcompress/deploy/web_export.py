@@ -21,7 +21,8 @@
 
 The engine files come from npm, pinned by ``web/package-lock.json`` (:data:`ENGINE_PINS`); the
 export copies them from an installed ``node_modules`` (``--node-modules``; default: the one
-beside the page's sources, made by ``npm ci --omit=dev`` there). Python never runs Node: without
+beside the page's sources, made by ``npm ci --omit=dev`` there, else ``./web/node_modules``: the
+checkout's, made by ``make web``, for a lightcompress installed from the checkout it is run in). Python never runs Node: without
 those files the command stops with one line that names the ``npm ci`` to run.
 
 Refused with one line: an export of Moses + subword-nmt BPE (no exact JavaScript Moses tokenizer
@@ -268,9 +269,12 @@ def export_web(
     if not os.path.isdir(parent):
         raise WebExportError(f"cannot create {out_dir}: {parent} is not a directory")
     page = page_sources()
-    if node_modules is None:
-        node_modules = os.path.join(page, "node_modules")
     hint = _npm_hint(page)
+    if node_modules is None:  # (beside the page's sources; else the checkout's, from its root)
+        node_modules = os.path.join(page, "node_modules")
+        checkout = os.path.join("web", "node_modules")
+        if not os.path.isdir(node_modules) and os.path.isdir(checkout):
+            node_modules = checkout
     for name in ENGINE_PINS:  # (before anything is written)
         if name != "@sctg/sentencepiece-js" or config.get("spm"):
             _engine_package(node_modules, name, hint)
@@ -335,7 +339,8 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="output folder (new or empty)")
     p.add_argument("--node-modules", metavar="DIR",
                    help="node_modules of an npm install of the pinned onnxruntime-web and "
-                   "@sctg/sentencepiece-js (default: npm ci's, beside the page's sources)")  # fmt: skip
+                   "@sctg/sentencepiece-js (default: npm ci's beside the page's sources, else "
+                   "./web/node_modules: make web's in the checkout)")  # fmt: skip
     p.add_argument("--threads", type=int, default=1,
                    help="ONNX Runtime Web's threads where the page is served cross-origin "
                    "isolated (default 1; other pages always run one)")  # fmt: skip
