@@ -297,7 +297,7 @@ def test_a_changed_model_file_is_refused_by_the_page(toy, tmp_path):
     assert answer["name"] == "WebError" and "decoder.onnx differs" in answer["error"]
 
 
-def test_the_pins_are_the_lock_files(toy):
+def test_the_pins_are_the_lock_files():
     """The engine the export copies is the one web/package-lock.json pins, exactly."""
     from lightcompress.deploy.web_export import ENGINE_PINS
 
@@ -310,6 +310,25 @@ def test_the_pins_are_the_lock_files(toy):
         assert lock["packages"][f"node_modules/{name}"]["version"] == version
     for name, version in {**package["dependencies"], **package["devDependencies"]}.items():
         assert lock["packages"][f"node_modules/{name}"]["version"] == version
+
+
+def test_a_pip_install_carries_the_page_and_its_pins():
+    """setup.py installs web/'s page files and npm pins as lightcompress/webpage (where
+    lightcompress-export-web finds them outside a checkout) and the console script."""
+    import ast
+
+    from lightcompress.deploy.web_export import PAGE_FILES
+
+    with open(os.path.join(REPO_ROOT, "setup.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call)
+                and getattr(n.func, "id", None) == "setup")  # fmt: skip
+    kw = {k.arg: k.value for k in call.keywords}
+    assert ast.literal_eval(kw["package_dir"]) == {"lightcompress.webpage": "web"}
+    data = ast.literal_eval(kw["package_data"])["lightcompress.webpage"]
+    assert {*PAGE_FILES, "package.json", "package-lock.json"} <= set(data)
+    scripts = ast.literal_eval(kw["entry_points"])["console_scripts"]
+    assert "lightcompress-export-web=lightcompress.deploy.web_export:cli_main" in scripts
 
 
 def _export_web(args, capsys) -> tuple[int, list[str]]:
@@ -394,6 +413,8 @@ def served(tmp_path_factory):
 
     _need_node()
     _need("chromium", os.path.isfile(CHROMIUM), "apt-get install chromium")
+    _need("playwright-core", os.path.isdir(os.path.join(NODE_MODULES, "playwright-core")),
+          "run `make web` (npm ci in web/)")  # fmt: skip
     root = tmp_path_factory.mktemp("web-teacher")
     model, task, _ = load_checkpoint(os.path.join(TEACHER, "checkpoint.pt"), TEACHER, "de", "en")
     export_onnx(model, task, str(root / "onnx"), int8="all", spm=os.path.join(TEACHER, "spm.model"))
