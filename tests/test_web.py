@@ -475,3 +475,12 @@ def test_the_page_stays_responsive_and_answers_every_line(served):
         "Line 8: input line 8 has "
     )
     assert "source positions: split it" in probe["messages"][0]
+
+
+def test_the_page_opened_as_a_file_says_how_to_serve_it(served):
+    """Browsers run no module worker from file://: the page says how to serve its folder
+    instead of loading forever."""
+    url = (served["root"] / "web" / "index.html").as_uri()
+    answer = _node("browser.mjs", {"url": url, "chromium": CHROMIUM})
+    assert answer["ready"]["error"].startswith("Browsers do not run this page from a file: ")
+    assert "python -m http.server" in answer["ready"]["error"]

@@ -29,7 +29,7 @@ try {
   page.on("pageerror", (e) => result.console.push(`pageerror: ${e.message}`));
   // offline: every request that leaves the static server fails
   const origin = new URL(job.url).origin;
-  await page.route("**/*", (route) => (route.request().url().startsWith(origin) ? route.continue() : route.abort()));
+  if (origin.startsWith("http")) await page.route("**/*", (route) => (route.request().url().startsWith(origin) ? route.continue() : route.abort()));
   await page.goto(job.url);
   result.ready = await page.evaluate(() => window.lightcompress.ready.then((r) => ({ ms: r.ms, tokenized: r.tokenized, shortlist: r.shortlist }), (e) => ({ error: e.message })));
   if (result.ready.error) throw new Error(result.ready.error);
