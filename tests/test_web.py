@@ -460,9 +460,9 @@ def test_the_page_in_headless_chromium_translates_as_the_runtime(served):
 
 
 def test_the_page_stays_responsive_and_answers_every_line(served):
-    """Many lines at once and a line over the model's source positions: the page answers
-    within a few seconds at most (at once on a machine not loaded) while its Worker translates, writes one output line per input line, and names the line
-    it could not translate."""
+    """Many lines at once and a line over the model's source positions: the page answers a
+    script while its Worker translates (within a few seconds at most on a loaded machine),
+    writes one output line per input line, and names the line it could not translate."""
     lines = [GERMAN[i % len(GERMAN)].split("\n")[0] for i in range(150)]
     lines[7] = "Datei " * 1200
     answer = _node("browser.mjs", {"url": served["url"], "chromium": CHROMIUM,
