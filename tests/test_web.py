@@ -93,7 +93,8 @@ def toy(tmp_path_factory):
     ckpt = make_checkpoint(data, str(root / "teacher.pt"), "transformer", TINY, updates=30)
     model, task, _ = load_checkpoint(ckpt, data)
     shortlist = _small_shortlist(root / "sl.txt", task)
-    out = {"raw": raw, "lines": _lines(os.path.join(raw, "test.de"))}
+    out = {"raw": raw, "lines": _lines(os.path.join(raw, "test.de")), "ckpt": ckpt,
+           "data": data, "spm": spm, "shortlist": shortlist}  # fmt: skip
     export_onnx(model, task, str(root / "f32"), spm=spm)
     model, task, _ = load_checkpoint(ckpt, data)
     export_onnx(model, task, str(root / "int8"), int8="all", spm=spm, shortlist=shortlist)
@@ -391,6 +392,58 @@ def test_the_command_refuses_what_it_cannot_use_with_one_line(toy, tmp_path, cap
         web = json.load(f)
     assert status == 0 and web["shortlist"] is None and "shortlist.bin" not in os.listdir(out)
     assert err[-1].startswith(f"lightcompress-export-web: wrote {out}; open it with: python -m")
+
+
+SHIP = os.path.join(REPO_ROOT, "examples", "translation", "results", "ship_web_student.py")
+
+
+def _ship(*args):
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore")
+    return subprocess.run([sys.executable, SHIP, *args], capture_output=True, text=True,
+                          env=env, check=False)  # fmt: skip
+
+
+def test_one_command_ships_a_students_page_with_its_model_card(toy, tmp_path):
+    """ship_web_student.py: a checkpoint in, its int8 page out with MODEL_CARD.md (the Python
+    runtime's BLEU / chrF on the test split, every file's size, the commands) and SHA256SUMS
+    of every file; bad arguments are one line."""
+    import hashlib
+
+    import sacrebleu
+
+    from lightcompress.runtime import OnnxTranslator
+
+    out = tmp_path / "web-student"
+    src, ref = (os.path.join(toy["raw"], f"test.{lang}") for lang in ("de", "en"))
+    proc = _ship("--path", toy["ckpt"], "--data", toy["data"], "--spm", toy["spm"],
+                 "--shortlist", toy["shortlist"], "--src", src, "--ref", ref, "--out", str(out),
+                 "--command", "lightcompress-compress teacher.pt --data bin")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    card = (out / "MODEL_CARD.md").read_text()
+    scores = json.loads((out / "scores.json").read_text())["python_runtime"]
+    # (the same BLEU as the toy's int8 export with the same shortlist, made by the test)
+    hyps = OnnxTranslator(toy["int8"], beam=5, shortlist=True).translate(_lines(src))
+    assert scores["bleu"] == round(sacrebleu.corpus_bleu(hyps, [_lines(ref)]).score, 2)
+    assert f"- BLEU **{scores['bleu']}** (`nrefs:1|" in card and scores["sentences"] == 120
+    web = json.loads((out / "web.json").read_text())
+    for name in web["files"] + web["engine"]["files"]:
+        assert f"| `{name}` | {os.path.getsize(out / name) / 1e6:.2f} MB |" in card
+    assert "lightcompress-compress teacher.pt --data bin" in card and "--int8 all" in card
+    lines = (out / "SHA256SUMS").read_text().splitlines()
+    names = {line.split("  ", 1)[1] for line in lines}
+    assert {"MODEL_CARD.md", "scores.json", "index.html", "engine/ort.wasm.min.mjs"} <= names
+    for line in lines:
+        digest, name = line.split("  ", 1)
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
+    for args, expected in [
+        (["--src", src, "--ref", ref], "give --path, --data and --spm"),
+        (["--onnx", toy["int8"], "--path", toy["ckpt"], "--src", src, "--ref", ref], "--onnx is"),
+        (["--onnx", toy["int8"], "--src", src, "--ref", ref, "--out", str(out)], "--force"),
+        (["--onnx", toy["int8"], "--src", src, "--ref", src + "x"], "not found"),
+    ]:
+        proc = _ship(*args)
+        err = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(err) == 1 and expected in err[0], proc.stderr
 
 
 # --------------------------------------------------------------------------------------------
