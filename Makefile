@@ -11,7 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 FAIRSEQ ?= ve
 PKG_SOURCES := setup.py $(shell find lightcompress -name '*.py' 2>/dev/null)
 
-.PHONY: all install demo test lint format clean
+.PHONY: all install web demo test lint format clean
 
 all: test
 
@@ -30,12 +30,25 @@ endif
 
 # A regular (non-editable) install, so that `--user-dir lightcompress` resolves from any
 # directory (fairseq looks next to its own package); reinstalled whenever a source changes.
-$(VENV)/.stamp-pkg: $(VENV)/.stamp-deps $(PKG_SOURCES)
+$(VENV)/.stamp-pkg: $(VENV)/.stamp-deps $(PKG_SOURCES) web/index.html web/lightcompress.mjs
 	$(PIP) install -q --no-deps --no-build-isolation --force-reinstall .
 	rm -rf build lightcompress.egg-info
 	touch $@
 
 install: $(VENV)/.stamp-pkg
+
+# The page's npm packages (web/package-lock.json: ONNX Runtime Web and sentencepiece, which
+# lightcompress-export-web copies into every page; onnxruntime-node and playwright-core, which
+# tests/test_web.py runs the page's module and Debian's Chromium with). Without npm this says so
+# and those tests skip, except in CI (.ci/run), where they fail.
+WEB_MODULES := web/node_modules/.package-lock.json
+$(WEB_MODULES): web/package.json web/package-lock.json
+	cd web && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+web:
+	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory $(WEB_MODULES); \
+	else echo "make web: npm not found: install Node.js 20 and npm for the page's tests (tests/test_web.py)"; fi
 
 demo: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash examples/translation/demo.sh
@@ -46,7 +59,7 @@ demo: install
 # tests/conftest.py's scheduler keeps a module with module fixtures (trained models) on one
 # worker and sends the slowest work first; the slowest tests and modules are printed at the end.
 TEST_WORKERS ?= auto
-test: install
+test: install web
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -ra --durations=15 \
 	  -n $(TEST_WORKERS) --maxprocesses 8 tests bench/tests
 

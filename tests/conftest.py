@@ -105,6 +105,10 @@ SLOW = {
     "tests/test_dawid_glue.py::test_prepare_glue_mrpc_offline": 20,
     "tests/test_readme_commands.py": 17,
     "tests/test_distributed.py": 16,
+    "tests/test_web.py": 60,
+    "tests/test_web.py::test_onnx_runtime_web_translates_as_the_runtime_but_for_float_rounding": 45,
+    "tests/test_web.py::test_the_page_in_headless_chromium_translates_as_the_runtime": 30,
+    "tests/test_web.py::test_the_page_stays_responsive_and_answers_every_line": 15,
 }
 DEFAULT_SECONDS = 1.0
 CACHE_KEY = "lightcompress/durations"
