@@ -243,6 +243,7 @@ def _checked_add_defaults(add_defaults):
             return add_defaults(cfg, *args, **kwargs)
         from omegaconf.errors import OmegaConfBaseException
 
+        _check_missing(cfg)  # before the plugin's dataclasses replace a ??? by their default
         try:
             result = add_defaults(cfg, *args, **kwargs)
         except OmegaConfBaseException as exc:  # a value of a dataclass's type it cannot take
@@ -358,3 +359,20 @@ def install() -> None:
     train = sys.modules.get("fairseq_cli.train")
     if train is not None:  # fairseq's training main imports the plugin: it is running
         _wrap(train, "add_defaults", _checked_add_defaults)
+    for name in ("fairseq_cli.hydra_train", "__main__"):
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "_hydra_main"):
+            # the next jobs of this process (hydra's --multirun): their first add_defaults
+            # knows the plugin's dataclasses and would replace a ??? by the default
+            _wrap(module, "add_defaults", _missing_checked)
+
+
+def _missing_checked(add_defaults):
+    @functools.wraps(add_defaults)
+    def wrapper(cfg, *args, **kwargs):
+        if _under_hydra():
+            _check_missing(cfg)
+        return add_defaults(cfg, *args, **kwargs)
+
+    wrapper._lightcompress = True
+    return wrapper
