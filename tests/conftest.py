@@ -98,6 +98,7 @@ SLOW = {
     "tests/test_compress.py::test_a_run_stopped_during_fine_tuning": 42,
     "tests/test_compress.py::test_hypoformer_from_the_post_ln_teacher": 27,
     "tests/test_compress_teachers.py": 42,
+    "tests/test_bad_inputs_hydra.py": 20,
     "tests/test_compress_teachers.py::test_end_to_end_from_a_bpe_teacher": 30,
     "tests/test_shortlist.py::test_fast_path": 21,
     "tests/test_shortlist.py::test_onnx_shortlist_export": 21,
