@@ -12,7 +12,7 @@ FAIRSEQ ?= ve
 PKG_SOURCES := setup.py $(shell find lightcompress -name '*.py' 2>/dev/null)
 RUNTIME_SOURCES := runtime/pyproject.toml $(shell find runtime -name '*.py' 2>/dev/null)
 
-.PHONY: all install wheel demo test test-lab lint format clean
+.PHONY: all install wheel web demo test test-lab lint format clean
 
 all: test
 
@@ -33,7 +33,7 @@ endif
 # directory (fairseq looks next to its own package); reinstalled whenever a source changes.
 # The runtime (runtime/: numpy + onnxruntime, no torch) is its own distribution, installed
 # first: the plugin depends on it.
-$(VENV)/.stamp-pkg: $(VENV)/.stamp-deps $(PKG_SOURCES) $(RUNTIME_SOURCES)
+$(VENV)/.stamp-pkg: $(VENV)/.stamp-deps $(PKG_SOURCES) $(RUNTIME_SOURCES) web/index.html web/lightcompress.mjs
 	$(PIP) install -q --no-deps --no-build-isolation --force-reinstall ./runtime
 	$(PIP) install -q --no-deps --no-build-isolation --force-reinstall .
 	rm -rf build lightcompress.egg-info runtime/build runtime/*.egg-info
@@ -47,6 +47,19 @@ wheel: $(VENV)/.stamp-deps
 	$(PIP) wheel -q --no-deps --no-build-isolation -w dist ./runtime
 	rm -rf runtime/build runtime/*.egg-info
 
+# The page's npm packages (web/package-lock.json: ONNX Runtime Web and sentencepiece, which
+# lightcompress-export-web copies into every page; onnxruntime-node and playwright-core, which
+# tests/test_web.py runs the page's module and Debian's Chromium with). Without npm this says so
+# and those tests skip, except in CI (.ci/run), where they fail.
+WEB_MODULES := web/node_modules/.package-lock.json
+$(WEB_MODULES): web/package.json web/package-lock.json
+	cd web && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+web:
+	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory $(WEB_MODULES); \
+	else echo "make web: npm not found: install Node.js 20 and npm for the page's tests (tests/test_web.py)"; fi
+
 demo: install
 	PATH="$(abspath $(VENV))/bin:$$PATH" bash examples/translation/demo.sh
 
@@ -56,13 +69,13 @@ demo: install
 # tests/conftest.py's scheduler keeps a module with module fixtures (trained models) on one
 # worker and sends the slowest work first; the slowest tests and modules are printed at the end.
 TEST_WORKERS ?= auto
-test: install
+test: install web
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -ra --durations=15 \
 	  -n $(TEST_WORKERS) --maxprocesses 8 tests
 
 # The lab's tests (lab/tests: the results harness, corpus builders, device scripts; bench/tests:
 # the benchmark scripts), apart from the product's.
-test-lab: install
+test-lab: install web
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -ra --durations=15 \
 	  -n $(TEST_WORKERS) --maxprocesses 8 lab/tests bench/tests
 

@@ -17,7 +17,15 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     license="MIT",
-    packages=find_packages(include=["lightcompress", "lightcompress.*"]),
+    # the page of lightcompress-export-web (web/: its ES module, index.html and the npm pins of
+    # its engine), installed as lightcompress/webpage
+    packages=[*find_packages(include=["lightcompress", "lightcompress.*"]), "lightcompress.webpage"],
+    package_dir={"lightcompress.webpage": "web"},
+    package_data={
+        "lightcompress.webpage": [
+            "index.html", "lightcompress.mjs", "package.json", "package-lock.json", ".npmrc"
+        ]
+    },
     install_requires=[
         # the torch-free runtime of the ONNX exports, its own distribution in this repository
         # (runtime/): `make` installs it first (pip install ./runtime; or pip install ./runtime .)
@@ -74,6 +82,7 @@ setup(
             "lightcompress-compress=lightcompress.compress:cli_main",
             "lightcompress-export-ct2=lightcompress.deploy.ct2:cli_main",
             "lightcompress-export-onnx=lightcompress.deploy.onnx_export:cli_main",
+            "lightcompress-export-web=lightcompress.deploy.web_export:cli_main",
             "lightcompress-translate=lightcompress.deploy.torch_translator:cli_main",
             "lightcompress-shortlist=lightcompress.deploy.shortlist_build:cli_main",
             "lightcompress-densify=lightcompress.deploy.densify:cli_main",

@@ -18,6 +18,9 @@ allow_fairseq_checkpoints()
 from lightcompress import criterions, models, tasks, wid  # noqa: F401  (registration)
 
 report_config_errors()
+from lightcompress.hydra_checks import install as install_hydra_checks
+
+install_hydra_checks()  # fairseq-hydra-train: a config that cannot train is one line
 quiet_shared_parameter_logs()
 
 __all__: list[str] = []

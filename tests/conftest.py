@@ -98,6 +98,7 @@ SLOW = {
     "tests/test_compress.py::test_a_run_stopped_during_fine_tuning": 42,
     "tests/test_compress.py::test_hypoformer_from_the_post_ln_teacher": 27,
     "tests/test_compress_teachers.py": 42,
+    "tests/test_bad_inputs_hydra.py": 20,
     "tests/test_compress_teachers.py::test_end_to_end_from_a_bpe_teacher": 30,
     "tests/test_shortlist.py::test_fast_path": 21,
     "tests/test_shortlist.py::test_onnx_shortlist_export": 21,
@@ -105,6 +106,10 @@ SLOW = {
     "tests/test_dawid_glue.py::test_prepare_glue_mrpc_offline": 20,
     "tests/test_readme_commands.py": 17,
     "tests/test_distributed.py": 16,
+    "tests/test_web.py": 60,
+    "tests/test_web.py::test_onnx_runtime_web_translates_as_the_runtime_but_for_float_rounding": 45,
+    "tests/test_web.py::test_the_page_in_headless_chromium_translates_as_the_runtime": 30,
+    "tests/test_web.py::test_the_page_stays_responsive_and_answers_every_line": 15,
 }
 DEFAULT_SECONDS = 1.0
 CACHE_KEY = "lightcompress/durations"

@@ -10,6 +10,7 @@ any work, in one line with a non-zero exit and nothing written.
    parser); and a run that failed on its settings can be rerun with corrected ones;
 4. non-finite weights: both loaders of a checkpoint for translation name them;
 5. a changed copy of the shipped teacher (its SHA256SUMS beside it) is refused by every loader;
+6. ``configs/`` with ``fairseq-hydra-train``: in tests/test_bad_inputs_hydra.py;
 7. the smaller ones: codes with only a version line, a byte-order mark, DA-WID's size advice.
 
 The models are tiny and mostly untrained (random weights: only the refusals are looked at);

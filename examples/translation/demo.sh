@@ -144,4 +144,10 @@ else
   paste -d '\n' "$OUT/sample.de" "$OUT/sample.en" | sed -e 'n;s/^/  -> /'
 fi
 
+WEB_STUDENT="$ROOT/examples/translation/results/web-student"
+if [[ -f "$WEB_STUDENT/index.html" ]]; then
+  step "the shipped default student in a web page, offline (docs/web.md): serve $WEB_STUDENT"
+  echo "python -m http.server -d $WEB_STUDENT 8000   # then open http://localhost:8000/"
+fi
+
 step "done in $((SECONDS - START)) s: $SAVE/report.md (report.png, report.json), the exports in $SAVE/student-onnx*/"
