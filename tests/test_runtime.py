@@ -275,7 +275,8 @@ def test_there_is_one_beam_search():
     assert {"start", "step"} <= set(vars(Step))
     searches = []
     for root in (os.path.join(REPO_ROOT, "lightcompress"), os.path.join(REPO_ROOT, "runtime")):
-        for folder, _dirs, files in os.walk(root):
+        for folder, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d != "build" and not d.endswith(".egg-info")]
             for name in files:
                 if name.endswith(".py"):
                     with open(os.path.join(folder, name), encoding="utf-8") as f:
