@@ -96,10 +96,15 @@ def test_the_dry_run_names_every_row_with_its_commands(corpus, tmp_path):
                         ("--patience", "10"), ("--max-update", "30000"), ("--dropout", "0.3")):  # fmt: skip
         assert sub[sub.index(flag) + 1] == value, flag
     assert "--validate-interval-updates" not in sub  # every epoch, as the teacher
-    bert, fi = (by[r].split("\n+ ")[1].split() for r in ("subformer_bert_init", "subformer_fairseq_init"))
+    bert, fi = (
+        by[r].split("\n+ ")[1].split() for r in ("subformer_bert_init", "subformer_fairseq_init")
+    )
     i, j = bert.index("--save-dir"), fi.index("--save-dir")
     assert fi[j + 1].endswith(os.path.join("subformer_fairseq_init", "student"))
-    assert "--lr 5e-4" in by["subformer_bert_init"] and "--max-tokens 4096" in by["subformer_bert_init"]
+    assert (
+        "--lr 5e-4" in by["subformer_bert_init"]
+        and "--max-tokens 4096" in by["subformer_bert_init"]
+    )
     k = bert.index("--subformer-init")
     assert bert[k + 1] == "bert" and fi[k + 1] == "fairseq"
     assert fi[:k] + fi[k + 2 : j] + fi[j + 2 :] == bert[:k] + bert[k + 2 : i] + bert[i + 2 :]
@@ -170,7 +175,12 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     rec = json.loads((rows / "subformer.json").read_text(encoding="utf-8"))
     assert rec["updates"] == 4 and rec["row"] == "subformer"
     assert rec["params"] > 0 and rec["sentences"] == 10 and 0 <= rec["bleu"] <= 100
-    assert rec["budget"] == {"max_update": 4, "validate_every": 2, "patience": 5, "max_tokens": 16384}
+    assert rec["budget"] == {
+        "max_update": 4,
+        "validate_every": 2,
+        "patience": 5,
+        "max_tokens": 16384,
+    }
     assert "/" + os.path.basename(str(runs)) not in json.dumps(rec)  # SAVE, not this machine's path
     assert rec["checkpoint"] == "SAVE/subformer/student/checkpoint_best.pt"
     # a device run that ends the training (--max-update 5): the step is marked done, and the
@@ -325,7 +335,9 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     assert "both with the teacher's recipe. The diagnostic rows: subformer_bert_init" in line
     sub["budget"]["max_update"] = 2000  # a shrunk budget is said
     line = converged._subformer_claim({"subformer": sub}, rows["default"]["teacher"])
-    assert "; at another budget than the teacher's: subformer at most 2,000 updates of 16,384" in line
+    assert (
+        "; at another budget than the teacher's: subformer at most 2,000 updates of 16,384" in line
+    )
     assert ("against the teacher's depth: does not hold here: default BLEU 39.50 against "
             "lightformer_keep_depth 41.01 (-1.51, 2,000 against 2,100 parameters); the shallow "
             "decoder decodes 1.25x as fast at batch 1; compares unfinished rows: "
@@ -346,7 +358,9 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     # rows that both stopped early are compared at equal budgets whatever their caps
     early = {"stopped": "early stop (patience)"}
     x = _row("dawid", 1.0, 1, **early)
-    y = _row("default", 1.0, 1, **early, budget={"max_update": 900, "validate_every": 20, "patience": 4})
+    y = _row(
+        "default", 1.0, 1, **early, budget={"max_update": 900, "validate_every": 20, "patience": 4}
+    )
     assert converged._unequal(x, y) == ""
     y["budget"]["patience"] = 8  # ... but not at another patience
     assert converged._unequal(x, y) == ("at unequal budgets: dawid 100 updates of at most 100 "
@@ -865,12 +879,14 @@ def test_the_committed_rows_name_no_machines_paths():
     opts = converged.get_parser().parse_args(["plan", "--data-dir", "/d/corpus",
                                               "--save-root", "/s/conv"])  # fmt: skip
     plan = converged.Plan(opts)
-    cmd = (f"{os.path.dirname(sys.executable)}/fairseq-train /d/corpus/bin --user-dir "
-           f"{harness.REPO_ROOT}/lightcompress --user-dir /other/clone/lightcompress "
-           "--save-dir /s/conv/x/student --path /other/clone/examples/t.pt --x /s/conv2/y")
-    assert plan.portable({"c": [cmd]}) == {"c": [
-        "fairseq-train DATA/bin --user-dir lightcompress --user-dir lightcompress --save-dir "
-        "SAVE/x/student --path examples/t.pt --x /s/conv2/y"]}  # fmt: skip
+    cmd = (
+        f"{os.path.dirname(sys.executable)}/fairseq-train /d/corpus/bin --user-dir "
+        f"{harness.REPO_ROOT}/lightcompress --user-dir /other/clone/lightcompress "
+        "--save-dir /s/conv/x/student --path /other/clone/examples/t.pt --x /s/conv2/y"
+    )
+    want = ("fairseq-train DATA/bin --user-dir lightcompress --user-dir lightcompress --save-dir "
+            "SAVE/x/student --path examples/t.pt --x /s/conv2/y")  # fmt: skip
+    assert plan.portable({"c": [cmd]}) == {"c": [want]}
     assert plan.local("SAVE/x/student") == "/s/conv/x/student"
     assert plan.local("DATA/bin") == "/d/corpus/bin"
     assert plan.local("lightcompress") == os.path.join(harness.REPO_ROOT, "lightcompress")
@@ -896,9 +912,11 @@ def test_the_control_row_fine_tunes_the_teacher_with_the_default_rows_training(c
              "--validate-interval-updates 500 --save-interval-updates 500 --no-epoch-checkpoints "
              "--save-dir SAVE/default/student --log-format simple --num-workers 0 --seed 1 "
              "--data-buffer-size 0 --cpu --patience 4")  # fmt: skip
-    kd = ("bash scripts/distill_data.sh DATA/bin --path examples/translation/results/teacher/"
-          "checkpoint.pt --out-dir SAVE/default/kd-bin --user-dir lightcompress --beam 1 "
-          "--max-tokens 4096 --num-shards 0 --generate-args '--max-len-a 1.2 --max-len-b 10' --cpu")
+    kd = (
+        "bash scripts/distill_data.sh DATA/bin --path examples/translation/results/teacher/"
+        "checkpoint.pt --out-dir SAVE/default/kd-bin --user-dir lightcompress --beam 1 "
+        "--max-tokens 4096 --num-shards 0 --generate-args '--max-len-a 1.2 --max-len-b 10' --cpu"
+    )
     (rows / "default.json").write_text(json.dumps({"commands": ["lightcompress-convert -i x", kd,
                                                                 train]}), encoding="utf-8")  # fmt: skip
     common = ["--data-dir", corpus, "--save-root", runs, "--rows-dir", rows, "--cpu"]

@@ -210,8 +210,10 @@ def teacher_recipe(path: str) -> tuple[list[str], dict]:
         return sec[key] if isinstance(sec, dict) else getattr(sec, key)
 
     opt, sched = get("optimizer", "_name"), get("lr_scheduler", "_name")
-    if opt != "adam" or sched != "inverse_sqrt" or get("criterion", "_name") != (
-        "label_smoothed_cross_entropy"
+    if (
+        opt != "adam"
+        or sched != "inverse_sqrt"
+        or get("criterion", "_name") != ("label_smoothed_cross_entropy")
     ):
         raise PlanError(f"{path}: the teacher trained with {opt} / {sched} / "
                         f"{get('criterion', '_name')}; the plan reads adam / inverse_sqrt / "
@@ -247,9 +249,13 @@ class Plan:
         self.teacher = os.path.join(TEACHER_DIR, "checkpoint.pt")
         self.spm = os.path.join(TEACHER_DIR, "spm.model")
         self.py = sys.executable
-        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p),
-            PYTHON=sys.executable)  # fmt: skip  (scripts/*.sh run this interpreter)
+        self.env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(
+                p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p
+            ),
+            PYTHON=sys.executable,
+        )  # fmt: skip  (scripts/*.sh run this interpreter)
         if opts.threads:
             self.env.update(OMP_NUM_THREADS=str(opts.threads), MKL_NUM_THREADS=str(opts.threads))
         self._recipe = None
@@ -1515,7 +1521,9 @@ def _above_teacher(recs: list[dict], teacher: dict) -> list[str]:
         parts.append(f"{r['row']} {gaps[r['row']]:+.2f}" + (f" ({why})" if why else ""))
     each = "; ".join(parts)
     if max(gaps.values()) <= 0:
-        verdict = "the same extra training gives the teacher as much: the gain is not the compression's"
+        verdict = (
+            "the same extra training gives the teacher as much: the gain is not the compression's"
+        )
     elif min(gaps.values()) > 0:
         verdict = "they stay above the teacher given the same extra training"
     else:
