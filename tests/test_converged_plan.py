@@ -152,17 +152,24 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     big = _handoff("send", "subformer", "--carry", carry, *budget, check=False,
                    env={"HANDOFF_CARRY_MIB": "0.5"})  # fmt: skip
     assert big.returncode == 2 and "exceed the tool's" in big.stderr, big.stderr
-    assert big.stderr.count("\n") == 1 and not (carry / "state").exists()
+    assert big.stderr.count("\n") == 1 and not (carry / "state" / "subformer").exists()
     _handoff("send", "subformer", "--carry", carry, *budget)
     with tarfile.open(carry / "bin.tar.xz", "w:xz") as t:
         t.add(os.path.join(corpus, "bin"), arcname="bin")
     env = {"OUT": str(back)}
     _handoff("train", "--carry", carry, "--secs", "0.001", "--work", tmp_path / "w", env=env)
-    res = json.loads((back / "result.json").read_text(encoding="utf-8"))
-    assert (res["from_update"], res["last_update"], res["ended"]) == (2, 3, False), res
+    res = json.loads((back / "subformer" / "result.json").read_text(encoding="utf-8"))
+    assert (res["from_update"], res["last_update"], res["ended"], res["fresh"]) == (
+        2,
+        3,
+        False,
+        False,
+    ), res
     assert "last" in res["files"] and "--cpu" not in json.dumps(res)
-    bad = _handoff("receive", "dawid", back, *budget, check=False)
+    bad = _handoff("receive", "dawid", back / "subformer", *budget, check=False)
     assert bad.returncode == 2 and "holds the row 'subformer', not 'dawid'" in bad.stderr
+    bad = _handoff("receive", "dawid", back, *budget, check=False)  # (no dawid/ there)
+    assert bad.returncode == 2 and "no readable result.json" in bad.stderr
     _handoff("receive", "subformer", back, *budget)
     assert (save / "student" / "checkpoint_last.cpu-2.pt").exists()
     again = _handoff("receive", "subformer", back, *budget, check=False)  # (taken already)
@@ -191,7 +198,7 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     _handoff("send", "subformer", "--carry", carry, *budget)
     shutil.rmtree(back)
     _handoff("train", "--carry", carry, "--secs", "600", "--work", tmp_path / "w2", env=env)
-    res = json.loads((back / "result.json").read_text(encoding="utf-8"))
+    res = json.loads((back / "subformer" / "result.json").read_text(encoding="utf-8"))
     assert (res["from_update"], res["last_update"], res["ended"]) == (4, 5, True), res
     assert set(res["files"]) <= {"final"} and res["final"] == "checkpoint_best.pt"
     _handoff("receive", "subformer", back, *budget)
@@ -938,3 +945,51 @@ def test_the_control_row_fine_tunes_the_teacher_with_the_default_rows_training(c
     assert rec["commands"][0].startswith("bash scripts/distill_data.sh DATA/bin")
     assert " --kd-distilled-data SAVE/default/kd-bin " in rec["commands"][1]
     assert str(tmp_path) not in json.dumps(rec)
+
+
+def test_rows_not_started_here_train_side_by_side_on_the_device_and_come_back(corpus, tmp_path):
+    """handoff.py with several rows: the subformer row (from scratch) and the control row (from
+    the shipped teacher, with the default row's KD data carried as kd.tar.xz) are sent without
+    a checkpoint, trained side by side by one `train`, each written to OUT/ROW when it ends,
+    received, and scored here by `converged.py run` (no training left to do)."""
+    runs, rows, carry, back = (tmp_path / n for n in ("runs", "rows", "carry", "back"))
+    rows.mkdir()
+    kd_bin = runs / "default" / "kd-bin"
+    shutil.copytree(os.path.join(corpus, "bin"), kd_bin)  # (stands in for the teacher's output)
+    train = ("fairseq-train DATA/bin --user-dir lightcompress --task translation_seqkd "
+             "--kd-data-mode both --kd-distilled-data SAVE/default/kd-bin -s de -t en --arch "
+             "lightformer --encoder-layers 3 --decoder-layers 1 --encoder-embed-dim 256 "
+             "--decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 "
+             "--encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings "
+             "--lc-rank 8 --optimizer adam --lr 0.0015 --lr-scheduler inverse_sqrt "
+             "--warmup-updates 700 --criterion label_smoothed_cross_entropy --max-tokens 4096 "
+             "--max-update 7000 --save-dir SAVE/default/student --num-workers 0 --seed 1 "
+             "--data-buffer-size 0 --cpu --patience 4")  # fmt: skip
+    (rows / "default.json").write_text(json.dumps({"commands": [train]}), encoding="utf-8")
+    budget = ["--data-dir", corpus, "--save-root", runs, "--rows-dir", rows, "--cpu",
+              "--max-update", 2, "--validate-every", 2]  # fmt: skip
+    out = _handoff("send", "subformer", "teacher_control", "--carry", carry, *budget).stdout
+    assert "subformer: update 0 (starts there)" in out and (carry / "kd.tar.xz").exists()
+    doc = json.loads((carry / "state" / "teacher_control" / "row.json").read_text())
+    args = doc["args"]
+    assert doc["fresh"] and args[args.index("--kd-distilled-data") + 1] == "{KD}"
+    assert args[args.index("--finetune-from-model") + 1] == (
+        "{REPO}/examples/translation/results/teacher/checkpoint.pt"
+    )
+    with tarfile.open(carry / "bin.tar.xz", "w:xz") as t:
+        t.add(os.path.join(corpus, "bin"), arcname="bin")
+    _handoff("train", "--carry", carry, "--secs", "600", "--work", tmp_path / "w",
+             env={"OUT": str(back)})  # fmt: skip
+    for row in ("subformer", "teacher_control"):
+        res = json.loads((back / row / "result.json").read_text(encoding="utf-8"))
+        assert (res["from_update"], res["last_update"], res["ended"]) == (0, 2, True), res
+        assert res["files"] == {"final": "checkpoint_best.pt"}
+        _handoff("receive", row, back, *budget)
+        assert (runs / row / "student" / "train.done").exists()
+    proc = _plan("run", "subformer", "teacher_control", *budget)
+    assert "Loaded checkpoint" not in (runs / "subformer" / "train.log").read_text()
+    for row in ("subformer", "teacher_control"):
+        rec = json.loads((rows / f"{row}.json").read_text(encoding="utf-8"))
+        assert rec["updates"] == 2, proc.stderr
+        log = (runs / row / "train.log").read_text(encoding="utf-8")
+        assert log.startswith("[converged] updates 0 -> 2 ran on ") and "started there" in log

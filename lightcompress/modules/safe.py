@@ -18,6 +18,7 @@ __all__ = [
     "SandwichProjection",
     "bert_init_",
     "bert_init_model_",
+    "fairseq_token_tables_",
     "safe_num_params",
     "subformer_heads",
 ]
@@ -149,6 +150,25 @@ def bert_init_model_(model: nn.Module) -> nn.Module:
         for m in model.modules():
             if isinstance(m, nn.Embedding) and m.padding_idx is not None:
                 m.weight[m.padding_idx].zero_()
+    return model
+
+
+def fairseq_token_tables_(model: nn.Module) -> nn.Module:
+    """Re-draw ``model``'s token tables (``encoder.embed_tokens`` / ``decoder.embed_tokens``,
+    once each when shared) as fairseq's ``Embedding`` draws them, N(0, dim^-1/2) with the
+    padding row 0, in place: after fairseq's ``sqrt(dim)`` scaling the tokens start at unit
+    scale against the sinusoidal positions (RMS 0.71), whatever the table's width. Other
+    modules keep their initialisation."""
+    seen = set()
+    for part in ("encoder", "decoder"):
+        emb = getattr(getattr(model, part, None), "embed_tokens", None)
+        if not isinstance(emb, nn.Embedding) or id(emb.weight) in seen:
+            continue
+        seen.add(id(emb.weight))
+        with torch.no_grad():
+            emb.weight.normal_(0.0, emb.embedding_dim**-0.5)
+            if emb.padding_idx is not None:
+                emb.weight[emb.padding_idx].zero_()
     return model
 
 

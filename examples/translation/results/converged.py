@@ -122,6 +122,12 @@ SUBFORMER_PAPER = ["--optimizer", "adam", "--adam-betas", "(0.9, 0.999)", "--ada
                    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]  # fmt: skip
 # the budget of the rows from the teacher (the subformer row's is the teacher's own recipe)
 COMMON_BUDGET = {"max_update": 7000, "validate_every": 500, "patience": 4}
+# rows that the first run (converged/*.json) stopped at 7,000 updates while they still improved,
+# and the control compared with two of them: trained until early stopping (the same patience,
+# a cap of 20,000), their schedules still set for 7,000 updates (the same warm-up as every
+# other row: up to update 7,000 such a run is the 7,000-update run)
+UNTIL_EARLY_STOP = {**COMMON_BUDGET, "max_update": 20000, "schedule_updates": 7000}
+EXTENDED = ("teacher_control", "lightformer_keep_depth", "lightformer_random", "hypoformer_kd")
 # rows made from another row's result: the default student's command and KD data, its size;
 # the searched Smartformer's ranks
 NEEDS = {"lightformer_random": "default", "teacher_control": "default", "dawid": "default",
@@ -296,7 +302,10 @@ class Plan:
         """``row``'s budget: the teacher's own (the subformer row) or the common one (every
         other row), each value given on the command line instead."""
         o = self.o
-        b = dict(self.recipe()[1]) if row == "subformer" else dict(COMMON_BUDGET)
+        if row == "subformer":
+            b = dict(self.recipe()[1])
+        else:
+            b = dict(UNTIL_EARLY_STOP if row in EXTENDED else COMMON_BUDGET)
         for key in ("max_update", "validate_every", "patience"):
             if getattr(o, key) is not None:
                 b[key] = getattr(o, key)
@@ -338,8 +347,8 @@ class Plan:
         if o.cpu:
             cmd.append("--cpu")
         cmd += ["--patience", str(b["patience"])]
-        if o.schedule_updates:
-            cmd += ["--schedule-updates", str(o.schedule_updates)]
+        if b.get("schedule_updates"):
+            cmd += ["--schedule-updates", str(b["schedule_updates"])]
         if o.continue_from:
             cmd += ["--continue-from", os.path.abspath(o.continue_from)]
         return cmd + (["--", *train] if train else [])
@@ -915,6 +924,12 @@ def _training(log: str, before: tuple[str, int] | None = None, name: str = "") -
     # the training's speed on this machine: the median of fairseq's updates/s over the log
     # (a median, so that a run stopped and resumed, or paused, does not count its pauses)
     parts = _device_parts(text, out["updates"])
+    if len(parts) > 1 and parts[0]["updates"] == 0 and parts[0]["ups_median"] is None:
+        parts = parts[1:]  # (a row that started on another device: nothing here before it)
+    if len(parts) == 1 and parts[0]["device"] != "this machine":
+        if parts[0]["ups_median"]:
+            out.update(devices=parts, train_hours=parts[0]["hours"])
+        return out
     if len(parts) == 1:
         if parts[0]["ups_median"] and out["updates"]:
             median = parts[0]["ups_median"]
