@@ -617,8 +617,11 @@ def test_the_random_init_row_is_the_default_rows_own_training_without_its_transf
         tmp_path / "runs" / "lightformer_random" / "student"
     )
     for flag, value in (("--task", "translation_seqkd"), ("--kd-distilled-data", str(kd)),
-                        ("--max-update", "7000"), ("--seed", "1")):  # fmt: skip
+                        ("--seed", "1")):  # fmt: skip
         assert train[train.index(flag) + 1] == value  # (the rest as the default row ran it)
+    # its budget: the plan's for the row (until early stopping, its warm-up the recorded one's)
+    assert train[train.index("--max-update") + 1] == "20000"
+    assert train[train.index("--patience") + 1] == "4"
     assert "fairseq-generate" in generate[0]
 
 

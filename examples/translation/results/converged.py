@@ -38,8 +38,10 @@ with its paper's schedule (Adam (0.9, 0.999), lr 5e-4, 4,096-token batches) and 
 BERT initialisation (``subformer_bert_init``: did not learn to read its source) or fairseq's
 (``subformer_fairseq_init``; docs/lab/subformer-source.md).
 
-Every row trains at most ``--max-update`` updates (default: the row's own budget, 7,000 for the
-rows from the teacher), validates every ``--validate-every`` (500) and stops early after
+Every row trains at most ``--max-update`` updates (default: the row's own budget: 7,000 for the
+rows from the teacher; 20,000, its schedule still set for 7,000, for the rows the first run
+stopped at 7,000 while they still improved and the control compared with them; the subformer
+row the teacher's), validates every ``--validate-every`` (500) and stops early after
 ``--patience`` (4) validations without a lower loss; its state lives in ``--save-root``
 (outside the checkout: rerun the same command after any stop and each row goes on from its
 last checkpoint; two ``run`` commands, e.g. one per core, share the rows: a row another process
@@ -1715,9 +1717,9 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--rows-dir", default=os.path.join(HERE, "converged"),
                    help="the finished rows' JSON and the table (committed)")  # fmt: skip
     p.add_argument("--max-update", type=int,
-                   help="at most this many updates (default: the row's budget, 7,000 for the "
-                   "rows from the teacher; subformer: the teacher's own cap, until early "
-                   "stopping)")  # fmt: skip
+                   help="at most this many updates (default: the row's budget: 7,000 for the "
+                   "rows from the teacher, 20,000 for those trained until early stopping "
+                   f"({', '.join(EXTENDED)}); subformer: the teacher's own cap)")  # fmt: skip
     p.add_argument("--validate-every", type=int,
                    help="updates between validations and checkpoints (default: the row's, 500; "
                    "subformer: every epoch, as the teacher)")  # fmt: skip
@@ -1730,7 +1732,8 @@ def get_parser() -> argparse.ArgumentParser:
                    "aside first); the JSON is replaced when the row finishes")  # fmt: skip
     p.add_argument("--schedule-updates", type=int,
                    help="compress rows: the updates their schedules are set for (compress "
-                   "--schedule-updates; default: --max-update)")  # fmt: skip
+                   "--schedule-updates; default: the row's budget's, 7,000 for the rows "
+                   "trained until early stopping, else --max-update)")  # fmt: skip
     p.add_argument("--continue-from", metavar="CHECKPOINT",
                    help="run: go on training this checkpoint of the one row given (compress "
                    "--continue-from, e.g. a row that stopped short of its target, moved aside: "

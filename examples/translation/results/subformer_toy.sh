@@ -4,14 +4,15 @@
 # a validation nll of about 5 bits), 3-3 layers at width 128, the converged subformer row's
 # optimizer and schedule scaled down (lr 5e-4, warm-up 100, 600 updates of 1,024 tokens), one CPU
 # thread, about 3 minutes a variant. Prints each variant's validation nll_loss by update.
-#   bash examples/translation/results/subformer_toy.sh [VARIANT...]   (default: A B C D F I)
+#   bash examples/translation/results/subformer_toy.sh [VARIANT...]   (default: A B C D F I E)
 # A SAFE 64 + the authors' BERT init (the subformer row's setting), B SAFE 64 + fairseq's init,
 # C no SAFE (BERT init), D fairseq's transformer, F SAFE 64 + BERT init + learned positions,
 # I SAFE 64 + BERT init + 4 SAFE heads (the authors' rule gives r / 64 = 1), E SAFE 64 + BERT init
 # for everything but the token table, drawn as fairseq draws it, N(0, r^-1/2), P the paper's
 # SAFE width r = 320 with BERT init (the model widened to 384, FFN 768, 6 heads; ~4x slower),
 # R SAFE 64 + BERT init + a residual around the SAFE block's FFN without parameters (its input
-# zero-padded from r to d), X SAFE 64 + --subformer-init X (set by X_INIT, e.g. bert-table).
+# zero-padded from r to d), X SAFE 64 + --subformer-init X_INIT (default fairseq; the plugin's
+# default is bert-fairseq-table: the same as E, without the monkeypatch).
 # EXTRA: flags appended to every variant (they win: e.g. "--safe-dim 32", or the teacher's
 # recipe "--lr 1.5e-3 --adam-betas (0.9,0.98) --dropout 0.3 --weight-decay 1e-4"); TAG: a
 # suffix of the variant's log and checkpoint names, so that runs with other EXTRA are kept.

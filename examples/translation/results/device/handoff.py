@@ -10,8 +10,8 @@ its last checkpoint (pack.py: the model in float32, Adam's moments in bfloat16) 
 ``teacher_control``, ``lightformer_random``: converged.py's SCRATCH rows) is sent without a
 checkpoint and starts from update 0 there (its ``--finetune-from-model``, e.g. the shipped
 teacher, read from the checkout); the KD data a row reads is packed once into
-``CARRY/kd.tar.xz``. The carried folder also needs ``site.tar.xz`` (fairseq) and ``bin.tar.xz``
-(the data-bin) as README.md here says. On the device machine (the tool runs in the repository
+``CARRY/kd.tar.xz`` and the data-bin into ``CARRY/bin.tar.xz`` (where it is not there yet). The
+carried folder also needs ``site.tar.xz`` (fairseq) as README.md here says. On the device machine (the tool runs in the repository
 root; what is written under ``$OUT`` comes back)::
 
     python3 examples/translation/results/device/handoff.py train [--carry .gpu] [--secs 450]
@@ -181,6 +181,16 @@ def _row_kd(carry: str, row: str) -> bool:
 
 
 def send(rows: list[str], carry: str, rest: list[str]) -> None:
+    tar = os.path.join(carry, "bin.tar.xz")
+    if not os.path.exists(tar):  # the data-bin the rows train on (folder bin/ there)
+        _, plan = _plan(rest, rows[0])
+        if not os.path.isdir(plan.bin):
+            raise HandoffError(f"{plan.bin}: no data-bin to carry (converged.py's --data-dir)")
+        os.makedirs(carry, exist_ok=True)
+        with tarfile.open(tar + ".tmp", "w:xz") as t:
+            t.add(plan.bin, arcname="bin")
+        os.replace(tar + ".tmp", tar)
+        print(f"{tar}: the data-bin ({os.path.getsize(tar) / 2**20:.1f} MiB)")
     for row in rows:
         send_one(row, carry, rest)
 
