@@ -146,6 +146,18 @@ def test_mlp_output_option():
     assert proj[0].weight.shape == (640, 512) and proj[1].weight.shape == (320, 640)
 
 
+def test_a_safe_width_the_authors_head_rule_cannot_split_asks_for_safe_heads():
+    """r = 32: the authors' head rule gives 10 heads, which do not split it (their code would
+    not build it either): one error naming --safe-heads, not fairseq's assertion."""
+    from lightcompress.modules.registry import ConfigError
+
+    dims = ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-layers", "2",
+            "--decoder-layers", "2", "--safe-dim", "32"]  # fmt: skip
+    with pytest.raises(ConfigError, match="--safe-dim 32: the authors' rule gives 10 SAFE heads"):
+        build("subformer", 100, dims)
+    build("subformer", 100, [*dims, "--safe-heads", "1"])
+
+
 def test_bert_init():
     """--subformer-init bert: the authors' N(0, 0.02) everywhere (the default re-draws only the
     token table: test_the_default_init_starts_the_tokens_at_unit_scale_at_every_safe_width)."""

@@ -173,6 +173,12 @@ class SubformerOptions:
             raise ConfigError(
                 f"--safe-heads {opts.safe_heads} must divide --safe-dim {opts.safe_dim}"
             )
+        if opts.safe_dim and not opts.safe_heads and opts.safe_dim % subformer_heads(opts.safe_dim):
+            raise ConfigError(
+                f"--safe-dim {opts.safe_dim}: the authors' rule gives "
+                f"{subformer_heads(opts.safe_dim)} SAFE heads, which do not divide it: give "
+                "--safe-heads"
+            )
         if opts.sharing not in SHARING_SCHEDULES:
             raise ConfigError(
                 f"--subformer-sharing must be one of {sorted(SHARING_SCHEDULES)}, "
