@@ -32,9 +32,9 @@ What the model is (checked against the authors' fork ``machelreid/subformer``):
   the encoder's width: query ``Linear(d_s, d) + LayerNorm(d)``, result ``Linear(d, d_s) +
   LayerNorm(d_s)`` (these projections belong to the shared cross-attention, as in the code).
 - **Initialisation** (``--subformer-init``): the authors' BERT init (``bert``: Linear and
-  Embedding weights N(0, 0.02), biases 0, padding rows 0) with the token tables drawn as fairseq
-  draws them, N(0, dim^-1/2) (``bert-fairseq-table``, the default), the authors' init as it is
-  (``bert``) or fairseq's throughout (``fairseq``). With the authors' init the encoder's token
+  Embedding weights N(0, 0.02), biases 0, padding rows 0) with a SAFE token table drawn as
+  fairseq draws it, N(0, r^-1/2) (``bert-safe-table``, the default; without SAFE the same as
+  ``bert``), the authors' init as it is (``bert``) or fairseq's throughout (``fairseq``). With the authors' init the encoder's token
   table starts at std ``0.02 sqrt(r)`` against sinusoidal positions of RMS 0.71, and at small
   SAFE widths (r = 64: 0.16) such models did not learn to read their source
   (docs/lab/subformer-source.md; building one logs a warning).
@@ -531,16 +531,18 @@ SMALL_SAFE_TOKEN_STD = 0.2
 
 def init_model_(model, init: str):
     """``model`` initialised as ``--subformer-init`` says, in place: ``bert`` the authors' BERT
-    init (every Linear and Embedding N(0, 0.02), biases 0, padding rows 0); ``bert-fairseq-table``
-    (the default) the same with the token tables drawn as fairseq draws them, N(0, dim^-1/2),
-    so that the tokens start at unit scale after the sqrt(dim) scaling whatever the SAFE width;
-    ``fairseq`` fairseq's own init throughout (nothing re-drawn)."""
+    init (every Linear and Embedding N(0, 0.02), biases 0, padding rows 0); ``bert-safe-table``
+    (the default) the same with each SAFE token table (a stack with ``--safe-dim``) drawn as
+    fairseq draws it, N(0, r^-1/2), so that its tokens start at unit scale after the sqrt(r)
+    scaling whatever the SAFE width (without SAFE: ``bert``); ``fairseq`` fairseq's own init
+    throughout (nothing re-drawn)."""
     if init not in INITS:
         raise ConfigError(f"--subformer-init must be one of {', '.join(INITS)}, got {init!r}")
-    if init in ("bert", "bert-fairseq-table"):
+    if init in ("bert", "bert-safe-table"):
         bert_init_model_(model)
-    if init == "bert-fairseq-table":
-        fairseq_token_tables_(model)
+    if init == "bert-safe-table":
+        stacks = [getattr(model, part, None) for part in ("encoder", "decoder")]
+        fairseq_token_tables_(s.embed_tokens for s in stacks if getattr(s, "has_safe", False))
     return model
 
 
@@ -560,7 +562,7 @@ def small_safe_table_warning(args) -> str | None:
     return (f"--safe-dim {r} with --subformer-init bert and sinusoidal positions: the token "
             f"table starts at std {std:.2f} against positions of RMS 0.71; such models did not "
             "learn to read their source in lightcompress's runs (docs/lab/subformer-source.md). "
-            f"The default --subformer-init {DEFAULT_INIT} draws the table at unit scale.")  # fmt: skip
+            f"The default --subformer-init {DEFAULT_INIT} draws a SAFE table at unit scale.")  # fmt: skip
 
 
 @register_model("subformer")

@@ -88,7 +88,7 @@ class SubformerLanguageModelConfig(TransformerLanguageModelConfig):
         default="fairseq",
         metadata={
             "help": "initialisation: fairseq (the authors' LM), bert (N(0, 0.02)) or "
-            "bert-fairseq-table (bert with the token table at N(0, dim^-1/2))"
+            "bert-safe-table (bert with a SAFE token table at N(0, r^-1/2))"
         },
     )
 

@@ -153,15 +153,13 @@ def bert_init_model_(model: nn.Module) -> nn.Module:
     return model
 
 
-def fairseq_token_tables_(model: nn.Module) -> nn.Module:
-    """Re-draw ``model``'s token tables (``encoder.embed_tokens`` / ``decoder.embed_tokens``,
-    once each when shared) as fairseq's ``Embedding`` draws them, N(0, dim^-1/2) with the
-    padding row 0, in place: after fairseq's ``sqrt(dim)`` scaling the tokens start at unit
-    scale against the sinusoidal positions (RMS 0.71), whatever the table's width. Other
-    modules keep their initialisation."""
+def fairseq_token_tables_(tables) -> None:
+    """Re-draw each token table of ``tables`` (``nn.Embedding``; a table given twice, shared,
+    once) as fairseq's ``Embedding`` draws it, N(0, dim^-1/2) with the padding row 0, in place:
+    after fairseq's ``sqrt(dim)`` scaling its tokens start at unit scale against the sinusoidal
+    positions (RMS 0.71), whatever the table's width."""
     seen = set()
-    for part in ("encoder", "decoder"):
-        emb = getattr(getattr(model, part, None), "embed_tokens", None)
+    for emb in tables:
         if not isinstance(emb, nn.Embedding) or id(emb.weight) in seen:
             continue
         seen.add(id(emb.weight))
@@ -169,7 +167,6 @@ def fairseq_token_tables_(model: nn.Module) -> nn.Module:
             emb.weight.normal_(0.0, emb.embedding_dim**-0.5)
             if emb.padding_idx is not None:
                 emb.weight[emb.padding_idx].zero_()
-    return model
 
 
 def safe_num_params(vocab: int, reduction_dim: int, model_dim: int, causal: bool = False) -> int:

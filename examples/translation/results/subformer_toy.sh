@@ -12,7 +12,7 @@
 # SAFE width r = 320 with BERT init (the model widened to 384, FFN 768, 6 heads; ~4x slower),
 # R SAFE 64 + BERT init + a residual around the SAFE block's FFN without parameters (its input
 # zero-padded from r to d), X SAFE 64 + --subformer-init X_INIT (default fairseq; the plugin's
-# default is bert-fairseq-table: the same as E, without the monkeypatch).
+# default, bert-safe-table, is E without the monkeypatch).
 # EXTRA: flags appended to every variant (they win: e.g. "--safe-dim 32", or the teacher's
 # recipe "--lr 1.5e-3 --adam-betas (0.9,0.98) --dropout 0.3 --weight-decay 1e-4"); TAG: a
 # suffix of the variant's log and checkpoint names, so that runs with other EXTRA are kept.
