@@ -163,6 +163,7 @@ def test_mt_row_trains_the_papers_model_with_the_subformer_recipe(name, tmp_path
     assert (flag(train, "--warmup-updates"), flag(train, "--warmup-init-lr")) == ("10000", "1e-07")
     assert flag(train, "--weight-decay") == "0.01"
     assert flag(train, "--dropout") == ("0.3" if big else "0.2")
+    assert flag(train, "--subformer-init") == "bert"  # the authors' init (not the default)
     assert flag(train, "--criterion") == "label_smoothed_cross_entropy"
     assert flag(train, "--label-smoothing") == "0.1"
     assert flag(train, "--max-update") == "200000"

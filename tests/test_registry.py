@@ -188,6 +188,7 @@ def test_every_architecture_the_recipes_and_readmes_name_is_a_preset():
         "hypoformer_kd",  # a run of examples/translation/results/
         "lightformer_keep_depth",  # a row of examples/translation/results/converged.py
         "subformer_fairseq_init",  # ... another row of it
+        "subformer_bert_init",  # ... and another
         "subformer_toy",  # examples/translation/results/subformer_toy.sh
         "subformer_init",  # examples/translation/results/device/subformer_init.sh
         "lightformer_init",  # its SVD student's converted checkpoint (lightformer_init.pt)

@@ -87,17 +87,31 @@ def test_the_dry_run_names_every_row_with_its_commands(corpus, tmp_path):
     rand = by["lightformer_random"]
     assert "fairseq-train" in rand and "--arch lightformer" in rand
     assert "--finetune-from-model" not in rand and "--lc-rank 50" in rand
-    assert "--arch subformer" in by["subformer"] and "--lr 5e-4" in by["subformer"]
-    assert "--subformer-init" not in by["subformer"]  # the authors' BERT init (the default)
-    # the other-init row: the subformer row's command, its own directory, fairseq's init
-    sub, fi = (by[r].split("\n+ ")[1].split() for r in ("subformer", "subformer_fairseq_init"))
-    i, j = sub.index("--save-dir"), fi.index("--save-dir")
+    # the subformer row: the teacher's own recipe (read from the shipped checkpoint) and the
+    # plugin's default initialisation; the diagnostic rows: the paper's schedule, each init named
+    sub = by["subformer"].split("\n+ ")[1].split()
+    assert "--arch" in sub and sub[sub.index("--arch") + 1] == "subformer"
+    assert "--subformer-init" not in sub
+    for flag, value in (("--max-tokens", "16384"), ("--lr", "0.0015"), ("--warmup-updates", "500"),
+                        ("--patience", "10"), ("--max-update", "30000"), ("--dropout", "0.3")):  # fmt: skip
+        assert sub[sub.index(flag) + 1] == value, flag
+    assert "--validate-interval-updates" not in sub  # every epoch, as the teacher
+    bert, fi = (
+        by[r].split("\n+ ")[1].split() for r in ("subformer_bert_init", "subformer_fairseq_init")
+    )
+    i, j = bert.index("--save-dir"), fi.index("--save-dir")
     assert fi[j + 1].endswith(os.path.join("subformer_fairseq_init", "student"))
-    assert fi[:j] + fi[j + 2 :] == sub[:i] + sub[i + 2 : -1] + [
-        "--subformer-init",
-        "fairseq",
-        "--cpu",
-    ]
+    assert (
+        "--lr 5e-4" in by["subformer_bert_init"]
+        and "--max-tokens 4096" in by["subformer_bert_init"]
+    )
+    k = bert.index("--subformer-init")
+    assert bert[k + 1] == "bert" and fi[k + 1] == "fairseq"
+    assert fi[:k] + fi[k + 2 : j] + fi[j + 2 :] == bert[:k] + bert[k + 2 : i] + bert[i + 2 :]
+    # the control: the default row's training with the teacher's architecture, from the teacher
+    ctl = by["teacher_control"].split("\n+ ")[1].split()
+    assert ctl[ctl.index("--arch") + 1] == "transformer" and "--lc-rank" not in ctl
+    assert ctl[ctl.index("--finetune-from-model") + 1] == os.path.join(TEACHER, "checkpoint.pt")
     assert "measure_speed.sh" in by["speed"] and "--shortlist" in by["speed"]
     assert not (tmp_path / "runs").exists() and not (tmp_path / "rows").exists()
 
@@ -138,17 +152,24 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     big = _handoff("send", "subformer", "--carry", carry, *budget, check=False,
                    env={"HANDOFF_CARRY_MIB": "0.5"})  # fmt: skip
     assert big.returncode == 2 and "exceed the tool's" in big.stderr, big.stderr
-    assert big.stderr.count("\n") == 1 and not (carry / "state").exists()
+    assert big.stderr.count("\n") == 1 and not (carry / "state" / "subformer").exists()
     _handoff("send", "subformer", "--carry", carry, *budget)
     with tarfile.open(carry / "bin.tar.xz", "w:xz") as t:
         t.add(os.path.join(corpus, "bin"), arcname="bin")
     env = {"OUT": str(back)}
     _handoff("train", "--carry", carry, "--secs", "0.001", "--work", tmp_path / "w", env=env)
-    res = json.loads((back / "result.json").read_text(encoding="utf-8"))
-    assert (res["from_update"], res["last_update"], res["ended"]) == (2, 3, False), res
+    res = json.loads((back / "subformer" / "result.json").read_text(encoding="utf-8"))
+    assert (res["from_update"], res["last_update"], res["ended"], res["fresh"]) == (
+        2,
+        3,
+        False,
+        False,
+    ), res
     assert "last" in res["files"] and "--cpu" not in json.dumps(res)
-    bad = _handoff("receive", "dawid", back, *budget, check=False)
+    bad = _handoff("receive", "dawid", back / "subformer", *budget, check=False)
     assert bad.returncode == 2 and "holds the row 'subformer', not 'dawid'" in bad.stderr
+    bad = _handoff("receive", "dawid", back, *budget, check=False)  # (no dawid/ there)
+    assert bad.returncode == 2 and "no readable result.json" in bad.stderr
     _handoff("receive", "subformer", back, *budget)
     assert (save / "student" / "checkpoint_last.cpu-2.pt").exists()
     again = _handoff("receive", "subformer", back, *budget, check=False)  # (taken already)
@@ -161,7 +182,14 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     rec = json.loads((rows / "subformer.json").read_text(encoding="utf-8"))
     assert rec["updates"] == 4 and rec["row"] == "subformer"
     assert rec["params"] > 0 and rec["sentences"] == 10 and 0 <= rec["bleu"] <= 100
-    assert rec["budget"] == {"max_update": 4, "validate_every": 2, "patience": 5}
+    assert rec["budget"] == {
+        "max_update": 4,
+        "validate_every": 2,
+        "patience": 5,
+        "max_tokens": 16384,
+    }
+    assert "/" + os.path.basename(str(runs)) not in json.dumps(rec)  # SAVE, not this machine's path
+    assert rec["checkpoint"] == "SAVE/subformer/student/checkpoint_best.pt"
     # a device run that ends the training (--max-update 5): the step is marked done, and the
     # lane only scores the row (no fairseq-train here: no fourth "Loaded checkpoint")
     for f in (rows / "subformer.json", save / "generate-test.txt", save / "student" / "train.done"):
@@ -170,7 +198,7 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     _handoff("send", "subformer", "--carry", carry, *budget)
     shutil.rmtree(back)
     _handoff("train", "--carry", carry, "--secs", "600", "--work", tmp_path / "w2", env=env)
-    res = json.loads((back / "result.json").read_text(encoding="utf-8"))
+    res = json.loads((back / "subformer" / "result.json").read_text(encoding="utf-8"))
     assert (res["from_update"], res["last_update"], res["ended"]) == (4, 5, True), res
     assert set(res["files"]) <= {"final"} and res["final"] == "checkpoint_best.pt"
     _handoff("receive", "subformer", back, *budget)
@@ -290,20 +318,38 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     assert "KD helps: does not hold here: hypoformer_kd BLEU 35.00 against hypoformer 36.00" in text
     assert "searched ranks beat one fixed rank at equal size: not measured yet" in text
     assert "come within 1 BLEU of the teacher with fewer parameters: not measured yet" in text
-    a = _row("subformer", 1.0, 6000, valid_curve=[[20, 9.0], [40, 8.5]],
+    a = _row("subformer_bert_init", 1.0, 6000, valid_curve=[[20, 9.0], [40, 8.5]],
              commands=["fairseq-train x --warmup-updates 700 --lr 5e-4"])  # fmt: skip
     b = _row("subformer_fairseq_init", 2.0, 6000, valid_curve=[[20, 9.5], [40, 9.1], [60, 9.0]],
              commands=["fairseq-train x --warmup-updates 150"])  # fmt: skip
-    line = converged._subformer_claim(
-        {"subformer": a, "subformer_fairseq_init": b}, rows["default"]["teacher"]
-    )
+    diag = {"subformer_bert_init": a, "subformer_fairseq_init": b}
+    line = converged._subformer_claim(diag, rows["default"]["teacher"])
     assert line.startswith("- Subformer: sandwich sharing and SAFE, trained from scratch, come "
-                           "within 1 BLEU of the teacher with fewer parameters: does not hold here")  # fmt: skip
-    assert line.endswith("; at 40 updates, validation loss subformer 8.500, subformer_fairseq_init "
-                         "9.100 (warm-up 700 against 150 updates: the plan scales it with the budget).")  # fmt: skip
+                           "within 1 BLEU of the teacher with fewer parameters: not measured yet "
+                           "(subformer, trained with the teacher's recipe, has no finished row); "
+                           "the diagnostic rows: subformer_bert_init (the authors' BERT")  # fmt: skip
+    assert line.endswith("; at 40 updates, validation loss subformer_bert_init 8.500, "
+                         "subformer_fairseq_init 9.100 (warm-up 700 against 150 updates: the plan "
+                         "scales it with the budget).")  # fmt: skip
+    # the claim is decided on the subformer row, trained with the teacher's own recipe
+    recipe = converged.teacher_recipe(os.path.join(TEACHER, "checkpoint.pt"))[1]
+    sub = _row("subformer", 39.5, 6000, budget=dict(recipe), stopped="early stop (patience)")
+    line = converged._subformer_claim({**diag, "subformer": sub}, rows["default"]["teacher"])
+    assert line.startswith("- Subformer: sandwich sharing and SAFE, trained from scratch, come "
+                           "within 1 BLEU of the teacher with fewer parameters: holds here: "
+                           "subformer BLEU 39.50 with 6,000 parameters after 100 updates (early "
+                           "stop (patience)), the teacher 40.00 with 8,000")  # fmt: skip
+    assert "both with the teacher's recipe. The diagnostic rows: subformer_bert_init" in line
+    sub["budget"]["max_update"] = 2000  # a shrunk budget is said
+    line = converged._subformer_claim({"subformer": sub}, rows["default"]["teacher"])
+    assert (
+        "; at another budget than the teacher's: subformer at most 2,000 updates of 16,384" in line
+    )
     assert ("against the teacher's depth: does not hold here: default BLEU 39.50 against "
             "lightformer_keep_depth 41.01 (-1.51, 2,000 against 2,100 parameters); the shallow "
-            "decoder decodes 1.25x as fast at batch 1.") in text  # fmt: skip
+            "decoder decodes 1.25x as fast at batch 1; compares unfinished rows: "
+            "lightformer_keep_depth was stopped by its budget at 100 updates while still "
+            "improving.") in text  # fmt: skip
     assert (
         "- Stopped by the budget while still improving: lightformer_keep_depth (best at 100 of 100 updates)."
         in text
@@ -314,14 +360,45 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
             "updates, validation every 20, patience 4 (dawid).") in text  # fmt: skip
     assert "\n- Budget of the rows: at most 100 updates" in converged.compact(str(tmp_path))
     assert ("non-embedding size (DA-WID keeps the teacher's embeddings): does not hold here: "
-            "dawid BLEU 38.00 against default 39.50 (2,500 against 2,000 parameters) at unequal "
-            "budgets: dawid 50 updates of at most 50, default 100 of at most 100.") in text  # fmt: skip
+            "dawid BLEU 38.00 against default 39.50 (2,500 against 2,000 parameters); at unequal "
+            "budgets: dawid 50 updates of at most 50, default 100 updates of at most 100.") in text  # fmt: skip
+    # rows that both stopped early are compared at equal budgets whatever their caps
+    early = {"stopped": "early stop (patience)"}
+    x = _row("dawid", 1.0, 1, **early)
+    y = _row(
+        "default", 1.0, 1, **early, budget={"max_update": 900, "validate_every": 20, "patience": 4}
+    )
+    assert converged._unequal(x, y) == ""
+    y["budget"]["patience"] = 8  # ... but not at another patience
+    assert converged._unequal(x, y) == ("at unequal budgets: dawid 100 updates of at most 100 "
+                                        "(patience 4), default 100 updates of at most 900 "
+                                        "(patience 8)")  # fmt: skip
     # keep_depth (41.01) is more than 1 BLEU above the teacher (40.0); default (39.5) is not
     above = next(ln for ln in text.splitlines() if ln.startswith("- Above the teacher"))
     assert above.startswith("- Above the teacher by more than 1 BLEU: lightformer_keep_depth "
                             "(+1.01). These start from the teacher's weights and train up to 100 "
                             "updates more")  # fmt: skip
     assert above in converged.compact(str(tmp_path))
+    assert above.endswith("is the control row's question (teacher_control: `converged.py run "
+                          "teacher_control`), not measured yet.")  # fmt: skip
+    # with the control row: the students against the teacher given the same extra training
+    ctl = _row("teacher_control", 41.5, 8000, stopped="early stop (patience)")
+    (tmp_path / "teacher_control.json").write_text(json.dumps(ctl), encoding="utf-8")
+    above = next(ln for ln in converged.table(str(tmp_path)).splitlines()
+                 if ln.startswith("- Above the teacher"))  # fmt: skip
+    assert above.endswith("The control, the teacher itself fine-tuned the same way "
+                          "(teacher_control: 100 updates, early stop (patience)), scores 41.50 "
+                          "(+1.50); against it: lightformer_keep_depth -0.49 (compares unfinished "
+                          "rows: lightformer_keep_depth was stopped by its budget at 100 updates "
+                          "while still improving): the same extra training gives the teacher as "
+                          "much: the gain is not the compression's.")  # fmt: skip
+    # the README: the teacher, the default row (its int8 inline) and the best row of each other
+    # method (the control and the method's other rows only in results.md)
+    block = converged.compact(str(tmp_path))
+    names = [ln.split("|")[1].strip() for ln in block.splitlines()[2:] if ln.startswith("| ")]
+    assert names == ["teacher 3-3 (dense)", "default", "hypoformer (best hypoformer row)",
+                     "dawid (best dawid row)"]  # fmt: skip
+    (tmp_path / "teacher_control.json").unlink()
     # the CPU route's cost: each timed row's training hours (rows without a time are left out)
     timing = next(ln for ln in text.splitlines() if ln.startswith("Training time of each row"))
     assert timing.endswith(": default 1.6 h (0.97 updates/s).")
@@ -372,7 +449,7 @@ def test_rows_timed_on_another_machine_keep_their_own_run_and_teacher(tmp_path):
     ) in text
     assert "- dawid: new" in text and "- default: kept" in text and "old note" not in text
     assert "the shallow decoder decodes 1.25x as fast at batch 1" in text
-    assert "| dawid | 2,500 (3.20x fewer) |" in converged.compact(str(tmp_path))
+    assert "| dawid (best dawid row) | 2,500 (3.20x fewer) |" in converged.compact(str(tmp_path))
     assert "| 1.50x / 0.50x |" in converged.compact(str(tmp_path))
 
 
@@ -540,8 +617,11 @@ def test_the_random_init_row_is_the_default_rows_own_training_without_its_transf
         tmp_path / "runs" / "lightformer_random" / "student"
     )
     for flag, value in (("--task", "translation_seqkd"), ("--kd-distilled-data", str(kd)),
-                        ("--max-update", "7000"), ("--seed", "1")):  # fmt: skip
+                        ("--seed", "1")):  # fmt: skip
         assert train[train.index(flag) + 1] == value  # (the rest as the default row ran it)
+    # its budget: the plan's for the row (until early stopping, its warm-up the recorded one's)
+    assert train[train.index("--max-update") + 1] == "20000"
+    assert train[train.index("--patience") + 1] == "4"
     assert "fairseq-generate" in generate[0]
 
 
@@ -685,11 +765,11 @@ def test_a_row_that_stopped_short_goes_on_with_continue_from_and_says_so(tmp_pat
     (cmd,) = plan.commands("dawid")
     assert cmd[cmd.index("--max-update") + 1] == "3000"
     assert cmd[-4:] == ["--schedule-updates", "1800", "--continue-from", str(ckpt)]
-    budget = plan.budget()
+    budget = plan.budget("dawid")
     assert budget["schedule_updates"] == 1800
     assert budget["continued_from"] == {"checkpoint": str(ckpt), "updates": 1890}
     (tmp_path / "plan.json").write_text(json.dumps({"commands": ["compress --max-update 1800"]}))
-    assert plan.budget()["continued_from"]["commands"] == ["compress --max-update 1800"]
+    assert plan.budget("dawid")["continued_from"]["commands"] == ["compress --max-update 1800"]
     assert converged._budget_text({"budget": budget}) == (
         "at most 3,000 updates, validation every 500, patience 4, continued from its run stopped "
         "at 1,890 updates (its schedule set for 1,800)"
@@ -791,3 +871,128 @@ def test_pack_stores_float16_exact_weights_as_float16_and_restores_them_exactly(
     assert "_pack_float16_exact" not in back
     got = back["last_optimizer_state"]["state"][0]["exp_avg_sq"]
     assert got.dtype == torch.float32 and torch.allclose(got, moment * 2, rtol=1e-2)
+
+
+def test_the_committed_rows_name_no_machines_paths():
+    """The committed JSON names the checkout's files relative to it and the machine's folders
+    as DATA (the corpus) and SAVE (the rows' state): no absolute path of the machine that ran."""
+    import re
+
+    committed = os.path.join(RESULTS, "converged")
+    for name in sorted(os.listdir(committed)):
+        if name.endswith(".json"):
+            with open(os.path.join(committed, name), encoding="utf-8") as f:
+                text = f.read()
+            found = re.findall(r"(?<![\w.])/(?:root|work|home|tmp|usr|opt|mnt)/[^\s\"']*", text)
+            assert not found, (name, found[:3])
+    # the writer: this machine's folders become placeholders, a recorded path comes back here
+    opts = converged.get_parser().parse_args(["plan", "--data-dir", "/d/corpus",
+                                              "--save-root", "/s/conv"])  # fmt: skip
+    plan = converged.Plan(opts)
+    cmd = (
+        f"{os.path.dirname(sys.executable)}/fairseq-train /d/corpus/bin --user-dir "
+        f"{harness.REPO_ROOT}/lightcompress --user-dir /other/clone/lightcompress "
+        "--save-dir /s/conv/x/student --path /other/clone/examples/t.pt --x /s/conv2/y"
+    )
+    want = ("fairseq-train DATA/bin --user-dir lightcompress --user-dir lightcompress --save-dir "
+            "SAVE/x/student --path examples/t.pt --x /s/conv2/y")  # fmt: skip
+    assert plan.portable({"c": [cmd]}) == {"c": [want]}
+    assert plan.local("SAVE/x/student") == "/s/conv/x/student"
+    assert plan.local("DATA/bin") == "/d/corpus/bin"
+    assert plan.local("lightcompress") == os.path.join(harness.REPO_ROOT, "lightcompress")
+    assert plan.local("--arch") == "--arch" and plan.local("/abs/p") == "/abs/p"
+
+
+def test_the_control_row_fine_tunes_the_teacher_with_the_default_rows_training(corpus, tmp_path):
+    """teacher_control runs the default row's recorded KD-data and fairseq-train commands on this
+    machine (DATA, SAVE and relative paths made this machine's), with the teacher's architecture
+    in place of the student's, fine-tuned from the shipped (float16) teacher; its JSON is
+    portable and its budget the plan's."""
+    runs, rows = tmp_path / "runs", tmp_path / "rows"
+    rows.mkdir()
+    train = ("fairseq-train DATA/bin --user-dir lightcompress --task translation_seqkd "
+             "--kd-data-mode both --kd-distilled-data SAVE/default/kd-bin -s de -t en --arch "
+             "lightformer --encoder-layers 3 --decoder-layers 1 --encoder-embed-dim 256 "
+             "--decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 "
+             "--encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings "
+             "--lc-encoder-groups 0 --lc-rank 8 --lc-embed-rank 16 --finetune-from-model "
+             "SAVE/default/student_init.pt --optimizer adam --lr 0.0015 --lr-scheduler "
+             "inverse_sqrt --warmup-updates 700 --criterion label_smoothed_cross_entropy "
+             "--label-smoothing 0.1 --dropout 0.3 --max-tokens 4096 --max-update 7000 "
+             "--validate-interval-updates 500 --save-interval-updates 500 --no-epoch-checkpoints "
+             "--save-dir SAVE/default/student --log-format simple --num-workers 0 --seed 1 "
+             "--data-buffer-size 0 --cpu --patience 4")  # fmt: skip
+    kd = (
+        "bash scripts/distill_data.sh DATA/bin --path examples/translation/results/teacher/"
+        "checkpoint.pt --out-dir SAVE/default/kd-bin --user-dir lightcompress --beam 1 "
+        "--max-tokens 4096 --num-shards 0 --generate-args '--max-len-a 1.2 --max-len-b 10' --cpu"
+    )
+    (rows / "default.json").write_text(json.dumps({"commands": ["lightcompress-convert -i x", kd,
+                                                                train]}), encoding="utf-8")  # fmt: skip
+    common = ["--data-dir", corpus, "--save-root", runs, "--rows-dir", rows, "--cpu"]
+    (cmd_kd, cmd, _gen) = converged.Plan(converged.get_parser().parse_args(
+        ["run", *map(str, common)])).commands("teacher_control", dry=False)  # fmt: skip
+    assert cmd_kd[:2] == ["bash", os.path.join(harness.REPO_ROOT, "scripts", "distill_data.sh")]
+    assert cmd[cmd.index("--arch") + 1] == "transformer"
+    assert cmd[cmd.index("--decoder-layers") + 1] == "3" and "--lc-rank" not in cmd
+    assert cmd[cmd.index("--finetune-from-model") + 1] == os.path.join(TEACHER, "checkpoint.pt")
+    assert cmd[cmd.index("--kd-distilled-data") + 1] == str(runs / "default" / "kd-bin")
+    assert cmd[cmd.index("--save-dir") + 1] == str(runs / "teacher_control" / "student")
+    _plan("run", "teacher_control", *common, "--max-update", 2, "--validate-every", 2)
+    assert (runs / "default" / "kd-bin.done").exists()
+    log = (runs / "teacher_control" / "train.log").read_text(encoding="utf-8")
+    assert "loaded checkpoint" in log.lower() and "checkpoint.pt" in log
+    rec = json.loads((rows / "teacher_control.json").read_text(encoding="utf-8"))
+    assert rec["params"] == converged._count_checkpoint(os.path.join(TEACHER, "checkpoint.pt"))
+    assert rec["updates"] == 2 and rec["budget"]["max_update"] == 2 and rec["kd"]
+    assert rec["commands"][0].startswith("bash scripts/distill_data.sh DATA/bin")
+    assert " --kd-distilled-data SAVE/default/kd-bin " in rec["commands"][1]
+    assert str(tmp_path) not in json.dumps(rec)
+
+
+def test_rows_not_started_here_train_side_by_side_on_the_device_and_come_back(corpus, tmp_path):
+    """handoff.py with several rows: the subformer row (from scratch) and the control row (from
+    the shipped teacher, with the default row's KD data carried as kd.tar.xz) are sent without
+    a checkpoint, trained side by side by one `train`, each written to OUT/ROW when it ends,
+    received, and scored here by `converged.py run` (no training left to do)."""
+    runs, rows, carry, back = (tmp_path / n for n in ("runs", "rows", "carry", "back"))
+    rows.mkdir()
+    kd_bin = runs / "default" / "kd-bin"
+    shutil.copytree(os.path.join(corpus, "bin"), kd_bin)  # (stands in for the teacher's output)
+    train = ("fairseq-train DATA/bin --user-dir lightcompress --task translation_seqkd "
+             "--kd-data-mode both --kd-distilled-data SAVE/default/kd-bin -s de -t en --arch "
+             "lightformer --encoder-layers 3 --decoder-layers 1 --encoder-embed-dim 256 "
+             "--decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 "
+             "--encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings "
+             "--lc-rank 8 --optimizer adam --lr 0.0015 --lr-scheduler inverse_sqrt "
+             "--warmup-updates 700 --criterion label_smoothed_cross_entropy --max-tokens 4096 "
+             "--max-update 7000 --save-dir SAVE/default/student --num-workers 0 --seed 1 "
+             "--data-buffer-size 0 --cpu --patience 4")  # fmt: skip
+    (rows / "default.json").write_text(json.dumps({"commands": [train]}), encoding="utf-8")
+    budget = ["--data-dir", corpus, "--save-root", runs, "--rows-dir", rows, "--cpu",
+              "--max-update", 2, "--validate-every", 2]  # fmt: skip
+    out = _handoff("send", "subformer", "teacher_control", "--carry", carry, *budget).stdout
+    assert "subformer: update 0 (starts there)" in out and (carry / "kd.tar.xz").exists()
+    doc = json.loads((carry / "state" / "teacher_control" / "row.json").read_text())
+    args = doc["args"]
+    assert doc["fresh"] and args[args.index("--kd-distilled-data") + 1] == "{KD}"
+    assert args[args.index("--finetune-from-model") + 1] == (
+        "{REPO}/examples/translation/results/teacher/checkpoint.pt"
+    )
+    with tarfile.open(carry / "bin.tar.xz", "w:xz") as t:
+        t.add(os.path.join(corpus, "bin"), arcname="bin")
+    _handoff("train", "--carry", carry, "--secs", "600", "--work", tmp_path / "w",
+             env={"OUT": str(back)})  # fmt: skip
+    for row in ("subformer", "teacher_control"):
+        res = json.loads((back / row / "result.json").read_text(encoding="utf-8"))
+        assert (res["from_update"], res["last_update"], res["ended"]) == (0, 2, True), res
+        assert res["files"] == {"final": "checkpoint_best.pt"}
+        _handoff("receive", row, back, *budget)
+        assert (runs / row / "student" / "train.done").exists()
+    proc = _plan("run", "subformer", "teacher_control", *budget)
+    assert "Loaded checkpoint" not in (runs / "subformer" / "train.log").read_text()
+    for row in ("subformer", "teacher_control"):
+        rec = json.loads((rows / f"{row}.json").read_text(encoding="utf-8"))
+        assert rec["updates"] == 2, proc.stderr
+        log = (runs / row / "train.log").read_text(encoding="utf-8")
+        assert log.startswith("[converged] updates 0 -> 2 ran on ") and "started there" in log

@@ -31,8 +31,13 @@ What the model is (checked against the authors' fork ``machelreid/subformer``):
   LayerNorm(d)`` before the last. In the decoder's middle layers the cross-attention stays at
   the encoder's width: query ``Linear(d_s, d) + LayerNorm(d)``, result ``Linear(d, d_s) +
   LayerNorm(d_s)`` (these projections belong to the shared cross-attention, as in the code).
-- **BERT initialisation** (``--subformer-init bert``, the default): Linear and Embedding
-  weights N(0, 0.02), biases 0, padding rows 0.
+- **Initialisation** (``--subformer-init``): the authors' BERT init (``bert``: Linear and
+  Embedding weights N(0, 0.02), biases 0, padding rows 0) with a SAFE token table drawn as
+  fairseq draws it, N(0, r^-1/2) (``bert-safe-table``, the default; without SAFE the same as
+  ``bert``), the authors' init as it is (``bert``) or fairseq's throughout (``fairseq``). With the authors' init the encoder's token
+  table starts at std ``0.02 sqrt(r)`` against sinusoidal positions of RMS 0.71, and at small
+  SAFE widths (r = 64: 0.16) such models did not learn to read their source
+  (docs/lab/subformer-source.md; building one logs a warning).
 
 Ties are Parameter identities made at build time, so they survive ``state_dict`` round trips
 and fairseq checkpoints (tests/test_subformer.py). Shared modules stay distinct objects, so
@@ -75,12 +80,18 @@ from torch import nn
 
 from lightcompress.errors import ConfigError
 from lightcompress.models.presets import PRESETS, add_config_args, register_presets
-from lightcompress.models.presets_subformer import SUBFORMER_PRESETS, SubformerConfig
+from lightcompress.models.presets_subformer import (
+    DEFAULT_INIT,
+    INITS,
+    SUBFORMER_PRESETS,
+    SubformerConfig,
+)
 from lightcompress.modules.safe import (
     OutputReduction,
     QueryProjectedAttention,
     SandwichProjection,
     bert_init_model_,
+    fairseq_token_tables_,
     subformer_heads,
 )
 from lightcompress.modules.sharing import (
@@ -161,6 +172,12 @@ class SubformerOptions:
         if opts.safe_dim and opts.safe_heads and opts.safe_dim % opts.safe_heads:
             raise ConfigError(
                 f"--safe-heads {opts.safe_heads} must divide --safe-dim {opts.safe_dim}"
+            )
+        if opts.safe_dim and not opts.safe_heads and opts.safe_dim % subformer_heads(opts.safe_dim):
+            raise ConfigError(
+                f"--safe-dim {opts.safe_dim}: the authors' rule gives "
+                f"{subformer_heads(opts.safe_dim)} SAFE heads, which do not divide it: give "
+                "--safe-heads"
             )
         if opts.sharing not in SHARING_SCHEDULES:
             raise ConfigError(
@@ -512,12 +529,29 @@ class SubformerDecoder(TransformerDecoderBase):
 SMALL_SAFE_TOKEN_STD = 0.2
 
 
+def init_model_(model, init: str):
+    """``model`` initialised as ``--subformer-init`` says, in place: ``bert`` the authors' BERT
+    init (every Linear and Embedding N(0, 0.02), biases 0, padding rows 0); ``bert-safe-table``
+    (the default) the same with each SAFE token table (a stack with ``--safe-dim``) drawn as
+    fairseq draws it, N(0, r^-1/2), so that its tokens start at unit scale after the sqrt(r)
+    scaling whatever the SAFE width (without SAFE: ``bert``); ``fairseq`` fairseq's own init
+    throughout (nothing re-drawn)."""
+    if init not in INITS:
+        raise ConfigError(f"--subformer-init must be one of {', '.join(INITS)}, got {init!r}")
+    if init in ("bert", "bert-safe-table"):
+        bert_init_model_(model)
+    if init == "bert-safe-table":
+        stacks = [getattr(model, part, None) for part in ("encoder", "decoder")]
+        fairseq_token_tables_(s.embed_tokens for s in stacks if getattr(s, "has_safe", False))
+    return model
+
+
 def small_safe_table_warning(args) -> str | None:
     """A warning for SAFE with the BERT init, sinusoidal positions and a small ``--safe-dim``:
     the token table starts small against the positions (measured: such models did not learn
     to read their source), or None."""
     r = getattr(args, "safe_dim", None)
-    if not r or getattr(args, "subformer_init", "bert") != "bert":
+    if not r or (getattr(args, "subformer_init", None) or DEFAULT_INIT) != "bert":
         return None
     if getattr(args, "encoder_learned_pos", False):
         return None
@@ -528,7 +562,7 @@ def small_safe_table_warning(args) -> str | None:
     return (f"--safe-dim {r} with --subformer-init bert and sinusoidal positions: the token "
             f"table starts at std {std:.2f} against positions of RMS 0.71; such models did not "
             "learn to read their source in lightcompress's runs (docs/lab/subformer-source.md). "
-            "Consider --subformer-init fairseq.")  # fmt: skip
+            f"The default --subformer-init {DEFAULT_INIT} draws a SAFE table at unit scale.")  # fmt: skip
 
 
 @register_model("subformer")
@@ -545,11 +579,10 @@ class SubformerModel(TransformerModel):
         PRESETS["subformer"].apply(args)  # defaults for flags a checkpoint may lack
         SubformerOptions.from_args(args)  # validate flags before building
         model = super().build_model(args, task)
-        if getattr(args, "subformer_init", "bert") == "bert":
-            bert_init_model_(model)
-            warning = small_safe_table_warning(args)
-            if warning:
-                logger.warning(warning)
+        init_model_(model, getattr(args, "subformer_init", None) or DEFAULT_INIT)
+        warning = small_safe_table_warning(args)
+        if warning:
+            logger.warning(warning)
         return model
 
     @classmethod

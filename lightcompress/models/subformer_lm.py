@@ -36,8 +36,8 @@ from lightcompress.models.subformer import (
     SHARING_SCHEDULES,
     SubformerDecoder,
     SubformerOptions,
+    init_model_,
 )
-from lightcompress.modules.safe import bert_init_model_
 
 __all__ = ["SubformerLanguageModel", "SubformerLanguageModelConfig"]
 
@@ -86,7 +86,10 @@ class SubformerLanguageModelConfig(TransformerLanguageModelConfig):
     )
     subformer_init: Optional[str] = field(
         default="fairseq",
-        metadata={"help": "initialisation: fairseq (the authors' LM) or bert (N(0, 0.02))"},
+        metadata={
+            "help": "initialisation: fairseq (the authors' LM), bert (N(0, 0.02)) or "
+            "bert-safe-table (bert with a SAFE token table at N(0, r^-1/2))"
+        },
     )
 
 
@@ -117,9 +120,7 @@ class SubformerLanguageModel(TransformerLanguageModel):
             no_encoder_attn=True,
         )
         model = cls(decoder)
-        if getattr(args, "subformer_init", "fairseq") == "bert":
-            bert_init_model_(model)
-        return model
+        return init_model_(model, getattr(args, "subformer_init", None) or "fairseq")
 
     @classmethod
     def build_embedding(cls, args, dictionary, embed_dim, path=None):

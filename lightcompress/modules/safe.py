@@ -18,6 +18,7 @@ __all__ = [
     "SandwichProjection",
     "bert_init_",
     "bert_init_model_",
+    "fairseq_token_tables_",
     "safe_num_params",
     "subformer_heads",
 ]
@@ -150,6 +151,22 @@ def bert_init_model_(model: nn.Module) -> nn.Module:
             if isinstance(m, nn.Embedding) and m.padding_idx is not None:
                 m.weight[m.padding_idx].zero_()
     return model
+
+
+def fairseq_token_tables_(tables) -> None:
+    """Re-draw each token table of ``tables`` (``nn.Embedding``; a table given twice, shared,
+    once) as fairseq's ``Embedding`` draws it, N(0, dim^-1/2) with the padding row 0, in place:
+    after fairseq's ``sqrt(dim)`` scaling its tokens start at unit scale against the sinusoidal
+    positions (RMS 0.71), whatever the table's width."""
+    seen = set()
+    for emb in tables:
+        if not isinstance(emb, nn.Embedding) or id(emb.weight) in seen:
+            continue
+        seen.add(id(emb.weight))
+        with torch.no_grad():
+            emb.weight.normal_(0.0, emb.embedding_dim**-0.5)
+            if emb.padding_idx is not None:
+                emb.weight[emb.padding_idx].zero_()
 
 
 def safe_num_params(vocab: int, reduction_dim: int, model_dim: int, causal: bool = False) -> int:

@@ -13,6 +13,10 @@ Rows (in the order ``run`` trains them; each from ``teacher/checkpoint.pt``):
 
 - ``default``: ``lightcompress-compress`` as a user runs it (its default method, student shape,
   target and recipe), with this plan's budget;
+- ``teacher_control``: the control for extra training: the shipped teacher itself fine-tuned
+  from its checkpoint with the default row's own fairseq-train command (the students' data, KD
+  data, schedule, budget and patience), its architecture the teacher's; the students that end
+  above the teacher are compared with it;
 - ``lightformer_keep_depth``: the same at the teacher's depth (``--keep-depth``);
 - ``lightformer_random``: the default student's own fairseq-train command without
   ``--finetune-from-model`` (random initialisation, equal updates: the SVD-transfer claim);
@@ -21,25 +25,35 @@ Rows (in the order ``run`` trains them; each from ``teacher/checkpoint.pt``):
   search picks each layer's CP rank (around the natural rank d / 4 = 64) while it fine-tunes;
 - ``smartformer``: the fixed CP rank that gives the searched model's size (equal size);
 - ``dawid``: ``--method dawid --params``: the teacher's embeddings (DA-WID keeps them) plus the
-  default student's non-embedding parameters (LightFormer's layers' size);
-- ``subformer``: trained from scratch as its paper does (sandwich sharing, SAFE, its Adam
-  settings and learning rate 5e-4), at the teacher's width and 6-6 depth;
-- ``subformer_fairseq_init``: the same with fairseq's initialisation (``--subformer-init
-  fairseq``): with the authors' BERT init the subformer row did not learn to read its source
-  (docs/lab/subformer-source.md).
+  default student's non-embedding parameters (LightFormer's layers' size), at the default row's
+  budget and patience;
+- ``subformer``: trained from scratch (sandwich sharing, SAFE, the plugin's default
+  initialisation) at the teacher's width and 6-6 depth with the teacher's own recipe and token
+  budget, read from the shipped checkpoint (its batch of tokens, optimizer, learning-rate
+  schedule, dropout, validation every epoch and patience, until early stopping): the row the
+  Subformer claim is decided on.
 
-Every row trains at most ``--max-update`` updates (default 7,000), validates every
-``--validate-every`` (500) and stops early after ``--patience`` (4) validations without a lower
-loss; its state lives in ``--save-root`` (outside the checkout: rerun the same command after any
-stop and each row goes on from its last checkpoint; two ``run`` commands, e.g. one per core,
-share the rows: a row another process is training is skipped; the state lasts as long as the
-machine, a fresh one starts unfinished rows again; a compress row that ended short of its
-target goes on from its checkpoint with ``--continue-from`` and ``--schedule-updates``), and
-each finished row is written to
-``--rows-dir`` (``converged/ROW.json``, committed). ``speed`` times the teacher and every
-finished row in one interleaved run (fairseq, ONNX Runtime, CTranslate2 on the dense teacher,
-with and without the shared vocabulary shortlist; batch 1 and 32; one thread) and ``table``
-builds ``results.md`` / ``results.json`` from the committed JSON alone.
+Two diagnostic rows (run only when named; their JSON keeps what they measured): the Subformer
+with its paper's schedule (Adam (0.9, 0.999), lr 5e-4, 4,096-token batches) and the authors'
+BERT initialisation (``subformer_bert_init``: did not learn to read its source) or fairseq's
+(``subformer_fairseq_init``; docs/lab/subformer-source.md).
+
+Every row trains at most ``--max-update`` updates (default: the row's own budget: 7,000 for the
+rows from the teacher; 20,000, its schedule still set for 7,000, for the rows the first run
+stopped at 7,000 while they still improved and the control compared with them; the subformer
+row the teacher's), validates every ``--validate-every`` (500) and stops early after
+``--patience`` (4) validations without a lower loss; its state lives in ``--save-root``
+(outside the checkout: rerun the same command after any stop and each row goes on from its
+last checkpoint; two ``run`` commands, e.g. one per core, share the rows: a row another process
+is training is skipped; the state lasts as long as the machine, a fresh one starts unfinished
+rows again; a compress row that ended short of its target goes on from its checkpoint with
+``--continue-from`` and ``--schedule-updates``), and each finished row is written to
+``--rows-dir`` (``converged/ROW.json``, committed; its commands and paths name the checkout's
+files relative to it and this machine's folders as DATA, the corpus, and SAVE, the save root).
+``speed`` times the teacher and every finished row in one interleaved run (fairseq, ONNX
+Runtime, CTranslate2 on the dense teacher, with and without the shared vocabulary shortlist;
+batch 1 and 32; one thread) and ``table`` builds ``results.md`` (and, with ``--readme``, the
+README's block) from the committed JSON alone.
 
 Bad input is one line on stderr and exit status 2; a failed step, exit status 1.
 """
@@ -64,10 +78,15 @@ TEACHER_DIR = os.path.join(HERE, "teacher")
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO_ROOT, "scripts"))
 
-ROWS = ["default", "lightformer_keep_depth", "lightformer_random", "hypoformer_kd", "hypoformer",
-        "smartformer_search", "smartformer", "dawid", "subformer", "subformer_fairseq_init"]  # fmt: skip
+ROWS = ["default", "teacher_control", "lightformer_keep_depth", "lightformer_random",
+        "hypoformer_kd", "hypoformer", "smartformer_search", "smartformer", "dawid", "subformer",
+        "subformer_bert_init", "subformer_fairseq_init"]  # fmt: skip
+# rows that measure why another row failed: `run` trains them only when they are named
+DIAGNOSTIC = ("subformer_bert_init", "subformer_fairseq_init")
 WHAT = {
     "default": "lightcompress-compress, its defaults (LightFormer SVD transfer, 3-1, 4x fewer)",
+    "teacher_control": "the control: the shipped teacher itself fine-tuned with the default "
+    "row's fairseq-train command (the students' data, KD data, schedule and budget)",
     "lightformer_keep_depth": "LightFormer SVD transfer at the teacher's depth (--keep-depth)",
     "lightformer_random": "the default student from random initialisation (equal updates)",
     "hypoformer_kd": "Hypoformer (TT transfer) with sequence-level KD",
@@ -76,29 +95,45 @@ WHAT = {
     "smartformer": "Smartformer, one fixed CP rank at the searched model's size",
     "dawid": "DA-WID (compactors and masks, fused), the teacher's embeddings and the default "
     "student's non-embedding parameters",
-    "subformer": "Subformer (sandwich sharing + SAFE) from scratch, its paper's schedule",
-    "subformer_fairseq_init": "the subformer row with fairseq's initialisation instead of the "
-    "authors' BERT init (--subformer-init fairseq; docs/lab/subformer-source.md)",
+    "subformer": "Subformer (sandwich sharing + SAFE) from scratch with the plugin's default "
+    "initialisation and the teacher's own recipe and token budget, until early stopping",
+    "subformer_bert_init": "diagnostic: Subformer from scratch with its paper's schedule and the "
+    "authors' BERT initialisation (the plugin's default when it ran; "
+    "docs/lab/subformer-source.md)",
+    "subformer_fairseq_init": "diagnostic: subformer_bert_init's command with fairseq's "
+    "initialisation (--subformer-init fairseq; docs/lab/subformer-source.md)",
 }
 # rows trained from scratch by fairseq-train (the others are lightcompress-compress runs)
-SCRATCH = ("lightformer_random", "subformer", "subformer_fairseq_init")
-# Subformer as its paper trains it (examples/translation/subformer/common.sh: Adam (0.9, 0.999)
-# eps 1e-6, lr 5e-4, inverse_sqrt, weight decay 0.01, dropout 0.2, label smoothing 0.1), at the
-# teacher's width; 6-6 sandwich (its Table 2 shape: first and last layer own, the middle shared).
-# Warm-up: a tenth of the budget (700 of 7,000 updates of 4,096 tokens); the paper's was 10K of
-# up to 250K updates of 128K tokens, a schedule this CPU budget cannot follow
-SUBFORMER = ["--arch", "subformer", "--encoder-layers", "6", "--decoder-layers", "6",
-             "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
-             "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
-             "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-             "--subformer-sharing", "sandwich", "--safe-dim", "64", "--share-all-embeddings",
-             "--optimizer", "adam", "--adam-betas", "(0.9, 0.999)", "--adam-eps", "1e-06",
-             "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt", "--warmup-init-lr", "1e-07",
-             "--weight-decay", "0.01", "--dropout", "0.2",
-             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]  # fmt: skip
+SCRATCH = ("teacher_control", "lightformer_random", "subformer", "subformer_bert_init",
+           "subformer_fairseq_init")  # fmt: skip
+# Subformer's shape here: the teacher's width, 6-6 sandwich (its Table 2 shape: first and last
+# layer own, the middle shared), SAFE r = 64, shared tables
+SUBFORMER_SHAPE = ["--arch", "subformer", "--encoder-layers", "6", "--decoder-layers", "6",
+                   "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
+                   "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
+                   "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+                   "--subformer-sharing", "sandwich", "--safe-dim", "64",
+                   "--share-all-embeddings"]  # fmt: skip
+# ... trained as its paper trains it (the diagnostic rows; examples/translation/subformer/
+# common.sh: Adam (0.9, 0.999) eps 1e-6, lr 5e-4, inverse_sqrt, weight decay 0.01, dropout 0.2,
+# label smoothing 0.1; warm-up a tenth of the budget, 700 of 7,000 updates of 4,096 tokens: the
+# paper's was 10K of up to 250K updates of 128K tokens, a schedule a CPU budget cannot follow)
+SUBFORMER_PAPER = ["--optimizer", "adam", "--adam-betas", "(0.9, 0.999)", "--adam-eps", "1e-06",
+                   "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt", "--warmup-init-lr", "1e-07",
+                   "--weight-decay", "0.01", "--dropout", "0.2",
+                   "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]  # fmt: skip
+# the budget of the rows from the teacher (the subformer row's is the teacher's own recipe)
+COMMON_BUDGET = {"max_update": 7000, "validate_every": 500, "patience": 4}
+# rows that the first run (converged/*.json) stopped at 7,000 updates while they still improved,
+# and the control compared with two of them: trained until early stopping (the same patience,
+# a cap of 20,000), their schedules still set for 7,000 updates (the same warm-up as every
+# other row: up to update 7,000 such a run is the 7,000-update run)
+UNTIL_EARLY_STOP = {**COMMON_BUDGET, "max_update": 20000, "schedule_updates": 7000}
+EXTENDED = ("teacher_control", "lightformer_keep_depth", "lightformer_random", "hypoformer_kd")
 # rows made from another row's result: the default student's command and KD data, its size;
 # the searched Smartformer's ranks
-NEEDS = {"lightformer_random": "default", "dawid": "default", "smartformer": "smartformer_search"}
+NEEDS = {"lightformer_random": "default", "teacher_control": "default", "dawid": "default",
+         "smartformer": "smartformer_search"}  # fmt: skip
 SEARCH_RANKS = (32, 64, 128)  # the agent's choices (around the natural rank d / 4 = 64)
 
 
@@ -127,6 +162,91 @@ def _write_json(path: str, doc) -> None:
     os.replace(tmp, path)
 
 
+# -- paths in the committed JSON: the checkout relative, this machine's folders as placeholders
+PLACEHOLDERS = {"DATA": "the results corpus (--data-dir)", "SAVE": "the rows' state (--save-root)"}
+_REPO_DIRS = ("lightcompress", "examples", "scripts", "tests", "docs")
+
+
+def portable(value, roots):
+    """``value`` (a string, or a list / dict of them, nested) with this machine's folders
+    replaced: each ``(folder, name)`` of ``roots`` (longest folder first) where it is a path or
+    begins one; ``name`` "" drops the folder (the checkout: paths relative to it; the
+    interpreter's bin: commands by name). Other text is kept."""
+    import re
+
+    if isinstance(value, dict):
+        return {k: portable(v, roots) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v, roots) for v in value]
+    if not isinstance(value, str):
+        return value
+    for folder, name in sorted(roots, key=lambda kv: -len(kv[0])):
+        folder = folder.rstrip("/")
+        if not folder:
+            continue
+        pat = re.compile(r"(?<![\w./-])" + re.escape(folder) + r"(/|(?=[\s'\",:=)]|$))")
+        value = pat.sub(lambda m, n=name: (n + "/" if n else "") if m.group(1) else (n or "."),
+                        value)  # fmt: skip
+    return value
+
+
+def checkouts_in(value) -> set[str]:
+    """The checkouts a record's commands name (each ``--user-dir``'s parent)."""
+    import re
+
+    text = json.dumps(value)
+    return {m.group(1) for m in re.finditer(r"--user-dir (/[^\s'\"]+?)/lightcompress(?=[\s'\"])",
+                                            text)}  # fmt: skip
+
+
+def teacher_recipe(path: str) -> tuple[list[str], dict]:
+    """The shipped teacher's own training recipe, read from its checkpoint's fairseq
+    configuration: (its fairseq-train flags: batch of tokens, optimizer, learning-rate schedule,
+    dropout, label smoothing, patience, update cap, seed; the budget they make: validation
+    every epoch or every N updates, as the teacher validated)."""
+    from lightcompress.checkpoint import CheckpointError, read_checkpoint
+
+    try:
+        cfg = read_checkpoint(path).get("cfg")
+    except CheckpointError as exc:
+        raise PlanError(str(exc)) from None
+    if not cfg:
+        raise PlanError(f"{path}: no fairseq configuration to read the teacher's recipe from")
+
+    def get(section, key):
+        sec = cfg[section]
+        return sec[key] if isinstance(sec, dict) else getattr(sec, key)
+
+    opt, sched = get("optimizer", "_name"), get("lr_scheduler", "_name")
+    if (
+        opt != "adam"
+        or sched != "inverse_sqrt"
+        or get("criterion", "_name") != ("label_smoothed_cross_entropy")
+    ):
+        raise PlanError(f"{path}: the teacher trained with {opt} / {sched} / "
+                        f"{get('criterion', '_name')}; the plan reads adam / inverse_sqrt / "
+                        "label_smoothed_cross_entropy recipes only")  # fmt: skip
+    every = get("dataset", "validate_interval_updates") or 0
+    flags = ["--max-tokens", str(get("dataset", "max_tokens")),
+             "--update-freq", str(get("optimization", "update_freq")[0]),
+             "--optimizer", "adam", "--adam-betas", str(get("optimizer", "adam_betas")),
+             "--adam-eps", f"{get('optimizer', 'adam_eps'):g}",
+             "--weight-decay", f"{get('optimizer', 'weight_decay'):g}",
+             "--clip-norm", f"{get('optimization', 'clip_norm'):g}",
+             "--lr", f"{get('optimization', 'lr')[0]:g}", "--lr-scheduler", "inverse_sqrt",
+             "--warmup-updates", str(get("lr_scheduler", "warmup_updates")),
+             "--warmup-init-lr", f"{get('lr_scheduler', 'warmup_init_lr'):g}",
+             "--criterion", "label_smoothed_cross_entropy",
+             "--label-smoothing", f"{get('criterion', 'label_smoothing'):g}",
+             "--dropout", f"{get('model', 'dropout'):g}",
+             "--attention-dropout", f"{get('model', 'attention_dropout') or 0:g}",
+             "--seed", str(get("common", "seed"))]  # fmt: skip
+    budget = {"max_update": get("optimization", "max_update"),
+              "validate_every": every or "epoch", "patience": get("checkpoint", "patience"),
+              "max_tokens": get("dataset", "max_tokens")}  # fmt: skip
+    return flags, budget
+
+
 class Plan:
     """Paths, budget and the command of every row."""
 
@@ -137,13 +257,71 @@ class Plan:
         self.teacher = os.path.join(TEACHER_DIR, "checkpoint.pt")
         self.spm = os.path.join(TEACHER_DIR, "spm.model")
         self.py = sys.executable
-        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p))  # fmt: skip
+        self.env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(
+                p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p
+            ),
+            PYTHON=sys.executable,
+        )  # fmt: skip  (scripts/*.sh run this interpreter)
         if opts.threads:
             self.env.update(OMP_NUM_THREADS=str(opts.threads), MKL_NUM_THREADS=str(opts.threads))
+        self._recipe = None
 
     def save(self, row: str) -> str:
         return os.path.join(self.o.save_root, row)
+
+    # -- this machine's paths and the records' placeholders --------------------------------------
+    def roots(self, *extra: tuple[str, str]) -> list[tuple[str, str]]:
+        """The folders a record names by placeholder or relative path: the interpreter's bin
+        (commands by name), DATA, SAVE, the checkout (and ``extra``)."""
+        return [(os.path.dirname(self.py), ""), (os.path.abspath(self.o.data_dir), "DATA"),
+                (os.path.abspath(self.o.save_root), "SAVE"), (REPO_ROOT, ""), *extra]  # fmt: skip
+
+    def portable(self, value, *extra: tuple[str, str]):
+        """``value`` as the committed JSON holds it (:func:`portable` with :meth:`roots`, and
+        any other checkout its commands name)."""
+        others = [(c, "") for c in checkouts_in(value)]
+        return portable(value, self.roots(*extra, *others))
+
+    def local(self, path: str) -> str:
+        """A recorded path on this machine: DATA and SAVE are this plan's folders, a path
+        relative to the checkout is this checkout's; anything else as it is."""
+        for name, folder in (("DATA", self.o.data_dir), ("SAVE", self.o.save_root)):
+            if path == name or path.startswith(name + "/"):
+                return os.path.join(os.path.abspath(folder), path[len(name) + 1 :]).rstrip("/")
+        if not os.path.isabs(path) and path.split("/")[0] in _REPO_DIRS:
+            return os.path.join(REPO_ROOT, path)
+        return path
+
+    def recipe(self) -> tuple[list[str], dict]:
+        """The shipped teacher's training recipe (:func:`teacher_recipe`), read once."""
+        if self._recipe is None:
+            self._recipe = teacher_recipe(self.teacher)
+        return self._recipe
+
+    def budget(self, row: str) -> dict:
+        """``row``'s budget: the teacher's own (the subformer row) or the common one (every
+        other row), each value given on the command line instead."""
+        o = self.o
+        if row == "subformer":
+            b = dict(self.recipe()[1])
+        else:
+            b = dict(UNTIL_EARLY_STOP if row in EXTENDED else COMMON_BUDGET)
+        for key in ("max_update", "validate_every", "patience"):
+            if getattr(o, key) is not None:
+                b[key] = getattr(o, key)
+        if o.schedule_updates:  # (schedules set for another budget: a continued run's first)
+            b["schedule_updates"] = o.schedule_updates
+        if o.continue_from:
+            b["continued_from"] = {"checkpoint": os.path.abspath(o.continue_from),
+                                   "updates": _checkpoint_updates(o.continue_from)}  # fmt: skip
+            # the earlier run's own commands (its compress plan.json, SAVE/student/../plan.json)
+            first = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(o.continue_from))),
+                                 "plan.json")  # fmt: skip
+            if os.path.exists(first):
+                b["continued_from"]["commands"] = _json(first).get("commands")
+        return b
 
     def check(self, dry: bool) -> None:
         for path, what in ((self.teacher, "the shipped teacher"), (self.spm, "its spm model")):
@@ -164,15 +342,15 @@ class Plan:
 
     # -- commands -----------------------------------------------------------------------------
     def compress(self, row: str, extra: list[str], train: list[str] = ()) -> list[str]:
-        o = self.o
+        o, b = self.o, self.budget(row)
         cmd = [self.py, "-m", "lightcompress.compress", self.teacher, "--data", self.bin,
                "--save-dir", self.save(row), "--spm", self.spm, "--ref", self.ref, *extra,
-               "--max-update", str(o.max_update), "--validate-every", str(o.validate_every)]  # fmt: skip
+               "--max-update", str(b["max_update"]), "--validate-every", str(b["validate_every"])]  # fmt: skip
         if o.cpu:
             cmd.append("--cpu")
-        cmd += ["--patience", str(o.patience)]
-        if o.schedule_updates:
-            cmd += ["--schedule-updates", str(o.schedule_updates)]
+        cmd += ["--patience", str(b["patience"])]
+        if b.get("schedule_updates"):
+            cmd += ["--schedule-updates", str(b["schedule_updates"])]
         if o.continue_from:
             cmd += ["--continue-from", os.path.abspath(o.continue_from)]
         return cmd + (["--", *train] if train else [])
@@ -208,7 +386,7 @@ class Plan:
 
         rec = os.path.join(self.o.rows_dir, "default.json")
         doc = _json(rec) if os.path.exists(rec) else {}
-        ckpt = doc.get("checkpoint")
+        ckpt = self.local(doc["checkpoint"]) if doc.get("checkpoint") else None
         if ckpt and os.path.exists(ckpt):
             return (checkpoint_report(self.teacher)["embedding"]
                     + checkpoint_report(ckpt)["non_embedding"])  # fmt: skip
@@ -250,16 +428,25 @@ class Plan:
         den = sum(weight[k.split(".")[0]] for k in ranks)
         return max(1, round(num / den))
 
-    def default_train(self, dry: bool = False) -> list[str]:
-        """The default row's own fairseq-train command (as its JSON records it), without
-        ``--finetune-from-model`` (random initialisation), saving to this row's directory and
-        run with this checkout's plugin: the same data, KD data, recipe and budget."""
+    def _default_commands(self, dry: bool) -> list[list[str]] | None:
+        """The default row's recorded commands (its JSON), or None where it has none yet."""
         rec = os.path.join(self.o.rows_dir, "default.json")
-        if os.path.exists(rec):
-            lines = [c for c in _json(rec).get("commands", []) if "fairseq-train" in c]
+        if not os.path.exists(rec):
+            return None
+        return [shlex.split(c) for c in _json(rec).get("commands", [])]
+
+    def default_train(self, dry: bool = False, row: str = "lightformer_random") -> list[str]:
+        """The default row's own fairseq-train command (as its JSON records it), without
+        ``--finetune-from-model`` (random initialisation), saving to ``row``'s directory with
+        ``row``'s budget and run with this checkout's plugin and this machine's paths: the same
+        data, KD data and recipe."""
+        cmds = self._default_commands(dry)
+        if cmds is not None:
+            lines = [c for c in cmds if any(a.endswith("fairseq-train") for a in c[:1])]
             if len(lines) != 1:
-                raise StepError(f"{rec} records no single fairseq-train command")
-            cmd = shlex.split(lines[0])
+                raise StepError(f"{self.o.rows_dir}/default.json records no single fairseq-train "
+                                "command")  # fmt: skip
+            cmd = [self.local(a) for a in lines[0]]
         elif dry:  # (the plan's listing before the default row ran: the command it will run)
             cmd = self._default_train_planned()
         else:
@@ -267,17 +454,69 @@ class Plan:
         if "--finetune-from-model" in cmd:
             i = cmd.index("--finetune-from-model")
             del cmd[i : i + 2]
+        cmd = [a for a in cmd if a != "--cpu"] + (["--cpu"] if self.o.cpu else [])
         cmd[0] = os.path.join(os.path.dirname(self.py), "fairseq-train")
+        b = self.budget(row)
+        every = str(b["validate_every"])
         for flag, value in (("--user-dir", os.path.join(REPO_ROOT, "lightcompress")),
-                            ("--save-dir", os.path.join(self.save("lightformer_random"), "student"))):  # fmt: skip
+                            ("--save-dir", os.path.join(self.save(row), "student")),
+                            ("--max-update", str(b["max_update"])), ("--patience", str(b["patience"])),
+                            ("--validate-interval-updates", every),
+                            ("--save-interval-updates", every)):  # fmt: skip
             if flag in cmd:
                 cmd[cmd.index(flag) + 1] = value
-        if "--kd-distilled-data" in cmd and not dry:
-            kd = cmd[cmd.index("--kd-distilled-data") + 1]
-            if not os.path.isdir(kd):
-                raise PlanError(f"{kd}: the default row's KD data (its fairseq-train command "
-                                "reads it) is missing: run the default row on this machine")  # fmt: skip
+            elif flag == "--patience":
+                cmd += [flag, value]
         return cmd
+
+    def kd_command(self, dry: bool = False) -> list[str] | None:
+        """The default row's recorded KD-data command (scripts/distill_data.sh: the teacher's
+        beam translation of the training set) on this machine, or None where it made none."""
+        cmds = self._default_commands(dry) or []
+        kd = [c for c in cmds if any(a.endswith("distill_data.sh") for a in c[:2])]
+        if not kd:
+            return None
+        cmd = [self.local(a) for a in kd[0]]
+        return [a for a in cmd if a != "--cpu"] + (["--cpu"] if self.o.cpu else [])
+
+    def control_train(self, dry: bool = False) -> list[str]:
+        """The control row: the default row's fairseq-train command (:meth:`default_train`:
+        the students' data, KD data, schedule and budget) with the teacher's architecture in
+        place of the student's (``--arch`` and the shape flags from the shipped checkpoint's
+        configuration, the student's own ``--lc-*`` flags dropped), fine-tuned from the shipped
+        teacher."""
+        from lightcompress.checkpoint import read_checkpoint
+
+        try:
+            cmd = self.default_train(dry, row="teacher_control")
+        except StepError:
+            if not dry:
+                raise
+            return ["fairseq-train", ("<the default row's command with the teacher's "
+                                      "architecture, from teacher/checkpoint.pt>")]  # fmt: skip
+        model = read_checkpoint(self.teacher)["cfg"]["model"]
+        get = (lambda k: model[k]) if isinstance(model, dict) else (lambda k: getattr(model, k))
+        out, i = [], 0
+        while i < len(cmd):
+            if cmd[i].startswith("--lc-"):  # (a LightFormer flag and its value)
+                i += 1 if i + 1 < len(cmd) and cmd[i + 1].startswith("--") else 2
+                continue
+            out.append(cmd[i])
+            i += 1
+        shape = {"--arch": get("arch")}
+        for side in ("encoder", "decoder"):
+            for flag, key in (("layers", "layers"), ("embed-dim", "embed_dim"),
+                              ("ffn-embed-dim", "ffn_embed_dim"),
+                              ("attention-heads", "attention_heads")):  # fmt: skip
+                shape[f"--{side}-{flag}"] = str(get(f"{side}_{key}"))
+        for flag, value in shape.items():
+            if flag in out:
+                out[out.index(flag) + 1] = value
+            else:
+                out += [flag, value]
+        if get("encoder_normalize_before") or get("decoder_normalize_before"):
+            out += ["--encoder-normalize-before", "--decoder-normalize-before"]
+        return out + ["--finetune-from-model", self.teacher]
 
     def _default_train_planned(self) -> list[str]:
         """The fairseq-train command the default row will run (compress --dry-run into a
@@ -300,22 +539,29 @@ class Plan:
         return [a.replace(nowhere, self.save("default")) for a in shlex.split(lines[0])]
 
     def scratch_train(self, row: str, dry: bool = False) -> list[str]:
-        o = self.o
         if row == "lightformer_random":
             return self.default_train(dry)
+        if row == "teacher_control":
+            return self.control_train(dry)
+        b = self.budget(row)
         cmd = [os.path.join(os.path.dirname(self.py), "fairseq-train"), self.bin,
                "--user-dir", os.path.join(REPO_ROOT, "lightcompress"), "--task", "translation",
-               "-s", "de", "-t", "en", *SUBFORMER, "--warmup-updates", str(max(1, o.max_update // 10)),
-               "--max-tokens", "4096", "--max-update", str(o.max_update),
-               "--validate-interval-updates", str(o.validate_every),
-               "--save-interval-updates", str(o.validate_every), "--keep-interval-updates", "1",
-               "--no-epoch-checkpoints", "--patience", str(o.patience),
-               "--save-dir", os.path.join(self.save(row), "student"), "--no-progress-bar",
-               "--log-format", "simple", "--log-interval", "50", "--num-workers", "0",
-               "--seed", "1"]  # fmt: skip
-        if row == "subformer_fairseq_init":
-            cmd += ["--subformer-init", "fairseq"]
-        return cmd + (["--cpu"] if o.cpu else [])
+               "-s", "de", "-t", "en", *SUBFORMER_SHAPE]  # fmt: skip
+        if row == "subformer":  # the teacher's own recipe, the plugin's default initialisation
+            cmd += self.recipe()[0]
+        else:  # the diagnostic rows: the paper's schedule, each initialisation named
+            cmd += [*SUBFORMER_PAPER, "--warmup-updates", str(max(1, b["max_update"] // 10)),
+                    "--max-tokens", "4096", "--seed", "1",
+                    "--subformer-init", "bert" if row == "subformer_bert_init" else "fairseq"]  # fmt: skip
+        cmd += ["--max-update", str(b["max_update"]), "--patience", str(b["patience"])]
+        if b["validate_every"] != "epoch":
+            every = str(b["validate_every"])
+            cmd += ["--validate-interval-updates", every, "--save-interval-updates", every,
+                    "--keep-interval-updates", "1"]  # fmt: skip
+        cmd += ["--no-epoch-checkpoints", "--save-dir", os.path.join(self.save(row), "student"),
+                "--no-progress-bar", "--log-format", "simple", "--log-interval", "50",
+                "--num-workers", "0"]  # fmt: skip
+        return cmd + (["--cpu"] if self.o.cpu else [])
 
     def generate(self, row: str) -> list[str]:
         return [os.path.join(os.path.dirname(self.py), "fairseq-generate"), self.bin,
@@ -328,7 +574,9 @@ class Plan:
 
     def commands(self, row: str, dry: bool = True) -> list[list[str]]:
         """``row``'s commands; ``dry`` (the plan's listing): a command made from a row not
-        finished yet is shown as a placeholder (a run raises the reason instead)."""
+        finished yet is shown as a placeholder (a run raises the reason instead). A training
+        from scratch that reads the default row's KD data starts with the default row's own
+        KD-data command (made here when this machine lacks that data)."""
         if row in SCRATCH:
             try:
                 train = self.scratch_train(row, dry)
@@ -339,7 +587,14 @@ class Plan:
                     "fairseq-train",
                     "<the default row's command without --finetune-from-model>",
                 ]
-            return [train, self.generate(row)]
+            kd = self.kd_command(dry) if "--kd-distilled-data" in train else None
+            if kd is None and "--kd-distilled-data" in train and not dry:
+                data = train[train.index("--kd-distilled-data") + 1]
+                if not os.path.isdir(data):
+                    raise PlanError(f"{data}: the default row's KD data (its fairseq-train "
+                                    "command reads it) is missing and its JSON records no "
+                                    "command that makes it: run the default row here")  # fmt: skip
+            return [*([kd] if kd else []), train, self.generate(row)]
         extra, train = self.compress_args(row)
         return [self.compress(row, [str(a) for a in extra], train)]
 
@@ -387,9 +642,10 @@ class Plan:
         train = next((shlex.split(c) for c in cmds if "fairseq-train" in c), [])
         user_dir = train[train.index("--user-dir") + 1] if "--user-dir" in train else REPO_ROOT
         rec.update(row=row, what=WHAT[row], checkpoint=ckpt, commands=cmds,
-                   budget=self.budget(), machine=machine(),
+                   budget=self.budget(row), machine=machine(),
                    code=code_commit(os.path.dirname(user_dir)), started=None,
                    finished=finished.isoformat(timespec="seconds"))  # fmt: skip
+        rec = self.portable(rec, (os.path.abspath(save), f"SAVE/{row}"))
         _write_json(out, rec)
         return rec
 
@@ -409,7 +665,7 @@ class Plan:
             with open(path, "rb") as f:
                 return hashlib.sha256(f.read()).hexdigest()
 
-        if digest(plan["student"]["checkpoint"]) != digest(rec["checkpoint"]):
+        if digest(plan["student"]["checkpoint"]) != digest(self.local(rec["checkpoint"])):
             raise PlanError(f"{save} holds another student than {row}'s {rec['checkpoint']}")
         report = _json(os.path.join(save, "report.json"))
         q = _int8_of(report)
@@ -418,7 +674,9 @@ class Plan:
         measured = datetime.datetime.fromtimestamp(
             os.path.getmtime(os.path.join(save, "report.json")), datetime.UTC
         ).isoformat(timespec="seconds")
-        q["int8"].update(commands=plan["commands"], code=code_commit(), measured=measured)
+        q["int8"].update(commands=self.portable(plan["commands"], (os.path.abspath(save),
+                                                                   f"SAVE/{row}-int8")),
+                         code=code_commit(), measured=measured)  # fmt: skip
         rec.update(q)
         size = report["models"]["student"].get("onnx_size_bytes")
         if size and size != rec.get("onnx_size_bytes"):  # (the float32 export of this code)
@@ -428,27 +686,51 @@ class Plan:
         _write_json(out, rec)
         return rec
 
-    def budget(self) -> dict:
-        o = self.o
-        b = {"max_update": o.max_update, "validate_every": o.validate_every, "patience": o.patience}
-        if o.schedule_updates:  # (schedules set for another budget: a continued run's first)
-            b["schedule_updates"] = o.schedule_updates
-        if o.continue_from:
-            b["continued_from"] = {"checkpoint": os.path.abspath(o.continue_from),
-                                   "updates": _checkpoint_updates(o.continue_from)}  # fmt: skip
-            # the earlier run's own commands (its compress plan.json, SAVE/student/../plan.json)
-            first = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(o.continue_from))),
-                                 "plan.json")  # fmt: skip
-            if os.path.exists(first):
-                b["continued_from"]["commands"] = _json(first).get("commands")
-        return b
+    def make_kd(self, cmd: list[str], poll: float = 60.0) -> bool:
+        """Make the KD data ``cmd`` (the default row's recorded distill_data.sh command)
+        writes, unless it is there (``OUT-DIR.done``, compress's own mark of a finished KD
+        step, which this writes too). While another process holds the default row's folder
+        (its compress run makes the same data there), wait for that data, every ``poll``
+        seconds."""
+        import time
+
+        kd = cmd[cmd.index("--out-dir") + 1]
+        mark, said = kd.rstrip("/") + ".done", False
+        while not os.path.exists(mark):
+            with _RowLock(self.save("default"), "default") as lock:
+                if lock.held:
+                    self.run_cmd(cmd, os.path.join(self.save("default"), "kd-data.log"))
+                    with open(mark, "w", encoding="utf-8") as f:
+                        f.write(time.strftime("%Y-%m-%d %H:%M:%S\n"))
+                    break
+            if not said:
+                print(f"[converged] {kd}: another process holds the default row's folder "
+                      "(its compress run makes this KD data): waiting for it",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                said = True
+            time.sleep(poll)
+        return True
+
+    def off_budget(self, rec: dict) -> str | None:
+        """How a finished row's recorded budget differs from the plan's for it, or None."""
+        want, got = self.budget(rec["row"]), rec.get("budget") or {}
+        keys = ("max_update", "validate_every", "patience", "max_tokens")
+        if all(got.get(k) == want.get(k) for k in keys):
+            return None
+        return f"{_budget_text({'budget': got})}, the plan's {_budget_text({'budget': want})}"
 
     def run_row(self, row: str) -> dict:
-        """Train and score ``row`` (each step skipped when done) and write its JSON."""
+        """Train and score ``row`` (each step skipped when done) and write its JSON; a row
+        finished before is kept (``--again``: trained again, its JSON replaced at the end)."""
         out = os.path.join(self.o.rows_dir, f"{row}.json")
-        if os.path.exists(out):
-            print(f"[converged] {row}: done before ({out})", file=sys.stderr)
-            return _json(out)
+        if os.path.exists(out) and not self.o.again:
+            rec = _json(out)
+            off = self.off_budget(rec)
+            print(f"[converged] {row}: done before ({out})"
+                  + (f"; at another budget than the plan's ({off}): `run {row} --again` trains "
+                     "it at the plan's, its old state directory moved aside" if off else ""),
+                  file=sys.stderr)  # fmt: skip
+            return rec
         need = NEEDS.get(row)
         if need and not os.path.exists(os.path.join(self.o.rows_dir, f"{need}.json")):
             with _RowLock(self.save(need), need) as other:
@@ -465,7 +747,7 @@ class Plan:
                 print(f"[converged] {row}: another process is training it ({lock.path}); "
                       "skipped", file=sys.stderr, flush=True)  # fmt: skip
                 return None
-            if os.path.exists(out):  # finished by that other process meanwhile
+            if os.path.exists(out) and not self.o.again:  # finished by that other process
                 print(f"[converged] {row}: done before ({out})", file=sys.stderr)
                 return _json(out)
             return self._run_row(row, save, out)
@@ -474,23 +756,26 @@ class Plan:
         started = datetime.datetime.now(datetime.UTC)
         print(f"[converged] {row}: {WHAT[row]} ({save})", file=sys.stderr, flush=True)
         cmds = self.commands(row, dry=False)
-        if len(cmds) == 2:  # a training from scratch, then the test translation
+        if row in SCRATCH:  # (the KD data,) a training from fairseq-train, the test translation
+            for kd in cmds[:-2]:
+                self.make_kd(kd)
             done = os.path.join(save, "student", "train.done")
             if not os.path.exists(done):
-                self.run_cmd(cmds[0], os.path.join(save, "train.log"))
+                self.run_cmd(cmds[-2], os.path.join(save, "train.log"))
                 with open(done, "w", encoding="utf-8") as f:
                     f.write("fairseq-train ended\n")
             gen = os.path.join(save, "generate-test.txt")
             if not os.path.exists(gen):
-                self.run_cmd(cmds[1], os.path.join(save, "generate.log"), stdout=gen)
+                self.run_cmd(cmds[-1], os.path.join(save, "generate.log"), stdout=gen)
             rec = scratch_record(save, row, self.ref)
         else:
             self.run_cmd(cmds[0], os.path.join(save, "compress.log"))
             rec = compress_record(save, row, self.o.threads if self.o.cpu else None)
         rec.update(row=row, what=WHAT[row], checkpoint=self.checkpoint(row), commands=[shlex.join(c) for c in cmds],
-                   budget=self.budget(),
+                   budget=self.budget(row),
                    machine=machine(), code=code_commit(), started=started.isoformat(timespec="seconds"),
                    finished=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))  # fmt: skip
+        rec = self.portable(rec)
         _write_json(out, rec)
         print(f"[converged] {row}: BLEU {rec['bleu']} chrF {rec['chrf']}, {rec['params']:,} "
               f"parameters -> {out}", file=sys.stderr, flush=True)  # fmt: skip
@@ -537,8 +822,10 @@ def status(plan: Plan) -> list[str]:
         out = os.path.join(plan.o.rows_dir, f"{row}.json")
         if os.path.exists(out):
             rec = _json(out)
+            off = plan.off_budget(rec)
             lines.append(f"{row}: done, BLEU {rec.get('bleu')} ({rec.get('updates')} updates, "
-                         f"{rec.get('stopped') or 'stopped'})")  # fmt: skip
+                         f"{rec.get('stopped') or 'stopped'})"
+                         + (f"; at another budget than the plan's: {off}" if off else ""))  # fmt: skip
             continue
         save = plan.save(row)
         logs = [fine_tune_log(save), os.path.join(save, "train.log")]
@@ -559,10 +846,11 @@ def status(plan: Plan) -> list[str]:
         except StepError:  # (no validation yet)
             lines.append(f"{row}: {state}, no validation yet")
             continue
-        text = (f"{row}: {state}, {t['updates']} of at most {plan.o.max_update} updates, best "
+        cap = plan.budget(row)["max_update"]
+        text = (f"{row}: {state}, {t['updates']} of at most {cap} updates, best "
                 f"validation loss {t['best_valid_loss']} at {t['best_update']}")  # fmt: skip
         if t.get("ups_median") and t["updates"] is not None:
-            left = max(0, plan.o.max_update - t["updates"]) / t["ups_median"] / 3600
+            left = max(0, cap - t["updates"]) / t["ups_median"] / 3600
             text += f"; at most {left:.1f} h left at {t['ups_median']:.2f} updates/s"
         lines.append(text)
     return lines
@@ -638,6 +926,12 @@ def _training(log: str, before: tuple[str, int] | None = None, name: str = "") -
     # the training's speed on this machine: the median of fairseq's updates/s over the log
     # (a median, so that a run stopped and resumed, or paused, does not count its pauses)
     parts = _device_parts(text, out["updates"])
+    if len(parts) > 1 and parts[0]["updates"] == 0 and parts[0]["ups_median"] is None:
+        parts = parts[1:]  # (a row that started on another device: nothing here before it)
+    if len(parts) == 1 and parts[0]["device"] != "this machine":
+        if parts[0]["ups_median"]:
+            out.update(devices=parts, train_hours=parts[0]["hours"])
+        return out
     if len(parts) == 1:
         if parts[0]["ups_median"] and out["updates"]:
             median = parts[0]["ups_median"]
@@ -832,7 +1126,7 @@ def speed(plan: Plan, dry: bool) -> None:
     rows = [r for r in ROWS if os.path.exists(os.path.join(o.rows_dir, f"{r}.json"))]
     if not rows and not dry:
         raise PlanError(f"{o.rows_dir}: no finished row to time (run `converged.py run` first)")
-    ckpt = {r: _json(os.path.join(o.rows_dir, f"{r}.json"))["checkpoint"] for r in rows}
+    ckpt = {r: plan.local(_json(os.path.join(o.rows_dir, f"{r}.json"))["checkpoint"]) for r in rows}
     spath = os.path.join(o.rows_dir, "speed.json")
     earlier = _json(spath) if os.path.exists(spath) else None
     elsewhere = [] if dry else [r for r in rows if not os.path.exists(ckpt[r])]
@@ -881,7 +1175,8 @@ def speed(plan: Plan, dry: bool) -> None:
         plan.run_cmd(cmd, os.path.join(o.save_root, f"speed-b{batch}.log"))
         with open(made, "w", encoding="utf-8") as f:
             f.write(shlex.join(cmd))
-    doc = {"commands": [shlex.join(c) for c in cmds], "machine": machine(), "code": code_commit(),
+    doc = {"commands": plan.portable([shlex.join(c) for c in cmds]), "machine": machine(),
+           "code": code_commit(),
            "batch_1": _speed_rows(_json(outs[1])), "batch_32": _speed_rows(_json(outs[32])),
            "protocol": _json(outs[1])["protocol"],
            "notes": sorted({n for b in (1, 32) for n in _json(outs[b]).get("notes", [])})}  # fmt: skip
@@ -1137,12 +1432,16 @@ def _depth_claim(by: dict, spd: dict | None) -> str:
     fb = rb.get("batch_1", {}).get(b, {}).get("onnxruntime")
     if fa and fb and ia == ib:  # (tokens/s of one run only)
         line += f"; the shallow decoder decodes {fa / fb:.2f}x as fast at batch 1"
-    return line + "."
+    why = _unequal(by[a], by[b])
+    return line + (f"; {why}" if why else "") + "."
 
 
 def _budget_text(r: dict) -> str:
     b = r["budget"]
-    text = (f"at most {b['max_update']:,} updates, validation every {b['validate_every']}, "
+    every = b.get("validate_every")
+    text = (f"at most {b['max_update']:,} updates"
+            + (f" of {b['max_tokens']:,} tokens" if b.get("max_tokens") else "")
+            + f", validation every {'epoch' if every == 'epoch' else every}, "
             f"patience {b['patience']}")  # fmt: skip
     if b.get("continued_from"):
         text += f", continued from its run stopped at {b['continued_from']['updates']:,} updates"
@@ -1164,10 +1463,46 @@ def _budgets(recs: list[dict]) -> list[str]:
     return ["Budget of the rows: " + "; ".join(parts) + "."]
 
 
+def _still_improving(r: dict) -> bool:
+    """Stopped by its update cap with its lowest validation loss at the last validation."""
+    return bool(r.get("stopped") == "max-update" and r.get("updates")
+                and r.get("best_update") == r.get("updates"))  # fmt: skip
+
+
+def _stopped_early(r: dict) -> bool:
+    return (r.get("stopped") or "").startswith("early stop")
+
+
+def _unequal(x: dict, y: dict) -> str:
+    """What keeps rows ``x`` and ``y`` from a comparison at equal budgets ("" when nothing
+    does): a row its cap stopped while it still improved (an unfinished row), and budgets that
+    differ where it mattered (another validation interval or patience; another cap, unless
+    both rows stopped early before theirs)."""
+    notes = []
+    open_ = [r for r in (x, y) if _still_improving(r)]
+    if open_:
+        notes.append("compares unfinished rows: " + ", ".join(
+            f"{r['row']} was stopped by its budget at {r['updates']:,} updates while still "
+            "improving" for r in open_))  # fmt: skip
+    bx, by_ = x.get("budget") or {}, y.get("budget") or {}
+    keys = ("validate_every", "patience", "max_tokens")
+    same_cap = bx.get("max_update") == by_.get("max_update") or (
+        _stopped_early(x) and _stopped_early(y)
+    )
+    if not same_cap or any(bx.get(k) != by_.get(k) for k in keys):
+
+        def one(r, b):
+            text = f"{r['row']} {_fmt(r.get('updates'), ',')} updates of at most {b.get('max_update', 0):,}"
+            return text + (f" (patience {b.get('patience')})" if bx.get("patience") != by_.get(
+                "patience") else "")  # fmt: skip
+
+        notes.append(f"at unequal budgets: {one(x, bx)}, {one(y, by_)}")
+    return "; ".join(notes)
+
+
 def _budget_note(recs: list[dict]) -> list[str]:
     """Rows the budget stopped while their validation loss still fell (best at the last)."""
-    still = [r for r in recs if r.get("stopped") == "max-update" and r.get("updates")
-             and r.get("best_update") == r.get("updates")]  # fmt: skip
+    still = [r for r in recs if _still_improving(r)]
     if not still:
         return []
     names = ", ".join(f"{r['row']} (best at {r['best_update']:,} of {r['updates']:,} updates)"
@@ -1175,9 +1510,12 @@ def _budget_note(recs: list[dict]) -> list[str]:
     return [f"- Stopped by the budget while still improving: {names}."]
 
 
+CONTROL = "teacher_control"
+
+
 def _above_teacher(recs: list[dict], teacher: dict) -> list[str]:
-    """Rows that start from the teacher's weights and end more than 1 BLEU above it: what that
-    does and does not show."""
+    """Rows that start from the teacher's weights and end more than 1 BLEU above it, against
+    the control row (the teacher itself given the same extra training) where it is finished."""
     above = [r for r in recs if r["row"] not in SCRATCH and r["bleu"] - teacher["bleu"] > 1]
     if not above:
         return []
@@ -1187,10 +1525,30 @@ def _above_teacher(recs: list[dict], teacher: dict) -> list[str]:
             f"{sc['best_update']:,})" if {"stopped", "updates", "best_update"} <= set(sc) else "")  # fmt: skip
     line = (f"- Above the teacher by more than 1 BLEU: {names}. These start from the teacher's "
             f"weights and train up to {max(r.get('updates') or 0 for r in above):,} updates "
-            f"more{stop}: they lose nothing by the compression; whether the teacher itself "
-            "gains as much from as many more updates at a fresh learning-rate schedule was not "
-            "measured.")  # fmt: skip
-    return [line]
+            f"more{stop}")  # fmt: skip
+    ctl = next((r for r in recs if r["row"] == CONTROL), None)
+    if ctl is None:
+        return [line + ": they lose nothing by the compression; whether the teacher itself gains "
+                "as much from the same extra training is the control row's question "
+                f"({CONTROL}: `converged.py run {CONTROL}`), not measured yet."]  # fmt: skip
+    gaps, parts = {}, []
+    for r in above:
+        gaps[r["row"]] = r["bleu"] - ctl["bleu"]
+        why = _unequal(r, ctl)
+        parts.append(f"{r['row']} {gaps[r['row']]:+.2f}" + (f" ({why})" if why else ""))
+    each = "; ".join(parts)
+    if max(gaps.values()) <= 0:
+        verdict = (
+            "the same extra training gives the teacher as much: the gain is not the compression's"
+        )
+    elif min(gaps.values()) > 0:
+        verdict = "they stay above the teacher given the same extra training"
+    else:
+        verdict = "some stay above it, some do not"
+    return [line + f". The control, the teacher itself fine-tuned the same way ({CONTROL}: "
+            f"{_fmt(ctl.get('updates'), ',')} updates, {ctl.get('stopped') or 'stopped'}), "
+            f"scores {ctl['bleu']:.2f} ({ctl['bleu'] - teacher['bleu']:+.2f}); against it: "
+            f"{each}: {verdict}."]  # fmt: skip
 
 
 def claims(by: dict, teacher: dict, spd: dict | None = None) -> list[str]:
@@ -1203,10 +1561,9 @@ def claims(by: dict, teacher: dict, spd: dict | None = None) -> list[str]:
         holds = x["bleu"] > y["bleu"]
         line = (f"- {claim}: {'holds' if holds else 'does not hold'} here: {a} BLEU {x['bleu']:.2f} "
                 f"against {b} {y['bleu']:.2f} ({x['params']:,} against {y['params']:,} parameters)")  # fmt: skip
-        if x["budget"]["max_update"] != y["budget"]["max_update"]:
-            line += (f" at unequal budgets: {a} {_fmt(x.get('updates'), ',')} updates of at most "
-                     f"{x['budget']['max_update']:,}, {b} {_fmt(y.get('updates'), ',')} of at "
-                     f"most {y['budget']['max_update']:,}")  # fmt: skip
+        why = _unequal(x, y)
+        if why:
+            line += f"; {why}"
         return line + ("." if holds or not why_not else f"; {why_not}.")
 
     out = []
@@ -1253,26 +1610,48 @@ def claims(by: dict, teacher: dict, spd: dict | None = None) -> list[str]:
 
 
 def _subformer_claim(by: dict, teacher: dict) -> str:
-    """Subformer (SAFE + sandwich sharing, from scratch) against the teacher: within 1 BLEU
-    with fewer parameters or not, each initialisation at its own budget."""
+    """Subformer (SAFE + sandwich sharing, from scratch, the teacher's recipe) against the
+    teacher: within 1 BLEU with fewer parameters or not; the diagnostic rows (its paper's
+    schedule, each initialisation) said after it."""
     claim = ("Subformer: sandwich sharing and SAFE, trained from scratch, come within 1 BLEU of "
              "the teacher with fewer parameters")  # fmt: skip
-    rows = [r for r in ("subformer", "subformer_fairseq_init") if r in by]
-    if not rows:
-        return f"- {claim}: not measured yet (subformer has no finished row)."
+    init = {"subformer_bert_init": "the authors' BERT initialisation",
+            "subformer_fairseq_init": "fairseq's"}  # fmt: skip
+    diag = [r for r in DIAGNOSTIC if r in by]
+    dtext = "; ".join(f"{r} ({init[r]}, its paper's schedule) BLEU {by[r]['bleu']:.2f} after "
+                      f"{_fmt(by[r].get('updates'), ',')} updates of at most "
+                      f"{by[r]['budget']['max_update']:,} ({by[r].get('stopped') or '-'})"
+                      for r in diag)  # fmt: skip
+    if len(diag) == 2:
+        dtext += _subformer_inits(by[diag[0]], by[diag[1]])
     sc = _teacher_scores()
-    init = {"subformer": "the authors' BERT initialisation", "subformer_fairseq_init": "fairseq's"}
-    parts = [f"{r} ({init[r]}) BLEU {by[r]['bleu']:.2f}, {by[r]['params']:,} parameters, "
-             f"{_fmt(by[r].get('updates'), ',')} updates of at most "
-             f"{by[r]['budget']['max_update']:,} ({by[r].get('stopped') or '-'})" for r in rows]  # fmt: skip
-    holds = any(by[r]["bleu"] >= teacher["bleu"] - 1 for r in rows)
-    line = (f"- {claim}: {'holds' if holds else 'does not hold'} here: " + "; ".join(parts)
-            + f"; the teacher {teacher['bleu']:.2f} with {teacher['params']:,} parameters")  # fmt: skip
-    if "updates" in sc:
-        line += f" after {sc['updates']:,} updates"
-    if len(rows) == 2:
-        line += _subformer_inits(by[rows[0]], by[rows[1]])
-    return line + "."
+    if "subformer" not in by:
+        return (f"- {claim}: not measured yet (subformer, trained with the teacher's recipe, has "
+                "no finished row)" + (f"; the diagnostic rows: {dtext}" if diag else "") + ".")  # fmt: skip
+    r = by["subformer"]
+    holds = r["bleu"] >= teacher["bleu"] - 1 and r["params"] < teacher["params"]
+    line = (f"- {claim}: {'holds' if holds else 'does not hold'} here: subformer BLEU "
+            f"{r['bleu']:.2f} with {r['params']:,} parameters after "
+            f"{_fmt(r.get('updates'), ',')} updates ({r.get('stopped') or '-'}), the teacher "
+            f"{teacher['bleu']:.2f} with {teacher['params']:,}"
+            + (f" after {sc['updates']:,} updates ({sc.get('stopped', '-')})" if "updates" in sc
+               else "")
+            + ", both with the teacher's recipe")  # fmt: skip
+    notes = []
+    if _still_improving(r):
+        notes.append(f"compares an unfinished row: subformer was stopped by its budget at "
+                     f"{r['updates']:,} updates while still improving")  # fmt: skip
+    try:
+        want = teacher_recipe(os.path.join(TEACHER_DIR, "checkpoint.pt"))[1]
+    except PlanError:
+        want = None
+    got = r.get("budget") or {}
+    if want and any(got.get(k) != v for k, v in want.items()):
+        notes.append(f"at another budget than the teacher's: subformer {_budget_text(r)}, the "
+                     f"teacher {_budget_text({'budget': want})}")  # fmt: skip
+    if notes:
+        line += "; " + "; ".join(notes)
+    return line + (f". The diagnostic rows: {dtext}." if diag else ".")
 
 
 def _warmup(rec: dict) -> int | None:
@@ -1284,8 +1663,8 @@ def _warmup(rec: dict) -> int | None:
 
 
 def _subformer_inits(a: dict, b: dict) -> str:
-    """The two initialisations at the last update both validated at (their curves), with the
-    warm-up each ran (the plan scales it with the budget)."""
+    """The two diagnostic rows' initialisations at the last update both validated at (their
+    curves), with the warm-up each ran (the plan scales it with the budget)."""
     ca, cb = dict(a.get("valid_curve") or []), dict(b.get("valid_curve") or [])
     common = sorted(set(ca) & set(cb))
     if not common:
@@ -1337,12 +1716,24 @@ def get_parser() -> argparse.ArgumentParser:
                    help="every row's state, outside the checkout (resumable)")  # fmt: skip
     p.add_argument("--rows-dir", default=os.path.join(HERE, "converged"),
                    help="the finished rows' JSON and the table (committed)")  # fmt: skip
-    p.add_argument("--max-update", type=int, default=7000)
-    p.add_argument("--validate-every", type=int, default=500)
-    p.add_argument("--patience", type=int, default=4)
+    p.add_argument("--max-update", type=int,
+                   help="at most this many updates (default: the row's budget: 7,000 for the "
+                   "rows from the teacher, 20,000 for those trained until early stopping "
+                   f"({', '.join(EXTENDED)}); subformer: the teacher's own cap)")  # fmt: skip
+    p.add_argument("--validate-every", type=int,
+                   help="updates between validations and checkpoints (default: the row's, 500; "
+                   "subformer: every epoch, as the teacher)")  # fmt: skip
+    p.add_argument("--patience", type=int,
+                   help="stop after this many validations without a lower loss (default: the "
+                   "row's, 4; subformer: the teacher's)")  # fmt: skip
+    p.add_argument("--again", action="store_true",
+                   help="run: train the named rows again even where their JSON exists (e.g. a "
+                   "row made at another budget than the plan's; move its state directory "
+                   "aside first); the JSON is replaced when the row finishes")  # fmt: skip
     p.add_argument("--schedule-updates", type=int,
                    help="compress rows: the updates their schedules are set for (compress "
-                   "--schedule-updates; default: --max-update)")  # fmt: skip
+                   "--schedule-updates; default: the row's budget's, 7,000 for the rows "
+                   "trained until early stopping, else --max-update)")  # fmt: skip
     p.add_argument("--continue-from", metavar="CHECKPOINT",
                    help="run: go on training this checkpoint of the one row given (compress "
                    "--continue-from, e.g. a row that stopped short of its target, moved aside: "
@@ -1368,7 +1759,7 @@ def main(argv=None) -> int:
             "speed_sentences",
             "speed_runs",
         ):
-            if getattr(opts, v) < 1:
+            if getattr(opts, v) is not None and getattr(opts, v) < 1:
                 raise PlanError(f"--{v.replace('_', '-')} must be a positive integer")
         if opts.cmd in ("record", "record-int8"):
             if len(opts.rows) != 2:
@@ -1401,8 +1792,10 @@ def main(argv=None) -> int:
         elif opts.cmd == "status":
             print("\n".join(status(plan)))
         elif opts.cmd == "run":
+            if opts.again and not opts.rows:
+                raise PlanError("--again goes with the rows to train again (run --again ROW ...)")
             plan.check(dry=False)
-            for row in opts.rows or ROWS:
+            for row in opts.rows or [r for r in ROWS if r not in DIAGNOSTIC]:
                 plan.run_row(row)
         elif opts.cmd == "record":
             rec = Plan(opts).record(opts.rows[0], save)
@@ -1437,8 +1830,36 @@ def main(argv=None) -> int:
     return 0
 
 
+def _method(r: dict) -> str:
+    """A row's method (the control's: teacher)."""
+    row = r["row"]
+    if row == "default":
+        return "lightformer"
+    return "teacher" if row == CONTROL else row.split("_")[0]
+
+
+def front_rows(recs: list[dict]) -> list[dict]:
+    """The README's rows: the default row and the best row (highest BLEU) of each other
+    method, in the plan's order; the control row and the other rows stay in results.md."""
+    by = {r["row"]: r for r in recs}
+    if "default" not in by:
+        raise PlanError("no default row: the README's results start from it")
+    mine = _method(by["default"])
+    best: dict[str, dict] = {}
+    for r in recs:
+        m = _method(r)
+        if m in (mine, "teacher"):
+            continue
+        if m not in best or r["bleu"] > best[m]["bleu"]:
+            best[m] = r
+    keep = {"default", *(r["row"] for r in best.values())}
+    return [r for r in recs if r["row"] in keep]
+
+
 def compact(rows_dir: str) -> str:
-    """The README's results: a narrow table (and the claims) from the same JSON."""
+    """The README's results: at most six lines (the teacher, the default row with its int8
+    export, the best row of each other method), the claims and the budget notes, from the
+    same JSON as results.md."""
     recs, spd, teacher = _rows_and_teacher(rows_dir)
 
     def vs_ct2(label, batch, eng="onnxruntime"):
@@ -1448,11 +1869,12 @@ def compact(rows_dir: str) -> str:
     lines = ["| model | parameters | BLEU (vs teacher) | chrF | vs CTranslate2 int8 on the teacher, batch 1 / 32 |",
              "| --- | ---: | ---: | ---: | ---: |",
              f"| teacher 3-3 (dense) | {teacher['params']:,} | {teacher['bleu']:.2f} | {teacher['chrf']:.2f} | |"]  # fmt: skip
-    for r in recs:  # one line a row; its int8 export's figures after "int8"
+    front = front_rows(recs)
+    for r in front:  # one line a row; the default row's int8 export's figures after "int8"
         bleu = f"{r['bleu']:.2f} ({r['bleu'] - teacher['bleu']:+.2f})"
         chrf = f"{r['chrf']:.2f}"
         speed = f"{vs_ct2(r['row'], 'batch_1')} / {vs_ct2(r['row'], 'batch_32')}"
-        q = r.get("int8")
+        q = r.get("int8") if r["row"] == "default" else None
         if q:
             eng = f"onnxruntime-{q['precision']}"
             bleu += f"; int8 {q['bleu']:.2f} ({q['bleu'] - teacher['bleu']:+.2f})"
@@ -1460,17 +1882,19 @@ def compact(rows_dir: str) -> str:
             speed += (
                 f"; int8 {vs_ct2(r['row'], 'batch_1', eng)} / {vs_ct2(r['row'], 'batch_32', eng)}"
             )
+        name = r["row"] if r["row"] == "default" else f"{r['row']} (best {_method(r)} row)"
         lines.append(
-            f"| {r['row']} | {r['params']:,} ({_ratio(teacher['params'], r['params'])} fewer) | "
+            f"| {name} | {r['params']:,} ({_ratio(teacher['params'], r['params'])} fewer) | "
             f"{bleu} | {chrf} | {speed} |"
         )
     by = {r["row"]: r for r in recs}
-    done = [c for c in claims(by, teacher, spd) if "not measured yet" not in c]
+    done = list(claims(by, teacher, spd))  # (those not measured yet say what is missing)
     done += _budget_note(recs) + _above_teacher(recs, teacher)
     if len({_budget_text(r) for r in recs}) > 1:
         done += [f"- {line}" for line in _budgets(recs)]
-    todo = [r for r in ROWS if r not in by]
-    out = [*lines, ""]
+    todo = [r for r in ROWS if r not in by and r not in DIAGNOSTIC]
+    rest = len(recs) - len(front)
+    out = [*lines, "", f"The other {rest} finished rows are in results.md. The claims:", ""]
     out += done
     if todo:
         out.append(

@@ -31,7 +31,8 @@ ROUGE_SCRIPT="$REPO_ROOT/examples/summarization/lightformer/score_rouge.py"
 # Machine translation (paper Sec. 4.1 and A.1.1; the authors' README command): adam (0.9, 0.999)
 # eps 1e-6, lr 5e-4, inverse_sqrt with 10k warmup from 1e-7, weight decay 0.01, dropout 0.2 (the
 # best of 0.1 / 0.2 / 0.3; 0.3 for the big models, as Transformer-big), label smoothing 0.1,
-# 200k updates, fp16, BERT initialisation (the architectures' default). Effective batch 128K
+# 200k updates, fp16, BERT initialisation (--subformer-init bert; the plugin's default,
+# bert-safe-table, draws a SAFE token table at N(0, r^-1/2) instead). Effective batch 128K
 # tokens: base and small models 8 GPUs x 8192 tokens x update-freq 2, big models 16 GPUs x 4096
 # tokens x update-freq 2. Decoding: the best checkpoint on valid loss, beam 5, length penalty
 # tuned on valid over 0.0, 0.2, ..., 2.0, tokenized BLEU (compound splitting on En-De).
@@ -137,6 +138,7 @@ sf_seq2seq_train_flags() {
     --criterion label_smoothed_cross_entropy --label-smoothing 0.1
     --max-tokens "$MAX_TOKENS" --update-freq "$UPDATE_FREQ" --max-update "$MAX_UPDATE"
     --seed "$SEED" --log-format simple --log-interval 100 --no-epoch-checkpoints
+    --subformer-init bert
   )
   if [[ "$DATASET" == cnndm ]]; then
     TRAIN_FLAGS+=(--truncate-source)

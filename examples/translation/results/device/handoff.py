@@ -1,21 +1,28 @@
-"""Hand a converged-plan row's training to a lent GPU (the device tool) and take it back.
+"""Hand converged-plan rows' trainings to a lent GPU (the device tool) and take them back.
 
-Here, with the row's lane stopped right after a checkpoint (converged.py's options may follow)::
+Here, with each row's lane stopped right after a checkpoint (converged.py's options may follow)::
 
-    python examples/translation/results/device/handoff.py send ROW [--carry .gpu]
+    python examples/translation/results/device/handoff.py send ROW [ROW ...] [--carry .gpu]
 
-writes the row's own fairseq-train arguments (its paths made relative, ``--cpu`` left out) and
+writes each row's own fairseq-train arguments (its paths made relative, ``--cpu`` left out) and
 its last checkpoint (pack.py: the model in float32, Adam's moments in bfloat16) to
-``CARRY/state/``. The carried folder also needs ``site.tar.xz`` (fairseq) and ``bin.tar.xz``
-(the data-bin) as README.md here says. On the device machine (the tool runs in the repository
+``CARRY/state/ROW/``. A fairseq-train row not started here (``subformer``,
+``teacher_control``, ``lightformer_random``: converged.py's SCRATCH rows) is sent without a
+checkpoint and starts from update 0 there (its ``--finetune-from-model``, e.g. the shipped
+teacher, read from the checkout); the KD data a row reads is packed once into
+``CARRY/kd.tar.xz`` and the data-bin into ``CARRY/bin.tar.xz`` (where it is not there yet). The
+carried folder also needs ``site.tar.xz`` (fairseq) as README.md here says. On the device machine (the tool runs in the repository
 root; what is written under ``$OUT`` comes back)::
 
     python3 examples/translation/results/device/handoff.py train [--carry .gpu] [--secs 450]
 
-resumes fairseq-train there until it stops by itself (patience, ``--max-update``) or after
-``--secs`` more seconds of training (fairseq's ``--stop-time-hours``: it validates and saves),
-and writes ``train.log``, ``result.json`` and, within the tool's 64 MiB, the checkpoints the row
-needs next. Back here, the lane still stopped::
+trains every sent row side by side (one fairseq-train each) until it stops by itself (patience,
+``--max-update``) or after ``--secs`` more seconds of training (fairseq's
+``--stop-time-hours``: it validates and saves), and writes ``$OUT/ROW/`` (``train.log``,
+``result.json`` and the checkpoints the row needs next) as soon as that row's training ends:
+rows that ended first (only the model the row reads next), then the others' states while the
+tool's 64 MiB allow (a row without room says so in its result.json). Back here, each lane still
+stopped::
 
     python examples/translation/results/device/handoff.py receive ROW FILES_AT
 
@@ -92,12 +99,15 @@ def train_args(converged, plan, row: str) -> tuple[list[str], str]:
     return train[0], converged.fine_tune_log(save)
 
 
-def portable(cmd: list[str], data_bin: str) -> list[str]:
+def portable(
+    cmd: list[str], data_bin: str, fresh: bool = False, kd: str | None = None
+) -> list[str]:
     """``cmd``'s arguments after fairseq-train with placeholders for the machine's paths:
     ``{BIN}`` the data-bin, ``{SAVE}`` the save directory, ``{REPO}`` the checkout the command
-    names (its --user-dir's parent); ``--cpu`` left out, and ``--finetune-from-model`` (fairseq
-    reads it only when the save directory has no checkpoint_last.pt, and this one has). Any
-    other absolute path (e.g. a KD data-bin) is refused."""
+    names (its --user-dir's parent), ``{KD}`` the KD data-bin ``kd`` (carried as kd.tar.xz);
+    ``--cpu`` left out, and ``--finetune-from-model`` unless the row starts there (``fresh``):
+    fairseq reads it only when the save directory has no checkpoint_last.pt, and a resumed row's
+    has. Any other absolute path is refused."""
     at = next((i for i, a in enumerate(cmd) if a.endswith(("fairseq-train", "fairseq_cli.train"))),
               None)  # fmt: skip
     if at is None:
@@ -113,7 +123,7 @@ def portable(cmd: list[str], data_bin: str) -> list[str]:
             continue
         if a == "--cpu":
             continue
-        if a == "--finetune-from-model":
+        if a == "--finetune-from-model" and not fresh:
             skip = True
             continue
         if a == "--save-dir":
@@ -121,6 +131,8 @@ def portable(cmd: list[str], data_bin: str) -> list[str]:
             skip = True
         elif os.path.normpath(a) == os.path.normpath(data_bin):
             out.append("{BIN}")
+        elif kd and os.path.normpath(a) == os.path.normpath(kd):
+            out.append("{KD}")
         elif a.startswith(repo + os.sep):
             out.append("{REPO}/" + os.path.relpath(a, repo))
         elif os.path.isabs(a):
@@ -130,27 +142,90 @@ def portable(cmd: list[str], data_bin: str) -> list[str]:
     return out
 
 
-def send(row: str, carry: str, rest: list[str]) -> None:
+KD_FILES = ("dict.", "train.")  # what a KD data-bin needs there (not its distill-work/)
+
+
+def _pack_kd(kd: str, carry: str) -> None:
+    """``kd`` (a KD data-bin) as ``CARRY/kd.tar.xz`` (its folder ``kd``), once: another KD folder
+    than the one packed is refused."""
+    tar, mark = os.path.join(carry, "kd.tar.xz"), os.path.join(carry, "kd.from")
+    if os.path.exists(tar) and os.path.exists(mark):
+        with open(mark, encoding="utf-8") as f:
+            if f.read().strip() == os.path.abspath(kd):
+                return
+    if any(os.path.exists(os.path.join(carry, "state", r, "row.json")) and _row_kd(carry, r)
+           for r in _sent_rows(carry)):  # fmt: skip
+        raise HandoffError(f"{carry} carries another KD data-bin already: send the rows that read "
+                           f"{kd} in a carry of their own")  # fmt: skip
+    os.makedirs(carry, exist_ok=True)
+    with tarfile.open(tar, "w:xz") as t:
+        for name in sorted(os.listdir(kd)):
+            if name.startswith(KD_FILES):
+                t.add(os.path.join(kd, name), arcname=f"kd/{name}")
+    with open(mark, "w", encoding="utf-8") as f:
+        f.write(os.path.abspath(kd) + "\n")
+
+
+def _sent_rows(carry: str) -> list[str]:
+    state = os.path.join(carry, "state")
+    if not os.path.isdir(state):
+        return []
+    return sorted(
+        r for r in os.listdir(state) if os.path.exists(os.path.join(state, r, "row.json"))
+    )
+
+
+def _row_kd(carry: str, row: str) -> bool:
+    with open(os.path.join(carry, "state", row, "row.json"), encoding="utf-8") as f:
+        return "{KD}" in json.load(f)["args"]
+
+
+def send(rows: list[str], carry: str, rest: list[str]) -> None:
+    tar = os.path.join(carry, "bin.tar.xz")
+    if not os.path.exists(tar):  # the data-bin the rows train on (folder bin/ there)
+        _, plan = _plan(rest, rows[0])
+        if not os.path.isdir(plan.bin):
+            raise HandoffError(f"{plan.bin}: no data-bin to carry (converged.py's --data-dir)")
+        os.makedirs(carry, exist_ok=True)
+        with tarfile.open(tar + ".tmp", "w:xz") as t:
+            t.add(plan.bin, arcname="bin")
+        os.replace(tar + ".tmp", tar)
+        print(f"{tar}: the data-bin ({os.path.getsize(tar) / 2**20:.1f} MiB)")
+    for row in rows:
+        send_one(row, carry, rest)
+
+
+def send_one(row: str, carry: str, rest: list[str]) -> None:
     converged, plan = _plan(rest, row)
     save = plan.save(row)
     with converged._RowLock(save, row) as lock:
         if not lock.held:
             raise HandoffError(f"{row}: a lane is training it: stop it right after a checkpoint")
         cmd, log = train_args(converged, plan, row)
-        args = portable(cmd, plan.bin)
         last = os.path.join(args_value(cmd, "--save-dir"), "checkpoint_last.pt")
-        if not os.path.exists(last):
-            raise HandoffError(f"{row}: no checkpoint to continue from ({last})")
+        fresh = not os.path.exists(last)
+        if fresh and row not in converged.SCRATCH:
+            raise HandoffError(f"{row}: no checkpoint to continue from ({last}); only a "
+                               "fairseq-train row starts there from update 0")  # fmt: skip
         if os.path.exists(os.path.join(os.path.dirname(last), "train.done")):
             raise HandoffError(
                 f"{row}: its training has ended ({os.path.dirname(last)}/train.done)"
             )
-        state = os.path.join(carry, "state")
+        kd = args_value(cmd, "--kd-distilled-data") if "--kd-distilled-data" in cmd else None
+        if kd and not os.path.isdir(kd):
+            raise HandoffError(f"{row}: its KD data ({kd}) is not here yet: make it first "
+                               f"(converged.py run {row} makes it, then stop the lane)")  # fmt: skip
+        args = portable(cmd, plan.bin, fresh=fresh, kd=kd)
+        if kd:
+            _pack_kd(kd, carry)
+        state = os.path.join(carry, "state", row)
         shutil.rmtree(state, ignore_errors=True)
         os.makedirs(state)
-        pack.pack(last, os.path.join(state, "ckpt"))
-        tree, budget, dropped = _tree_bytes(), CARRY_LIMIT, False
-        if tree + _folder_bytes(carry) > budget:  # Adam's first moment restarts from zeros there
+        dropped = False
+        if not fresh:
+            pack.pack(last, os.path.join(state, "ckpt"))
+        tree, budget = _tree_bytes(), CARRY_LIMIT
+        if not fresh and tree + _folder_bytes(carry) > budget:  # Adam's first moment: zeros there
             dropped = True
             for p in glob.glob(os.path.join(state, "ckpt.part*")):
                 os.remove(p)
@@ -163,12 +238,15 @@ def send(row: str, carry: str, rest: list[str]) -> None:
                                f"({_folder_bytes(carry) / 2**20:.1f} MiB) exceed the tool's "
                                f"{budget / 2**20:.0f} MiB: empty large files the device does "
                                "not need for the call (git checkout restores them)")  # fmt: skip
-        doc = {"row": row, "args": args, "from_update": _updates(last),
+        doc = {"row": row, "args": args, "from_update": 0 if fresh else _updates(last),
+               "fresh": fresh,
                "final": "checkpoint_last.pt" if row == "dawid" else "checkpoint_best.pt",
                "log": os.path.relpath(log, save), "sent": _now(), "sent_without_exp_avg": dropped}  # fmt: skip
         with open(os.path.join(state, "row.json"), "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
-    print(f"{row}: update {doc['from_update']:,} and its arguments in {state}; {carry} holds "
+    print(f"{row}: update {doc['from_update']:,}"
+          + (" (starts there)" if fresh else "")
+          + f" and its arguments in {state}; {carry} holds "
           f"{_folder_bytes(carry) / 2**20:.1f} MiB, the working tree {_tree_bytes() / 2**20:.1f} "
           f"MiB (the tool takes {CARRY_LIMIT / 2**20:.0f} MiB in all)")  # fmt: skip
 
@@ -204,70 +282,147 @@ def _device_name() -> str:
     return f"{'one' if n == 1 else n} {torch.cuda.get_device_name(0)}"
 
 
-def train(carry: str, secs: float, work: str, out: str) -> dict:
-    state = os.path.join(carry, "state")
-    with open(os.path.join(state, "row.json"), encoding="utf-8") as f:
-        doc = json.load(f)
-    save = os.path.join(work, "save")
-    os.makedirs(save, exist_ok=True)
+def _extract(tar: str, into: str) -> None:
+    with tarfile.open(tar) as t:
+        t.extractall(into, filter="data")
+
+
+def train(carry: str, secs: float, work: str, out: str, poll: float = 2.0) -> list[dict]:
+    """Every row sent to ``carry`` trained side by side; each row's results under ``OUT/ROW``
+    as soon as its training ends (see the module docstring). Returns their result.json."""
+    rows = _sent_rows(carry)
+    if not rows:
+        raise HandoffError(f"{carry}/state holds no sent row (handoff.py send ROW first)")
+    os.makedirs(work, exist_ok=True)
     os.makedirs(out, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if os.path.exists(os.path.join(carry, "site.tar.xz")):
-        with tarfile.open(os.path.join(carry, "site.tar.xz")) as t:
-            t.extractall(os.path.join(work, "site"), filter="data")
+        _extract(os.path.join(carry, "site.tar.xz"), os.path.join(work, "site"))
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (os.path.join(work, "site"), env.get("PYTHONPATH")) if p
         )
-    with tarfile.open(os.path.join(carry, "bin.tar.xz")) as t:
-        t.extractall(work, filter="data")
+    _extract(os.path.join(carry, "bin.tar.xz"), work)
+    if os.path.exists(os.path.join(carry, "kd.tar.xz")):
+        _extract(os.path.join(carry, "kd.tar.xz"), work)
+    runs = {row: _start(row, carry, secs, work, out, env) for row in rows}
+    results, later = {}, []
+    while len(results) + len(later) < len(runs):  # each row as it ends
+        for row, run in runs.items():
+            if row in results or row in later or run["proc"].poll() is None:
+                continue
+            run["log"].close()
+            res = _result(run)
+            if res["ended"] or res["exit"]:
+                results[row] = _send_back(run, res, out)
+            else:
+                later.append(row)  # (its state: once every row has ended, while there is room)
+        time.sleep(poll)
+    for row in later:
+        results[row] = _send_back(runs[row], _result(runs[row]), out)
+    return [results[row] for row in rows]
+
+
+def _start(row: str, carry: str, secs: float, work: str, out: str, env: dict) -> dict:
+    """Start ``row``'s fairseq-train (its own save directory under ``work``, its log in
+    ``OUT/ROW/train.log``) for at most ``secs`` more seconds of training."""
+    state = os.path.join(carry, "state", row)
+    with open(os.path.join(state, "row.json"), encoding="utf-8") as f:
+        doc = json.load(f)
+    save = os.path.join(work, row, "save")
+    os.makedirs(save, exist_ok=True)
     last = os.path.join(save, "checkpoint_last.pt")
-    pack.unpack(os.path.join(state, "ckpt"), last)
-    stop = (_load(last)["extra_state"]["previous_training_time"] + secs) / 3600
-    subs = {"{BIN}": os.path.join(work, "bin"), "{SAVE}": save, "{REPO}": REPO}
+    before = 0.0
+    if not doc.get("fresh"):
+        pack.unpack(os.path.join(state, "ckpt"), last)
+        before = _load(last)["extra_state"]["previous_training_time"]
+    subs = {"{BIN}": os.path.join(work, "bin"), "{SAVE}": save, "{REPO}": REPO,
+            "{KD}": os.path.join(work, "kd")}  # fmt: skip
     args = []
     for a in doc["args"]:
         for k, v in subs.items():
             a = a.replace(k, v)
         args.append(a)
-    cmd = [sys.executable, "-m", "fairseq_cli.train", *args, "--stop-time-hours", f"{stop:.6f}"]
-    t0 = time.monotonic()
-    with open(os.path.join(out, "train.log"), "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)  # fmt: skip
-        for line in proc.stdout:
-            log.write(line)
-            if "| valid |" in line or "early stop" in line or "done training" in line:
-                print(line.rstrip(), flush=True)
-        rc = proc.wait()
-    with open(os.path.join(out, "train.log"), encoding="utf-8", errors="replace") as f:
+    cmd = [sys.executable, "-m", "fairseq_cli.train", *args,
+           "--stop-time-hours", f"{(before + secs) / 3600:.6f}"]  # fmt: skip
+    os.makedirs(os.path.join(out, row), exist_ok=True)
+    log = open(os.path.join(out, row, "train.log"), "w", encoding="utf-8")  # noqa: SIM115
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    print(f"[handoff] {row}: from update {doc['from_update']:,}, at most {secs:.0f} s more",
+          flush=True)  # fmt: skip
+    return {"row": row, "doc": doc, "proc": proc, "log": log, "save": save, "args": args,
+            "t0": time.monotonic()}  # fmt: skip
+
+
+def _result(run: dict) -> dict:
+    doc, save = run["doc"], run["save"]
+    rc = run["proc"].wait()
+    with open(run["log"].name, encoding="utf-8", errors="replace") as f:
         text = f.read()
+    last, best = (os.path.join(save, n) for n in ("checkpoint_last.pt", "checkpoint_best.pt"))
+    at = _updates(last) if os.path.exists(last) else None
     ended = "early stop" in text or (
-        "done training" in text and _updates(last) >= int(args_value(args, "--max-update"))
+        "done training" in text
+        and at is not None
+        and at >= int(args_value(run["args"], "--max-update"))
     )
-    best = os.path.join(save, "checkpoint_best.pt")
     res = {"row": doc["row"], "device": _device_name(), "exit": rc, "from_update": doc["from_update"],
-           "last_update": _updates(last), "best_update": _updates(best) if os.path.exists(best) else None,
-           "ended": ended, "seconds": round(time.monotonic() - t0, 1), "final": doc["final"],
+           "fresh": bool(doc.get("fresh")), "last_update": at,
+           "best_update": _updates(best) if os.path.exists(best) else None,
+           "ended": ended, "seconds": round(time.monotonic() - run["t0"], 1), "final": doc["final"],
            "sent_without_exp_avg": doc.get("sent_without_exp_avg", False), "files": {}}  # fmt: skip
     if rc != 0:
         res["error"] = (text.strip().splitlines() or ["(no output)"])[-1][-300:]
-    elif ended:  # only the checkpoint the row reads next, model only
-        final = os.path.join(save, doc["final"])
+    valid = [ln for ln in text.splitlines() if "| valid |" in ln]
+    print(f"[handoff] {doc['row']}: exit {rc}, update {at}, "
+          + ("ended" if ended else "stopped by --secs") + (f"; {valid[-1][-160:]}" if valid else ""),
+          flush=True)  # fmt: skip
+    return res
+
+
+def _send_back(run: dict, res: dict, out: str) -> dict:
+    """The row's checkpoints under ``OUT/ROW`` while all of ``OUT`` stays within the tool's
+    limit: an ended row only the model the row reads next; another its last state (Adam's first
+    moment left out where that fits and the whole does not) and a better best model."""
+    save, mine = run["save"], os.path.join(out, res["row"])
+    last = os.path.join(save, "checkpoint_last.pt")
+
+    def fits():
+        return _size(out) <= LIMIT
+
+    def drop(key):
+        for p in glob.glob(os.path.join(mine, f"{key}.part*")):
+            os.remove(p)
+
+    if res["exit"] != 0 or res["last_update"] is None:
+        pass
+    elif res["ended"]:  # only the checkpoint the row reads next, model only
+        final = os.path.join(save, res["final"])
         if os.path.exists(final):
-            pack.model_only(final, os.path.join(out, "final"))
-            res["files"]["final"] = doc["final"]
+            pack.model_only(final, os.path.join(mine, "final"))
+            if fits():
+                res["files"]["final"] = res["final"]
+            else:
+                drop("final")
+                res["no_room"] = True
     else:  # the last with its optimizer (to train on), and a new best, model only
-        pack.pack(last, os.path.join(out, "last"))
-        res["files"]["last"] = "checkpoint_last.pt"
-        if res["best_update"] is not None and res["best_update"] != res["last_update"]:
-            pack.model_only(best, os.path.join(out, "best"))
-            res["files"]["best"] = "checkpoint_best.pt"
-        if _size(out) > LIMIT:  # Adam's first moment restarts from zeros (pack.py unpack)
-            for p in glob.glob(os.path.join(out, "last.part*")):
-                os.remove(p)
-            pack.pack(last, os.path.join(out, "last"), exp_avg=False)
+        pack.pack(last, os.path.join(mine, "last"))
+        if not fits():  # Adam's first moment restarts from zeros (pack.py unpack)
+            drop("last")
+            pack.pack(last, os.path.join(mine, "last"), exp_avg=False)
             res["no_exp_avg"] = True
-    with open(os.path.join(out, "result.json"), "w", encoding="utf-8") as f:
+        if fits():
+            res["files"]["last"] = "checkpoint_last.pt"
+            best = os.path.join(save, "checkpoint_best.pt")
+            if res["best_update"] is not None and res["best_update"] != res["last_update"]:
+                pack.model_only(best, os.path.join(mine, "best"))
+                if fits():
+                    res["files"]["best"] = "checkpoint_best.pt"
+                else:
+                    drop("best")
+        else:
+            drop("last")
+            res["no_room"] = True
+    with open(os.path.join(mine, "result.json"), "w", encoding="utf-8") as f:
         json.dump(res, f, indent=1)
     print(json.dumps({k: v for k, v in res.items() if k != "files"}), flush=True)
     return res
@@ -280,6 +435,8 @@ def _size(folder: str) -> int:
 # -- here: receive ----------------------------------------------------------------------------
 def receive(row: str, back: str, rest: list[str]) -> None:
     converged, plan = _plan(rest, row)
+    if os.path.exists(os.path.join(back, row, "result.json")):  # (FILES_AT: a folder per row)
+        back = os.path.join(back, row)
     try:
         with open(os.path.join(back, "result.json"), encoding="utf-8") as f:
             res = json.load(f)
@@ -289,13 +446,18 @@ def receive(row: str, back: str, rest: list[str]) -> None:
         raise HandoffError(f"{back} holds the row {res.get('row')!r}, not {row!r}")
     if res.get("exit"):
         raise HandoffError(f"fairseq-train failed on the device: {res.get('error')}")
+    if res.get("no_room"):
+        raise HandoffError(f"{row}: its checkpoints did not fit in what the tool sends back: "
+                           f"nothing taken (its log: {back}/train.log)")  # fmt: skip
     save = plan.save(row)
     with converged._RowLock(save, row) as lock:
         if not lock.held:
             raise HandoffError(f"{row}: a lane is training it: stop it before receiving")
         cmd, log = train_args(converged, plan, row)
         ckpts = args_value(cmd, "--save-dir")
-        here = _updates(os.path.join(ckpts, "checkpoint_last.pt"))
+        os.makedirs(ckpts, exist_ok=True)
+        mine = os.path.join(ckpts, "checkpoint_last.pt")
+        here = _updates(mine) if os.path.exists(mine) else 0
         if here != res["from_update"]:
             raise HandoffError(f"{row}: its checkpoint here is at update {here:,}, the device "
                                f"went on from {res['from_update']:,}: nothing taken")  # fmt: skip
@@ -311,12 +473,13 @@ def receive(row: str, back: str, rest: list[str]) -> None:
             device_log = f.read()
         stopped = ("stopped by itself" if res["ended"] else
                    f"stopped by --stop-time-hours after {res['seconds']:.0f} s")  # fmt: skip
+        os.makedirs(os.path.dirname(log), exist_ok=True)
         with open(log, "a", encoding="utf-8") as f:
             f.write(
                 f"[converged] updates {res['from_update']:,} -> {res['last_update']:,} ran on "
                 f"{res['device']} (examples/translation/results/device/handoff.py, received "
-                f"{_now()}): the row's fairseq-train arguments without --cpu, resumed from its "
-                f"checkpoint_last.pt"
+                f"{_now()}): the row's fairseq-train arguments without --cpu, "
+                + ("started there" if res.get("fresh") else "resumed from its checkpoint_last.pt")
                 + (
                     " (sent without Adam's first moment: the size limit; it restarted from zeros)"
                     if res.get("sent_without_exp_avg")
@@ -346,15 +509,17 @@ def receive(row: str, back: str, rest: list[str]) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="handoff.py", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("send", help="here: pack a stopped row's state into the carried folder")
-    s.add_argument("row")
-    t = sub.add_parser("train", help="on the device machine: train on, results under $OUT")
+    s = sub.add_parser("send", help="here: pack stopped rows' states into the carried folder")
+    s.add_argument("rows", nargs="+", metavar="ROW")
+    t = sub.add_parser("train", help="on the device machine: train every sent row side by side, "
+                       "results under $OUT/ROW")  # fmt: skip
     t.add_argument("--secs", type=float, default=450,
                    help="at most this many more seconds of training (default 450)")  # fmt: skip
     t.add_argument("--work", default="/tmp/lc-handoff", help="unpacked state (default %(default)s)")
     r = sub.add_parser("receive", help="here: take the device's results back into the row")
     r.add_argument("row")
-    r.add_argument("back", help="the folder the tool put the files from $OUT in (files_at)")
+    r.add_argument("back", help="the folder the tool put the files from $OUT in (files_at; its "
+                   "ROW/ folder is read)")  # fmt: skip
     for q in (s, t, r):
         q.add_argument("--carry", default=".gpu", help="the carried folder (default .gpu)")
     a, rest = p.parse_known_args(argv)
@@ -366,9 +531,9 @@ def main(argv=None) -> int:
             if not out:
                 raise HandoffError("train runs on the device machine: $OUT is not set")
             res = train(a.carry, a.secs, a.work, out)
-            return 1 if res["exit"] else 0
+            return 1 if any(r["exit"] for r in res) else 0
         if a.cmd == "send":
-            send(a.row, a.carry, rest)
+            send(a.rows, a.carry, rest)
         else:
             receive(a.row, a.back, rest)
     except (HandoffError, OSError) as exc:
