@@ -159,7 +159,7 @@ def test_ct2_export_of_a_model_it_cannot_express_is_refused_before_writing(tiny_
 
 def test_a_config_error_in_a_python_shell_or_program_keeps_the_interpreter_alive(tmp_path):
     code = (
-        "import atexit, lightcompress\n"
+        "import atexit, lightcompress.plugin\n"  # (a program's own registration, issue 58)
         "from lightcompress.modules.spec import CompressionSpec\n"
         "atexit.register(lambda: print('atexit ran'))\n"
     )

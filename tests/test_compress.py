@@ -242,7 +242,7 @@ def test_hypoformer_from_the_post_ln_teacher(tiny_data, tiny_transformer, tmp_pa
             if line.startswith("H-")]  # fmt: skip
     assert len(hyps) == len(src) and all(len(h.split("\t")) == 3 for h in hyps)
     report = (save / "report.md").read_text()
-    assert "| BLEU, student's ONNX Runtime int8, every map |" in report
+    assert "| BLEU, student's ONNX Runtime int8, every map + shortlist |" in report
     assert "vs the student's onnxruntime int8 (every map) |" in report
     assert (save / "student-onnx-int8" / "MANIFEST.sha256").exists()
     # the int8 step's translation loop, run on the float32 export, gives fairseq-generate's

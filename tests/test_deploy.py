@@ -350,7 +350,7 @@ FAMILIES = {
     "smartformer": ("smartformer_iwslt_de_en", T32 + ["--encoder-layers", "2",
                     "--decoder-layers", "2", "--sm-rank", "4"]),
     # SAFE + sandwich layers (query-projected cross-attention)
-    "subformer": ("subformer", T32 + ["--safe-dim", "16", "--safe-heads", "2",
+    "subformer": ("subformer", T32 + ["--subformer-init", "bert", "--safe-dim", "16", "--safe-heads", "2",
                   "--encoder-layers", "4", "--decoder-layers", "4"]),
 }  # fmt: skip
 
