@@ -6,7 +6,7 @@
     python examples/translation/results/converged.py run [ROW ...]  # train + score (resumable)
     python examples/translation/results/converged.py status         # where every row stands
     python examples/translation/results/converged.py speed          # one interleaved speed run
-    python examples/translation/results/converged.py table          # results.md from the JSON
+    python examples/translation/results/converged.py table          # results.md, README's block
     python examples/translation/results/converged.py record ROW DIR # a finished compress run's row
 
 Rows (in the order ``run`` trains them; each from ``teacher/checkpoint.pt``):
@@ -1490,13 +1490,13 @@ def _unequal(x: dict, y: dict) -> str:
         _stopped_early(x) and _stopped_early(y)
     )
     if not same_cap or any(bx.get(k) != by_.get(k) for k in keys):
-
-        def one(r, b):
-            text = f"{r['row']} {_fmt(r.get('updates'), ',')} updates of at most {b.get('max_update', 0):,}"
-            return text + (f" (patience {b.get('patience')})" if bx.get("patience") != by_.get(
-                "patience") else "")  # fmt: skip
-
-        notes.append(f"at unequal budgets: {one(x, bx)}, {one(y, by_)}")
+        patience = bx.get("patience") != by_.get("patience")
+        parts = []
+        for r, b in ((x, bx), (y, by_)):
+            text = (f"{r['row']} {_fmt(r.get('updates'), ',')} updates of at most "
+                    f"{b.get('max_update', 0):,}")  # fmt: skip
+            parts.append(text + (f" (patience {b.get('patience')})" if patience else ""))
+        notes.append("at unequal budgets: " + ", ".join(parts))
     return "; ".join(notes)
 
 
@@ -1742,8 +1742,10 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="CPU threads per training (default 1)")
     p.add_argument("--speed-sentences", type=int, default=50)
     p.add_argument("--speed-runs", type=int, default=3)
-    p.add_argument("--readme", help="table: also write a narrow table and the claims between "
-                   "the <!-- converged --> and <!-- /converged --> markers of this file")  # fmt: skip
+    p.add_argument("--readme", help="table: also write the README's results (at most six rows "
+                   "and the claims) between the <!-- converged --> and <!-- /converged --> "
+                   "markers of this file (default: the checkout's README.md when --rows-dir is "
+                   "the committed converged/ folder)")  # fmt: skip
     return p
 
 
@@ -1818,8 +1820,11 @@ def main(argv=None) -> int:
                 os.path.join(opts.rows_dir, "results.md.tmp"),
                 os.path.join(opts.rows_dir, "results.md"),
             )
-            if opts.readme:
-                _update_readme(opts.readme, compact(opts.rows_dir))
+            readme = opts.readme
+            if readme is None and os.path.abspath(opts.rows_dir) == os.path.join(HERE, "converged"):
+                readme = os.path.join(REPO_ROOT, "README.md")
+            if readme:
+                _update_readme(readme, compact(opts.rows_dir))
             print(text)
     except PlanError as exc:
         print(f"converged.py: {exc}", file=sys.stderr)
