@@ -245,13 +245,14 @@ def test_hypoformer_from_the_post_ln_teacher(tiny_data, tiny_transformer, tmp_pa
     assert "| BLEU, student's ONNX Runtime int8, every map + shortlist |" in report
     assert "vs the student's onnxruntime int8 (every map) |" in report
     assert (save / "student-onnx-int8" / "MANIFEST.sha256").exists()
-    # the int8 step's translation loop, run on the float32 export, gives fairseq-generate's
-    # hypotheses and references exactly
+    # the int8 step's translation loop, run on the float32 export scoring every token (the
+    # export ships the shortlist, used by default), gives fairseq-generate's hypotheses and
+    # references exactly
     from lightcompress.compress.int8 import translate_split
     from lightcompress.compress.report import read_generate
 
     rows = translate_split(str(save / "student-onnx"), tiny_data, "de", "en", beam=5,
-                           max_len_a=1.2, max_len_b=10)  # fmt: skip
+                           max_len_a=1.2, max_len_b=10, shortlist=False)  # fmt: skip
     want_hyps, want_refs = read_generate(save / "eval" / "student.txt")
     assert [r[3] for r in rows] == want_hyps and [r[1] for r in rows] == want_refs
     assert doc["plan"]["method"] == "hypoformer"
