@@ -99,6 +99,14 @@ class BeamSearch:
             self._bias_cache, self._bias_key = (short, normal, end), key
         return self._bias_cache
 
+    def _biases_at(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`_biases` at the scored ids ``at`` (a shortlist's candidates; the last batch's
+        kept: a batch of the same candidates reuses them)."""
+        cached = getattr(self, "_at_cache", None)
+        if cached is None or cached[0] is not at and not np.array_equal(cached[0], at):
+            cached = self._at_cache = (at, tuple(b[at] for b in self._biases()))
+        return cached[1]
+
     def generate(self, src_tokens: np.ndarray, src_lengths: np.ndarray) -> list[list[dict]]:
         """Translate a batch: ``src_tokens`` ``[B x S]`` int64, left-padded, ``src_lengths``
         ``[B]``. Returns, per sentence, the ``beam`` finished hypotheses best first:
@@ -112,13 +120,12 @@ class BeamSearch:
         n = bsz * beam
         # (with a shortlist: the number of its candidates and their ids)
         vocab, at = self.step.start(src_tokens, np.asarray(src_lengths), beam)
-        short, normal, end = (b if at is None else b[at] for b in self._biases())
-        scores = np.zeros((n, max_len + 1), dtype=np.float32)
+        short, normal, end = self._biases() if at is None else self._biases_at(at)
         tokens = np.full((n, max_len + 2), pad, dtype=np.int64)
         tokens[:, 0] = eos
         cands_to_ignore = np.zeros((bsz, beam), dtype=bool)
         ignoring = False  # (cands_to_ignore.any())
-        cum = scores[:, 0]  # (each hypothesis' score so far: scores[:, step - 1])
+        cum = np.zeros((n, 1), dtype=np.float32)  # (each hypothesis' score so far, a column)
         finalized: list[list[dict]] = [[] for _ in range(bsz)]
         finished = [False] * bsz
         num_remaining = bsz
@@ -143,26 +150,29 @@ class BeamSearch:
             # (within equal values, positions are in that order: a stable sort keeps it)
             if step == 0:  # the first hypothesis of each sentence
                 vals, ids = top_lp[::beam], top_ids[::beam]  # [bsz x k]
+                want = min(cand_size, vocab - 1)
             else:
-                vals = (top_lp + cum[:, None]).reshape(bsz, beam * k)
+                vals = (top_lp + cum).reshape(bsz, beam * k)
                 ids = top_ids.reshape(bsz, beam * k)
-            want = min(cand_size, (beam if step > 0 else 1) * vocab - 1)
+                want = min(cand_size, beam * vocab - 1)
             pick = (-vals).argsort(axis=1, kind="stable")[:, :want]
-            flat = pick + rows * vals.shape[1]  # (positions in the flattened [bsz x beam k])
-            cand_scores = vals.take(flat)
-            cand_indices = ids.take(flat)
-            cand_bbsz_idx = pick // k + bbsz_offsets
+            if bsz == 1:  # (one sentence: positions are flat positions, offsets are 0)
+                cand_scores, cand_indices, cand_bbsz_idx = vals[0, pick], ids[0, pick], pick // k
+            else:
+                flat = pick + rows * vals.shape[1]  # (positions in the flattened [bsz x beam k])
+                cand_scores, cand_indices = vals.take(flat), ids.take(flat)
+                cand_bbsz_idx = pick // k + bbsz_offsets
 
-            ends = cand_indices == eos
-            if not ignoring and not np.count_nonzero(ends):
-                # the common step: no candidate ends and none is ignored, so the active
-                # hypotheses are the beam best candidates (what the general path below gives)
+            if not ignoring and want >= beam and not (cand_indices[:, :beam] == eos).any():
+                # the common step: none of the beam best candidates ends and none is ignored,
+                # so they are the active hypotheses (what the general path below gives: the
+                # other candidates only matter when one of the beam best ends)
                 batch_idxs = None
                 active_bbsz_idx = cand_bbsz_idx[:, :beam].reshape(-1)
                 prev = cand_indices[:, :beam].reshape(-1)
-                cum = cand_scores[:, :beam].reshape(-1)
+                cum = cand_scores[:, :beam].reshape(-1, 1)
             else:
-                eos_mask = ends & (cand_scores != -np.inf)
+                eos_mask = (cand_indices == eos) & (cand_scores != -np.inf)
                 eos_mask[:, :beam] &= ~cands_to_ignore
                 finalized_sents: list[int] = []
                 if eos_mask[:, :beam].any():
@@ -186,7 +196,6 @@ class BeamSearch:
                     cand_scores = cand_scores[batch_idxs]
                     cand_indices = cand_indices[batch_idxs]
                     cands_to_ignore = cands_to_ignore[batch_idxs]
-                    scores = scores.reshape(bsz, -1)[batch_idxs].reshape(new_bsz * beam, -1)
                     tokens = tokens.reshape(bsz, -1)[batch_idxs].reshape(new_bsz * beam, -1)
                     bsz = new_bsz
                     rows = np.arange(bsz)[:, None]
@@ -201,11 +210,9 @@ class BeamSearch:
                 ignoring = bool(cands_to_ignore.any())
                 active_bbsz_idx = cand_bbsz_idx[rows, active_hypos].reshape(-1)
                 prev = cand_indices[rows, active_hypos].reshape(-1)
-                cum = cand_scores[rows, active_hypos].reshape(-1)
+                cum = cand_scores[rows, active_hypos].reshape(-1, 1)
             tokens = tokens[active_bbsz_idx]  # (columns after this step are padding in all)
             tokens[:, step + 1] = prev
-            scores = scores[active_bbsz_idx]
-            scores[:, step] = cum
             order = active_bbsz_idx
 
         for sent in range(len(finalized)):
