@@ -75,6 +75,7 @@ import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import torch
 
@@ -152,8 +153,56 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
     (:class:`~lightcompress_runtime.tokenizers.MosesBPE`'s keyword arguments, ``codes`` the
     file to ship). Returns the config written.
     Raises :class:`ExportError` (nothing written) for a model it cannot export."""
-    text = None
-    if bpe is not None:  # (checked before anything is written)
+    text, packed = _checked_inputs(model, task, out_dir, int8, spm, shortlist, bpe)
+    model.eval()
+    model.float().cpu()
+    split = None  # (a float output layer's rows: gathered once per batch by rows.onnx)
+    if shortlist is not None:
+        from lightcompress.deploy.shortlist import split_output_rows
+
+        split = split_output_rows(model.decoder.output_projection)
+    config = _export_config(model, task, int8, spm, text, shortlist is not None, split is not None)
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    if not os.path.isdir(parent):
+        raise ExportError(f"cannot create {out_dir}: {parent} is not a directory")
+    tmp = tempfile.mkdtemp(prefix=".onnx-export-", dir=parent)
+    try:
+        probe = _trace_graphs(model, task, config, tmp, shortlist is not None, split)
+        protos = _load_graphs(tmp, split is not None)
+        if int8:
+            _quantize_graphs(protos, int8, tmp, probe if check else None, task)
+        _share_weights(protos, tmp)
+        _write_files(tmp, protos, task, spm, text, bpe, config, packed)
+        if check:  # float32: exact (or ExportError); int8: how far it moved, recorded
+            errors = _check(tmp, probe.feed, probe.ref, probe.src, probe.cross, strict=not int8)
+            if int8:
+                config["int8_error"] = errors
+        _write_config(tmp, config)
+        if check:  # the export, run by its own translate.py, translates like the model
+            from lightcompress.deploy.onnx_proof import prove_translations
+
+            agreement = prove_translations(tmp, model, task, int8)
+            if int8:  # (recorded: int8 may move some best hypotheses)
+                config["int8_probe_agreement"] = round(agreement, 4)
+                _write_config(tmp, config)
+        if os.path.isdir(out_dir):
+            os.rmdir(out_dir)
+        from lightcompress.io import current_umask
+
+        os.chmod(tmp, 0o777 & ~current_umask())  # (mkdtemp makes it 0700)
+        os.replace(tmp, out_dir)
+    finally:
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+    return config
+
+
+def _checked_inputs(model, task, out_dir, int8, spm, shortlist, bpe):
+    """What :func:`export_onnx` checks before anything is written: the tokenizer (returned:
+    the Moses + BPE one, or None), the model, ``int8``, ``out_dir`` and the shortlist (returned
+    loaded against the dictionaries, or None)."""
+    text = packed = None
+    if bpe is not None:
         from lightcompress_runtime.tokenizers import MosesBPE, TextError
 
         if spm:
@@ -169,18 +218,22 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         raise ExportError(f"int8 must be 'large' or 'all', got {int8!r}")
     if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
         raise ExportError(f"{out_dir} exists: give a new or empty directory")
-    model.eval()
-    model.float().cpu()
-    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
-    if shortlist is not None:  # (checked against the dictionaries before anything is written)
+    if shortlist is not None:
         from lightcompress.deploy.shortlist import ShortlistError, load_shortlist
 
         try:
-            packed = load_shortlist(shortlist, src_dict, tgt_dict)
+            packed = load_shortlist(shortlist, task.source_dictionary, task.target_dictionary)
         except ShortlistError as exc:
             raise ExportError(str(exc)) from None
+    return text, packed
+
+
+def _export_config(model, task, int8, spm, text, shortlist: bool, rows_graph: bool) -> dict:
+    """``config.json`` of the export (before the checks add their figures)."""
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     dec = model.decoder
-    layers = [layer_layout(layer) for layer in dec.layers]
+    positions = dec.embed_positions
+    kind = _position_kind(dec)
     config = {
         "format": FORMAT, "version": VERSION,
         "pad": tgt_dict.pad(), "eos": tgt_dict.eos(), "unk": tgt_dict.unk(),
@@ -188,186 +241,206 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         "vocab_size": len(tgt_dict), "src_vocab_size": len(src_dict),
         "max_decoder_positions": int(model.max_decoder_positions()),
         "max_source_positions": int(model.max_positions()[0]),
-        "position_offset": int(dec.embed_positions.padding_idx) if dec.embed_positions is not None else 0,
-        "position_kind": _position_kind(dec),
-        "position_dim": int(dec.embed_positions.embedding_dim) if dec.embed_positions is not None else 0,
+        "position_offset": int(positions.padding_idx) if positions is not None else 0,
+        "position_kind": kind,
+        "position_dim": int(positions.embedding_dim) if positions is not None else 0,
         # (torch's float32 frequencies: the runtime's rows are then torch's to rounding)
-        "position_freq": _frequencies(dec.embed_positions.embedding_dim).tolist()
-        if _position_kind(dec) == "sinusoidal" else None,
-        "layers": layers, "int8": int8, "architecture": type(model).__name__,
+        "position_freq": (_frequencies(positions.embedding_dim).tolist()
+                          if kind == "sinusoidal" else None),
+        "layers": [layer_layout(layer) for layer in dec.layers],
+        "int8": int8, "architecture": type(model).__name__,
         "spm": "spm.model" if spm else None,
         "bpe": text.settings() if text is not None else None,
         # the decoder graph takes the encoder's outputs once per sentence (exports before
         # this key: repeated per hypothesis)
         "cross_layout": "sentence",
     }  # fmt: skip
-    split = None  # (a float output layer's rows: gathered once per batch by rows.onnx)
-    if shortlist is not None:
-        from lightcompress.deploy.shortlist import split_output_rows
-
-        split = split_output_rows(model.decoder.output_projection)
-    rows_graph = split is not None
-    if shortlist is not None:
+    if shortlist:
         config["shortlist"] = "shortlist.npz"  # (exports before the packed form: .txt)
     if rows_graph:  # (the candidates' output rows: gathered once per batch by rows.onnx)
         config["shortlist_rows"] = ROWS_GRAPH
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    if not os.path.isdir(parent):
-        raise ExportError(f"cannot create {out_dir}: {parent} is not a directory")
-    tmp = tempfile.mkdtemp(prefix=".onnx-export-", dir=parent)
-    try:
-        src = probe_batch(src_dict)
-        cache_in, cache_out = _names(layers)
-        enc_out = ["enc_bias"] + [n for n in cache_in if n.startswith("cross_")]
-        enc_axes = {"src_tokens": {0: "B", 1: "S"}}
-        enc_axes.update({n: {0: "B", 3 if n == "enc_bias" or n.startswith("cross_b") else 2: "S"}
-                         for n in enc_out})  # fmt: skip
-        with torch.no_grad(), _positions_in_graph(model), tt_in_graph(model):
-            # (eval wrappers: the exporter puts a module back into its own mode afterwards,
-            # and a new module is in training mode, which would switch dropout on)
-            encoder = encoder_module(model, src)  # (lean where it is the model's encoder)
-            _trace(encoder, (src,), os.path.join(tmp, "encoder.raw.onnx"), ["src_tokens"],
-                   enc_out, enc_axes)  # fmt: skip
-            cross = encoder(src)
-            # (a tied HTT table: rows.onnx also gives each id's place among the candidates, the
-            # step's input rows; _DecoderStep)
-            places = len(tgt_dict) if rows_graph and _tied_htt(model.decoder) else 0
-            rows_module = _OutputRows(model, split[0], places).eval() if rows_graph else None
-            n_rows = len(split[0](torch.zeros(1, dtype=torch.long))) if rows_graph else 0
-            n_rows += 1 if places else 0
-            step = _DecoderStep(model, shortlist=shortlist is not None, rows=n_rows,
-                                score=split[1] if rows_graph else None).eval()  # fmt: skip
-            n = 4  # two sentences, two hypotheses each
-            caches = [cross[0]]  # (the encoder's outputs: once per sentence)
-            kv = iter(cross[1:])
-            for i, spec in enumerate(layers):
-                h, d = spec["heads"], spec["head_dim"]
-                g = torch.Generator().manual_seed(i)
-                for c in ("k_cache", "v_cache"):  # ([heads, width] per hypothesis)
-                    heads, width = spec.get(c, (h, d))
-                    caches.append(torch.randn(n, heads, 3, width, generator=g))
-                if spec["cross"]:
-                    caches += [next(kv) for _ in range(3 if spec.get("cross_factors") else 2)]
-            prev = torch.randint(4, len(tgt_dict), (n,))
-            pos = torch.tensor([config["position_offset"] + 4])
-            pos_name = "pos"
-            if step.position_kind == "sinusoidal":  # (the runtime feeds the row: 6 fewer nodes)
-                pos = _sinusoid(pos, config["position_dim"])
-                pos_name = "pos_emb"
-            order = torch.tensor([1, 0, 3, 2])
-            bias = torch.zeros(len(tgt_dict))
-            bias[tgt_dict.pad()] = float("-inf")
-            dec_axes = {"prev": {0: "N"}, "order": {0: "N"}, "enc_bias": {0: "B", 3: "S"},
-                        "top_lp": {0: "N"}, "top_ids": {0: "N"}}  # fmt: skip
-            for name in cache_in[1:]:
-                if name.startswith("cross_b"):  # (a mask: [B x H x 1 x S])
-                    dec_axes[name] = {0: "B", 3: "S"}
-                else:
-                    cross_name = name.startswith("cross_")
-                    dec_axes[name] = {0: "B" if cross_name else "N", 2: "S" if cross_name else "t"}
-            out_names = ["top_lp", "top_ids"] + cache_out
-            for name in cache_out:
-                dec_axes[name] = {0: "N", 2: "t1"}
-            args = (prev, pos, order, bias, *caches)
-            arg_names = ["prev", pos_name, "order", "bias"] + cache_in
-            if shortlist is not None:  # every other id (and the special symbols) as candidates
-                ids = torch.arange(len(tgt_dict))
-                cands = ids[(ids % 2 == 0) | (ids <= max(config[k] for k in ("pad", "eos", "unk")))]
-                # (the previous tokens among them, as in a translation: a step whose input
-                # rows are the candidates' rows needs it)
-                prev = cands[
-                    torch.randint(4, len(cands), (n,), generator=torch.Generator().manual_seed(0))
-                ]
-                args = (prev, pos, order, bias, cands, *caches)
-                arg_names = ["prev", pos_name, "order", "bias", "cands"] + cache_in
-                dec_axes["cands"] = {0: "C"}
-                if rows_module is not None:  # rows.onnx: cands -> rows (the step's inputs)
-                    rows = tuple(rows_module(cands))
-                    row_names = [f"rows{i}" for i in range(n_rows)]
-                    # (the rows of the candidates: [C x ...]; the places: [V])
-                    row_axes = {r: {0: "C"} for r in row_names[: n_rows - (1 if places else 0)]}
-                    _trace(rows_module, (cands,), os.path.join(tmp, "rows.raw.onnx"),
-                           ["cands"], row_names, {"cands": {0: "C"}, **row_axes})  # fmt: skip
-                    config["shortlist_rows_outputs"] = row_names
-                    bias = bias.index_select(0, cands)  # (the step takes the candidates' bias)
-                    args = (prev, pos, order, bias, cands, *rows, *caches)
-                    arg_names = ["prev", pos_name, "order", "bias", "cands", *row_names] + cache_in
-                    dec_axes["bias"] = {0: "C"}
-                    dec_axes.update(row_axes)
-            _trace(step, args, os.path.join(tmp, "decoder.raw.onnx"), arg_names, out_names,
-                   dec_axes)  # fmt: skip
-            ref = step(*args)
-        import onnx
-
-        protos = {
-            "encoder": onnx.load(os.path.join(tmp, "encoder.raw.onnx")),
-            "decoder": onnx.load(os.path.join(tmp, "decoder.raw.onnx")),
-        }
-        if rows_graph:
-            protos["rows"] = onnx.load(os.path.join(tmp, "rows.raw.onnx"))
-        _k_as_input(protos["decoder"])
-        for proto in protos.values():
-            _simplify(proto)
-        if int8:
-            from lightcompress.deploy.quantize import LARGE_MAP_ELEMENTS
-
-            limit = LARGE_MAP_ELEMENTS if int8 == "large" else 1
-            work = os.path.join(tmp, "int8")
-            os.makedirs(work)
-            for name, proto in protos.items():
-                onnx.save(proto, os.path.join(work, f"{name}.onnx"))
-            if check:  # the float32 graphs first, exactly
-                _check(work, dict(zip(arg_names, args)), ref, src, cross, strict=True)
-            quantized = 0
-            for name in ("encoder", "decoder"):  # (rows.onnx only gathers)
-                path = os.path.join(work, f"{name}.onnx")
-                quantized += _quantize(path, os.path.join(work, f"{name}.int8.onnx"), limit)
-                protos[name] = onnx.load(os.path.join(work, f"{name}.int8.onnx"))
-            _int8_lookups(protos)  # a tied table stored once, in int8
-            # tables only looked up (untied; the shortlist's rows): int8 too
-            quantized += _int8_tables(protos, limit, {len(src_dict), len(tgt_dict)})
-            if not quantized:  # (the export would be float32, only larger: refused)
-                raise NothingToQuantize(_nothing_to_quantize(int8, limit))
-            shutil.rmtree(work)
-        _share_weights(protos, tmp)
-        for name, proto in protos.items():
-            onnx.save(proto, os.path.join(tmp, f"{name}.onnx"))
-            os.remove(os.path.join(tmp, f"{name}.raw.onnx"))
-        _write_dict(src_dict, os.path.join(tmp, "dict.src.txt"))
-        _write_dict(tgt_dict, os.path.join(tmp, "dict.tgt.txt"))
-        if spm:
-            shutil.copyfile(spm, os.path.join(tmp, "spm.model"))
-        if text is not None:  # the codes (read by the runtime's tokenizers)
-            shutil.copyfile(bpe["codes"], os.path.join(tmp, config["bpe"]["codes"]))
-        if shortlist is not None:
-            packed.save_packed(os.path.join(tmp, "shortlist.npz"))
-        _write_runtime(tmp)  # runtime/ and translate.py
-        if check:  # float32: exact (or ExportError); int8: how far it moved, recorded
-            errors = _check(tmp, dict(zip(arg_names, args)), ref, src, cross, strict=not int8)
-            if int8:
-                config["int8_error"] = errors
-        with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
-            json.dump(config, f, indent=1)
-        _write_manifest(tmp)
-        if check:  # the export, run by its own translate.py, translates like the model
-            from lightcompress.deploy.onnx_proof import prove_translations
-
-            agreement = prove_translations(tmp, model, task, int8)
-            if int8:  # (recorded: int8 may move some best hypotheses)
-                config["int8_probe_agreement"] = round(agreement, 4)
-                with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
-                    json.dump(config, f, indent=1)
-                _write_manifest(tmp)
-        if os.path.isdir(out_dir):
-            os.rmdir(out_dir)
-        from lightcompress.io import current_umask
-
-        os.chmod(tmp, 0o777 & ~current_umask())  # (mkdtemp makes it 0700)
-        os.replace(tmp, out_dir)
-    finally:
-        if os.path.isdir(tmp):
-            shutil.rmtree(tmp, ignore_errors=True)
     return config
+
+
+class _Probe(NamedTuple):
+    """The probe the graphs were traced on and are checked with: the decoder's feed (input
+    name -> tensor), the step's outputs on it, the source batch and the encoder's outputs."""
+
+    feed: dict
+    ref: tuple
+    src: torch.Tensor
+    cross: tuple
+
+
+def _trace_graphs(model, task, config: dict, tmp: str, shortlist: bool, split) -> _Probe:
+    """Trace the encoder, the decoder step (and with ``split``, a float output layer's rows,
+    ``rows.onnx``) into ``tmp`` (``*.raw.onnx``) on a probe batch; returns the probe."""
+    tgt_dict = task.target_dictionary
+    rows_graph = split is not None
+    layers = config["layers"]
+    src = probe_batch(task.source_dictionary)
+    cache_in, cache_out = _names(layers)
+    enc_out = ["enc_bias"] + [n for n in cache_in if n.startswith("cross_")]
+    enc_axes = {"src_tokens": {0: "B", 1: "S"}}
+    enc_axes.update({n: {0: "B", 3 if n == "enc_bias" or n.startswith("cross_b") else 2: "S"}
+                     for n in enc_out})  # fmt: skip
+    with torch.no_grad(), _positions_in_graph(model), tt_in_graph(model):
+        # (eval wrappers: the exporter puts a module back into its own mode afterwards,
+        # and a new module is in training mode, which would switch dropout on)
+        encoder = encoder_module(model, src)  # (lean where it is the model's encoder)
+        _trace(encoder, (src,), os.path.join(tmp, "encoder.raw.onnx"), ["src_tokens"],
+               enc_out, enc_axes)  # fmt: skip
+        cross = encoder(src)
+        # (a tied HTT table: rows.onnx also gives each id's place among the candidates, the
+        # step's input rows; _DecoderStep)
+        places = len(tgt_dict) if rows_graph and _tied_htt(model.decoder) else 0
+        rows_module = _OutputRows(model, split[0], places).eval() if rows_graph else None
+        n_rows = len(split[0](torch.zeros(1, dtype=torch.long))) if rows_graph else 0
+        n_rows += 1 if places else 0
+        step = _DecoderStep(model, shortlist=shortlist, rows=n_rows,
+                            score=split[1] if rows_graph else None).eval()  # fmt: skip
+        args, arg_names, dec_axes = _decoder_probe(step, config, tgt_dict, cross, cache_in)
+        for name in cache_out:
+            dec_axes[name] = {0: "N", 2: "t1"}
+        if shortlist:  # every other id (and the special symbols) as candidates
+            args, arg_names = _shortlist_probe(args, arg_names, dec_axes, config, tgt_dict)
+            if rows_module is not None:  # rows.onnx: cands -> rows (the step's inputs)
+                cands = args[arg_names.index("cands")]
+                rows = tuple(rows_module(cands))
+                row_names = [f"rows{i}" for i in range(n_rows)]
+                # (the rows of the candidates: [C x ...]; the places: [V])
+                row_axes = {r: {0: "C"} for r in row_names[: n_rows - (1 if places else 0)]}
+                _trace(rows_module, (cands,), os.path.join(tmp, "rows.raw.onnx"),
+                       ["cands"], row_names, {"cands": {0: "C"}, **row_axes})  # fmt: skip
+                config["shortlist_rows_outputs"] = row_names
+                at = arg_names.index("bias")  # (the step takes the candidates' bias)
+                args = (*args[:at], args[at].index_select(0, cands), cands, *rows,
+                        *args[at + 2 :])  # fmt: skip
+                arg_names = [*arg_names[: at + 2], *row_names, *arg_names[at + 2 :]]
+                dec_axes["bias"] = {0: "C"}
+                dec_axes.update(row_axes)
+        out_names = ["top_lp", "top_ids"] + cache_out
+        _trace(step, args, os.path.join(tmp, "decoder.raw.onnx"), arg_names, out_names,
+               dec_axes)  # fmt: skip
+        ref = step(*args)
+    return _Probe(dict(zip(arg_names, args)), ref, src, cross)
+
+
+def _decoder_probe(step, config: dict, tgt_dict, cross, cache_in: list):
+    """The decoder step's probe inputs (two sentences, two hypotheses each), their names and
+    dynamic axes."""
+    n = 4
+    caches = [cross[0]]  # (the encoder's outputs: once per sentence)
+    kv = iter(cross[1:])
+    for i, spec in enumerate(config["layers"]):
+        h, d = spec["heads"], spec["head_dim"]
+        g = torch.Generator().manual_seed(i)
+        for c in ("k_cache", "v_cache"):  # ([heads, width] per hypothesis)
+            heads, width = spec.get(c, (h, d))
+            caches.append(torch.randn(n, heads, 3, width, generator=g))
+        if spec["cross"]:
+            caches += [next(kv) for _ in range(3 if spec.get("cross_factors") else 2)]
+    prev = torch.randint(4, len(tgt_dict), (n,))
+    pos = torch.tensor([config["position_offset"] + 4])
+    pos_name = "pos"
+    if step.position_kind == "sinusoidal":  # (the runtime feeds the row: 6 fewer nodes)
+        pos = _sinusoid(pos, config["position_dim"])
+        pos_name = "pos_emb"
+    order = torch.tensor([1, 0, 3, 2])
+    bias = torch.zeros(len(tgt_dict))
+    bias[tgt_dict.pad()] = float("-inf")
+    dec_axes = {"prev": {0: "N"}, "order": {0: "N"}, "enc_bias": {0: "B", 3: "S"},
+                "top_lp": {0: "N"}, "top_ids": {0: "N"}}  # fmt: skip
+    for name in cache_in[1:]:
+        if name.startswith("cross_b"):  # (a mask: [B x H x 1 x S])
+            dec_axes[name] = {0: "B", 3: "S"}
+        else:
+            cross_name = name.startswith("cross_")
+            dec_axes[name] = {0: "B" if cross_name else "N", 2: "S" if cross_name else "t"}
+    return (
+        (prev, pos, order, bias, *caches),
+        ["prev", pos_name, "order", "bias"] + cache_in,
+        dec_axes,
+    )
+
+
+def _shortlist_probe(args: tuple, arg_names: list, dec_axes: dict, config: dict, tgt_dict):
+    """The probe with candidate ids ``cands`` after ``bias``: every other id and the special
+    symbols, the previous tokens among them (as in a translation: a step whose input rows are
+    the candidates' rows needs it)."""
+    ids = torch.arange(len(tgt_dict))
+    cands = ids[(ids % 2 == 0) | (ids <= max(config[k] for k in ("pad", "eos", "unk")))]
+    n = len(args[0])
+    prev = cands[torch.randint(4, len(cands), (n,), generator=torch.Generator().manual_seed(0))]
+    at = arg_names.index("bias") + 1
+    dec_axes["cands"] = {0: "C"}
+    return (prev, *args[1:at], cands, *args[at:]), [*arg_names[:at], "cands", *arg_names[at:]]
+
+
+def _load_graphs(tmp: str, rows_graph: bool) -> dict:
+    """The traced graphs, loaded, ``k`` made an input, simplified."""
+    import onnx
+
+    names = ["encoder", "decoder"] + (["rows"] if rows_graph else [])
+    protos = {name: onnx.load(os.path.join(tmp, f"{name}.raw.onnx")) for name in names}
+    _k_as_input(protos["decoder"])
+    for proto in protos.values():
+        _simplify(proto)
+    return protos
+
+
+def _quantize_graphs(protos: dict, int8: str, tmp: str, probe: _Probe | None, task) -> None:
+    """``protos`` in int8 (``int8``: ``large`` or ``all``), in place; with ``probe`` the float32
+    graphs are checked first, exactly. Raises :class:`NothingToQuantize`."""
+    import onnx
+
+    from lightcompress.deploy.quantize import LARGE_MAP_ELEMENTS
+
+    limit = LARGE_MAP_ELEMENTS if int8 == "large" else 1
+    work = os.path.join(tmp, "int8")
+    os.makedirs(work)
+    for name, proto in protos.items():
+        onnx.save(proto, os.path.join(work, f"{name}.onnx"))
+    if probe is not None:  # the float32 graphs first, exactly
+        _check(work, probe.feed, probe.ref, probe.src, probe.cross, strict=True)
+    quantized = 0
+    for name in ("encoder", "decoder"):  # (rows.onnx only gathers)
+        path = os.path.join(work, f"{name}.onnx")
+        quantized += _quantize(path, os.path.join(work, f"{name}.int8.onnx"), limit)
+        protos[name] = onnx.load(os.path.join(work, f"{name}.int8.onnx"))
+    _int8_lookups(protos)  # a tied table stored once, in int8
+    # tables only looked up (untied; the shortlist's rows): int8 too
+    sizes = {len(task.source_dictionary), len(task.target_dictionary)}
+    quantized += _int8_tables(protos, limit, sizes)
+    if not quantized:  # (the export would be float32, only larger: refused)
+        raise NothingToQuantize(_nothing_to_quantize(int8, limit))
+    shutil.rmtree(work)
+
+
+def _write_files(tmp: str, protos: dict, task, spm, text, bpe, config: dict, packed) -> None:
+    """The graphs (in place of the traced ones), dictionaries, tokenizer files, the packed
+    shortlist, the runtime and ``translate.py`` into ``tmp``."""
+    import onnx
+
+    for name, proto in protos.items():
+        onnx.save(proto, os.path.join(tmp, f"{name}.onnx"))
+        os.remove(os.path.join(tmp, f"{name}.raw.onnx"))
+    _write_dict(task.source_dictionary, os.path.join(tmp, "dict.src.txt"))
+    _write_dict(task.target_dictionary, os.path.join(tmp, "dict.tgt.txt"))
+    if spm:
+        shutil.copyfile(spm, os.path.join(tmp, "spm.model"))
+    if text is not None:  # the codes (read by the runtime's tokenizers)
+        shutil.copyfile(bpe["codes"], os.path.join(tmp, config["bpe"]["codes"]))
+    if packed is not None:
+        packed.save_packed(os.path.join(tmp, "shortlist.npz"))
+    _write_runtime(tmp)  # runtime/ and translate.py
+
+
+def _write_config(tmp: str, config: dict) -> None:
+    """``config.json`` and the manifest (again after the proof adds its figure)."""
+    with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=1)
+    _write_manifest(tmp)
 
 
 def _nothing_to_quantize(int8: str, limit: int) -> str:
