@@ -16,7 +16,7 @@ from lightcompress.deploy.quantize import (
     quantize_model_int8,
 )
 from lightcompress.measure import timing
-from lightcompress.measure.params import build_random_model
+from lightcompress.measure.specs import build_random_model
 
 SCRIPTS = os.path.join(REPO_ROOT, "scripts")
 TINY = [

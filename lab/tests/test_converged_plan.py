@@ -1,4 +1,4 @@
-"""The converged plan (examples/translation/results/converged.py): its dry run names every row
+"""The converged plan (lab/results/converged.py): its dry run names every row
 with its commands, a row stopped after its checkpoint resumes from it (also after another
 device trained it on: device/handoff.py), a finished row is not redone, and the table builds from the row JSON alone (the committed rows included)."""
 
@@ -13,10 +13,12 @@ import tarfile
 import harness
 import pytest
 
-RESULTS = os.path.join(harness.REPO_ROOT, "examples", "translation", "results")
+RESULTS = os.path.join(harness.REPO_ROOT, "lab", "results")  # the harness
 PLAN = os.path.join(RESULTS, "converged.py")
 HANDOFF = os.path.join(RESULTS, "device", "handoff.py")
-TEACHER = os.path.join(RESULTS, "teacher")
+# the committed rows and the shipped teacher (beside the product, where README links them)
+SHIPPED = os.path.join(harness.REPO_ROOT, "examples", "translation", "results")
+TEACHER = os.path.join(SHIPPED, "teacher")
 sys.path.insert(0, RESULTS)
 
 import converged
@@ -506,7 +508,7 @@ def test_a_speed_run_reuses_a_batch_size_only_when_it_timed_the_same_models(tmp_
 
 
 def test_the_committed_rows_build_the_committed_table_and_the_readme(tmp_path):
-    committed = os.path.join(RESULTS, "converged")
+    committed = os.path.join(SHIPPED, "converged")
     names = [n for n in os.listdir(committed) if n.endswith(".json")]
     assert "default.json" in names
     for n in names:
@@ -878,7 +880,7 @@ def test_the_committed_rows_name_no_machines_paths():
     as DATA (the corpus) and SAVE (the rows' state): no absolute path of the machine that ran."""
     import re
 
-    committed = os.path.join(RESULTS, "converged")
+    committed = os.path.join(SHIPPED, "converged")
     for name in sorted(os.listdir(committed)):
         if name.endswith(".json"):
             with open(os.path.join(committed, name), encoding="utf-8") as f:
