@@ -1390,6 +1390,7 @@ def table(rows_dir: str) -> str:
         *claims(by, teacher, spd),
         *_budget_note(recs),
         *_above_teacher(recs, teacher),
+        *_not_finished(by),
     ]
     if spd:
         out += ["", *_speed_where(spd)]
@@ -1746,7 +1747,8 @@ def get_parser() -> argparse.ArgumentParser:
     p.add_argument("--speed-sentences", type=int, default=50)
     p.add_argument("--speed-runs", type=int, default=3)
     p.add_argument("--readme", help="table: also write the README's results (at most six rows "
-                   "and the claims) between the <!-- converged --> and <!-- /converged --> "
+                   "and a link to results.md's claims) between the <!-- converged --> and "
+                   "<!-- /converged --> "
                    "markers of this file (default: the checkout's README.md when --rows-dir is "
                    "the committed converged/ folder)")  # fmt: skip
     return p
@@ -1827,7 +1829,9 @@ def main(argv=None) -> int:
             if readme is None and os.path.abspath(opts.rows_dir) == ROWS_DIR:
                 readme = os.path.join(REPO_ROOT, "README.md")
             if readme:
-                _update_readme(readme, compact(opts.rows_dir))
+                results_md = os.path.join(os.path.abspath(opts.rows_dir), "results.md")
+                link = os.path.relpath(results_md, os.path.dirname(os.path.abspath(readme)))
+                _update_readme(readme, compact(opts.rows_dir, link))
             print(text)
     except PlanError as exc:
         print(f"converged.py: {exc}", file=sys.stderr)
@@ -1864,10 +1868,10 @@ def front_rows(recs: list[dict]) -> list[dict]:
     return [r for r in recs if r["row"] in keep]
 
 
-def compact(rows_dir: str) -> str:
+def compact(rows_dir: str, link: str = "results.md") -> str:
     """The README's results: at most six lines (the teacher, the default row with its int8
-    export, the best row of each other method), the claims and the budget notes, from the
-    same JSON as results.md."""
+    export, the best row of each other method) and a line linking ``link`` (results.md: every
+    row, the claims decided on them and the budgets), from the same JSON as results.md."""
     recs, spd, teacher = _rows_and_teacher(rows_dir)
 
     def vs_ct2(label, batch, eng="onnxruntime"):
@@ -1895,20 +1899,21 @@ def compact(rows_dir: str) -> str:
             f"| {name} | {r['params']:,} ({_ratio(teacher['params'], r['params'])} fewer) | "
             f"{bleu} | {chrf} | {speed} |"
         )
-    by = {r["row"]: r for r in recs}
-    done = list(claims(by, teacher, spd))  # (those not measured yet say what is missing)
-    done += _budget_note(recs) + _above_teacher(recs, teacher)
-    if len({_budget_text(r) for r in recs}) > 1:
-        done += [f"- {line}" for line in _budgets(recs)]
-    todo = [r for r in ROWS if r not in by and r not in DIAGNOSTIC]
     rest = len(recs) - len(front)
-    out = [*lines, "", f"The other {rest} finished rows are in results.md. The claims:", ""]
-    out += done
-    if todo:
-        out.append(
-            f"- No finished row yet from this teacher: {', '.join(todo)} (`converged.py run`)."
-        )
-    return "\n".join(out) + "\n"
+    more = f"the other {rest} finished rows, " if rest else ""
+    where = (
+        f"The papers' claims decided on these rows, {more}each row's budget and where it was "
+        f"measured: [results.md]({link}#the-papers-claims-in-direction)."
+    )
+    return "\n".join([*lines, "", where]) + "\n"
+
+
+def _not_finished(by: dict) -> list[str]:
+    """The claims' line on the rows of the plan with no finished row (diagnostic rows aside)."""
+    todo = [r for r in ROWS if r not in by and r not in DIAGNOSTIC]
+    if not todo:
+        return []
+    return [f"- No finished row yet from this teacher: {', '.join(todo)} (`converged.py run`)."]
 
 
 def _update_readme(path: str, text: str) -> None:

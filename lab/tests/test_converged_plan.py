@@ -360,7 +360,11 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     assert ("Budget of the rows: at most 100 updates, validation every 20, patience 4 (default, "
             "lightformer_keep_depth, lightformer_random, hypoformer_kd, hypoformer); at most 50 "
             "updates, validation every 20, patience 4 (dawid).") in text  # fmt: skip
-    assert "\n- Budget of the rows: at most 100 updates" in converged.compact(str(tmp_path))
+    # the README's block: the rows and a link to these lines (results.md), not the lines
+    block = converged.compact(str(tmp_path))
+    assert "Budget of the rows" not in block
+    assert not any(line.startswith("- ") for line in block.splitlines())
+    assert block.endswith("[results.md](results.md#the-papers-claims-in-direction).\n")
     assert ("non-embedding size (DA-WID keeps the teacher's embeddings): does not hold here: "
             "dawid BLEU 38.00 against default 39.50 (2,500 against 2,000 parameters); at unequal "
             "budgets: dawid 50 updates of at most 50, default 100 updates of at most 100.") in text  # fmt: skip
@@ -380,7 +384,7 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     assert above.startswith("- Above the teacher by more than 1 BLEU: lightformer_keep_depth "
                             "(+1.01). These start from the teacher's weights and train up to 100 "
                             "updates more")  # fmt: skip
-    assert above in converged.compact(str(tmp_path))
+    assert above not in converged.compact(str(tmp_path))  # (results.md's, linked)
     assert above.endswith("is the control row's question (teacher_control: `converged.py run "
                           "teacher_control`), not measured yet.")  # fmt: skip
     # with the control row: the students against the teacher given the same extra training
@@ -523,7 +527,10 @@ def test_the_committed_rows_build_the_committed_table_and_the_readme(tmp_path):
     with open(os.path.join(harness.REPO_ROOT, "README.md"), encoding="utf-8") as f:
         readme = f.read()
     block = readme.split("<!-- converged -->\n", 1)[1].split("<!-- /converged -->", 1)[0]
-    assert block == converged.compact(str(tmp_path))
+    link = "examples/translation/results/converged/results.md"  # (from README.md's folder)
+    assert block == converged.compact(str(tmp_path), link)
+    assert len(block.splitlines()) <= 2 + 6 + 2  # header, at most six rows, the link
+    assert "\n## The papers' claims, in direction\n" in text  # (the link's anchor)
 
 
 def test_record_int8_adds_a_later_runs_int8_figures_of_the_same_student(tmp_path):
