@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import warnings
 
 import pytest
@@ -288,6 +289,9 @@ def _lab_module_names() -> set[str]:
     return names
 
 
+_LAB_PATH = re.compile(r"[\w./-]*\blab/[\w./-]+\.py")
+
+
 def lab_imports(roots) -> list[str]:
     """``file:line: module`` of every import of a lab script (by its top-level name) in the
     ``.py`` files under ``roots``, or of a file under ``lab/`` by path."""
@@ -304,9 +308,9 @@ def lab_imports(roots) -> list[str]:
                     elif isinstance(node, ast.ImportFrom) and not node.level:
                         found = [node.module or ""]
                     elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                        # a path into the lab's code (spec_from_file_location, sys.path)
-                        found = [node.value] if "lab/" in node.value and ".py" in node.value else []
-                        found = [v for v in found if "lab/notes" not in v]
+                        # a path of the lab's code (spec_from_file_location, a subprocess; not
+                        # a mention in a docstring or message)
+                        found = [node.value] if _LAB_PATH.fullmatch(node.value) else []
                     else:
                         continue
                     for m in found:
@@ -325,5 +329,6 @@ def test_the_lab_check_finds_an_import_of_the_lab(tmp_path):
     (tmp_path / "a.py").write_text("import os\nimport converged\n", encoding="utf-8")
     (tmp_path / "b.py").write_text("from lab.bench import web_page\n", encoding="utf-8")
     (tmp_path / "c.py").write_text("P = 'lab/results/collect.py'\n", encoding="utf-8")
+    (tmp_path / "d.py").write_text('"""See lab/measure/measure_speed.py."""\n', encoding="utf-8")
     bad = lab_imports([str(tmp_path)])
     assert len(bad) == 3 and any(b.endswith("a.py:2: converged") for b in bad)
