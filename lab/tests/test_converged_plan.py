@@ -800,7 +800,7 @@ def test_the_dawid_row_rebuilds_the_default_students_shape_when_its_checkpoint_i
     the teacher (the same shape, so the same non-embedding parameters)."""
     rows = tmp_path / "rows"
     rows.mkdir()
-    with open(os.path.join(converged.HERE, "converged", "default.json"), encoding="utf-8") as f:
+    with open(os.path.join(converged.ROWS_DIR, "default.json"), encoding="utf-8") as f:
         committed = json.load(f)
     doc = {"checkpoint": str(tmp_path / "gone" / "checkpoint_best.pt"),
            "commands": committed["commands"]}  # fmt: skip
