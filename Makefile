@@ -73,19 +73,20 @@ test: install web
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -ra --durations=15 \
 	  -n $(TEST_WORKERS) --maxprocesses 8 tests
 
-# The lab's tests (lab/tests: the results harness, corpus builders, device scripts; bench/tests:
-# the benchmark scripts), apart from the product's.
+# The lab's tests (lab/: the project's own experiments, apart from the product. lab/tests: the
+# results harness of lab/results, the corpus builders, the device scripts; lab/bench/tests: the
+# benchmark scripts).
 test-lab: install web
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -ra --durations=15 \
-	  -n $(TEST_WORKERS) --maxprocesses 8 lab/tests bench/tests
+	  -n $(TEST_WORKERS) --maxprocesses 8 lab/tests lab/bench/tests
 
 lint: install
-	$(VENV)/bin/ruff check lightcompress runtime tests scripts examples bench lab
-	$(VENV)/bin/ruff format --check lightcompress runtime tests scripts examples bench lab
+	$(VENV)/bin/ruff check lightcompress runtime tests scripts examples lab
+	$(VENV)/bin/ruff format --check lightcompress runtime tests scripts examples lab
 
 format: install
-	$(VENV)/bin/ruff format lightcompress runtime tests scripts examples bench lab
-	$(VENV)/bin/ruff check --fix lightcompress runtime tests scripts examples bench lab
+	$(VENV)/bin/ruff format lightcompress runtime tests scripts examples lab
+	$(VENV)/bin/ruff check --fix lightcompress runtime tests scripts examples lab
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache dist runtime/build runtime/*.egg-info

@@ -70,7 +70,7 @@ setup(
         # with one line / no CTranslate2 rows, with a note); lightcompress-compress's teacher
         # on CTranslate2 int8
         "ct2": ["ctranslate2==4.8.5"],
-        # the project's own experiments (bench/, examples/translation/results/): the
+        # the project's own experiments (lab/bench/, lab/results/): the
         # CTranslate2 comparison and the plots
         "bench": ["ctranslate2==4.8.5", "matplotlib>=3.5", "adjustText>=1.0"],
         "all": ["matplotlib>=3.5", "adjustText>=1.0", "rouge-score>=0.1.2", "ctranslate2==4.8.5"],

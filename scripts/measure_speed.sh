@@ -7,7 +7,10 @@
 #   scripts/measure_speed.sh --arch transformer_iwslt_de_en,12-2=transformer_iwslt_de_en:--encoder-layers=12:--decoder-layers=2 \
 #       --vocab-size 10200 --compare-int8 --json speed.json
 #   scripts/measure_speed.sh --data DATA --path teacher=t.pt,lf=lf.pt --bleu \
-#       --fast --ct2 --int8-large --memory    # fast path and CTranslate2 exports side by side
+#       --onnx --ct2 --int8-large    # ONNX Runtime and CTranslate2 exports side by side
+#
+# (The project's own benchmarks add the PyTorch fast path, raw-text timing and peak memory:
+# python lab/measure/measure_speed.py ... --fast --text SPM --memory.)
 #
 # All options: scripts/measure_speed.sh --help (python -m lightcompress.measure.speed --help).
 # Every argument, checkpoint and output path (--json) is checked before anything is measured;

@@ -14,7 +14,7 @@ import torch
 
 import lightcompress.plugin  # noqa: F401
 from lightcompress.admin import AdminResidual, admin_values, closed_form_omega
-from lightcompress.measure.params import build_random_model
+from lightcompress.measure.specs import build_random_model
 from lightcompress.modules import count_unique_params
 
 logging.disable(logging.WARNING)

@@ -206,7 +206,8 @@ def test_params_counts_a_hypoformer_checkpoint(tiny_data, tmp_path):
     from test_deploy import FAMILIES, make_checkpoint
 
     from lightcompress.checkpoint import load_checkpoint
-    from lightcompress.measure.params import checkpoint_report, count_parameters
+    from lightcompress.measure.params import checkpoint_report
+    from lightcompress.modules.counting import count_parameters
 
     arch, flags = FAMILIES["hypoformer"]
     path = make_checkpoint(tiny_data, str(tmp_path / "hypo.pt"), arch, flags)
@@ -288,7 +289,7 @@ def _tiny_onnx_export(out) -> None:
     import torch
 
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.measure.params import build_random_model
+    from lightcompress.measure.specs import build_random_model
 
     torch.manual_seed(0)
     model, task, _ = build_random_model(
@@ -375,7 +376,7 @@ def test_ct2_export_refuses_what_it_cannot_express_with_one_line_not_an_attribut
     from test_wid import _pruned_student
 
     from lightcompress.deploy.ct2 import ExportError, export_model
-    from lightcompress.measure.params import build_random_model
+    from lightcompress.measure.specs import build_random_model
     from lightcompress.wid.fused_model import fuse_model
 
     targs, _, student = _pruned_student()
@@ -551,7 +552,7 @@ def test_the_exports_translate_py_refuses_non_utf8_input_with_one_line(tmp_path,
 def _tiny_model(extra=()):
     import torch
 
-    from lightcompress.measure.params import build_random_model
+    from lightcompress.measure.specs import build_random_model
 
     torch.manual_seed(0)
     model, task, _ = build_random_model(
@@ -651,7 +652,7 @@ def test_a_quantized_ct2_export_leaves_the_model_it_exported_unchanged(tmp_path,
     import torch
 
     from lightcompress.deploy.ct2 import export_model
-    from lightcompress.measure.params import build_random_model
+    from lightcompress.measure.specs import build_random_model
 
     torch.manual_seed(0)
     small = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",

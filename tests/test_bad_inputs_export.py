@@ -2,7 +2,7 @@
 
 Every case runs the commands as a user (or an attacker) would: ``lightcompress-shortlist``,
 ``lightcompress-translate``, an ONNX export's ``translate.py``, ``lightcompress-export-onnx`` /
-``-export-ct2 --shortlist`` (``bench/compare_exports.py``'s case is in ``bench/tests``). A
+``-export-ct2 --shortlist`` (``lab/bench/compare_exports.py``'s case is in ``lab/bench/tests``). A
 refused case is one line on
 stderr, exit status 2, nothing written; an accepted one gives the right result.
 """
@@ -311,7 +311,7 @@ def _other_graphs(setup, folder: str, tmp_path, same_shapes: bool) -> None:
 
     from lightcompress.deploy.onnx_export import export_onnx
     from lightcompress.deploy.onnx_tools import _write_manifest
-    from lightcompress.measure.params import build_random_model
+    from lightcompress.measure.specs import build_random_model
 
     torch.manual_seed(0)
     layers, width = (2, 32) if same_shapes else (1, 16)

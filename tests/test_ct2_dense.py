@@ -287,7 +287,7 @@ def test_the_shortlist_ships_as_the_vocabulary_map_of_the_dense_export(toy, tmp_
 def test_measure_speed_ct2_times_the_student_multiplied_out(toy, tmp_path):
     """``measure_speed --ct2`` on a student: CTranslate2 rows of its dense shape (float32 and
     int8), no note; larger on disk than the factorized student's fairseq weights."""
-    from lightcompress.measure.speed import load_candidates, with_ct2
+    from lightcompress.measure.candidates import load_candidates, with_ct2
 
     candidates = load_candidates([f"lf={toy['lightformer']}"], data=toy["data"])
     ct2, notes = with_ct2(candidates, str(tmp_path / "ct2"), threads=1)

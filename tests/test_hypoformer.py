@@ -15,7 +15,7 @@ import lightcompress.plugin  # noqa: F401  (registers the architectures)
 from lightcompress.build import dictionary_of_size
 from lightcompress.convert.core import ConversionError, build_fairseq_model, student_args_from
 from lightcompress.convert.hypoformer import HypoformerConverter
-from lightcompress.measure.params import build_random_model
+from lightcompress.measure.specs import build_random_model
 from lightcompress.models.hypoformer import TABLE2, TABLE5, VOCAB, HTTSelfAttention
 from lightcompress.modules import HTTEmbedding, count_unique_params
 from lightcompress.modules.fused_qkv import FusedQKV, split_qkv

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import warnings
 
 import pytest
@@ -272,3 +273,62 @@ def test_function_level_and_relative_imports_are_seen(tmp_path, monkeypatch):
         ("lightcompress.measure.speed", 2),
         ("lightcompress.modules.y", 4),
     ]
+
+
+# ---------------------------------------------------------------------- the lab stays apart
+
+LAB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lab")
+
+
+def _lab_module_names() -> set[str]:
+    """The names a product file would import lab code by: ``lab`` and the stem of every script
+    of the lab (they import each other by stem after a ``sys.path`` insert)."""
+    names = {"lab"}
+    for directory, _dirs, files in os.walk(LAB):
+        names |= {n[:-3] for n in files if n.endswith(".py") and n != "__init__.py"}
+    return names
+
+
+_LAB_PATH = re.compile(r"[\w./-]*\blab/[\w./-]+\.py")
+
+
+def lab_imports(roots) -> list[str]:
+    """``file:line: module`` of every import of a lab script (by its top-level name) in the
+    ``.py`` files under ``roots``, or of a file under ``lab/`` by path."""
+    lab, out = _lab_module_names(), []
+    for root in roots:
+        for directory, _dirs, files in os.walk(root):
+            for name in (n for n in files if n.endswith(".py")):
+                path = os.path.join(directory, name)
+                with open(path, encoding="utf-8") as f:
+                    tree = ast.parse(f.read(), path)
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.Import):
+                        found = [a.name for a in node.names]
+                    elif isinstance(node, ast.ImportFrom) and not node.level:
+                        found = [node.module or ""]
+                    elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                        # a path of the lab's code (spec_from_file_location, a subprocess; not
+                        # a mention in a docstring or message)
+                        found = [node.value] if _LAB_PATH.fullmatch(node.value) else []
+                    else:
+                        continue
+                    for m in found:
+                        if m.split(".")[0] in lab or "lab/" in m:
+                            out.append(f"{os.path.relpath(path)}:{node.lineno}: {m}")
+    return out
+
+
+def test_nothing_in_the_product_imports_the_lab():
+    repo = os.path.dirname(ROOT)
+    bad = lab_imports([ROOT, os.path.join(repo, "runtime")])
+    assert not bad, "the product imports the lab (lab/ is apart from it):\n" + "\n".join(bad)
+
+
+def test_the_lab_check_finds_an_import_of_the_lab(tmp_path):
+    (tmp_path / "a.py").write_text("import os\nimport converged\n", encoding="utf-8")
+    (tmp_path / "b.py").write_text("from lab.bench import web_page\n", encoding="utf-8")
+    (tmp_path / "c.py").write_text("P = 'lab/results/collect.py'\n", encoding="utf-8")
+    (tmp_path / "d.py").write_text('"""See lab/measure/measure_speed.py."""\n', encoding="utf-8")
+    bad = lab_imports([str(tmp_path)])
+    assert len(bad) == 3 and any(b.endswith("a.py:2: converged") for b in bad)

@@ -16,7 +16,7 @@ from lightcompress.deploy.quantize import (
     quantize_model_int8,
 )
 from lightcompress.measure import timing
-from lightcompress.measure.params import build_random_model
+from lightcompress.measure.specs import build_random_model
 
 SCRIPTS = os.path.join(REPO_ROOT, "scripts")
 TINY = [
@@ -358,3 +358,29 @@ def test_frontier_plots_records_without_speed_in_the_params_panel_only(tmp_path)
     proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot_frontier.py"), str(path),
                            "--out", str(png)], capture_output=True, text=True, check=False)  # fmt: skip
     assert proc.returncode == 2 and "neither params nor tokens_per_s" in proc.stderr
+
+
+def test_natural_sentences_are_every_kth_of_the_split_at_their_own_lengths():
+    """--natural (pick_sentences(natural=True)): every k-th sentence (k = size // n) in file
+    order; without it, the n closest to --src-len (ties: the lower index)."""
+    from lightcompress.measure.protocol import pick_sentences
+
+    class Split:
+        def __init__(self):
+            self.src = [torch.arange(n + 1) for n in (3, 9, 6, 6, 2, 8, 5, 7, 4)]  # (+ EOS)
+            self.src_sizes = [len(s) for s in self.src]
+
+        def __len__(self):
+            return len(self.src)
+
+    class Task:
+        def load_dataset(self, subset):
+            assert subset == "test"
+
+        def dataset(self, subset):
+            return Split()
+
+    natural = pick_sentences(Task(), "test", 3, 6, natural=True)
+    assert [len(s) - 1 for s in natural] == [3, 6, 5]  # sentences 0, 3, 6
+    closest = pick_sentences(Task(), "test", 3, 6)
+    assert [len(s) - 1 for s in closest] == [6, 6, 5]  # sentences 2, 3, then 6 (|5 - 6| = 1)

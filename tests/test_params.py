@@ -14,6 +14,8 @@ from harness import REPO_ROOT, SOURCES
 from torch import nn
 
 from lightcompress.measure import params as P
+from lightcompress.measure import specs as S
+from lightcompress.modules.counting import count_parameters
 
 TINY = [
     "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
@@ -23,11 +25,11 @@ TINY = [
 
 
 def total(arch, vocab, extra=(), share=True):
-    return P.count_parameters(P.build_random_model(arch, vocab, extra, share))["total"]
+    return count_parameters(S.build_random_model(arch, vocab, extra, share))["total"]
 
 
 def test_transformer_iwslt_de_en_has_36_8m_parameters_at_a_10_2k_joined_vocabulary():
-    counts = P.count_parameters(P.build_random_model("transformer_iwslt_de_en", 10200))
+    counts = count_parameters(S.build_random_model("transformer_iwslt_de_en", 10200))
     assert abs(counts["total"] - 36.8e6) / 36.8e6 < 0.01
     assert counts["total"] == 36_765_696
     # one shared table of 10200 x 512, counted once
@@ -79,7 +81,7 @@ class _Tied(nn.Module):
 
 
 def test_shared_parameters_are_counted_once():
-    counts = P.count_parameters(_Tied())
+    counts = count_parameters(_Tied())
     assert counts == {
         "total": 40 + 20 + 3,
         "embedding": 40,
@@ -96,13 +98,13 @@ def test_distinct_equal_shaped_meta_tensors_are_not_merged():
     from lightcompress.modules import count_unique_params
 
     model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)).to("meta")
-    assert P.count_parameters(model)["total"] == 40 == count_unique_params(model)
+    assert count_parameters(model)["total"] == 40 == count_unique_params(model)
     # the tied / shared example built on the meta device (``.to("meta")`` would untie it);
     # there, a tensor shares another's values only by being the same Parameter
     with torch.device("meta"):
         meta = _Tied()
     meta.decoder.view.weight = meta.encoder.fc.weight
-    assert P.count_parameters(meta)["total"] == 40 + 20 + 3 == count_unique_params(meta)
+    assert count_parameters(meta)["total"] == 40 + 20 + 3 == count_unique_params(meta)
 
 
 @pytest.mark.parametrize(
@@ -125,8 +127,8 @@ def test_count_parameters_total_is_count_unique_params_on_real_and_meta_models(a
     n = count_unique_params(real)
     listed = sum(p.numel() for _, p in real.named_parameters(remove_duplicate=False))
     assert (n < listed) == share  # the shared embedding table is listed three times
-    assert P.count_parameters(real) == P.count_parameters(meta)
-    assert P.count_parameters(real)["total"] == n == count_unique_params(meta)
+    assert count_parameters(real) == count_parameters(meta)
+    assert count_parameters(real)["total"] == n == count_unique_params(meta)
 
 
 # --- building without data (lightcompress.build, the one way) --------------------------------
@@ -141,7 +143,7 @@ def test_dictionary_of_size_and_the_task_stub():
     for bad in (3, 10.0, True):
         with pytest.raises(ValueError, match="integer size >= 4"):
             dictionary_of_size(bad)
-    assert len(P.make_dictionary(10)) == 10
+    assert len(S.make_dictionary(10)) == 10
     task = NoDataTask(d, dictionary_of_size(12))
     assert task.source_dictionary is task.dictionary is d
     assert len(task.target_dictionary) == len(task.output_dictionary) == 12
@@ -159,7 +161,7 @@ def test_build_model_without_data_with_separate_dictionaries():
     assert len(model.encoder.dictionary) == 60 and len(model.decoder.dictionary) == 70
     # the converter's name for it is the same function
     same = build_fairseq_model(args, 60, 70)
-    assert P.count_parameters(same) == P.count_parameters(model)
+    assert count_parameters(same) == count_parameters(model)
     joined = build_model_without_data(parse_model_args("transformer", TINY), 60, 60)
     assert joined.encoder.dictionary is joined.decoder.dictionary
 
@@ -186,9 +188,9 @@ def test_build_model_without_data_builds_language_models(arch):
     out, _ = model(torch.randint(4, 100, (2, 5)))
     assert out.shape == (2, 5, 100)
     fairseq_train = models.build_model(
-        convert_namespace_to_omegaconf(args).model, NoDataTask(P.make_dictionary(100))
+        convert_namespace_to_omegaconf(args).model, NoDataTask(S.make_dictionary(100))
     )
-    assert P.count_parameters(model) == P.count_parameters(fairseq_train)
+    assert count_parameters(model) == count_parameters(fairseq_train)
 
 
 def test_build_helpers_refuse_unknown_architectures_and_bad_flags():
@@ -203,7 +205,7 @@ def test_build_helpers_refuse_unknown_architectures_and_bad_flags():
 def test_macs_are_positive_and_grow_linearly_with_layers():
     macs = []
     for layers in (1, 2, 3):
-        model = P.build_random_model(
+        model = S.build_random_model(
             "transformer", 100, TINY + ["--encoder-layers", str(layers), "--decoder-layers", "1"]
         )
         macs.append(P.count_macs(model)["macs"])
@@ -214,7 +216,7 @@ def test_macs_are_positive_and_grow_linearly_with_layers():
 
 
 def test_macs_count_the_output_projection_and_both_stacks():
-    model = P.build_random_model("transformer_iwslt_de_en", 10200)
+    model = S.build_random_model("transformer_iwslt_de_en", 10200)
     m = P.count_macs(model)
     assert m["macs"] == m["macs_encoder"] + m["macs_decoder"]
     assert m["macs_decoder"] > 20 * 10200 * 512  # the (tied) output projection alone
@@ -251,7 +253,7 @@ def test_table_lists_models_with_the_first_as_reference(capsys):
 
 
 def test_model_specs_keep_commas_inside_flag_values():
-    specs = P.parse_model_specs(
+    specs = S.parse_model_specs(
         "a=transformer:--encoder-layers=3:--lc-spec=x,y=lowrank(rank=8),"
         "transformer_iwslt_de_en:--no-share-all-embeddings"
     )

@@ -133,7 +133,7 @@ def test_plan_reports_a_pattern_that_matched_no_path():
 def test_a_compressed_model_is_built_compressed_by_its_hooks():
     """The spec decides at build time: no dense layer is replaced afterwards, and a rule on
     a path the model does not have fails the build with the pattern named."""
-    from lightcompress.measure.params import build_random_model
+    from lightcompress.measure.specs import build_random_model
     from lightcompress.modules import LowRankLinear
 
     tiny = ["--encoder-layers", "2", "--decoder-layers", "1", "--encoder-embed-dim", "16",
@@ -185,12 +185,12 @@ def test_every_architecture_the_recipes_and_readmes_name_is_a_preset():
         "lightformer_random_total",
         "lightformer_spec_text",
         "hypoformer_spec_text",
-        "hypoformer_kd",  # a run of examples/translation/results/
-        "lightformer_keep_depth",  # a row of examples/translation/results/converged.py
+        "hypoformer_kd",  # a run of lab/results/
+        "lightformer_keep_depth",  # a row of lab/results/converged.py
         "subformer_fairseq_init",  # ... another row of it
         "subformer_bert_init",  # ... and another
-        "subformer_toy",  # examples/translation/results/subformer_toy.sh
-        "subformer_init",  # examples/translation/results/device/subformer_init.sh
+        "subformer_toy",  # lab/results/subformer_toy.sh
+        "subformer_init",  # lab/results/device/subformer_init.sh
         "lightformer_init",  # its SVD student's converted checkpoint (lightformer_init.pt)
         "lightformer_shallow",  # remeasure.sh's shallow-decoder LightFormer run ...
         "lightformer_shallow_init",  # ... and its converted checkpoint

@@ -41,7 +41,7 @@ def export(tmp_path_factory):
     import torch
 
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.measure.params import build_random_model
+    from lightcompress.measure.specs import build_random_model
 
     torch.manual_seed(0)
     model, task, _ = build_random_model(

@@ -370,7 +370,7 @@ def test_the_default_init_starts_safe_tokens_at_unit_scale(safe_dim, width):
     encoder's tokens (table x sqrt(r)) start at unit scale against the sinusoidal positions
     (RMS 0.71) at any SAFE width, the maps as the authors' BERT init draws them; the authors'
     init as it is (--subformer-init bert) starts them at 0.02 sqrt(r): 0.16 at r = 64, where the
-    toy and the converged row did not learn to read their source (docs/lab/subformer-source.md).
+    toy and the converged row did not learn to read their source (lab/notes/subformer-source.md).
     Without SAFE the default is the authors' init (the toy learned faster with it there)."""
     dims = ["--encoder-embed-dim", str(width), "--decoder-embed-dim", str(width),
             "--encoder-layers", "3", "--decoder-layers", "3"]  # fmt: skip
@@ -402,7 +402,7 @@ def test_the_default_init_starts_safe_tokens_at_unit_scale(safe_dim, width):
 
 def test_a_small_safe_table_with_the_bert_init_is_warned_about():
     """SAFE at a small --safe-dim with the authors' BERT init and sinusoidal positions did not
-    learn to read its source (docs/lab/subformer-source.md): building one says so."""
+    learn to read its source (lab/notes/subformer-source.md): building one says so."""
     from argparse import Namespace
 
     from lightcompress.models.subformer import small_safe_table_warning

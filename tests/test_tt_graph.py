@@ -85,7 +85,7 @@ def test_hypoformer_export_computes_tt_products_as_float_matrix_products(tmp_pat
     import onnx
 
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.measure.params import build_random_model
+    from lightcompress.measure.specs import build_random_model
 
     torch.manual_seed(0)
     flags = ["--encoder-layers", "2", "--decoder-layers", "1", "--encoder-embed-dim", "32",

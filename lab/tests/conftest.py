@@ -1,4 +1,4 @@
-"""The lab's tests (``make test-lab``): the results harness of examples/translation/results/,
+"""The lab's tests (``make test-lab``): the results harness of lab/results/,
 the corpus builders and the lab's device scripts. They use the product suite's harness
 (``tests/harness.py``) and its session fixtures of tiny models; ``make test`` does not run them."""
 

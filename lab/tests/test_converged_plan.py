@@ -1,4 +1,4 @@
-"""The converged plan (examples/translation/results/converged.py): its dry run names every row
+"""The converged plan (lab/results/converged.py): its dry run names every row
 with its commands, a row stopped after its checkpoint resumes from it (also after another
 device trained it on: device/handoff.py), a finished row is not redone, and the table builds from the row JSON alone (the committed rows included)."""
 
@@ -13,10 +13,12 @@ import tarfile
 import harness
 import pytest
 
-RESULTS = os.path.join(harness.REPO_ROOT, "examples", "translation", "results")
+RESULTS = os.path.join(harness.REPO_ROOT, "lab", "results")  # the harness
 PLAN = os.path.join(RESULTS, "converged.py")
 HANDOFF = os.path.join(RESULTS, "device", "handoff.py")
-TEACHER = os.path.join(RESULTS, "teacher")
+# the committed rows and the shipped teacher (beside the product, where README links them)
+SHIPPED = os.path.join(harness.REPO_ROOT, "examples", "translation", "results")
+TEACHER = os.path.join(SHIPPED, "teacher")
 sys.path.insert(0, RESULTS)
 
 import converged
@@ -358,7 +360,11 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     assert ("Budget of the rows: at most 100 updates, validation every 20, patience 4 (default, "
             "lightformer_keep_depth, lightformer_random, hypoformer_kd, hypoformer); at most 50 "
             "updates, validation every 20, patience 4 (dawid).") in text  # fmt: skip
-    assert "\n- Budget of the rows: at most 100 updates" in converged.compact(str(tmp_path))
+    # the README's block: the rows and a link to these lines (results.md), not the lines
+    block = converged.compact(str(tmp_path))
+    assert "Budget of the rows" not in block
+    assert not any(line.startswith("- ") for line in block.splitlines())
+    assert block.endswith("[results.md](results.md#the-papers-claims-in-direction).\n")
     assert ("non-embedding size (DA-WID keeps the teacher's embeddings): does not hold here: "
             "dawid BLEU 38.00 against default 39.50 (2,500 against 2,000 parameters); at unequal "
             "budgets: dawid 50 updates of at most 50, default 100 updates of at most 100.") in text  # fmt: skip
@@ -378,7 +384,7 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     assert above.startswith("- Above the teacher by more than 1 BLEU: lightformer_keep_depth "
                             "(+1.01). These start from the teacher's weights and train up to 100 "
                             "updates more")  # fmt: skip
-    assert above in converged.compact(str(tmp_path))
+    assert above not in converged.compact(str(tmp_path))  # (results.md's, linked)
     assert above.endswith("is the control row's question (teacher_control: `converged.py run "
                           "teacher_control`), not measured yet.")  # fmt: skip
     # with the control row: the students against the teacher given the same extra training
@@ -506,7 +512,7 @@ def test_a_speed_run_reuses_a_batch_size_only_when_it_timed_the_same_models(tmp_
 
 
 def test_the_committed_rows_build_the_committed_table_and_the_readme(tmp_path):
-    committed = os.path.join(RESULTS, "converged")
+    committed = os.path.join(SHIPPED, "converged")
     names = [n for n in os.listdir(committed) if n.endswith(".json")]
     assert "default.json" in names
     for n in names:
@@ -521,7 +527,10 @@ def test_the_committed_rows_build_the_committed_table_and_the_readme(tmp_path):
     with open(os.path.join(harness.REPO_ROOT, "README.md"), encoding="utf-8") as f:
         readme = f.read()
     block = readme.split("<!-- converged -->\n", 1)[1].split("<!-- /converged -->", 1)[0]
-    assert block == converged.compact(str(tmp_path))
+    link = "examples/translation/results/converged/results.md"  # (from README.md's folder)
+    assert block == converged.compact(str(tmp_path), link)
+    assert len(block.splitlines()) <= 2 + 6 + 2  # header, at most six rows, the link
+    assert "\n## The papers' claims, in direction\n" in text  # (the link's anchor)
 
 
 def test_record_int8_adds_a_later_runs_int8_figures_of_the_same_student(tmp_path):
@@ -791,7 +800,7 @@ def test_the_dawid_row_rebuilds_the_default_students_shape_when_its_checkpoint_i
     the teacher (the same shape, so the same non-embedding parameters)."""
     rows = tmp_path / "rows"
     rows.mkdir()
-    with open(os.path.join(converged.HERE, "converged", "default.json"), encoding="utf-8") as f:
+    with open(os.path.join(converged.ROWS_DIR, "default.json"), encoding="utf-8") as f:
         committed = json.load(f)
     doc = {"checkpoint": str(tmp_path / "gone" / "checkpoint_best.pt"),
            "commands": committed["commands"]}  # fmt: skip
@@ -878,7 +887,7 @@ def test_the_committed_rows_name_no_machines_paths():
     as DATA (the corpus) and SAVE (the rows' state): no absolute path of the machine that ran."""
     import re
 
-    committed = os.path.join(RESULTS, "converged")
+    committed = os.path.join(SHIPPED, "converged")
     for name in sorted(os.listdir(committed)):
         if name.endswith(".json"):
             with open(os.path.join(committed, name), encoding="utf-8") as f:

@@ -1,4 +1,4 @@
-"""examples/translation/results/half_checkpoint.py: checkpoints packed for a GPU lease's trip
+"""lab/results/half_checkpoint.py: checkpoints packed for a GPU lease's trip
 back (float16, no optimizer state, equal tensors stored once) and unpacked into ordinary
 fairseq checkpoints whose weights are the packed ones rounded to float16."""
 
@@ -18,7 +18,7 @@ __all__: list[str] = []
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(
-    "half_checkpoint", ROOT / "examples" / "translation" / "results" / "half_checkpoint.py"
+    "half_checkpoint", ROOT / "lab" / "results" / "half_checkpoint.py"
 )
 hc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(hc)

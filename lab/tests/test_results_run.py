@@ -1,4 +1,4 @@
-"""examples/translation/results/run.sh: resume and skip logic, and collect.py's table.
+"""lab/results/run.sh: resume and skip logic, and collect.py's table.
 
 run.sh runs here with stand-ins for the programs that train, convert, distill and decode
 (fairseq-train, fairseq-generate, lightcompress-convert, lightcompress-params on PATH; PYTHON is
@@ -31,7 +31,7 @@ import pytest
 __all__: list[str] = []
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN = ROOT / "examples" / "translation" / "results" / "run.sh"
+RUN = ROOT / "lab" / "results" / "run.sh"
 
 FAKE_TRAIN = r"""#!/usr/bin/env bash
 save="" prev=""
@@ -259,7 +259,7 @@ def test_bad_settings_stop_before_anything_runs(bench, tmp_path):
 
 def _collect():
     spec = importlib.util.spec_from_file_location(
-        "results_collect", ROOT / "examples" / "translation" / "results" / "collect.py"
+        "results_collect", ROOT / "lab" / "results" / "collect.py"
     )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -537,7 +537,7 @@ def test_cpu_plan_interrupted_resumes_rows_only_when_finished_table_from_rows_al
 
     # 3. checkpoints and logs gone: the table is built from the rows alone
     shutil.rmtree(save)
-    col = ROOT / "examples" / "translation" / "results" / "collect.py"
+    col = ROOT / "lab" / "results" / "collect.py"
     proc = subprocess.run([sys.executable, str(col), "table", "--rows-dir", str(rows),
                            "--corpus-stats", env["DATA_DIR"] + "/stats.json",
                            "--out", str(tmp_path / "t.md"), "--json", str(tmp_path / "t.json")],
@@ -828,7 +828,7 @@ def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
     with exactly the commands run.sh's CPU plan runs (it takes them from its dry run)."""
     env, calls, _ = bench
     env = {**env, "SAVE_ROOT": str(tmp_path / "again"), "DRY_RUN": "1"}
-    again = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+    again = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
                            env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert again.returncode == 0, again.stderr
     plan = subprocess.run(["bash", str(RUN)], env={**env, "SMALL": "1"}, capture_output=True,
@@ -860,18 +860,18 @@ def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
     assert "collect.py remeasure" in printed[-1]
     assert _calls(calls) == [] and not (tmp_path / "again").exists()
     # its updates are a setting, checked
-    other = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+    other = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
                            env={**env, "SHALLOW_UPDATES": "900"}, capture_output=True, text=True,
                            timeout=120, check=False)  # fmt: skip
     assert other.returncode == 0, other.stderr
     assert trains[2].replace("--max-update 700 ", "--max-update 900 ") in other.stdout
-    bad = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+    bad = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
                          env={**env, "SHALLOW_UPDATES": "7e2"}, capture_output=True, text=True,
                          timeout=120, check=False)  # fmt: skip
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "SHALLOW_UPDATES" in bad.stderr
     # OTHERS=1: the table's Hypoformer, Subformer and fixed-rank Smartformer, with the plan's
     # own commands; the Smartformer at SMARTFORMER_RANK in place of the dry run's SM_RANK
-    others = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+    others = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
                             env={**env, "OTHERS": "1", "SMARTFORMER_RANK": "41"},
                             capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert others.returncode == 0, others.stderr
@@ -890,13 +890,13 @@ def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
                and line.endswith("/generate-test.txt") for line in extra[1::2])  # fmt: skip
     assert _calls(calls) == [] and not (tmp_path / "again").exists()
     for name, value in (("OTHERS", "yes"), ("SMARTFORMER_RANK", "0")):
-        bad = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+        bad = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
                              env={**env, "OTHERS": "1", name: value}, capture_output=True,
                              text=True, timeout=120, check=False)  # fmt: skip
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and name in bad.stderr
     # DAWID=1: DA-WID's chain, the plan's own commands in order (the teacher's training and
     # translations, the masked training, the fusion, the fused model's translations)
-    dawid = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+    dawid = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
                            env={**env, "DAWID": "1"}, capture_output=True, text=True,
                            timeout=120, check=False)  # fmt: skip
     assert dawid.returncode == 0, dawid.stderr
@@ -920,7 +920,7 @@ def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
     )
     assert _calls(calls) == [] and not (tmp_path / "again").exists()
     for name, value in (("DAWID", "2"), ("DAWID_THREADS", "two")):
-        bad = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+        bad = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
                              env={**env, "DAWID": "1", name: value}, capture_output=True,
                              text=True, timeout=120, check=False)  # fmt: skip
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and name in bad.stderr
@@ -931,7 +931,7 @@ def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_tex
     batch 32 over the remeasured teacher and LightFormer, every engine, precision and shortlist,
     model-only and from raw text; a dry run runs nothing; without the models: one line, exit 2."""
     env, calls, _ = bench
-    script = str(ROOT / "examples/translation/results/deploy_bench.sh")
+    script = str(ROOT / "lab/results/deploy_bench.sh")
     env = {**env, "SAVE_ROOT": str(tmp_path / "models"), "OUT": str(tmp_path / "out")}
     dry = subprocess.run(["bash", script], env={**env, "DRY_RUN": "1"}, capture_output=True,
                          text=True, timeout=120, check=False)  # fmt: skip
@@ -1001,10 +1001,10 @@ def test_gpu_longer_trains_remeasures_models_longer_side_by_side(bench, tmp_path
     validation interval raised and fairseq's --stop-time-hours added; the LightFormers start
     from the teacher's transfers, after it; bad settings are refused in one line."""
     env, calls, _ = bench
-    script = str(ROOT / "examples/translation/results/gpu_longer.sh")
+    script = str(ROOT / "lab/results/gpu_longer.sh")
     save = tmp_path / "longer"
     env = {**env, "SAVE_ROOT": str(save), "DRY_RUN": "1", "OTHERS": "1"}
-    ref = subprocess.run(["bash", str(ROOT / "examples/translation/results/remeasure.sh")],
+    ref = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
                          env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert ref.returncode == 0, ref.stderr
     ref_lines = [line for line in ref.stdout.splitlines() if line.startswith("+ ")]

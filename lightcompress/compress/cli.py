@@ -566,7 +566,7 @@ def _search_ranks(text, method: str, opts) -> list[int]:
 
 
 def _dawid_flags(sparsity: float, updates: int, lr: float = 2e-4, warmup: int = 100) -> list[str]:
-    """DA-WID's schedule of the results CPU plan (examples/translation/results/run.sh), scaled
+    """DA-WID's schedule of the results CPU plan (lab/results/run.sh), scaled
     to ``updates``: distillation only for 7.3 %, the target warmed up over 37 %, head and layer
     masks 22 % after the dimension masks; the gates' learning-rate scale raised for a short run
     (:func:`dawid_gate_scale`) so that the masks can reach the target."""

@@ -205,7 +205,8 @@ def search_rank(method: Method, teacher: Teacher, shape: list[str], target: Targ
 def dawid_sparsity(teacher_path: str, target: Target) -> tuple[float, dict]:
     """DA-WID's target sparsity (1 - student / teacher non-embedding parameters; DA-WID keeps
     the embedding table) for a ratio or count of total parameters."""
-    from lightcompress.measure.params import ParamsError, checkpoint_report
+    from lightcompress.measure.params import checkpoint_report
+    from lightcompress.measure.specs import ParamsError
 
     try:
         counts = checkpoint_report(teacher_path)

@@ -4,7 +4,7 @@ depth the user names, or the teacher's (``--keep-depth``).
 
 The decoder runs once per output token and the encoder once per sentence, so the decoder's depth
 sets the speed of translation: on the results corpus the 3-1 LightFormer met the 2x-CTranslate2
-goal where the 3-3 one did not (docs/lab/deployment-experiments.md). Each student layer starts
+goal where the 3-3 one did not (lab/notes/deployment-experiments.md). Each student layer starts
 from a teacher layer (``lightcompress-convert --encoder-layers-from / --decoder-layers-from``); by
 default the first ones (the first decoder layer of a 3-3 teacher started a 3-1 LightFormer best:
 validation loss 9.13 after the transfer against 10.10 and 10.22 for the second and third,

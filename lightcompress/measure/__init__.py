@@ -1,19 +1,24 @@
-"""Measuring compressed models: parameters and MACs, CPU translation speed, int8 quantization.
+"""Measuring compressed models: parameters and MACs, CPU translation speed.
 
 - :mod:`lightcompress.measure.params`: ``lightcompress-params`` (counts without data, the papers'
-  shared-embedding convention, MACs of a 20+20-token pass), ``count_parameters`` (per category,
-  on :func:`lightcompress.modules.sharing.unique_parameters`, the counter behind
-  ``count_unique_params``), ``build_random_model(arch, vocab_size, flags)`` (the papers'
-  convention on :mod:`lightcompress.build`, the package's one way to build without data);
-- :mod:`lightcompress.measure.speed`: tokens/s on the papers' protocol, several models side by
-  side (``scripts/measure_speed.sh``), int8 and BLEU;
-- :mod:`lightcompress.measure.engines`: the other engines timed next to fairseq (CTranslate2
-  exports, lightcompress's fast path); :mod:`lightcompress.measure.memory`: peak resident memory
-  of a fresh process per model;
+  shared-embedding convention, MACs of a 20+20-token pass; the compress report's counts,
+  :func:`~lightcompress.measure.params.checkpoint_report`), on the counter of
+  :mod:`lightcompress.modules.counting`;
+- :mod:`lightcompress.measure.specs`: ``build_random_model(arch, vocab_size, flags)`` (the
+  papers' convention on :mod:`lightcompress.build`, the package's one way to build without
+  data), model specs and :class:`~lightcompress.measure.specs.ParamsError`;
+- :mod:`lightcompress.measure.speed`: ``measure_speed``, tokens/s on the papers' protocol
+  (``scripts/measure_speed.sh``; compress's speed steps call it), several models side by side,
+  int8 and BLEU; its command line in :mod:`~lightcompress.measure.speed_args`, its models in
+  :mod:`~lightcompress.measure.candidates`, the timed loop in
+  :mod:`~lightcompress.measure.protocol`, its table in :mod:`~lightcompress.measure.report`;
+- :mod:`lightcompress.measure.engines`: the other engines timed next to fairseq (ONNX Runtime
+  and CTranslate2 exports);
 - :mod:`lightcompress.measure.timing`: the protocol's pure logic (trimmed mean, run order, tables).
 
-int8 quantization (``quantize_model_int8``, ``QUANTIZE_HANDLERS``) is deployment's:
-:mod:`lightcompress.deploy.quantize`.
+The lab's benchmarks (``lab/measure``: the PyTorch fast path, raw-text timing and peak memory
+next to these) build on this package; nothing here imports them. int8 quantization
+(``quantize_model_int8``, ``QUANTIZE_HANDLERS``) is deployment's: :mod:`lightcompress.deploy.quantize`.
 """
 
 import importlib
@@ -21,12 +26,11 @@ import importlib
 # Submodules are imported on first use, so that ``python -m lightcompress.measure.speed`` (and
 # ``.params``) do not find their module already imported by the package (runpy's warning).
 _LAZY = {
-    "ModelSpec": "params",
-    "ParamsError": "params",
-    "build_random_model": "params",
+    "ModelSpec": "specs",
+    "ParamsError": "specs",
+    "build_random_model": "specs",
     "count_macs": "params",
-    "count_parameters": "params",
-    "parse_model_specs": "params",
+    "parse_model_specs": "specs",
     "format_table": "timing",
     "interleaved_schedule": "timing",
     "summarize_runs": "timing",
@@ -38,7 +42,6 @@ __all__ = [
     "ParamsError",
     "build_random_model",
     "count_macs",
-    "count_parameters",
     "format_table",
     "interleaved_schedule",
     "parse_model_specs",

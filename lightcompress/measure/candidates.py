@@ -1,13 +1,12 @@
 """The models of a speed measurement (:mod:`lightcompress.measure.speed`): checkpoints and
 random-weight architectures loaded as :class:`Candidate` s, and their int8, CTranslate2, ONNX
-Runtime and fast-path versions; their size as stored.
+Runtime versions; their size as stored.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
-from argparse import Namespace
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -24,7 +23,6 @@ __all__ = [
     "split_label",
     "state_dict_bytes",
     "with_ct2",
-    "with_fast",
     "with_int8",
     "with_onnx",
 ]
@@ -52,7 +50,7 @@ class Candidate:
     size_bytes: int | None = None
     float_model: torch.nn.Module | None = None  # the float32 model an int8 one was made from
     shortlist: str | None = None  # a vocabulary shortlist file the engine scores with
-    text: bool = False  # timed from raw text to raw text (lightcompress.measure.text)
+    text: bool = False  # timed from raw text to raw text (the lab's measure_speed --text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -294,35 +292,6 @@ def _shortlist_after_plain(candidates: list[Candidate]) -> list[Candidate]:
         out.append(c)
         out += [s for s in candidates if s.shortlist is not None and s.label == c.label
                 and s.precision == c.precision and s.engine == c.engine]  # fmt: skip
-    return out
-
-
-def with_fast(
-    candidates: Sequence[Candidate], gen_args: Namespace, shortlist: str | None = None
-) -> list[Candidate]:
-    """After each fairseq candidate (float32 or int8), the same model on lightcompress's fast
-    path (:class:`lightcompress.deploy.generator.FastGenerator`), and with ``shortlist`` the
-    same again scoring only the shortlist's candidates."""
-    from lightcompress.deploy.shortlist import ShortlistError, load_shortlist
-    from lightcompress.measure.engines import FastRunner
-
-    out = []
-    for c in candidates:
-        out.append(c)
-        if c.engine != "fairseq":
-            continue
-        for path in (None, shortlist) if shortlist else (None,):
-            try:
-                sl = path and load_shortlist(path, c.task.source_dictionary,
-                                             c.task.target_dictionary)  # fmt: skip
-            except ShortlistError as exc:
-                raise SpeedError(f"{c.label}: --shortlist {exc}") from None
-            out.append(
-                Candidate(c.label, c.source, c.model, c.task, c.params, c.precision,
-                          c.random_weights, c.args, engine="lightcompress",
-                          runner=FastRunner(c.model, c.task, gen_args, shortlist=sl or None),
-                          model_args=c.model_args, float_model=c.float_model, shortlist=path)
-            )  # fmt: skip
     return out
 
 

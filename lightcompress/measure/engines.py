@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["CT2Runner", "FastRunner", "OnnxRunner", "fairseq_max_len"]
+__all__ = ["CT2Runner", "OnnxRunner", "fairseq_max_len", "left_padded"]
 
 
 def fairseq_max_len(src_len: int, gen, max_positions: int) -> int:
@@ -137,59 +137,6 @@ class CT2Runner:
             )
             for i, r in zip(idx, results):
                 out[i] = [self._index(t) for t in r.hypotheses[0]]
-        return out
-
-
-class FastRunner:
-    """lightcompress's fast path (:class:`lightcompress.deploy.generator.FastGenerator`) over
-    the fairseq model itself (float32 or int8-quantized), the same settings as fairseq."""
-
-    engine = "lightcompress"
-
-    def __init__(self, model, task, gen, shortlist=None):
-        from lightcompress.deploy.generator import FastGenerator
-
-        self.model, self.task, self.shortlist = model, task, shortlist
-        self.model_max_positions = model.max_positions()
-        self.generator = FastGenerator(
-            model, task.target_dictionary, beam_size=gen.beam, len_penalty=gen.lenpen,
-            min_len=gen.min_len, max_len_a=gen.max_len_a, max_len_b=gen.max_len_b,
-            shortlist=shortlist,
-        )  # fmt: skip
-        self.gen = gen
-
-    def _for(self, gen):
-        same = all(getattr(gen, k) == getattr(self.gen, k) for k in vars(self.gen))
-        return self if same else FastRunner(self.model, self.task, gen, self.shortlist)
-
-    def prepare(self, sentences: Sequence[torch.Tensor], gen, batch_size: int = 1) -> list:
-        """Left-padded batches of ``batch_size`` consecutive sentences."""
-        runner = self._for(gen)
-        pad = self.task.source_dictionary.pad()
-        return [
-            (runner, *left_padded(sentences[start : start + batch_size], pad))
-            for start in range(0, len(sentences), batch_size)
-        ]
-
-    def run_one(self, prepared) -> int:
-        runner, src, lengths = prepared
-        eos = runner.generator.eos
-        tokens = 0
-        for hyps in runner.generator.generate(src, lengths):
-            hyp = hyps[0]["tokens"]
-            n = int(hyp.numel())
-            tokens += n - 1 if n and int(hyp[-1]) == eos else n
-        return tokens
-
-    def translate(self, sentences: Sequence[torch.Tensor], gen, batch_size: int) -> list[list[int]]:
-        from lightcompress.deploy.torch_translator import left_pad_batches
-
-        runner = self._for(gen)
-        out: list[list[int] | None] = [None] * len(sentences)
-        pad = self.task.source_dictionary.pad()
-        for idx, src, lengths in left_pad_batches(sentences, batch_size, pad):
-            for i, hyps in zip(idx, runner.generator.generate(src, lengths)):
-                out[i] = [t for t in hyps[0]["tokens"].tolist() if t != runner.generator.eos]
         return out
 
 

@@ -98,32 +98,27 @@ import torch
 from torch import nn
 
 from lightcompress import cli
-from lightcompress.measure.specs import (  # (re-exported: their old home)
+from lightcompress.measure.specs import (
     ModelSpec,
     ParamsError,
     _import_plugin,
     build_random_model,
     is_sentence_encoder,
-    make_dictionary,
-    parse_model_args,
     parse_model_specs,
 )
 from lightcompress.measure.timing import format_table, human_count
-from lightcompress.modules.counting import count_parameters  # (re-exported)
+from lightcompress.modules.counting import count_parameters
 
+# (the models built without data, their specs and ParamsError live in
+# lightcompress.measure.specs; the counter in lightcompress.modules.counting)
 __all__ = [
     "MAC_SRC_LEN",
     "MAC_TGT_LEN",
-    "ModelSpec",
-    "ParamsError",
-    "build_random_model",
+    "checkpoint_report",
     "cli_main",
     "count_macs",
-    "count_parameters",
-    "is_sentence_encoder",
-    "make_dictionary",
-    "parse_model_args",
-    "parse_model_specs",
+    "report",
+    "table",
 ]
 
 PROG = "lightcompress-params"

@@ -38,29 +38,31 @@ each model in float32 and int8. ``--bleu`` (needs ``--data``) translates the who
 with the same beam and length penalty (batches of ``--batch-size``; forced lengths are NOT
 applied) and reports sacreBLEU of the ``--post-process``-ed (e.g. BPE-removed) text; the table is
 followed by sacreBLEU's signature (``BLEU: sacreBLEU nrefs:1|case:mixed|...``).
-Engines, size, memory: ``--fast`` times every model also on lightcompress's fast path
-(:class:`lightcompress.deploy.generator.FastGenerator`: fairseq's search and results, the ONNX
-export's decoder step run eagerly over the model's own, compressed modules). ``--ct2`` exports every dense model (fairseq's Transformers, dense
-plugin architectures; :mod:`lightcompress.deploy.ct2`), and every student whose factors multiply
-out as the dense Transformer it computes (its shape on CTranslate2), to CTranslate2 and times it in float32
-and int8 (int8 weights on disk, CTranslate2's int8 GEMMs) next to the fairseq rows, on the same
-sentences with the same beam, length penalty and output lengths (:mod:`lightcompress.measure.engines`);
-models that cannot be multiplied out (Admin, Subformer, DA-WID) get a ``note:`` line instead, and so does
-the run without ctranslate2 installed (the ``[ct2]`` extra: no CTranslate2 rows). ``Size`` is
-the model's weights as stored (fairseq: ``torch.save(state_dict())``, shared tensors once;
-CTranslate2: its model directory). ``--memory`` adds the peak resident memory of a fresh process
-per model that imports only its engine, loads the model and translates the timing sentences once
-(:mod:`lightcompress.measure.memory`). ``--onnx`` exports every model that
-:mod:`lightcompress.deploy.onnx_export` can express (fairseq's Transformer, LightFormer,
-Hypoformer, Smartformer, Subformer; compressed weights kept) and times it on ONNX Runtime
-(:class:`lightcompress_runtime.OnnxGenerator`, engine ``onnxruntime``) in float32,
-and in ONNX Runtime's int8 with ``--int8-large`` (the large maps) / ``--compare-int8`` (every
-map); its size is the export directory. ``--shortlist FILE`` (``--fast``, ``--onnx``, ``--ct2``:
-as its vocabulary map) adds those rows again scoring only a vocabulary shortlist's candidates
-(:mod:`lightcompress.deploy.shortlist`; engine ``...+shortlist`` in the table, BLEU with it).
-``--natural``: every k-th sentence of the split at its own length; ``--sort-batches``: batches
-longest first; ``--text SPM``: each ONNX Runtime / CTranslate2 / fast-path row again from raw
-text to raw text (engine ``...+text``; :mod:`lightcompress.measure.text`).
+Engines and size: ``--ct2`` exports every dense model (fairseq's Transformers, dense plugin
+architectures; :mod:`lightcompress.deploy.ct2`), and every student whose factors multiply out as
+the dense Transformer it computes (its shape on CTranslate2), to CTranslate2 and times it in
+float32 and int8 (int8 weights on disk, CTranslate2's int8 GEMMs) next to the fairseq rows, on the
+same sentences with the same beam, length penalty and output lengths
+(:mod:`lightcompress.measure.engines`); models that cannot be multiplied out (Admin, Subformer,
+DA-WID) get a ``note:`` line instead, and so does the run without ctranslate2 installed (the
+``[ct2]`` extra: no CTranslate2 rows). ``Size`` is the model's weights as stored (fairseq:
+``torch.save(state_dict())``, shared tensors once; CTranslate2: its model directory).
+``--onnx`` exports every model that :mod:`lightcompress.deploy.onnx_export` can express
+(fairseq's Transformer, LightFormer, Hypoformer, Smartformer, Subformer; compressed weights kept)
+and times it on ONNX Runtime (:class:`lightcompress_runtime.OnnxGenerator`, engine
+``onnxruntime``) in float32, and in ONNX Runtime's int8 with ``--int8-large`` (the large maps) /
+``--compare-int8`` (every map); its size is the export directory. ``--shortlist FILE``
+(``--onnx``, ``--ct2``: as its vocabulary map) adds those rows again scoring only a vocabulary
+shortlist's candidates (:mod:`lightcompress.deploy.shortlist`; engine ``...+shortlist`` in the
+table, BLEU with it). ``--natural``: every k-th sentence of the split at its own length;
+``--sort-batches``: batches longest first.
+
+The lab's ``lab/measure/measure_speed.py`` is this command with three more options for the
+project's own benchmarks: ``--fast`` (lightcompress's PyTorch fast path), ``--text SPM`` (raw
+text to raw text, sentencepiece in the timed path) and ``--memory`` (peak resident memory of a
+fresh process per model). It runs this module's steps (:func:`load_models`,
+:func:`timing_sentences`, :func:`generation_settings`, :func:`time_models`, :func:`add_bleu`)
+with its own in between.
 
 ``--json OUT`` writes every raw run, the protocol, date, CPU model and library versions (the
 file is written atomically).
@@ -82,70 +84,42 @@ from collections.abc import Sequence
 import torch
 
 from lightcompress import cli
-from lightcompress.checkpoint import load_checkpoint  # (re-exported: its old home)
 from lightcompress.errors import one_line
-from lightcompress.measure.candidates import (  # (re-exported: their old home)
-    Candidate,
+from lightcompress.measure.candidates import (
     SpeedError,
-    directory_bytes,
     load_candidates,
-    state_dict_bytes,
     with_ct2,
-    with_fast,
     with_int8,
     with_onnx,
 )
-from lightcompress.measure.protocol import (  # (re-exported)
+from lightcompress.measure.protocol import (
     as_samples,
     measure,
     pick_sentences,
     random_sentences,
     sacrebleu_of,
-    time_run,
 )
-from lightcompress.measure.report import (  # (re-exported)
+from lightcompress.measure.report import (
     bleu_lines,
-    cpu_model,
     environment,
     format_results,
     protocol_line,
     write_json,
 )
-from lightcompress.measure.speed_args import (  # the command line (re-exported: its old home)
-    PROG,
-    _arg_parser,
-    _split_list,
-    check_args,
-    check_output_file,
-)
-from lightcompress.measure.timing import (
-    trim_count,
-)
+from lightcompress.measure.speed_args import PROG, arg_parser, check_args, split_list
+from lightcompress.measure.timing import trim_count
 
 __all__ = [
-    "Candidate",
-    "SpeedError",
-    "bleu_lines",
-    "check_args",
-    "check_output_file",
+    "add_bleu",
     "cli_main",
-    "cpu_model",
-    "directory_bytes",
-    "format_results",
-    "load_candidates",
-    "load_checkpoint",
+    "generation_settings",
+    "load_models",
     "main",
-    "measure",
-    "pick_sentences",
-    "random_sentences",
-    "sacrebleu_of",
-    "state_dict_bytes",
-    "time_run",
-    "with_ct2",
-    "with_fast",
-    "with_int8",
-    "with_onnx",
-    "write_json",
+    "print_result",
+    "protocol_of",
+    "run",
+    "setup",
+    "timing_sentences",
 ]
 
 
@@ -162,6 +136,20 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _run(args: argparse.Namespace, workdir: str) -> dict:
+    setup(args)
+    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    candidates, notes = load_models(args, workdir, log)
+    sentences, sentences_from = timing_sentences(args, candidates)
+    gen_args = generation_settings(args, candidates)
+    records = time_models(args, candidates, sentences, gen_args, log)
+    protocol = protocol_of(args, sentences, sentences_from, gen_args)
+    add_bleu(args, candidates, records, protocol)
+    return {"protocol": protocol, "environment": environment(), "models": records,
+            "notes": notes}  # fmt: skip
+
+
+def setup(args: argparse.Namespace) -> None:
+    """Import ``--user-dir`` and the plugin; set torch's threads to ``--threads``."""
     if args.user_dir:
         from fairseq import utils
 
@@ -179,16 +167,19 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
     except RuntimeError:  # already set in this process
         pass
 
+
+def load_models(args: argparse.Namespace, workdir: str, log=None) -> tuple[list, list[str]]:
+    """The models to time and the notes on those left out: every ``--path`` / ``--arch`` model,
+    its int8 versions, its ONNX Runtime (``--onnx``) and CTranslate2 (``--ct2``) exports (in
+    ``workdir`` unless ``--ct2-dir``); every model must read the same source dictionary."""
     candidates = load_candidates(
-        _split_list(args.path), args.arch, args.data, args.vocab_size,
+        split_list(args.path), args.arch, args.data, args.vocab_size,
         args.share_all_embeddings, args.seed,
     )  # fmt: skip
-    notes = []
-    log = None if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    ct2 = []
+    exports, notes = [], []
     if args.ct2:
         ct2_dir = args.ct2_dir or os.path.join(workdir, "ct2")
-        ct2, notes = with_ct2(candidates, ct2_dir, args.threads, log, shortlist=args.shortlist)
+        exports, notes = with_ct2(candidates, ct2_dir, args.threads, log, shortlist=args.shortlist)
     if args.onnx:
         onnx_variants = [v for v, on in (("int8-large", args.int8_large),
                                          ("int8", args.compare_int8)) if on]  # fmt: skip
@@ -196,15 +187,14 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
             candidates, os.path.join(workdir, "onnx"), args.threads, onnx_variants, log,
             shortlist=args.shortlist,
         )  # fmt: skip
-        ct2, notes = onnx + ct2, notes + onnx_notes
+        exports, notes = onnx + exports, notes + onnx_notes
     variants = [v for v, on in (("int8", args.compare_int8 or args.quantize == "int8"),
                                 ("int8-large", args.int8_large or args.quantize == "int8-large"))
                 if on]  # fmt: skip
     if variants:
         keep_float = args.compare_int8 or args.int8_large
         candidates = with_int8(candidates, keep_float=keep_float, variants=variants)
-    candidates = candidates + ct2
-
+    candidates = candidates + exports
     first = candidates[0].task
     for c in candidates[1:]:
         if len(c.task.source_dictionary) != len(first.source_dictionary):
@@ -213,6 +203,13 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
                 f"{candidates[0].label} of {len(first.source_dictionary)}: they cannot translate "
                 "the same sentences"
             )
+    return candidates, notes
+
+
+def timing_sentences(args: argparse.Namespace, candidates) -> tuple[list[torch.Tensor], str]:
+    """The timing sentences (``--data``'s ``--subset`` or random word ids) and where they come
+    from, in the order they are timed (``--sort-batches``: longest first)."""
+    first = candidates[0].task
     if args.data:
         sentences = pick_sentences(
             first, args.subset, args.num_sentences, args.src_len, natural=args.natural
@@ -225,7 +222,12 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
         sentences_from = "random word ids"
     if args.sort_batches:  # (stable: equal lengths keep their order)
         sentences = sorted(sentences, key=lambda s: -s.numel())
+    return sentences, sentences_from
 
+
+def generation_settings(args: argparse.Namespace, candidates) -> Namespace:
+    """Beam, length penalty and output lengths of the timed runs: forced to ``--src-len`` for
+    random weights unless a length is given."""
     min_len, max_len_a, max_len_b = 1, args.max_len_a, args.max_len_b
     if args.max_len is None and args.min_len is None and any(c.random_weights for c in candidates):
         min_len, max_len_a, max_len_b = args.src_len, 0, args.src_len
@@ -235,37 +237,24 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
         max_len_a, max_len_b = 0, args.max_len
     if max_len_a == 0 and min_len > max_len_b:
         raise SpeedError(f"--min-len {min_len} exceeds the maximum length {max_len_b}")
-    gen_args = Namespace(
+    return Namespace(
         beam=args.beam, lenpen=args.lenpen, min_len=min_len, max_len_a=max_len_a,
         max_len_b=max_len_b,
     )  # fmt: skip
-    if args.fast:
-        candidates = with_fast(candidates, gen_args, shortlist=args.shortlist)
-    if args.text is not None:
-        from lightcompress.measure.text import with_text
 
-        candidates = with_text(candidates, args.text)
-    records = measure(
-        candidates,
-        as_samples(sentences, args.timing_batch_size, first.source_dictionary.pad()),
-        gen_args, args.runs, args.warmup, args.trim, log,
-        sentences=sentences, batch_size=args.timing_batch_size,
+
+def time_models(args: argparse.Namespace, candidates, sentences, gen_args, log=None) -> list:
+    """The timed runs of every candidate, interleaved: one record per candidate."""
+    pad = candidates[0].task.source_dictionary.pad()
+    return measure(
+        candidates, as_samples(sentences, args.timing_batch_size, pad), gen_args, args.runs,
+        args.warmup, args.trim, log, sentences=sentences, batch_size=args.timing_batch_size,
     )  # fmt: skip
-    if args.memory:
-        from lightcompress.measure.memory import measure_peak_rss, write_job
 
-        for i, (c, rec) in enumerate(zip(candidates, records)):
-            if c.text:  # (the same process as the row timed on ids)
-                continue
-            try:
-                mem = measure_peak_rss(write_job(workdir, i, c, sentences, gen_args))
-            except (RuntimeError, OSError) as exc:
-                raise SpeedError(f"{c.label} [{c.engine} {c.precision}]: {exc}") from None
-            rec["peak_rss_kib"] = mem["peak_kib"]
-            rec["baseline_rss_kib"] = mem["baseline_kib"]
-            if log:
-                log(f"memory {c.label} [{c.engine} {c.precision}]: peak {mem['peak_kib']} KiB")
-    protocol = {
+
+def protocol_of(args: argparse.Namespace, sentences, sentences_from: str, gen_args) -> dict:
+    """The protocol as the JSON document records it."""
+    return {
         "num_sentences": len(sentences),
         "src_len": args.src_len,
         "natural": bool(args.natural and args.data),
@@ -275,9 +264,9 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
         "batch_size": args.timing_batch_size,
         "beam": args.beam,
         "lenpen": args.lenpen,
-        "min_len": min_len,
-        "max_len_a": max_len_a,
-        "max_len_b": max_len_b,
+        "min_len": gen_args.min_len,
+        "max_len_a": gen_args.max_len_a,
+        "max_len_b": gen_args.max_len_b,
         "threads": args.threads,
         "runs": args.runs,
         "warmup": args.warmup,
@@ -286,6 +275,11 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
         "tokens": "generated target tokens of the best hypothesis, EOS excluded",
         "order": "interleaved (A B C A B C ...)",
     }
+
+
+def add_bleu(args: argparse.Namespace, candidates, records: list, protocol: dict) -> None:
+    """With ``--bleu``: each candidate's sacreBLEU on all of ``--subset`` into its record and
+    the BLEU settings into ``protocol``; then ``protocol``'s note on sizes."""
     if args.bleu:
         bleu_args = Namespace(
             beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
@@ -313,14 +307,6 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
         "fairseq: bytes of torch.save(state_dict()) (shared tensors once); CTranslate2: the "
         "model directory"
     )
-    if args.memory:
-        protocol["memory"] = (
-            "peak resident size (VmHWM) of a fresh process that imports the engine (torch + "
-            "fairseq + lightcompress, or ctranslate2 alone), loads the model and translates the "
-            "timing sentences once; +Model: peak minus the process's size after the imports"
-        )
-    return {"protocol": protocol, "environment": environment(), "models": records,
-            "notes": notes}  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -329,8 +315,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = _arg_parser().parse_args(argv)
-    result = run(args)
+    args = arg_parser().parse_args(argv)
+    print_result(args, run(args))
+    return 0
+
+
+def print_result(args: argparse.Namespace, result: dict) -> None:
+    """The table, notes and BLEU lines on stdout; the JSON document to ``--json``."""
     print(protocol_line(result["protocol"]))
     env = result["environment"]
     print(f"CPU: {env['cpu']}; torch {env['torch']}, fairseq {env['fairseq']}")
@@ -342,7 +333,6 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.json_out:
         write_json(args.json_out, result)
         print(f"wrote {args.json_out}")
-    return 0
 
 
 cli_main = cli.entry_point(main, quiet=True)

@@ -11,7 +11,15 @@ from collections.abc import Sequence
 from lightcompress import cli
 from lightcompress.measure.candidates import SpeedError, split_label
 
-__all__ = ["IWSLT_AVG_LEN", "PROG", "WMT_AVG_LEN", "check_args", "check_output_file"]
+__all__ = [
+    "IWSLT_AVG_LEN",
+    "PROG",
+    "WMT_AVG_LEN",
+    "arg_parser",
+    "check_args",
+    "check_output_file",
+    "split_list",
+]
 
 PROG = "measure_speed"
 IWSLT_AVG_LEN = 23
@@ -23,12 +31,22 @@ WMT_AVG_LEN = 30
 # --------------------------------------------------------------------------------------------
 
 
-def _arg_parser() -> argparse.ArgumentParser:
+def arg_parser() -> argparse.ArgumentParser:
+    """``measure_speed``'s parser: one group of options per part of the protocol."""
     p = cli.OneLineParser(
         prog=PROG,
         description="Translation speed (tokens/s) of fairseq models on the papers' CPU "
         "protocol, side by side. See the module docstring of lightcompress.measure.speed.",
     )
+    for add in (_model_options, _sentence_options, _generation_options, _timing_options,
+                _int8_and_bleu_options, _engine_options):  # fmt: skip
+        add(p)
+    p.add_argument("--json", dest="json_out", help="write all results and raw runs to this file")
+    p.add_argument("--quiet", action="store_true", help="no per-run progress on stderr")
+    return p
+
+
+def _model_options(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("models")
     m.add_argument(
         "--path",
@@ -53,6 +71,9 @@ def _arg_parser() -> argparse.ArgumentParser:
         help="--arch models: do not add --share-all-embeddings",
     )
     m.add_argument("--user-dir", help="an extra fairseq --user-dir to import")
+
+
+def _sentence_options(p: argparse.ArgumentParser) -> None:
     d = p.add_argument_group("sentences")
     d.add_argument("--data", help="fairseq data-bin directory (dictionaries, --subset)")
     d.add_argument("--subset", default="test", help="split to take sentences from (default test)")
@@ -70,6 +91,9 @@ def _arg_parser() -> argparse.ArgumentParser:
         "size // --num-sentences) instead of those closest to --src-len",
     )
     d.add_argument("--seed", type=int, default=1, help="random sentences and random weights")
+
+
+def _generation_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("generation")
     g.add_argument("--beam", type=int, default=5)
     g.add_argument("--lenpen", type=float, default=1.0)
@@ -81,6 +105,9 @@ def _arg_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--max-len-b", type=int, default=200, help="fairseq max_len_b when --max-len is not given"
     )
+
+
+def _timing_options(p: argparse.ArgumentParser) -> None:
     t = p.add_argument_group("timing")
     t.add_argument(
         "--timing-batch-size",
@@ -104,6 +131,9 @@ def _arg_parser() -> argparse.ArgumentParser:
         default=0.1,
         help="fraction of fastest and of slowest runs dropped (default 0.1)",
     )
+
+
+def _int8_and_bleu_options(p: argparse.ArgumentParser) -> None:
     q = p.add_argument_group("int8 and BLEU")
     q.add_argument(
         "--quantize",
@@ -143,7 +173,10 @@ def _arg_parser() -> argparse.ArgumentParser:
         help="torch CPU threads of the --bleu translation (default: --threads); the timed runs "
         "always use --threads",
     )
-    e = p.add_argument_group("engines, size and memory")
+
+
+def _engine_options(p: argparse.ArgumentParser) -> None:
+    e = p.add_argument_group("engines and size")
     e.add_argument(
         "--ct2",
         action="store_true",
@@ -151,13 +184,6 @@ def _arg_parser() -> argparse.ArgumentParser:
         "student whose factors multiply out as the dense Transformer it computes (lightcompress."
         "deploy.ct2; needs ctranslate2, the [ct2] extra); the others (Admin, Subformer, DA-WID) "
         "are listed as not exportable",
-    )
-    e.add_argument(
-        "--fast",
-        action="store_true",
-        help="also time every model on lightcompress's fast path (lightcompress.deploy: "
-        "fairseq's beam search and results, the ONNX export's encoder and decoder step run "
-        "eagerly in torch), float32 and int8 alike",
     )
     e.add_argument(
         "--onnx",
@@ -169,34 +195,17 @@ def _arg_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--shortlist",
         metavar="FILE",
-        help="with --fast / --onnx / --ct2: also time each of those rows scoring only the candidates "
+        help="with --onnx / --ct2: also time each of those rows scoring only the candidates "
         "of this vocabulary shortlist (lightcompress-shortlist; CTranslate2: its vmap; BLEU too)",
-    )
-    e.add_argument(
-        "--text",
-        metavar="SPM",
-        help="also time every ONNX Runtime, CTranslate2 and fast-path row from raw text to raw "
-        "text with this sentencepiece model (encoding, dictionary lookup and decoding in the "
-        "timed path, as the WNGT / WMT efficiency tasks time it): engine ...+text, right after "
-        "the row timed on ids (lightcompress.measure.text)",
     )
     e.add_argument(
         "--ct2-dir",
         help="keep the CTranslate2 exports in this (new or empty) directory instead of a "
         "temporary one",
     )
-    e.add_argument(
-        "--memory",
-        action="store_true",
-        help="add the peak resident memory of each model: one fresh process per model (the "
-        "engine's imports only) loads it and translates the timing sentences once",
-    )
-    p.add_argument("--json", dest="json_out", help="write all results and raw runs to this file")
-    p.add_argument("--quiet", action="store_true", help="no per-run progress on stderr")
-    return p  # fmt: skip
 
 
-def _split_list(values: Sequence[str]) -> list[str]:
+def split_list(values: Sequence[str]) -> list[str]:
     return [x for v in values for x in v.split(",") if x.strip()]
 
 
@@ -242,7 +251,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise SpeedError("--bleu needs --data")
     if args.data and not os.path.isdir(args.data):
         raise SpeedError(f"--data is not a directory: {args.data}")
-    for item in _split_list(args.path):
+    for item in split_list(args.path):
         path = split_label(item)[1]
         if not os.path.exists(path):
             raise SpeedError(f"checkpoint not found: {path}")
@@ -251,13 +260,13 @@ def check_args(args: argparse.Namespace) -> None:
     if args.json_out is not None:
         check_output_file(args.json_out, "--json")
     if args.shortlist is not None:
-        if not (args.fast or args.onnx or args.ct2):
-            raise SpeedError("--shortlist needs --fast, --onnx or --ct2")
+        # (the lab's measure_speed adds --fast, the fast path, which takes a shortlist too)
+        engines = [f for f in ("fast", "onnx", "ct2") if hasattr(args, f)]
+        if not any(getattr(args, f) for f in engines):
+            names = [f"--{f}" for f in engines]
+            raise SpeedError(f"--shortlist needs {', '.join(names[:-1])} or {names[-1]}")
         if not os.path.isfile(args.shortlist):
             raise SpeedError(f"--shortlist {args.shortlist}: file not found")
-    from lightcompress.measure import text
-
-    text.check_args(args)
     if args.natural and not args.data:
         raise SpeedError("--natural needs --data")
     if args.ct2_dir is not None:

@@ -24,7 +24,7 @@ __all__ = ["DEFAULT_INIT", "INITS", "SUBFORMER_PRESETS", "SUBFORMER_SHARING", "S
 _f = flag_field
 
 # --subformer-init: the default is the one that learned best at every SAFE width of the toy in
-# docs/lab/subformer-source.md and without SAFE (the authors' BERT init did not learn at small
+# lab/notes/subformer-source.md and without SAFE (the authors' BERT init did not learn at small
 # SAFE widths; a fairseq-drawn table without SAFE learned later than theirs)
 INITS = ("bert-safe-table", "bert", "fairseq")
 DEFAULT_INIT = "bert-safe-table"
@@ -73,7 +73,7 @@ class SubformerConfig:
         "draws it, N(0, r^-1/2): unit-scale tokens whatever the SAFE width; without SAFE the "
         "authors' init as it is), bert (the authors' init as it is, the paper's MT setup; at "
         "small --safe-dim it did not learn to read the source here: "
-        "docs/lab/subformer-source.md) or fairseq (fairseq's defaults)",
+        "lab/notes/subformer-source.md) or fairseq (fairseq's defaults)",
         choices=INITS,
     )  # fmt: skip
 

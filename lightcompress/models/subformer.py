@@ -37,7 +37,7 @@ What the model is (checked against the authors' fork ``machelreid/subformer``):
   ``bert``), the authors' init as it is (``bert``) or fairseq's throughout (``fairseq``). With the authors' init the encoder's token
   table starts at std ``0.02 sqrt(r)`` against sinusoidal positions of RMS 0.71, and at small
   SAFE widths (r = 64: 0.16) such models did not learn to read their source
-  (docs/lab/subformer-source.md; building one logs a warning).
+  (lab/notes/subformer-source.md; building one logs a warning).
 
 Ties are Parameter identities made at build time, so they survive ``state_dict`` round trips
 and fairseq checkpoints (tests/test_subformer.py). Shared modules stay distinct objects, so
@@ -525,7 +525,7 @@ class SubformerDecoder(TransformerDecoderBase):
 # --- model ----------------------------------------------------------------------------------
 
 # BERT's N(0, 0.02) table times the encoder's sqrt(r) below this std did not learn to read its
-# source in our runs (r = 64: 0.16; docs/lab/subformer-source.md); the paper's r = 320 gives 0.36
+# source in our runs (r = 64: 0.16; lab/notes/subformer-source.md); the paper's r = 320 gives 0.36
 SMALL_SAFE_TOKEN_STD = 0.2
 
 
@@ -561,7 +561,7 @@ def small_safe_table_warning(args) -> str | None:
         return None
     return (f"--safe-dim {r} with --subformer-init bert and sinusoidal positions: the token "
             f"table starts at std {std:.2f} against positions of RMS 0.71; such models did not "
-            "learn to read their source in lightcompress's runs (docs/lab/subformer-source.md). "
+            "learn to read their source in lightcompress's runs (lab/notes/subformer-source.md). "
             f"The default --subformer-init {DEFAULT_INIT} draws a SAFE table at unit scale.")  # fmt: skip
 
 

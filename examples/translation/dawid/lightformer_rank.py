@@ -25,7 +25,8 @@ def main(argv=None) -> int:
         print(f"lightformer_rank: error: {args.shapes} not found", file=sys.stderr)
         return 2
     logging.disable(logging.WARNING)
-    from lightcompress.measure.params import ParamsError, report
+    from lightcompress.measure.params import report
+    from lightcompress.measure.specs import ParamsError
 
     with open(args.shapes) as f:
         shapes = json.load(f)
