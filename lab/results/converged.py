@@ -65,6 +65,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -1902,10 +1903,34 @@ def compact(rows_dir: str, link: str = "results.md") -> str:
     rest = len(recs) - len(front)
     more = f"the other {rest} finished rows, " if rest else ""
     where = (
-        f"The papers' claims decided on these rows, {more}each row's budget and where it was "
-        f"measured: [results.md]({link}#the-papers-claims-in-direction)."
+        f"Each claim with its figures, {more}each row's budget and where it was measured: "
+        f"[results.md]({link}#the-papers-claims-in-direction)."
     )
-    return "\n".join([*lines, "", where]) + "\n"
+    by = {r["row"]: r for r in recs}
+    verdicts = claim_verdicts(claims(by, teacher, spd))
+    return (
+        "\n".join([*lines, "", "The papers' claims, in direction:", "", *verdicts, "", where])
+        + "\n"
+    )
+
+
+_VERDICT = re.compile(r"^- (.+?): (holds|does not hold|not measured yet)\b")
+
+
+def claim_verdicts(lines: list[str]) -> list[str]:
+    """The README's short form of :func:`claims`' lines: each claim and its verdict, marked
+    where its rows were stopped while improving or had unequal budgets (results.md says how)."""
+    out = []
+    for line in lines:
+        m = _VERDICT.match(line)
+        if not m:
+            continue
+        marks = [why for key, why in (("compares unfinished rows", "rows stopped while improving"),
+                                      ("at unequal budgets", "unequal budgets")) if key in line]  # fmt: skip
+        out.append(
+            f"- {m.group(1)}: **{m.group(2)}**" + (f" ({'; '.join(marks)})" if marks else "")
+        )
+    return out
 
 
 def _not_finished(by: dict) -> list[str]:

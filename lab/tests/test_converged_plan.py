@@ -363,7 +363,12 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     # the README's block: the rows and a link to these lines (results.md), not the lines
     block = converged.compact(str(tmp_path))
     assert "Budget of the rows" not in block
-    assert not any(line.startswith("- ") for line in block.splitlines())
+    # (the claims there in short: each claim's verdict and marks, not its figures)
+    short = [line for line in block.splitlines() if line.startswith("- ")]
+    assert len(short) == 7 and not any("BLEU 38.00" in line for line in short), short
+    assert ("- DA-WID: weight-inherited distillation beats the LightFormer of the same "
+            "non-embedding size (DA-WID keeps the teacher's embeddings): **does not hold** "
+            "(unequal budgets)") in short, short  # fmt: skip
     assert block.endswith("[results.md](results.md#the-papers-claims-in-direction).\n")
     assert ("non-embedding size (DA-WID keeps the teacher's embeddings): does not hold here: "
             "dawid BLEU 38.00 against default 39.50 (2,500 against 2,000 parameters); at unequal "
@@ -529,7 +534,9 @@ def test_the_committed_rows_build_the_committed_table_and_the_readme(tmp_path):
     block = readme.split("<!-- converged -->\n", 1)[1].split("<!-- /converged -->", 1)[0]
     link = "examples/translation/results/converged/results.md"  # (from README.md's folder)
     assert block == converged.compact(str(tmp_path), link)
-    assert len(block.splitlines()) <= 2 + 6 + 2  # header, at most six rows, the link
+    # header, at most six rows, the claims' verdicts (a heading and one line each), the link
+    verdicts = [line for line in block.splitlines() if line.startswith("- ")]
+    assert len(block.splitlines()) <= 2 + 6 + 1 + 2 + len(verdicts) + 2
     assert "\n## The papers' claims, in direction\n" in text  # (the link's anchor)
 
 
