@@ -10,7 +10,7 @@ compares the best hypotheses with fairseq's ``SequenceGenerator`` on the model:
 
 - float32: every best hypothesis must be fairseq's (the same tokens; a different hypothesis is
   accepted only as a tie, with fairseq's score of the export's hypothesis within ``1e-4`` of its
-  best), or :class:`~lightcompress.deploy.onnx_export.ExportError`;
+  best), or :class:`~lightcompress.deploy.onnx_graphs.ExportError`;
 - int8: the share of probe sentences whose best hypothesis is fairseq's float32 one is returned
   (the export records it; int8 is expected to move some of them).
 

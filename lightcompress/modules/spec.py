@@ -49,7 +49,7 @@ Two ways to use a spec, with the same rules and the same layer classes:
   :meth:`SpecPlan.finish` then reports the patterns that matched nothing.
 
 The grammar and its :class:`Rule` s are in :mod:`lightcompress.modules.spec_grammar`, the
-records and reports in :mod:`lightcompress.modules.spec_report` (both importable from here).
+records and reports in :mod:`lightcompress.modules.spec_report`.
 """
 
 from __future__ import annotations
