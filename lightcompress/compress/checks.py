@@ -23,19 +23,7 @@ __all__ = [
     "check_train_args",
     "compare_plan",
     "dawid_gate_scale",
-    "file_sha256",
 ]
-
-
-def file_sha256(path: str) -> str:
-    """The SHA-256 of a file (an input whose content, not only its name, is in the plan)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # fairseq-train options that compress sets itself: given after `--` they would override the

@@ -42,7 +42,6 @@ from lightcompress.compress.checks import (
     check_train_args,
     compare_plan,
     dawid_gate_scale,
-    file_sha256,
 )
 from lightcompress.compress.methods import (
     METHODS,
@@ -65,6 +64,7 @@ from lightcompress.compress.steps import (
     train_progress,
 )
 from lightcompress.compress.teacher import CompressError, read_data_bin, read_teacher
+from lightcompress_runtime.files import file_sha256
 
 __all__ = ["build_plan", "cli_main", "get_parser", "main"]
 

@@ -391,15 +391,13 @@ def _write_manifest(directory: str) -> None:
     """``MANIFEST.sha256`` (``sha256sum`` format) of every file the runtime reads: it refuses
     an export whose config, dictionaries or weights were edited after it was written (the
     runtime's own code is not among them)."""
+    from lightcompress_runtime.files import file_sha256
+
     lines = []
     for name in sorted(os.listdir(directory)):
         if name in (LAUNCHER, RUNTIME, MANIFEST):  # (the runtime's code)
             continue
-        digest = hashlib.sha256()
-        with open(os.path.join(directory, name), "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        lines.append(f"{digest.hexdigest()}  {name}\n")
+        lines.append(f"{file_sha256(os.path.join(directory, name))}  {name}\n")
     with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as f:
         f.writelines(lines)
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import json
 import os
 import re
@@ -226,14 +225,6 @@ def pack_shortlist(shortlist, path: str) -> None:
         f.write(gzip.compress(body, compresslevel=9, mtime=0))
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def export_web(
     onnx_dir: str,
     out_dir: str,
@@ -251,7 +242,7 @@ def export_web(
     Raises :class:`WebExportError` (nothing written)."""
     from lightcompress.io import atomic_directory
     from lightcompress_runtime import OnnxError, Shortlist, load_config
-    from lightcompress_runtime.files import config_path, read_symbols
+    from lightcompress_runtime.files import config_path, file_sha256, read_symbols
 
     try:
         config = load_config(onnx_dir)  # (the manifest: every file as the exporter wrote it)
@@ -309,7 +300,7 @@ def export_web(
             "tokenizer": "sentencepiece" if config.get("spm") else None,
             "shortlist": packed_name, "threads": threads,
             "files": model_files,
-            "sha256": {n: _sha256(os.path.join(tmp, n)) for n in model_files},
+            "sha256": {n: file_sha256(os.path.join(tmp, n)) for n in model_files},
             "engine": {**ENGINE_PINS, "files": engine_files},
             "sizes": {"model": size(model_files), "engine": size(engine_files),
                       "page": size(PAGE_FILES)},
@@ -318,7 +309,7 @@ def export_web(
             json.dump(web, f, indent=1)
         names = sorted(["web.json", *PAGE_FILES, *model_files, *engine_files])
         with open(os.path.join(tmp, "SHA256SUMS"), "w", encoding="utf-8") as f:
-            f.writelines(f"{_sha256(os.path.join(tmp, n))}  {n}\n" for n in names)
+            f.writelines(f"{file_sha256(os.path.join(tmp, n))}  {n}\n" for n in names)
     return web
 
 

@@ -5,6 +5,7 @@ dictionaries and the sinusoidal position rows. numpy and onnxruntime only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Sequence
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 __all__ = ["FILE_KEYS", "FORMAT", "MANIFEST", "VERSION", "VERSIONS", "WEIGHTS", "OnnxError",
-           "check_graphs", "config_path", "load_config", "ort_errors", "read_symbols", "session",
+           "check_graphs", "config_path", "file_sha256", "load_config", "ort_errors", "read_symbols", "session",
            "sinusoid"]  # fmt: skip
 
 FORMAT = "lightcompress-onnx"
@@ -179,11 +180,18 @@ def config_path(model_dir: str, config: dict, key: str) -> str | None:
     return None if not name else _inside(model_dir, name, f"config.json's {key!r} is")
 
 
+def file_sha256(path: str) -> str:
+    """The SHA-256 of a file, read in 1 MiB blocks (hex, as ``sha256sum`` writes it)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _verify_manifest(model_dir: str, needed: Sequence[str] = ()) -> None:
     """Refuse an export without ``MANIFEST.sha256``, one whose manifest leaves out a file of
     ``needed``, or whose files differ from what the exporter wrote."""
-    import hashlib
-
     path = os.path.join(model_dir, MANIFEST)
     again = "export the model again with lightcompress-export-onnx (it writes one)"
     if not os.path.isfile(path):
@@ -205,11 +213,7 @@ def _verify_manifest(model_dir: str, needed: Sequence[str] = ()) -> None:
         file = _inside(model_dir, name, f"{MANIFEST} lists")
         if not os.path.isfile(file):
             raise OnnxError(f"{model_dir} lacks {name} (an incomplete export)")
-        digest = hashlib.sha256()
-        with open(file, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        if digest.hexdigest() != expected:
+        if file_sha256(file) != expected:
             raise OnnxError(
                 f"{name} in {model_dir} was changed after the export was written (its sha256 "
                 f"differs from {MANIFEST}): export the model again instead of editing it"
