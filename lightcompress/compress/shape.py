@@ -17,7 +17,7 @@ import argparse
 from dataclasses import dataclass
 
 from lightcompress.compress.teacher import CompressError, Teacher
-from lightcompress.convert.cli import _layer_list  # (lightcompress-convert's own parser)
+from lightcompress.convert.cli import layer_list  # (lightcompress-convert's own parser)
 
 __all__ = ["StudentShape", "add_shape_args", "student_shape"]
 
@@ -53,10 +53,10 @@ def add_shape_args(parser: argparse.ArgumentParser) -> None:
                    help="the student's encoder layers (default: the teacher's)")  # fmt: skip
     g.add_argument("--decoder-layers", type=_depth, metavar="N",
                    help="the student's decoder layers (default: 1)")  # fmt: skip
-    g.add_argument("--encoder-layers-from", type=_layer_list, metavar="I,J,...",
+    g.add_argument("--encoder-layers-from", type=layer_list, metavar="I,J,...",
                    help="the teacher encoder layer each student encoder layer starts from, "
                    "numbered from 0 (default: the first ones)")  # fmt: skip
-    g.add_argument("--decoder-layers-from", type=_layer_list, metavar="I,J,...",
+    g.add_argument("--decoder-layers-from", type=layer_list, metavar="I,J,...",
                    help="the teacher decoder layer each student decoder layer starts from "
                    "(default: the first ones; for one layer, the teacher's first)")  # fmt: skip
     g.add_argument(

@@ -61,7 +61,9 @@ __all__ = [
     "KINDS",
     "PARAM_CHECKS",
     "QUANTIZE",
+    "RANK_OPTIONS",
     "TARGETS",
+    "TT_OPTIONS",
     "Kind",
     "Shape",
     "Variant",
@@ -372,8 +374,9 @@ def _rank_of(m: int, n: int, p: Mapping) -> int:
     return resolve_rank(m, n, rank=p.get("rank"), ratio=p.get("ratio"))
 
 
-_RANK = ("rank", "ratio", "energy")
-_TT_OPT = ("in_shape", "out_shape", "num_cores")
+#: the parameters that set a low-rank map's rank; those that shape a TT matrix
+RANK_OPTIONS = ("rank", "ratio", "energy")
+TT_OPTIONS = ("in_shape", "out_shape", "num_cores")
 _EMB_TT_OPT = ("vocab_shape", "dim_shape", "num_cores")
 
 
@@ -430,11 +433,11 @@ def _lowrank_embedding(s: Shape, p: dict) -> dict:
 
 
 register("lowrank", "linear", LowRankLinear, _lowrank_linear,
-         lambda m, p: LowRankLinear.from_linear(m, **p), one_of=_RANK,
+         lambda m, p: LowRankLinear.from_linear(m, **p), one_of=RANK_OPTIONS,
          int8=lambda m: m.as_linears(), factors=lambda m: (m.v, m.u),
          help="W = U V (SVD transfer)")  # fmt: skip
 register("lowrank", "embedding", LowRankEmbedding, _lowrank_embedding,
-         lambda m, p: LowRankEmbedding.from_embedding(m, **p), one_of=_RANK,
+         lambda m, p: LowRankEmbedding.from_embedding(m, **p), one_of=RANK_OPTIONS,
          factors=lambda m: (m.v, m.u))  # fmt: skip
 
 
@@ -512,17 +515,17 @@ def _htt_embedding_fit(m, p):
     return HTTEmbedding.from_embedding(m, alpha, **p)
 
 
-register("tt", "linear", TTLinear, _tt_linear, _tt_fit, required=("ranks",), optional=_TT_OPT,
+register("tt", "linear", TTLinear, _tt_linear, _tt_fit, required=("ranks",), optional=TT_OPTIONS,
          help="tensor-train matrix (TT-SVD transfer)")  # fmt: skip
 register("tt", "embedding", HTTEmbedding, _htt_embedding, _htt_embedding_fit,
          required=("ranks",), optional=_EMB_TT_OPT)  # fmt: skip
 register("htt", "linear", HybridLinear, _hybrid_tt_linear, _hybrid_tt_fit,
-         required=("alpha", "ranks"), optional=_TT_OPT,
+         required=("alpha", "ranks"), optional=TT_OPTIONS,
          help="hybrid: round(alpha out) dense columns + a TT part")  # fmt: skip
 register("htt", "embedding", HTTEmbedding, _htt_embedding, _htt_embedding_fit,
          required=("alpha", "ranks"), optional=_EMB_TT_OPT)  # fmt: skip
 register("hmf", "linear", HybridLinear, _hybrid_lowrank_linear, _hybrid_lowrank_fit,
-         required=("alpha",), one_of=_RANK,
+         required=("alpha",), one_of=RANK_OPTIONS,
          help="hybrid: round(alpha out) dense columns + a low-rank part")  # fmt: skip
 
 
