@@ -115,13 +115,18 @@ def cpu_rank_args(rank: int, world_size: int) -> list[str]:
     """The ``fairseq-train`` flags of one CPU rank under torchrun (gloo, ``env://``)."""
     return [
         "--cpu",
-        "--distributed-backend", "gloo",
-        "--distributed-world-size", str(world_size),
-        "--distributed-rank", str(rank),
+        "--distributed-backend",
+        "gloo",
+        "--distributed-world-size",
+        str(world_size),
+        "--distributed-rank",
+        str(rank),
         "--distributed-no-spawn",
-        "--distributed-init-method", "env://",
-        "--ddp-backend", "legacy_ddp",
-    ]  # fmt: skip
+        "--distributed-init-method",
+        "env://",
+        "--ddp-backend",
+        "legacy_ddp",
+    ]
 
 
 def save_dir_of(train_args: list[str]) -> str | None:

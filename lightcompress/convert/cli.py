@@ -45,9 +45,12 @@ def layer_list(text: str) -> list[int]:
 
 def get_parser(converters=()):
     methods = sorted(
-        {f"{c.family.name} ({c.family.transfer.method})" for c in converters
-         if getattr(c, "family", None) is not None and c.family.transfer is not None}
-    )  # fmt: skip
+        {
+            f"{c.family.name} ({c.family.transfer.method})"
+            for c in converters
+            if getattr(c, "family", None) is not None and c.family.transfer is not None
+        }
+    )
     parser = cli.OneLineParser(
         # (no abbreviations: the student's model flags pass through, and --decoder-layers must
         # stay a model flag, not an abbreviation of --decoder-layers-from)

@@ -113,8 +113,10 @@ def structure_error(model: nn.Module, arch: str) -> str | None:
             "encoder-decoder that CTranslate2 can express (Subformer's SAFE and sandwich "
             "layers, language models and other models are not)"
         )
-    for side, kind in (("encoder", TransformerEncoderLayerBase),
-                       ("decoder", TransformerDecoderLayerBase)):  # fmt: skip
+    for side, kind in (
+        ("encoder", TransformerEncoderLayerBase),
+        ("decoder", TransformerDecoderLayerBase),
+    ):
         for i, layer in enumerate(getattr(model, side).layers):
             if not isinstance(layer, kind):
                 return (
@@ -670,12 +672,14 @@ def densify_checkpoint(path_in: str, data: str, path_out: str, force: bool = Fal
     out["model"] = dense.model.state_dict()
     out["last_optimizer_state"] = None
     hist = (state.get("optimizer_history") or [{}])[-1]
-    out["optimizer_history"] = [{
-        "criterion_name": hist.get("criterion_name", "LabelSmoothedCrossEntropyCriterion"),
-        "optimizer_name": hist.get("optimizer_name", "FairseqAdam"),
-        "lr_scheduler_state": {"best": None},
-        "num_updates": hist.get("num_updates", 0),
-    }]  # fmt: skip
+    out["optimizer_history"] = [
+        {
+            "criterion_name": hist.get("criterion_name", "LabelSmoothedCrossEntropyCriterion"),
+            "optimizer_name": hist.get("optimizer_name", "FairseqAdam"),
+            "lr_scheduler_state": {"best": None},
+            "num_updates": hist.get("num_updates", 0),
+        }
+    ]
     extra = dict(state.get("extra_state") or {})
     extra["densified_from"] = os.path.abspath(path_in)
     out["extra_state"] = extra

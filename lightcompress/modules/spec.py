@@ -382,10 +382,17 @@ class SpecPlan:
         if shape.bias and target != "embedding":
             before += shape.out_features
         rec = ReplacementRecord(
-            path, rule.canonical_kind, (shape.out_features, shape.in_features)
-            if target != "embedding" else (shape.in_features, shape.out_features),
-            None, None, before, None, rule.text,
-        )  # fmt: skip
+            path,
+            rule.canonical_kind,
+            (shape.out_features, shape.in_features)
+            if target != "embedding"
+            else (shape.in_features, shape.out_features),
+            None,
+            None,
+            before,
+            None,
+            rule.text,
+        )
         _fill_record(rec, new)
         self.report.append(rec)
         return new
@@ -393,16 +400,20 @@ class SpecPlan:
     def linear(self, path: str, in_features: int, out_features: int, bias: bool = True):
         """The layer for an ``nn.Linear(in, out)`` slot at ``path``, or None (dense)."""
         return self._layer(
-            path, "linear", Shape(in_features, out_features, bias),
+            path,
+            "linear",
+            Shape(in_features, out_features, bias),
             f"nn.Linear {in_features}->{out_features}",
-        )  # fmt: skip
+        )
 
     def embedding(self, path: str, num_embeddings: int, dim: int, padding_idx=None):
         """The table for an ``nn.Embedding(V, d)`` slot at ``path``, or None (dense)."""
         return self._layer(
-            path, "embedding", Shape(num_embeddings, dim, False, padding_idx),
+            path,
+            "embedding",
+            Shape(num_embeddings, dim, False, padding_idx),
             f"nn.Embedding {num_embeddings}x{dim}",
-        )  # fmt: skip
+        )
 
     def qkv(self, path: str, dim: int, bias: bool = True):
         """A :class:`~lightcompress.modules.fused_qkv.FusedQKV` for the fused Q/K/V slot at

@@ -247,7 +247,11 @@ class DAWIDModel(WIDMixin, TransformerModel):
             help="the masks' log_alpha and the Lagrange multipliers train at S times --lr "
             "(default 20; CoFi trains them at 0.01 while the model trains at 2e-5)",
         )
-        parser.add_argument("--dawid-train-weights", action="store_true", help="also train the teacher's weight matrices and embeddings (the paper freezes them)")  # fmt: skip
+        parser.add_argument(
+            "--dawid-train-weights",
+            action="store_true",
+            help="also train the teacher's weight matrices and embeddings (the paper freezes them)",
+        )
 
     @staticmethod
     def check_args(args) -> list[str]:
