@@ -80,7 +80,7 @@ def verify_sums(path: str) -> None:
     match its sum: a changed or damaged copy is a :class:`CheckpointError` before it is read
     (torch loads a checkpoint with a flipped or scaled weight without a word). Files that no
     ``SHA256SUMS`` lists are not checked."""
-    import hashlib
+    from lightcompress_runtime.files import file_sha256
 
     folder, name = os.path.split(os.path.abspath(path))
     sums = os.path.join(folder, SUMS)
@@ -101,11 +101,7 @@ def verify_sums(path: str) -> None:
     key = (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
     if key in _VERIFIED:
         return
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    if h.hexdigest() != want:
+    if file_sha256(path) != want:
         raise CheckpointError(
             f"{path} does not match its sum in {sums} (a changed or damaged copy): fetch it "
             f"again (git checkout -- {path} in a clone), or, for a model of your own, keep it "

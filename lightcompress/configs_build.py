@@ -103,6 +103,20 @@ class _NoInitOnMeta(TorchFunctionMode):
 
 
 _INITIALISERS = frozenset(
-    ("normal_", "uniform_", "fill_", "zero_", "erfinv_", "mul_", "add_", "clamp_", "copy_",
-     "exponential_", "random_", "bernoulli_", "div_", "sub_")
-)  # fmt: skip
+    (
+        "normal_",
+        "uniform_",
+        "fill_",
+        "zero_",
+        "erfinv_",
+        "mul_",
+        "add_",
+        "clamp_",
+        "copy_",
+        "exponential_",
+        "random_",
+        "bernoulli_",
+        "div_",
+        "sub_",
+    )
+)

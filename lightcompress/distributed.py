@@ -24,8 +24,7 @@ Written here because neither torchrun nor fairseq has them (each small):
   ("Root Cause") names the rank that died first;
 - ``LC_DIST_TIMEOUT=S``: a rank still running after ``S`` seconds ends (torchrun then stops all).
 
-Other commands: ``python -m lightcompress.distributed update-freq ...`` (:func:`update_freq`),
-and ``launch --nproc N -- ARGS``, kept for earlier users: it runs the torchrun command above.
+Other command: ``python -m lightcompress.distributed update-freq ...`` (:func:`update_freq`).
 This file imports nothing of the package: torchrun runs it by path, before fairseq imports the
 package from ``--user-dir`` (a second copy of it would clash).
 """
@@ -56,7 +55,6 @@ __all__ = [
     "main",
     "run_worker",
     "save_dir_of",
-    "torchrun_command",
     "update_freq",
 ]
 
@@ -117,13 +115,18 @@ def cpu_rank_args(rank: int, world_size: int) -> list[str]:
     """The ``fairseq-train`` flags of one CPU rank under torchrun (gloo, ``env://``)."""
     return [
         "--cpu",
-        "--distributed-backend", "gloo",
-        "--distributed-world-size", str(world_size),
-        "--distributed-rank", str(rank),
+        "--distributed-backend",
+        "gloo",
+        "--distributed-world-size",
+        str(world_size),
+        "--distributed-rank",
+        str(rank),
         "--distributed-no-spawn",
-        "--distributed-init-method", "env://",
-        "--ddp-backend", "legacy_ddp",
-    ]  # fmt: skip
+        "--distributed-init-method",
+        "env://",
+        "--ddp-backend",
+        "legacy_ddp",
+    ]
 
 
 def save_dir_of(train_args: list[str]) -> str | None:
@@ -138,22 +141,6 @@ def save_dir_of(train_args: list[str]) -> str | None:
         elif arg.startswith("--save-dir="):
             save_dir = arg.split("=", 1)[1]
     return save_dir
-
-
-def torchrun_command(
-    train_args: list[str],
-    nproc: int,
-    port: int | None = None,
-    host: str = "127.0.0.1",
-    entry: str | None = None,
-    python: str = sys.executable,
-) -> list[str]:
-    """The one-machine torchrun command that runs ``entry`` (this file) on ``nproc`` ranks:
-    ``--standalone`` (torchrun picks a free port) or a static rendezvous at ``host:port``."""
-    cmd = [python, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
-    cmd += ["--max-restarts", "0"]
-    cmd += ["--master-addr", host, "--master-port", str(port)] if port else ["--standalone"]
-    return cmd + [entry or ENTRY, *train_args]
 
 
 # --- one rank ----------------------------------------------------------------------------
@@ -375,7 +362,7 @@ def _rank_main(argv: list[str]) -> int:
 # --- command line ------------------------------------------------------------------------
 
 
-def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="The --update-freq that keeps a reference effective batch; and the rank "
@@ -390,66 +377,29 @@ def _parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     q.add_argument("--reference-gpus", type=int, help="workers of the reference setup")
     q.add_argument("--reference-max-tokens", type=int, help="of the reference (default: yours)")
     q.add_argument("--reference-update-freq", type=int, default=1, help="(default: %(default)s)")
-    p = sub.add_parser(
-        "launch", help="torchrun on this machine: launch --nproc N -- FAIRSEQ_TRAIN_ARGS"
-    )
-    p.add_argument("--nproc", type=int, required=True, help="number of ranks")
-    p.add_argument("--port", type=int, help="rendezvous port (default: torchrun picks one)")
-    p.add_argument("--host", default="127.0.0.1", help="rendezvous host (default: %(default)s)")
-    p.add_argument("--timeout", type=float, help="end every rank after this many seconds")
-    p.add_argument(
-        "--heartbeat-timeout", type=int, default=300, help="fairseq's; 0: unset (default: 300)"
-    )
-    p.add_argument(
-        "--worker",
-        default=os.environ.get("LC_DIST_WORKER") or None,
-        metavar="FILE",
-        help="the rank entry torchrun runs (default: $LC_DIST_WORKER, else this file)",
-    )
-    return parser, p
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["worker"]:  # the earlier launcher's rank command
-        argv = argv[1:]
-    if argv[:1] not in (["update-freq"], ["launch"], ["-h"], ["--help"]):
+    if argv[:1] not in (["update-freq"], ["-h"], ["--help"]):
         return _rank_main(argv)  # a rank under torchrun: fairseq-train's arguments
-    parser, launch = _parser()
-    own, rest = argv, []
-    if "--" in argv:
-        own, rest = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
-    if own[:1] == ["launch"] and {"-h", "--help"} & set(rest):
-        launch.print_help()  # not each rank printing fairseq-train's help
-        print("\nfairseq-train's own options: fairseq-train --help")
-        return 0
-    args = parser.parse_args(own)
-    if args.command == "update-freq":
-        try:
-            print(
-                update_freq(
-                    args.gpus, args.max_tokens, args.effective_tokens, args.reference_gpus,
-                    args.reference_max_tokens, args.reference_update_freq,
-                )
-            )  # fmt: skip
-        except ValueError as exc:
-            parser.error(str(exc))
-        return 0
-    if not rest:
-        launch.error("give the fairseq-train arguments after --")
-    if args.nproc < 1:
-        launch.error(f"--nproc must be >= 1, got {args.nproc}")
-    if args.port is not None and not 1 <= args.port <= 65535:
-        launch.error(f"--port must be a TCP port (1-65535), got {args.port}")
-    if args.worker and not os.path.isfile(args.worker):
-        launch.error(f"--worker: no such file: {args.worker}")
-    if args.heartbeat_timeout and "--heartbeat-timeout" not in rest:
-        rest += ["--heartbeat-timeout", str(args.heartbeat_timeout)]
-    if args.timeout:
-        os.environ["LC_DIST_TIMEOUT"] = str(args.timeout)
-    cmd = torchrun_command(rest, args.nproc, args.port, args.host, args.worker)
-    os.execv(cmd[0], cmd)  # torchrun in this process: killing it is killing the run
-    return 1
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        print(
+            update_freq(
+                args.gpus,
+                args.max_tokens,
+                args.effective_tokens,
+                args.reference_gpus,
+                args.reference_max_tokens,
+                args.reference_update_freq,
+            )
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    return 0
 
 
 if __name__ == "__main__":

@@ -212,8 +212,13 @@ def _check_fp16(cfg) -> None:
     common = cfg.get("common")
     if common is None or not common.get("fp16") or common.get("tpu"):
         return
-    others = ("memory_efficient_fp16", "memory_efficient_bf16", "bf16", "amp",
-              "fp16_no_flatten_grads")  # fmt: skip
+    others = (
+        "memory_efficient_fp16",
+        "memory_efficient_bf16",
+        "bf16",
+        "amp",
+        "fp16_no_flatten_grads",
+    )
     if any(common.get(k) for k in others):
         return
     if cfg.get("distributed_training", {}).get("ddp_backend") == "fully_sharded":

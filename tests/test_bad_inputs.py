@@ -594,7 +594,8 @@ def test_an_onnx_export_whose_runtime_fails_or_translates_otherwise_is_never_wri
     import shutil
 
     from lightcompress.deploy import onnx_export
-    from lightcompress.deploy.onnx_export import ExportError, export_onnx
+    from lightcompress.deploy.onnx_export import export_onnx
+    from lightcompress.deploy.onnx_graphs import ExportError
 
     flags, good, bad, message = RUNTIME_FAULTS[fault]
     model, task = _tiny_model(flags)

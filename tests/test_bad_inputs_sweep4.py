@@ -346,7 +346,8 @@ def test_3_a_run_that_failed_on_its_settings_is_rerun_with_corrected_ones(
     checkpoint, a command with other settings is refused (the outputs are the other run's)."""
     import json
 
-    from lightcompress.compress.cli import build_plan, get_parser
+    from lightcompress.compress.cli import get_parser
+    from lightcompress.compress.plan import build_plan
 
     out = tmp_path / "out"
     base = [_teacher(tiny_transformer), "--data", tiny_data, "-o", str(out), "--rank", "8"]

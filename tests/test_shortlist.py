@@ -337,7 +337,8 @@ def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fa
 
 
 def test_onnx_export_shortlist_bad_input_is_one_line(tmp_path):
-    from lightcompress.deploy.onnx_export import ExportError, export_onnx
+    from lightcompress.deploy.onnx_export import export_onnx
+    from lightcompress.deploy.onnx_graphs import ExportError
     from lightcompress_runtime import OnnxError, OnnxGenerator
 
     model, task, _ = _model("transformer")

@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 from collect import read_generate
 
 sys.path.insert(0, REPO)
-from lightcompress.compress.checks import file_sha256
+from lightcompress_runtime.files import file_sha256
 
 
 class ShipError(ValueError):

@@ -14,7 +14,8 @@ parameters with the function of ``lightcompress-params``
   preconditions;
 - :mod:`lightcompress.compress.steps`: running steps (progress lines, logs, resume, lock);
 - :mod:`lightcompress.compress.report`: BLEU / chrF, speed, the markdown and PNG report;
-- :mod:`lightcompress.compress.cli`: the command line and the plan of steps.
+- :mod:`lightcompress.compress.plan`: the plan of steps, one planner per phase;
+- :mod:`lightcompress.compress.cli`: the command line, running the plan.
 
 See ``docs/compress.md``.
 """

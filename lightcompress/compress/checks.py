@@ -23,19 +23,7 @@ __all__ = [
     "check_train_args",
     "compare_plan",
     "dawid_gate_scale",
-    "file_sha256",
 ]
-
-
-def file_sha256(path: str) -> str:
-    """The SHA-256 of a file (an input whose content, not only its name, is in the plan)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 # fairseq-train options that compress sets itself: given after `--` they would override the
@@ -96,8 +84,10 @@ def check_train_args(argv: list, extra: list[str]):
     finally:
         logging.disable(quiet)
     given = f" (given after `--`: {' '.join(extra)})" if extra else ""
-    raise CompressError(f"fairseq-train would refuse the fine-tuning command: {msg}{given}; "
-                        "`fairseq-train --help` lists its flags")  # fmt: skip
+    raise CompressError(
+        f"fairseq-train would refuse the fine-tuning command: {msg}{given}; "
+        "`fairseq-train --help` lists its flags"
+    )
 
 
 def check_continue_fits(path: str, args, src_vocab: int, tgt_vocab: int) -> None:
@@ -129,8 +119,10 @@ def check_continue_fits(path: str, args, src_vocab: int, tgt_vocab: int) -> None
     model.upgrade_state_dict(have)
     for name, tensor in want.items():
         if name not in have:
-            raise CompressError(f"--continue-from {path} does not fit the student this command "
-                                f"trains: it has no {name} (a checkpoint of another model)")  # fmt: skip
+            raise CompressError(
+                f"--continue-from {path} does not fit the student this command "
+                f"trains: it has no {name} (a checkpoint of another model)"
+            )
         if tuple(have[name].shape) != tuple(tensor.shape):
             raise CompressError(
                 f"--continue-from {path} does not fit the student this command trains: its "
@@ -139,9 +131,11 @@ def check_continue_fits(path: str, args, src_vocab: int, tgt_vocab: int) -> None
             )
     extra = [k for k in have if k not in want]
     if extra:
-        raise CompressError(f"--continue-from {path} does not fit the student this command "
-                            f"trains: its {extra[0]} is not the student's (a checkpoint of "
-                            "another model)")  # fmt: skip
+        raise CompressError(
+            f"--continue-from {path} does not fit the student this command "
+            f"trains: its {extra[0]} is not the student's (a checkpoint of "
+            "another model)"
+        )
 
 
 def check_target(opts, teacher) -> None:
@@ -175,12 +169,15 @@ def check_tokenizer(opts, data) -> str | None:
     from lightcompress_runtime.tokenizers import TextError, check_codes, load_sentencepiece
 
     if opts.spm and opts.bpe_codes:
-        raise CompressError("give --spm (a sentencepiece model) or --bpe-codes (subword-nmt "
-                            "codes), not both: the data was made with one of them")  # fmt: skip
+        raise CompressError(
+            "give --spm (a sentencepiece model) or --bpe-codes (subword-nmt "
+            "codes), not both: the data was made with one of them"
+        )
     if opts.tokenized and (opts.spm or opts.bpe_codes):
         flag = "--spm" if opts.spm else "--bpe-codes"
-        raise CompressError(f"--tokenized takes the data's subword units as they are: give it "
-                            f"without {flag}")  # fmt: skip
+        raise CompressError(
+            f"--tokenized takes the data's subword units as they are: give it without {flag}"
+        )
     sides = []
     for side, lang in (("source", data.src), ("target", data.tgt)):
         path = os.path.join(data.path, f"dict.{lang}.txt")
@@ -251,8 +248,10 @@ def _difference(new: list[str], old: dict) -> str:
             return f"now: {a[:120]}..."
         i = next((k for k, (x, y) in enumerate(zip(ta, tb)) if x != y), min(len(ta), len(tb)))
         lo = max(0, i - 2)
-        return (f"in `{os.path.basename(ta[0])}`: now ... {shlex.join(ta[lo:i + 2])} ..., before "
-                f"... {shlex.join(tb[lo:i + 2])} ...")  # fmt: skip
+        return (
+            f"in `{os.path.basename(ta[0])}`: now ... {shlex.join(ta[lo : i + 2])} ..., before "
+            f"... {shlex.join(tb[lo : i + 2])} ..."
+        )
     return "other commands"
 
 
@@ -275,8 +274,10 @@ def check_continue_from(path: str | None, max_update: int, student_flags: list[s
     except CheckpointError as exc:
         raise CompressError(f"--continue-from: {exc}") from None
     if not state.get("last_optimizer_state") or not state.get("optimizer_history"):
-        raise CompressError(f"--continue-from {path} holds no optimizer state: give a training "
-                            "checkpoint (an earlier run's SAVE_DIR/student/checkpoint_last.pt)")  # fmt: skip
+        raise CompressError(
+            f"--continue-from {path} holds no optimizer state: give a training "
+            "checkpoint (an earlier run's SAVE_DIR/student/checkpoint_last.pt)"
+        )
     flags, i = {}, 0
     while i < len(student_flags):  # (--flag value, or a switch such as --share-all-embeddings)
         has_value = i + 1 < len(student_flags) and not student_flags[i + 1].startswith("--")
@@ -284,8 +285,10 @@ def check_continue_from(path: str | None, max_update: int, student_flags: list[s
         i += 2 if has_value else 1
     arch = checkpoint_arch(state)
     if arch != flags.get("--arch"):
-        raise CompressError(f"--continue-from {path} is a {arch!r} model; this command trains "
-                            f"a {flags.get('--arch')!r} student")  # fmt: skip
+        raise CompressError(
+            f"--continue-from {path} is a {arch!r} model; this command trains "
+            f"a {flags.get('--arch')!r} student"
+        )
     for flag, want in flags.items():
         key = flag.lstrip("-").replace("-", "_")
         had = cfg.get(key) if hasattr(cfg, "get") else getattr(cfg, key, None)
@@ -296,14 +299,21 @@ def check_continue_from(path: str | None, max_update: int, student_flags: list[s
         except (TypeError, ValueError):
             same = str(had) == str(want)
         if not same:
-            hint = (" (its schedule: give the first run's --max-update as --schedule-updates)"
-                    if flag.startswith("--dawid-") or flag == "--warmup-updates" else "")  # fmt: skip
-            raise CompressError(f"--continue-from {path} was trained with {flag} {had}; this "
-                                f"command gives {want}{hint}")  # fmt: skip
+            hint = (
+                " (its schedule: give the first run's --max-update as --schedule-updates)"
+                if flag.startswith("--dawid-") or flag == "--warmup-updates"
+                else ""
+            )
+            raise CompressError(
+                f"--continue-from {path} was trained with {flag} {had}; this "
+                f"command gives {want}{hint}"
+            )
     done = state["optimizer_history"][-1].get("num_updates", 0)
     if done >= max_update:
-        raise CompressError(f"--continue-from {path} has trained {done} updates already: give a "
-                            f"--max-update above {done}")  # fmt: skip
+        raise CompressError(
+            f"--continue-from {path} has trained {done} updates already: give a "
+            f"--max-update above {done}"
+        )
     return os.path.abspath(path)
 
 

@@ -35,12 +35,16 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("-s", "--source-lang", required=True)
     p.add_argument("-t", "--target-lang", required=True)
     p.add_argument("-o", "--output", required=True, help="the int8 export (new or empty)")
-    p.add_argument("--int8", choices=["all", "large"], default="all",
-                   help="the maps quantized: every map (default) or those of at least 2^17 "
-                   "weights")  # fmt: skip
+    p.add_argument(
+        "--int8",
+        choices=["all", "large"],
+        default="all",
+        help="the maps quantized: every map (default) or those of at least 2^17 weights",
+    )
     p.add_argument("--eval", required=True, help="the translations, fairseq-generate's format")
-    p.add_argument("--skipped", required=True,
-                   help="where the reason goes when there is nothing to quantize")  # fmt: skip
+    p.add_argument(
+        "--skipped", required=True, help="where the reason goes when there is nothing to quantize"
+    )
     p.add_argument("--subset", default="test")
     p.add_argument("--beam", type=int, default=5)
     p.add_argument("--max-len-a", type=float, default=0.0)
@@ -50,17 +54,30 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--post-process", help="fairseq --post-process (e.g. sentencepiece)")
     p.add_argument("--spm", help="the data's sentencepiece model (shipped with the export)")
     p.add_argument("--bpe-codes", help="the data's subword-nmt codes (shipped with the export)")
-    p.add_argument("--shortlist", metavar="FILE",
-                   help="a vocabulary shortlist (lightcompress-shortlist) shipped with the export; "
-                   "the test split is then translated with it, as the export's translators do "
-                   "by default")  # fmt: skip
+    p.add_argument(
+        "--shortlist",
+        metavar="FILE",
+        help="a vocabulary shortlist (lightcompress-shortlist) shipped with the export; "
+        "the test split is then translated with it, as the export's translators do "
+        "by default",
+    )
     return p
 
 
-def translate_split(export: str, data: str, src: str, tgt: str, subset: str = "test",
-                    beam: int = 5, max_len_a: float = 0.0, max_len_b: int = 200,
-                    batch_size: int = 64, threads: int = 1, post_process: str | None = None,
-                    shortlist: bool | None = None):  # fmt: skip
+def translate_split(
+    export: str,
+    data: str,
+    src: str,
+    tgt: str,
+    subset: str = "test",
+    beam: int = 5,
+    max_len_a: float = 0.0,
+    max_len_b: int = 200,
+    batch_size: int = 64,
+    threads: int = 1,
+    post_process: str | None = None,
+    shortlist: bool | None = None,
+):
     """The export's best translation of every sentence of ``subset``, as ``fairseq-generate``
     prints it: ``(sentence id, reference, score, hypothesis)`` in id order, hypothesis and
     reference strings made by the data's target dictionary with ``post_process`` (as
@@ -70,9 +87,18 @@ def translate_split(export: str, data: str, src: str, tgt: str, subset: str = "t
 
     from lightcompress.deploy.databin import DataBinTranslation
 
-    split = DataBinTranslation(export, data, subset, src, tgt, beam_size=beam,
-                               max_len_a=max_len_a, max_len_b=max_len_b, threads=threads,
-                               shortlist=shortlist)  # fmt: skip
+    split = DataBinTranslation(
+        export,
+        data,
+        subset,
+        src,
+        tgt,
+        beam_size=beam,
+        max_len_a=max_len_a,
+        max_len_b=max_len_b,
+        threads=threads,
+        shortlist=shortlist,
+    )
     targets = split.targets()
     found = {
         i: (score, tokens) for batch in split.batches(batch_size) for i, score, tokens in batch
@@ -83,8 +109,9 @@ def translate_split(export: str, data: str, src: str, tgt: str, subset: str = "t
     for i in range(len(split)):
         score, tokens = found[i]
         hyp = tgt_dict.string(torch.tensor(tokens), post_process, extra_symbols_to_ignore=strip)
-        ref = tgt_dict.string(targets[i], post_process, escape_unk=True,
-                              extra_symbols_to_ignore=strip)  # fmt: skip
+        ref = tgt_dict.string(
+            targets[i], post_process, escape_unk=True, extra_symbols_to_ignore=strip
+        )
         rows.append((i, ref, score, hyp))
     return rows
 
@@ -96,8 +123,20 @@ def _main(argv: Sequence[str] | None) -> int:
 
     manifest = os.path.join(args.output, "MANIFEST.sha256")
     if not os.path.exists(manifest):  # (a finished export is kept: the step resumes)
-        export = ["--path", args.path, "--data", args.data, "-s", args.source_lang,
-                  "-t", args.target_lang, "-o", args.output, "--int8", args.int8]  # fmt: skip
+        export = [
+            "--path",
+            args.path,
+            "--data",
+            args.data,
+            "-s",
+            args.source_lang,
+            "-t",
+            args.target_lang,
+            "-o",
+            args.output,
+            "--int8",
+            args.int8,
+        ]
         if args.spm:
             export += ["--spm", args.spm]
         elif args.bpe_codes:
@@ -111,9 +150,19 @@ def _main(argv: Sequence[str] | None) -> int:
                 f.write(f"{exc}\n")
             print(f"{PROG}: left out: {exc}", file=sys.stderr)
             return 0
-    rows = translate_split(args.output, args.data, args.source_lang, args.target_lang,
-                           args.subset, args.beam, args.max_len_a, args.max_len_b,
-                           args.batch_size, args.threads, args.post_process)  # fmt: skip
+    rows = translate_split(
+        args.output,
+        args.data,
+        args.source_lang,
+        args.target_lang,
+        args.subset,
+        args.beam,
+        args.max_len_a,
+        args.max_len_b,
+        args.batch_size,
+        args.threads,
+        args.post_process,
+    )
     lines = [f"T-{i}\t{ref}\nH-{i}\t{score:.6f}\t{hyp}\n" for i, ref, score, hyp in rows]
     with atomic_write(args.eval) as f:
         f.write("".join(lines))

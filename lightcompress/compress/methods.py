@@ -86,8 +86,16 @@ class Method:
         if self.name == "lightformer":
             d = teacher.settings["encoder_embed_dim"]
             e = embed_rank if embed_rank is not None else max(1, min(2 * rank, d // 2))
-            return ["--lc-encoder-groups", "0", "--lc-decoder-groups", "0",
-                    "--lc-rank", str(rank), "--lc-embed-rank", str(e)]  # fmt: skip
+            return [
+                "--lc-encoder-groups",
+                "0",
+                "--lc-decoder-groups",
+                "0",
+                "--lc-rank",
+                str(rank),
+                "--lc-embed-rank",
+                str(e),
+            ]
         if self.name == "hypoformer":
             # keeping the attention output projections lets the teacher's be transferred;
             # Admin (the paper's initialisation) is a post-LN method: a pre-LN teacher's
@@ -130,8 +138,9 @@ SUBFORMER_REFUSAL = (
 )
 
 
-def count_params(specs: dict[str, tuple[str, list[str]]], src_vocab: int,
-                 tgt_vocab: int | None = None) -> dict[str, int]:  # fmt: skip
+def count_params(
+    specs: dict[str, tuple[str, list[str]]], src_vocab: int, tgt_vocab: int | None = None
+) -> dict[str, int]:
     """Total parameters of each ``label -> (arch, flags)`` built with random weights at these
     dictionary sizes (``tgt_vocab`` None: one joined dictionary)."""
     import contextlib
@@ -158,9 +167,15 @@ def count_params(specs: dict[str, tuple[str, list[str]]], src_vocab: int,
     return out
 
 
-def search_rank(method: Method, teacher: Teacher, shape: list[str], target: Target,
-                embed_rank: int | None, log=print,
-                teacher_shape: list[str] | None = None) -> tuple[int, int, int]:  # fmt: skip
+def search_rank(
+    method: Method,
+    teacher: Teacher,
+    shape: list[str],
+    target: Target,
+    embed_rank: int | None,
+    log=print,
+    teacher_shape: list[str] | None = None,
+) -> tuple[int, int, int]:
     """The largest rank whose student (of ``shape``) meets ``target`` (a ratio or a count of
     total parameters): ``(rank, student_params, teacher_params)``, both counted the same way
     (the teacher with ``teacher_shape``, default ``shape``)."""
@@ -173,8 +188,11 @@ def search_rank(method: Method, teacher: Teacher, shape: list[str], target: Targ
     t = count_params({"teacher": (teacher.arch, teacher_shape or shape)}, *vocab)["teacher"]
 
     def probe(ranks) -> None:
-        specs = {f"r{r}": (method.arch, shape + method.flags(r, embed_rank, teacher))
-                 for r in sorted(set(ranks)) if r not in counts}  # fmt: skip
+        specs = {
+            f"r{r}": (method.arch, shape + method.flags(r, embed_rank, teacher))
+            for r in sorted(set(ranks))
+            if r not in counts
+        }
         if specs:
             counts.update({int(k[1:]): v for k, v in count_params(specs, *vocab).items()})
 
@@ -195,8 +213,9 @@ def search_rank(method: Method, teacher: Teacher, shape: list[str], target: Targ
         top = min(over)
         c0, c1 = counts[ok], counts[top]
         guess = ok + int((want - c0) * (top - ok) / max(1, c1 - c0))
-        probe([r for r in (guess - 1, guess, guess + 1, guess + 2, (ok + top) // 2)
-               if ok < r < top])  # fmt: skip
+        probe(
+            [r for r in (guess - 1, guess, guess + 1, guess + 2, (ok + top) // 2) if ok < r < top]
+        )
     ok = max(r for r, c in counts.items() if c <= want)
     log(f"rank search: {len(counts)} ranks counted, {ok} is the largest within {want:,} parameters")
     return ok, counts[ok], t

@@ -56,8 +56,10 @@ def read_speed(path: str) -> dict[tuple[str, str, str], dict]:
     measure_speed's table names it."""
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
-    return {(m["label"], m["engine"] + ("+shortlist" if m.get("shortlist") else ""),
-             m["precision"]): m for m in doc["models"]}  # fmt: skip
+    return {
+        (m["label"], m["engine"] + ("+shortlist" if m.get("shortlist") else ""), m["precision"]): m
+        for m in doc["models"]
+    }
 
 
 SPREAD_WARNING = 0.25  # (fastest - slowest) / fastest run of one row above this: a warning
@@ -109,8 +111,13 @@ def _atomic_text(path: str, text: str) -> None:
 
 
 INT8_PRECISIONS = ("int8-large", "int8")  # measure_speed's names of --int8 large / all
-ENGINES = ["fairseq", "onnxruntime", *(f"onnxruntime-{p}" for p in INT8_PRECISIONS),
-           "ctranslate2-float32", "ctranslate2-int8"]  # fmt: skip
+ENGINES = [
+    "fairseq",
+    "onnxruntime",
+    *(f"onnxruntime-{p}" for p in INT8_PRECISIONS),
+    "ctranslate2-float32",
+    "ctranslate2-int8",
+]
 
 
 INT8_MAPS = {"int8-large": "large maps", "int8": "every map"}  # which maps each int8 quantizes
@@ -122,8 +129,14 @@ def _engine_name(key: str) -> str:
     return f"onnxruntime int8 ({INT8_MAPS[prec]})" if prec in INT8_MAPS else f"{key} float32"
 
 
-def build_rows(plan: dict, speed: dict, ct2: dict | None, scores: dict, onnx_dir: str | None,
-               int8: dict | None = None):  # fmt: skip
+def build_rows(
+    plan: dict,
+    speed: dict,
+    ct2: dict | None,
+    scores: dict,
+    onnx_dir: str | None,
+    int8: dict | None = None,
+):
     """The report's figures: ``{"teacher": {...}, "student": {...}}``; with ``int8`` (the int8
     step's export, scores or the reason it was left out), ``student["int8"]`` too."""
     rows = {}
@@ -210,34 +223,68 @@ def _against_lines(vs: dict, ct2_export: str | None = None) -> list[str]:
     def x(key):
         return f"{vs[key]:.2f}x" if key in vs else "-"
 
-    lines = ["", ("Against what you have now, the teacher in CTranslate2 int8 (tokens/s of the "
-             f"student's default export, {vs['engine']}, over the teacher's; one thread, beam 5):"),
-             "", "| the teacher in CTranslate2 int8 | batch 1 | batch 32 |", "| --- | ---: | ---: |",
-             f"| without a vocabulary map | {x('b1')} | {x('b32')} |",
-             (f"| with the shortlist as its vocabulary map (like for like) | {x('b1_vmap')} | "
-             f"{x('b32_vmap')} |")]  # fmt: skip
-    dense = [k for k in ("b1_student_ct2", "b32_student_ct2", "b1_vmap_student_ct2",
-                         "b32_vmap_student_ct2") if k in vs]  # fmt: skip
+    lines = [
+        "",
+        (
+            "Against what you have now, the teacher in CTranslate2 int8 (tokens/s of the "
+            f"student's default export, {vs['engine']}, over the teacher's; one thread, beam 5):"
+        ),
+        "",
+        "| the teacher in CTranslate2 int8 | batch 1 | batch 32 |",
+        "| --- | ---: | ---: |",
+        f"| without a vocabulary map | {x('b1')} | {x('b32')} |",
+        (
+            f"| with the shortlist as its vocabulary map (like for like) | {x('b1_vmap')} | "
+            f"{x('b32_vmap')} |"
+        ),
+    ]
+    dense = [
+        k
+        for k in (
+            "b1_student_ct2",
+            "b32_student_ct2",
+            "b1_vmap_student_ct2",
+            "b32_vmap_student_ct2",
+        )
+        if k in vs
+    ]
     if dense:
-        lines += [(f"| the student's own shape in CTranslate2 int8 (its factors multiplied out; "
-                   f"against the teacher with the vocabulary map where both have it) | "
-                   f"{x('b1_vmap_student_ct2') if 'b1_vmap_student_ct2' in vs else x('b1_student_ct2')} | "
-                   f"{x('b32_vmap_student_ct2') if 'b32_vmap_student_ct2' in vs else x('b32_student_ct2')} |")]  # fmt: skip
+        lines += [
+            (
+                f"| the student's own shape in CTranslate2 int8 (its factors multiplied out; "
+                f"against the teacher with the vocabulary map where both have it) | "
+                f"{x('b1_vmap_student_ct2') if 'b1_vmap_student_ct2' in vs else x('b1_student_ct2')} | "
+                f"{x('b32_vmap_student_ct2') if 'b32_vmap_student_ct2' in vs else x('b32_student_ct2')} |"
+            )
+        ]
         for batch in (1, 32):
             ours = vs.get(f"b{batch}_vmap", vs.get(f"b{batch}"))
             theirs = vs.get(f"b{batch}_vmap_student_ct2", vs.get(f"b{batch}_student_ct2"))
             if ours and theirs and theirs > ours:
-                where = (f"`{ct2_export}`" if ct2_export else
-                         "`lightcompress-export-ct2 --path STUDENT --data DATA --quantization "
-                         "int8 --shortlist shortlist.txt`")  # fmt: skip
-                lines += ["", (f"At batch {batch} the student runs faster in CTranslate2 "
-                               f"({theirs:.2f}x against {ours:.2f}x): deploy its CTranslate2 export "
-                               f"({where}) for that batch size; it stores the student dense, so "
-                               "it is larger on disk.")]  # fmt: skip
+                where = (
+                    f"`{ct2_export}`"
+                    if ct2_export
+                    else "`lightcompress-export-ct2 --path STUDENT --data DATA --quantization "
+                    "int8 --shortlist shortlist.txt`"
+                )
+                lines += [
+                    "",
+                    (
+                        f"At batch {batch} the student runs faster in CTranslate2 "
+                        f"({theirs:.2f}x against {ours:.2f}x): deploy its CTranslate2 export "
+                        f"({where}) for that batch size; it stores the student dense, so "
+                        "it is larger on disk."
+                    ),
+                ]
     if "size_vs_ct2_int8" in vs:
-        lines += ["", (f"On disk: the student's export {_human(vs['student_export_bytes'], 'B')}, "
-                       f"{vs['size_vs_ct2_int8']:.2f}x the teacher's CTranslate2 int8 model "
-                       f"({_human(vs['teacher_ct2_int8_bytes'], 'B')}).")]  # fmt: skip
+        lines += [
+            "",
+            (
+                f"On disk: the student's export {_human(vs['student_export_bytes'], 'B')}, "
+                f"{vs['size_vs_ct2_int8']:.2f}x the teacher's CTranslate2 int8 model "
+                f"({_human(vs['teacher_ct2_int8_bytes'], 'B')})."
+            ),
+        ]
     return lines
 
 
@@ -285,21 +332,30 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
             what += " + shortlist"
         size = q.get("onnx_size_bytes")
         lines += [
-            (f"| size on disk (student's {what}) | - | {_human(size, 'B')} | "
-             f"{ratio(size, t.get('onnx_size_bytes'))} of the teacher's float32 export |"),
-            (f"| BLEU, student's {what} | {t['bleu']:.2f} | {q['bleu']:.2f} | "
-             f"{q['bleu'] - t['bleu']:+.2f} |"),
-            (f"| chrF, student's {what} | {t['chrf']:.2f} | {q['chrf']:.2f} | "
-             f"{q['chrf'] - t['chrf']:+.2f} |"),
-            (f"| BLEU, student's {what} against the student in float32 (fairseq) | - | "
-             f"{q['bleu']:.2f} | {q['bleu'] - s['bleu']:+.2f} |"),
-        ]  # fmt: skip
+            (
+                f"| size on disk (student's {what}) | - | {_human(size, 'B')} | "
+                f"{ratio(size, t.get('onnx_size_bytes'))} of the teacher's float32 export |"
+            ),
+            (
+                f"| BLEU, student's {what} | {t['bleu']:.2f} | {q['bleu']:.2f} | "
+                f"{q['bleu'] - t['bleu']:+.2f} |"
+            ),
+            (
+                f"| chrF, student's {what} | {t['chrf']:.2f} | {q['chrf']:.2f} | "
+                f"{q['chrf'] - t['chrf']:+.2f} |"
+            ),
+            (
+                f"| BLEU, student's {what} against the student in float32 (fairseq) | - | "
+                f"{q['bleu']:.2f} | {q['bleu'] - s['bleu']:+.2f} |"
+            ),
+        ]
     for eng in ENGINES[:4]:
         a, b = t["tokens_per_s"].get(eng), s["tokens_per_s"].get(eng)
         if a is None and b is None:
             continue
-        lines.append(f"| tokens/s, {_engine_name(eng)} | {_human(a)} | {_human(b)} | "
-                     f"{ratio(b, a)} |")  # fmt: skip
+        lines.append(
+            f"| tokens/s, {_engine_name(eng)} | {_human(a)} | {_human(b)} | {ratio(b, a)} |"
+        )
     for prec in ("int8", "float32"):
         v = t["tokens_per_s"].get(f"ctranslate2-{prec}")
         if v is None:
@@ -327,12 +383,22 @@ def render_markdown(plan: dict, rows: dict, protocol: dict) -> str:
         raw = _takes_raw_text(s["onnx_export"])
         flag = "" if raw else " --tokenized"
         what = "raw text" if raw else "the data's subword tokens: --spm or --bpe-codes for raw text"
-        lines += ["", (f"The student's ONNX Runtime export: `{s['onnx_export']}` "
-                  f"(`python {s['onnx_export']}/translate.py {s['onnx_export']}{flag} < in > out`; "
-                  f"{what}).")]  # fmt: skip
+        lines += [
+            "",
+            (
+                f"The student's ONNX Runtime export: `{s['onnx_export']}` "
+                f"(`python {s['onnx_export']}/translate.py {s['onnx_export']}{flag} < in > out`; "
+                f"{what})."
+            ),
+        ]
     if q.get("onnx_export"):
-        lines += ["", (f"The student's int8 export: `{q['onnx_export']}` (the same commands; "
-                       f"BLEU above from its translation of the {protocol['subset']} split).")]  # fmt: skip
+        lines += [
+            "",
+            (
+                f"The student's int8 export: `{q['onnx_export']}` (the same commands; "
+                f"BLEU above from its translation of the {protocol['subset']} split)."
+            ),
+        ]
     elif q.get("left_out"):
         lines += ["", f"No int8 export of the student: {q['left_out']}"]
     for note in protocol.get("notes", []) + protocol.get("warnings", []):
@@ -370,22 +436,39 @@ def plot(rows: dict, path: str, title: str) -> bool:
             heights = [v or 0 for v in vals]
             ax.bar(pos, heights, w, color=colors[k], label=who)
             for x, v in zip(pos, vals):
-                ax.annotate("-" if v is None else _human(v), (x, v or 0), ha="center",
-                            va="bottom", fontsize=7)  # fmt: skip
+                ax.annotate(
+                    "-" if v is None else _human(v),
+                    (x, v or 0),
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
         ax.set_xticks(list(xs), labels, fontsize=8)
         ax.set_ylabel(ylabel)
         ax.margins(y=0.15)
 
     bars(axes[0], ["total"], [t["params"]], [s["params"]], "parameters")
-    bars(axes[1], ["fairseq", "ONNX"], [t["size_bytes"], t.get("onnx_size_bytes")],
-         [s["size_bytes"], s.get("onnx_size_bytes")], "bytes on disk")  # fmt: skip
+    bars(
+        axes[1],
+        ["fairseq", "ONNX"],
+        [t["size_bytes"], t.get("onnx_size_bytes")],
+        [s["size_bytes"], s.get("onnx_size_bytes")],
+        "bytes on disk",
+    )
     bars(axes[2], ["BLEU", "chrF"], [t["bleu"], t["chrf"]], [s["bleu"], s["chrf"]], "score")
     engines = sorted(set(t["tokens_per_s"]) | set(s["tokens_per_s"]), key=ENGINES.index)
-    short = {"onnxruntime": "ONNX", "onnxruntime-int8-large": "ONNX int8",
-             "onnxruntime-int8": "ONNX int8 all"}  # fmt: skip
-    bars(axes[3], [short.get(e, e.replace("ctranslate2-", "CT2 ")) for e in engines],
-         [t["tokens_per_s"].get(e) for e in engines], [s["tokens_per_s"].get(e) for e in engines],
-         "tokens/s")  # fmt: skip
+    short = {
+        "onnxruntime": "ONNX",
+        "onnxruntime-int8-large": "ONNX int8",
+        "onnxruntime-int8": "ONNX int8 all",
+    }
+    bars(
+        axes[3],
+        [short.get(e, e.replace("ctranslate2-", "CT2 ")) for e in engines],
+        [t["tokens_per_s"].get(e) for e in engines],
+        [s["tokens_per_s"].get(e) for e in engines],
+        "tokens/s",
+    )
     axes[3].tick_params(axis="x", labelrotation=20)
     axes[0].legend(fontsize=8)
     fig.suptitle(title)
@@ -450,8 +533,11 @@ def write_report(save_dir: str, plan: dict, protocol: dict, refs_file: str | Non
     if not plot(rows, png, f"{plan['method']}: teacher vs student ({plan['choice']})"):
         if os.path.exists(png):
             os.remove(png)  # (an earlier run's plot is not this report's)
-        print("[compress] report.png left out: matplotlib is not installed "
-              "(pip install 'lightcompress[plots]')", flush=True)  # fmt: skip
+        print(
+            "[compress] report.png left out: matplotlib is not installed "
+            "(pip install 'lightcompress[plots]')",
+            flush=True,
+        )
     _atomic_text(os.path.join(save_dir, "report.md"), render_markdown(plan, rows, protocol))
 
 

@@ -17,7 +17,7 @@ import argparse
 from dataclasses import dataclass
 
 from lightcompress.compress.teacher import CompressError, Teacher
-from lightcompress.convert.cli import _layer_list  # (lightcompress-convert's own parser)
+from lightcompress.convert.cli import layer_list  # (lightcompress-convert's own parser)
 
 __all__ = ["StudentShape", "add_shape_args", "student_shape"]
 
@@ -49,16 +49,32 @@ def add_shape_args(parser: argparse.ArgumentParser) -> None:
         "student shape (default: the teacher's encoder depth and one decoder layer, the fast "
         "deep-encoder / shallow-decoder shape; DA-WID keeps the teacher's)"
     )
-    g.add_argument("--encoder-layers", type=_depth, metavar="N",
-                   help="the student's encoder layers (default: the teacher's)")  # fmt: skip
-    g.add_argument("--decoder-layers", type=_depth, metavar="N",
-                   help="the student's decoder layers (default: 1)")  # fmt: skip
-    g.add_argument("--encoder-layers-from", type=_layer_list, metavar="I,J,...",
-                   help="the teacher encoder layer each student encoder layer starts from, "
-                   "numbered from 0 (default: the first ones)")  # fmt: skip
-    g.add_argument("--decoder-layers-from", type=_layer_list, metavar="I,J,...",
-                   help="the teacher decoder layer each student decoder layer starts from "
-                   "(default: the first ones; for one layer, the teacher's first)")  # fmt: skip
+    g.add_argument(
+        "--encoder-layers",
+        type=_depth,
+        metavar="N",
+        help="the student's encoder layers (default: the teacher's)",
+    )
+    g.add_argument(
+        "--decoder-layers",
+        type=_depth,
+        metavar="N",
+        help="the student's decoder layers (default: 1)",
+    )
+    g.add_argument(
+        "--encoder-layers-from",
+        type=layer_list,
+        metavar="I,J,...",
+        help="the teacher encoder layer each student encoder layer starts from, "
+        "numbered from 0 (default: the first ones)",
+    )
+    g.add_argument(
+        "--decoder-layers-from",
+        type=layer_list,
+        metavar="I,J,...",
+        help="the teacher decoder layer each student decoder layer starts from "
+        "(default: the first ones; for one layer, the teacher's first)",
+    )
     g.add_argument(
         "--keep-depth",
         action="store_true",
@@ -75,8 +91,10 @@ def _replace(flags: list[str], key: str, value: int) -> list[str]:
 def student_shape(teacher: Teacher, opts, method_name: str) -> StudentShape:
     """The student's depth and the teacher layers it starts from, checked against the teacher."""
     te, td = teacher.settings["encoder_layers"], teacher.settings["decoder_layers"]
-    given = {k: getattr(opts, k, None) for k in ("encoder_layers", "decoder_layers",
-                                                 "encoder_layers_from", "decoder_layers_from")}  # fmt: skip
+    given = {
+        k: getattr(opts, k, None)
+        for k in ("encoder_layers", "decoder_layers", "encoder_layers_from", "decoder_layers_from")
+    }
     named = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
     flags = teacher.shape_flags()
     if method_name == "dawid":
@@ -89,16 +107,20 @@ def student_shape(teacher: Teacher, opts, method_name: str) -> StudentShape:
         return StudentShape(flags, [], te, td, "the teacher's: DA-WID prunes inside it")
     if opts.keep_depth:
         if given["encoder_layers"] is not None or given["decoder_layers"] is not None:
-            raise CompressError("--keep-depth keeps the teacher's depth: leave out "
-                                "--encoder-layers / --decoder-layers")  # fmt: skip
+            raise CompressError(
+                "--keep-depth keeps the teacher's depth: leave out "
+                "--encoder-layers / --decoder-layers"
+            )
         enc, dec = te, td
         reason = "the teacher's depth (--keep-depth)"
     else:
         enc = given["encoder_layers"] or te
         dec = given["decoder_layers"] or 1
         if given["encoder_layers"] is None and given["decoder_layers"] is None:
-            reason = ("deep encoder, shallow decoder: the decoder runs once per output token, so "
-                      "one decoder layer decodes fastest (--keep-depth keeps the teacher's)")  # fmt: skip
+            reason = (
+                "deep encoder, shallow decoder: the decoder runs once per output token, so "
+                "one decoder layer decodes fastest (--keep-depth keeps the teacher's)"
+            )
         else:
             reason = "as asked"
     for side, n, have in (("encoder", enc, te), ("decoder", dec, td)):

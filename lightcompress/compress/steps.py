@@ -92,8 +92,9 @@ class Step:
 
     def written(self) -> list[str]:
         """What the step has written so far: its outputs, marker and working folder's files."""
-        paths = [p for p in self.outputs + ([self.marker] if self.marker else [])
-                 if os.path.exists(p)]  # fmt: skip
+        paths = [
+            p for p in self.outputs + ([self.marker] if self.marker else []) if os.path.exists(p)
+        ]
         if self.workdir and os.path.isdir(self.workdir):
             paths += [os.path.join(self.workdir, n) for n in sorted(os.listdir(self.workdir))]
         return paths
@@ -137,8 +138,15 @@ def acquire_lock(save_dir: str) -> int:
     return fd
 
 
-STALE_DIRS = ("", "eval", "kd-bin", os.path.join("kd-bin", "distill-work"), "student",
-              "student-onnx", "student-onnx-int8")  # fmt: skip
+STALE_DIRS = (
+    "",
+    "eval",
+    "kd-bin",
+    os.path.join("kd-bin", "distill-work"),
+    "student",
+    "student-onnx",
+    "student-onnx-int8",
+)
 
 
 def remove_stale_temp(save: str) -> list[str]:
@@ -216,8 +224,11 @@ class Runner:
         return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
     def say(self, n: int, step: Step, msg: str) -> None:
-        print(f"[compress {n}/{len(self.steps)} {step.name} +{self.elapsed()}] {msg}",
-              file=self.out, flush=True)  # fmt: skip
+        print(
+            f"[compress {n}/{len(self.steps)} {step.name} +{self.elapsed()}] {msg}",
+            file=self.out,
+            flush=True,
+        )
 
     def run(self) -> None:
         for n, step in enumerate(self.steps, 1):

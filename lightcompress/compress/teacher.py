@@ -27,17 +27,29 @@ class CompressError(Exception):
 
 # the student's shape: taken from the teacher, passed as explicit flags to every command
 SHAPE_KEYS = (
-    "encoder_layers", "decoder_layers", "encoder_embed_dim", "decoder_embed_dim",
-    "encoder_ffn_embed_dim", "decoder_ffn_embed_dim", "encoder_attention_heads",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_embed_dim",
+    "decoder_embed_dim",
+    "encoder_ffn_embed_dim",
+    "decoder_ffn_embed_dim",
+    "encoder_attention_heads",
     "decoder_attention_heads",
-)  # fmt: skip
+)
 # on/off settings that change what the teacher's weights compute (a flag when on)
 BOOL_SETTINGS = (
-    "share_all_embeddings", "share_decoder_input_output_embed", "encoder_normalize_before",
-    "decoder_normalize_before", "no_scale_embedding", "layernorm_embedding",
-    "no_token_positional_embeddings", "encoder_learned_pos", "decoder_learned_pos",
-    "cross_self_attention", "no_cross_attention",
-)  # fmt: skip
+    "share_all_embeddings",
+    "share_decoder_input_output_embed",
+    "encoder_normalize_before",
+    "decoder_normalize_before",
+    "no_scale_embedding",
+    "layernorm_embedding",
+    "no_token_positional_embeddings",
+    "encoder_learned_pos",
+    "decoder_learned_pos",
+    "cross_self_attention",
+    "no_cross_attention",
+)
 # valued settings that change what the weights compute
 VALUE_SETTINGS = ("activation_fn", "max_source_positions", "max_target_positions")
 
@@ -161,8 +173,11 @@ def read_teacher(path: str) -> Teacher:
         raise CompressError(f"{path}: no encoder/decoder embedding in the model weights")
     seen, params = set(), 0
     for name, tensor in sd.items():
-        if (not hasattr(tensor, "untyped_storage") or not tensor.is_floating_point()
-                or name.endswith(".version")):  # fmt: skip
+        if (
+            not hasattr(tensor, "untyped_storage")
+            or not tensor.is_floating_point()
+            or name.endswith(".version")
+        ):
             continue  # (fairseq's version buffers are not parameters)
         key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
         if key not in seen:
@@ -263,8 +278,10 @@ def read_data_bin(path: str, teacher: Teacher, src: str | None, tgt: str | None)
                 "fine-tuning needs train and valid, the report test"
             )
     # fairseq pads dictionaries to a multiple of 8: the teacher's table may be a little larger
-    for side, size, table in (("source", data.src_dict_size, teacher.src_vocab),
-                              ("target", data.tgt_dict_size, teacher.tgt_vocab)):  # fmt: skip
+    for side, size, table in (
+        ("source", data.src_dict_size, teacher.src_vocab),
+        ("target", data.tgt_dict_size, teacher.tgt_vocab),
+    ):
         if not size <= table < size + 8:
             raise CompressError(
                 f"the teacher's {side} embedding has {table} rows but {path}'s dictionary has "

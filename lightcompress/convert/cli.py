@@ -22,7 +22,7 @@ import warnings
 
 from lightcompress import cli
 
-__all__ = ["cli_main", "convert_checkpoint", "get_parser", "main"]
+__all__ = ["cli_main", "convert_checkpoint", "get_parser", "layer_list", "main"]
 
 
 # a map keeping less of its squared singular values (or its CP fit's share) than this is
@@ -30,7 +30,7 @@ __all__ = ["cli_main", "convert_checkpoint", "get_parser", "main"]
 LOW_ENERGY = 0.5
 
 
-def _layer_list(text: str) -> list[int]:
+def layer_list(text: str) -> list[int]:
     """``--*-layers-from``: comma-separated teacher layer indices."""
     try:
         layers = [int(x) for x in text.split(",")]
@@ -45,9 +45,12 @@ def _layer_list(text: str) -> list[int]:
 
 def get_parser(converters=()):
     methods = sorted(
-        {f"{c.family.name} ({c.family.transfer.method})" for c in converters
-         if getattr(c, "family", None) is not None and c.family.transfer is not None}
-    )  # fmt: skip
+        {
+            f"{c.family.name} ({c.family.transfer.method})"
+            for c in converters
+            if getattr(c, "family", None) is not None and c.family.transfer is not None
+        }
+    )
     parser = cli.OneLineParser(
         # (no abbreviations: the student's model flags pass through, and --decoder-layers must
         # stay a model flag, not an abbreviation of --decoder-layers-from)
@@ -75,7 +78,7 @@ def get_parser(converters=()):
     for side in ("encoder", "decoder"):
         parser.add_argument(
             f"--{side}-layers-from",
-            type=_layer_list,
+            type=layer_list,
             metavar="I,J,...",
             help=f"the teacher {side} layer each student {side} layer (each sharing group, with "
             f"--lc-{side}-groups) starts from, numbered from 0; lets a student be shallower "

@@ -97,9 +97,10 @@ def map_teacher(teacher, dense, student_args, group_init: str, log, layers_from=
                 vals = [tsd[k] for k in (f"{side}.layers.{i}.{key}" for i in src) if k in tsd]
                 if len(vals) == len(src):  # (a key the teacher lacks is reported as missing)
                     mapped[f"{side}.layers.{pos}.{key}"] = (
-                        vals[0] if len(vals) == 1
+                        vals[0]
+                        if len(vals) == 1
                         else torch.stack(vals).float().mean(0).to(vals[0].dtype)
-                    )  # fmt: skip
+                    )
             log(f"{side} layer {pos:2d} <- teacher layer(s) {','.join(map(str, src))}")
     return mapped
 
@@ -187,11 +188,17 @@ def family_converter(name: str) -> type:
     if known is None or known[0] is not family:
         title = family.class_name or family.name.title().replace("_", "") + "Model"
         cls_name = title.removesuffix("Model") + "Converter"
-        cls = type(cls_name, (FamilyConverter,), {
-            "family": family, "__module__": __name__, "__qualname__": cls_name,
-            "__doc__": f"{family.transfer.method} into the {family.name!r} model "
-                       "(lightcompress.convert.family).",
-        })  # fmt: skip
+        cls = type(
+            cls_name,
+            (FamilyConverter,),
+            {
+                "family": family,
+                "__module__": __name__,
+                "__qualname__": cls_name,
+                "__doc__": f"{family.transfer.method} into the {family.name!r} model "
+                "(lightcompress.convert.family).",
+            },
+        )
         _CLASSES[name] = known = (family, cls)
     return known[1]
 

@@ -122,8 +122,13 @@ def _with_evaluation_criterion(state: dict, arch: str) -> dict:
         return state
     old = cfg["criterion"]
     if arch == "dawid":
-        new = {"_name": "label_smoothed_cross_entropy", "label_smoothing": 0.0,
-               "sentence_avg": False, "ignore_prefix_size": 0, "report_accuracy": False}  # fmt: skip
+        new = {
+            "_name": "label_smoothed_cross_entropy",
+            "label_smoothing": 0.0,
+            "sentence_avg": False,
+            "ignore_prefix_size": 0,
+            "report_accuracy": False,
+        }
     else:
         regression = bool(old.get("regression_target", False))
         new = {

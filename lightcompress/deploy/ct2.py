@@ -236,8 +236,9 @@ def export_ctranslate2(
     except CheckpointError as exc:
         raise ExportError(str(exc)) from None
     try:
-        return export_model(model, task, model_args, output_dir, quantization, shortlist,
-                            densify=densify)  # fmt: skip
+        return export_model(
+            model, task, model_args, output_dir, quantization, shortlist, densify=densify
+        )
     except _ShortlistError:
         raise
     except ExportError as exc:
@@ -246,8 +247,15 @@ def export_ctranslate2(
         raise ExportError(f"cannot write {output_dir}: {exc.strerror or exc}") from None
 
 
-def export_model(model, task, model_args, output_dir: str, quantization: str | None = None,
-                 shortlist: str | None = None, densify: bool = True) -> str:  # fmt: skip
+def export_model(
+    model,
+    task,
+    model_args,
+    output_dir: str,
+    quantization: str | None = None,
+    shortlist: str | None = None,
+    densify: bool = True,
+) -> str:
     """Export a loaded (or freshly built) fairseq Transformer: ``model``, its ``task``
     (dictionaries) and model configuration (``args`` / ``cfg.model``), into ``output_dir``
     (replaced atomically), with ``shortlist`` as its vocabulary map (:func:`write_vmap`).
@@ -316,9 +324,13 @@ def export_model(model, task, model_args, output_dir: str, quantization: str | N
                     "change the model; nothing written"
                 )
             translations = check_translations(model, task, tmp, strict=exact)
-            record = {"quantization": quantization or "float32",
-                      "max_abs_logprob_difference": worst, "tolerance": TOLERANCE if exact else None,
-                      "translations": translations, "densified": None}  # fmt: skip
+            record = {
+                "quantization": quantization or "float32",
+                "max_abs_logprob_difference": worst,
+                "tolerance": TOLERANCE if exact else None,
+                "translations": translations,
+                "densified": None,
+            }
             if densified is not None:
                 record["densified"] = {
                     "maps": len(densified.maps),
@@ -372,8 +384,9 @@ def check_export(model, task, ct2_dir: str, sentences: int = 4, seed: int = 0) -
     return worst
 
 
-def check_translations(model, task, ct2_dir: str, strict: bool = True, sentences: int = 4,
-                       seed: int = 0) -> dict:  # fmt: skip
+def check_translations(
+    model, task, ct2_dir: str, strict: bool = True, sentences: int = 4, seed: int = 0
+) -> dict:
     """Greedy translations of random probe sentences by the CTranslate2 export against
     ``model``'s (:func:`lightcompress.deploy.densify.greedy`: the argmax at every step, no
     token masked, the same length limit): equal, or parting at a near tie (the two tokens'
@@ -398,9 +411,11 @@ def check_translations(model, task, ct2_dir: str, strict: bool = True, sentences
     theirs = []
     for src in sources:
         (result,) = translator.translate_batch(
-            [[src_dict[int(t)] for t in src]], beam_size=1, max_decoding_length=max_len_of(src),
+            [[src_dict[int(t)] for t in src]],
+            beam_size=1,
+            max_decoding_length=max_len_of(src),
             min_decoding_length=0,
-        )  # fmt: skip
+        )
         theirs.append([index(t) for t in result.hypotheses[0]])
     counts = {"sentences": len(sources), "equal": 0, "near_ties": 0, "differ": 0}
     for pair, hyp in zip(ours, theirs):
@@ -429,13 +444,21 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--path", required=True, help="fairseq checkpoint")
     p.add_argument("--data", required=True, help="its data-bin directory (dictionaries)")
     p.add_argument("-o", "--output-dir", required=True, help="CTranslate2 model directory")
-    p.add_argument("--quantization", choices=QUANTIZATIONS, default=None,
-                   help="weights on disk (default float32); int8 can also be chosen at load time "
-                   "(ctranslate2.Translator(..., compute_type='int8'))")  # fmt: skip
-    p.add_argument("--shortlist", metavar="FILE", default=None,
-                   help="ship this vocabulary shortlist (lightcompress-shortlist) as CTranslate2's "
-                   "vocabulary map (vmap.txt): translate_batch(..., use_vmap=True) then scores "
-                   "only a batch's candidates")  # fmt: skip
+    p.add_argument(
+        "--quantization",
+        choices=QUANTIZATIONS,
+        default=None,
+        help="weights on disk (default float32); int8 can also be chosen at load time "
+        "(ctranslate2.Translator(..., compute_type='int8'))",
+    )
+    p.add_argument(
+        "--shortlist",
+        metavar="FILE",
+        default=None,
+        help="ship this vocabulary shortlist (lightcompress-shortlist) as CTranslate2's "
+        "vocabulary map (vmap.txt): translate_batch(..., use_vmap=True) then scores "
+        "only a batch's candidates",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing output directory")
     return p
 
@@ -450,27 +473,40 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _arg_parser().parse_args(argv)
-    out = export_ctranslate2(args.path, args.data, args.output_dir, args.quantization, args.force,
-                             shortlist=args.shortlist)  # fmt: skip
+    out = export_ctranslate2(
+        args.path,
+        args.data,
+        args.output_dir,
+        args.quantization,
+        args.force,
+        shortlist=args.shortlist,
+    )
     with open(os.path.join(out, "check.json"), encoding="utf-8") as f:
         check = json.load(f)
     size = os.path.getsize(os.path.join(out, "model.bin"))
     dense = check.get("densified")
     if dense:
-        print(f"{args.path}: {dense['summary']} (the export is the student's dense shape: "
-              "larger than the factorized student by design)")  # fmt: skip
+        print(
+            f"{args.path}: {dense['summary']} (the export is the student's dense shape: "
+            "larger than the factorized student by design)"
+        )
     t = check["translations"]
     agree = f"{t['equal']} of {t['sentences']} greedy probe translations equal"
     if t["near_ties"]:
         agree += f", {t['near_ties']} parting at a near tie"
     if t["differ"]:
         agree += f", {t['differ']} otherwise"
-    print(f"wrote {out} (model.bin {size / 1e6:.2f} MB, {check['quantization']} weights; checked "
-          f"against {'the student' if dense else 'fairseq'} on probe translations: largest "
-          f"log-probability difference {check['max_abs_logprob_difference']:.2g} per token, "
-          f"{agree}"
-          + ("; the shortlist as its vocabulary map: translate with use_vmap=True)"
-             if args.shortlist else ")"))  # fmt: skip
+    print(
+        f"wrote {out} (model.bin {size / 1e6:.2f} MB, {check['quantization']} weights; checked "
+        f"against {'the student' if dense else 'fairseq'} on probe translations: largest "
+        f"log-probability difference {check['max_abs_logprob_difference']:.2g} per token, "
+        f"{agree}"
+        + (
+            "; the shortlist as its vocabulary map: translate with use_vmap=True)"
+            if args.shortlist
+            else ")"
+        )
+    )
     return 0
 
 

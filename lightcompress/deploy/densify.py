@@ -113,8 +113,10 @@ def structure_error(model: nn.Module, arch: str) -> str | None:
             "encoder-decoder that CTranslate2 can express (Subformer's SAFE and sandwich "
             "layers, language models and other models are not)"
         )
-    for side, kind in (("encoder", TransformerEncoderLayerBase),
-                       ("decoder", TransformerDecoderLayerBase)):  # fmt: skip
+    for side, kind in (
+        ("encoder", TransformerEncoderLayerBase),
+        ("decoder", TransformerDecoderLayerBase),
+    ):
         for i, layer in enumerate(getattr(model, side).layers):
             if not isinstance(layer, kind):
                 return (
@@ -203,6 +205,17 @@ def _check_affine(path: str, module, fn, weight: torch.Tensor, bias: torch.Tenso
         )
 
 
+def _dense_form(path: str, module, what: str, shaped: bool = True):
+    """A float64 copy of ``module``, which must have a ``to_dense()`` (and be ``shaped``): a
+    :class:`DensifyError` naming the dense ``what`` (equivalent, table) it lacks otherwise."""
+    if not callable(getattr(module, "to_dense", None)) or not shaped:
+        raise DensifyError(
+            f"{path} is a {type(module).__name__}, which has no dense {what} (no to_dense()): "
+            "it cannot be multiplied out into the dense Transformer"
+        )
+    return _f64(module)
+
+
 def _affine(path: str, module) -> tuple[torch.Tensor, torch.Tensor]:
     """``(W, b)`` in float64 of a map slot: ``(out, in)`` and ``(out,)``."""
     if type(module) is nn.Linear:
@@ -211,12 +224,7 @@ def _affine(path: str, module) -> tuple[torch.Tensor, torch.Tensor]:
         return w, b
     if module is None:
         raise DensifyError(f"{path} is missing: the slot of the dense Transformer is empty")
-    if not callable(getattr(module, "to_dense", None)) or not hasattr(module, "in_features"):
-        raise DensifyError(
-            f"{path} is a {type(module).__name__}, which has no dense equivalent (no "
-            "to_dense()): it cannot be multiplied out into the dense Transformer"
-        )
-    m = _f64(module)
+    m = _dense_form(path, module, "equivalent", hasattr(module, "in_features"))
     with torch.no_grad():
         w = m.to_dense().detach()
         if w.shape != (m.out_features, m.in_features):
@@ -256,12 +264,7 @@ def _table(path: str, emb) -> torch.Tensor:
     """The ``(V, d)`` table of an embedding slot, float64."""
     if type(emb) is nn.Embedding:
         return emb.weight.detach().double()
-    if not callable(getattr(emb, "to_dense", None)):
-        raise DensifyError(
-            f"{path} is a {type(emb).__name__}, which has no dense table (no to_dense()): it "
-            "cannot be multiplied out into the dense Transformer"
-        )
-    m = _f64(emb)
+    m = _dense_form(path, emb, "table")
     with torch.no_grad():
         table = m.to_dense().detach()
         # lookups of the first rows, the padding row and a random sample (not the whole table)
@@ -669,12 +672,14 @@ def densify_checkpoint(path_in: str, data: str, path_out: str, force: bool = Fal
     out["model"] = dense.model.state_dict()
     out["last_optimizer_state"] = None
     hist = (state.get("optimizer_history") or [{}])[-1]
-    out["optimizer_history"] = [{
-        "criterion_name": hist.get("criterion_name", "LabelSmoothedCrossEntropyCriterion"),
-        "optimizer_name": hist.get("optimizer_name", "FairseqAdam"),
-        "lr_scheduler_state": {"best": None},
-        "num_updates": hist.get("num_updates", 0),
-    }]  # fmt: skip
+    out["optimizer_history"] = [
+        {
+            "criterion_name": hist.get("criterion_name", "LabelSmoothedCrossEntropyCriterion"),
+            "optimizer_name": hist.get("optimizer_name", "FairseqAdam"),
+            "lr_scheduler_state": {"best": None},
+            "num_updates": hist.get("num_updates", 0),
+        }
+    ]
     extra = dict(state.get("extra_state") or {})
     extra["densified_from"] = os.path.abspath(path_in)
     out["extra_state"] = extra

@@ -106,13 +106,15 @@ class SelfPlan:
         self.w_q = owner._weight(key + ("w_q",), w_q)
         self.c_q = None
         if bq is not None:
-            self.c_q = owner._weight(key + ("c_q",),
-                                     lambda: (s * bq.reshape(h, 1, d) @ uk_h).reshape(h * rk))  # fmt: skip
+            self.c_q = owner._weight(
+                key + ("c_q",), lambda: (s * bq.reshape(h, 1, d) @ uk_h).reshape(h * rk)
+            )
         vo, uo, bo = out
         o_t = (uo.t() if vo is None else vo.t()).reshape(h, d, -1)  # [H x d x C or r_o]
         uv_h = uv.reshape(h, d, rv)
-        self.w_z = owner._weight(key + ("w_z",),
-                                 lambda: (uv_h.transpose(1, 2) @ o_t).reshape(h * rv, -1).t())  # fmt: skip
+        self.w_z = owner._weight(
+            key + ("w_z",), lambda: (uv_h.transpose(1, 2) @ o_t).reshape(h * rv, -1).t()
+        )
         z0 = None if bv is None else bv @ o_t.reshape(h * d, -1)
         if vo is None:  # a dense output map: its bias joins b_v's
             z0 = bo if z0 is None else (z0 if bo is None else z0 + bo)

@@ -12,8 +12,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["PaddedKeysValues", "PaddedMaps", "encoder_layer", "fused_error", "is_fused",
-           "is_fused_encoder", "step_layer", "traced_keys_values"]  # fmt: skip
+__all__ = [
+    "PaddedKeysValues",
+    "PaddedMaps",
+    "encoder_layer",
+    "fused_error",
+    "is_fused",
+    "is_fused_encoder",
+    "step_layer",
+    "traced_keys_values",
+]
 
 
 def is_fused(layer) -> bool:
@@ -148,13 +156,17 @@ class PaddedMaps:
         key = ("dawid", id(a))
         self.weight = self.bias = None
         if maps:
-            self.weight = owner._weight(key + ("w",), lambda: torch.cat(
-                [_pad_rows(m.weight, i) for m, i, _w in maps]))  # fmt: skip
-            self.bias = owner._weight(key + ("b",), lambda: torch.cat(
-                [_pad_rows(m.bias, i) for m, i, _w in maps]))  # fmt: skip
+            self.weight = owner._weight(
+                key + ("w",), lambda: torch.cat([_pad_rows(m.weight, i) for m, i, _w in maps])
+            )
+            self.bias = owner._weight(
+                key + ("b",), lambda: torch.cat([_pad_rows(m.bias, i) for m, i, _w in maps])
+            )
         w = a.out_proj.weight  # [out x sum of value widths] -> zero columns at the padding
-        self.out_weight = owner._weight(key + ("o",), lambda: torch.cat(
-            [w, torch.zeros_like(w[:, :1])], dim=1).index_select(1, a.v_index))  # fmt: skip
+        self.out_weight = owner._weight(
+            key + ("o",),
+            lambda: torch.cat([w, torch.zeros_like(w[:, :1])], dim=1).index_select(1, a.v_index),
+        )
 
     def project(self, x: Tensor) -> list:
         y = F.linear(x, self.weight, self.bias)
@@ -180,10 +192,12 @@ class PaddedKeysValues:
             maps.insert(0, (a.k_proj, a.qk_index))
 
         key = ("dawid-kv", id(a))
-        self.weight = owner._weight(key + ("w",), lambda: torch.cat(
-            [_pad_rows(m.weight, i) for m, i in maps]))  # fmt: skip
-        self.bias = owner._weight(key + ("b",), lambda: torch.cat(
-            [_pad_rows(m.bias, i) for m, i in maps]))  # fmt: skip
+        self.weight = owner._weight(
+            key + ("w",), lambda: torch.cat([_pad_rows(m.weight, i) for m, i in maps])
+        )
+        self.bias = owner._weight(
+            key + ("b",), lambda: torch.cat([_pad_rows(m.bias, i) for m, i in maps])
+        )
         self.sizes = [a.num_heads * a.m_qk] * (a.k_proj is not None) + [a.num_heads * a.m_v]
 
     def keys_values(self, x: Tensor, heads) -> list:
@@ -193,8 +207,10 @@ class PaddedKeysValues:
             v = heads(y, a.num_heads, a.m_v).transpose(1, 2)
             return [torch.zeros_like(v[..., :1]), v]
         k, v = y.split(self.sizes, dim=-1)
-        return [heads(k, a.num_heads, a.m_qk).transpose(1, 2),
-                heads(v, a.num_heads, a.m_v).transpose(1, 2)]  # fmt: skip
+        return [
+            heads(k, a.num_heads, a.m_qk).transpose(1, 2),
+            heads(v, a.num_heads, a.m_v).transpose(1, 2),
+        ]
 
 
 def fused_error(model) -> str | None:

@@ -17,10 +17,10 @@ from lightcompress.deploy.onnx_dawid import (
     PaddedKeysValues,
     PaddedMaps,
     encoder_layer,
+    is_fused,
+    is_fused_encoder,
     traced_keys_values,
 )
-from lightcompress.deploy.onnx_dawid import is_fused as _fused
-from lightcompress.deploy.onnx_dawid import is_fused_encoder as _fused_encoder
 from lightcompress.deploy.onnx_graphs import (
     _error,
     _inner_attention,
@@ -49,7 +49,7 @@ class _Encoder(nn.Module):
         self._padded: dict = {}  # (DA-WID's fused layers: their maps padded per head)
         if lean:
             for layer in model.encoder.layers:
-                if _fused_encoder(layer):
+                if is_fused_encoder(layer):
                     if layer.blocks[0].sub is not None:
                         self._padded[id(layer)] = PaddedMaps(self.regrouped, layer.blocks[0].sub)
                     continue
@@ -57,9 +57,9 @@ class _Encoder(nn.Module):
                     self.regrouped.prepare(*_qkv_maps(layer.self_attn))
         self._cross_plans = {}
         for layer in model.decoder.layers:
-            if _fused(layer) and layer.blocks[1].sub is not None:
+            if is_fused(layer) and layer.blocks[1].sub is not None:
                 self._padded[id(layer)] = PaddedKeysValues(self.regrouped, layer.blocks[1].sub)
-            if not _fused(layer) and layer.encoder_attn is not None:
+            if not is_fused(layer) and layer.encoder_attn is not None:
                 a = _inner_attention(layer.encoder_attn)
                 self.regrouped.prepare([a.k_proj, a.v_proj], [1.0, 1.0])
                 plan = cross_plan(self.regrouped, layer)
@@ -87,7 +87,7 @@ class _Encoder(nn.Module):
             x = x * (1 - mask.unsqueeze(-1).type_as(x))  # (fairseq: padded rows zeroed)
             x = x.reshape(-1, int(x.shape[-1]))  # [B*S x C] (a constant width)
             for layer in enc.layers:
-                if _fused_encoder(layer):
+                if is_fused_encoder(layer):
                     x = encoder_layer(self, layer, x, enc_bias, heads)
                 else:
                     x = self._layer(layer, x, enc_bias, heads)
@@ -98,7 +98,7 @@ class _Encoder(nn.Module):
             x = out["encoder_out"][0].transpose(0, 1)  # [B x S x C]
         outs = [enc_bias]
         for layer in self.model.decoder.layers:
-            if _fused(layer):  # DA-WID: its heads' keys and values, zero-padded
+            if is_fused(layer):  # DA-WID: its heads' keys and values, zero-padded
                 if layer.blocks[1].sub is None:
                     continue
                 if self.lean:  # ([B*S x C] rows)
@@ -109,8 +109,10 @@ class _Encoder(nn.Module):
             if layer.encoder_attn is None:  # (Subformer's SAFE block)
                 continue
             a = _inner_attention(layer.encoder_attn)
-            kv = [heads(y, a.num_heads, a.head_dim).transpose(1, 2)  # [B x H x S x d]
-                  for y in self.regrouped.apply(x, [a.k_proj, a.v_proj], [1.0, 1.0])]  # fmt: skip
+            kv = [
+                heads(y, a.num_heads, a.head_dim).transpose(1, 2)  # [B x H x S x d]
+                for y in self.regrouped.apply(x, [a.k_proj, a.v_proj], [1.0, 1.0])
+            ]
             plan = self._cross_plans.get(id(layer))
             outs += kv if plan is None else plan.keys_values(*kv, enc_bias)
         return tuple(outs)
@@ -173,10 +175,12 @@ def lean_encoder_error(model) -> str | None:
         if getattr(type(enc), name) is not getattr(TransformerEncoderBase, name):
             return f"{type(enc).__name__} has its own {name}"
     for i, layer in enumerate(enc.layers):
-        if _fused_encoder(layer):  # (DA-WID: onnx_dawid.encoder_layer)
+        if is_fused_encoder(layer):  # (DA-WID: onnx_dawid.encoder_layer)
             continue
-        if type(layer).forward not in (TransformerEncoderLayerBase.forward,
-                                       CompressedEncoderLayer.forward):  # fmt: skip
+        if type(layer).forward not in (
+            TransformerEncoderLayerBase.forward,
+            CompressedEncoderLayer.forward,
+        ):
             return f"encoder.layers.{i}: {type(layer).__name__} has its own forward"
         a = layer.self_attn
         if type(a).forward is not MultiheadAttention.forward:

@@ -10,7 +10,7 @@ compares the best hypotheses with fairseq's ``SequenceGenerator`` on the model:
 
 - float32: every best hypothesis must be fairseq's (the same tokens; a different hypothesis is
   accepted only as a tie, with fairseq's score of the export's hypothesis within ``1e-4`` of its
-  best), or :class:`~lightcompress.deploy.onnx_export.ExportError`;
+  best), or :class:`~lightcompress.deploy.onnx_graphs.ExportError`;
 - int8: the share of probe sentences whose best hypothesis is fairseq's float32 one is returned
   (the export records it; int8 is expected to move some of them).
 
@@ -66,9 +66,13 @@ def _run_export(folder: str, sentences: list[list[int]], **settings) -> list[lis
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     proc = subprocess.run(
         [sys.executable, "-B", "-c", _CHILD, os.path.abspath(folder), json.dumps(settings)],
-        input=json.dumps(sentences), capture_output=True, text=True, env=env, timeout=600,
+        input=json.dumps(sentences),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
         check=False,
-    )  # fmt: skip
+    )
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
         raise RuntimeError(lines[-1])
@@ -114,9 +118,15 @@ def prove_translations(folder: str, model, task, int8: str | None) -> float:
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     sentences = probe_sentences(src_dict, model.max_positions()[0])
     try:  # (every token scored, as fairseq does, also where the export ships a shortlist)
-        got = _run_export(folder, [s.tolist() for s in sentences], beam=PROBE_BEAM,
-                          max_len_a=0.0, max_len_b=_MAX_LEN_B, batch_size=len(sentences),
-                          shortlist=False)  # fmt: skip
+        got = _run_export(
+            folder,
+            [s.tolist() for s in sentences],
+            beam=PROBE_BEAM,
+            max_len_a=0.0,
+            max_len_b=_MAX_LEN_B,
+            batch_size=len(sentences),
+            shortlist=False,
+        )
     except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
         detail = " ".join(str(exc).split())[:300]
         raise ExportError(f"the export does not run with its translate.py ({detail})") from None

@@ -58,10 +58,16 @@ def _trace(module, args, path, input_names, output_names, dynamic_axes) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer warnings about Python values (checked below)
         torch.onnx.export(
-            module, args, path, input_names=input_names, output_names=output_names,
-            dynamic_axes=dynamic_axes, opset_version=17, dynamo=False,
+            module,
+            args,
+            path,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_axes=dynamic_axes,
+            opset_version=17,
+            dynamo=False,
             do_constant_folding=False,
-        )  # fmt: skip
+        )
 
 
 def _k_as_input(model_proto) -> None:
@@ -99,10 +105,11 @@ def _simplify(model_proto) -> None:
         t = vi.type.tensor_type
         if t.HasField("shape"):
             shapes[vi.name] = [
-                d.dim_param if d.HasField("dim_param") else
-                (d.dim_value if d.HasField("dim_value") else None)
+                d.dim_param
+                if d.HasField("dim_param")
+                else (d.dim_value if d.HasField("dim_value") else None)
                 for d in t.shape.dim
-            ]  # fmt: skip
+            ]
     outputs = {o.name for o in g.output}
     rename: dict = {}
     keep = []
@@ -163,8 +170,11 @@ def _share_weights(protos: dict, out_dir: str) -> None:
                     init.ClearField(field)
                 init.data_location = 1  # EXTERNAL
                 del init.external_data[:]
-                for k, v in (("location", WEIGHTS), ("offset", str(offsets[key])),
-                             ("length", str(len(raw)))):  # fmt: skip
+                for k, v in (
+                    ("location", WEIGHTS),
+                    ("offset", str(offsets[key])),
+                    ("length", str(len(raw))),
+                ):
                     entry = init.external_data.add()
                     entry.key, entry.value = k, v
 
@@ -198,8 +208,13 @@ def _quantize(path: str, out_path: str, min_elements: int) -> int:
         level = logging.getLogger().level
         logging.getLogger().setLevel(logging.ERROR)  # the quantizer logs every node
         try:
-            quantize_dynamic(folded, out_path, weight_type=QuantType.QInt8,
-                             op_types_to_quantize=["MatMul", "Gemm"], nodes_to_quantize=nodes)  # fmt: skip
+            quantize_dynamic(
+                folded,
+                out_path,
+                weight_type=QuantType.QInt8,
+                op_types_to_quantize=["MatMul", "Gemm"],
+                nodes_to_quantize=nodes,
+            )
         finally:
             logging.getLogger().setLevel(level)
     else:
@@ -281,30 +296,46 @@ def _int8_lookups(protos: dict) -> int:
             # int8 columns of E^T [d x *ids] -> float -> the lookup's [*ids x d]
             nodes += [
                 helper.make_node("Gather", [q, ids], [f"{p}/cols"], axis=1, name=f"{p}/g"),
-                helper.make_node("DequantizeLinear", [f"{p}/cols", scale, zp], [f"{p}/fcols"],
-                                 name=f"{p}/dq"),
-            ]  # fmt: skip
+                helper.make_node(
+                    "DequantizeLinear", [f"{p}/cols", scale, zp], [f"{p}/fcols"], name=f"{p}/dq"
+                ),
+            ]
             if rank is not None:  # (the ids' rank known: one transpose)
                 perm = [*range(1, rank + 1), 0]
-                nodes.append(helper.make_node("Transpose", [f"{p}/fcols"], [n.output[0]],
-                                              perm=perm, name=f"{p}/t"))  # fmt: skip
+                nodes.append(
+                    helper.make_node(
+                        "Transpose", [f"{p}/fcols"], [n.output[0]], perm=perm, name=f"{p}/t"
+                    )
+                )
             else:  # [d x N] -> [N x d] -> [*ids x d]
                 width = int(t.shape[1])
-                g.initializer.extend([
-                    numpy_helper.from_array(np.array([width, -1], dtype=np.int64), f"{p}/by_row"),
-                    numpy_helper.from_array(np.array([width], dtype=np.int64), f"{p}/width"),
-                ])  # fmt: skip
+                g.initializer.extend(
+                    [
+                        numpy_helper.from_array(
+                            np.array([width, -1], dtype=np.int64), f"{p}/by_row"
+                        ),
+                        numpy_helper.from_array(np.array([width], dtype=np.int64), f"{p}/width"),
+                    ]
+                )
                 nodes += [
-                    helper.make_node("Reshape", [f"{p}/fcols", f"{p}/by_row"], [f"{p}/flat"],
-                                     name=f"{p}/r1"),
-                    helper.make_node("Transpose", [f"{p}/flat"], [f"{p}/rows"], perm=[1, 0],
-                                     name=f"{p}/t"),
+                    helper.make_node(
+                        "Reshape", [f"{p}/fcols", f"{p}/by_row"], [f"{p}/flat"], name=f"{p}/r1"
+                    ),
+                    helper.make_node(
+                        "Transpose", [f"{p}/flat"], [f"{p}/rows"], perm=[1, 0], name=f"{p}/t"
+                    ),
                     helper.make_node("Shape", [ids], [f"{p}/ids_shape"], name=f"{p}/s"),
-                    helper.make_node("Concat", [f"{p}/ids_shape", f"{p}/width"],
-                                     [f"{p}/shape"], axis=0, name=f"{p}/c"),
-                    helper.make_node("Reshape", [f"{p}/rows", f"{p}/shape"], [n.output[0]],
-                                     name=f"{p}/r2"),
-                ]  # fmt: skip
+                    helper.make_node(
+                        "Concat",
+                        [f"{p}/ids_shape", f"{p}/width"],
+                        [f"{p}/shape"],
+                        axis=0,
+                        name=f"{p}/c",
+                    ),
+                    helper.make_node(
+                        "Reshape", [f"{p}/rows", f"{p}/shape"], [n.output[0]], name=f"{p}/r2"
+                    ),
+                ]
             changed += 1
         _set_nodes(g, nodes)
     return changed
@@ -333,17 +364,24 @@ def _int8_tables(protos: dict, min_elements: int, vocab_sizes) -> int:
                 axis = next((a.i for a in n.attribute if a.name == "axis"), 0)
                 gathered = n.op_type == "Gather" and k == 0 and axis == 0
                 only_gathered[name] = only_gathered.get(name, True) and gathered
-                if (gathered and name not in tables and init.data_type == TensorProto.FLOAT
-                        and len(init.dims) == 2 and init.dims[0] in vocab_sizes
-                        and init.dims[0] * init.dims[1] >= max(min_elements, 1)):  # fmt: skip
+                if (
+                    gathered
+                    and name not in tables
+                    and init.data_type == TensorProto.FLOAT
+                    and len(init.dims) == 2
+                    and init.dims[0] in vocab_sizes
+                    and init.dims[0] * init.dims[1] >= max(min_elements, 1)
+                ):
                     tables[name] = numpy_helper.to_array(init)
     tables = {k: v for k, v in tables.items() if only_gathered.get(k)}
     for name, t in tables.items():
         scale = np.float32(max(float(np.abs(t).max()), 1e-12) / 127.0)
         q = np.clip(np.rint(t / scale), -127, 127).astype(np.int8)
-        made = [numpy_helper.from_array(q, f"{name}_int8"),
-                numpy_helper.from_array(np.array(scale, dtype=np.float32), f"{name}_int8_scale"),
-                numpy_helper.from_array(np.array(0, dtype=np.int8), f"{name}_int8_zero_point")]  # fmt: skip
+        made = [
+            numpy_helper.from_array(q, f"{name}_int8"),
+            numpy_helper.from_array(np.array(scale, dtype=np.float32), f"{name}_int8_scale"),
+            numpy_helper.from_array(np.array(0, dtype=np.int8), f"{name}_int8_zero_point"),
+        ]
         for proto in protos.values():
             g = proto.graph
             if not any(i.name == name for i in g.initializer):
@@ -355,11 +393,16 @@ def _int8_tables(protos: dict, min_elements: int, vocab_sizes) -> int:
                     continue
                 p = f"{n.name or n.output[0]}/int8"
                 nodes += [
-                    helper.make_node("Gather", [made[0].name, n.input[1]], [f"{p}/rows"],
-                                     axis=0, name=f"{p}/g"),
-                    helper.make_node("DequantizeLinear", [f"{p}/rows", made[1].name, made[2].name],
-                                     [n.output[0]], name=f"{p}/dq"),
-                ]  # fmt: skip
+                    helper.make_node(
+                        "Gather", [made[0].name, n.input[1]], [f"{p}/rows"], axis=0, name=f"{p}/g"
+                    ),
+                    helper.make_node(
+                        "DequantizeLinear",
+                        [f"{p}/rows", made[1].name, made[2].name],
+                        [n.output[0]],
+                        name=f"{p}/dq",
+                    ),
+                ]
             g.initializer.extend(made)
             _set_nodes(g, nodes)  # (the float32 table: read by no node now)
     return len(tables)
@@ -391,15 +434,13 @@ def _write_manifest(directory: str) -> None:
     """``MANIFEST.sha256`` (``sha256sum`` format) of every file the runtime reads: it refuses
     an export whose config, dictionaries or weights were edited after it was written (the
     runtime's own code is not among them)."""
+    from lightcompress_runtime.files import file_sha256
+
     lines = []
     for name in sorted(os.listdir(directory)):
         if name in (LAUNCHER, RUNTIME, MANIFEST):  # (the runtime's code)
             continue
-        digest = hashlib.sha256()
-        with open(os.path.join(directory, name), "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        lines.append(f"{digest.hexdigest()}  {name}\n")
+        lines.append(f"{file_sha256(os.path.join(directory, name))}  {name}\n")
     with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as f:
         f.writelines(lines)
 
@@ -429,19 +470,24 @@ def _check(folder, args: dict, ref, src, cross, strict: bool) -> dict:
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.log_severity_level = 3
-    enc = ort.InferenceSession(os.path.join(folder, "encoder.onnx"), so,
-                               providers=["CPUExecutionProvider"])  # fmt: skip
-    dec = ort.InferenceSession(os.path.join(folder, "decoder.onnx"), so,
-                               providers=["CPUExecutionProvider"])  # fmt: skip
+    enc = ort.InferenceSession(
+        os.path.join(folder, "encoder.onnx"), so, providers=["CPUExecutionProvider"]
+    )
+    dec = ort.InferenceSession(
+        os.path.join(folder, "decoder.onnx"), so, providers=["CPUExecutionProvider"]
+    )
     got = enc.run(None, {"src_tokens": src.numpy()})
     feed = {i.name: args[i.name].numpy() for i in dec.get_inputs() if i.name != "k"}
     feed["k"] = np.array([_K_PLACEHOLDER], dtype=np.int64)
     out = dec.run(None, feed)
-    pairs = {"encoder": [(g, r.numpy()) for g, r in zip(got, cross)],
-             "decoder": [(out[0], ref[0].numpy())]}  # fmt: skip
+    pairs = {
+        "encoder": [(g, r.numpy()) for g, r in zip(got, cross)],
+        "decoder": [(out[0], ref[0].numpy())],
+    }
     if os.path.exists(os.path.join(folder, "rows.onnx")):  # the shortlist's rows, per batch
-        rows = ort.InferenceSession(os.path.join(folder, "rows.onnx"), so,
-                                    providers=["CPUExecutionProvider"])  # fmt: skip
+        rows = ort.InferenceSession(
+            os.path.join(folder, "rows.onnx"), so, providers=["CPUExecutionProvider"]
+        )
         got_rows = rows.run(None, {"cands": args["cands"].numpy()})
         names = [o.name for o in rows.get_outputs()]
         pairs["rows"] = [(g, args[n].numpy()) for g, n in zip(got_rows, names)]

@@ -60,17 +60,21 @@ def language_pair(data: str, split: str, source: str | None, target: str | None)
         raise ShortlistError(f"data directory not found: {data}")
     if source is None or target is None:
         pairs = sorted(
-            {os.path.basename(p)[len(split) + 1 :].split(".")[0]
-             for p in glob.glob(os.path.join(glob.escape(data), f"{split}.*-*.*.idx"))}
-        )  # fmt: skip
+            {
+                os.path.basename(p)[len(split) + 1 :].split(".")[0]
+                for p in glob.glob(os.path.join(glob.escape(data), f"{split}.*-*.*.idx"))
+            }
+        )
         if len(pairs) != 1:
             found = "none" if not pairs else ", ".join(pairs)
             raise ShortlistError(
                 f"{data}: give -s and -t (binarized {split} language pairs found: {found})"
             )
         first, _, second = pairs[0].partition("-")
-        source, target = (source or (second if target == first else first),
-                          target or (first if source == second else second))  # fmt: skip
+        source, target = (
+            source or (second if target == first else first),
+            target or (first if source == second else second),
+        )
     for pair in (f"{source}-{target}", f"{target}-{source}"):
         prefixes = [os.path.join(data, f"{split}.{pair}.{lang}") for lang in (source, target)]
         if all(os.path.isfile(p + ".idx") and os.path.isfile(p + ".bin") for p in prefixes):
@@ -129,8 +133,14 @@ def _occurrence(sentences: list[np.ndarray], size: int, low: int):
     return m
 
 
-def build_shortlist(data: str, source: str | None = None, target: str | None = None,
-                    split: str = "train", k: int = 100, frequent: int = 100):  # fmt: skip
+def build_shortlist(
+    data: str,
+    source: str | None = None,
+    target: str | None = None,
+    split: str = "train",
+    k: int = 100,
+    frequent: int = 100,
+):
     """Build the shortlist of ``data``'s ``split`` (see the module notes). Returns ``(src_dict,
     tgt_dict, always, lists, info)``: the always-included target ids, per source id its target
     ids best first (empty: no list), and ``info`` (languages, pairs)."""
@@ -178,8 +188,9 @@ def list_lines(sym_s, sym_t, always, lists) -> list[str]:
     ``source<TAB>targets`` per source id with a list (CTranslate2's vocabulary map has the
     same layout, :func:`lightcompress.deploy.ct2.write_vmap`)."""
     lines = ["\t" + " ".join(sym_t[t] for t in always)]
-    lines += [sym_s[s] + "\t" + " ".join(sym_t[t] for t in ids)
-              for s, ids in enumerate(lists) if len(ids)]  # fmt: skip
+    lines += [
+        sym_s[s] + "\t" + " ".join(sym_t[t] for t in ids) for s, ids in enumerate(lists) if len(ids)
+    ]
     return lines
 
 
@@ -188,9 +199,11 @@ def write_shortlist(path: str, src_dict, tgt_dict, always, lists, info: dict) ->
     from lightcompress.io import atomic_write
 
     sym_s, sym_t = src_dict.symbols, tgt_dict.symbols
-    about = (f"source={info['source']} target={info['target']} pairs={info['pairs']} "
-             f"k={info['k']} frequent={info['frequent']} "
-             "estimator=p(t|s)=c(s,t)/c(s) over sentence pairs")  # fmt: skip
+    about = (
+        f"source={info['source']} target={info['target']} pairs={info['pairs']} "
+        f"k={info['k']} frequent={info['frequent']} "
+        "estimator=p(t|s)=c(s,t)/c(s) over sentence pairs"
+    )
     with atomic_write(path) as f:
         f.write(shortlist_text(list_lines(sym_s, sym_t, always, lists), about))
 
@@ -228,16 +241,20 @@ def _main(argv: Sequence[str] | None) -> int:
     message = output_error(args.output, "--output")
     if message:
         raise ShortlistError(message)
-    built = build_shortlist(args.data, args.source_lang, args.target_lang, args.split, args.k,
-                            args.frequent)  # fmt: skip
+    built = build_shortlist(
+        args.data, args.source_lang, args.target_lang, args.split, args.k, args.frequent
+    )
     try:
         write_shortlist(args.output, *built)
     except OSError as exc:  # a full disk, a read-only file system (atomic: nothing left)
         raise ShortlistError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     _src, _tgt, always, lists, info = built
     listed = sum(1 for ids in lists if len(ids))
-    print(f"{PROG}: wrote {args.output} ({info['source']}-{info['target']}, {info['pairs']} "
-          f"pairs: {listed} source tokens with lists, {len(always)} always)", file=sys.stderr)  # fmt: skip
+    print(
+        f"{PROG}: wrote {args.output} ({info['source']}-{info['target']}, {info['pairs']} "
+        f"pairs: {listed} source tokens with lists, {len(always)} always)",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -85,8 +85,12 @@ def _refuse(what: str, missing: list[str], total: int, where: str, kind, given: 
     )
 
 
-def check_codes_fit(codes: str, symbols: Iterable[str], where: str = "the model's dictionary",
-                    separator: str = BPE_MARK) -> None:  # fmt: skip
+def check_codes_fit(
+    codes: str,
+    symbols: Iterable[str],
+    where: str = "the model's dictionary",
+    separator: str = BPE_MARK,
+) -> None:
     """Refuse subword-nmt BPE ``codes`` that cannot make more than :data:`MAX_MISSING` of the
     units of a dictionary (``symbols``; ``where`` names it): a unit ``abc@@`` needs the merge
     result ``abc``, a word-final ``abc`` the result ``abc</w>`` (version 0.1 codes: ``abc`` as
@@ -132,8 +136,9 @@ def check_spm_fit(spm: str, symbols: Iterable[str], where: str = "the model's di
         _refuse(what, missing, len(units), where, dictionary_kind(symbols), "spm")
 
 
-def check_tokenizer_fits(sides: Iterable[tuple[str, Iterable[str]]], spm: str | None = None,
-                         codes: str | None = None) -> None:  # fmt: skip
+def check_tokenizer_fits(
+    sides: Iterable[tuple[str, Iterable[str]]], spm: str | None = None, codes: str | None = None
+) -> None:
     """:func:`check_spm_fit` / :func:`check_codes_fit` on every ``(where, symbols)`` of
     ``sides`` (the source and target dictionaries, named as the message should name them)."""
     for where, symbols in sides:
@@ -150,8 +155,10 @@ def task_dictionaries(task, data: str) -> list[tuple[str, list[str]]]:
 
     cfg = getattr(task, "cfg", None) or getattr(task, "args", None)
     out: list[tuple[str, list[str]]] = []
-    for side, lang, d in (("source", getattr(cfg, "source_lang", None), task.source_dictionary),
-                          ("target", getattr(cfg, "target_lang", None), task.target_dictionary)):  # fmt: skip
+    for side, lang, d in (
+        ("source", getattr(cfg, "source_lang", None), task.source_dictionary),
+        ("target", getattr(cfg, "target_lang", None), task.target_dictionary),
+    ):
         if out and d.symbols == out[0][1]:
             break
         name = os.path.join(data, f"dict.{lang}.txt") if lang else data

@@ -67,6 +67,79 @@ def _file(path: str | None, what: str) -> None:
         raise TranslateError(f"{what} not found: {path}")
 
 
+def _check_settings(beam, batch_size, threads, min_len, lenpen, max_len_a, max_len_b) -> None:
+    """The search and batch settings of :class:`Translator` (TranslateError)."""
+    for name, value in (
+        ("beam", beam),
+        ("batch_size", batch_size),
+        ("threads", threads),
+        ("min_len", min_len),
+    ):
+        if value < 1:
+            raise TranslateError(f"{name} must be >= 1, got {value}")
+    for name, value in (("lenpen", lenpen), ("max_len_a", max_len_a)):
+        if not math.isfinite(value):
+            raise TranslateError(f"{name} must be a finite number, got {value}")
+    if max_len_a < 0 or max_len_b < 1:
+        raise TranslateError("max_len_a must be >= 0 and max_len_b >= 1")
+    if max_len_a == 0 and min_len > max_len_b:
+        raise TranslateError(f"min_len {min_len} is larger than max_len_b {max_len_b}")
+
+
+def _check_inputs(checkpoint, data, spm, bpe_codes, int8, tokenizer, shortlist) -> None:
+    """The files and choices of :class:`Translator` (TranslateError)."""
+    if spm is not None and bpe_codes is not None:
+        raise TranslateError("give a sentencepiece model or BPE codes, not both")
+    if int8 not in (False, None, True, "large", "all"):
+        raise TranslateError(f"int8 must be 'large' or 'all', got {int8!r}")
+    if tokenizer not in (None, "none", "moses"):
+        raise TranslateError(f"tokenizer must be 'moses' or none, got {tokenizer!r}")
+    _file(checkpoint, "checkpoint")
+    _file(spm, "sentencepiece model")
+    _file(bpe_codes, "BPE codes")
+    if bpe_codes is not None:
+        from lightcompress_runtime.tokenizers import TextError, check_codes
+
+        try:
+            check_codes(bpe_codes)
+        except TextError as exc:
+            raise TranslateError(str(exc)) from None
+    _file(shortlist, "shortlist")
+    if not data or not os.path.isdir(data):
+        raise TranslateError(f"data directory not found: {data}")
+
+
+def _load_model(checkpoint, data, source_lang, target_lang, int8):
+    """The checkpoint's model (int8 when asked) and task; a DA-WID training checkpoint or
+    dictionaries of another model refused (TranslateError)."""
+    from lightcompress.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        model, task, _args = load_checkpoint(checkpoint, data, source_lang, target_lang)
+    except CheckpointError as exc:
+        message = str(exc)
+        if "size mismatch" in message:
+            message = (
+                f"the dictionaries in {data} do not fit {checkpoint} (its embedding or "
+                "output tables have another size): give the data directory the model was "
+                "trained with"
+            )
+        raise TranslateError(message) from None
+    arch = getattr(_args, "arch", None) or getattr(_args, "_name", None)
+    if arch in ("dawid", "dawid_roberta"):
+        raise TranslateError(
+            f"{checkpoint} is a DA-WID training checkpoint (the teacher with compactors and "
+            f"masks): fuse it first (lightcompress-convert dawid-fuse -i {checkpoint} -o "
+            "FUSED.pt) and translate FUSED.pt"
+        )
+    if int8:
+        from lightcompress.deploy.quantize import LARGE_MAP_ELEMENTS, quantize_model_int8
+
+        large = LARGE_MAP_ELEMENTS if int8 in (True, "large") else 0
+        model = quantize_model_int8(model, inplace=True, min_weight_elements=large)
+    return model, task
+
+
 class Translator:
     """A checkpoint ready to translate raw text (see the module notes).
 
@@ -104,75 +177,38 @@ class Translator:
         scores renormalized over them, so they differ from fairseq's). Off by default.
     """
 
-    def __init__(self, checkpoint: str, data: str, spm: str | None = None,
-                 bpe_codes: str | None = None, tokenizer: str | None = "moses",
-                 source_lang: str | None = None, target_lang: str | None = None, beam: int = 5,
-                 lenpen: float = 1.0, max_len_a: float = 0.0, max_len_b: int = 200,
-                 min_len: int = 1, batch_size: int = 32, threads: int = 1,
-                 int8: bool | str = False, shortlist: str | None = None,
-                 lowercase: bool | None = None, moses_aggressive_dash_splits: bool = False,
-                 moses_source_lang: str | None = None,
-                 moses_target_lang: str | None = None):  # fmt: skip
-        for name, value in (("beam", beam), ("batch_size", batch_size), ("threads", threads),
-                            ("min_len", min_len)):  # fmt: skip
-            if value < 1:
-                raise TranslateError(f"{name} must be >= 1, got {value}")
-        for name, value in (("lenpen", lenpen), ("max_len_a", max_len_a)):
-            if not math.isfinite(value):
-                raise TranslateError(f"{name} must be a finite number, got {value}")
-        if max_len_a < 0 or max_len_b < 1:
-            raise TranslateError("max_len_a must be >= 0 and max_len_b >= 1")
-        if max_len_a == 0 and min_len > max_len_b:
-            raise TranslateError(f"min_len {min_len} is larger than max_len_b {max_len_b}")
-        if spm is not None and bpe_codes is not None:
-            raise TranslateError("give a sentencepiece model or BPE codes, not both")
-        if int8 not in (False, None, True, "large", "all"):
-            raise TranslateError(f"int8 must be 'large' or 'all', got {int8!r}")
-        if tokenizer not in (None, "none", "moses"):
-            raise TranslateError(f"tokenizer must be 'moses' or none, got {tokenizer!r}")
-        _file(checkpoint, "checkpoint")
-        _file(spm, "sentencepiece model")
-        _file(bpe_codes, "BPE codes")
-        if bpe_codes is not None:
-            from lightcompress_runtime.tokenizers import TextError, check_codes
-
-            try:
-                check_codes(bpe_codes)
-            except TextError as exc:
-                raise TranslateError(str(exc)) from None
-        _file(shortlist, "shortlist")
-        if not data or not os.path.isdir(data):
-            raise TranslateError(f"data directory not found: {data}")
+    def __init__(
+        self,
+        checkpoint: str,
+        data: str,
+        spm: str | None = None,
+        bpe_codes: str | None = None,
+        tokenizer: str | None = "moses",
+        source_lang: str | None = None,
+        target_lang: str | None = None,
+        beam: int = 5,
+        lenpen: float = 1.0,
+        max_len_a: float = 0.0,
+        max_len_b: int = 200,
+        min_len: int = 1,
+        batch_size: int = 32,
+        threads: int = 1,
+        int8: bool | str = False,
+        shortlist: str | None = None,
+        lowercase: bool | None = None,
+        moses_aggressive_dash_splits: bool = False,
+        moses_source_lang: str | None = None,
+        moses_target_lang: str | None = None,
+    ):
+        _check_settings(beam, batch_size, threads, min_len, lenpen, max_len_a, max_len_b)
+        _check_inputs(checkpoint, data, spm, bpe_codes, int8, tokenizer, shortlist)
         import lightcompress.plugin  # noqa: F401  (plugin architectures; checkpoints load)
-        from lightcompress.checkpoint import CheckpointError, load_checkpoint
 
         torch.set_num_threads(threads)
         self.batch_size = batch_size
         self.bpe = self.moses_bpe = None  # (sentencepiece: fairseq's encoder; Moses + BPE)
         self._build_encoders(spm)
-        try:
-            model, task, _args = load_checkpoint(checkpoint, data, source_lang, target_lang)
-        except CheckpointError as exc:
-            message = str(exc)
-            if "size mismatch" in message:
-                message = (
-                    f"the dictionaries in {data} do not fit {checkpoint} (its embedding or "
-                    "output tables have another size): give the data directory the model was "
-                    "trained with"
-                )
-            raise TranslateError(message) from None
-        arch = getattr(_args, "arch", None) or getattr(_args, "_name", None)
-        if arch in ("dawid", "dawid_roberta"):
-            raise TranslateError(
-                f"{checkpoint} is a DA-WID training checkpoint (the teacher with compactors and "
-                f"masks): fuse it first (lightcompress-convert dawid-fuse -i {checkpoint} -o "
-                "FUSED.pt) and translate FUSED.pt"
-            )
-        if int8:
-            from lightcompress.deploy.quantize import LARGE_MAP_ELEMENTS, quantize_model_int8
-
-            large = LARGE_MAP_ELEMENTS if int8 in (True, "large") else 0
-            model = quantize_model_int8(model, inplace=True, min_weight_elements=large)
+        model, task = _load_model(checkpoint, data, source_lang, target_lang, int8)
         self.model, self.task = model, task
         self.src_dict, self.tgt_dict = task.source_dictionary, task.target_dictionary
         from lightcompress.deploy.text_fit import (
@@ -186,20 +222,9 @@ class Translator:
         except TextFitError as exc:
             raise TranslateError(str(exc)) from None
         if bpe_codes is not None:  # Moses + subword-nmt BPE (the ONNX export's own code)
-            from lightcompress_runtime.tokenizers import MosesBPE, TextError, looks_lowercased
-
-            cfg = getattr(task, "cfg", None) or getattr(task, "args", None)
-            if lowercase is None:
-                lowercase = looks_lowercased(self.src_dict.symbols)
-            try:
-                self.moses_bpe = MosesBPE(
-                    bpe_codes, moses_source_lang or getattr(cfg, "source_lang", None),
-                    moses_target_lang or getattr(cfg, "target_lang", None),
-                    moses=tokenizer == "moses", lowercase=lowercase,
-                    aggressive_dash_splits=moses_aggressive_dash_splits,
-                )  # fmt: skip
-            except TextError as exc:
-                raise TranslateError(str(exc)) from None
+            moses = (tokenizer == "moses", moses_aggressive_dash_splits)
+            langs = (moses_source_lang, moses_target_lang)
+            self.moses_bpe = self._moses_bpe(bpe_codes, langs, moses, lowercase)
         from lightcompress.deploy.generator import FastGenerator
         from lightcompress.deploy.shortlist import ShortlistError, load_shortlist
 
@@ -210,9 +235,36 @@ class Translator:
         # (lengths past 2^31: the model's maximum length all the same, without an overflow)
         max_len_a, max_len_b = min(max_len_a, 2.0**31), min(max_len_b, 2**31)
         self.generator = FastGenerator(
-            model, self.tgt_dict, beam_size=beam, len_penalty=lenpen, min_len=min_len,
-            max_len_a=max_len_a, max_len_b=max_len_b, shortlist=self.shortlist or None,
-        )  # fmt: skip
+            model,
+            self.tgt_dict,
+            beam_size=beam,
+            len_penalty=lenpen,
+            min_len=min_len,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
+            shortlist=self.shortlist or None,
+        )
+
+    def _moses_bpe(self, bpe_codes: str, langs, moses: tuple, lowercase):
+        """Moses + subword-nmt BPE of the runtime: ``langs`` (source, target) default to the
+        task's, ``moses`` is (tokenize with Moses, aggressive dash splits), ``lowercase``
+        (None: as the source dictionary looks)."""
+        from lightcompress_runtime.tokenizers import MosesBPE, TextError, looks_lowercased
+
+        cfg = getattr(self.task, "cfg", None) or getattr(self.task, "args", None)
+        if lowercase is None:
+            lowercase = looks_lowercased(self.src_dict.symbols)
+        try:
+            return MosesBPE(
+                bpe_codes,
+                langs[0] or getattr(cfg, "source_lang", None),
+                langs[1] or getattr(cfg, "target_lang", None),
+                moses=moses[0],
+                lowercase=lowercase,
+                aggressive_dash_splits=moses[1],
+            )
+        except TextError as exc:
+            raise TranslateError(str(exc)) from None
 
     def _build_encoders(self, spm) -> None:
         from fairseq.data import encoders
@@ -220,9 +272,13 @@ class Translator:
         try:
             if spm is not None:
                 self.bpe = encoders.build_bpe(
-                    Namespace(bpe="sentencepiece", sentencepiece_model=spm,
-                              sentencepiece_enable_sampling=False, sentencepiece_alpha=None)
-                )  # fmt: skip
+                    Namespace(
+                        bpe="sentencepiece",
+                        sentencepiece_model=spm,
+                        sentencepiece_enable_sampling=False,
+                        sentencepiece_alpha=None,
+                    )
+                )
         except (RuntimeError, OSError, ValueError) as exc:
             detail = " ".join(str(exc).split())[:200]
             raise TranslateError(f"cannot load the sentencepiece model {spm}: {detail}") from None
@@ -259,8 +315,9 @@ class Translator:
         from lightcompress_runtime.translator import translate_lines
 
         limit = self.model.max_positions()[0]
-        return translate_lines(lines, self.encode, self.translate_ids, self.decode, limit,
-                               TranslateError)  # fmt: skip
+        return translate_lines(
+            lines, self.encode, self.translate_ids, self.decode, limit, TranslateError
+        )
 
 
 def _arg_parser() -> argparse.ArgumentParser:
@@ -338,29 +395,45 @@ def _main(argv: Sequence[str] | None) -> int:
     except TextError as exc:
         raise TranslateError(str(exc)) from None
     if args.tokenized and (args.spm or args.bpe_codes):
-        raise TranslateError("--tokenized takes subword tokens: give it without --spm / "
-                             "--bpe-codes")  # fmt: skip
+        raise TranslateError(
+            "--tokenized takes subword tokens: give it without --spm / --bpe-codes"
+        )
     codes = os.path.join(args.data, "bpe.code")
     notice = None
     if not (args.tokenized or args.spm or args.bpe_codes):
         if os.path.isfile(codes):  # (the IWSLT'14 recipe's copy: raw text, as the export)
             args.bpe_codes = codes
-            notice = (f"raw text in and out: Moses + BPE with {codes} (--tokenized for the "
-                      "data's subword tokens)")  # fmt: skip
+            notice = (
+                f"raw text in and out: Moses + BPE with {codes} (--tokenized for the "
+                "data's subword tokens)"
+            )
         else:
-            notice = ("no --spm or --bpe-codes: the input is taken as the data's subword tokens "
-                      "and the output is tokens too (give the data's tokenizer for raw text; "
-                      "--tokenized says so and drops this notice)")  # fmt: skip
+            notice = (
+                "no --spm or --bpe-codes: the input is taken as the data's subword tokens "
+                "and the output is tokens too (give the data's tokenizer for raw text; "
+                "--tokenized says so and drops this notice)"
+            )
     translator = Translator(
-        args.path, args.data, spm=args.spm, bpe_codes=args.bpe_codes,
-        tokenizer=args.tokenizer or "moses", lowercase=args.lowercase,
+        args.path,
+        args.data,
+        spm=args.spm,
+        bpe_codes=args.bpe_codes,
+        tokenizer=args.tokenizer or "moses",
+        lowercase=args.lowercase,
         moses_aggressive_dash_splits=args.moses_aggressive_dash_splits,
-        moses_source_lang=args.moses_source_lang, moses_target_lang=args.moses_target_lang,
-        source_lang=args.source_lang, target_lang=args.target_lang,
-        beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
-        max_len_b=args.max_len_b, batch_size=args.batch_size, threads=args.threads,
-        int8=args.int8 or False, shortlist=args.shortlist,
-    )  # fmt: skip
+        moses_source_lang=args.moses_source_lang,
+        moses_target_lang=args.moses_target_lang,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+        beam=args.beam,
+        lenpen=args.lenpen,
+        max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b,
+        batch_size=args.batch_size,
+        threads=args.threads,
+        int8=args.int8 or False,
+        shortlist=args.shortlist,
+    )
     from lightcompress.io import read_text_lines
 
     try:

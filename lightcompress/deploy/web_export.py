@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import hashlib
 import json
 import os
 import re
@@ -46,8 +45,15 @@ from collections.abc import Sequence
 from lightcompress import cli
 from lightcompress.errors import LightcompressError
 
-__all__ = ["ENGINE_PINS", "WebExportError", "cli_main", "export_web", "main", "pack_shortlist",
-           "page_sources"]  # fmt: skip
+__all__ = [
+    "ENGINE_PINS",
+    "WebExportError",
+    "cli_main",
+    "export_web",
+    "main",
+    "pack_shortlist",
+    "page_sources",
+]
 
 PROG = "lightcompress-export-web"
 FORMAT = "lightcompress-web"  # (web.json's; lightcompress.mjs reads this format and version)
@@ -80,14 +86,18 @@ def page_sources() -> str:
     for folder in (os.path.join(os.path.dirname(here), "web"), os.path.join(here, "webpage")):
         if all(os.path.isfile(os.path.join(folder, f)) for f in PAGE_FILES):
             return folder
-    raise WebExportError(f"the page's files ({', '.join(PAGE_FILES)}) are not installed with "
-                         "lightcompress: reinstall it from its repository")  # fmt: skip
+    raise WebExportError(
+        f"the page's files ({', '.join(PAGE_FILES)}) are not installed with "
+        "lightcompress: reinstall it from its repository"
+    )
 
 
 def _npm_hint(folder: str) -> str:
-    return (f"run `npm ci --omit=dev` in {folder} (npm installs the pinned "
-            f"{', '.join(f'{k}@{v}' for k, v in ENGINE_PINS.items())}), or give "
-            "--node-modules DIR of an npm install of those versions")  # fmt: skip
+    return (
+        f"run `npm ci --omit=dev` in {folder} (npm installs the pinned "
+        f"{', '.join(f'{k}@{v}' for k, v in ENGINE_PINS.items())}), or give "
+        "--node-modules DIR of an npm install of those versions"
+    )
 
 
 def _engine_package(node_modules: str, name: str, hint: str) -> str:
@@ -97,11 +107,14 @@ def _engine_package(node_modules: str, name: str, hint: str) -> str:
         with open(os.path.join(folder, "package.json"), encoding="utf-8") as f:
             version = json.load(f).get("version")
     except (OSError, ValueError):
-        raise WebExportError(f"the page's engine {name} is not installed in {node_modules}: "
-                             f"{hint}") from None  # fmt: skip
+        raise WebExportError(
+            f"the page's engine {name} is not installed in {node_modules}: {hint}"
+        ) from None
     if version != ENGINE_PINS[name]:
-        raise WebExportError(f"{node_modules} has {name} {version}, the page is tested with "
-                             f"{ENGINE_PINS[name]}: {hint}")  # fmt: skip
+        raise WebExportError(
+            f"{node_modules} has {name} {version}, the page is tested with "
+            f"{ENGINE_PINS[name]}: {hint}"
+        )
     return folder
 
 
@@ -130,12 +143,16 @@ def _sentencepiece_module(source: str) -> str:
             lines[i] = _SPM_MODELS.sub(r'const \1 = "";', line)
             models += 1
     if len(done) != len(_SPM_IMPORTS) or models != 3 or "SentencePieceProcessor" not in lines[-2]:
-        raise WebExportError(f"{source} is not the file of @sctg/sentencepiece-js "
-                             f"{ENGINE_PINS['@sctg/sentencepiece-js']} that the page is tested "
-                             "with: reinstall it with npm ci")  # fmt: skip
-    head = (f"// @sctg/sentencepiece-js {ENGINE_PINS['@sctg/sentencepiece-js']} dist/index.js "
-            "(Apache-2.0, see NOTICE.md), as lightcompress-export-web ships it: its Node "
-            "imports replaced, its built-in example models left out.")  # fmt: skip
+        raise WebExportError(
+            f"{source} is not the file of @sctg/sentencepiece-js "
+            f"{ENGINE_PINS['@sctg/sentencepiece-js']} that the page is tested "
+            "with: reinstall it with npm ci"
+        )
+    head = (
+        f"// @sctg/sentencepiece-js {ENGINE_PINS['@sctg/sentencepiece-js']} dist/index.js "
+        "(Apache-2.0, see NOTICE.md), as lightcompress-export-web ships it: its Node "
+        "imports replaced, its built-in example models left out."
+    )
     return head + "\n" + "\n".join(lines)
 
 
@@ -226,14 +243,6 @@ def pack_shortlist(shortlist, path: str) -> None:
         f.write(gzip.compress(body, compresslevel=9, mtime=0))
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def export_web(
     onnx_dir: str,
     out_dir: str,
@@ -251,16 +260,18 @@ def export_web(
     Raises :class:`WebExportError` (nothing written)."""
     from lightcompress.io import atomic_directory
     from lightcompress_runtime import OnnxError, Shortlist, load_config
-    from lightcompress_runtime.files import config_path, read_symbols
+    from lightcompress_runtime.files import config_path, file_sha256, read_symbols
 
     try:
         config = load_config(onnx_dir)  # (the manifest: every file as the exporter wrote it)
     except OnnxError as exc:
         raise WebExportError(str(exc)) from None
     if config.get("bpe"):
-        raise WebExportError(f"{onnx_dir} tokenizes with Moses + subword-nmt BPE, which the page "
-                             "cannot do exactly: export the model with a sentencepiece model "
-                             "(lightcompress-export-onnx --spm)")  # fmt: skip
+        raise WebExportError(
+            f"{onnx_dir} tokenizes with Moses + subword-nmt BPE, which the page "
+            "cannot do exactly: export the model with a sentencepiece model "
+            "(lightcompress-export-onnx --spm)"
+        )
     if threads < 1:
         raise WebExportError(f"--threads must be >= 1, got {threads}")
     if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
@@ -290,8 +301,12 @@ def export_web(
             dicts = [read_symbols(os.path.join(onnx_dir, f"dict.{s}.txt")) for s in ("src", "tgt")]
             specials = (config["pad"], config["eos"], config["unk"])
             try:
-                packed = Shortlist(config_path(onnx_dir, config, "shortlist"), *dicts,
-                                   specials=specials, old_text=True)  # fmt: skip
+                packed = Shortlist(
+                    config_path(onnx_dir, config, "shortlist"),
+                    *dicts,
+                    specials=specials,
+                    old_text=True,
+                )
             except OnnxError as exc:
                 raise WebExportError(str(exc)) from None
             packed_name = "shortlist.bin"
@@ -303,22 +318,28 @@ def export_web(
         engine_files = sorted(f"engine/{n}" for n in os.listdir(os.path.join(tmp, "engine")))
         size = lambda names: sum(os.path.getsize(os.path.join(tmp, n)) for n in names)
         web = {
-            "format": FORMAT, "version": VERSION,
-            "architecture": config.get("architecture"), "int8": config.get("int8"),
+            "format": FORMAT,
+            "version": VERSION,
+            "architecture": config.get("architecture"),
+            "int8": config.get("int8"),
             "source_lang": source_lang,
             "tokenizer": "sentencepiece" if config.get("spm") else None,
-            "shortlist": packed_name, "threads": threads,
+            "shortlist": packed_name,
+            "threads": threads,
             "files": model_files,
-            "sha256": {n: _sha256(os.path.join(tmp, n)) for n in model_files},
+            "sha256": {n: file_sha256(os.path.join(tmp, n)) for n in model_files},
             "engine": {**ENGINE_PINS, "files": engine_files},
-            "sizes": {"model": size(model_files), "engine": size(engine_files),
-                      "page": size(PAGE_FILES)},
-        }  # fmt: skip
+            "sizes": {
+                "model": size(model_files),
+                "engine": size(engine_files),
+                "page": size(PAGE_FILES),
+            },
+        }
         with open(os.path.join(tmp, "web.json"), "w", encoding="utf-8") as f:
             json.dump(web, f, indent=1)
         names = sorted(["web.json", *PAGE_FILES, *model_files, *engine_files])
         with open(os.path.join(tmp, "SHA256SUMS"), "w", encoding="utf-8") as f:
-            f.writelines(f"{_sha256(os.path.join(tmp, n))}  {n}\n" for n in names)
+            f.writelines(f"{file_sha256(os.path.join(tmp, n))}  {n}\n" for n in names)
     return web
 
 
@@ -337,13 +358,20 @@ def _arg_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("onnx_export", help="an export of lightcompress-export-onnx (its folder)")
     p.add_argument("-o", "--output", required=True, help="output folder (new or empty)")
-    p.add_argument("--node-modules", metavar="DIR",
-                   help="node_modules of an npm install of the pinned onnxruntime-web and "
-                   "@sctg/sentencepiece-js (default: npm ci's beside the page's sources, else "
-                   "./web/node_modules: make web's in the checkout)")  # fmt: skip
-    p.add_argument("--threads", type=int, default=1,
-                   help="ONNX Runtime Web's threads where the page is served cross-origin "
-                   "isolated (default 1; other pages always run one)")  # fmt: skip
+    p.add_argument(
+        "--node-modules",
+        metavar="DIR",
+        help="node_modules of an npm install of the pinned onnxruntime-web and "
+        "@sctg/sentencepiece-js (default: npm ci's beside the page's sources, else "
+        "./web/node_modules: make web's in the checkout)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="ONNX Runtime Web's threads where the page is served cross-origin "
+        "isolated (default 1; other pages always run one)",
+    )
     p.add_argument(
         "--no-shortlist",
         action="store_true",
@@ -366,19 +394,33 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     args = _arg_parser().parse_args(argv)
     try:
-        web = export_web(args.onnx_export, args.output, args.node_modules, args.threads,
-                         args.source_lang, shortlist=not args.no_shortlist)  # fmt: skip
+        web = export_web(
+            args.onnx_export,
+            args.output,
+            args.node_modules,
+            args.threads,
+            args.source_lang,
+            shortlist=not args.no_shortlist,
+        )
     except OSError as exc:  # a full disk, a read-only file system (nothing is left)
         raise WebExportError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     sizes = web["sizes"]
-    print(f"{PROG}: model files {sizes['model'] / 1e6:.2f} MB ({len(web['files'])} files), "
-          f"engine {sizes['engine'] / 1e6:.2f} MB, page {sizes['page'] / 1e3:.0f} kB",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"{PROG}: model files {sizes['model'] / 1e6:.2f} MB ({len(web['files'])} files), "
+        f"engine {sizes['engine'] / 1e6:.2f} MB, page {sizes['page'] / 1e3:.0f} kB",
+        file=sys.stderr,
+    )
     if web["tokenizer"] is None:
-        print(f"{PROG}: no tokenizer in the export: the page takes space-separated subword "
-              "tokens (export with --spm for text)", file=sys.stderr)  # fmt: skip
-    print(f"{PROG}: wrote {args.output}; open it with: python -m http.server -d {args.output} "
-          "8000, then http://localhost:8000/", file=sys.stderr)  # fmt: skip
+        print(
+            f"{PROG}: no tokenizer in the export: the page takes space-separated subword "
+            "tokens (export with --spm for text)",
+            file=sys.stderr,
+        )
+    print(
+        f"{PROG}: wrote {args.output}; open it with: python -m http.server -d {args.output} "
+        "8000, then http://localhost:8000/",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -192,12 +192,33 @@ def _export_teacher(args):
 def _generate_command(args, shard_dir):
     if args.engine == "onnx":
         return onnx_generate.command(args, shard_dir, _export_dir(args))
-    cmd = [sys.executable, "-m", "fairseq_cli.generate", shard_dir,
-           "--path", args.path, "--gen-subset", "train",
-           "--source-lang", args.source_lang, "--target-lang", args.target_lang,
-           "--beam", str(args.beam), "--lenpen", str(args.lenpen), "--nbest", "1",
-           "--max-tokens", str(args.max_tokens), "--seed", str(args.seed),
-           "--num-workers", "0", "--no-progress-bar"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "fairseq_cli.generate",
+        shard_dir,
+        "--path",
+        args.path,
+        "--gen-subset",
+        "train",
+        "--source-lang",
+        args.source_lang,
+        "--target-lang",
+        args.target_lang,
+        "--beam",
+        str(args.beam),
+        "--lenpen",
+        str(args.lenpen),
+        "--nbest",
+        "1",
+        "--max-tokens",
+        str(args.max_tokens),
+        "--seed",
+        str(args.seed),
+        "--num-workers",
+        "0",
+        "--no-progress-bar",
+    ]
     # fairseq main (2024) drops the last batch when its size is not a multiple of
     # --required-batch-size-multiple (default 8): up to 7 sentences per shard would vanish.
     cmd += ["--required-batch-size-multiple", "1"]
@@ -364,8 +385,9 @@ def _check_config(args, n):
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
             old = json.load(f)
-        diff = {k: (old.get(k), config.get(k)) for k in {**old, **config}
-                if old.get(k) != config.get(k)}  # fmt: skip
+        diff = {
+            k: (old.get(k), config.get(k)) for k in {**old, **config} if old.get(k) != config.get(k)
+        }
         if diff:
             detail = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
             raise DistillError(
@@ -405,38 +427,70 @@ def build_parser():
     p.add_argument("--lenpen", type=float, default=1.0, help="length penalty (default 1.0)")
     p.add_argument("--max-tokens", type=int, default=4096, help="tokens per generation batch")
     p.add_argument("--batch-size", type=int, help="sentences per generation batch (optional)")
-    p.add_argument("--num-shards", type=int, default=0,
-                   help="shards (units of resumption); 0 = one per 20,000 lines")  # fmt: skip
-    p.add_argument("--shard-id", type=int,
-                   help="translate only this shard and stop (e.g. one process per GPU); a later "
-                        "run without it translates what is missing and merges")  # fmt: skip
-    p.add_argument("--engine", choices=["fairseq", "onnx", "auto"], default="fairseq",
-                   help="what translates: fairseq-generate (default; CPU or GPU); the "
-                        "teacher's ONNX Runtime export with fairseq's beam search "
-                        "(lightcompress.kd.onnx_generate: 2.3x fairseq-generate's speed on the CPU; "
-                        "batches of --batch-size sentences, default 64; --generate-args may hold "
-                        "--max-len-a, --max-len-b, --min-len, --unkpen); auto: onnx on the CPU "
-                        "where the settings allow it and the teacher exports, else fairseq")  # fmt: skip
-    p.add_argument("--threads", type=int, default=0,
-                   help="--engine onnx: ONNX Runtime threads (default 0: as torch, "
-                        "OMP_NUM_THREADS when it is set, else one per core)")  # fmt: skip
+    p.add_argument(
+        "--num-shards",
+        type=int,
+        default=0,
+        help="shards (units of resumption); 0 = one per 20,000 lines",
+    )
+    p.add_argument(
+        "--shard-id",
+        type=int,
+        help="translate only this shard and stop (e.g. one process per GPU); a later "
+        "run without it translates what is missing and merges",
+    )
+    p.add_argument(
+        "--engine",
+        choices=["fairseq", "onnx", "auto"],
+        default="fairseq",
+        help="what translates: fairseq-generate (default; CPU or GPU); the "
+        "teacher's ONNX Runtime export with fairseq's beam search "
+        "(lightcompress.kd.onnx_generate: 2.3x fairseq-generate's speed on the CPU; "
+        "batches of --batch-size sentences, default 64; --generate-args may hold "
+        "--max-len-a, --max-len-b, --min-len, --unkpen); auto: onnx on the CPU "
+        "where the settings allow it and the teacher exports, else fairseq",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="--engine onnx: ONNX Runtime threads (default 0: as torch, "
+        "OMP_NUM_THREADS when it is set, else one per core)",
+    )
     p.add_argument("--user-dir", help="--user-dir for fairseq-generate (the teacher's plugin)")
     p.add_argument("--cpu", action="store_true", help="generate on CPU")
     p.add_argument("--fp16", action="store_true", help="generate in fp16")
     p.add_argument("--seed", type=int, default=1, help="generation seed (default 1)")
-    p.add_argument("--post-process", help="fairseq-generate --post-process (e.g. sentencepiece, "
-                   "subword_nmt): remove subword marks and stop after writing text")  # fmt: skip
-    p.add_argument("--remove-bpe", nargs="?", const="@@ ", dest="post_process",
-                   help="same as --post-process (fairseq's alias; bare flag = '@@ ')")  # fmt: skip
-    p.add_argument("--generate-args", default="",
-                   help="more fairseq-generate arguments, one string (e.g. '--max-len-b 250')")  # fmt: skip
-    p.add_argument("--allow-empty", action="store_true",
-                   help="keep empty hypotheses instead of refusing them")  # fmt: skip
+    p.add_argument(
+        "--post-process",
+        help="fairseq-generate --post-process (e.g. sentencepiece, "
+        "subword_nmt): remove subword marks and stop after writing text",
+    )
+    p.add_argument(
+        "--remove-bpe",
+        nargs="?",
+        const="@@ ",
+        dest="post_process",
+        help="same as --post-process (fairseq's alias; bare flag = '@@ ')",
+    )
+    p.add_argument(
+        "--generate-args",
+        default="",
+        help="more fairseq-generate arguments, one string (e.g. '--max-len-b 250')",
+    )
+    p.add_argument(
+        "--allow-empty", action="store_true", help="keep empty hypotheses instead of refusing them"
+    )
     p.add_argument("--workers", type=int, default=1, help="fairseq-preprocess workers")
-    p.add_argument("--progress-interval", type=float, default=30.0, metavar="SECONDS",
-                   help="print progress (shard i/N, sentences done, elapsed) to stderr every this "
-                        "many seconds while a shard is translated; 0: only when a shard starts "
-                        "and ends (default %(default)s)")  # fmt: skip
+    p.add_argument(
+        "--progress-interval",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="print progress (shard i/N, sentences done, elapsed) to stderr every this "
+        "many seconds while a shard is translated; 0: only when a shard starts "
+        "and ends (default %(default)s)",
+    )
     return p
 
 
@@ -569,11 +623,25 @@ def _main(argv):
         return 0
 
     _progress(f"binarizing {n:,} pairs into {args.out_dir}")
-    cmd = [sys.executable, "-m", "fairseq_cli.preprocess",
-           "--source-lang", src, "--target-lang", tgt, "--trainpref", text_prefix,
-           "--destdir", args.out_dir, "--workers", str(args.workers),
-           "--srcdict", os.path.join(args.data, f"dict.{src}.txt"),
-           "--tgtdict", os.path.join(args.data, f"dict.{tgt}.txt")]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "fairseq_cli.preprocess",
+        "--source-lang",
+        src,
+        "--target-lang",
+        tgt,
+        "--trainpref",
+        text_prefix,
+        "--destdir",
+        args.out_dir,
+        "--workers",
+        str(args.workers),
+        "--srcdict",
+        os.path.join(args.data, f"dict.{src}.txt"),
+        "--tgtdict",
+        os.path.join(args.data, f"dict.{tgt}.txt"),
+    ]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, **_popen_kwargs())
     if proc.returncode != 0:
         raise DistillError(f"fairseq-preprocess failed:\n{proc.stderr[-3000:]}")

@@ -44,9 +44,13 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-len-a", type=float, default=0.0)
     p.add_argument("--max-len-b", type=int, default=200)
     p.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
-    p.add_argument("--threads", type=int, default=0,
-                   help="ONNX Runtime threads (default 0: as torch, OMP_NUM_THREADS when it is "
-                        "set, else one per core)")  # fmt: skip
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="ONNX Runtime threads (default 0: as torch, OMP_NUM_THREADS when it is "
+        "set, else one per core)",
+    )
     return p
 
 
@@ -72,11 +76,20 @@ def _main(argv: Sequence[str] | None) -> int:
     from lightcompress.deploy.databin import DataBinError, DataBinTranslation
 
     try:
-        split = DataBinTranslation(args.export, args.data, args.gen_subset, args.source_lang,
-                                   args.target_lang, beam_size=args.beam, len_penalty=args.lenpen,
-                                   min_len=args.min_len, max_len_a=args.max_len_a,
-                                   max_len_b=args.max_len_b, unk_penalty=args.unkpen,
-                                   threads=threads)  # fmt: skip
+        split = DataBinTranslation(
+            args.export,
+            args.data,
+            args.gen_subset,
+            args.source_lang,
+            args.target_lang,
+            beam_size=args.beam,
+            len_penalty=args.lenpen,
+            min_len=args.min_len,
+            max_len_a=args.max_len_a,
+            max_len_b=args.max_len_b,
+            unk_penalty=args.unkpen,
+            threads=threads,
+        )
         src_dict, tgt_dict = split.src_dict, split.tgt_dict
         strip = {tgt_dict.eos()}
         out = sys.stdout
@@ -120,11 +133,29 @@ def command(args, shard_dir: str, export: str) -> list[str]:
     """The command that translates distill's shard ``shard_dir`` with the export."""
     import shlex
 
-    return [sys.executable, "-m", "lightcompress.kd.onnx_generate", shard_dir,
-            "--export", export, "--gen-subset", "train",
-            "-s", args.source_lang, "-t", args.target_lang, "--beam", str(args.beam),
-            "--lenpen", str(args.lenpen), "--batch-size", str(args.batch_size or 64),
-            "--threads", str(args.threads), *shlex.split(args.generate_args)]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "lightcompress.kd.onnx_generate",
+        shard_dir,
+        "--export",
+        export,
+        "--gen-subset",
+        "train",
+        "-s",
+        args.source_lang,
+        "-t",
+        args.target_lang,
+        "--beam",
+        str(args.beam),
+        "--lenpen",
+        str(args.lenpen),
+        "--batch-size",
+        str(args.batch_size or 64),
+        "--threads",
+        str(args.threads),
+        *shlex.split(args.generate_args),
+    ]
 
 
 def export_teacher(args, out: str, progress) -> None:
@@ -138,8 +169,18 @@ def export_teacher(args, out: str, progress) -> None:
 
     progress(f"exporting the teacher to ONNX Runtime ({out}): the KD data's engine")
     shutil.rmtree(out, ignore_errors=True)
-    argv = ["--path", args.path, "--data", args.data, "-s", args.source_lang,
-            "-t", args.target_lang, "-o", out]  # fmt: skip
+    argv = [
+        "--path",
+        args.path,
+        "--data",
+        args.data,
+        "-s",
+        args.source_lang,
+        "-t",
+        args.target_lang,
+        "-o",
+        out,
+    ]
     try:
         export(argv)
     except LightcompressError as exc:

@@ -118,12 +118,26 @@ class HTTSelfAttention(MultiheadAttention):
         Keep the dense output projection (``False``: ``nn.Identity``).
     """
 
-    def __init__(self, embed_dim, num_heads, qkv: FusedQKV, out_proj: bool = True, dropout=0.0,
-                 add_bias_kv=False, add_zero_attn=False, **kwargs):  # fmt: skip
+    def __init__(
+        self,
+        embed_dim,
+        num_heads,
+        qkv: FusedQKV,
+        out_proj: bool = True,
+        dropout=0.0,
+        add_bias_kv=False,
+        add_zero_attn=False,
+        **kwargs,
+    ):
         super().__init__(
-            embed_dim, num_heads, dropout=dropout, add_bias_kv=add_bias_kv,
-            add_zero_attn=add_zero_attn, self_attention=True, **kwargs,
-        )  # fmt: skip
+            embed_dim,
+            num_heads,
+            dropout=dropout,
+            add_bias_kv=add_bias_kv,
+            add_zero_attn=add_zero_attn,
+            self_attention=True,
+            **kwargs,
+        )
         self.qkv_proj = qkv
         self.q_proj = _FusedSlice(qkv, 0)
         self.k_proj = _FusedSlice(qkv, 1)
@@ -145,10 +159,16 @@ def build_attention(
     if fused_ok and not separate and plan.rule_peek(f"{path}.qkv_proj") is not None:
         qkv = plan.qkv(f"{path}.qkv_proj", d, bias=dense.q_proj.bias is not None)
         attn = HTTSelfAttention(
-            d, dense.num_heads, qkv, dropout=dense.dropout_module.p,
-            **{"add_bias_kv": dense.bias_k is not None, "add_zero_attn": dense.add_zero_attn,
-               **quant},
-        )  # fmt: skip
+            d,
+            dense.num_heads,
+            qkv,
+            dropout=dense.dropout_module.p,
+            **{
+                "add_bias_kv": dense.bias_k is not None,
+                "add_zero_attn": dense.add_zero_attn,
+                **quant,
+            },
+        )
     else:
         attn = dense
         for n in names:
@@ -196,13 +216,21 @@ class _SpecFFN:
 
     def build_fc1(self, input_dim, output_dim, q_noise, qn_block_size):
         dense = super().build_fc1
-        return _linear(f"{self.lc_prefix}.fc1", lambda: dense(input_dim, output_dim, q_noise,
-                       qn_block_size), input_dim, output_dim)  # fmt: skip
+        return _linear(
+            f"{self.lc_prefix}.fc1",
+            lambda: dense(input_dim, output_dim, q_noise, qn_block_size),
+            input_dim,
+            output_dim,
+        )
 
     def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
         dense = super().build_fc2
-        return _linear(f"{self.lc_prefix}.fc2", lambda: dense(input_dim, output_dim, q_noise,
-                       qn_block_size), input_dim, output_dim)  # fmt: skip
+        return _linear(
+            f"{self.lc_prefix}.fc2",
+            lambda: dense(input_dim, output_dim, q_noise, qn_block_size),
+            input_dim,
+            output_dim,
+        )
 
 
 class CompressedEncoderLayer(_SpecFFN, _AdminResidualHook, TransformerEncoderLayerBase):
@@ -228,8 +256,9 @@ class CompressedEncoderLayer(_SpecFFN, _AdminResidualHook, TransformerEncoderLay
 class CompressedDecoderLayer(_SpecFFN, _AdminResidualHook, TransformerDecoderLayerBase):
     """fairseq's decoder layer; its ``build_*`` hooks ask the spec at ``<prefix>.*``."""
 
-    def __init__(self, cfg, prefix: str, no_encoder_attn=False, add_bias_kv=False,
-                 add_zero_attn=False):  # fmt: skip
+    def __init__(
+        self, cfg, prefix: str, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False
+    ):
         object.__setattr__(self, "lc_prefix", prefix)
         super().__init__(cfg, no_encoder_attn, add_bias_kv, add_zero_attn)
         subs = ["self_attn", "ffn"] if no_encoder_attn else ["self_attn", "encoder_attn", "ffn"]
@@ -244,10 +273,14 @@ class CompressedDecoderLayer(_SpecFFN, _AdminResidualHook, TransformerDecoderLay
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
         dense = super().build_self_attention(embed_dim, cfg, add_bias_kv, add_zero_attn)
         return build_attention(
-            f"{self.lc_prefix}.self_attn", dense, not cfg.cross_self_attention,
-            q_noise=self.quant_noise, qn_block_size=self.quant_noise_block_size,
-            add_bias_kv=add_bias_kv, add_zero_attn=add_zero_attn,
-        )  # fmt: skip
+            f"{self.lc_prefix}.self_attn",
+            dense,
+            not cfg.cross_self_attention,
+            q_noise=self.quant_noise,
+            qn_block_size=self.quant_noise_block_size,
+            add_bias_kv=add_bias_kv,
+            add_zero_attn=add_zero_attn,
+        )
 
     def build_encoder_attention(self, embed_dim, cfg):
         dense = super().build_encoder_attention(embed_dim, cfg)
@@ -307,8 +340,12 @@ def apply_layer_sharing(model, args) -> None:
             tied = tie_layers(layers, group_schedule(len(layers), groups), share=_not_admin)
             logger.info(
                 "%s: %d layers in %d sharing groups (%d parameter tensors tied to their "
-                "group's first layer)", side, len(layers), groups, len(tied),
-            )  # fmt: skip
+                "group's first layer)",
+                side,
+                len(layers),
+                groups,
+                len(tied),
+            )
 
 
 def check_groups(side: str, groups: int, num_layers: int) -> None:

@@ -210,8 +210,13 @@ def _check(family: Family) -> None:
         if arch in PRESETS or arch in ARCH_MODEL_REGISTRY:
             raise ValueError(f"architecture {arch!r} is already registered")
     if family.transfer is not None:
-        taken = {o for f in FAMILIES.values() if f.transfer for flags, _ in f.transfer.options
-                 for o in flags}  # fmt: skip
+        taken = {
+            o
+            for f in FAMILIES.values()
+            if f.transfer
+            for flags, _ in f.transfer.options
+            for o in flags
+        }
         clash = sorted(taken & {o for flags, _ in family.transfer.options for o in flags})
         if clash:
             raise ValueError(f"family {name!r}: converter options {clash} are taken")

@@ -105,51 +105,74 @@ FUSED_KINDS = ("dense", "htt", "hmf", "tt", "lowrank")
 class HypoformerConfig(CompressionConfig):
     """Hypoformer (Wu et al.): the kind and settings of each sublayer (registry kind names)."""
 
-    admin_init: str = _f("profile", CompressionConfig.__dataclass_fields__["admin_init"]
-                         .metadata["help"], choices=ADMIN_MODES)  # fmt: skip
+    admin_init: str = _f(
+        "profile",
+        CompressionConfig.__dataclass_fields__["admin_init"].metadata["help"],
+        choices=ADMIN_MODES,
+    )
     hypo_embed: str = _f(
-        "htt", "token embedding: htt (HTT EMB, the paper), dense, tt (alpha 0) or lowrank (MF)",
+        "htt",
+        "token embedding: htt (HTT EMB, the paper), dense, tt (alpha 0) or lowrank (MF)",
         choices=EMBED_KINDS,
-    )  # fmt: skip
+    )
     hypo_embed_alpha: float = _f(
-        0.5, "dense share of the embedding columns (Table 5 'HTT EMB alpha')", type=float,
+        0.5,
+        "dense share of the embedding columns (Table 5 'HTT EMB alpha')",
+        type=float,
         metavar="A",
-    )  # fmt: skip
+    )
     hypo_embed_cores: int = _f(3, "TT cores of the embedding (Table 5 D1)", type=int, metavar="D")
     hypo_embed_rank: int = _f(
-        4, "TT ranks of the embedding (Table 5 R1; 0 = maximal/exact) or the rank of a lowrank "
-        "embedding", type=int, metavar="R",
-    )  # fmt: skip
-    hypo_self_attn: str = _f(
-        "htt", "fused Q/K/V map of every self-attention: htt (HTT SAN, the paper), hmf, tt, "
-        "lowrank or dense", choices=FUSED_KINDS,
-    )  # fmt: skip
-    hypo_attn_alpha: float = _f(
-        0.25, "dense share of the fused Q/K/V columns (Table 5 'HTT SAN alpha', the paper's "
-        "beta); also used by a factorized --hypo-cross-attn", type=float, metavar="B",
-    )  # fmt: skip
-    hypo_attn_cores: int = _f(3, "TT cores of the attention maps (Table 5 D2)", type=int,
-                              metavar="D")  # fmt: skip
-    hypo_attn_rank: int = _f(
-        2, "TT ranks (Table 5 R2; 0 = maximal/exact) or low-rank rank of the attention maps",
-        type=int, metavar="R",
-    )  # fmt: skip
-    hypo_attn_out_proj: bool = _f(
-        False, "keep a dense output projection in every attention (the paper's Eq. 5 has none; "
-        "needed to transfer a dense teacher exactly)", flag="store_true",
-    )  # fmt: skip
-    hypo_cross_attn: str = _f(
-        "dense", "each of the cross-attention's Q, K, V maps (the paper leaves them dense)",
-        choices=LINEAR_KINDS,
-    )  # fmt: skip
-    hypo_ffn: str = _f(
-        "lowrank", "both FFN maps: lowrank (LMF FFN, the paper), htt, hmf, tt or dense",
-        choices=LINEAR_KINDS,
-    )  # fmt: skip
-    hypo_ffn_rank: int = _f(
-        64, "rank of the FFN maps (Table 5 'LMF FFN R'; TT ranks for tt/htt)", type=int,
+        4,
+        "TT ranks of the embedding (Table 5 R1; 0 = maximal/exact) or the rank of a lowrank "
+        "embedding",
+        type=int,
         metavar="R",
-    )  # fmt: skip
+    )
+    hypo_self_attn: str = _f(
+        "htt",
+        "fused Q/K/V map of every self-attention: htt (HTT SAN, the paper), hmf, tt, "
+        "lowrank or dense",
+        choices=FUSED_KINDS,
+    )
+    hypo_attn_alpha: float = _f(
+        0.25,
+        "dense share of the fused Q/K/V columns (Table 5 'HTT SAN alpha', the paper's "
+        "beta); also used by a factorized --hypo-cross-attn",
+        type=float,
+        metavar="B",
+    )
+    hypo_attn_cores: int = _f(
+        3, "TT cores of the attention maps (Table 5 D2)", type=int, metavar="D"
+    )
+    hypo_attn_rank: int = _f(
+        2,
+        "TT ranks (Table 5 R2; 0 = maximal/exact) or low-rank rank of the attention maps",
+        type=int,
+        metavar="R",
+    )
+    hypo_attn_out_proj: bool = _f(
+        False,
+        "keep a dense output projection in every attention (the paper's Eq. 5 has none; "
+        "needed to transfer a dense teacher exactly)",
+        flag="store_true",
+    )
+    hypo_cross_attn: str = _f(
+        "dense",
+        "each of the cross-attention's Q, K, V maps (the paper leaves them dense)",
+        choices=LINEAR_KINDS,
+    )
+    hypo_ffn: str = _f(
+        "lowrank",
+        "both FFN maps: lowrank (LMF FFN, the paper), htt, hmf, tt or dense",
+        choices=LINEAR_KINDS,
+    )
+    hypo_ffn_rank: int = _f(
+        64,
+        "rank of the FFN maps (Table 5 'LMF FFN R'; TT ranks for tt/htt)",
+        type=int,
+        metavar="R",
+    )
     hypo_ffn_alpha: float = _f(
         0.25, "dense share of the FFN output columns (htt/hmf FFN)", type=float, metavar="A"
     )
@@ -202,8 +225,10 @@ def hypoformer_spec_text(args) -> str:
         rules.append("*.self_attn.out_proj, *.encoder_attn.out_proj = identity")
     ffn = _kind_params(a.hypo_ffn, a.hypo_ffn_alpha, a.hypo_ffn_cores, a.hypo_ffn_rank)
     if ffn != "dense":
-        rules.append(f"encoder.layers.*.fc1, encoder.layers.*.fc2, decoder.layers.*.fc1, "
-                     f"decoder.layers.*.fc2 = {ffn}")  # fmt: skip
+        rules.append(
+            f"encoder.layers.*.fc1, encoder.layers.*.fc2, decoder.layers.*.fc1, "
+            f"decoder.layers.*.fc2 = {ffn}"
+        )
     return ";\n".join(rules)
 
 
@@ -244,24 +269,47 @@ HEADS = {"de-en": 4, "en-de": 8, "en-ro": 8}  # Tables 6 and 7
 def _hypo(layers, dim, ffn, heads, embed, attn, ffn_kind, cross="dense"):
     """A Hypoformer preset's (config, transformer); kind tuples are (kind, alpha, cores, rank)."""
     config = HypoformerConfig(
-        hypo_embed=embed[0], hypo_embed_alpha=embed[1], hypo_embed_cores=embed[2],
-        hypo_embed_rank=embed[3], hypo_self_attn=attn[0], hypo_attn_alpha=attn[1],
-        hypo_attn_cores=attn[2], hypo_attn_rank=attn[3], hypo_ffn=ffn_kind[0],
-        hypo_ffn_alpha=ffn_kind[1], hypo_ffn_cores=ffn_kind[2], hypo_ffn_rank=ffn_kind[3],
+        hypo_embed=embed[0],
+        hypo_embed_alpha=embed[1],
+        hypo_embed_cores=embed[2],
+        hypo_embed_rank=embed[3],
+        hypo_self_attn=attn[0],
+        hypo_attn_alpha=attn[1],
+        hypo_attn_cores=attn[2],
+        hypo_attn_rank=attn[3],
+        hypo_ffn=ffn_kind[0],
+        hypo_ffn_alpha=ffn_kind[1],
+        hypo_ffn_cores=ffn_kind[2],
+        hypo_ffn_rank=ffn_kind[3],
         hypo_cross_attn=cross,
-    )  # fmt: skip
-    transformer = {"encoder_layers": layers[0], "decoder_layers": layers[1],
-                   "share_all_embeddings": True}  # fmt: skip
+    )
+    transformer = {
+        "encoder_layers": layers[0],
+        "decoder_layers": layers[1],
+        "share_all_embeddings": True,
+    }
     for side in ("encoder", "decoder"):
-        transformer.update({f"{side}_embed_dim": dim, f"{side}_ffn_embed_dim": ffn,
-                            f"{side}_attention_heads": heads})  # fmt: skip
+        transformer.update(
+            {
+                f"{side}_embed_dim": dim,
+                f"{side}_ffn_embed_dim": ffn,
+                f"{side}_attention_heads": heads,
+            }
+        )
     return config, transformer
 
 
 def _table5(name):
     task, row, enc, dec, d, ff, ea, d1, r1, sa, d2, r2, fr, params = TABLE5[name]
-    config, transformer = _hypo((enc, dec), d, ff, HEADS[task], ("htt", ea, d1, r1),
-                                ("htt", sa, d2, r2), ("lowrank", 0.25, 3, fr))  # fmt: skip
+    config, transformer = _hypo(
+        (enc, dec),
+        d,
+        ff,
+        HEADS[task],
+        ("htt", ea, d1, r1),
+        ("htt", sa, d2, r2),
+        ("lowrank", 0.25, 3, fr),
+    )
     doc = (
         f"Table 5 row {row} ({task}, {enc}-{dec}, d {d}, d_ff {ff}, HTT EMB {ea}/{d1}/{r1}, "
         f"HTT SAN {sa}/{d2}/{r2}, LMF FFN {fr}): paper {params}M."
@@ -385,18 +433,27 @@ HYPOFORMER = Family(
     transfer=Transfer(
         method="TT transfer",
         same=(
-            "encoder_embed_dim", "decoder_embed_dim", "encoder_ffn_embed_dim",
-            "decoder_ffn_embed_dim", "encoder_attention_heads", "decoder_attention_heads",
+            "encoder_embed_dim",
+            "decoder_embed_dim",
+            "encoder_ffn_embed_dim",
+            "decoder_ffn_embed_dim",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
         ),  # (depths may differ: --encoder/decoder-layers-from pick the teacher layers)
         title="Hypoformer TT weight transfer",
-        options=((("--hypo-drop-out-proj",), {
-            "action": "store_true",
-            "help": "convert into a student without attention output projections (the paper's "
-            "design) by dropping the teacher's out_proj weights (approximate; default: refuse)",
-        }),),
+        options=(
+            (
+                ("--hypo-drop-out-proj",),
+                {
+                    "action": "store_true",
+                    "help": "convert into a student without attention output projections (the paper's "
+                    "design) by dropping the teacher's out_proj weights (approximate; default: refuse)",
+                },
+            ),
+        ),
         check=_transfer_check,
     ),
-)  # fmt: skip
+)
 
 HypoformerModel = register_family(HYPOFORMER, __name__)
 

@@ -92,9 +92,11 @@ class LightformerConfig(CompressionConfig):
     """LightFormer (Lv et al.): one rank for every attention and FFN map, one for the table."""
 
     lc_encoder_groups: int = _f(
-        6, CompressionConfig.__dataclass_fields__["lc_encoder_groups"].metadata["help"],
-        type=int, metavar="N",
-    )  # fmt: skip
+        6,
+        CompressionConfig.__dataclass_fields__["lc_encoder_groups"].metadata["help"],
+        type=int,
+        metavar="N",
+    )
 
     lc_rank: int | None = _f(
         80, "rank of every factorized attention and FFN map (paper: 80)", type=int, metavar="R"
@@ -103,8 +105,9 @@ class LightformerConfig(CompressionConfig):
         None,
         "instead of --lc-rank: per-matrix rank floor(mn / (P (m + n))) (LightFormer Appendix "
         "C, Eq. 12); overrides --lc-rank",
-        type=float, metavar="P",
-    )  # fmt: skip
+        type=float,
+        metavar="P",
+    )
     lc_embed_rank: int | None = _f(
         135, "rank of the factorized embedding table (paper IWSLT: 135)", type=int, metavar="R"
     )
@@ -306,9 +309,10 @@ def _transfer_params(opts):
 
     return (
         _transfer_param(get("rank"), get("rank_ratio"), get("energy"), "rank"),
-        _transfer_param(get("embed_rank"), get("embed_rank_ratio"), get("embed_energy"),
-                        "embed-rank"),
-    )  # fmt: skip
+        _transfer_param(
+            get("embed_rank"), get("embed_rank_ratio"), get("embed_energy"), "embed-rank"
+        ),
+    )
 
 
 def _transfer_spec(student_args, opts) -> str:
@@ -372,16 +376,21 @@ LIGHTFORMER = Family(
     transfer=Transfer(
         method="SVD transfer",
         same=(
-            "encoder_embed_dim", "decoder_embed_dim", "encoder_ffn_embed_dim",
-            "decoder_ffn_embed_dim", "encoder_attention_heads", "decoder_attention_heads",
-            "encoder_normalize_before", "decoder_normalize_before",
+            "encoder_embed_dim",
+            "decoder_embed_dim",
+            "encoder_ffn_embed_dim",
+            "decoder_ffn_embed_dim",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
+            "encoder_normalize_before",
+            "decoder_normalize_before",
         ),
         title="LightFormer SVD weight transfer",
         options=_TRANSFER_OPTIONS,
         spec=_transfer_spec,
         finish=_transfer_finish,
     ),
-)  # fmt: skip
+)
 
 LightformerModel = register_family(LIGHTFORMER, __name__)
 

@@ -87,8 +87,9 @@ class CompressionConfig:
         0,
         "number of unique encoder layers: L layers in N contiguous groups share all "
         "parameters (0: no sharing)",
-        type=int, metavar="N",
-    )  # fmt: skip
+        type=int,
+        metavar="N",
+    )
     lc_decoder_groups: int = _f(
         0, "the same for the decoder (0: no sharing)", type=int, metavar="N"
     )
@@ -227,8 +228,9 @@ def register_presets(model_name: str, presets: Mapping[str, Preset] | None = Non
         return
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    pending = {n: p for n, p in PRESETS.items() if p.model == model_name
-               and n not in ARCH_MODEL_REGISTRY}  # fmt: skip
+    pending = {
+        n: p for n, p in PRESETS.items() if p.model == model_name and n not in ARCH_MODEL_REGISTRY
+    }
     for name in pending:
         del PRESETS[name]
     add_presets(pending)

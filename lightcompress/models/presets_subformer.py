@@ -28,8 +28,7 @@ _f = flag_field
 # SAFE widths; a fairseq-drawn table without SAFE learned later than theirs)
 INITS = ("bert-safe-table", "bert", "fairseq")
 DEFAULT_INIT = "bert-safe-table"
-SUBFORMER_SHARING = ("all", "all-except-last", "all-independent-ffn", "every-2", "none",
-                     "sandwich")  # fmt: skip
+SUBFORMER_SHARING = ("all", "all-except-last", "all-independent-ffn", "every-2", "none", "sandwich")
 
 
 @dataclass(frozen=True)
@@ -44,38 +43,49 @@ class SubformerConfig:
         choices=SUBFORMER_SHARING,
     )
     subformer_sandwich_dim: int | None = _f(
-        None, "width d_s of the shared middle layers (sandwich only; default: the model width)",
-        type=int, metavar="D",
-    )  # fmt: skip
+        None,
+        "width d_s of the shared middle layers (sandwich only; default: the model width)",
+        type=int,
+        metavar="D",
+    )
     subformer_sandwich_ffn_dim: int | None = _f(
-        None, "FFN width of the middle layers (default: the model's FFN width if d_s = d, else "
-        "4 d_s)", type=int, metavar="D",
-    )  # fmt: skip
+        None,
+        "FFN width of the middle layers (default: the model's FFN width if d_s = d, else 4 d_s)",
+        type=int,
+        metavar="D",
+    )
     subformer_sandwich_heads: int | None = _f(
-        None, "attention heads of the middle layers (default: the model's heads if d_s = d, "
-        "else d_s // 64, d_s // 128 above 1024)", type=int, metavar="H",
-    )  # fmt: skip
+        None,
+        "attention heads of the middle layers (default: the model's heads if d_s = d, "
+        "else d_s // 64, d_s // 128 above 1024)",
+        type=int,
+        metavar="H",
+    )
     safe_dim: int = _f(
         0, "SAFE reduction (embedding) dimension r; 0: plain embeddings", type=int, metavar="R"
     )
     safe_heads: int | None = _f(
-        None, "attention heads of the SAFE block (default: r // 64, the authors' rule)",
-        type=int, metavar="H",
-    )  # fmt: skip
+        None,
+        "attention heads of the SAFE block (default: r // 64, the authors' rule)",
+        type=int,
+        metavar="H",
+    )
     safe_output: str = _f(
-        "linear", "with SAFE and a tied output table: map d -> r with one Linear (linear, the "
+        "linear",
+        "with SAFE and a tied output table: map d -> r with one Linear (linear, the "
         "authors' code) or the paper's two-layer MLP d -> 2r -> r (mlp)",
         choices=("linear", "mlp"),
-    )  # fmt: skip
+    )
     subformer_init: str = _f(
-        DEFAULT_INIT, "initialisation: bert-safe-table (the default: the authors' BERT init, "
+        DEFAULT_INIT,
+        "initialisation: bert-safe-table (the default: the authors' BERT init, "
         "N(0, 0.02), biases 0, pad rows 0, with a SAFE token table (--safe-dim) drawn as fairseq "
         "draws it, N(0, r^-1/2): unit-scale tokens whatever the SAFE width; without SAFE the "
         "authors' init as it is), bert (the authors' init as it is, the paper's MT setup; at "
         "small --safe-dim it did not learn to read the source here: "
         "lab/notes/subformer-source.md) or fairseq (fairseq's defaults)",
         choices=INITS,
-    )  # fmt: skip
+    )
 
 
 def _sf(dim=512, ffn=None, layers=6, **extra):
@@ -98,8 +108,13 @@ _SF = SubformerConfig()
 
 
 def _sandwich(safe_dim=0, dim=None, ffn=None, sharing="sandwich"):
-    return dataclasses.replace(_SF, safe_dim=safe_dim, subformer_sandwich_dim=dim,
-                               subformer_sandwich_ffn_dim=ffn, subformer_sharing=sharing)  # fmt: skip
+    return dataclasses.replace(
+        _SF,
+        safe_dim=safe_dim,
+        subformer_sandwich_dim=dim,
+        subformer_sandwich_ffn_dim=ffn,
+        subformer_sharing=sharing,
+    )
 
 
 SUBFORMER_PRESETS: dict[str, Preset] = {

@@ -46,13 +46,17 @@ class SmartformerConfig(CompressionConfig):
     ``translation_smartformer --sm-search`` runs that search inside fairseq-train."""
 
     sm_rank: int = _f(
-        64, "CP rank R of every CPAC Q/K/V projection (R (d + heads + d_k) parameters each)",
-        type=int, metavar="R",
-    )  # fmt: skip
+        64,
+        "CP rank R of every CPAC Q/K/V projection (R (d + heads + d_k) parameters each)",
+        type=int,
+        metavar="R",
+    )
     sm_attn: str = _f(
-        "all", "which attentions get CPAC projections: all (encoder self, decoder self and "
-        "cross) or self (self-attention only)", choices=("all", "self"),
-    )  # fmt: skip
+        "all",
+        "which attentions get CPAC projections: all (encoder self, decoder self and "
+        "cross) or self (self-attention only)",
+        choices=("all", "self"),
+    )
 
 
 def smartformer_spec_text(args) -> str:
@@ -123,10 +127,14 @@ SMARTFORMER = Family(
     transfer=Transfer(
         method="CP transfer",
         same=(
-            "encoder_embed_dim", "decoder_embed_dim", "encoder_ffn_embed_dim",
-            "decoder_ffn_embed_dim", "encoder_attention_heads", "decoder_attention_heads",
+            "encoder_embed_dim",
+            "decoder_embed_dim",
+            "encoder_ffn_embed_dim",
+            "decoder_ffn_embed_dim",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
         ),  # (depths may differ: --encoder/decoder-layers-from pick the teacher layers)
     ),
-)  # fmt: skip
+)
 
 SmartformerModel = register_family(SMARTFORMER, __name__)

@@ -155,8 +155,13 @@ class SubformerOptions:
             safe_heads=get("safe_heads") or None,
             safe_output=get("safe_output", "linear"),
         )
-        for flag in ("subformer_sandwich_dim", "subformer_sandwich_ffn_dim",
-                     "subformer_sandwich_heads", "safe_dim", "safe_heads"):  # fmt: skip
+        for flag in (
+            "subformer_sandwich_dim",
+            "subformer_sandwich_ffn_dim",
+            "subformer_sandwich_heads",
+            "safe_dim",
+            "safe_heads",
+        ):
             value = getattr(args, flag, None)
             if value is not None and value < 0:
                 raise ConfigError(
@@ -559,10 +564,12 @@ def small_safe_table_warning(args) -> str | None:
     std = 0.02 * (1.0 if getattr(args, "no_scale_embedding", False) else r**0.5)
     if std >= SMALL_SAFE_TOKEN_STD:
         return None
-    return (f"--safe-dim {r} with --subformer-init bert and sinusoidal positions: the token "
-            f"table starts at std {std:.2f} against positions of RMS 0.71; such models did not "
-            "learn to read their source in lightcompress's runs (lab/notes/subformer-source.md). "
-            f"The default --subformer-init {DEFAULT_INIT} draws a SAFE table at unit scale.")  # fmt: skip
+    return (
+        f"--safe-dim {r} with --subformer-init bert and sinusoidal positions: the token "
+        f"table starts at std {std:.2f} against positions of RMS 0.71; such models did not "
+        "learn to read their source in lightcompress's runs (lab/notes/subformer-source.md). "
+        f"The default --subformer-init {DEFAULT_INIT} draws a SAFE table at unit scale."
+    )
 
 
 @register_model("subformer")

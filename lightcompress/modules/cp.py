@@ -130,8 +130,9 @@ def cp_als(
 
     def solve(mttkrp, gram):
         # least squares with a tiny ridge (Gram matrices of a rank-deficient start are singular)
-        return torch.linalg.solve(gram + 1e-12 * gram.diagonal().mean().clamp_min(1e-30) * eye,
-                                  mttkrp.T).T  # fmt: skip
+        return torch.linalg.solve(
+            gram + 1e-12 * gram.diagonal().mean().clamp_min(1e-30) * eye, mttkrp.T
+        ).T
 
     n_i, n_j, n_k = t.shape
     t_ij_k = t.reshape(n_i * n_j, n_k)

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from lightcompress.modules.hybrid import dense_columns
-from lightcompress.modules.registry import _RANK, _TT_OPT, Shape, get_variant, register
+from lightcompress.modules.registry import RANK_OPTIONS, TT_OPTIONS, Shape, get_variant, register
 
 __all__ = ["FUSED_KINDS", "FusedQKV", "fused_rows", "split_qkv"]
 
@@ -262,10 +262,10 @@ def _register_qkv() -> None:
 
     schemas = {
         "dense": {},
-        "lowrank": {"one_of": _RANK},
-        "tt": {"required": ("ranks",), "optional": _TT_OPT},
-        "htt": {"required": ("alpha", "ranks"), "optional": _TT_OPT},
-        "hmf": {"required": ("alpha",), "one_of": _RANK},
+        "lowrank": {"one_of": RANK_OPTIONS},
+        "tt": {"required": ("ranks",), "optional": TT_OPTIONS},
+        "htt": {"required": ("alpha", "ranks"), "optional": TT_OPTIONS},
+        "hmf": {"required": ("alpha",), "one_of": RANK_OPTIONS},
     }
     for kind, schema in schemas.items():
         register(kind, "qkv", FusedQKV, make(kind), fit(kind), **schema)

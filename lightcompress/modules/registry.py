@@ -61,7 +61,9 @@ __all__ = [
     "KINDS",
     "PARAM_CHECKS",
     "QUANTIZE",
+    "RANK_OPTIONS",
     "TARGETS",
+    "TT_OPTIONS",
     "Kind",
     "Shape",
     "Variant",
@@ -372,8 +374,9 @@ def _rank_of(m: int, n: int, p: Mapping) -> int:
     return resolve_rank(m, n, rank=p.get("rank"), ratio=p.get("ratio"))
 
 
-_RANK = ("rank", "ratio", "energy")
-_TT_OPT = ("in_shape", "out_shape", "num_cores")
+#: the parameters that set a low-rank map's rank; those that shape a TT matrix
+RANK_OPTIONS = ("rank", "ratio", "energy")
+TT_OPTIONS = ("in_shape", "out_shape", "num_cores")
 _EMB_TT_OPT = ("vocab_shape", "dim_shape", "num_cores")
 
 
@@ -394,8 +397,14 @@ def _dense_embedding(s: Shape, p: dict) -> dict:
     }
 
 
-register("dense", "linear", nn.Linear, _dense_linear, lambda m, p: m,
-         help="keep the dense module (excludes it from later rules)")  # fmt: skip
+register(
+    "dense",
+    "linear",
+    nn.Linear,
+    _dense_linear,
+    lambda m, p: m,
+    help="keep the dense module (excludes it from later rules)",
+)
 register("dense", "embedding", nn.Embedding, _dense_embedding, lambda m, p: m)
 register("dense", "any", None, lambda s, p: {}, lambda m, p: m)
 
@@ -408,8 +417,14 @@ def _identity(s: Shape, p: dict) -> dict:
     return {}
 
 
-register("identity", "linear", nn.Identity, _identity, lambda m, p: nn.Identity(),
-         help="drop a square map (y = x): Hypoformer's attention without output projection")  # fmt: skip
+register(
+    "identity",
+    "linear",
+    nn.Identity,
+    _identity,
+    lambda m, p: nn.Identity(),
+    help="drop a square map (y = x): Hypoformer's attention without output projection",
+)
 
 
 # ------------------------------------------------------------------------------------------
@@ -419,23 +434,39 @@ register("identity", "linear", nn.Identity, _identity, lambda m, p: nn.Identity(
 
 def _lowrank_linear(s: Shape, p: dict) -> dict:
     r = _rank_of(s.out_features, s.in_features, p)
-    return {"in_features": s.in_features, "out_features": s.out_features, "rank": r,
-            "bias": s.bias}  # fmt: skip
+    return {"in_features": s.in_features, "out_features": s.out_features, "rank": r, "bias": s.bias}
 
 
 def _lowrank_embedding(s: Shape, p: dict) -> dict:
     r = _rank_of(s.in_features, s.out_features, p)
-    return {"num_embeddings": s.in_features, "embedding_dim": s.out_features, "rank": r,
-            "padding_idx": s.padding_idx}  # fmt: skip
+    return {
+        "num_embeddings": s.in_features,
+        "embedding_dim": s.out_features,
+        "rank": r,
+        "padding_idx": s.padding_idx,
+    }
 
 
-register("lowrank", "linear", LowRankLinear, _lowrank_linear,
-         lambda m, p: LowRankLinear.from_linear(m, **p), one_of=_RANK,
-         int8=lambda m: m.as_linears(), factors=lambda m: (m.v, m.u),
-         help="W = U V (SVD transfer)")  # fmt: skip
-register("lowrank", "embedding", LowRankEmbedding, _lowrank_embedding,
-         lambda m, p: LowRankEmbedding.from_embedding(m, **p), one_of=_RANK,
-         factors=lambda m: (m.v, m.u))  # fmt: skip
+register(
+    "lowrank",
+    "linear",
+    LowRankLinear,
+    _lowrank_linear,
+    lambda m, p: LowRankLinear.from_linear(m, **p),
+    one_of=RANK_OPTIONS,
+    int8=lambda m: m.as_linears(),
+    factors=lambda m: (m.v, m.u),
+    help="W = U V (SVD transfer)",
+)
+register(
+    "lowrank",
+    "embedding",
+    LowRankEmbedding,
+    _lowrank_embedding,
+    lambda m, p: LowRankEmbedding.from_embedding(m, **p),
+    one_of=RANK_OPTIONS,
+    factors=lambda m: (m.v, m.u),
+)
 
 
 # ------------------------------------------------------------------------------------------
@@ -458,8 +489,14 @@ def _tt_fit(m, p):
 
 def _hybrid_tt_linear(s: Shape, p: dict) -> dict:
     nf = s.out_features - dense_columns(p["alpha"], s.out_features)
-    kw = {"in_features": s.in_features, "out_features": s.out_features, "alpha": p["alpha"],
-          "kind": "tt", "num_cores": p.get("num_cores", 3), "bias": s.bias}  # fmt: skip
+    kw = {
+        "in_features": s.in_features,
+        "out_features": s.out_features,
+        "alpha": p["alpha"],
+        "kind": "tt",
+        "num_cores": p.get("num_cores", 3),
+        "bias": s.bias,
+    }
     if nf:
         in_shape, out_shape = tt_shapes(s.in_features, nf, p)
         kw.update(in_shape=in_shape, out_shape=out_shape, ranks=_tt_ranks(p, in_shape, out_shape))
@@ -473,16 +510,27 @@ def _hybrid_tt_fit(m, p):
     in_shape, out_shape = tt_shapes(m.in_features, max(nf, 1), p) if nf else (None, None)
     ranks = None if p["ranks"] == 0 else p["ranks"]
     return HybridLinear.from_linear(
-        m, p["alpha"], "tt", ranks=ranks, in_shape=in_shape, out_shape=out_shape,
+        m,
+        p["alpha"],
+        "tt",
+        ranks=ranks,
+        in_shape=in_shape,
+        out_shape=out_shape,
         num_cores=p.get("num_cores", 3),
-    )  # fmt: skip
+    )
 
 
 def _hybrid_lowrank_linear(s: Shape, p: dict) -> dict:
     nf = s.out_features - dense_columns(p["alpha"], s.out_features)
     r = _rank_of(nf, s.in_features, p) if nf else None
-    return {"in_features": s.in_features, "out_features": s.out_features, "alpha": p["alpha"],
-            "kind": "lowrank", "rank": r, "bias": s.bias}  # fmt: skip
+    return {
+        "in_features": s.in_features,
+        "out_features": s.out_features,
+        "alpha": p["alpha"],
+        "kind": "lowrank",
+        "rank": r,
+        "bias": s.bias,
+    }
 
 
 def _hybrid_lowrank_fit(m, p):
@@ -494,9 +542,16 @@ def _htt_embedding(s: Shape, p: dict) -> dict:
     v, d, alpha = s.in_features, s.out_features, p.get("alpha", 0.0)
     nc = p.get("num_cores", 3)
     nt = d - dense_columns(alpha, d)
-    kw = {"num_embeddings": v, "embedding_dim": d, "alpha": alpha, "ranks": 1,
-          "padding_idx": s.padding_idx, "vocab_shape": p.get("vocab_shape"),
-          "dim_shape": p.get("dim_shape"), "num_cores": nc}  # fmt: skip
+    kw = {
+        "num_embeddings": v,
+        "embedding_dim": d,
+        "alpha": alpha,
+        "ranks": 1,
+        "padding_idx": s.padding_idx,
+        "vocab_shape": p.get("vocab_shape"),
+        "dim_shape": p.get("dim_shape"),
+        "num_cores": nc,
+    }
     if nt:
         vshape = list(p.get("vocab_shape") or pad_factorize(v, nc))
         dshape = list(p.get("dim_shape") or factorize_dim(nt, len(vshape)))
@@ -512,18 +567,54 @@ def _htt_embedding_fit(m, p):
     return HTTEmbedding.from_embedding(m, alpha, **p)
 
 
-register("tt", "linear", TTLinear, _tt_linear, _tt_fit, required=("ranks",), optional=_TT_OPT,
-         help="tensor-train matrix (TT-SVD transfer)")  # fmt: skip
-register("tt", "embedding", HTTEmbedding, _htt_embedding, _htt_embedding_fit,
-         required=("ranks",), optional=_EMB_TT_OPT)  # fmt: skip
-register("htt", "linear", HybridLinear, _hybrid_tt_linear, _hybrid_tt_fit,
-         required=("alpha", "ranks"), optional=_TT_OPT,
-         help="hybrid: round(alpha out) dense columns + a TT part")  # fmt: skip
-register("htt", "embedding", HTTEmbedding, _htt_embedding, _htt_embedding_fit,
-         required=("alpha", "ranks"), optional=_EMB_TT_OPT)  # fmt: skip
-register("hmf", "linear", HybridLinear, _hybrid_lowrank_linear, _hybrid_lowrank_fit,
-         required=("alpha",), one_of=_RANK,
-         help="hybrid: round(alpha out) dense columns + a low-rank part")  # fmt: skip
+register(
+    "tt",
+    "linear",
+    TTLinear,
+    _tt_linear,
+    _tt_fit,
+    required=("ranks",),
+    optional=TT_OPTIONS,
+    help="tensor-train matrix (TT-SVD transfer)",
+)
+register(
+    "tt",
+    "embedding",
+    HTTEmbedding,
+    _htt_embedding,
+    _htt_embedding_fit,
+    required=("ranks",),
+    optional=_EMB_TT_OPT,
+)
+register(
+    "htt",
+    "linear",
+    HybridLinear,
+    _hybrid_tt_linear,
+    _hybrid_tt_fit,
+    required=("alpha", "ranks"),
+    optional=TT_OPTIONS,
+    help="hybrid: round(alpha out) dense columns + a TT part",
+)
+register(
+    "htt",
+    "embedding",
+    HTTEmbedding,
+    _htt_embedding,
+    _htt_embedding_fit,
+    required=("alpha", "ranks"),
+    optional=_EMB_TT_OPT,
+)
+register(
+    "hmf",
+    "linear",
+    HybridLinear,
+    _hybrid_lowrank_linear,
+    _hybrid_lowrank_fit,
+    required=("alpha",),
+    one_of=RANK_OPTIONS,
+    help="hybrid: round(alpha out) dense columns + a low-rank part",
+)
 
 
 # ------------------------------------------------------------------------------------------
@@ -532,14 +623,25 @@ register("hmf", "linear", HybridLinear, _hybrid_lowrank_linear, _hybrid_lowrank_
 
 
 def _cp_linear(s: Shape, p: dict) -> dict:
-    return {"in_features": s.in_features, "out_features": s.out_features, "rank": p["rank"],
-            "heads": p["heads"], "bias": s.bias}  # fmt: skip
+    return {
+        "in_features": s.in_features,
+        "out_features": s.out_features,
+        "rank": p["rank"],
+        "heads": p["heads"],
+        "bias": s.bias,
+    }
 
 
-register("cp", "linear", CPLinear, _cp_linear,
-         lambda m, p: CPLinear.from_linear(m, p["rank"], p["heads"]),
-         required=("rank", "heads"), int8=lambda m: m.as_linears(),
-         help="CP over the (heads, d_k) view of the input (CP-ALS transfer)")  # fmt: skip
+register(
+    "cp",
+    "linear",
+    CPLinear,
+    _cp_linear,
+    lambda m, p: CPLinear.from_linear(m, p["rank"], p["heads"]),
+    required=("rank", "heads"),
+    int8=lambda m: m.as_linears(),
+    help="CP over the (heads, d_k) view of the input (CP-ALS transfer)",
+)
 
 
 _BUILTIN = frozenset(KINDS)

@@ -49,7 +49,7 @@ Two ways to use a spec, with the same rules and the same layer classes:
   :meth:`SpecPlan.finish` then reports the patterns that matched nothing.
 
 The grammar and its :class:`Rule` s are in :mod:`lightcompress.modules.spec_grammar`, the
-records and reports in :mod:`lightcompress.modules.spec_report` (both importable from here).
+records and reports in :mod:`lightcompress.modules.spec_report`.
 """
 
 from __future__ import annotations
@@ -67,16 +67,16 @@ from lightcompress.modules.registry import (
 )
 from lightcompress.modules.spec_grammar import (
     Rule,
-    _parse_rule,
-    _split_top,
+    parse_rule,
     parse_value,
+    split_top,
 )
 from lightcompress.modules.spec_report import (
     CompressionReport,
     ReplacementRecord,
-    _describe,
-    _numel,
-    _shape_of,
+    describe_module,
+    module_numel,
+    module_shape,
 )
 
 __all__ = [
@@ -113,8 +113,8 @@ class CompressionSpec:
     def parse(cls, text: str) -> CompressionSpec:
         """Parse spec text (rules separated by ``;`` or newlines, ``#`` comments)."""
         lines = [line.split("#", 1)[0] for line in text.splitlines()]
-        chunks = [c for line in lines for c in _split_top(line, ";")]
-        return cls(_parse_rule(c) for c in chunks if c.strip())
+        chunks = [c for line in lines for c in split_top(line, ";")]
+        return cls(parse_rule(c) for c in chunks if c.strip())
 
     @classmethod
     def from_obj(cls, obj) -> CompressionSpec:
@@ -140,10 +140,10 @@ class CompressionSpec:
             if isinstance(item, Rule):
                 rules.append(item)
             elif isinstance(item, str):
-                rules.append(_parse_rule(item))
+                rules.append(parse_rule(item))
             elif isinstance(item, tuple) and len(item) == 2:
                 pats = item[0] if isinstance(item[0], str) else ",".join(item[0])
-                rules.append(_parse_rule(f"{pats}={item[1]}"))
+                rules.append(parse_rule(f"{pats}={item[1]}"))
             elif isinstance(item, Mapping):
                 d = dict(item)
                 pats = d.pop("patterns", None) or d.pop("pattern", None)
@@ -197,21 +197,21 @@ class CompressionSpec:
                 target = target_of(module)
                 if target is None:
                     raise SpecError(
-                        f"rule {rule.text!r} matches {_describe(name, module)}, but kind "
+                        f"rule {rule.text!r} matches {describe_module(name, module)}, but kind "
                         f"{rule.kind!r} replaces an nn.Linear or an nn.Embedding; narrow the "
                         "pattern"
                     )
-                rule.variant(target, _describe(name, module))
+                rule.variant(target, describe_module(name, module))
             plan.append((name, module, rule))
         return plan
 
     def _predict(self, name: str, module: nn.Module, rule: Rule, mode: str) -> ReplacementRecord:
-        shape = _shape_of(module)
-        before = _numel(module)
+        shape = module_shape(module)
+        before = module_numel(module)
         rank, after = None, before
         target = target_of(module)
         if rule.canonical_kind != "dense" and target is not None:
-            variant = rule.variant(target, _describe(name, module))
+            variant = rule.variant(target, describe_module(name, module))
             try:
                 if "energy" in rule.params:
                     if mode != "convert":
@@ -225,7 +225,9 @@ class CompressionSpec:
                     after = variant.num_params(_slot(module), rule.params)
                     rank = kwargs.get("rank", kwargs.get("ranks"))
             except ValueError as exc:
-                raise SpecError(f"rule {rule.text!r} on {_describe(name, module)}: {exc}") from None
+                raise SpecError(
+                    f"rule {rule.text!r} on {describe_module(name, module)}: {exc}"
+                ) from None
         return ReplacementRecord(
             name, rule.canonical_kind, shape, rank, None, before, after, rule.text
         )
@@ -278,7 +280,7 @@ class CompressionSpec:
                     new = build_layer(rule, module, mode)
                 except ValueError as exc:
                     raise SpecError(
-                        f"rule {rule.text!r} on {_describe(name, module)}: {exc}"
+                        f"rule {rule.text!r} on {describe_module(name, module)}: {exc}"
                     ) from None
                 parent_name, _, child = name.rpartition(".")
                 parent = model.get_submodule(parent_name) if parent_name else model
@@ -298,7 +300,7 @@ def _slot(module: nn.Module) -> Shape:
 def _fill_record(rec: ReplacementRecord, new: nn.Module) -> None:
     rec.rank = getattr(new, "rank", None)
     rec.kept_energy = getattr(new, "kept_energy", None)
-    rec.params_after = _numel(new)
+    rec.params_after = module_numel(new)
 
 
 def build_layer(rule: Rule, module: nn.Module, mode: str = "init") -> nn.Module:
@@ -380,10 +382,17 @@ class SpecPlan:
         if shape.bias and target != "embedding":
             before += shape.out_features
         rec = ReplacementRecord(
-            path, rule.canonical_kind, (shape.out_features, shape.in_features)
-            if target != "embedding" else (shape.in_features, shape.out_features),
-            None, None, before, None, rule.text,
-        )  # fmt: skip
+            path,
+            rule.canonical_kind,
+            (shape.out_features, shape.in_features)
+            if target != "embedding"
+            else (shape.in_features, shape.out_features),
+            None,
+            None,
+            before,
+            None,
+            rule.text,
+        )
         _fill_record(rec, new)
         self.report.append(rec)
         return new
@@ -391,16 +400,20 @@ class SpecPlan:
     def linear(self, path: str, in_features: int, out_features: int, bias: bool = True):
         """The layer for an ``nn.Linear(in, out)`` slot at ``path``, or None (dense)."""
         return self._layer(
-            path, "linear", Shape(in_features, out_features, bias),
+            path,
+            "linear",
+            Shape(in_features, out_features, bias),
             f"nn.Linear {in_features}->{out_features}",
-        )  # fmt: skip
+        )
 
     def embedding(self, path: str, num_embeddings: int, dim: int, padding_idx=None):
         """The table for an ``nn.Embedding(V, d)`` slot at ``path``, or None (dense)."""
         return self._layer(
-            path, "embedding", Shape(num_embeddings, dim, False, padding_idx),
+            path,
+            "embedding",
+            Shape(num_embeddings, dim, False, padding_idx),
             f"nn.Embedding {num_embeddings}x{dim}",
-        )  # fmt: skip
+        )
 
     def qkv(self, path: str, dim: int, bias: bool = True):
         """A :class:`~lightcompress.modules.fused_qkv.FusedQKV` for the fused Q/K/V slot at

@@ -17,7 +17,7 @@ from lightcompress.modules.registry import (
     schema_names,
 )
 
-__all__ = ["Rule", "parse_value"]
+__all__ = ["Rule", "parse_rule", "parse_value", "split_top"]
 
 
 _INT_RE = re.compile(r"^[+-]?\d+$")
@@ -129,7 +129,7 @@ class Rule:
         fitting[0].check(self.params, where)
 
 
-def _split_top(text: str, sep: str) -> list[str]:
+def split_top(text: str, sep: str) -> list[str]:
     """Split on ``sep`` outside parentheses and brackets."""
     out, depth, cur = [], 0, []
     for ch in text:
@@ -146,7 +146,8 @@ def _split_top(text: str, sep: str) -> list[str]:
     return out
 
 
-def _parse_rule(text: str) -> Rule:
+def parse_rule(text: str) -> Rule:
+    """One rule ``pattern[|pattern...]=kind(params)`` (SpecError when malformed)."""
     raw = text.strip()
     if "=" not in raw:
         raise SpecError(f"rule {raw!r} has no '=': write 'pattern=kind(params)'")
@@ -158,7 +159,7 @@ def _parse_rule(text: str) -> Rule:
     kind, args = m.group(1), (m.group(2) or "").strip()
     params: dict = {}
     if args:
-        for item in _split_top(args, ","):
+        for item in split_top(args, ","):
             if "=" not in item:
                 raise SpecError(f"parameter {item.strip()!r} is not 'name=value' in rule {raw!r}")
             k, v = (s.strip() for s in item.split("=", 1))

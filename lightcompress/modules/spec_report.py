@@ -16,7 +16,14 @@ from lightcompress.modules.registry import (
 )
 from lightcompress.modules.spec_grammar import Rule
 
-__all__ = ["CompressionReport", "ReplacementRecord", "count_params"]
+__all__ = [
+    "CompressionReport",
+    "ReplacementRecord",
+    "count_params",
+    "describe_module",
+    "module_numel",
+    "module_shape",
+]
 
 
 @dataclass
@@ -111,7 +118,8 @@ def count_params(
     return variant.num_params(Shape(in_features, out_features, bias), params)
 
 
-def _shape_of(module: nn.Module) -> tuple[int, int]:
+def module_shape(module: nn.Module) -> tuple[int, int]:
+    """``(out, in)`` of a Linear, ``(V, d)`` of an Embedding, else its weight's first two."""
     if isinstance(module, nn.Embedding):
         return (module.num_embeddings, module.embedding_dim)
     if isinstance(module, nn.Linear):
@@ -120,11 +128,13 @@ def _shape_of(module: nn.Module) -> tuple[int, int]:
     return tuple(w.shape[:2]) if w is not None and w.dim() >= 2 else (0, 0)
 
 
-def _numel(module: nn.Module) -> int:
+def module_numel(module: nn.Module) -> int:
+    """The number of parameters of ``module``."""
     return sum(p.numel() for p in module.parameters())
 
 
-def _describe(name: str, module: nn.Module) -> str:
+def describe_module(name: str, module: nn.Module) -> str:
+    """``module 'NAME' (TYPE SHAPE)``, as errors name a module."""
     if isinstance(module, nn.Linear):
         return f"module {name!r} (nn.Linear {module.in_features}->{module.out_features})"
     if isinstance(module, nn.Embedding):

@@ -334,8 +334,9 @@ class RankSearch:
         ok = torch.isfinite(step).all()
         step = torch.where(ok, step, torch.zeros_like(step))
         if self._pending_importance is None or self._pending_importance.device != device:
-            self._pending_importance = torch.zeros(len(self.layers), dtype=torch.float64,
-                                                   device=device)  # fmt: skip
+            self._pending_importance = torch.zeros(
+                len(self.layers), dtype=torch.float64, device=device
+            )
             self._pending_steps = torch.zeros((), dtype=torch.float64, device=device)
         self._pending_importance += step
         self._pending_steps += ok.double()
@@ -391,10 +392,21 @@ class RankSearch:
             self.done = True
             self.pending = None
             decision = Decision(
-                update, epoch, "-", 0, 0, -1, rew, self.metric_name, float(metric),
-                count_unique_params(model), None, [l.name for l in self.layers], True,
+                update,
+                epoch,
+                "-",
+                0,
+                0,
+                -1,
+                rew,
+                self.metric_name,
+                float(metric),
+                count_unique_params(model),
+                None,
+                [l.name for l in self.layers],
+                True,
                 time.perf_counter() - start,
-            )  # fmt: skip
+            )
             self.decisions += 1
             self._reset_interval(update)
             return decision, {}
@@ -418,11 +430,21 @@ class RankSearch:
         self.pending = {"layer": self.current, "state": state, "action": action, "metric": metric}
         self.decisions += 1
         decision = Decision(
-            update, epoch, layer.name, before, new_rank, action, rew, self.metric_name,
-            float(metric), count_unique_params(model), fit,
-            [l.name for l, s in zip(self.layers, self.settled) if s], False,
+            update,
+            epoch,
+            layer.name,
+            before,
+            new_rank,
+            action,
+            rew,
+            self.metric_name,
+            float(metric),
+            count_unique_params(model),
+            fit,
+            [l.name for l, s in zip(self.layers, self.settled) if s],
+            False,
             time.perf_counter() - start,
-        )  # fmt: skip
+        )
         self._reset_interval(update)
         return decision, mapping
 

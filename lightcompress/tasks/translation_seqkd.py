@@ -277,15 +277,27 @@ class TranslationSeqKDTask(TranslationTask):
         gt_present = bool(_split_prefixes(data_path, split, src, tgt, impl))
         if gt_present or (mode != "distilled" and require_ground_truth):
             gt_size = check_split(
-                data_path, split, self.src_dict, self.tgt_dict, src, tgt, impl,
+                data_path,
+                split,
+                self.src_dict,
+                self.tgt_dict,
+                src,
+                tgt,
+                impl,
                 what=f"ground truth {data_path}",
-            )  # fmt: skip
+            )
         if mode != "gt":
             for directory, kd_split, name in self._distilled_sources(data_path):
                 n = check_split(
-                    directory, kd_split, self.src_dict, self.tgt_dict, src, tgt, impl,
+                    directory,
+                    kd_split,
+                    self.src_dict,
+                    self.tgt_dict,
+                    src,
+                    tgt,
+                    impl,
                     what=f"--kd-distilled-data {name}",
-                )  # fmt: skip
+                )
                 # with sharded data (DATA1:DATA2...) each epoch's ground truth is one shard
                 # and a distilled copy of the whole set cannot match it: no count check then
                 sharded = len(utils.split_paths(self.cfg.data)) > 1

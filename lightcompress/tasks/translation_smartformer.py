@@ -194,9 +194,12 @@ class TranslationSmartformerTask(TranslationTask):
             )
             logger.info(
                 "rank search over %d attention layers, ranks %s, every %d %s, metric %s",
-                len(self.search.layers), self.search.ranks, self.cfg.sm_search_interval,
-                self.cfg.sm_search_unit, self.search.metric_name,
-            )  # fmt: skip
+                len(self.search.layers),
+                self.search.ranks,
+                self.cfg.sm_search_interval,
+                self.cfg.sm_search_unit,
+                self.search.metric_name,
+            )
         return model
 
     # -- checkpoint state ---------------------------------------------------------------------
@@ -240,10 +243,12 @@ class TranslationSmartformerTask(TranslationTask):
             return
         self.search.load_state_dict(saved)
         logger.info(
-            "rank search resumed from %s: %d decisions, ranks %s%s", path,
-            self.search.decisions, self.search.current_ranks(),
+            "rank search resumed from %s: %d decisions, ranks %s%s",
+            path,
+            self.search.decisions,
+            self.search.current_ranks(),
             " (finished)" if self.search.done else "",
-        )  # fmt: skip
+        )
         self._truncate_log(self.search.decisions)
 
     # -- the decision log ---------------------------------------------------------------------

@@ -109,8 +109,10 @@ def final_shapes(model) -> dict:
 
 
 # (lightcompress-compress takes the target as --sparsity or --ratio, not fairseq's flag)
-LOWER = ("lower --dawid-target-sparsity (lightcompress-compress: a lower --sparsity, or a "
-         "smaller --ratio or larger --params)")  # fmt: skip
+LOWER = (
+    "lower --dawid-target-sparsity (lightcompress-compress: a lower --sparsity, or a "
+    "smaller --ratio or larger --params)"
+)
 
 
 def check_shapes(shapes: dict) -> None:

@@ -261,13 +261,19 @@ class FusedDecoderLayer(nn.Module):
         **unused,
     ):
         x, _ = self.blocks[0](
-            x, x, key_padding_mask=self_attn_padding_mask, incremental_state=incremental_state,
+            x,
+            x,
+            key_padding_mask=self_attn_padding_mask,
+            incremental_state=incremental_state,
             attn_mask=self_attn_mask,
-        )  # fmt: skip
+        )
         x, attn = self.blocks[1](
-            x, encoder_out, key_padding_mask=encoder_padding_mask,
-            incremental_state=incremental_state, static_kv=True,
+            x,
+            encoder_out,
+            key_padding_mask=encoder_padding_mask,
+            incremental_state=incremental_state,
+            static_kv=True,
             need_weights=need_attn or need_head_weights,
-        )  # fmt: skip
+        )
         x, _ = self.blocks[2](x)
         return x, attn, None

@@ -19,10 +19,11 @@ from lightcompress.wid.fused import FusedDecoderLayer, FusedEncoderLayer
 from lightcompress.wid.masked import (
     WIDEncoderLayer,
 )
-from lightcompress.wid.teacher import _namespace
+from lightcompress.wid.teacher import args_namespace
 
 __all__ = [
     "DAWIDFusedModel",
+    "FusedEncoder",
     "dawid_fused_architecture",
     "fuse_model",
     "fused_args",
@@ -63,7 +64,9 @@ def _layer_kwargs(cfg):
     }
 
 
-class _FusedEncoder(TransformerEncoder):
+class FusedEncoder(TransformerEncoder):
+    """fairseq's encoder whose layers take their widths from ``--dawid-shapes``."""
+
     def build_encoder_layer(self, cfg):
         if not hasattr(self, "_dawid_next"):
             self._dawid_next = iter(parse_shapes(self.args.dawid_shapes)["encoder"]["layers"])
@@ -111,7 +114,7 @@ class DAWIDFusedModel(TransformerModel):
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
-        return _FusedEncoder(args, src_dict, embed_tokens)
+        return FusedEncoder(args, src_dict, embed_tokens)
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
@@ -125,7 +128,7 @@ def dawid_fused_architecture(args):
 
 def fused_args(teacher_args, shapes: dict) -> argparse.Namespace:
     """The fused model's configuration: the teacher's, with ``--arch dawid_fused`` and its shapes."""
-    fargs = _namespace(teacher_args)
+    fargs = args_namespace(teacher_args)
     fargs.arch = "dawid_fused"
     if hasattr(fargs, "_name"):
         fargs._name = "dawid_fused"

@@ -35,9 +35,9 @@ from lightcompress.wid.masked import (
     WIDEncoderLayer,
 )
 from lightcompress.wid.teacher import (
-    _from_json_buffer,
-    _json_buffer,
-    _namespace,
+    args_namespace,
+    from_json_buffer,
+    json_buffer,
     load_teacher_model,
     teacher_structure_args,
 )
@@ -73,7 +73,7 @@ class WIDMixin:
         for gate in self.gates():
             gate.rescale(args.dawid_gate_lr_scale)
         self.register_buffer(
-            "wid_teacher_config", _json_buffer(teacher_structure_args(teacher_args))
+            "wid_teacher_config", json_buffer(teacher_structure_args(teacher_args))
         )
         self.register_buffer("wid_num_updates", torch.zeros((), dtype=torch.long))
         self._teacher = []  # a list keeps the teacher out of parameters() and state_dict()
@@ -247,7 +247,11 @@ class DAWIDModel(WIDMixin, TransformerModel):
             help="the masks' log_alpha and the Lagrange multipliers train at S times --lr "
             "(default 20; CoFi trains them at 0.01 while the model trains at 2e-5)",
         )
-        parser.add_argument("--dawid-train-weights", action="store_true", help="also train the teacher's weight matrices and embeddings (the paper freezes them)")  # fmt: skip
+        parser.add_argument(
+            "--dawid-train-weights",
+            action="store_true",
+            help="also train the teacher's weight matrices and embeddings (the paper freezes them)",
+        )
 
     @staticmethod
     def check_args(args) -> list[str]:
@@ -338,11 +342,11 @@ class DAWIDModel(WIDMixin, TransformerModel):
         from lightcompress.build import build_model_without_data
         from lightcompress.checkpoint import model_config
 
-        args = _namespace(model_config(state))
+        args = args_namespace(model_config(state))
         sd = state["model"]
         if "wid_teacher_config" not in sd:
             raise ConfigError("the checkpoint is not a DA-WID training checkpoint (--arch dawid)")
-        targs = argparse.Namespace(**_from_json_buffer(sd["wid_teacher_config"]))
+        targs = argparse.Namespace(**from_json_buffer(sd["wid_teacher_config"]))
         dawid_architecture(args)
         levels = cls.check_args(args)
         skeleton = build_model_without_data(

@@ -28,10 +28,10 @@ from torch import nn
 from lightcompress.checkpoint import classification_heads_in
 from lightcompress.errors import ConfigError
 from lightcompress.wid.data_aware import finish_student
-from lightcompress.wid.fused_model import _FusedEncoder, load_fused_weights, parse_shapes
+from lightcompress.wid.fused_model import FusedEncoder, load_fused_weights, parse_shapes
 from lightcompress.wid.masked import WIDEncoderLayer
 from lightcompress.wid.model import DAWIDModel, WIDMixin, dawid_architecture
-from lightcompress.wid.teacher import _from_json_buffer, _namespace, load_teacher_model
+from lightcompress.wid.teacher import args_namespace, from_json_buffer, load_teacher_model
 
 __all__ = ["DAWIDFusedRobertaModel", "DAWIDRobertaModel", "fuse_roberta"]
 
@@ -90,9 +90,9 @@ class DAWIDRobertaModel(WIDMixin, RobertaModel):
         from lightcompress.build import build_model_without_data
         from lightcompress.checkpoint import model_config
 
-        args = _namespace(model_config(state))
+        args = args_namespace(model_config(state))
         sd = state["model"]
-        targs = argparse.Namespace(**_from_json_buffer(sd["wid_teacher_config"]))
+        targs = argparse.Namespace(**from_json_buffer(sd["wid_teacher_config"]))
         dawid_architecture(args)
         levels = cls.check_args(args)
         skeleton = build_model_without_data(
@@ -130,7 +130,7 @@ def dawid_roberta_architecture(args):
 
 class _FusedRobertaEncoder(RobertaEncoder):
     def build_encoder(self, args, dictionary, embed_tokens):
-        return _FusedEncoder(args, dictionary, embed_tokens)
+        return FusedEncoder(args, dictionary, embed_tokens)
 
 
 @register_model("dawid_roberta_fused")
@@ -198,7 +198,7 @@ def fuse_roberta(student: DAWIDRobertaModel, teacher_args):
         w, b = fold_linear(head.dense, P, p)
         tensors[f"classification_heads.{name}.dense.weight"] = w
         tensors[f"classification_heads.{name}.dense.bias"] = b
-    fargs = _namespace(teacher_args)
+    fargs = args_namespace(teacher_args)
     fargs.arch = "dawid_roberta_fused"
     if hasattr(fargs, "_name"):
         fargs._name = "dawid_roberta_fused"

@@ -13,7 +13,15 @@ from fairseq.models import ARCH_MODEL_NAME_REGISTRY
 
 from lightcompress.errors import CheckpointError, ConfigError
 
-__all__ = ["FAMILIES", "check_teacher", "load_teacher_model", "teacher_structure_args"]
+__all__ = [
+    "FAMILIES",
+    "args_namespace",
+    "check_teacher",
+    "from_json_buffer",
+    "json_buffer",
+    "load_teacher_model",
+    "teacher_structure_args",
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -21,7 +29,8 @@ __all__ = ["FAMILIES", "check_teacher", "load_teacher_model", "teacher_structure
 # --------------------------------------------------------------------------------------------
 
 
-def _namespace(args) -> argparse.Namespace:
+def args_namespace(args) -> argparse.Namespace:
+    """A copy of a model's ``args`` (a Namespace, or a config fairseq gives) as a Namespace."""
     if isinstance(args, argparse.Namespace):
         return copy.deepcopy(args)
     try:
@@ -86,7 +95,7 @@ def load_teacher_model(path: str, src_dict, tgt_dict=None, family: str = "transf
         raise ConfigError(f"--dawid-teacher: teacher checkpoint {path} not found")
     try:
         state = read_checkpoint(path)
-        targs = _namespace(model_config(state))
+        targs = args_namespace(model_config(state))
     except CheckpointError as exc:
         raise ConfigError(f"--dawid-teacher: {exc}") from None
     check_teacher(targs, f"--dawid-teacher {path}", family)
@@ -121,9 +130,11 @@ def teacher_structure_args(targs) -> dict:
     return out
 
 
-def _json_buffer(obj) -> torch.Tensor:
+def json_buffer(obj) -> torch.Tensor:
+    """``obj`` as JSON bytes in a uint8 tensor (a buffer a checkpoint carries)."""
     return torch.tensor(list(json.dumps(obj, sort_keys=True).encode()), dtype=torch.uint8)
 
 
-def _from_json_buffer(t: torch.Tensor):
+def from_json_buffer(t: torch.Tensor):
+    """The object :func:`json_buffer` stored."""
     return json.loads(bytes(t.tolist()).decode())

@@ -25,7 +25,24 @@ from .search import BeamSearch, SearchError, Step
 from .shortlist import SHORTLIST_HEADER, Shortlist, shortlist_text
 from .translator import OnnxTranslator, left_pad_batches, main, split_lines
 
-__all__ = ["FORMAT", "MANIFEST", "SHORTLIST_HEADER", "VERSION", "VERSIONS", "BeamSearch",
-           "OnnxError", "OnnxGenerator", "OnnxStep", "OnnxTranslator", "SearchError", "Shortlist",
-           "Step", "left_pad_batches", "load_config", "main", "shortlist_text", "sinusoid",
-           "split_lines"]  # fmt: skip
+__all__ = [
+    "FORMAT",
+    "MANIFEST",
+    "SHORTLIST_HEADER",
+    "VERSION",
+    "VERSIONS",
+    "BeamSearch",
+    "OnnxError",
+    "OnnxGenerator",
+    "OnnxStep",
+    "OnnxTranslator",
+    "SearchError",
+    "Shortlist",
+    "Step",
+    "left_pad_batches",
+    "load_config",
+    "main",
+    "shortlist_text",
+    "sinusoid",
+    "split_lines",
+]

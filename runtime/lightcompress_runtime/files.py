@@ -5,15 +5,30 @@ dictionaries and the sinusoidal position rows. numpy and onnxruntime only.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["FILE_KEYS", "FORMAT", "MANIFEST", "VERSION", "VERSIONS", "WEIGHTS", "OnnxError",
-           "check_graphs", "config_path", "load_config", "ort_errors", "read_symbols", "session",
-           "sinusoid"]  # fmt: skip
+__all__ = [
+    "FILE_KEYS",
+    "FORMAT",
+    "MANIFEST",
+    "VERSION",
+    "VERSIONS",
+    "WEIGHTS",
+    "OnnxError",
+    "check_graphs",
+    "config_path",
+    "file_sha256",
+    "load_config",
+    "ort_errors",
+    "read_symbols",
+    "session",
+    "sinusoid",
+]
 
 FORMAT = "lightcompress-onnx"
 #: the export format this runtime writes (2: the runtime ships as the package ``runtime/``
@@ -31,8 +46,16 @@ def ort_errors() -> tuple:
     """onnxruntime's own exception types (they derive from Exception only)."""
     from onnxruntime.capi import onnxruntime_pybind11_state as errors
 
-    names = ("Fail", "InvalidArgument", "NoSuchFile", "InvalidProtobuf", "InvalidGraph",
-             "RuntimeException", "NotImplemented", "EPFail")  # fmt: skip
+    names = (
+        "Fail",
+        "InvalidArgument",
+        "NoSuchFile",
+        "InvalidProtobuf",
+        "InvalidGraph",
+        "RuntimeException",
+        "NotImplemented",
+        "EPFail",
+    )
     return tuple(getattr(errors, n) for n in names if hasattr(errors, n))
 
 
@@ -115,8 +138,18 @@ MANIFEST = "MANIFEST.sha256"
 WEIGHTS = "weights.bin"
 #: the keys of ``config.json`` that name a file of the export (checked by :func:`load_config`)
 FILE_KEYS = ("spm", "shortlist", "shortlist_rows")
-_INT_KEYS = ("pad", "eos", "unk", "src_pad", "src_eos", "src_unk", "vocab_size",
-             "src_vocab_size", "max_decoder_positions", "position_offset")  # fmt: skip
+_INT_KEYS = (
+    "pad",
+    "eos",
+    "unk",
+    "src_pad",
+    "src_eos",
+    "src_unk",
+    "vocab_size",
+    "src_vocab_size",
+    "max_decoder_positions",
+    "position_offset",
+)
 
 
 def _check_keys(path: str, config: dict) -> None:
@@ -139,8 +172,9 @@ def _check_keys(path: str, config: dict) -> None:
                 raise bad(f"has {key!r} = {config[key]}, outside its {size} symbols")
     layers = config["layers"]
     specs = layers if isinstance(layers, list) else []
-    if not specs or not all(isinstance(x, dict) and _ints(x.get("heads"), x.get("head_dim"))
-                            for x in specs):  # fmt: skip
+    if not specs or not all(
+        isinstance(x, dict) and _ints(x.get("heads"), x.get("head_dim")) for x in specs
+    ):
         raise bad("has no list of decoder layers (each with 'heads' and 'head_dim')")
     for key in FILE_KEYS:
         if config.get(key) is not None and not isinstance(config[key], str):
@@ -163,13 +197,17 @@ def _inside(model_dir: str, name: str, what: str) -> str:
     ``..``, no link that leads out of the folder."""
     parts = name.replace("\\", "/").split("/")
     if not name or os.path.isabs(name) or ".." in parts:
-        raise OnnxError(f"{what} {name!r}: an export reads only files inside its own folder "
-                        "(a copied or edited export): export the model again")  # fmt: skip
+        raise OnnxError(
+            f"{what} {name!r}: an export reads only files inside its own folder "
+            "(a copied or edited export): export the model again"
+        )
     path = os.path.join(model_dir, name)
     root = os.path.realpath(model_dir)
     if os.path.commonpath([root, os.path.realpath(path)]) != root:
-        raise OnnxError(f"{path} is a link to a file outside {model_dir}: an export reads only "
-                        "files inside its own folder (copy the file in, or export again)")  # fmt: skip
+        raise OnnxError(
+            f"{path} is a link to a file outside {model_dir}: an export reads only "
+            "files inside its own folder (copy the file in, or export again)"
+        )
     return path
 
 
@@ -179,16 +217,25 @@ def config_path(model_dir: str, config: dict, key: str) -> str | None:
     return None if not name else _inside(model_dir, name, f"config.json's {key!r} is")
 
 
+def file_sha256(path: str) -> str:
+    """The SHA-256 of a file, read in 1 MiB blocks (hex, as ``sha256sum`` writes it)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _verify_manifest(model_dir: str, needed: Sequence[str] = ()) -> None:
     """Refuse an export without ``MANIFEST.sha256``, one whose manifest leaves out a file of
     ``needed``, or whose files differ from what the exporter wrote."""
-    import hashlib
-
     path = os.path.join(model_dir, MANIFEST)
     again = "export the model again with lightcompress-export-onnx (it writes one)"
     if not os.path.isfile(path):
-        raise OnnxError(f"{model_dir} has no {MANIFEST}, so its files cannot be checked (a "
-                        f"copied or edited export is refused): {again}")  # fmt: skip
+        raise OnnxError(
+            f"{model_dir} has no {MANIFEST}, so its files cannot be checked (a "
+            f"copied or edited export is refused): {again}"
+        )
     try:
         with open(path, encoding="utf-8") as f:
             entries = [line.rstrip("\n").split("  ", 1) for line in f if line.strip()]
@@ -205,11 +252,7 @@ def _verify_manifest(model_dir: str, needed: Sequence[str] = ()) -> None:
         file = _inside(model_dir, name, f"{MANIFEST} lists")
         if not os.path.isfile(file):
             raise OnnxError(f"{model_dir} lacks {name} (an incomplete export)")
-        digest = hashlib.sha256()
-        with open(file, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-        if digest.hexdigest() != expected:
+        if file_sha256(file) != expected:
             raise OnnxError(
                 f"{name} in {model_dir} was changed after the export was written (its sha256 "
                 f"differs from {MANIFEST}): export the model again instead of editing it"
@@ -241,8 +284,10 @@ def check_graphs(model_dir: str, config: dict, encoder, decoder) -> None:
         if why is None and isinstance(bias[0], int) and bias[0] != config["vocab_size"]:
             why = f"the decoder scores {bias[0]} tokens, config.json has {config['vocab_size']}"
     if why is not None:
-        raise OnnxError(f"the graphs in {model_dir} do not fit its config.json ({why}): another "
-                        "model's files? export the model again")  # fmt: skip
+        raise OnnxError(
+            f"the graphs in {model_dir} do not fit its config.json ({why}): another "
+            "model's files? export the model again"
+        )
 
 
 def read_symbols(path: str) -> list[str]:

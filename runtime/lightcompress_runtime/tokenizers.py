@@ -18,8 +18,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 
-__all__ = ["BPE_CODES", "MosesBPE", "TextError", "add_arguments", "check_arguments", "check_codes",
-           "load_sentencepiece", "looks_lowercased", "settings_of"]  # fmt: skip
+__all__ = [
+    "BPE_CODES",
+    "MosesBPE",
+    "TextError",
+    "add_arguments",
+    "check_arguments",
+    "check_codes",
+    "load_sentencepiece",
+    "looks_lowercased",
+    "settings_of",
+]
 
 BPE_CODES = "bpe.codes"  # (the codes' name inside an export)
 
@@ -37,13 +46,17 @@ def check_codes(path: str) -> None:
         with open(path, encoding="utf-8") as f:
             lines = f.read().rstrip("\n").split("\n")
     except UnicodeDecodeError:
-        raise TextError(f"{path} is not subword-nmt BPE codes (not UTF-8 text: a sentencepiece "
-                        "model? give that with --spm)") from None  # fmt: skip
+        raise TextError(
+            f"{path} is not subword-nmt BPE codes (not UTF-8 text: a sentencepiece "
+            "model? give that with --spm)"
+        ) from None
     except OSError as exc:
         raise TextError(f"cannot read the BPE codes {path}: {exc}") from None
     if not lines[lines[0].startswith("#version:") :] or lines == [""]:  # (subword-nmt exits)
-        raise TextError(f"{path} holds no BPE merges (an empty codes file): give the codes file "
-                        "of subword-nmt learn-bpe")  # fmt: skip
+        raise TextError(
+            f"{path} holds no BPE merges (an empty codes file): give the codes file "
+            "of subword-nmt learn-bpe"
+        )
     for n, line in enumerate(lines, 1):
         if n == 1 and line.startswith("#version:"):
             continue
@@ -102,10 +115,17 @@ class MosesBPE:
         The BPE continuation mark.
     """
 
-    def __init__(self, codes: str, source_lang: str | None = None,
-                 target_lang: str | None = None, moses: bool = True, lowercase: bool = False,
-                 aggressive_dash_splits: bool = False, escape: bool = True,
-                 separator: str = "@@"):  # fmt: skip
+    def __init__(
+        self,
+        codes: str,
+        source_lang: str | None = None,
+        target_lang: str | None = None,
+        moses: bool = True,
+        lowercase: bool = False,
+        aggressive_dash_splits: bool = False,
+        escape: bool = True,
+        separator: str = "@@",
+    ):
         check_codes(codes)
         if moses and not (source_lang and target_lang):
             raise TextError("the Moses tokenizer needs the source and target languages")
@@ -133,12 +153,15 @@ class MosesBPE:
     def settings(self, codes: str = BPE_CODES) -> dict:
         """The settings as an export's ``config.json`` records them (``"bpe"``)."""
         return {
-            "codes": codes, "separator": self.separator,
+            "codes": codes,
+            "separator": self.separator,
             "tokenizer": "moses" if self.tokenizer is not None else None,
-            "source_lang": self.source_lang, "target_lang": self.target_lang,
-            "lowercase": self.lowercase, "aggressive_dash_splits": self.aggressive_dash_splits,
+            "source_lang": self.source_lang,
+            "target_lang": self.target_lang,
+            "lowercase": self.lowercase,
+            "aggressive_dash_splits": self.aggressive_dash_splits,
             "escape": self.escape,
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_export(cls, model_dir: str, settings: dict) -> MosesBPE:
@@ -147,25 +170,33 @@ class MosesBPE:
             raise TextError(f"{model_dir}/config.json: 'bpe' is not a settings object")
         name = settings["codes"]
         if os.path.basename(name) != name or name in ("", ".", ".."):
-            raise TextError(f"{model_dir}/config.json: the BPE codes {name!r} are not a file "
-                            "of the export")  # fmt: skip
+            raise TextError(
+                f"{model_dir}/config.json: the BPE codes {name!r} are not a file of the export"
+            )
         path = os.path.join(model_dir, name)
         if not os.path.isfile(path):
             raise TextError(f"{model_dir} lacks {name} (an incomplete export)")
         return cls(
-            path, settings.get("source_lang"), settings.get("target_lang"),
-            moses=settings.get("tokenizer") == "moses", lowercase=bool(settings.get("lowercase")),
+            path,
+            settings.get("source_lang"),
+            settings.get("target_lang"),
+            moses=settings.get("tokenizer") == "moses",
+            lowercase=bool(settings.get("lowercase")),
             aggressive_dash_splits=bool(settings.get("aggressive_dash_splits")),
             escape=settings.get("escape", True) is not False,
             separator=settings.get("separator") or "@@",
-        )  # fmt: skip
+        )
 
     def encode(self, line: str) -> list[str]:
         """The model's subword tokens of one raw line."""
         line = line.replace("\ufeff", "")  # (a file's byte-order mark: no part of its text)
         if self.tokenizer is not None:
-            line = self.tokenizer.tokenize(line, aggressive_dash_splits=self.aggressive_dash_splits,
-                                           return_str=True, escape=self.escape)  # fmt: skip
+            line = self.tokenizer.tokenize(
+                line,
+                aggressive_dash_splits=self.aggressive_dash_splits,
+                return_str=True,
+                escape=self.escape,
+            )
         if self.lowercase:
             line = line.lower()
         return self.bpe.process_line(line.strip()).split()
@@ -188,21 +219,38 @@ def add_arguments(p) -> None:
     """``--bpe-codes`` and the Moses options of an ``argparse`` parser."""
     import argparse
 
-    p.add_argument("--bpe-codes", metavar="FILE",
-                   help="subword-nmt BPE codes of the data (learn-bpe's output): raw text is "
-                   "Moses-tokenized and BPE-encoded, translations are detokenized")  # fmt: skip
-    p.add_argument("--tokenizer", choices=["moses", "none"],
-                   help="with --bpe-codes: the data's tokenizer (default: moses, as fairseq's "
-                   "recipes)")  # fmt: skip
-    p.add_argument("--moses-source-lang", metavar="LANG",
-                   help="the Moses tokenizer's language (default: the source language)")  # fmt: skip
-    p.add_argument("--moses-target-lang", metavar="LANG",
-                   help="the Moses detokenizer's language (default: the target language)")  # fmt: skip
-    p.add_argument("--lowercase", action=argparse.BooleanOptionalAction,
-                   help="lowercase the tokenized source, as the IWSLT'14 recipe lowercases its "
-                   "data (default: when the source dictionary has no upper-case symbol)")  # fmt: skip
-    p.add_argument("--moses-aggressive-dash-splits", action="store_true",
-                   help="tokenizer.perl -a (fairseq's WMT recipes; not its IWSLT'14 one)")  # fmt: skip
+    p.add_argument(
+        "--bpe-codes",
+        metavar="FILE",
+        help="subword-nmt BPE codes of the data (learn-bpe's output): raw text is "
+        "Moses-tokenized and BPE-encoded, translations are detokenized",
+    )
+    p.add_argument(
+        "--tokenizer",
+        choices=["moses", "none"],
+        help="with --bpe-codes: the data's tokenizer (default: moses, as fairseq's recipes)",
+    )
+    p.add_argument(
+        "--moses-source-lang",
+        metavar="LANG",
+        help="the Moses tokenizer's language (default: the source language)",
+    )
+    p.add_argument(
+        "--moses-target-lang",
+        metavar="LANG",
+        help="the Moses detokenizer's language (default: the target language)",
+    )
+    p.add_argument(
+        "--lowercase",
+        action=argparse.BooleanOptionalAction,
+        help="lowercase the tokenized source, as the IWSLT'14 recipe lowercases its "
+        "data (default: when the source dictionary has no upper-case symbol)",
+    )
+    p.add_argument(
+        "--moses-aggressive-dash-splits",
+        action="store_true",
+        help="tokenizer.perl -a (fairseq's WMT recipes; not its IWSLT'14 one)",
+    )
 
 
 def settings_of(args, source_lang: str | None, target_lang: str | None, src_symbols) -> dict:
@@ -212,22 +260,29 @@ def settings_of(args, source_lang: str | None, target_lang: str | None, src_symb
     if lowercase is None:
         lowercase = looks_lowercased(src_symbols)
     return {
-        "codes": args.bpe_codes, "moses": args.tokenizer != "none",
+        "codes": args.bpe_codes,
+        "moses": args.tokenizer != "none",
         "source_lang": args.moses_source_lang or source_lang,
         "target_lang": args.moses_target_lang or target_lang,
-        "lowercase": lowercase, "aggressive_dash_splits": args.moses_aggressive_dash_splits,
-    }  # fmt: skip
+        "lowercase": lowercase,
+        "aggressive_dash_splits": args.moses_aggressive_dash_splits,
+    }
 
 
 def check_arguments(args) -> None:
     """The Moses options need ``--bpe-codes`` (a sentencepiece model carries its own rules)."""
     if args.bpe_codes is None:
-        given = [f for f, v in (("--tokenizer", args.tokenizer),
-                                ("--moses-source-lang", args.moses_source_lang),
-                                ("--moses-target-lang", args.moses_target_lang),
-                                ("--lowercase", args.lowercase),
-                                ("--moses-aggressive-dash-splits",
-                                 args.moses_aggressive_dash_splits)) if v]  # fmt: skip
+        given = [
+            f
+            for f, v in (
+                ("--tokenizer", args.tokenizer),
+                ("--moses-source-lang", args.moses_source_lang),
+                ("--moses-target-lang", args.moses_target_lang),
+                ("--lowercase", args.lowercase),
+                ("--moses-aggressive-dash-splits", args.moses_aggressive_dash_splits),
+            )
+            if v
+        ]
         if given:
             raise TextError(f"{given[0]} goes with --bpe-codes FILE (Moses + subword-nmt BPE)")
     elif getattr(args, "spm", None) is not None:

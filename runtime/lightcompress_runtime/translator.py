@@ -89,12 +89,27 @@ class OnnxTranslator:
     (``False`` scores every token, fairseq's translations).
     """
 
-    def __init__(self, model_dir: str, beam: int = 5, lenpen: float = 1.0,
-                 max_len_a: float = 0.0, max_len_b: int = 200, min_len: int = 1,
-                 batch_size: int = 32, threads: int = 1, unk_penalty: float = 0.0,
-                 shortlist: bool | None = None, tokenized: bool = False):  # fmt: skip
-        for name, value in (("beam", beam), ("batch_size", batch_size), ("threads", threads),
-                            ("min_len", min_len), ("max_len_b", max_len_b)):  # fmt: skip
+    def __init__(
+        self,
+        model_dir: str,
+        beam: int = 5,
+        lenpen: float = 1.0,
+        max_len_a: float = 0.0,
+        max_len_b: int = 200,
+        min_len: int = 1,
+        batch_size: int = 32,
+        threads: int = 1,
+        unk_penalty: float = 0.0,
+        shortlist: bool | None = None,
+        tokenized: bool = False,
+    ):
+        for name, value in (
+            ("beam", beam),
+            ("batch_size", batch_size),
+            ("threads", threads),
+            ("min_len", min_len),
+            ("max_len_b", max_len_b),
+        ):
             if value < 1:
                 raise OnnxError(f"{name} must be >= 1, got {value}")
         for name, value in (("lenpen", lenpen), ("max_len_a", max_len_a)):
@@ -107,10 +122,16 @@ class OnnxTranslator:
         # (lengths past 2^31: the model's maximum length all the same, without an overflow)
         max_len_a, max_len_b = min(max_len_a, 2.0**31), min(max_len_b, 2**31)
         self.generator = OnnxGenerator(
-            model_dir, beam_size=beam, len_penalty=lenpen, min_len=min_len,
-            max_len_a=max_len_a, max_len_b=max_len_b, unk_penalty=unk_penalty, threads=threads,
+            model_dir,
+            beam_size=beam,
+            len_penalty=lenpen,
+            min_len=min_len,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
+            unk_penalty=unk_penalty,
+            threads=threads,
             shortlist=shortlist,
-        )  # fmt: skip
+        )
         config = self.generator.config
         self.batch_size = batch_size
         self.src_symbols = read_symbols(os.path.join(model_dir, "dict.src.txt"))
@@ -179,8 +200,10 @@ class OnnxTranslator:
                 batch = self.generator.generate(src, lengths)
             except ort_errors() as exc:  # (graphs that do not fit config.json, checks passed)
                 detail = " ".join(str(exc).split())[:200]
-                raise OnnxError(f"the export's graphs do not run with its config.json "
-                                f"({detail}): export the model again") from None  # fmt: skip
+                raise OnnxError(
+                    f"the export's graphs do not run with its config.json "
+                    f"({detail}): export the model again"
+                ) from None
             for i, hyps in zip(idx, batch):
                 out[i] = [int(t) for t in hyps[0]["tokens"] if t != eos]
         return out
@@ -191,8 +214,14 @@ class OnnxTranslator:
         return translate_lines(lines, self.encode, self.translate_ids, self.decode, limit)
 
 
-def translate_lines(lines: Iterable[str], encode, translate_ids, decode, limit: int | None,
-                    error: type[Exception] = OnnxError) -> list[str]:  # fmt: skip
+def translate_lines(
+    lines: Iterable[str],
+    encode,
+    translate_ids,
+    decode,
+    limit: int | None,
+    error: type[Exception] = OnnxError,
+) -> list[str]:
     """The text loop of both translators (this one and ``lightcompress-translate``'s): every
     non-blank line of ``lines`` encoded (refused with ``error`` when it has more than ``limit``
     source tokens, as fairseq-interactive refuses it), their best hypotheses
@@ -202,8 +231,10 @@ def translate_lines(lines: Iterable[str], encode, translate_ids, decode, limit: 
     encoded = [encode(lines[i]) for i in todo]
     for i, src in zip(todo, encoded):
         if limit and len(src) > limit:
-            raise error(f"input line {i + 1} has {len(src)} tokens, more than the model's "
-                        f"{limit} source positions: split it")  # fmt: skip
+            raise error(
+                f"input line {i + 1} has {len(src)} tokens, more than the model's "
+                f"{limit} source positions: split it"
+            )
     out = [""] * len(lines)
     for i, hyp in zip(todo, translate_ids(encoded)):
         out[i] = decode(hyp)
@@ -218,13 +249,20 @@ def _arg_parser(prog: str | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument("model_dir", help="the export's directory")
     add_search_arguments(p)
-    p.add_argument("--shortlist", action=argparse.BooleanOptionalAction, default=None,
-                   help="score only the candidates of the export's vocabulary shortlist (the "
-                   "default when the export ships one; --no-shortlist scores every token, "
-                   "as fairseq does)")  # fmt: skip
-    p.add_argument("--tokenized", action="store_true",
-                   help="the input is the data's subword tokens (space-separated), and so is the "
-                   "output: no tokenizer (an export without one takes only this)")  # fmt: skip
+    p.add_argument(
+        "--shortlist",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="score only the candidates of the export's vocabulary shortlist (the "
+        "default when the export ships one; --no-shortlist scores every token, "
+        "as fairseq does)",
+    )
+    p.add_argument(
+        "--tokenized",
+        action="store_true",
+        help="the input is the data's subword tokens (space-separated), and so is the "
+        "output: no tokenizer (an export without one takes only this)",
+    )
     p.add_argument("-i", "--input", help="input file (default: standard input)")
     p.add_argument("-o", "--output", help="output file, written atomically (default: stdout)")
     return p
@@ -248,9 +286,19 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             raise OnnxError("standard input is closed: give the text with -i FILE")
         if args.output is None and sys.stdout is None:
             raise OnnxError("standard output is closed: give a file with -o FILE")
-        settings = {k: getattr(args, k) for k in ("beam", "lenpen", "max_len_a", "max_len_b",
-                                                  "batch_size", "threads", "shortlist",
-                                                  "tokenized")}  # fmt: skip
+        settings = {
+            k: getattr(args, k)
+            for k in (
+                "beam",
+                "lenpen",
+                "max_len_a",
+                "max_len_b",
+                "batch_size",
+                "threads",
+                "shortlist",
+                "tokenized",
+            )
+        }
         translator = OnnxTranslator(args.model_dir, **settings)
         if translator.text_error:  # (before reading the input)
             raise OnnxError(translator.text_error)
