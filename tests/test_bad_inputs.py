@@ -520,19 +520,20 @@ def test_each_cause_of_a_missing_language_pair_has_its_own_message(
 def test_the_onnx_exporters_comparison_is_nan_aware():
     import numpy as np
 
-    from lightcompress.deploy.onnx_tools import _error, _relative_error
+    from lightcompress.deploy.onnx_graphs import max_abs_error
+    from lightcompress.deploy.onnx_tools import relative_error
 
     ref = np.array([[0.5, -np.inf], [1.0, 2.0]], dtype=np.float32)
-    assert _error(ref.copy(), ref) == 0.0  # -inf where both have it: masked entries
+    assert max_abs_error(ref.copy(), ref) == 0.0  # -inf where both have it: masked entries
     both_nan = np.full((2, 2), np.nan, dtype=np.float32)
-    assert _error(both_nan, both_nan) == float("inf")
+    assert max_abs_error(both_nan, both_nan) == float("inf")
     one_nan = ref.copy()
     one_nan[1, 1] = np.nan
-    assert _error(one_nan, ref) == float("inf")
+    assert max_abs_error(one_nan, ref) == float("inf")
     # the int8 deviation the export records
-    assert _relative_error(ref.copy(), ref) == 0.0
-    assert _relative_error(both_nan, both_nan) == float("inf")
-    assert _relative_error(one_nan, ref) == float("inf")
+    assert relative_error(ref.copy(), ref) == 0.0
+    assert relative_error(both_nan, both_nan) == float("inf")
+    assert relative_error(one_nan, ref) == float("inf")
 
 
 def test_the_exports_translate_py_refuses_non_utf8_input_with_one_line(tmp_path, capsys):

@@ -78,7 +78,7 @@ def _copy(setup, tmp_path, name="copy") -> str:
 def _edit_config(folder: str, change) -> None:
     """Change ``config.json`` and write the manifest again (as someone who edits an export on
     purpose would: the manifest alone then cannot tell)."""
-    from lightcompress.deploy.onnx_tools import _write_manifest
+    from lightcompress.deploy.onnx_tools import write_manifest
 
     path = os.path.join(folder, "config.json")
     with open(path, encoding="utf-8") as f:
@@ -86,7 +86,7 @@ def _edit_config(folder: str, change) -> None:
     change(config)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(config, f)
-    _write_manifest(folder)
+    write_manifest(folder)
 
 
 # ------------------------------------------------------------------ 4: a short shortlist
@@ -310,7 +310,7 @@ def _other_graphs(setup, folder: str, tmp_path, same_shapes: bool) -> None:
     import torch
 
     from lightcompress.deploy.onnx_export import export_onnx
-    from lightcompress.deploy.onnx_tools import _write_manifest
+    from lightcompress.deploy.onnx_tools import write_manifest
     from lightcompress.measure.specs import build_random_model
 
     torch.manual_seed(0)
@@ -325,7 +325,7 @@ def _other_graphs(setup, folder: str, tmp_path, same_shapes: bool) -> None:
     export_onnx(model.eval(), task, str(other), check=False)
     for name in ("encoder.onnx", "decoder.onnx", "weights.bin"):
         shutil.copyfile(other / name, os.path.join(folder, name))
-    _write_manifest(folder)
+    write_manifest(folder)
 
 
 TRACEBACK_CASES = ["stdin closed: translate.py", "stdin closed: lightcompress-translate",

@@ -764,13 +764,13 @@ def test_onnx_runtime_sinusoid_rows_are_fairseqs_table_to_rounding():
     the frequencies the export wrote: fairseq's table to one float32 rounding."""
     from fairseq.modules import SinusoidalPositionalEmbedding
 
-    from lightcompress.deploy.onnx_export import _frequencies
+    from lightcompress.deploy.onnx_graphs import sinusoid_frequencies
     from lightcompress_runtime import sinusoid
 
     positions = np.arange(2, 1026)
     for dim in (8, 9, 256, 512):
         table = SinusoidalPositionalEmbedding.get_embedding(1026, dim, 1)[positions].numpy()
-        rows = sinusoid(positions, dim, _frequencies(dim).tolist())
+        rows = sinusoid(positions, dim, sinusoid_frequencies(dim).tolist())
         assert rows.dtype == np.float32 and rows.shape == table.shape
         assert np.abs(rows - table).max() <= 1.2e-7
         assert np.abs(sinusoid(positions, dim) - table).max() < 2e-4  # (numpy's own exp)
@@ -781,7 +781,7 @@ def test_onnx_regrouped_maps_give_the_modules_outputs_and_keep_shared_weights_on
     product, the query scaling folded into the last weight) computes what the modules do;
     maps of layers that share their weights get one regrouped weight; other kinds of maps
     are applied as they are."""
-    from lightcompress.deploy.onnx_graphs import _Regrouped
+    from lightcompress.deploy.onnx_graphs import Regrouped
     from lightcompress.modules.lowrank import LowRankLinear
 
     torch.manual_seed(0)
@@ -791,7 +791,7 @@ def test_onnx_regrouped_maps_give_the_modules_outputs_and_keep_shared_weights_on
     mixed = [LowRankLinear(16, 16, 4), torch.nn.Linear(16, 16)]
     for maps in (lowrank, dense, mixed):
         scales = [0.25] + [1.0] * (len(maps) - 1)
-        regrouped = _Regrouped()
+        regrouped = Regrouped()
         regrouped.prepare(maps, scales)
         with torch.no_grad():
             got = regrouped.apply(x, maps, scales)
@@ -801,7 +801,7 @@ def test_onnx_regrouped_maps_give_the_modules_outputs_and_keep_shared_weights_on
             assert torch.allclose(g, w, atol=1e-6)
         assert (len(list(regrouped.parameters())) == 0) == (maps is mixed)
     # a second layer sharing the first one's parameters (layer sharing ties the tensors)
-    regrouped = _Regrouped()
+    regrouped = Regrouped()
     regrouped.prepare(lowrank, [0.25, 1.0, 1.0])
     twins = [LowRankLinear(16, 16, 4), LowRankLinear(16, 16, 4), LowRankLinear(16, 12, 3)]
     for twin, m in zip(twins, lowrank):
@@ -820,7 +820,7 @@ def test_attention_in_the_factors_space_is_fairseqs_attention(case):
     from fairseq.modules import MultiheadAttention
 
     from lightcompress.deploy.factor_attention import cross_plan, layout, self_plan
-    from lightcompress.deploy.onnx_graphs import _Regrouped
+    from lightcompress.deploy.onnx_graphs import Regrouped
     from lightcompress.modules.lowrank import LowRankLinear
 
     torch.manual_seed(0)
@@ -846,7 +846,7 @@ def test_attention_in_the_factors_space_is_fairseqs_attention(case):
             self.self_attn = attention(self_attention=True)
             self.encoder_attn = attention(encoder_decoder_attention=True)
 
-    layer, owner = Layer(), _Regrouped()
+    layer, owner = Layer(), Regrouped()
     sp, cp = self_plan(owner, layer.self_attn), cross_plan(owner, layer)
     if case == "ranks over d":
         assert sp is None and cp is None and layout(layer) == {}

@@ -201,7 +201,7 @@ def _as_version(export, tmp_path, version, old_layout=False) -> str:
     """A copy of the export with another ``"version"`` in its config (the manifest written
     again); ``old_layout``: the files of a version 1 export (the runtime as the module copies
     ``translate.py`` and ``onnx_files.py``, no ``runtime/``)."""
-    from lightcompress.deploy.onnx_tools import _write_manifest
+    from lightcompress.deploy.onnx_tools import write_manifest
 
     out = tmp_path / f"v{version}"
     shutil.copytree(export["dir"], out)
@@ -213,7 +213,7 @@ def _as_version(export, tmp_path, version, old_layout=False) -> str:
         (out / "translate.py").write_text("# the old runtime's copy\n")
         (out / "onnx_files.py").write_text("# the old runtime's files\n")
     os.remove(out / "MANIFEST.sha256")
-    _write_manifest(str(out))
+    write_manifest(str(out))
     return str(out)
 
 

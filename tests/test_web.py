@@ -346,7 +346,7 @@ def _export_web(args, capsys) -> tuple[int, list[str]]:
 def test_the_command_refuses_what_it_cannot_use_with_one_line(toy, tmp_path, capsys):
     """Moses + BPE (no exact tokenizer in the page), an edited export, an output that is not
     new, engine packages missing or of other versions: one line, status 2, nothing written."""
-    from lightcompress.deploy.onnx_tools import _write_manifest
+    from lightcompress.deploy.onnx_tools import write_manifest
 
     bpe = tmp_path / "bpe"
     shutil.copytree(toy["f32"], bpe)
@@ -355,7 +355,7 @@ def test_the_command_refuses_what_it_cannot_use_with_one_line(toy, tmp_path, cap
                      "target_lang": "en", "lowercase": False, "aggressive_dash_splits": False}  # fmt: skip
     (bpe / "config.json").write_text(json.dumps(config))
     (bpe / "bpe.codes").write_text("#version: 0.2\ns 1\n")
-    _write_manifest(str(bpe))
+    write_manifest(str(bpe))
     edited = tmp_path / "edited"
     shutil.copytree(toy["f32"], edited)
     with open(edited / "weights.bin", "ab") as f:

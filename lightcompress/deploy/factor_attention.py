@@ -154,7 +154,7 @@ def _self_parts(attn):
 
 def self_plan(owner, attn) -> SelfPlan | None:
     """The factor-space plan of a fairseq self-attention (its weights parameters of ``owner``,
-    a :class:`~lightcompress.deploy.onnx_graphs._Regrouped`), or None where it does not
+    a :class:`~lightcompress.deploy.onnx_graphs.Regrouped`), or None where it does not
     apply."""
     parts = _self_parts(attn)
     return None if parts is None else SelfPlan(owner, attn, *parts)

@@ -8,10 +8,10 @@ traced graphs (:class:`~lightcompress_runtime.onnx_step.OnnxStep`):
 
 - ``_Encoder``: once per batch, the source mask (``enc_bias``) and every decoder layer's
   cross-attention keys and values, kept once per sentence;
-- ``_DecoderStep``: one call per step, which reorders the self-attention caches (plain tensors,
+- ``DecoderStep``: one call per step, which reorders the self-attention caches (plain tensors,
   ``[N x H x t x d]``, or the factors' space of low-rank attentions), adds the search's score
   bias and returns each hypothesis' ``k`` best next tokens;
-- with a shortlist, ``_OutputRows``: the candidates' output rows, once per batch.
+- with a shortlist, ``OutputRows``: the candidates' output rows, once per batch.
 
 So a family is taught to one step: every model the export takes (fairseq's Transformer, the
 plugin's compressed families, Subformer, DA-WID's fused layers) runs in PyTorch what its export
@@ -127,10 +127,10 @@ class TorchStep:
         them so) and the layout of the decoder step's cache inputs."""
         from lightcompress.deploy.onnx_encoder import encoder_module, probe_batch
         from lightcompress.deploy.onnx_graphs import (
-            _DecoderStep,
-            _OutputRows,
-            _tied_htt,
+            DecoderStep,
+            OutputRows,
             layer_layout,
+            tied_htt,
         )
         from lightcompress.deploy.shortlist import split_output_rows
 
@@ -139,16 +139,21 @@ class TorchStep:
         split = None if self.shortlist is None else split_output_rows(dec.output_projection)
         self.rows, n_rows = None, 0  # (a float output layer: its rows gathered per batch)
         if split is not None:
-            places = self.vocab_size if _tied_htt(dec) else 0
-            self.rows = _OutputRows(model, split[0], places).eval()
+            places = self.vocab_size if tied_htt(dec) else 0
+            self.rows = OutputRows(model, split[0], places).eval()
             n_rows = len(split[0](torch.zeros(1, dtype=torch.long))) + (1 if places else 0)
-        self.decoder = _DecoderStep(model, shortlist=self.shortlist is not None, rows=n_rows,
-                                    score=split[1] if split else None).eval()  # fmt: skip
+        self.decoder = DecoderStep(
+            model,
+            shortlist=self.shortlist is not None,
+            rows=n_rows,
+            score=split[1] if split else None,
+        ).eval()
         self.layers = [layer_layout(layer) for layer in dec.layers]
         # (the decoder's cache inputs after enc_bias: per layer past_k, past_v, then its
         # encoder outputs: cross_k, cross_v and in the factors' space cross_b)
-        self._cross_counts = [(3 if s.get("cross_factors") else 2) if s["cross"] else 0
-                              for s in self.layers]  # fmt: skip
+        self._cross_counts = [
+            (3 if s.get("cross_factors") else 2) if s["cross"] else 0 for s in self.layers
+        ]
         self._positions: dict = {}
         self._no_position = torch.zeros(1, dtype=torch.long)
 
@@ -196,8 +201,14 @@ class TorchStep:
                 at = ids
         return vocab, at
 
-    def step(self, tokens: np.ndarray, order: np.ndarray, bias: np.ndarray, k: int,
-             kept: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    def step(
+        self,
+        tokens: np.ndarray,
+        order: np.ndarray,
+        bias: np.ndarray,
+        k: int,
+        kept: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """One call of the decoder step: it reorders the caches, adds ``bias`` and takes each
         hypothesis' ``k`` best next tokens (log-probabilities + bias, NaN as -inf; token ids)."""
         if self._fairseq is not None:
@@ -208,8 +219,15 @@ class TorchStep:
             for i in self._cross:
                 caches[i] = caches[i].index_select(0, sent)
         prev = torch.from_numpy(np.ascontiguousarray(tokens[:, -1]))
-        out = self.decoder(prev, self._position(tokens.shape[1]), torch.from_numpy(order),
-                           torch.from_numpy(bias), *self._cands, *caches, top_k=k)  # fmt: skip
+        out = self.decoder(
+            prev,
+            self._position(tokens.shape[1]),
+            torch.from_numpy(order),
+            torch.from_numpy(bias),
+            *self._cands,
+            *caches,
+            top_k=k,
+        )
         for i, grown in zip(self._past, out[2:]):
             caches[i] = grown
         return out[0].numpy(), out[1].numpy()
@@ -241,17 +259,25 @@ class _FairseqStep:
             vocab = len(at)
         return vocab, at
 
-    def step(self, tokens: np.ndarray, order: np.ndarray, bias: np.ndarray, k: int,
-             kept: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    def step(
+        self,
+        tokens: np.ndarray,
+        order: np.ndarray,
+        bias: np.ndarray,
+        k: int,
+        kept: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         model, project = self.model, self._project
         if tokens.shape[1] > 1:  # (the first step's hypotheses are in order)
             order_t = torch.from_numpy(order)
             self._encoder_out = model.encoder.reorder_encoder_out(self._encoder_out, order_t)
             model.decoder.reorder_incremental_state_scripting(self._incremental, order_t)
         out = model.decoder.forward(
-            torch.from_numpy(tokens), encoder_out=self._encoder_out,
-            incremental_state=self._incremental, features_only=project is not None,
-        )  # fmt: skip
+            torch.from_numpy(tokens),
+            encoder_out=self._encoder_out,
+            incremental_state=self._incremental,
+            features_only=project is not None,
+        )
         out = out[0][:, -1:, :] if project is None else project(out[0][:, -1:, :])
         lprobs = F.log_softmax(out.float(), dim=-1)[:, -1, :]  # [N x V (V')]
         lprobs.masked_fill_(torch.isnan(lprobs), -math.inf)  # fairseq: lprobs[nan] = -inf
@@ -278,12 +304,28 @@ class FastGenerator(BeamSearch):
         :class:`TorchStep`'s.
     """
 
-    def __init__(self, model, tgt_dict, beam_size: int = 5, len_penalty: float = 1.0,
-                 min_len: int = 1, max_len_a: float = 0.0, max_len_b: int = 200,
-                 unk_penalty: float = 0.0, shortlist=None):  # fmt: skip
+    def __init__(
+        self,
+        model,
+        tgt_dict,
+        beam_size: int = 5,
+        len_penalty: float = 1.0,
+        min_len: int = 1,
+        max_len_a: float = 0.0,
+        max_len_b: int = 200,
+        unk_penalty: float = 0.0,
+        shortlist=None,
+    ):
         step = TorchStep(model, tgt_dict, shortlist)
-        super().__init__(step, beam_size=beam_size, len_penalty=len_penalty, min_len=min_len,
-                         max_len_a=max_len_a, max_len_b=max_len_b, unk_penalty=unk_penalty)  # fmt: skip
+        super().__init__(
+            step,
+            beam_size=beam_size,
+            len_penalty=len_penalty,
+            min_len=min_len,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
+            unk_penalty=unk_penalty,
+        )
         self.model, self.shortlist = model, shortlist
         self.lean, self.why_not_lean = step.lean, step.why_not_lean
 
@@ -297,5 +339,10 @@ class FastGenerator(BeamSearch):
             out = super().generate(src_tokens.cpu().numpy(), src_lengths.cpu().numpy())
         except SearchError as exc:
             raise ValueError(str(exc)) from None
-        return [[{"tokens": torch.from_numpy(h["tokens"]), "score": torch.tensor(h["score"])}
-                 for h in hyps] for hyps in out]  # fmt: skip
+        return [
+            [
+                {"tokens": torch.from_numpy(h["tokens"]), "score": torch.tensor(h["score"])}
+                for h in hyps
+            ]
+            for hyps in out
+        ]

@@ -135,7 +135,7 @@ def _self_qkv(maps: PaddedMaps, a, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 class PaddedMaps:
     """A DA-WID attention's maps with each head zero-padded to the widest head, as weights
-    of ``owner`` (a :class:`~lightcompress.deploy.onnx_graphs._Regrouped`): the query
+    of ``owner`` (a :class:`~lightcompress.deploy.onnx_graphs.Regrouped`): the query
     (cross-attention) or query, key and value (self-attention) in one product whose output
     splits into ``[N x H x width]`` heads,
     and the output map over the padded heads (zero columns at the padding). The same numbers

@@ -22,11 +22,11 @@ from lightcompress.deploy.onnx_dawid import (
     traced_keys_values,
 )
 from lightcompress.deploy.onnx_graphs import (
-    _error,
-    _inner_attention,
-    _project_qkv,
-    _qkv_maps,
-    _Regrouped,
+    Regrouped,
+    inner_attention,
+    max_abs_error,
+    project_qkv,
+    qkv_maps,
 )
 from lightcompress.deploy.step import layer_step
 
@@ -45,7 +45,7 @@ class _Encoder(nn.Module):
         super().__init__()
         self.model = model
         self.lean = lean
-        self.regrouped = _Regrouped()
+        self.regrouped = Regrouped()
         self._padded: dict = {}  # (DA-WID's fused layers: their maps padded per head)
         if lean:
             for layer in model.encoder.layers:
@@ -53,14 +53,14 @@ class _Encoder(nn.Module):
                     if layer.blocks[0].sub is not None:
                         self._padded[id(layer)] = PaddedMaps(self.regrouped, layer.blocks[0].sub)
                     continue
-                if _qkv_maps(layer.self_attn) is not None:
-                    self.regrouped.prepare(*_qkv_maps(layer.self_attn))
+                if qkv_maps(layer.self_attn) is not None:
+                    self.regrouped.prepare(*qkv_maps(layer.self_attn))
         self._cross_plans = {}
         for layer in model.decoder.layers:
             if is_fused(layer) and layer.blocks[1].sub is not None:
                 self._padded[id(layer)] = PaddedKeysValues(self.regrouped, layer.blocks[1].sub)
             if not is_fused(layer) and layer.encoder_attn is not None:
-                a = _inner_attention(layer.encoder_attn)
+                a = inner_attention(layer.encoder_attn)
                 self.regrouped.prepare([a.k_proj, a.v_proj], [1.0, 1.0])
                 plan = cross_plan(self.regrouped, layer)
                 if plan is not None:
@@ -108,7 +108,7 @@ class _Encoder(nn.Module):
                 continue
             if layer.encoder_attn is None:  # (Subformer's SAFE block)
                 continue
-            a = _inner_attention(layer.encoder_attn)
+            a = inner_attention(layer.encoder_attn)
             kv = [
                 heads(y, a.num_heads, a.head_dim).transpose(1, 2)  # [B x H x S x d]
                 for y in self.regrouped.apply(x, [a.k_proj, a.v_proj], [1.0, 1.0])
@@ -124,7 +124,7 @@ class _Encoder(nn.Module):
         def self_attention(x):
             a = layer.self_attn
             h, d = a.num_heads, a.head_dim
-            q, k, v = _project_qkv(self.regrouped, a, x)
+            q, k, v = project_qkv(self.regrouped, a, x)
             q = heads(q, h, d).transpose(1, 2)  # [B x H x S x d]
             k = heads(k, h, d).permute(0, 2, 3, 1)  # [B x H x d x S]
             v = heads(v, h, d).transpose(1, 2)
@@ -153,7 +153,7 @@ def encoder_module(model, probe: Tensor) -> _Encoder:
     if encoder.lean:  # the lean layers must be the model's encoder, exactly
         own = _Encoder(model).eval()(probe)
         lean = encoder(probe)
-        worst = max(_error(a.numpy(), b.numpy()) for a, b in zip(lean, own))
+        worst = max(max_abs_error(a.numpy(), b.numpy()) for a, b in zip(lean, own))
         if not worst <= 1e-4 * max(1.0, max(float(b.abs().max()) for b in own[1:])):
             encoder = _Encoder(model).eval()  # (the model's own encoder)
     return encoder

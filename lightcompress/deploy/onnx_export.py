@@ -47,9 +47,9 @@ the fly: ``MatMulInteger``) of the large maps (``large``: at least 2^17 weights,
 :func:`lightcompress.deploy.quantize.quantize_model_int8` rule) or of every map (``all``),
 in the decoder and the encoder. A tied table (embedding and output projection) is then
 stored once, in int8: the lookups gather and dequantize the int8 copy the output projection
-multiplies with, and the float32 table is dropped (:func:`onnx_tools._int8_lookups`); a token
+multiplies with, and the float32 table is dropped (:func:`onnx_tools.int8_lookups`); a token
 table that is only looked up (untied; with ``--shortlist``, gathered for the candidates' rows)
-of that size is stored in int8 too (:func:`onnx_tools._int8_tables`).
+of that size is stored in int8 too (:func:`onnx_tools.int8_tables`).
 
 ``--shortlist FILE`` (a ``lightcompress-shortlist`` file of the model's data): the decoder graph
 takes the sorted candidate ids ``cands`` ``[V']`` after ``bias`` and scores only them. For a
@@ -85,35 +85,35 @@ from lightcompress.deploy.onnx_encoder import (  # (lean_encoder_error: importab
     lean_encoder_error,  # noqa: F401
     probe_batch,
 )
-from lightcompress.deploy.onnx_graphs import (  # (ExportError re-exported: its old home)
+from lightcompress.deploy.onnx_graphs import (
+    DecoderStep,
     ExportError,
-    _DecoderStep,
-    _frequencies,
-    _OutputRows,
-    _position_kind,
-    _positions_in_graph,
-    _sinusoid,
-    _tied_htt,
+    OutputRows,
     export_error,
     layer_layout,
+    position_kind,
+    positions_in_graph,
+    sinusoid_frequencies,
+    sinusoid_rows,
+    tied_htt,
 )
 from lightcompress.deploy.onnx_tools import (
-    _check,
-    _int8_lookups,
-    _int8_tables,
-    _k_as_input,
-    _quantize,
-    _share_weights,
-    _simplify,
-    _trace,
-    _write_dict,
-    _write_manifest,
-    _write_runtime,
+    check_exported_graphs,
+    int8_lookups,
+    int8_tables,
+    k_as_input,
+    quantize_graph,
+    share_weights,
+    simplify_graph,
+    trace_module,
+    write_dict,
+    write_manifest,
+    write_runtime,
 )
 from lightcompress.deploy.tt_graph import tt_in_graph
 from lightcompress_runtime.files import FORMAT, VERSION
 
-__all__ = ["ExportError", "NothingToQuantize", "cli_main", "export_onnx", "main"]
+__all__ = ["NothingToQuantize", "cli_main", "export_onnx", "main"]
 
 
 class NothingToQuantize(ExportError):
@@ -144,9 +144,16 @@ def _names(layers: list):
     return cache_in, cache_out
 
 
-def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | None = None,
-                check: bool = True, shortlist: str | None = None,
-                bpe: dict | None = None) -> dict:  # fmt: skip
+def export_onnx(
+    model,
+    task,
+    out_dir: str,
+    int8: str | None = None,
+    spm: str | None = None,
+    check: bool = True,
+    shortlist: str | None = None,
+    bpe: dict | None = None,
+) -> dict:
     """Export ``model`` (eval mode, float32, CPU) into the new directory ``out_dir`` (see the
     module notes); ``int8``: ``None``, ``"large"`` or ``"all"``; ``shortlist``: a shortlist
     file to ship (the decoder graph then takes candidate ids); ``bpe``: Moses + BPE settings
@@ -171,10 +178,12 @@ def export_onnx(model, task, out_dir: str, int8: str | None = None, spm: str | N
         protos = _load_graphs(tmp, split is not None)
         if int8:
             _quantize_graphs(protos, int8, tmp, probe if check else None, task)
-        _share_weights(protos, tmp)
+        share_weights(protos, tmp)
         _write_files(tmp, protos, task, spm, text, bpe, config, packed)
         if check:  # float32: exact (or ExportError); int8: how far it moved, recorded
-            errors = _check(tmp, probe.feed, probe.ref, probe.src, probe.cross, strict=not int8)
+            errors = check_exported_graphs(
+                tmp, probe.feed, probe.ref, probe.src, probe.cross, strict=not int8
+            )
             if int8:
                 config["int8_error"] = errors
         _write_config(tmp, config)
@@ -233,28 +242,36 @@ def _export_config(model, task, int8, spm, text, shortlist: bool, rows_graph: bo
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     dec = model.decoder
     positions = dec.embed_positions
-    kind = _position_kind(dec)
+    kind = position_kind(dec)
     config = {
-        "format": FORMAT, "version": VERSION,
-        "pad": tgt_dict.pad(), "eos": tgt_dict.eos(), "unk": tgt_dict.unk(),
-        "src_pad": src_dict.pad(), "src_eos": src_dict.eos(), "src_unk": src_dict.unk(),
-        "vocab_size": len(tgt_dict), "src_vocab_size": len(src_dict),
+        "format": FORMAT,
+        "version": VERSION,
+        "pad": tgt_dict.pad(),
+        "eos": tgt_dict.eos(),
+        "unk": tgt_dict.unk(),
+        "src_pad": src_dict.pad(),
+        "src_eos": src_dict.eos(),
+        "src_unk": src_dict.unk(),
+        "vocab_size": len(tgt_dict),
+        "src_vocab_size": len(src_dict),
         "max_decoder_positions": int(model.max_decoder_positions()),
         "max_source_positions": int(model.max_positions()[0]),
         "position_offset": int(positions.padding_idx) if positions is not None else 0,
         "position_kind": kind,
         "position_dim": int(positions.embedding_dim) if positions is not None else 0,
         # (torch's float32 frequencies: the runtime's rows are then torch's to rounding)
-        "position_freq": (_frequencies(positions.embedding_dim).tolist()
-                          if kind == "sinusoidal" else None),
+        "position_freq": (
+            sinusoid_frequencies(positions.embedding_dim).tolist() if kind == "sinusoidal" else None
+        ),
         "layers": [layer_layout(layer) for layer in dec.layers],
-        "int8": int8, "architecture": type(model).__name__,
+        "int8": int8,
+        "architecture": type(model).__name__,
         "spm": "spm.model" if spm else None,
         "bpe": text.settings() if text is not None else None,
         # the decoder graph takes the encoder's outputs once per sentence (exports before
         # this key: repeated per hypothesis)
         "cross_layout": "sentence",
-    }  # fmt: skip
+    }
     if shortlist:
         config["shortlist"] = "shortlist.npz"  # (exports before the packed form: .txt)
     if rows_graph:  # (the candidates' output rows: gathered once per batch by rows.onnx)
@@ -282,23 +299,31 @@ def _trace_graphs(model, task, config: dict, tmp: str, shortlist: bool, split) -
     cache_in, cache_out = _names(layers)
     enc_out = ["enc_bias"] + [n for n in cache_in if n.startswith("cross_")]
     enc_axes = {"src_tokens": {0: "B", 1: "S"}}
-    enc_axes.update({n: {0: "B", 3 if n == "enc_bias" or n.startswith("cross_b") else 2: "S"}
-                     for n in enc_out})  # fmt: skip
-    with torch.no_grad(), _positions_in_graph(model), tt_in_graph(model):
+    enc_axes.update(
+        {n: {0: "B", 3 if n == "enc_bias" or n.startswith("cross_b") else 2: "S"} for n in enc_out}
+    )
+    with torch.no_grad(), positions_in_graph(model), tt_in_graph(model):
         # (eval wrappers: the exporter puts a module back into its own mode afterwards,
         # and a new module is in training mode, which would switch dropout on)
         encoder = encoder_module(model, src)  # (lean where it is the model's encoder)
-        _trace(encoder, (src,), os.path.join(tmp, "encoder.raw.onnx"), ["src_tokens"],
-               enc_out, enc_axes)  # fmt: skip
+        trace_module(
+            encoder,
+            (src,),
+            os.path.join(tmp, "encoder.raw.onnx"),
+            ["src_tokens"],
+            enc_out,
+            enc_axes,
+        )
         cross = encoder(src)
         # (a tied HTT table: rows.onnx also gives each id's place among the candidates, the
-        # step's input rows; _DecoderStep)
-        places = len(tgt_dict) if rows_graph and _tied_htt(model.decoder) else 0
-        rows_module = _OutputRows(model, split[0], places).eval() if rows_graph else None
+        # step's input rows; DecoderStep)
+        places = len(tgt_dict) if rows_graph and tied_htt(model.decoder) else 0
+        rows_module = OutputRows(model, split[0], places).eval() if rows_graph else None
         n_rows = len(split[0](torch.zeros(1, dtype=torch.long))) if rows_graph else 0
         n_rows += 1 if places else 0
-        step = _DecoderStep(model, shortlist=shortlist, rows=n_rows,
-                            score=split[1] if rows_graph else None).eval()  # fmt: skip
+        step = DecoderStep(
+            model, shortlist=shortlist, rows=n_rows, score=split[1] if rows_graph else None
+        ).eval()
         args, arg_names, dec_axes = _decoder_probe(step, config, tgt_dict, cross, cache_in)
         for name in cache_out:
             dec_axes[name] = {0: "N", 2: "t1"}
@@ -310,18 +335,24 @@ def _trace_graphs(model, task, config: dict, tmp: str, shortlist: bool, split) -
                 row_names = [f"rows{i}" for i in range(n_rows)]
                 # (the rows of the candidates: [C x ...]; the places: [V])
                 row_axes = {r: {0: "C"} for r in row_names[: n_rows - (1 if places else 0)]}
-                _trace(rows_module, (cands,), os.path.join(tmp, "rows.raw.onnx"),
-                       ["cands"], row_names, {"cands": {0: "C"}, **row_axes})  # fmt: skip
+                trace_module(
+                    rows_module,
+                    (cands,),
+                    os.path.join(tmp, "rows.raw.onnx"),
+                    ["cands"],
+                    row_names,
+                    {"cands": {0: "C"}, **row_axes},
+                )
                 config["shortlist_rows_outputs"] = row_names
                 at = arg_names.index("bias")  # (the step takes the candidates' bias)
-                args = (*args[:at], args[at].index_select(0, cands), cands, *rows,
-                        *args[at + 2 :])  # fmt: skip
+                args = (*args[:at], args[at].index_select(0, cands), cands, *rows, *args[at + 2 :])
                 arg_names = [*arg_names[: at + 2], *row_names, *arg_names[at + 2 :]]
                 dec_axes["bias"] = {0: "C"}
                 dec_axes.update(row_axes)
         out_names = ["top_lp", "top_ids"] + cache_out
-        _trace(step, args, os.path.join(tmp, "decoder.raw.onnx"), arg_names, out_names,
-               dec_axes)  # fmt: skip
+        trace_module(
+            step, args, os.path.join(tmp, "decoder.raw.onnx"), arg_names, out_names, dec_axes
+        )
         ref = step(*args)
     return _Probe(dict(zip(arg_names, args)), ref, src, cross)
 
@@ -344,13 +375,18 @@ def _decoder_probe(step, config: dict, tgt_dict, cross, cache_in: list):
     pos = torch.tensor([config["position_offset"] + 4])
     pos_name = "pos"
     if step.position_kind == "sinusoidal":  # (the runtime feeds the row: 6 fewer nodes)
-        pos = _sinusoid(pos, config["position_dim"])
+        pos = sinusoid_rows(pos, config["position_dim"])
         pos_name = "pos_emb"
     order = torch.tensor([1, 0, 3, 2])
     bias = torch.zeros(len(tgt_dict))
     bias[tgt_dict.pad()] = float("-inf")
-    dec_axes = {"prev": {0: "N"}, "order": {0: "N"}, "enc_bias": {0: "B", 3: "S"},
-                "top_lp": {0: "N"}, "top_ids": {0: "N"}}  # fmt: skip
+    dec_axes = {
+        "prev": {0: "N"},
+        "order": {0: "N"},
+        "enc_bias": {0: "B", 3: "S"},
+        "top_lp": {0: "N"},
+        "top_ids": {0: "N"},
+    }
     for name in cache_in[1:]:
         if name.startswith("cross_b"):  # (a mask: [B x H x 1 x S])
             dec_axes[name] = {0: "B", 3: "S"}
@@ -383,9 +419,9 @@ def _load_graphs(tmp: str, rows_graph: bool) -> dict:
 
     names = ["encoder", "decoder"] + (["rows"] if rows_graph else [])
     protos = {name: onnx.load(os.path.join(tmp, f"{name}.raw.onnx")) for name in names}
-    _k_as_input(protos["decoder"])
+    k_as_input(protos["decoder"])
     for proto in protos.values():
-        _simplify(proto)
+        simplify_graph(proto)
     return protos
 
 
@@ -402,16 +438,16 @@ def _quantize_graphs(protos: dict, int8: str, tmp: str, probe: _Probe | None, ta
     for name, proto in protos.items():
         onnx.save(proto, os.path.join(work, f"{name}.onnx"))
     if probe is not None:  # the float32 graphs first, exactly
-        _check(work, probe.feed, probe.ref, probe.src, probe.cross, strict=True)
+        check_exported_graphs(work, probe.feed, probe.ref, probe.src, probe.cross, strict=True)
     quantized = 0
     for name in ("encoder", "decoder"):  # (rows.onnx only gathers)
         path = os.path.join(work, f"{name}.onnx")
-        quantized += _quantize(path, os.path.join(work, f"{name}.int8.onnx"), limit)
+        quantized += quantize_graph(path, os.path.join(work, f"{name}.int8.onnx"), limit)
         protos[name] = onnx.load(os.path.join(work, f"{name}.int8.onnx"))
-    _int8_lookups(protos)  # a tied table stored once, in int8
+    int8_lookups(protos)  # a tied table stored once, in int8
     # tables only looked up (untied; the shortlist's rows): int8 too
     sizes = {len(task.source_dictionary), len(task.target_dictionary)}
-    quantized += _int8_tables(protos, limit, sizes)
+    quantized += int8_tables(protos, limit, sizes)
     if not quantized:  # (the export would be float32, only larger: refused)
         raise NothingToQuantize(_nothing_to_quantize(int8, limit))
     shutil.rmtree(work)
@@ -425,28 +461,30 @@ def _write_files(tmp: str, protos: dict, task, spm, text, bpe, config: dict, pac
     for name, proto in protos.items():
         onnx.save(proto, os.path.join(tmp, f"{name}.onnx"))
         os.remove(os.path.join(tmp, f"{name}.raw.onnx"))
-    _write_dict(task.source_dictionary, os.path.join(tmp, "dict.src.txt"))
-    _write_dict(task.target_dictionary, os.path.join(tmp, "dict.tgt.txt"))
+    write_dict(task.source_dictionary, os.path.join(tmp, "dict.src.txt"))
+    write_dict(task.target_dictionary, os.path.join(tmp, "dict.tgt.txt"))
     if spm:
         shutil.copyfile(spm, os.path.join(tmp, "spm.model"))
     if text is not None:  # the codes (read by the runtime's tokenizers)
         shutil.copyfile(bpe["codes"], os.path.join(tmp, config["bpe"]["codes"]))
     if packed is not None:
         packed.save_packed(os.path.join(tmp, "shortlist.npz"))
-    _write_runtime(tmp)  # runtime/ and translate.py
+    write_runtime(tmp)  # runtime/ and translate.py
 
 
 def _write_config(tmp: str, config: dict) -> None:
     """``config.json`` and the manifest (again after the proof adds its figure)."""
     with open(os.path.join(tmp, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=1)
-    _write_manifest(tmp)
+    write_manifest(tmp)
 
 
 def _nothing_to_quantize(int8: str, limit: int) -> str:
     fix = "export it without --int8" + (" (or with --int8 all)" if int8 == "large" else "")
-    return (f"--int8 {int8}: no map or token table of this model has {limit} weights or "
-            f"more, so int8 would quantize nothing (a float32 export, only larger): {fix}")  # fmt: skip
+    return (
+        f"--int8 {int8}: no map or token table of this model has {limit} weights or "
+        f"more, so int8 would quantize nothing (a float32 export, only larger): {fix}"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -551,32 +589,55 @@ def _main(argv: Sequence[str] | None) -> int:
     bpe = None
     if args.bpe_codes is not None:
         cfg = getattr(task, "cfg", None) or getattr(task, "args", None)
-        bpe = settings_of(args, getattr(cfg, "source_lang", None),
-                          getattr(cfg, "target_lang", None), task.source_dictionary.symbols)  # fmt: skip
+        bpe = settings_of(
+            args,
+            getattr(cfg, "source_lang", None),
+            getattr(cfg, "target_lang", None),
+            task.source_dictionary.symbols,
+        )
     try:
-        config = export_onnx(model, task, args.output, int8=args.int8, spm=args.spm,
-                             shortlist=args.shortlist, bpe=bpe)  # fmt: skip
+        config = export_onnx(
+            model,
+            task,
+            args.output,
+            int8=args.int8,
+            spm=args.spm,
+            shortlist=args.shortlist,
+            bpe=bpe,
+        )
     except OSError as exc:  # a full disk, a read-only file system (nothing is left)
         raise ExportError(f"cannot write {args.output}: {exc.strerror or exc}") from None
     errors = config.get("int8_error")
     if errors:
-        print(f"{prog}: int8 moved the encoder's outputs by {100 * errors['encoder']:.1f} % and "
-              f"the decoder's log-probabilities by {100 * errors['decoder']:.1f} % (relative, on "
-              "a probe batch): compare its BLEU with the float32 export's", file=sys.stderr)  # fmt: skip
+        print(
+            f"{prog}: int8 moved the encoder's outputs by {100 * errors['encoder']:.1f} % and "
+            f"the decoder's log-probabilities by {100 * errors['decoder']:.1f} % (relative, on "
+            "a probe batch): compare its BLEU with the float32 export's",
+            file=sys.stderr,
+        )
     agreement = config.get("int8_probe_agreement")
     if agreement is not None:
-        print(f"{prog}: int8 kept the float32 model's best translation of "
-              f"{100 * agreement:.0f} % of the probe sentences", file=sys.stderr)  # fmt: skip
+        print(
+            f"{prog}: int8 kept the float32 model's best translation of "
+            f"{100 * agreement:.0f} % of the probe sentences",
+            file=sys.stderr,
+        )
     if config.get("bpe"):
         b = config["bpe"]
         steps = [f"Moses ({b['source_lang']})"] if b["tokenizer"] else []
         steps += ["lowercased"] * bool(b["lowercase"]) + ["BPE"]
         after = f", Moses-detokenized ({b['target_lang']})" if b["tokenizer"] else ""
-        print(f"{prog}: raw text in: {', '.join(steps)} (the codes {args.bpe_codes}); out: @@ "
-              f"removed{after}", file=sys.stderr)  # fmt: skip
+        print(
+            f"{prog}: raw text in: {', '.join(steps)} (the codes {args.bpe_codes}); out: @@ "
+            f"removed{after}",
+            file=sys.stderr,
+        )
     elif not config.get("spm"):
-        print(f"{prog}: no tokenizer (no --spm or --bpe-codes): the export takes subword "
-              "tokens (translate.py --tokenized)", file=sys.stderr)  # fmt: skip
+        print(
+            f"{prog}: no tokenizer (no --spm or --bpe-codes): the export takes subword "
+            "tokens (translate.py --tokenized)",
+            file=sys.stderr,
+        )
     print(f"{prog}: wrote {args.output}", file=sys.stderr)
     return 0
 

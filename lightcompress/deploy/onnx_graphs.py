@@ -28,7 +28,7 @@ from lightcompress.errors import LightcompressError
 
 __all__ = ["ExportError", "export_error"]
 
-_K_PLACEHOLDER = 7  # the traced top-k size; replaced by the graph input "k"
+K_PLACEHOLDER = 7  # the traced top-k size; replaced by the graph input "k"
 
 
 class ExportError(LightcompressError, ValueError):
@@ -40,17 +40,17 @@ class ExportError(LightcompressError, ValueError):
 # --------------------------------------------------------------------------------------------
 
 
-def _frequencies(dim: int) -> Tensor:
+def sinusoid_frequencies(dim: int) -> Tensor:
     """The frequencies of fairseq's sinusoidal embedding (its float32 arithmetic)."""
     half = dim // 2
     return torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000) / (half - 1)))
 
 
-def _sinusoid(positions: Tensor, dim: int) -> Tensor:
+def sinusoid_rows(positions: Tensor, dim: int) -> Tensor:
     """fairseq's sinusoidal embedding of ``positions`` (the rows of
     ``SinusoidalPositionalEmbedding.get_embedding``, same float32 arithmetic), computed in the
     graph instead of stored: the table would add ``1026 x C`` floats per graph to the export."""
-    freq = _frequencies(dim)
+    freq = sinusoid_frequencies(dim)
     angles = positions.float().unsqueeze(-1) * freq
     emb = torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1)
     if dim % 2 == 1:
@@ -69,11 +69,11 @@ class _SinusoidalInGraph(nn.Module):
     def forward(self, input, incremental_state=None, timestep=None, positions=None):
         mask = input.ne(self.padding_idx).long()
         positions = torch.cumsum(mask, dim=1) * mask + self.padding_idx
-        return _sinusoid(positions, self.dim) * mask.unsqueeze(-1).float()
+        return sinusoid_rows(positions, self.dim) * mask.unsqueeze(-1).float()
 
 
 @contextlib.contextmanager
-def _positions_in_graph(model):
+def positions_in_graph(model):
     """The encoder's sinusoidal table replaced by :class:`_SinusoidalInGraph` (restored after)."""
     from fairseq.modules import SinusoidalPositionalEmbedding
 
@@ -88,7 +88,7 @@ def _positions_in_graph(model):
             enc.embed_positions = original
 
 
-def _position_kind(dec) -> str | None:
+def position_kind(dec) -> str | None:
     """``"sinusoidal"``, ``"learned"`` or None (no positions) for the decoder."""
     from fairseq.modules import LearnedPositionalEmbedding, SinusoidalPositionalEmbedding
 
@@ -102,7 +102,7 @@ def _position_kind(dec) -> str | None:
     raise ExportError(f"positional embedding {type(ep).__name__} is not supported")
 
 
-class _Regrouped(nn.Module):
+class Regrouped(nn.Module):
     """Maps that read the same input, regrouped at export time (the same products, in fewer,
     larger graph nodes; the stored weights are the same size):
 
@@ -144,19 +144,27 @@ class _Regrouped(nn.Module):
         if parts[0][0] is not None:  # low-rank: one first product, then each second factor
             first = tuple(p[0] for p in parts)
             stacked = (
-                first[0] if len(first) == 1
+                first[0]
+                if len(first) == 1
                 else self._weight(("stack",) + tuple(map(id, first)), lambda: torch.cat(first))
-            )  # fmt: skip
-            seconds = [(self._scaled(u, sc), self._scaled(b, sc))
-                       for (_v, u, b), sc in zip(parts, scales)]  # fmt: skip
+            )
+            seconds = [
+                (self._scaled(u, sc), self._scaled(b, sc)) for (_v, u, b), sc in zip(parts, scales)
+            ]
             self._plans[key] = ("lowrank", stacked, [p[0].shape[0] for p in parts], seconds)
         else:  # dense: one product of the stacked (scaled) weights
             ws = [self._scaled(w, sc) for (_f, w, _b), sc in zip(parts, scales)]
             bs = [self._scaled(b, sc) for (_f, _w, b), sc in zip(parts, scales)]
-            w = ws[0] if len(ws) == 1 else self._weight(
-                ("stack",) + tuple(map(id, ws)), lambda: torch.cat(ws))  # fmt: skip
-            b = bs[0] if len(bs) == 1 or bs[0] is None else self._weight(
-                ("stack",) + tuple(map(id, bs)), lambda: torch.cat(bs))  # fmt: skip
+            w = (
+                ws[0]
+                if len(ws) == 1
+                else self._weight(("stack",) + tuple(map(id, ws)), lambda: torch.cat(ws))
+            )
+            b = (
+                bs[0]
+                if len(bs) == 1 or bs[0] is None
+                else self._weight(("stack",) + tuple(map(id, bs)), lambda: torch.cat(bs))
+            )
             self._plans[key] = ("dense", w, b, [p[1].shape[0] for p in parts])
 
     def apply(self, x: Tensor, maps, scales) -> list:
@@ -173,7 +181,7 @@ class _Regrouped(nn.Module):
         return list(y.split(sizes, dim=-1)) if len(sizes) > 1 else [y]
 
 
-def _qkv_maps(attn):
+def qkv_maps(attn):
     """The Q, K, V maps of a fairseq attention and their output scales (the query's scaling),
     or None for Hypoformer's fused map (:func:`~lightcompress.deploy.tt_graph.fused_qkv_step`)."""
     if fused_qkv(attn) is not None:
@@ -181,15 +189,15 @@ def _qkv_maps(attn):
     return [attn.q_proj, attn.k_proj, attn.v_proj], [attn.scaling, 1.0, 1.0]
 
 
-def _project_qkv(regrouped: _Regrouped, attn, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def project_qkv(regrouped: Regrouped, attn, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """``(q * scaling, k, v)`` of ``x``."""
-    spec = _qkv_maps(attn)
+    spec = qkv_maps(attn)
     if spec is None:
         return fused_qkv_step(fused_qkv(attn), x, attn.scaling)
     return tuple(regrouped.apply(x, *spec))
 
 
-class _DecoderStep(nn.Module):
+class DecoderStep(nn.Module):
     """One incremental decoder step for hypotheses ``N``, as fairseq's
     ``TransformerDecoderLayerBase`` computes it (pre- or post-LN, Admin residuals), with
     constant-shape reshapes (few graph nodes). ``shortlist``: the input after ``bias`` is the
@@ -204,7 +212,7 @@ class _DecoderStep(nn.Module):
         self.model = model
         self.shortlist = shortlist
         # rows > 0: the candidates' output rows are ``rows`` inputs after ``cands`` (gathered
-        # once per batch by :class:`_OutputRows`), scored by ``score`` (the second function of
+        # once per batch by :class:`OutputRows`), scored by ``score`` (the second function of
         # :func:`~lightcompress.deploy.shortlist.split_output_rows`), and ``bias`` is already
         # the candidates' ``[V']``
         self.rows = rows
@@ -214,11 +222,11 @@ class _DecoderStep(nn.Module):
         # candidates (the table's rows from its factors): the step takes its input rows from
         # them too, instead of computing each id's TT row at every step (the previous tokens
         # are candidates, or EOS, which every shortlist holds); rows.onnx's last output is
-        # then each id's place among the candidates (``[V]``, :class:`_OutputRows`)
-        self._tied_rows = bool(rows) and _tied_htt(dec)
+        # then each id's place among the candidates (``[V]``, :class:`OutputRows`)
+        self._tied_rows = bool(rows) and tied_htt(dec)
         self.num_layers = len(dec.layers)
-        self.position_kind = _position_kind(dec)
-        self.regrouped = _Regrouped()
+        self.position_kind = position_kind(dec)
+        self.regrouped = Regrouped()
         self._kept_rows = None  # (run eagerly: the candidates' output rows of the batch)
         # a low-rank input table: looked up lean (factor_attention.low_rank_lookup)
         self._lookup = None if self._tied_rows else low_rank_lookup(self.regrouped, dec)
@@ -234,17 +242,24 @@ class _DecoderStep(nn.Module):
             plan = self_plan(self.regrouped, layer.self_attn)
             if plan is not None:
                 self._self_plans[id(layer)] = plan
-            elif _qkv_maps(layer.self_attn) is not None:
-                self.regrouped.prepare(*_qkv_maps(layer.self_attn))
+            elif qkv_maps(layer.self_attn) is not None:
+                self.regrouped.prepare(*qkv_maps(layer.self_attn))
             plan = cross_plan(self.regrouped, layer)
             if plan is not None:
                 self._cross_plans[id(layer)] = plan
             elif layer.encoder_attn is not None:
-                inner = _inner_attention(layer.encoder_attn)
+                inner = inner_attention(layer.encoder_attn)
                 self.regrouped.prepare([inner.q_proj], [inner.scaling])
 
-    def forward(self, prev: Tensor, pos: Tensor, order: Tensor, bias: Tensor, *caches: Tensor,
-                top_k: int = _K_PLACEHOLDER):  # fmt: skip
+    def forward(
+        self,
+        prev: Tensor,
+        pos: Tensor,
+        order: Tensor,
+        bias: Tensor,
+        *caches: Tensor,
+        top_k: int = K_PLACEHOLDER,
+    ):
         dec = self.model.decoder
         cands = rows = None
         if self.shortlist:
@@ -337,7 +352,7 @@ class _DecoderStep(nn.Module):
                 return y
             a = layer.self_attn
             h, d = a.num_heads, a.head_dim
-            q, k, v = _project_qkv(self.regrouped, a, x)
+            q, k, v = project_qkv(self.regrouped, a, x)
             q = q.reshape(-1, h, 1, d)
             k = torch.cat([past_k.index_select(0, order), k.reshape(-1, h, 1, d)], dim=2)
             v = torch.cat([past_v.index_select(0, order), v.reshape(-1, h, 1, d)], dim=2)
@@ -350,7 +365,7 @@ class _DecoderStep(nn.Module):
                 rows = lambda y, h, d: self._sentence_rows(y, enc_bias, h, d)
                 return cross_factors.step(x, *cross, rows)
             cross_k, cross_v = cross
-            a, inner = layer.encoder_attn, _inner_attention(layer.encoder_attn)
+            a, inner = layer.encoder_attn, inner_attention(layer.encoder_attn)
             if inner is not a:  # Subformer: attention at the encoder's width
                 x = a.project_query(x)
             h, d = inner.num_heads, inner.head_dim
@@ -394,13 +409,22 @@ def layer_layout(layer) -> dict:
     if _fused(layer):  # (a self-attention without heads: caches [1, 1] of zeros)
         a = layer.blocks[0].sub
         h, qk, v = (1, 1, 1) if a is None else (int(a.num_heads), max(int(a.m_qk), 1), int(a.m_v))
-        return {"heads": h, "head_dim": v, "cross": _has_cross(layer), "k_cache": [h, qk],
-                "v_cache": [h, v]}  # fmt: skip
-    return {"heads": int(layer.self_attn.num_heads), "head_dim": int(layer.self_attn.head_dim),
-            "cross": layer.encoder_attn is not None, **layout(layer)}  # fmt: skip
+        return {
+            "heads": h,
+            "head_dim": v,
+            "cross": _has_cross(layer),
+            "k_cache": [h, qk],
+            "v_cache": [h, v],
+        }
+    return {
+        "heads": int(layer.self_attn.num_heads),
+        "head_dim": int(layer.self_attn.head_dim),
+        "cross": layer.encoder_attn is not None,
+        **layout(layer),
+    }
 
 
-def _tied_htt(dec) -> bool:
+def tied_htt(dec) -> bool:
     """The decoder's output layer is its HTT input table, tied (``TiedOutputProjection``):
     ``split_output_rows``' first row tensor is then the table's rows of the candidates."""
     from lightcompress.integration import TiedOutputProjection
@@ -414,7 +438,7 @@ def _tied_htt(dec) -> bool:
     )
 
 
-class _OutputRows(nn.Module):
+class OutputRows(nn.Module):
     """``cands [V']`` -> the output layer's rows of the candidates
     (:func:`~lightcompress.deploy.shortlist.split_output_rows`): the export's ``rows.onnx``,
     run once per batch, so that the decoder step does not gather them at every step."""
@@ -433,14 +457,14 @@ class _OutputRows(nn.Module):
         return (*rows, at.scatter(0, cands, torch.arange(cands.shape[0])))  # [V]
 
 
-def _inner_attention(attn):
+def inner_attention(attn):
     """fairseq's attention inside Subformer's :class:`QueryProjectedAttention` (or ``attn``)."""
     from lightcompress.modules.safe import QueryProjectedAttention
 
     return attn.attention if isinstance(attn, QueryProjectedAttention) else attn
 
 
-def _error(got, ref) -> float:
+def max_abs_error(got, ref) -> float:
     """Largest absolute difference (``inf`` where shapes or -inf entries disagree, and for any
     NaN: a model whose outputs hold NaN is never 'equal' to its export)."""
     import numpy as np
@@ -475,7 +499,7 @@ def export_error(model) -> str | None:
     if enc is None or not hasattr(enc, "padding_idx"):
         return "its encoder is not fairseq's Transformer encoder"
     try:
-        _position_kind(model.decoder)
+        position_kind(model.decoder)
     except ExportError as exc:
         return str(exc)
     return None

@@ -11,7 +11,7 @@ import shutil
 
 import torch
 
-from lightcompress.deploy.onnx_graphs import _K_PLACEHOLDER, ExportError, _error
+from lightcompress.deploy.onnx_graphs import K_PLACEHOLDER, ExportError, max_abs_error
 from lightcompress.deploy.tt_graph import TT_MATRIX
 
 __all__ = ["MANIFEST", "WEIGHTS"]
@@ -52,7 +52,7 @@ if __name__ == "__main__":
 '''
 
 
-def _trace(module, args, path, input_names, output_names, dynamic_axes) -> None:
+def trace_module(module, args, path, input_names, output_names, dynamic_axes) -> None:
     import warnings
 
     with warnings.catch_warnings():
@@ -70,7 +70,7 @@ def _trace(module, args, path, input_names, output_names, dynamic_axes) -> None:
         )
 
 
-def _k_as_input(model_proto) -> None:
+def k_as_input(model_proto) -> None:
     """The traced ``TopK`` has a constant ``k``: make it the graph input ``k`` ([1] int64)."""
     import onnx
     from onnx import TensorProto, helper
@@ -89,7 +89,7 @@ def _k_as_input(model_proto) -> None:
     onnx.checker.check_model(model_proto)
 
 
-def _simplify(model_proto) -> None:
+def simplify_graph(model_proto) -> None:
     """Remove the reshapes that do not change a shape, and what only computed their target
     shapes (the modules' ``x.view(*lead, out)`` on inputs that already have that shape: one
     third of a factorized decoder step's nodes), by ONNX Runtime's symbolic shape inference."""
@@ -143,7 +143,7 @@ def _set_nodes(g, nodes) -> None:
     g.initializer.extend(inits)
 
 
-def _share_weights(protos: dict, out_dir: str) -> None:
+def share_weights(protos: dict, out_dir: str) -> None:
     """Every initializer of the graphs (but constants under 4 KiB) into one ``weights.bin``
     (equal tensors once; ONNX external data)."""
     from onnx import numpy_helper
@@ -179,7 +179,7 @@ def _share_weights(protos: dict, out_dir: str) -> None:
                     entry.key, entry.value = k, v
 
 
-def _quantize(path: str, out_path: str, min_elements: int) -> int:
+def quantize_graph(path: str, out_path: str, min_elements: int) -> int:
     """ONNX Runtime dynamic int8 of the MatMul / Gemm nodes whose weight has at least
     ``min_elements`` entries (weights folded first, so transposed weights qualify). Returns
     how many maps it quantized."""
@@ -239,8 +239,8 @@ def _ranks(proto) -> dict:
     return out
 
 
-def _int8_lookups(protos: dict) -> int:
-    """Embedding lookups from the int8 copy of a tied table (after :func:`_quantize`).
+def int8_lookups(protos: dict) -> int:
+    """Embedding lookups from the int8 copy of a tied table (after :func:`quantize_graph`).
 
     ONNX Runtime's quantizer gives the output projection ``x E^T`` an int8 copy of the table
     (``MatMulInteger`` on ``E^T``) and leaves the lookups (``Gather``) on the float32 ``E``, so a
@@ -341,9 +341,9 @@ def _int8_lookups(protos: dict) -> int:
     return changed
 
 
-def _int8_tables(protos: dict, min_elements: int, vocab_sizes) -> int:
+def int8_tables(protos: dict, min_elements: int, vocab_sizes) -> int:
     """Token embedding tables that are only looked up (``Gather``), stored in int8: after
-    :func:`_int8_lookups`, a float32 table of at least ``min_elements`` entries whose rows are
+    :func:`int8_lookups`, a float32 table of at least ``min_elements`` entries whose rows are
     the vocabulary (``vocab_sizes``) and which every graph only gathers (an untied model's
     tables; with the shortlist, the tied table whose candidates' rows ``rows.onnx`` gathers) is
     quantized like ONNX Runtime's int8 weights (per tensor, symmetric: ``scale = max|E| / 127``,
@@ -408,12 +408,12 @@ def _int8_tables(protos: dict, min_elements: int, vocab_sizes) -> int:
     return len(tables)
 
 
-def _write_dict(d, path: str) -> None:
+def write_dict(d, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(sym + "\n" for sym in d.symbols)
 
 
-def _write_runtime(directory: str) -> None:
+def write_runtime(directory: str) -> None:
     """The runtime an export carries: the package :mod:`lightcompress_runtime`, file for file,
     as ``runtime/``, and ``translate.py``, which runs it."""
     import lightcompress_runtime as runtime
@@ -430,7 +430,7 @@ def _write_runtime(directory: str) -> None:
     os.chmod(path, 0o755)
 
 
-def _write_manifest(directory: str) -> None:
+def write_manifest(directory: str) -> None:
     """``MANIFEST.sha256`` (``sha256sum`` format) of every file the runtime reads: it refuses
     an export whose config, dictionaries or weights were edited after it was written (the
     runtime's own code is not among them)."""
@@ -445,20 +445,20 @@ def _write_manifest(directory: str) -> None:
         f.writelines(lines)
 
 
-def _relative_error(got, ref) -> float:
+def relative_error(got, ref) -> float:
     """Relative (Frobenius) error over the finite entries (``inf`` where they disagree)."""
     import numpy as np
 
     if got.shape != ref.shape or not np.array_equal(np.isfinite(got), np.isfinite(ref)):
         return float("inf")
-    if np.isnan(got).any() or np.isnan(ref).any():  # (as _error: NaN is never equal)
+    if np.isnan(got).any() or np.isnan(ref).any():  # (as max_abs_error: NaN is never equal)
         return float("inf")
     fin = np.isfinite(ref)
     g, r = got[fin].astype(np.float64), ref[fin].astype(np.float64)
     return float(np.linalg.norm(g - r) / max(np.linalg.norm(r), 1e-12))
 
 
-def _check(folder, args: dict, ref, src, cross, strict: bool) -> dict:
+def check_exported_graphs(folder, args: dict, ref, src, cross, strict: bool) -> dict:
     """Run the graphs in ``folder`` on the probe inputs against the traced modules' outputs.
     ``strict`` (float32): equal to 1e-3 or :class:`ExportError`. Returns the relative errors
     ``{"encoder": ..., "decoder": ...}`` (int8 exports record them: int8 weights and
@@ -478,7 +478,7 @@ def _check(folder, args: dict, ref, src, cross, strict: bool) -> dict:
     )
     got = enc.run(None, {"src_tokens": src.numpy()})
     feed = {i.name: args[i.name].numpy() for i in dec.get_inputs() if i.name != "k"}
-    feed["k"] = np.array([_K_PLACEHOLDER], dtype=np.int64)
+    feed["k"] = np.array([K_PLACEHOLDER], dtype=np.int64)
     out = dec.run(None, feed)
     pairs = {
         "encoder": [(g, r.numpy()) for g, r in zip(got, cross)],
@@ -494,12 +494,12 @@ def _check(folder, args: dict, ref, src, cross, strict: bool) -> dict:
     errors = {}
     for part, items in pairs.items():
         if strict:
-            worst = max(_error(g, r) for g, r in items)
+            worst = max(max_abs_error(g, r) for g, r in items)
             scale = max(float(np.abs(r[np.isfinite(r)]).max(initial=0.0)) for _g, r in items)
             if not worst <= 1e-3 * max(1.0, scale):
                 raise ExportError(
                     f"the exported {part} does not reproduce the model (check failed: largest "
                     f"difference {worst:.3g})"
                 )
-        errors[part] = round(max(_relative_error(g, r) for g, r in items), 6)
+        errors[part] = round(max(relative_error(g, r) for g, r in items), 6)
     return errors

@@ -106,9 +106,10 @@ def load_candidates(
             stem = os.path.splitext(os.path.basename(path))[0]
             label = f"{os.path.basename(os.path.dirname(os.path.abspath(path)))}/{stem}"
         out.append(
-            Candidate(label, path, model, task, count_parameters(model)["total"],
-                      model_args=model_args)
-        )  # fmt: skip
+            Candidate(
+                label, path, model, task, count_parameters(model)["total"], model_args=model_args
+            )
+        )
     if archs:
         try:
             specs = parse_model_specs(list(archs))
@@ -163,14 +164,25 @@ def with_int8(
                     min_weight_elements=LARGE_MAP_ELEMENTS if variant == "int8-large" else 0,
                 )
             out.append(
-                Candidate(c.label, c.source, q, c.task, c.params, variant, c.random_weights,
-                          c.args, model_args=c.model_args, float_model=c.model)
-            )  # fmt: skip
+                Candidate(
+                    c.label,
+                    c.source,
+                    q,
+                    c.task,
+                    c.params,
+                    variant,
+                    c.random_weights,
+                    c.args,
+                    model_args=c.model_args,
+                    float_model=c.model,
+                )
+            )
     return out
 
 
-def _with_exports(candidates, workdir, engine, name, precisions, export, make_runner, errors,
-                  log=None, prefix=""):  # fmt: skip
+def _with_exports(
+    candidates, workdir, engine, name, precisions, export, make_runner, errors, log=None, prefix=""
+):
     """For every float32 fairseq candidate, one candidate per precision of ``engine``:
     ``export(candidate, target, precision)`` writes it into ``workdir``, ``make_runner(
     candidate, target, precision)`` times it. An export refused with one of ``errors`` gives
@@ -193,10 +205,21 @@ def _with_exports(candidates, workdir, engine, name, precisions, export, make_ru
             if log:
                 log(f"exported {c.label} to {name} ({precision}): {target}")
             out.append(
-                Candidate(c.label, target, None, c.task, c.params, precision, c.random_weights,
-                          c.args, engine=engine, runner=make_runner(c, target, precision),
-                          model_args=c.model_args, size_bytes=directory_bytes(target))
-            )  # fmt: skip
+                Candidate(
+                    c.label,
+                    target,
+                    None,
+                    c.task,
+                    c.params,
+                    precision,
+                    c.random_weights,
+                    c.args,
+                    engine=engine,
+                    runner=make_runner(c, target, precision),
+                    model_args=c.model_args,
+                    size_bytes=directory_bytes(target),
+                )
+            )
     return out, notes
 
 
@@ -227,14 +250,28 @@ def with_ct2(
 
         def runner(c, target, precision):
             return CT2Runner(
-                target, precision, threads, c.task.source_dictionary, c.task.target_dictionary,
-                c.model.max_decoder_positions(), c.model.max_positions(), use_vmap=sl is not None,
-            )  # fmt: skip
+                target,
+                precision,
+                threads,
+                c.task.source_dictionary,
+                c.task.target_dictionary,
+                c.model.max_decoder_positions(),
+                c.model.max_positions(),
+                use_vmap=sl is not None,
+            )
 
         return _with_exports(
-            candidates, workdir, "ctranslate2", "CTranslate2", ("float32", "int8"), export,
-            runner, ExportError, log, prefix="vmap-" if sl else "",
-        )  # fmt: skip
+            candidates,
+            workdir,
+            "ctranslate2",
+            "CTranslate2",
+            ("float32", "int8"),
+            export,
+            runner,
+            ExportError,
+            log,
+            prefix="vmap-" if sl else "",
+        )
 
     return _with_and_without(shortlist, exports)
 
@@ -252,7 +289,8 @@ def with_onnx(
     maps of at least 2^17 weights) when in ``variants``; with ``shortlist``, each also exported
     with it and run with it (after the one without). Returns the new candidates and one note
     per model that could not be exported."""
-    from lightcompress.deploy.onnx_export import ExportError, export_onnx
+    from lightcompress.deploy.onnx_export import export_onnx
+    from lightcompress.deploy.onnx_graphs import ExportError
     from lightcompress.measure.engines import OnnxRunner
 
     def exports(sl):
@@ -261,13 +299,26 @@ def with_onnx(
             export_onnx(c.model, c.task, target, int8=int8, shortlist=sl)
 
         def runner(c, target, precision):
-            return OnnxRunner(target, threads, c.task.source_dictionary.pad(),
-                              c.model.max_positions(), shortlist=sl is not None)  # fmt: skip
+            return OnnxRunner(
+                target,
+                threads,
+                c.task.source_dictionary.pad(),
+                c.model.max_positions(),
+                shortlist=sl is not None,
+            )
 
         return _with_exports(
-            candidates, workdir, "onnxruntime", "ONNX", ("float32", *variants), export, runner,
-            ExportError, log, prefix="onnx-sl-" if sl else "onnx-",
-        )  # fmt: skip
+            candidates,
+            workdir,
+            "onnxruntime",
+            "ONNX",
+            ("float32", *variants),
+            export,
+            runner,
+            ExportError,
+            log,
+            prefix="onnx-sl-" if sl else "onnx-",
+        )
 
     return _with_and_without(shortlist, exports)
 
@@ -290,8 +341,14 @@ def _shortlist_after_plain(candidates: list[Candidate]) -> list[Candidate]:
     out = []
     for c in plain:
         out.append(c)
-        out += [s for s in candidates if s.shortlist is not None and s.label == c.label
-                and s.precision == c.precision and s.engine == c.engine]  # fmt: skip
+        out += [
+            s
+            for s in candidates
+            if s.shortlist is not None
+            and s.label == c.label
+            and s.precision == c.precision
+            and s.engine == c.engine
+        ]
     return out
 
 

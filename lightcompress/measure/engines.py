@@ -69,16 +69,28 @@ class CT2Runner:
 
     engine = "ctranslate2"
 
-    def __init__(self, model_dir: str, compute_type: str, threads: int, src_dict, tgt_dict,
-                 max_positions: int, model_max_positions=None, use_vmap: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        model_dir: str,
+        compute_type: str,
+        threads: int,
+        src_dict,
+        tgt_dict,
+        max_positions: int,
+        model_max_positions=None,
+        use_vmap: bool = False,
+    ):
         import ctranslate2
 
         self.model_dir = model_dir
         self.compute_type = compute_type
         self.translator = ctranslate2.Translator(
-            model_dir, device="cpu", compute_type=compute_type, intra_threads=threads,
+            model_dir,
+            device="cpu",
+            compute_type=compute_type,
+            intra_threads=threads,
             inter_threads=1,
-        )  # fmt: skip
+        )
         self.src_dict, self.tgt_dict = src_dict, tgt_dict
         self.max_positions = max_positions
         self.model_max_positions = model_max_positions
@@ -109,9 +121,11 @@ class CT2Runner:
             chunk = sentences[start : start + batch_size]
             src_len = max(s.numel() for s in chunk)
             out.append(
-                ([self._tokens(s) for s in chunk],
-                 self._options(gen, fairseq_max_len(src_len, gen, self.max_positions)))
-            )  # fmt: skip
+                (
+                    [self._tokens(s) for s in chunk],
+                    self._options(gen, fairseq_max_len(src_len, gen, self.max_positions)),
+                )
+            )
         return out
 
     def _index(self, token: str) -> int:
@@ -161,8 +175,14 @@ class OnnxRunner:
 
     engine = "onnxruntime"
 
-    def __init__(self, model_dir: str, threads: int, pad: int, model_max_positions=None,
-                 shortlist: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        model_dir: str,
+        threads: int,
+        pad: int,
+        model_max_positions=None,
+        shortlist: bool = False,
+    ):
         from lightcompress_runtime import OnnxGenerator
 
         self.model_dir = model_dir

@@ -281,8 +281,11 @@ def checkpoint_report(path: str, macs: bool = False) -> dict:
 
     def table_rows(side):  # a dense table's weight, a low-rank table's (V, r) factor, or a
         # hybrid TT table's dense (V, alpha d) part (Hypoformer's HTT embedding)
-        for key in (f"{side}.embed_tokens.weight", f"{side}.embed_tokens.u",
-                    f"{side}.embed_tokens.dense"):  # fmt: skip
+        for key in (
+            f"{side}.embed_tokens.weight",
+            f"{side}.embed_tokens.u",
+            f"{side}.embed_tokens.dense",
+        ):
             if key in sd:
                 return sd[key]
         raise ParamsError(

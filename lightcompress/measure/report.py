@@ -82,8 +82,10 @@ def format_results(records: Sequence[dict], bleu: bool = False) -> str:
         ]
         if memory:
             peak, base = r.get("peak_rss_kib"), r.get("baseline_rss_kib")
-            row += [_mib(peak * 1024 if peak else None),
-                    _mib((peak - base) * 1024 if peak and base else None)]  # fmt: skip
+            row += [
+                _mib(peak * 1024 if peak else None),
+                _mib((peak - base) * 1024 if peak and base else None),
+            ]
         row += [
             f"{r['tokens_per_s']:.1f}",
             f"{r['tokens_per_s_std']:.1f}",

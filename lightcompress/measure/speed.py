@@ -144,8 +144,7 @@ def _run(args: argparse.Namespace, workdir: str) -> dict:
     records = time_models(args, candidates, sentences, gen_args, log)
     protocol = protocol_of(args, sentences, sentences_from, gen_args)
     add_bleu(args, candidates, records, protocol)
-    return {"protocol": protocol, "environment": environment(), "models": records,
-            "notes": notes}  # fmt: skip
+    return {"protocol": protocol, "environment": environment(), "models": records, "notes": notes}
 
 
 def setup(args: argparse.Namespace) -> None:
@@ -173,24 +172,38 @@ def load_models(args: argparse.Namespace, workdir: str, log=None) -> tuple[list,
     its int8 versions, its ONNX Runtime (``--onnx``) and CTranslate2 (``--ct2``) exports (in
     ``workdir`` unless ``--ct2-dir``); every model must read the same source dictionary."""
     candidates = load_candidates(
-        split_list(args.path), args.arch, args.data, args.vocab_size,
-        args.share_all_embeddings, args.seed,
-    )  # fmt: skip
+        split_list(args.path),
+        args.arch,
+        args.data,
+        args.vocab_size,
+        args.share_all_embeddings,
+        args.seed,
+    )
     exports, notes = [], []
     if args.ct2:
         ct2_dir = args.ct2_dir or os.path.join(workdir, "ct2")
         exports, notes = with_ct2(candidates, ct2_dir, args.threads, log, shortlist=args.shortlist)
     if args.onnx:
-        onnx_variants = [v for v, on in (("int8-large", args.int8_large),
-                                         ("int8", args.compare_int8)) if on]  # fmt: skip
+        onnx_variants = [
+            v for v, on in (("int8-large", args.int8_large), ("int8", args.compare_int8)) if on
+        ]
         onnx, onnx_notes = with_onnx(
-            candidates, os.path.join(workdir, "onnx"), args.threads, onnx_variants, log,
+            candidates,
+            os.path.join(workdir, "onnx"),
+            args.threads,
+            onnx_variants,
+            log,
             shortlist=args.shortlist,
-        )  # fmt: skip
+        )
         exports, notes = onnx + exports, notes + onnx_notes
-    variants = [v for v, on in (("int8", args.compare_int8 or args.quantize == "int8"),
-                                ("int8-large", args.int8_large or args.quantize == "int8-large"))
-                if on]  # fmt: skip
+    variants = [
+        v
+        for v, on in (
+            ("int8", args.compare_int8 or args.quantize == "int8"),
+            ("int8-large", args.int8_large or args.quantize == "int8-large"),
+        )
+        if on
+    ]
     if variants:
         keep_float = args.compare_int8 or args.int8_large
         candidates = with_int8(candidates, keep_float=keep_float, variants=variants)
@@ -238,18 +251,28 @@ def generation_settings(args: argparse.Namespace, candidates) -> Namespace:
     if max_len_a == 0 and min_len > max_len_b:
         raise SpeedError(f"--min-len {min_len} exceeds the maximum length {max_len_b}")
     return Namespace(
-        beam=args.beam, lenpen=args.lenpen, min_len=min_len, max_len_a=max_len_a,
+        beam=args.beam,
+        lenpen=args.lenpen,
+        min_len=min_len,
+        max_len_a=max_len_a,
         max_len_b=max_len_b,
-    )  # fmt: skip
+    )
 
 
 def time_models(args: argparse.Namespace, candidates, sentences, gen_args, log=None) -> list:
     """The timed runs of every candidate, interleaved: one record per candidate."""
     pad = candidates[0].task.source_dictionary.pad()
     return measure(
-        candidates, as_samples(sentences, args.timing_batch_size, pad), gen_args, args.runs,
-        args.warmup, args.trim, log, sentences=sentences, batch_size=args.timing_batch_size,
-    )  # fmt: skip
+        candidates,
+        as_samples(sentences, args.timing_batch_size, pad),
+        gen_args,
+        args.runs,
+        args.warmup,
+        args.trim,
+        log,
+        sentences=sentences,
+        batch_size=args.timing_batch_size,
+    )
 
 
 def protocol_of(args: argparse.Namespace, sentences, sentences_from: str, gen_args) -> dict:
@@ -282,9 +305,12 @@ def add_bleu(args: argparse.Namespace, candidates, records: list, protocol: dict
     the BLEU settings into ``protocol``; then ``protocol``'s note on sizes."""
     if args.bleu:
         bleu_args = Namespace(
-            beam=args.beam, lenpen=args.lenpen, max_len_a=args.max_len_a,
-            max_len_b=args.max_len_b, min_len=1,
-        )  # fmt: skip
+            beam=args.beam,
+            lenpen=args.lenpen,
+            max_len_a=args.max_len_a,
+            max_len_b=args.max_len_b,
+            min_len=1,
+        )
         # BLEU is not timed: it may use more threads (set after every timed run has finished)
         torch.set_num_threads(args.bleu_threads or args.threads)
         for c, rec in zip(candidates, records):

@@ -38,8 +38,14 @@ def arg_parser() -> argparse.ArgumentParser:
         description="Translation speed (tokens/s) of fairseq models on the papers' CPU "
         "protocol, side by side. See the module docstring of lightcompress.measure.speed.",
     )
-    for add in (_model_options, _sentence_options, _generation_options, _timing_options,
-                _int8_and_bleu_options, _engine_options):  # fmt: skip
+    for add in (
+        _model_options,
+        _sentence_options,
+        _generation_options,
+        _timing_options,
+        _int8_and_bleu_options,
+        _engine_options,
+    ):
         add(p)
     p.add_argument("--json", dest="json_out", help="write all results and raw runs to this file")
     p.add_argument("--quiet", action="store_true", help="no per-run progress on stderr")
@@ -222,12 +228,16 @@ def check_output_file(path: str, flag: str) -> None:
 
 def check_args(args: argparse.Namespace) -> None:
     """The checks of every command-line value that need no model (:class:`SpeedError`)."""
-    for name, value in (("--runs", args.runs), ("--num-sentences", args.num_sentences),
-                        ("--src-len", args.src_len), ("--beam", args.beam),
-                        ("--threads", args.threads), ("--batch-size", args.batch_size),
-                        ("--timing-batch-size", args.timing_batch_size),
-                        ("--bleu-threads", 1 if args.bleu_threads is None else args.bleu_threads)
-                        ):  # fmt: skip
+    for name, value in (
+        ("--runs", args.runs),
+        ("--num-sentences", args.num_sentences),
+        ("--src-len", args.src_len),
+        ("--beam", args.beam),
+        ("--threads", args.threads),
+        ("--batch-size", args.batch_size),
+        ("--timing-batch-size", args.timing_batch_size),
+        ("--bleu-threads", 1 if args.bleu_threads is None else args.bleu_threads),
+    ):
         if value < 1:
             raise SpeedError(f"{name} must be >= 1, got {value}")
     if args.vocab_size is not None and args.vocab_size < 5:

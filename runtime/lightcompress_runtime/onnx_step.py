@@ -77,9 +77,12 @@ class OnnxStep:
             if not config.get("shortlist"):
                 raise OnnxError(f"{model_dir} has no shortlist: export it with --shortlist FILE")
             dicts = [read_symbols(f"{model_dir}/dict.{s}.txt") for s in ("src", "tgt")]
-            self.shortlist = Shortlist(config_path(model_dir, config, "shortlist"), *dicts,
-                                       specials=(self.pad, self.eos, self.unk),
-                                       old_text=True)  # fmt: skip
+            self.shortlist = Shortlist(
+                config_path(model_dir, config, "shortlist"),
+                *dicts,
+                specials=(self.pad, self.eos, self.unk),
+                old_text=True,
+            )
         # the session's own run, without the Python wrapper's per-call input validation (about
         # 50 us a step, 5 % of a small model's step; the feed is built here, always complete)
         inner = getattr(self.decoder, "_sess", None)
@@ -109,8 +112,11 @@ class OnnxStep:
         if self.shortlist is None and "cands" not in self._dec_inputs:
             return self.vocab_size, {}, None
         all_ids = self.shortlist is None  # (a shortlist export run without it: every id)
-        cands = (np.arange(self.vocab_size) if all_ids
-                 else self.shortlist.candidates(src_tokens, 2 * beam))  # fmt: skip
+        cands = (
+            np.arange(self.vocab_size)
+            if all_ids
+            else self.shortlist.candidates(src_tokens, 2 * beam)
+        )
         feed = {"cands": cands.astype(np.int64, copy=False)}
         if self.rows is None:
             return len(cands), feed, None
@@ -118,13 +124,16 @@ class OnnxStep:
         feed.update(zip(names, self.rows.run(names, feed)))
         return len(cands), feed, feed["cands"]
 
-    def start(self, src_tokens: np.ndarray, src_lengths: np.ndarray,
-              beam: int) -> tuple[int, np.ndarray | None]:  # fmt: skip
+    def start(
+        self, src_tokens: np.ndarray, src_lengths: np.ndarray, beam: int
+    ) -> tuple[int, np.ndarray | None]:
         """The encoder's outputs (once per sentence) and empty self-attention caches."""
         enc = self.encoder.run(None, {"src_tokens": src_tokens})
         self._per_sentence = self.config.get("cross_layout") == "sentence"  # (else: per hypothesis)
-        self._cross = cross = {n: a if self._per_sentence else a.repeat(beam, 0)
-                               for n, a in zip(self._enc_outputs, enc)}  # fmt: skip
+        self._cross = cross = {
+            n: a if self._per_sentence else a.repeat(beam, 0)
+            for n, a in zip(self._enc_outputs, enc)
+        }
         n = len(src_tokens) * beam
         past = {}
         for i, spec in enumerate(self.layers):
@@ -137,8 +146,14 @@ class OnnxStep:
         self._k = None
         return vocab, at
 
-    def step(self, tokens: np.ndarray, order: np.ndarray, bias: np.ndarray, k: int,
-             kept: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    def step(
+        self,
+        tokens: np.ndarray,
+        order: np.ndarray,
+        bias: np.ndarray,
+        k: int,
+        kept: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """One decoder call: it reorders the caches, adds the bias and takes the top ``k``."""
         feed = self._feed
         step = tokens.shape[1] - 1
@@ -174,13 +189,28 @@ class OnnxGenerator(BeamSearch):
         :class:`OnnxStep`'s.
     """
 
-    def __init__(self, model_dir: str, beam_size: int = 5, len_penalty: float = 1.0,
-                 min_len: int = 1, max_len_a: float = 0.0, max_len_b: int = 200,
-                 unk_penalty: float = 0.0, threads: int = 1,
-                 shortlist: bool | None = False):  # fmt: skip
+    def __init__(
+        self,
+        model_dir: str,
+        beam_size: int = 5,
+        len_penalty: float = 1.0,
+        min_len: int = 1,
+        max_len_a: float = 0.0,
+        max_len_b: int = 200,
+        unk_penalty: float = 0.0,
+        threads: int = 1,
+        shortlist: bool | None = False,
+    ):
         step = OnnxStep(model_dir, threads=threads, shortlist=shortlist)
-        super().__init__(step, beam_size=beam_size, len_penalty=len_penalty, min_len=min_len,
-                         max_len_a=max_len_a, max_len_b=max_len_b, unk_penalty=unk_penalty)  # fmt: skip
+        super().__init__(
+            step,
+            beam_size=beam_size,
+            len_penalty=len_penalty,
+            min_len=min_len,
+            max_len_a=max_len_a,
+            max_len_b=max_len_b,
+            unk_penalty=unk_penalty,
+        )
         self.config, self.encoder, self.decoder = step.config, step.encoder, step.decoder
 
     def generate(self, src_tokens: np.ndarray, src_lengths: np.ndarray) -> list[list[dict]]:

@@ -41,15 +41,22 @@ class Step(Protocol):
     unk: int
     max_positions: int  # (the decoder's: at most max_positions - 1 tokens before EOS)
 
-    def start(self, src_tokens: np.ndarray, src_lengths: np.ndarray,
-              beam: int) -> tuple[int, np.ndarray | None]:  # fmt: skip
+    def start(
+        self, src_tokens: np.ndarray, src_lengths: np.ndarray, beam: int
+    ) -> tuple[int, np.ndarray | None]:
         """Encode a batch (``src_tokens`` ``[B x S]`` int64, left-padded; ``src_lengths``
         ``[B]``) for ``beam`` hypotheses per sentence. Returns the number of tokens a step scores and the ids they
         are (a shortlist's candidates; None: the whole vocabulary, in order)."""
         ...
 
-    def step(self, tokens: np.ndarray, order: np.ndarray, bias: np.ndarray, k: int,
-             kept: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    def step(
+        self,
+        tokens: np.ndarray,
+        order: np.ndarray,
+        bias: np.ndarray,
+        k: int,
+        kept: np.ndarray | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
         """One step for the ``N`` hypotheses: ``tokens`` ``[N x t]`` their prefixes (EOS
         first), ``order`` ``[N]`` the previous step's hypotheses they continue (its caches
         reordered so), ``bias`` the scored tokens' bias, ``kept`` the sentences of the previous
@@ -73,9 +80,16 @@ class BeamSearch:
         included).
     """
 
-    def __init__(self, step: Step, beam_size: int = 5, len_penalty: float = 1.0,
-                 min_len: int = 1, max_len_a: float = 0.0, max_len_b: int = 200,
-                 unk_penalty: float = 0.0):  # fmt: skip
+    def __init__(
+        self,
+        step: Step,
+        beam_size: int = 5,
+        len_penalty: float = 1.0,
+        min_len: int = 1,
+        max_len_a: float = 0.0,
+        max_len_b: int = 200,
+        unk_penalty: float = 0.0,
+    ):
         self.step = step
         self.pad, self.eos, self.unk = step.pad, step.eos, step.unk
         self.vocab_size = step.vocab_size

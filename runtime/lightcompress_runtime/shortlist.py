@@ -43,8 +43,14 @@ class Shortlist:
     ONNX export ships (``.npz``, :meth:`save_packed`: ids instead of tokens, each list sorted and
     stored as differences, compressed; about a sixth of the text's size)."""
 
-    def __init__(self, path: str, src_symbols, tgt_symbols, specials: Sequence[int] = (),
-                 old_text: bool = False):  # fmt: skip
+    def __init__(
+        self,
+        path: str,
+        src_symbols,
+        tgt_symbols,
+        specials: Sequence[int] = (),
+        old_text: bool = False,
+    ):
         n_src, n_tgt = len(src_symbols), len(tgt_symbols)
         if path.endswith(".npz"):
             counts, targets, listed = _read_packed(path, n_src, n_tgt)
@@ -91,10 +97,13 @@ class Shortlist:
         dtype = np.uint16 if self.sizes[1] <= 1 << 16 else np.int32
         with open(path, "wb") as f:
             np.savez_compressed(
-                f, format=np.array(PACKED_FORMAT), sizes=np.array(self.sizes, dtype=np.int64),
-                counts=counts.astype(np.int32), deltas=deltas.astype(dtype),
+                f,
+                format=np.array(PACKED_FORMAT),
+                sizes=np.array(self.sizes, dtype=np.int64),
+                counts=counts.astype(np.int32),
+                deltas=deltas.astype(dtype),
                 always=self.listed.astype(np.int32),
-            )  # fmt: skip
+            )
 
 
 def _check_complete(path: str, text: str, old_text: bool) -> None:
@@ -104,8 +113,10 @@ def _check_complete(path: str, text: str, old_text: bool) -> None:
     header, _, body = text.partition("\n")
     again = "rebuild it with lightcompress-shortlist"
     if header.startswith(_OLD_SHORTLIST_HEADER) and not old_text:
-        raise OnnxError(f"{path} is a shortlist of an older format, without a line count and "
-                        f"checksum (a truncated copy cannot be told from a whole one): {again}")  # fmt: skip
+        raise OnnxError(
+            f"{path} is a shortlist of an older format, without a line count and "
+            f"checksum (a truncated copy cannot be told from a whole one): {again}"
+        )
     if not header.startswith(SHORTLIST_HEADER):
         if header.startswith(_OLD_SHORTLIST_HEADER):
             return
@@ -113,11 +124,15 @@ def _check_complete(path: str, text: str, old_text: bool) -> None:
     fields = dict(f.split("=", 1) for f in header.split() if "=" in f)
     count = body.count("\n")
     if fields.get("lines") != str(count) or (body and not body.endswith("\n")):
-        raise OnnxError(f"{path} is truncated: {count} complete lines where its header counts "
-                        f"{fields.get('lines', 'none')}: {again}")  # fmt: skip
+        raise OnnxError(
+            f"{path} is truncated: {count} complete lines where its header counts "
+            f"{fields.get('lines', 'none')}: {again}"
+        )
     if hashlib.sha256(body.encode("utf-8")).hexdigest() != fields.get("sha256"):
-        raise OnnxError(f"{path} was changed after it was written (its lines' sha256 differs "
-                        f"from its header's): {again}")  # fmt: skip
+        raise OnnxError(
+            f"{path} was changed after it was written (its lines' sha256 differs "
+            f"from its header's): {again}"
+        )
 
 
 def _read_text(path: str, src_symbols, tgt_symbols, old_text: bool = False):
@@ -174,8 +189,10 @@ def _read_packed(path: str, n_src: int, n_tgt: int):
     if str(arrays["format"]) != PACKED_FORMAT:
         raise bad(f"format {str(arrays['format'])[:40]!r}, not {PACKED_FORMAT!r}")
     if arrays["sizes"].tolist() != [n_src, n_tgt]:
-        raise bad(f"built for vocabularies of {arrays['sizes'].tolist()} types, the model has "
-                  f"{[n_src, n_tgt]}")  # fmt: skip
+        raise bad(
+            f"built for vocabularies of {arrays['sizes'].tolist()} types, the model has "
+            f"{[n_src, n_tgt]}"
+        )
     counts = arrays["counts"].astype(np.int64)
     deltas = arrays["deltas"].astype(np.int64)
     if counts.shape != (n_src,) or (counts < 0).any() or counts.sum() != deltas.size:
