@@ -46,17 +46,64 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, "configs")
 EXAMPLES = os.path.join(ROOT, "examples")
 # the recipes' environment overrides: a generated config is the recipe's defaults
-CLEAN = ("MAX_TOKENS", "UPDATE_FREQ", "MAX_UPDATE", "LR", "WARMUP", "DROPOUT", "WEIGHT_DECAY",
-         "SAVE_ROOT", "DATA_ROOT", "DATA_BIN", "KD_BIN", "SMALL", "SMALL_MAX_UPDATE",
-         "SMALL_MAX_TOKENS", "CPU_WPS", "INIT", "TEACHER", "CUDA_VISIBLE_DEVICES", "NUM_GPUS",
-         "MEASURE_SPEED", "SEED", "AVG_N", "FP16", "EXTRA_TRAIN_ARGS", "USER_DIR", "PYTHON",
-         "LF_ARCH", "DENSE_ARCH", "GROUP_INIT", "ARCH", "RANK", "MIN_FREE_GB")  # fmt: skip
+CLEAN = (
+    "MAX_TOKENS",
+    "UPDATE_FREQ",
+    "MAX_UPDATE",
+    "LR",
+    "WARMUP",
+    "DROPOUT",
+    "WEIGHT_DECAY",
+    "SAVE_ROOT",
+    "DATA_ROOT",
+    "DATA_BIN",
+    "KD_BIN",
+    "SMALL",
+    "SMALL_MAX_UPDATE",
+    "SMALL_MAX_TOKENS",
+    "CPU_WPS",
+    "INIT",
+    "TEACHER",
+    "CUDA_VISIBLE_DEVICES",
+    "NUM_GPUS",
+    "MEASURE_SPEED",
+    "SEED",
+    "AVG_N",
+    "FP16",
+    "EXTRA_TRAIN_ARGS",
+    "USER_DIR",
+    "PYTHON",
+    "LF_ARCH",
+    "DENSE_ARCH",
+    "GROUP_INIT",
+    "ARCH",
+    "RANK",
+    "MIN_FREE_GB",
+)
 USER_DIR = "lightcompress"  # resolves from the checkout's root, and next to an installed fairseq
 # the groups of fairseq's FairseqConfig in the order a config lists them
-GROUPS = ("common", "task", "model", "criterion", "optimizer", "lr_scheduler", "optimization",
-          "dataset", "checkpoint", "distributed_training", "bmuf", "generation", "ema")  # fmt: skip
-COMPONENTS = {"task": "task", "arch": "model", "criterion": "criterion",
-              "optimizer": "optimizer", "lr_scheduler": "lr_scheduler"}  # fmt: skip
+GROUPS = (
+    "common",
+    "task",
+    "model",
+    "criterion",
+    "optimizer",
+    "lr_scheduler",
+    "optimization",
+    "dataset",
+    "checkpoint",
+    "distributed_training",
+    "bmuf",
+    "generation",
+    "ema",
+)
+COMPONENTS = {
+    "task": "task",
+    "arch": "model",
+    "criterion": "criterion",
+    "optimizer": "optimizer",
+    "lr_scheduler": "lr_scheduler",
+}
 # flags of the run, not of the row: left to overrides (the recipe's dry run prints them)
 RUN_FLAGS = ("--user-dir", "--save-dir", "--finetune-from-model", "--admin-profile-file")
 # paths every run must give (mandatory values, ``???``), and a recipe's values computed at run
@@ -124,9 +171,14 @@ def dry_run(recipe: str) -> list[list[str]]:
     with tempfile.TemporaryDirectory() as work:
         env["HOME"] = work
         proc = subprocess.run(
-            ["bash", os.path.join(ROOT, recipe)], cwd=work, env=env, capture_output=True,
-            text=True, timeout=120, check=False,
-        )  # fmt: skip
+            ["bash", os.path.join(ROOT, recipe)],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
     if proc.returncode != 0:
         raise RuntimeError(f"{recipe}: DRY_RUN=1 failed:\n{proc.stderr[-2000:]}")
     return [shlex.split(ln[2:]) for ln in proc.stdout.splitlines() if ln.startswith("+ ")]

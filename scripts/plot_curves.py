@@ -109,8 +109,13 @@ def plot_curves(runs: dict, out: str, title: str | None = None, logy: bool = Fal
         for label, curves in runs.items():
             pts = sorted(curves[part])
             if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=label,
-                        marker="o" if part == "valid" else None, markersize=3)  # fmt: skip
+                ax.plot(
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    label=label,
+                    marker="o" if part == "valid" else None,
+                    markersize=3,
+                )
         ax.set_xlabel("updates")
         ax.set_ylabel(f"{name} loss")
         ax.set_title(f"{name} loss")

@@ -61,9 +61,13 @@ def tiny_data(tmp_path_factory):
 
 
 BLEU_FLAGS = [
-    "--eval-bleu", "--eval-bleu-args", '{"beam": 1, "max_len_b": 20}',
-    "--best-checkpoint-metric", "bleu", "--maximize-best-checkpoint-metric",
-]  # fmt: skip
+    "--eval-bleu",
+    "--eval-bleu-args",
+    '{"beam": 1, "max_len_b": 20}',
+    "--best-checkpoint-metric",
+    "bleu",
+    "--maximize-best-checkpoint-metric",
+]
 
 
 @pytest.fixture(scope="session")

@@ -110,12 +110,21 @@ def run_cli(name, args, cwd=None, env=None, check=True, timeout=900):
 def preprocess(raw_dir, dest_dir, src="de", tgt="en", joined=True):
     """Binarize ``raw_dir`` with fairseq-preprocess into ``dest_dir``."""
     args = [
-        "--source-lang", src, "--target-lang", tgt,
-        "--trainpref", os.path.join(raw_dir, "train"),
-        "--validpref", os.path.join(raw_dir, "valid"),
-        "--testpref", os.path.join(raw_dir, "test"),
-        "--destdir", dest_dir, "--workers", "1",
-    ]  # fmt: skip
+        "--source-lang",
+        src,
+        "--target-lang",
+        tgt,
+        "--trainpref",
+        os.path.join(raw_dir, "train"),
+        "--validpref",
+        os.path.join(raw_dir, "valid"),
+        "--testpref",
+        os.path.join(raw_dir, "test"),
+        "--destdir",
+        dest_dir,
+        "--workers",
+        "1",
+    ]
     if joined:
         args.append("--joined-dictionary")
     run_cli("fairseq-preprocess", args)
@@ -125,13 +134,26 @@ def preprocess(raw_dir, dest_dir, src="de", tgt="en", joined=True):
 def tiny_arch_args(arch="transformer", layers=(2, 2), dim=32, ffn=64, heads=2):
     """Model flags of a tiny model (a few 10k parameters)."""
     return [
-        "--arch", arch,
-        "--encoder-layers", layers[0], "--decoder-layers", layers[1],
-        "--encoder-embed-dim", dim, "--decoder-embed-dim", dim,
-        "--encoder-ffn-embed-dim", ffn, "--decoder-ffn-embed-dim", ffn,
-        "--encoder-attention-heads", heads, "--decoder-attention-heads", heads,
+        "--arch",
+        arch,
+        "--encoder-layers",
+        layers[0],
+        "--decoder-layers",
+        layers[1],
+        "--encoder-embed-dim",
+        dim,
+        "--decoder-embed-dim",
+        dim,
+        "--encoder-ffn-embed-dim",
+        ffn,
+        "--decoder-ffn-embed-dim",
+        ffn,
+        "--encoder-attention-heads",
+        heads,
+        "--decoder-attention-heads",
+        heads,
         "--share-all-embeddings",
-    ]  # fmt: skip
+    ]
 
 
 def train(
@@ -147,16 +169,44 @@ def train(
 ):
     """Train with fairseq-train on CPU; returns the CompletedProcess (log in stdout/stderr)."""
     args = [
-        data_bin, "--user-dir", user_dir, "--cpu",
-        "--task", "translation",
-        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.003",
-        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "20",
-        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        "--dropout", "0.0", "--max-tokens", "300",
-        "--save-dir", save_dir, "--no-progress-bar", "--log-format", "simple",
-        "--log-interval", "5", "--seed", "1", "--num-workers", "0",
-        "--no-epoch-checkpoints", *NO_PREFETCH,
-    ]  # fmt: skip
+        data_bin,
+        "--user-dir",
+        user_dir,
+        "--cpu",
+        "--task",
+        "translation",
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9, 0.98)",
+        "--lr",
+        "0.003",
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        "20",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--dropout",
+        "0.0",
+        "--max-tokens",
+        "300",
+        "--save-dir",
+        save_dir,
+        "--no-progress-bar",
+        "--log-format",
+        "simple",
+        "--log-interval",
+        "5",
+        "--seed",
+        "1",
+        "--num-workers",
+        "0",
+        "--no-epoch-checkpoints",
+        *NO_PREFETCH,
+    ]
     args += list(model_args)
     if max_epoch is not None:
         args += ["--max-epoch", max_epoch]
@@ -172,10 +222,22 @@ _BLEU_RE = re.compile(r"BLEU4? = ([0-9.]+)")
 def generate(data_bin, checkpoint, extra=(), user_dir=USER_DIR, gen_subset="test", beam=2):
     """Run fairseq-generate; returns (bleu, hypotheses ordered by sentence id, CompletedProcess)."""
     args = [
-        data_bin, "--user-dir", user_dir, "--cpu", "--path", checkpoint,
-        "--gen-subset", gen_subset, "--beam", beam, "--batch-size", "16",
-        "--num-workers", "0", *NO_PREFETCH,
-    ]  # fmt: skip
+        data_bin,
+        "--user-dir",
+        user_dir,
+        "--cpu",
+        "--path",
+        checkpoint,
+        "--gen-subset",
+        gen_subset,
+        "--beam",
+        beam,
+        "--batch-size",
+        "16",
+        "--num-workers",
+        "0",
+        *NO_PREFETCH,
+    ]
     args += list(extra)
     proc = run_cli("fairseq-generate", args)
     return parse_generate_output(proc.stdout) + (proc,)

@@ -23,14 +23,33 @@ logging.disable(logging.WARNING)
 def dense(layers=(2, 2), extra=(), admin="none", profile=None):
     """A dense, unshared post-LN transformer built by the plugin with ``--admin-init admin``."""
     args = [
-        "--lc-factorize", "none", "--lc-encoder-groups", "0", "--admin-init", admin,
+        "--lc-factorize",
+        "none",
+        "--lc-encoder-groups",
+        "0",
+        "--admin-init",
+        admin,
         *(["--admin-profile-file", str(profile)] if profile else []),
-        "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-        "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-        "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-        "--encoder-layers", str(layers[0]), "--decoder-layers", str(layers[1]),
-        "--dropout", "0", *extra,
-    ]  # fmt: skip
+        "--encoder-embed-dim",
+        "32",
+        "--decoder-embed-dim",
+        "32",
+        "--encoder-ffn-embed-dim",
+        "64",
+        "--decoder-ffn-embed-dim",
+        "64",
+        "--encoder-attention-heads",
+        "2",
+        "--decoder-attention-heads",
+        "2",
+        "--encoder-layers",
+        str(layers[0]),
+        "--decoder-layers",
+        str(layers[1]),
+        "--dropout",
+        "0",
+        *extra,
+    ]
     return build_random_model("lightformer", 40, args)
 
 
@@ -64,8 +83,9 @@ def test_closed_form_omegas_are_parameters_saved_and_counted():
     layer = model.encoder.layers[0]
     x, res = torch.randn(3, 2, 32), torch.randn(3, 2, 32)
     layer.admin.start(["self_attn", "ffn"])
-    torch.testing.assert_close(layer.residual_connection(x, res), res * values[
-        "encoder.layers.0.self_attn"] + x)  # fmt: skip
+    torch.testing.assert_close(
+        layer.residual_connection(x, res), res * values["encoder.layers.0.self_attn"] + x
+    )
 
 
 def test_profile_sets_omegas_on_first_training_batch_and_writes_them(tmp_path):
@@ -106,8 +126,9 @@ def test_profile_file_missing_a_layer_is_refused(tmp_path):
 
 def test_pre_ln_is_refused():
     with pytest.raises(ValueError, match="post-LN"):
-        dense(extra=["--encoder-normalize-before", "--decoder-normalize-before"],
-              admin="closed-form")  # fmt: skip
+        dense(
+            extra=["--encoder-normalize-before", "--decoder-normalize-before"], admin="closed-form"
+        )
 
 
 def _output_change(model, seed=0, eps=0.01):

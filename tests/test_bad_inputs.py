@@ -42,11 +42,18 @@ def test_both_readers_split_at_newline_only(text, lines):
 
 def _translate_cli(*args, stdin: bytes):
     return subprocess.run(
-        [sys.executable, "-c", "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
-         *args],
-        input=stdin, capture_output=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-c",
+            "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
+            *args,
+        ],
+        input=stdin,
+        capture_output=True,
+        timeout=300,
+        check=False,
         env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"),
-    )  # fmt: skip
+    )
 
 
 def test_translate_gives_one_output_line_per_input_line(tiny_data, tiny_transformer):
@@ -57,8 +64,9 @@ def test_translate_gives_one_output_line_per_input_line(tiny_data, tiny_transfor
         src = [line.strip() for line in f][:4]
     # separators inside lines: fairseq keeps them in the line (its tokenizer splits at them)
     text = f"{src[0]}\u2028{src[1]}\n{src[1]}\x0c{src[2]}\n{src[2]}\r{src[3]}\n\n{src[3]}\u0085\r\n"
-    proc = _translate_cli("--path", ckpt, "--data", tiny_data, "--beam", "2",
-                          stdin=text.encode("utf-8"))  # fmt: skip
+    proc = _translate_cli(
+        "--path", ckpt, "--data", tiny_data, "--beam", "2", stdin=text.encode("utf-8")
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     out = proc.stdout.decode("utf-8").split("\n")
     assert out[-1] == "" and len(out) - 1 == 5, out
@@ -113,12 +121,24 @@ def test_a_cp_rank_beyond_the_largest_possible_rank_is_refused_before_fitting(
     out = tmp_path / "sm.pt"
     flags = [str(a) for a in harness.tiny_arch_args("smartformer_iwslt_de_en")]
     proc = subprocess.run(
-        [sys.executable, "-m", "lightcompress.convert.cli", "-i",
-         os.path.join(tiny_transformer, "checkpoint_best.pt"), "-o", str(out), *flags,
-         "--sm-rank", "5000"],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            "-m",
+            "lightcompress.convert.cli",
+            "-i",
+            os.path.join(tiny_transformer, "checkpoint_best.pt"),
+            "-o",
+            str(out),
+            *flags,
+            "--sm-rank",
+            "5000",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
-    )  # fmt: skip
+    )
     assert proc.returncode == 2, proc.stderr
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "exceeds the largest possible rank 32" in err[0], err
@@ -165,31 +185,50 @@ def test_a_config_error_in_a_python_shell_or_program_keeps_the_interpreter_alive
     )
     # interactive shell: the error is reported and the shell goes on
     proc = subprocess.run(
-        [sys.executable, "-i", "-q"], input=code + "CompressionSpec.parse('x = nokind()')\n"
-        "print('still alive')\n", capture_output=True, text=True, timeout=120, check=False,
+        [sys.executable, "-i", "-q"],
+        input=code + "CompressionSpec.parse('x = nokind()')\nprint('still alive')\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
-    )  # fmt: skip
+    )
     assert "still alive" in proc.stdout and "atexit ran" in proc.stdout, proc.stderr
     assert "Traceback" in proc.stderr
     # a user's program: a traceback, exit status 1, its atexit handlers run
     script = tmp_path / "program.py"
     script.write_text(code + "CompressionSpec.parse('x = nokind()')\n")
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120, check=False,
-                          env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"))  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
+    )
     assert proc.returncode == 1 and "atexit ran" in proc.stdout and "Traceback" in proc.stderr
     # a command keeps its one line and exit status 2
-    proc = subprocess.run([sys.executable, "-c", code + "CompressionSpec.parse('x = nokind()')"],
-                          capture_output=True, text=True, timeout=120, check=False,
-                          env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"))  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code + "CompressionSpec.parse('x = nokind()')"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
+    )
     assert proc.returncode == 2 and proc.stderr.startswith("lightcompress: error:"), proc.stderr
 
 
 def test_every_plugin_architecture_is_listed_and_has_help():
     env = dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "lightcompress", *a],
-                                    capture_output=True, text=True, timeout=120, check=False,
-                                    env=env)  # fmt: skip
+    run = lambda *a: subprocess.run(
+        [sys.executable, "-m", "lightcompress", *a],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
     listed = {line.split()[0] for line in run("--list-archs").stdout.splitlines() if line.strip()}
     assert {"dawid", "dawid_fused", "dawid_roberta", "dawid_roberta_fused"} <= listed
     assert "lightformer_iwslt_de_en" in listed
@@ -220,10 +259,13 @@ def test_params_counts_a_hypoformer_checkpoint(tiny_data, tmp_path):
     "arch, flags, message",
     [
         ("hypoformer_iwslt_de_en", ["--cross-self-attention"], "does not support --cross-self"),
-        ("subformer", ["--subformer-sharing", "all", "--subformer-sandwich-dim", "48"],
-         "need --subformer-sharing sandwich"),
+        (
+            "subformer",
+            ["--subformer-sharing", "all", "--subformer-sandwich-dim", "48"],
+            "need --subformer-sharing sandwich",
+        ),
     ],
-)  # fmt: skip
+)
 def test_model_configuration_errors_are_config_errors(tiny_data, arch, flags, message):
     # (a plain ValueError gave a traceback through fairseq instead of the one-line error)
     from fairseq import tasks
@@ -280,8 +322,9 @@ def test_a_model_shipped_with_its_dictionaries_only_is_translated_with_s_and_t(
     assert proc.returncode == 2
     err = proc.stderr.decode().strip().splitlines()
     assert len(err) == 1 and "-s SRC -t TGT" in err[0] and "dict.de.txt" in err[0], err
-    proc = _translate_cli("--path", ckpt, "--data", str(shipped), "-s", "de", "-t", "en",
-                          stdin=text.encode())  # fmt: skip
+    proc = _translate_cli(
+        "--path", ckpt, "--data", str(shipped), "-s", "de", "-t", "en", stdin=text.encode()
+    )
     assert proc.returncode == 0 and proc.stdout == full.stdout
 
 
@@ -293,11 +336,29 @@ def _tiny_onnx_export(out) -> None:
 
     torch.manual_seed(0)
     model, task, _ = build_random_model(
-        "transformer", 40, ["--encoder-layers", "1", "--decoder-layers", "1",
-                            "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
-                            "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-                            "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"],
-        True, return_task=True)  # fmt: skip
+        "transformer",
+        40,
+        [
+            "--encoder-layers",
+            "1",
+            "--decoder-layers",
+            "1",
+            "--encoder-embed-dim",
+            "16",
+            "--decoder-embed-dim",
+            "16",
+            "--encoder-ffn-embed-dim",
+            "32",
+            "--decoder-ffn-embed-dim",
+            "32",
+            "--encoder-attention-heads",
+            "2",
+            "--decoder-attention-heads",
+            "2",
+        ],
+        True,
+        return_task=True,
+    )
     model.eval()
     export_onnx(model, task, str(out))
 
@@ -381,15 +442,33 @@ def test_ct2_export_refuses_what_it_cannot_express_with_one_line_not_an_attribut
 
     targs, _, student = _pruned_student()
     fused, fargs, _ = fuse_model(student, targs)
-    task = types.SimpleNamespace(source_dictionary=fused.encoder.dictionary,
-                                 target_dictionary=fused.decoder.dictionary)  # fmt: skip
+    task = types.SimpleNamespace(
+        source_dictionary=fused.encoder.dictionary, target_dictionary=fused.decoder.dictionary
+    )
     cases = [(fused, fargs, "FusedEncoderLayer"), (student, targs, "WIDEncoderLayer")]
-    small = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
-             "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-             "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
-             "--decoder-attention-heads", "2", "--decoder-output-dim", "8"]  # fmt: skip
-    model, odim_task, odim_args = build_random_model("transformer", 40, small, True,
-                                                           return_task=True)  # fmt: skip
+    small = [
+        "--encoder-layers",
+        "1",
+        "--decoder-layers",
+        "1",
+        "--encoder-embed-dim",
+        "16",
+        "--decoder-embed-dim",
+        "16",
+        "--encoder-ffn-embed-dim",
+        "32",
+        "--decoder-ffn-embed-dim",
+        "32",
+        "--encoder-attention-heads",
+        "2",
+        "--decoder-attention-heads",
+        "2",
+        "--decoder-output-dim",
+        "8",
+    ]
+    model, odim_task, odim_args = build_random_model(
+        "transformer", 40, small, True, return_task=True
+    )
     for i, (m, args, message) in enumerate(cases):
         with pytest.raises(ExportError, match=message):
             export_model(m, task, args, str(tmp_path / f"ct2-{i}"))
@@ -412,11 +491,26 @@ def test_a_teacher_with_nan_weights_is_one_line_in_the_converter(tiny_transforme
     out = tmp_path / "lf.pt"
     flags = [str(a) for a in harness.tiny_arch_args("lightformer_iwslt_de_en")]
     proc = subprocess.run(
-        [sys.executable, "-m", "lightcompress.convert.cli", "-i", str(bad), "-o", str(out),
-         *flags, "--lc-rank", "4", "--lc-encoder-groups", "0"],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            sys.executable,
+            "-m",
+            "lightcompress.convert.cli",
+            "-i",
+            str(bad),
+            "-o",
+            str(out),
+            *flags,
+            "--lc-rank",
+            "4",
+            "--lc-encoder-groups",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
-    )  # fmt: skip
+    )
     err = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(err) == 1, proc.stderr[-800:]
     assert f"{key} holds NaN or Inf" in err[0] and not out.exists()
@@ -432,10 +526,18 @@ def test_rank_search_settings_are_checked_before_training(tiny_data, tmp_path):
         with pytest.raises(ConfigError, match="--sm-search-lr must be a number > 0"):
             SearchConfig(ranks=[4], lr=bad).check()
     model = [*harness.tiny_arch_args("smartformer_iwslt_de_en"), "--sm-rank", "8"]
-    search = ["--task", "translation_smartformer", "--sm-search", "--sm-search-ranks", "2,4",
-              "--sm-search-log", str(tmp_path / "missing" / "search.jsonl")]  # fmt: skip
-    proc = harness.train(tiny_data, str(tmp_path / "ckpt"), model, extra=search, max_update=4,
-                         check=False)  # fmt: skip
+    search = [
+        "--task",
+        "translation_smartformer",
+        "--sm-search",
+        "--sm-search-ranks",
+        "2,4",
+        "--sm-search-log",
+        str(tmp_path / "missing" / "search.jsonl"),
+    ]
+    proc = harness.train(
+        tiny_data, str(tmp_path / "ckpt"), model, extra=search, max_update=4, check=False
+    )
     assert proc.returncode != 0
     assert "--sm-search-log" in proc.stderr and "not a file in an existing directory" in proc.stderr
     assert "Traceback" not in proc.stderr and "num_updates" not in proc.stderr
@@ -460,11 +562,25 @@ def test_a_full_disk_is_one_line_for_every_writing_deploy_command(
     monkeypatch.setattr(lio.os, "replace", full)  # every atomic write's last step
     monkeypatch.setattr(onnx_export.os, "replace", full)
     cases = [
-        (translate.main, ["--path", ckpt, "--data", tiny_data, "-i", str(src), "-o",
-                          str(tmp_path / "out" / "t.txt")]),
-        (onnx_export.main, ["--path", ckpt, "--data", tiny_data, "-o", str(tmp_path / "out" / "onnx")]),
+        (
+            translate.main,
+            [
+                "--path",
+                ckpt,
+                "--data",
+                tiny_data,
+                "-i",
+                str(src),
+                "-o",
+                str(tmp_path / "out" / "t.txt"),
+            ],
+        ),
+        (
+            onnx_export.main,
+            ["--path", ckpt, "--data", tiny_data, "-o", str(tmp_path / "out" / "onnx")],
+        ),
         (ct2.main, ["--path", ckpt, "--data", tiny_data, "-o", str(tmp_path / "out" / "ct2")]),
-    ]  # fmt: skip
+    ]
     (tmp_path / "out").mkdir()
     for main, argv in cases:
         capsys.readouterr()
@@ -557,12 +673,30 @@ def _tiny_model(extra=()):
 
     torch.manual_seed(0)
     model, task, _ = build_random_model(
-        "transformer", 40, ["--encoder-layers", "1", "--decoder-layers", "1",
-                            "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
-                            "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-                            "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-                            *extra],
-        True, return_task=True)  # fmt: skip
+        "transformer",
+        40,
+        [
+            "--encoder-layers",
+            "1",
+            "--decoder-layers",
+            "1",
+            "--encoder-embed-dim",
+            "16",
+            "--decoder-embed-dim",
+            "16",
+            "--encoder-ffn-embed-dim",
+            "32",
+            "--decoder-ffn-embed-dim",
+            "32",
+            "--encoder-attention-heads",
+            "2",
+            "--decoder-attention-heads",
+            "2",
+            *extra,
+        ],
+        True,
+        return_task=True,
+    )
     return model.eval(), task
 
 
@@ -657,10 +791,24 @@ def test_a_quantized_ct2_export_leaves_the_model_it_exported_unchanged(tmp_path,
     from lightcompress.measure.specs import build_random_model
 
     torch.manual_seed(0)
-    small = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
-             "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-             "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
-             "--decoder-attention-heads", "2"]  # fmt: skip
+    small = [
+        "--encoder-layers",
+        "1",
+        "--decoder-layers",
+        "1",
+        "--encoder-embed-dim",
+        "16",
+        "--decoder-embed-dim",
+        "16",
+        "--encoder-ffn-embed-dim",
+        "32",
+        "--decoder-ffn-embed-dim",
+        "32",
+        "--encoder-attention-heads",
+        "2",
+        "--decoder-attention-heads",
+        "2",
+    ]
     model, task, args = build_random_model("transformer", 40, small, True, return_task=True)
     model.eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}

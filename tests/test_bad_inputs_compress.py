@@ -16,8 +16,17 @@ from pathlib import Path
 import pytest
 from test_compress import CMD, _compress, _env, _one_line_error, _teacher
 
-FAST = ["--max-update", "20", "--validate-every", "10", "--speed-runs", "1",
-        "--speed-sentences", "3", "--cpu"]  # fmt: skip
+FAST = [
+    "--max-update",
+    "20",
+    "--validate-every",
+    "10",
+    "--speed-runs",
+    "1",
+    "--speed-sentences",
+    "3",
+    "--cpu",
+]
 
 # A subreaper (Linux): runs compress, kills it with -9 once STEP's command runs (a process whose
 # command line holds WANT), then waits up to 20 s for every descendant to end. An orphan is
@@ -83,11 +92,20 @@ for pid in left:
 print(json.dumps({"killed": killed, "seen": seen, "left": left, "out": "".join(lines)}))
 """
 
-KD_STEPS = [("transfer", "lightcompress-convert"), ("kd-data", "lightcompress.kd.onnx_generate"),
-            ("fine-tune", "fairseq-train"), ("shortlist", ""),
-            ("export", "lightcompress-export-onnx"), ("int8", ""), ("ct2", ""),
-            ("test-teacher", "fairseq-generate"), ("test-student", "fairseq-generate"),
-            ("speed", ""), ("speed-b32", ""), ("report", "")]  # fmt: skip
+KD_STEPS = [
+    ("transfer", "lightcompress-convert"),
+    ("kd-data", "lightcompress.kd.onnx_generate"),
+    ("fine-tune", "fairseq-train"),
+    ("shortlist", ""),
+    ("export", "lightcompress-export-onnx"),
+    ("int8", ""),
+    ("ct2", ""),
+    ("test-teacher", "fairseq-generate"),
+    ("test-student", "fairseq-generate"),
+    ("speed", ""),
+    ("speed-b32", ""),
+    ("report", ""),
+]
 # (int8 and speed run in compress's own process: measure_speed called as a function)
 
 
@@ -102,12 +120,34 @@ def test_kill_9_in_every_step_leaves_no_process_and_the_rerun_finishes(
     tiny_data, tiny_transformer, tmp_path
 ):
     save = tmp_path / "kd"
-    args = [*CMD, _teacher(tiny_transformer), "--data", tiny_data, "-o", str(save), "--kd",
-            "--rank", "8", "--max-update", "1000", "--validate-every", "250", "--patience", "0", *FAST]  # fmt: skip
+    args = [
+        *CMD,
+        _teacher(tiny_transformer),
+        "--data",
+        tiny_data,
+        "-o",
+        str(save),
+        "--kd",
+        "--rank",
+        "8",
+        "--max-update",
+        "1000",
+        "--validate-every",
+        "250",
+        "--patience",
+        "0",
+        *FAST,
+    ]
     killed = []
     for step, want in KD_STEPS:
-        run = subprocess.run([sys.executable, "-c", KILLER, step, want, *args], env=_env(),
-                             capture_output=True, text=True, timeout=900, check=True)  # fmt: skip
+        run = subprocess.run(
+            [sys.executable, "-c", KILLER, step, want, *args],
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=True,
+        )
         res = json.loads(run.stdout.splitlines()[-1])
         assert res["left"] == {}, (step, res["left"], res["out"][-3000:])
         if not res["killed"]:  # (finished before it could be killed: nothing left to do)
@@ -143,11 +183,17 @@ BAD = {
     "ratio-below-1": (["--ratio", "0.5"], "the student would be as large as the teacher or larger"),
     "energy-nan": (["--energy", "nan"], "--energy must be a finite number"),
     "lr-nan": (["--lr", "nan"], "--lr must be a finite number"),
-    "embed-rank-huge": (["--embed-rank", "100000", "--dry-run"], "is not below the teacher's embedding dimension"),
+    "embed-rank-huge": (
+        ["--embed-rank", "100000", "--dry-run"],
+        "is not below the teacher's embedding dimension",
+    ),
     "params-above-teacher": (["--params", "10M"], "is not below the teacher's"),
-    "save-dir-after-dash-dash": (["--dry-run", "--", "--save-dir", "elsewhere"], "the save directory is compress's own"),
+    "save-dir-after-dash-dash": (
+        ["--dry-run", "--", "--save-dir", "elsewhere"],
+        "the save directory is compress's own",
+    ),
     "max-update-after-dash-dash": (["--", "--max-update=5"], "give compress's --max-update"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -222,13 +268,22 @@ def test_a_log_write_error_in_the_reader_thread_is_the_step_error(tmp_path, monk
             return False
 
     real_open = open
-    monkeypatch.setattr(steps, "open", lambda path, *a, **k: Full() if str(path).endswith(".log")
-                        else real_open(path, *a, **k), raising=False)  # fmt: skip
+    monkeypatch.setattr(
+        steps,
+        "open",
+        lambda path, *a, **k: Full() if str(path).endswith(".log") else real_open(path, *a, **k),
+        raising=False,
+    )
     errors = []
     monkeypatch.setattr(threading, "excepthook", errors.append)
     out = tmp_path / "out.txt"
-    step = steps.Step("s", "a step", [[sys.executable, "-c", "print('x\\n' * 1000)"]],
-                      outputs=[str(out)], stdout_to=[None])  # fmt: skip
+    step = steps.Step(
+        "s",
+        "a step",
+        [[sys.executable, "-c", "print('x\\n' * 1000)"]],
+        outputs=[str(out)],
+        stdout_to=[None],
+    )
     runner = steps.Runner([step], str(tmp_path / "logs"), out=open(os.devnull, "w"))  # noqa: SIM115
     with pytest.raises(OSError) as info:
         runner.run()
@@ -241,9 +296,22 @@ def test_dawid_reaches_its_target_in_a_short_run(tiny_data, tiny_transformer, tm
     meets the 4x target (before: a student larger than the teacher, and "done"); its training
     goes on with --continue-from (same schedule, a larger --max-update)."""
     save = tmp_path / "dawid"
-    proc = _compress([_teacher(tiny_transformer), "--data", tiny_data, "-o", save, "--method",
-                      "dawid", "--max-update", "100", "--validate-every", "50",
-                      *FAST[4:]])  # fmt: skip
+    proc = _compress(
+        [
+            _teacher(tiny_transformer),
+            "--data",
+            tiny_data,
+            "-o",
+            save,
+            "--method",
+            "dawid",
+            "--max-update",
+            "100",
+            "--validate-every",
+            "50",
+            *FAST[4:],
+        ]
+    )
     assert "the fused student against the target" in proc.stdout
     rows = json.loads((save / "report.json").read_text())["models"]
     t, s = rows["teacher"]["params"], rows["student"]["params"]
@@ -253,13 +321,37 @@ def test_dawid_reaches_its_target_in_a_short_run(tiny_data, tiny_transformer, tm
     # the schedule of the first run (--schedule-updates 100), and ends with its own report
     last = save / "student" / "checkpoint_last.pt"
     more = tmp_path / "dawid-more"
-    base = [_teacher(tiny_transformer), "--data", tiny_data, "--method", "dawid",
-            "--validate-every", "10", *FAST[4:]]  # fmt: skip
+    base = [
+        _teacher(tiny_transformer),
+        "--data",
+        tiny_data,
+        "--method",
+        "dawid",
+        "--validate-every",
+        "10",
+        *FAST[4:],
+    ]
     # (stopped once its size step has passed: the steps after it are the first run's, tested)
-    cmd = [*CMD, *map(str, [*base, "-o", more, "--max-update", "120", "--schedule-updates",
-                            "100", "--continue-from", last])]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env())  # fmt: skip
+    cmd = [
+        *CMD,
+        *map(
+            str,
+            [
+                *base,
+                "-o",
+                more,
+                "--max-update",
+                "120",
+                "--schedule-updates",
+                "100",
+                "--continue-from",
+                last,
+            ],
+        ),
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+    )
     sized = re.compile(r"^\[compress 4/\d+ export ", re.MULTILINE)
     out = ""
     for line in proc.stdout:
@@ -283,8 +375,9 @@ def test_dawid_reaches_its_target_in_a_short_run(tiny_data, tiny_transformer, tm
     # (the command), a budget it has reached, a checkpoint of another model or without
     # optimizer state (the check itself, with the student's flags)
     bad = tmp_path / "refused"
-    err = _one_line_error(_compress([*base, "-o", bad, "--max-update", "120", "--continue-from",
-                                     last], check=False))  # fmt: skip
+    err = _one_line_error(
+        _compress([*base, "-o", bad, "--max-update", "120", "--continue-from", last], check=False)
+    )
     assert err.endswith(
         "was trained with --dawid-distill-updates 7; this command gives 8 (its "
         "schedule: give the first run's --max-update as --schedule-updates)"
@@ -299,9 +392,15 @@ def test_dawid_reaches_its_target_in_a_short_run(tiny_data, tiny_transformer, tm
     del state["last_optimizer_state"]
     stripped = tmp_path / "stripped.pt"
     torch.save(state, stripped)
-    for path, updates, want in ((last, 100, "has trained 100 updates already: give a --max-update above 100"),
-                                (_teacher(tiny_transformer), 120, "is a 'transformer' model; this command trains a 'dawid' student"),
-                                (stripped, 120, "holds no optimizer state: give a training checkpoint")):  # fmt: skip
+    for path, updates, want in (
+        (last, 100, "has trained 100 updates already: give a --max-update above 100"),
+        (
+            _teacher(tiny_transformer),
+            120,
+            "is a 'transformer' model; this command trains a 'dawid' student",
+        ),
+        (stripped, 120, "holds no optimizer state: give a training checkpoint"),
+    ):
         with pytest.raises(CompressError, match=re.escape(want)):
             check_continue_from(
                 str(path), updates, ["--arch", "dawid", "--dawid-distill-updates", "7"]
@@ -340,17 +439,31 @@ def test_continue_from_compares_every_student_flag_the_checkpoint_holds(tmp_path
     from lightcompress.compress.checks import check_continue_from
     from lightcompress.compress.teacher import CompressError
 
-    args = argparse.Namespace(arch="lightformer", lc_rank=8, share_all_embeddings=True,
-                              encoder_normalize_before=False)  # fmt: skip
+    args = argparse.Namespace(
+        arch="lightformer", lc_rank=8, share_all_embeddings=True, encoder_normalize_before=False
+    )
     path = tmp_path / "checkpoint_last.pt"
-    torch.save({"model": {}, "args": args, "optimizer_history": [{"num_updates": 5}],
-                "last_optimizer_state": {"state": {}}}, path)  # fmt: skip
+    torch.save(
+        {
+            "model": {},
+            "args": args,
+            "optimizer_history": [{"num_updates": 5}],
+            "last_optimizer_state": {"state": {}},
+        },
+        path,
+    )
     same = ["--arch", "lightformer", "--share-all-embeddings", "--lc-rank", "8"]
     assert check_continue_from(str(path), 10, same) == str(path)
-    for flags, want in ((["--arch", "lightformer", "--share-all-embeddings", "--lc-rank", "16"],
-                         "was trained with --lc-rank 8; this command gives 16"),
-                        (["--arch", "lightformer", "--encoder-normalize-before", "--lc-rank", "8"],
-                         "was trained with --encoder-normalize-before False; this command gives True")):  # fmt: skip
+    for flags, want in (
+        (
+            ["--arch", "lightformer", "--share-all-embeddings", "--lc-rank", "16"],
+            "was trained with --lc-rank 8; this command gives 16",
+        ),
+        (
+            ["--arch", "lightformer", "--encoder-normalize-before", "--lc-rank", "8"],
+            "was trained with --encoder-normalize-before False; this command gives True",
+        ),
+    ):
         with pytest.raises(CompressError, match=re.escape(want)):
             check_continue_from(str(path), 10, flags)
 
@@ -407,9 +520,22 @@ def test_a_stopped_distill_data_leaves_no_translation_running(sig, tiny_data, tm
     teacher = tmp_path / "teacher.pt"
     teacher.write_bytes(b"")  # (not loaded: the sleeper stands in for fairseq-generate)
     work = tmp_path / "kd" / "distill-work"
-    proc = subprocess.Popen([sys.executable, "-c", DISTILL_SLEEPER, tiny_data, "--path",
-                             str(teacher), "--out-dir", str(tmp_path / "kd"), "--cpu"],
-                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            DISTILL_SLEEPER,
+            tiny_data,
+            "--path",
+            str(teacher),
+            "--out-dir",
+            str(tmp_path / "kd"),
+            "--cpu",
+        ],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     log, deadline = work / "shard0.log", time.monotonic() + 120
     while time.monotonic() < deadline and not (log.exists() and log.read_text().strip()):
         time.sleep(0.05)

@@ -42,8 +42,15 @@ def setup(tiny_data, tiny_transformer, tmp_path_factory):
         lines = [line for line in f][:8]
     src = root / "test.de"
     src.write_text("".join(lines), encoding="utf-8")
-    return {"root": root, "ckpt": ckpt, "data": tiny_data, "empty": str(empty),
-            "real": str(real), "onnx": str(onnx), "src": str(src)}  # fmt: skip
+    return {
+        "root": root,
+        "ckpt": ckpt,
+        "data": tiny_data,
+        "empty": str(empty),
+        "real": str(real),
+        "onnx": str(onnx),
+        "src": str(src),
+    }
 
 
 def _one_line(capsys, status: int, *words: str) -> str:
@@ -104,9 +111,12 @@ def test_4_a_shortlist_with_fewer_candidates_than_the_beam_needs(setup, tmp_path
     outs = {}
     for name, run, argv in (
         ("onnx", _onnx, [setup["onnx"], "--shortlist"]),
-        ("torch", _torch, ["--path", setup["ckpt"], "--data", setup["data"], "--shortlist",
-                           setup["empty"]]),
-    ):  # fmt: skip
+        (
+            "torch",
+            _torch,
+            ["--path", setup["ckpt"], "--data", setup["data"], "--shortlist", setup["empty"]],
+        ),
+    ):
         out = tmp_path / f"{name}.txt"
         status = run([*argv, "--beam", beam, "-i", setup["src"], "-o", out])
         assert status == 0, capsys.readouterr().err
@@ -212,8 +222,11 @@ def _cut(path: str, how: str, tmp_path) -> str:
     return str(out)
 
 
-CUTS = {"cut inside the last line": "truncated", "last line missing": "truncated",
-        "first format": "older format"}  # fmt: skip
+CUTS = {
+    "cut inside the last line": "truncated",
+    "last line missing": "truncated",
+    "first format": "older format",
+}
 READERS = ["lightcompress-translate", "lightcompress-export-ct2", "lightcompress-export-onnx"]
 
 
@@ -257,8 +270,9 @@ def test_7_the_builders_file_is_read_whole(setup):
 
 
 @pytest.mark.parametrize("translator", ["translate.py", "lightcompress-translate"])
-@pytest.mark.parametrize("option", ["--lenpen=nan", "--lenpen=inf", "--max-len-a=nan",
-                                    "--max-len-a=inf"])  # fmt: skip
+@pytest.mark.parametrize(
+    "option", ["--lenpen=nan", "--lenpen=inf", "--max-len-a=nan", "--max-len-a=inf"]
+)
 def test_8_nan_and_infinity_in_translation_options(setup, tmp_path, translator, option, capsys):
     """``--lenpen nan`` translated otherwise with exit 0; ``--max-len-a nan`` / ``inf`` ended in
     ValueError / OverflowError tracebacks."""
@@ -266,8 +280,19 @@ def test_8_nan_and_infinity_in_translation_options(setup, tmp_path, translator, 
     if translator == "translate.py":
         status = _onnx([setup["onnx"], option, "-i", setup["src"], "-o", out])
     else:
-        status = _torch(["--path", setup["ckpt"], "--data", setup["data"], option, "-i",
-                         setup["src"], "-o", out])  # fmt: skip
+        status = _torch(
+            [
+                "--path",
+                setup["ckpt"],
+                "--data",
+                setup["data"],
+                option,
+                "-i",
+                setup["src"],
+                "-o",
+                out,
+            ]
+        )
     name = option.split("=")[0][2:].replace("-", "_")
     _one_line(capsys, status, f"{name} must be a finite number")
     assert not out.exists()
@@ -278,14 +303,28 @@ def test_8_lengths_past_any_model_are_the_models_longest(setup, tmp_path, transl
     """``--max-len-a 1e308`` (finite: accepted) overflowed to an OverflowError traceback; it is
     the longest output the model allows, as ``--max-len-b`` past its positions is."""
     outs = []
-    for lengths in (["--max-len-a", "1e308"], ["--max-len-b", str(10**400)],
-                    ["--max-len-b", "5000"]):  # fmt: skip
+    for lengths in (
+        ["--max-len-a", "1e308"],
+        ["--max-len-b", str(10**400)],
+        ["--max-len-b", "5000"],
+    ):
         out = tmp_path / "out.txt"
         if translator == "translate.py":
             status = _onnx([setup["onnx"], *lengths, "-i", setup["src"], "-o", out])
         else:
-            status = _torch(["--path", setup["ckpt"], "--data", setup["data"], *lengths, "-i",
-                             setup["src"], "-o", out])  # fmt: skip
+            status = _torch(
+                [
+                    "--path",
+                    setup["ckpt"],
+                    "--data",
+                    setup["data"],
+                    *lengths,
+                    "-i",
+                    setup["src"],
+                    "-o",
+                    out,
+                ]
+            )
         assert status == 0, capsys.readouterr().err
         outs.append(out.read_text(encoding="utf-8"))
     assert outs[0] == outs[1] == outs[2] and len(outs[0].split("\n")) == 9
@@ -298,9 +337,12 @@ def _closed_stdin(argv) -> subprocess.CompletedProcess:
     """``argv`` run with its standard input closed (``<&-``)."""
     return subprocess.run(
         ["bash", "-c", 'exec "$@" <&-', "bash", sys.executable, *map(str, argv)],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
         env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"),
-    )  # fmt: skip
+    )
 
 
 def _other_graphs(setup, folder: str, tmp_path, same_shapes: bool) -> None:
@@ -315,10 +357,24 @@ def _other_graphs(setup, folder: str, tmp_path, same_shapes: bool) -> None:
 
     torch.manual_seed(0)
     layers, width = (2, 32) if same_shapes else (1, 16)
-    flags = ["--encoder-layers", layers, "--decoder-layers", layers, "--encoder-embed-dim", width,
-             "--decoder-embed-dim", width, "--encoder-ffn-embed-dim", 2 * width,
-             "--decoder-ffn-embed-dim", 2 * width, "--encoder-attention-heads", "2",
-             "--decoder-attention-heads", "2"]  # fmt: skip
+    flags = [
+        "--encoder-layers",
+        layers,
+        "--decoder-layers",
+        layers,
+        "--encoder-embed-dim",
+        width,
+        "--decoder-embed-dim",
+        width,
+        "--encoder-ffn-embed-dim",
+        2 * width,
+        "--decoder-ffn-embed-dim",
+        2 * width,
+        "--encoder-attention-heads",
+        "2",
+        "--decoder-attention-heads",
+        "2",
+    ]
     flags = [str(f) for f in flags]
     model, task, _ = build_random_model("transformer", 40, flags, True, return_task=True)
     other = tmp_path / "other"
@@ -328,9 +384,14 @@ def _other_graphs(setup, folder: str, tmp_path, same_shapes: bool) -> None:
     write_manifest(folder)
 
 
-TRACEBACK_CASES = ["stdin closed: translate.py", "stdin closed: lightcompress-translate",
-                   "config.json without layers", "config.json without eos",
-                   "another model's graphs", "another model's graphs, same shapes"]  # fmt: skip
+TRACEBACK_CASES = [
+    "stdin closed: translate.py",
+    "stdin closed: lightcompress-translate",
+    "config.json without layers",
+    "config.json without eos",
+    "another model's graphs",
+    "another model's graphs, same shapes",
+]
 
 
 @pytest.mark.parametrize("case", TRACEBACK_CASES)
@@ -339,8 +400,14 @@ def test_9_what_ended_in_a_traceback_is_one_line(setup, tmp_path, case, capsys):
         if case.endswith("translate.py"):
             argv = [os.path.join(setup["onnx"], "translate.py"), setup["onnx"], "--tokenized"]
         else:
-            argv = ["-c", "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
-                    "--path", setup["ckpt"], "--data", setup["data"]]  # fmt: skip
+            argv = [
+                "-c",
+                "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
+                "--path",
+                setup["ckpt"],
+                "--data",
+                setup["data"],
+            ]
         proc = _closed_stdin(argv)
         err = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(err) == 1 and proc.stdout == "", proc.stderr
@@ -372,8 +439,9 @@ def test_11_int8_that_would_quantize_nothing_is_refused(setup, tmp_path, capsys)
     from lightcompress.deploy import onnx_export
 
     out = tmp_path / "int8"
-    status = onnx_export.main(["--path", setup["ckpt"], "--data", setup["data"], "--int8",
-                               "large", "-o", str(out)])  # fmt: skip
+    status = onnx_export.main(
+        ["--path", setup["ckpt"], "--data", setup["data"], "--int8", "large", "-o", str(out)]
+    )
     _one_line(capsys, status, "--int8 large", "quantize nothing", "without --int8")
     assert os.listdir(tmp_path) == []
 
@@ -383,13 +451,33 @@ def test_11_measure_speed_notes_int8_with_nothing_to_quantize_and_keeps_the_othe
     ``--compare-int8`` (every map) exports are still timed."""
     out = tmp_path / "speed.json"
     proc = subprocess.run(
-        [os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"), "--data", setup["data"],
-         "--path", f"tiny={setup['ckpt']}", "--onnx", "--int8-large", "--compare-int8",
-         "--runs", "1", "--warmup", "0", "--num-sentences", "2", "--src-len", "4", "--quiet",
-         "--json", str(out)],
-        capture_output=True, text=True, timeout=600, check=False,
+        [
+            os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"),
+            "--data",
+            setup["data"],
+            "--path",
+            f"tiny={setup['ckpt']}",
+            "--onnx",
+            "--int8-large",
+            "--compare-int8",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--num-sentences",
+            "2",
+            "--src-len",
+            "4",
+            "--quiet",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
         env=dict(os.environ, PYTHON=sys.executable, PYTHONWARNINGS="ignore"),
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
     rows = {(r["engine"], r["precision"]) for r in json.loads(out.read_text())["models"]}
     assert {("onnxruntime", "float32"), ("onnxruntime", "int8")} <= rows, rows

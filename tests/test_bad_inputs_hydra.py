@@ -22,37 +22,74 @@ import pytest
 from harness import REPO_ROOT, USER_DIR
 
 TINY = [
-    "++model.encoder_embed_dim=32", "++model.decoder_embed_dim=32",
-    "++model.encoder_ffn_embed_dim=64", "++model.decoder_ffn_embed_dim=64",
-    "++model.encoder_attention_heads=2", "++model.decoder_attention_heads=2",
-    "++model.encoder_layers=4", "++model.decoder_layers=2", "++model.lc_encoder_groups=2",
-    "++model.lc_rank=8", "++model.lc_embed_rank=8",
-]  # fmt: skip
-RUN = ["common.cpu=true", "optimization.max_update=1", "dataset.max_tokens=2048",
-       "dataset.num_workers=0", "dataset.data_buffer_size=0"]  # fmt: skip
+    "++model.encoder_embed_dim=32",
+    "++model.decoder_embed_dim=32",
+    "++model.encoder_ffn_embed_dim=64",
+    "++model.decoder_ffn_embed_dim=64",
+    "++model.encoder_attention_heads=2",
+    "++model.decoder_attention_heads=2",
+    "++model.encoder_layers=4",
+    "++model.decoder_layers=2",
+    "++model.lc_encoder_groups=2",
+    "++model.lc_rank=8",
+    "++model.lc_embed_rank=8",
+]
+RUN = [
+    "common.cpu=true",
+    "optimization.max_update=1",
+    "dataset.max_tokens=2048",
+    "dataset.num_workers=0",
+    "dataset.data_buffer_size=0",
+]
 LIGHT = ("lightformer", "table7_lightformer_12_2")
 
 # id: (config, overrides (DATA: the tiny data-bin), words of the line): run by fairseq-hydra-train
 CASES = {
-    "data-unset": (("lightformer", "table2_iwslt14_lightformer"), ["common.fp16=false"],
-                   ["task.data is not set", "task.data=DIR"]),
-    "data-unset-subformer": (("subformer", "table2_sandwich_6_6"), ["common.fp16=false"],
-                             ["task.data is not set"]),
-    "data-missing": (LIGHT, ["task.data=DATA/nope", "common.fp16=false"],
-                     ["task.data=", "no directory", "nope"]),
-    "rank-abc": (LIGHT, ["task.data=DATA", "common.fp16=false", "++model.lc_rank=abc"],
-                 ["model.lc_rank='abc' is not an integer", "--lc-rank"]),
-    "fp16-on-cpu": (LIGHT, ["task.data=DATA"],  # the config's fp16: true
-                    ["common.fp16=true needs a CUDA GPU", "common.cpu=true",
-                     "common.fp16=false"]),
-    "rank-too-large": (LIGHT, ["task.data=DATA", "common.fp16=false",
-                               "++model.lc_embed_rank=135"],  # found as the model is built
-                       ["rank 135", "encoder.embed_tokens"]),
-    "kd-data-unset": (("kd", "run_iwslt14_kd"), ["task.data=DATA", "common.fp16=false"],
-                      ["task.kd_distilled_data is not set", "task.kd_distilled_data=DIR"]),
-    "dawid-teacher-unset": (("dawid", "iwslt14_dawid"), ["task.data=DATA", "common.fp16=false"],
-                            ["model.dawid_teacher is not set"]),
-}  # fmt: skip
+    "data-unset": (
+        ("lightformer", "table2_iwslt14_lightformer"),
+        ["common.fp16=false"],
+        ["task.data is not set", "task.data=DIR"],
+    ),
+    "data-unset-subformer": (
+        ("subformer", "table2_sandwich_6_6"),
+        ["common.fp16=false"],
+        ["task.data is not set"],
+    ),
+    "data-missing": (
+        LIGHT,
+        ["task.data=DATA/nope", "common.fp16=false"],
+        ["task.data=", "no directory", "nope"],
+    ),
+    "rank-abc": (
+        LIGHT,
+        ["task.data=DATA", "common.fp16=false", "++model.lc_rank=abc"],
+        ["model.lc_rank='abc' is not an integer", "--lc-rank"],
+    ),
+    "fp16-on-cpu": (
+        LIGHT,
+        ["task.data=DATA"],  # the config's fp16: true
+        ["common.fp16=true needs a CUDA GPU", "common.cpu=true", "common.fp16=false"],
+    ),
+    "rank-too-large": (
+        LIGHT,
+        [
+            "task.data=DATA",
+            "common.fp16=false",
+            "++model.lc_embed_rank=135",
+        ],  # found as the model is built
+        ["rank 135", "encoder.embed_tokens"],
+    ),
+    "kd-data-unset": (
+        ("kd", "run_iwslt14_kd"),
+        ["task.data=DATA", "common.fp16=false"],
+        ["task.kd_distilled_data is not set", "task.kd_distilled_data=DIR"],
+    ),
+    "dawid-teacher-unset": (
+        ("dawid", "iwslt14_dawid"),
+        ["task.data=DATA", "common.fp16=false"],
+        ["model.dawid_teacher is not set"],
+    ),
+}
 # the same checks on a composed config (lightcompress.configs_build.compose), in this process
 CHECKS = {
     "data-not-a-data-bin": (LIGHT, ["task.data=EMPTY"], ["task.data=", "no dict.de.txt"]),
@@ -60,15 +97,24 @@ CHECKS = {
     "rank-float": (LIGHT, ["++model.lc_rank=0.5"], ["model.lc_rank=0.5 is not an integer"]),
     "rank-list": (LIGHT, ["++model.lc_rank=[8,8]"], ["model.lc_rank=", "is not an integer"]),
     "rank-bool": (LIGHT, ["++model.lc_rank=true"], ["model.lc_rank=True is not an integer"]),
-    "ratio-abc": (LIGHT, ["++model.lc_rank_ratio=abc"],
-                  ["model.lc_rank_ratio='abc' is not a number"]),
+    "ratio-abc": (
+        LIGHT,
+        ["++model.lc_rank_ratio=abc"],
+        ["model.lc_rank_ratio='abc' is not a number"],
+    ),
     "dropout-abc": (LIGHT, ["++model.dropout=abc"], ["model.dropout='abc' is not a number"]),
-    "admin-init-choice": (LIGHT, ["++model.admin_init=maybe"],
-                          ["model.admin_init='maybe' is not one of", "closed-form"]),
-    "hypoformer-rank-abc": (("hypoformer", "table4_r4_hypoformer_no_kd"),
-                            ["++model.hypo_ffn_rank=abc"], ["model.hypo_ffn_rank='abc'"]),
+    "admin-init-choice": (
+        LIGHT,
+        ["++model.admin_init=maybe"],
+        ["model.admin_init='maybe' is not one of", "closed-form"],
+    ),
+    "hypoformer-rank-abc": (
+        ("hypoformer", "table4_r4_hypoformer_no_kd"),
+        ["++model.hypo_ffn_rank=abc"],
+        ["model.hypo_ffn_rank='abc'"],
+    ),
     "fp16-on-cpu": (LIGHT, ["common.fp16=true"], ["common.fp16=true needs a CUDA GPU"]),
-}  # fmt: skip
+}
 # after rank-too-large (fairseq had made its save directory): the corrected command trains
 CORRECTED = (LIGHT, ["task.data=DATA", "common.fp16=false"])
 
@@ -98,9 +144,17 @@ def _argv(config, overrides, data, save) -> list[str]:
     family, row = config
     model = TINY if family == "lightformer" else []
     subst = [o.replace("DATA", data) for o in overrides]
-    return ["--config-dir", os.path.join(REPO_ROOT, "configs", family), "--config-name", row,
-            f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={save}", *RUN, *model,
-            *subst]  # fmt: skip
+    return [
+        "--config-dir",
+        os.path.join(REPO_ROOT, "configs", family),
+        "--config-name",
+        row,
+        f"common.user_dir={USER_DIR}",
+        f"checkpoint.save_dir={save}",
+        *RUN,
+        *model,
+        *subst,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +174,13 @@ def runs(tiny_data, tmp_path_factory):
     result = root / "results.json"
     proc = subprocess.run(
         [sys.executable, "-c", _DRIVER, json.dumps(argvs), str(result)],
-        cwd=root, env=env, timeout=300, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        cwd=root,
+        env=env,
+        timeout=300,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     with open(result) as f:
         return json.load(f)
@@ -130,11 +189,17 @@ def runs(tiny_data, tmp_path_factory):
 def _the_line(err: str) -> str:
     """The error's line: what hydra prints besides its own two lines."""
     lines = [
-        ln for ln in err.splitlines()
-        if ln.strip() and not ln.startswith(("Error executing job with overrides:",
-                                             "Set the environment variable HYDRA_FULL_ERROR",
-                                             "DEBUG:hydra"))
-    ]  # fmt: skip
+        ln
+        for ln in err.splitlines()
+        if ln.strip()
+        and not ln.startswith(
+            (
+                "Error executing job with overrides:",
+                "Set the environment variable HYDRA_FULL_ERROR",
+                "DEBUG:hydra",
+            )
+        )
+    ]
     assert len(lines) == 1, err
     return lines[0]
 

@@ -54,8 +54,9 @@ def _moses_bpe(root) -> dict:
         pairs = [_sentence(rng) for _ in range(n)]
         for i, lang in enumerate(("de", "en")):
             (raw / f"{split}.{lang}").write_text("".join(p[i] + "\n" for p in pairs))
-            tokenized[split, lang] = [tok[lang].tokenize(p[i], return_str=True).lower()
-                                      for p in pairs]  # fmt: skip
+            tokenized[split, lang] = [
+                tok[lang].tokenize(p[i], return_str=True).lower() for p in pairs
+            ]
     codes = root / "code"
     with open(codes, "w", encoding="utf-8") as out:
         learn_bpe(tokenized["train", "de"] + tokenized["train", "en"], out, 40)
@@ -64,10 +65,23 @@ def _moses_bpe(root) -> dict:
     for (split, lang), lines in tokenized.items():
         (bpe / f"{split}.{lang}").write_text("".join(apply.process_line(x) + "\n" for x in lines))
     args = options.get_preprocessing_parser().parse_args(
-        ["--source-lang", "de", "--target-lang", "en", "--workers", "1",
-         "--trainpref", f"{bpe}/train", "--validpref", f"{bpe}/valid", "--testpref", f"{bpe}/test",
-         "--destdir", str(root / "bpe-bin")]
-    )  # fmt: skip
+        [
+            "--source-lang",
+            "de",
+            "--target-lang",
+            "en",
+            "--workers",
+            "1",
+            "--trainpref",
+            f"{bpe}/train",
+            "--validpref",
+            f"{bpe}/valid",
+            "--testpref",
+            f"{bpe}/test",
+            "--destdir",
+            str(root / "bpe-bin"),
+        ]
+    )
     preprocess.main(args)
     return {"raw": raw, "codes": str(codes), "data": str(root / "bpe-bin")}
 
@@ -84,8 +98,12 @@ def texts(tmp_path_factory):
     raw = make_parallel_corpus(str(root / "toy"), n_train=200, n_valid=10, n_test=10)
     model, pieces = _sentencepiece(raw, root)
     data = _binarize(pieces, str(root / "spm-bin"))
-    spm = {"raw": raw, "spm": model, "data": data,
-           "teacher": make_checkpoint(data, str(root / "spm.pt"), "transformer", TINY)}  # fmt: skip
+    spm = {
+        "raw": raw,
+        "spm": model,
+        "data": data,
+        "teacher": make_checkpoint(data, str(root / "spm.pt"), "transformer", TINY),
+    }
     other = root / "other.code"  # (learned on the toy's words: s0 ... t23)
     with open(os.path.join(raw, "train.de"), encoding="utf-8") as f, open(other, "w") as out:
         learn_bpe(f.readlines(), out, 30)
@@ -133,14 +151,26 @@ def _compress(argv):
 
 # (model, tokenizer flag, which tokenizer) -> what the line says
 MISFITS = {
-    "bpe model, codes of another corpus": ("bpe", "--bpe-codes", "other",
-                                           ["do not fit", "subword units cannot be made"]),
-    "sentencepiece model, codes of another corpus": ("spm", "--bpe-codes", "other",
-                                                     ["do not fit", "give the model's --spm"]),
-    "bpe model, a sentencepiece model": ("bpe", "--spm", "spm:spm",
-                                         ["does not fit", "give the model's --bpe-codes"]),
+    "bpe model, codes of another corpus": (
+        "bpe",
+        "--bpe-codes",
+        "other",
+        ["do not fit", "subword units cannot be made"],
+    ),
+    "sentencepiece model, codes of another corpus": (
+        "spm",
+        "--bpe-codes",
+        "other",
+        ["do not fit", "give the model's --spm"],
+    ),
+    "bpe model, a sentencepiece model": (
+        "bpe",
+        "--spm",
+        "spm:spm",
+        ["does not fit", "give the model's --bpe-codes"],
+    ),
     "--spm with --bpe-codes": ("bpe", "--spm", "spm:spm+codes", ["not both"]),
-}  # fmt: skip
+}
 TOOLS = ["lightcompress-export-onnx", "lightcompress-translate", "lightcompress-compress"]
 
 
@@ -158,11 +188,13 @@ def test_1_a_tokenizer_that_does_not_fit_the_dictionary_is_refused(texts, case, 
     elif tool == "lightcompress-translate":
         src = tmp_path / "in.txt"
         src.write_text("Das Haus.\n")
-        result = _translate(["--path", m["teacher"], "--data", m["data"], "-i", src, "-o", out,
-                             *given])  # fmt: skip
+        result = _translate(
+            ["--path", m["teacher"], "--data", m["data"], "-i", src, "-o", out, *given]
+        )
     else:
-        result = _compress([m["teacher"], "--data", m["data"], "-o", out, "--rank", "4", *given,
-                            "--dry-run"])  # fmt: skip
+        result = _compress(
+            [m["teacher"], "--data", m["data"], "-o", out, "--rank", "4", *given, "--dry-run"]
+        )
     _refused(result, *words)
     assert not out.exists()
 
@@ -174,9 +206,20 @@ def test_1_the_codes_the_data_was_made_with_fit(texts, tmp_path):
         check_codes_fit(
             texts["bpe"]["codes"], read_symbols(f"{texts['bpe']['data']}/dict.{lang}.txt")
         )
-    status, _, err = _compress([texts["bpe"]["teacher"], "--data", texts["bpe"]["data"], "-o",
-                                  tmp_path / "out", "--rank", "4", "--bpe-codes",
-                                  texts["bpe"]["codes"], "--dry-run"])  # fmt: skip
+    status, _, err = _compress(
+        [
+            texts["bpe"]["teacher"],
+            "--data",
+            texts["bpe"]["data"],
+            "-o",
+            tmp_path / "out",
+            "--rank",
+            "4",
+            "--bpe-codes",
+            texts["bpe"]["codes"],
+            "--dry-run",
+        ]
+    )
     assert status == 0, err
 
 
@@ -194,15 +237,27 @@ def test_2_a_subword_data_bin_without_its_tokenizer_names_the_flag(texts, tmp_pa
         export = next(x for x in out.splitlines() if "export-onnx" in x)
         assert "--spm" not in export and "--bpe-codes" not in export
         assert "--post-process" not in next(x for x in out.splitlines() if "--gen-subset" in x)
-        _refused(_compress([*base, "--tokenized", "--spm", texts["spm"]["spm"], "--dry-run"]),
-                 "--tokenized takes the data's subword units as they are")  # fmt: skip
+        _refused(
+            _compress([*base, "--tokenized", "--spm", texts["spm"]["spm"], "--dry-run"]),
+            "--tokenized takes the data's subword units as they are",
+        )
     assert not (tmp_path / "out").exists()
     # the recipe's copy of the codes in the data-bin (as the exporter and translator take it)
     data = tmp_path / "bin"
     shutil.copytree(texts["bpe"]["data"], data)
     shutil.copyfile(texts["bpe"]["codes"], data / "bpe.code")
-    status, out, err = _compress([texts["bpe"]["teacher"], "--data", data, "-o", tmp_path / "out",
-                                  "--rank", "4", "--dry-run"])  # fmt: skip
+    status, out, err = _compress(
+        [
+            texts["bpe"]["teacher"],
+            "--data",
+            data,
+            "-o",
+            tmp_path / "out",
+            "--rank",
+            "4",
+            "--dry-run",
+        ]
+    )
     assert status == 0, err
     assert f"BPE codes: {data}/bpe.code (the data-bin's" in out
     assert f"--bpe-codes {data}/bpe.code --shortlist" in next(
@@ -227,8 +282,9 @@ def _nan_checkpoint(tiny_transformer, tmp_path, value) -> tuple[str, str]:
 
 @pytest.mark.parametrize("value", ["nan", "inf"])
 @pytest.mark.parametrize("tool", TOOLS[:2])
-def test_4_non_finite_weights_are_named_in_one_line(tiny_data, tiny_transformer, tmp_path, tool,
-                                                    value):  # fmt: skip
+def test_4_non_finite_weights_are_named_in_one_line(
+    tiny_data, tiny_transformer, tmp_path, tool, value
+):
     path, key = _nan_checkpoint(tiny_transformer, tmp_path, float(value))
     out = tmp_path / "out"
     if tool == "lightcompress-export-onnx":
@@ -264,8 +320,18 @@ def students(tiny_data, tiny_transformer, tmp_path_factory):
     from lightcompress.compress.checks import check_train_args
 
     root = tmp_path_factory.mktemp("students")
-    status, out, err = _compress([_teacher(tiny_transformer), "--data", tiny_data, "-o",
-                                  root / "x", "--rank", "8", "--dry-run"])  # fmt: skip
+    status, out, err = _compress(
+        [
+            _teacher(tiny_transformer),
+            "--data",
+            tiny_data,
+            "-o",
+            root / "x",
+            "--rank",
+            "8",
+            "--dry-run",
+        ]
+    )
     assert status == 0, err
     args = check_train_args(_train_line(out), [])
     from lightcompress.deploy.text_fit import read_symbols
@@ -278,8 +344,15 @@ def students(tiny_data, tiny_transformer, tmp_path_factory):
             key = next(k for k in sd if k.endswith("fc1.weight") or "fc1" in k)
             sd[key] = torch.zeros(*[d + 1 for d in sd[key].shape])
         paths[name] = root / f"{name.replace(' ', '-')}.pt"
-        torch.save({"args": args, "model": sd, "optimizer_history": [{"num_updates": 5}],
-                    "last_optimizer_state": {"state": {}}}, paths[name])  # fmt: skip
+        torch.save(
+            {
+                "args": args,
+                "model": sd,
+                "optimizer_history": [{"num_updates": 5}],
+                "last_optimizer_state": {"state": {}},
+            },
+            paths[name],
+        )
     return paths
 
 
@@ -293,19 +366,26 @@ def _codes_file(tmp_path, texts, kind) -> str:
 
 # case -> (arguments after the teacher, data and save dir; what the line says)
 BEFORE = {
-    "mistyped fairseq flag": (["--", "--max-upd", "5"], ["unrecognized arguments: --max-upd 5",
-                                                       "given after `--`: --max-upd 5"]),
+    "mistyped fairseq flag": (
+        ["--", "--max-upd", "5"],
+        ["unrecognized arguments: --max-upd 5", "given after `--`: --max-upd 5"],
+    ),
     "bad fairseq value": (["--", "--clip-norm", "abc"], ["--clip-norm: invalid", "abc"]),
     "empty codes": (["--bpe-codes", "empty"], ["holds no BPE merges"]),
     "version line only codes": (["--bpe-codes", "version line only"], ["holds no BPE merges"]),
-    "sentencepiece model as codes": (["--bpe-codes", "sentencepiece model"],
-                                     ["is not subword-nmt BPE codes", "--spm"]),
-    "continue from one tensor of another shape": (["--continue-from", "reshaped"],
-                                                  ["does not fit the student this command trains"]),
-    "continue from another model": (["--continue-from", "other data"],
-                                    ["does not fit the student this command trains",
-                                     "its encoder.embed_tokens"]),
-}  # fmt: skip
+    "sentencepiece model as codes": (
+        ["--bpe-codes", "sentencepiece model"],
+        ["is not subword-nmt BPE codes", "--spm"],
+    ),
+    "continue from one tensor of another shape": (
+        ["--continue-from", "reshaped"],
+        ["does not fit the student this command trains"],
+    ),
+    "continue from another model": (
+        ["--continue-from", "other data"],
+        ["does not fit the student this command trains", "its encoder.embed_tokens"],
+    ),
+}
 
 
 @pytest.mark.parametrize("dry", [True, False], ids=["dry-run", "run"])
@@ -331,9 +411,22 @@ def test_3_what_can_be_checked_is_checked_before_any_work(
 
 
 def test_3_the_right_checkpoint_is_continued(tiny_data, tiny_transformer, students, tmp_path):
-    status, out, err = _compress([_teacher(tiny_transformer), "--data", tiny_data, "-o",
-                                  tmp_path / "out", "--rank", "8", "--max-update", "20",
-                                  "--continue-from", students["same"], "--dry-run"])  # fmt: skip
+    status, out, err = _compress(
+        [
+            _teacher(tiny_transformer),
+            "--data",
+            tiny_data,
+            "-o",
+            tmp_path / "out",
+            "--rank",
+            "8",
+            "--max-update",
+            "20",
+            "--continue-from",
+            students["same"],
+            "--dry-run",
+        ]
+    )
     assert status == 0 and f"--continue-once {students['same']}" in out, err
 
 
@@ -351,8 +444,9 @@ def test_3_a_run_that_failed_on_its_settings_is_rerun_with_corrected_ones(
 
     out = tmp_path / "out"
     base = [_teacher(tiny_transformer), "--data", tiny_data, "-o", str(out), "--rank", "8"]
-    steps, plan = build_plan(get_parser().parse_args(base), ["--valid-subset", "nosuch"],
-                             log=lambda msg: None)  # fmt: skip
+    steps, plan = build_plan(
+        get_parser().parse_args(base), ["--valid-subset", "nosuch"], log=lambda msg: None
+    )
     out.mkdir()
     (out / "plan.json").write_text(json.dumps(plan))  # what the failed run left
     for path in steps[0].outputs:  # (the transfer: done)
@@ -374,13 +468,26 @@ def test_7_codes_with_only_a_version_line_are_one_line(texts, tool, tmp_path):
     codes.write_text("#version: 0.2\n")
     m, out = texts["bpe"], tmp_path / "out"
     if tool == "lightcompress-export-onnx":
-        result = _export(["--path", m["teacher"], "--data", m["data"], "-o", out, "--bpe-codes",
-                          codes])  # fmt: skip
+        result = _export(
+            ["--path", m["teacher"], "--data", m["data"], "-o", out, "--bpe-codes", codes]
+        )
     else:
         src = tmp_path / "in.txt"
         src.write_text("Das Haus.\n")
-        result = _translate(["--path", m["teacher"], "--data", m["data"], "-i", src, "-o", out,
-                             "--bpe-codes", codes])  # fmt: skip
+        result = _translate(
+            [
+                "--path",
+                m["teacher"],
+                "--data",
+                m["data"],
+                "-i",
+                src,
+                "-o",
+                out,
+                "--bpe-codes",
+                codes,
+            ]
+        )
     line = _refused(result, "holds no BPE merges")
     assert "cannot load the BPE codes" not in line
     assert not out.exists()
@@ -399,8 +506,22 @@ def test_7_a_byte_order_mark_does_not_change_the_first_translation(texts, tmp_pa
     for i, prefix in enumerate(("", "\ufeff")):
         src, out = tmp_path / f"in{i}.txt", tmp_path / f"out{i}.txt"
         src.write_text(prefix + text, encoding="utf-8")
-        status, _, err = _translate(["--path", m["teacher"], "--data", m["data"], "-i", src,
-                                     "-o", out, "--bpe-codes", m["codes"], "--beam", "1"])  # fmt: skip
+        status, _, err = _translate(
+            [
+                "--path",
+                m["teacher"],
+                "--data",
+                m["data"],
+                "-i",
+                src,
+                "-o",
+                out,
+                "--bpe-codes",
+                m["codes"],
+                "--beam",
+                "1",
+            ]
+        )
         assert status == 0, err
         got.append(out.read_text(encoding="utf-8"))
     assert got[0] == got[1]
@@ -419,8 +540,13 @@ def test_7_dawids_fusion_error_names_what_compress_takes():
 
 # ----------------------------------------------------------------------------------- item 5
 
-SHIPPED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples",
-                       "translation", "results", "teacher")  # fmt: skip
+SHIPPED = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    "examples",
+    "translation",
+    "results",
+    "teacher",
+)
 
 
 @pytest.fixture(scope="module")
@@ -451,8 +577,9 @@ def test_5_a_changed_copy_of_the_shipped_teacher_is_refused_by_every_loader(
     elif tool == "lightcompress-translate":
         src = tmp_path / "in.txt"
         src.write_text("Das Haus.\n")
-        result = _translate(["--path", ckpt, "--data", data, "-i", src, "-o", out,
-                             "--spm", data / "spm.model"])  # fmt: skip
+        result = _translate(
+            ["--path", ckpt, "--data", data, "-i", src, "-o", out, "--spm", data / "spm.model"]
+        )
     elif tool == "lightcompress-compress":
         result = _compress([ckpt, "--data", tiny_data, "-o", out, "--dry-run"])
     elif tool == "lightcompress-export-ct2":

@@ -21,8 +21,19 @@ import torch
 import lightcompress.plugin  # noqa: F401  (the checkpoint allow-list)
 
 FAST = ["--speed-runs", "1", "--speed-sentences", "3"]
-STEPS = ["transfer", "fine-tune", "shortlist", "export", "int8", "ct2", "test-teacher",
-         "test-student", "speed", "speed-b32", "report"]  # fmt: skip
+STEPS = [
+    "transfer",
+    "fine-tune",
+    "shortlist",
+    "export",
+    "int8",
+    "ct2",
+    "test-teacher",
+    "test-student",
+    "speed",
+    "speed-b32",
+    "report",
+]
 
 
 def _env():
@@ -36,8 +47,14 @@ CMD = [sys.executable, "-m", "lightcompress.compress"]
 
 
 def _compress(args, check=True):
-    proc = subprocess.run([*CMD, *map(str, args)], capture_output=True, text=True, env=_env(),
-                          timeout=900, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [*CMD, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=900,
+        check=False,
+    )
     if check and proc.returncode != 0:
         raise AssertionError(
             f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
@@ -72,16 +89,23 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
     tiny_data, tiny_transformer, tmp_path
 ):
     save = tmp_path / "out"
-    proc = _compress([_teacher(tiny_transformer), "--data", tiny_data, "-o", save,
-                      "--ratio", "3", "--dry-run"])  # fmt: skip
+    proc = _compress(
+        [_teacher(tiny_transformer), "--data", tiny_data, "-o", save, "--ratio", "3", "--dry-run"]
+    )
     assert not save.exists()  # nothing written
     out = proc.stdout
     convert = next(line for line in out.splitlines() if "lightcompress-convert" in line)
     # the student's shape comes from the teacher (2-2, d 32, FFN 64, 2 heads, shared), with
     # the default deep-encoder / shallow-decoder depth: 2-1, from the teacher's first decoder layer
-    for flag in ("--encoder-layers 2", "--decoder-layers 1", "--encoder-embed-dim 32",
-                 "--encoder-ffn-embed-dim 64", "--decoder-attention-heads 2",
-                 "--share-all-embeddings", "--decoder-layers-from 0"):  # fmt: skip
+    for flag in (
+        "--encoder-layers 2",
+        "--decoder-layers 1",
+        "--encoder-embed-dim 32",
+        "--encoder-ffn-embed-dim 64",
+        "--decoder-attention-heads 2",
+        "--share-all-embeddings",
+        "--decoder-layers-from 0",
+    ):
         assert flag in convert, convert
     assert "--encoder-layers-from" not in convert
     assert "student shape: 2-1 (deep encoder, shallow decoder" in out
@@ -95,9 +119,11 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
     lf = METHODS["lightformer"]
     shallow = t.shape_flags()
     shallow[shallow.index("--decoder-layers") + 1] = "1"
-    counts = count_params({f"r{r}": ("lightformer", shallow + lf.flags(r, None, t))
-                           for r in (rank, rank + 1)} | {"t": ("transformer", t.shape_flags())},
-                          t.src_vocab)  # fmt: skip
+    counts = count_params(
+        {f"r{r}": ("lightformer", shallow + lf.flags(r, None, t)) for r in (rank, rank + 1)}
+        | {"t": ("transformer", t.shape_flags())},
+        t.src_vocab,
+    )
     assert counts["t"] / counts[f"r{rank}"] >= 3 > counts["t"] / counts[f"r{rank + 1}"]
     # every step's command, in order, exactly as run
     # (sequence-level KD is on by default for LightFormer: its data is made before fine-tuning)
@@ -107,9 +133,17 @@ def test_dry_run_reads_the_shape_chooses_ranks_and_prints_the_exact_commands(
     ]
     train = next(line for line in out.splitlines() if "fairseq-train" in line)
     assert "--task translation_seqkd --kd-data-mode both" in train
-    for flag in ("--finetune-from-model", "--optimizer adam", "--lr 0.0015", ("--criterion "
-                 "label_smoothed_cross_entropy"), f"--lc-rank {rank}", "--max-update 4000",
-                 "--warmup-updates 400", "--validate-interval-updates 500", "--patience 4"):  # fmt: skip
+    for flag in (
+        "--finetune-from-model",
+        "--optimizer adam",
+        "--lr 0.0015",
+        ("--criterion label_smoothed_cross_entropy"),
+        f"--lc-rank {rank}",
+        "--max-update 4000",
+        "--warmup-updates 400",
+        "--validate-interval-updates 500",
+        "--patience 4",
+    ):
         assert flag in train, train
     assert "--scoring sacrebleu" in out and "--ct2" in out and "--onnx" in out
     # every engine in one interleaved run (issue 40 item 10), at batch 1 and at batch 32
@@ -150,10 +184,28 @@ def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
     tiny_data, tiny_transformer, tmp_path
 ):
     save = tmp_path / "lf"
-    args = [_teacher(tiny_transformer), "--data", tiny_data, "-o", save, "--rank", "8", "--no-kd",
-            "--max-update", "40", "--validate-every", "4", *FAST]  # fmt: skip
-    first = subprocess.Popen([*CMD, *map(str, args)], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=_env())  # fmt: skip
+    args = [
+        _teacher(tiny_transformer),
+        "--data",
+        tiny_data,
+        "-o",
+        save,
+        "--rank",
+        "8",
+        "--no-kd",
+        "--max-update",
+        "40",
+        "--validate-every",
+        "4",
+        *FAST,
+    ]
+    first = subprocess.Popen(
+        [*CMD, *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
     last = save / "student" / "checkpoint_last.pt"
     deadline = time.monotonic() + 300
     while not last.exists() and first.poll() is None and time.monotonic() < deadline:
@@ -216,9 +268,18 @@ def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
     # the export translates the data's tokens with its own runtime (no torch needed; the toy
     # data has no tokenizer, so raw text is refused)
     src = Path(tiny_data).parent.joinpath("raw", "test.de").read_text().splitlines()[:3]
-    run = subprocess.run([sys.executable, str(save / "student-onnx" / "translate.py"),
-                          str(save / "student-onnx"), "--tokenized"], input="\n".join(src) + "\n",
-                         capture_output=True, text=True, check=True)  # fmt: skip
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(save / "student-onnx" / "translate.py"),
+            str(save / "student-onnx"),
+            "--tokenized",
+        ],
+        input="\n".join(src) + "\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert len(run.stdout.splitlines()) == 3 and all(run.stdout.splitlines())
     # a third run finds every step done
     again = _compress(args)
@@ -227,8 +288,24 @@ def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
 
 def test_hypoformer_from_the_post_ln_teacher(tiny_data, tiny_transformer, tmp_path):
     save = tmp_path / "hypo"
-    proc = _compress([_teacher(tiny_transformer), "--data", tiny_data, "-o", save, "--method",
-                      "hypoformer", "--rank", "8", "--max-update", "6", "--int8", "all", *FAST])  # fmt: skip
+    proc = _compress(
+        [
+            _teacher(tiny_transformer),
+            "--data",
+            tiny_data,
+            "-o",
+            save,
+            "--method",
+            "hypoformer",
+            "--rank",
+            "8",
+            "--max-update",
+            "6",
+            "--int8",
+            "all",
+            *FAST,
+        ]
+    )
     assert "TT-SVD weight transfer" in proc.stdout
     doc = json.loads((save / "report.json").read_text())
     # --int8 all: the student's int8 export translated the test split, scored as the float32
@@ -238,8 +315,11 @@ def test_hypoformer_from_the_post_ln_teacher(tiny_data, tiny_transformer, tmp_pa
     assert q["precision"] == "int8" and q["sentences"] == len(src) and 0 <= q["bleu"] <= 100
     assert q["bleu_signature"] == doc["models"]["student"]["bleu_signature"]
     assert doc["models"]["student"]["tokens_per_s"]["onnxruntime-int8"] > 0
-    hyps = [line for line in (save / "eval" / "student-int8.txt").read_text().splitlines()
-            if line.startswith("H-")]  # fmt: skip
+    hyps = [
+        line
+        for line in (save / "eval" / "student-int8.txt").read_text().splitlines()
+        if line.startswith("H-")
+    ]
     assert len(hyps) == len(src) and all(len(h.split("\t")) == 3 for h in hyps)
     report = (save / "report.md").read_text()
     assert "| BLEU, student's ONNX Runtime int8, every map + shortlist |" in report
@@ -251,8 +331,16 @@ def test_hypoformer_from_the_post_ln_teacher(tiny_data, tiny_transformer, tmp_pa
     from lightcompress.compress.int8 import translate_split
     from lightcompress.compress.report import read_generate
 
-    rows = translate_split(str(save / "student-onnx"), tiny_data, "de", "en", beam=5,
-                           max_len_a=1.2, max_len_b=10, shortlist=False)  # fmt: skip
+    rows = translate_split(
+        str(save / "student-onnx"),
+        tiny_data,
+        "de",
+        "en",
+        beam=5,
+        max_len_a=1.2,
+        max_len_b=10,
+        shortlist=False,
+    )
     want_hyps, want_refs = read_generate(save / "eval" / "student.txt")
     assert [r[3] for r in rows] == want_hyps and [r[1] for r in rows] == want_refs
     assert doc["plan"]["method"] == "hypoformer"
@@ -284,15 +372,31 @@ def test_a_teacher_the_method_cannot_take_is_refused_before_any_work(
         want = "is the file complete?"
     elif case == "compressed":
         teacher = tmp_path / "lf.pt"
-        harness.run_cli("lightcompress-convert", ["-i", _teacher(tiny_transformer), "-o", teacher,
-                        "-a", "lightformer", *harness.tiny_arch_args("x")[2:],
-                        "--lc-encoder-groups", "0", "--lc-rank", "4", "--lc-embed-rank", "4"])  # fmt: skip
+        harness.run_cli(
+            "lightcompress-convert",
+            [
+                "-i",
+                _teacher(tiny_transformer),
+                "-o",
+                teacher,
+                "-a",
+                "lightformer",
+                *harness.tiny_arch_args("x")[2:],
+                "--lc-encoder-groups",
+                "0",
+                "--lc-rank",
+                "4",
+                "--lc-embed-rank",
+                "4",
+            ],
+        )
         want = "not a dense fairseq Transformer"
     else:
         method, want = "subformer", "train it from scratch"
     save = tmp_path / "out"
-    err = _one_line_error(_compress([teacher, "--data", tiny_data, "-o", save, "--method", method],
-                                    check=False))  # fmt: skip
+    err = _one_line_error(
+        _compress([teacher, "--data", tiny_data, "-o", save, "--method", method], check=False)
+    )
     assert want in err and ("--method" in err or "complete" in err or "input" in err), err
     assert not save.exists()
 
@@ -323,9 +427,11 @@ def test_kd_defaults_and_the_smartformer_rank_search(tiny_data, tiny_transformer
     train = next(line for line in out.splitlines() if "fairseq-train" in line)
     assert "--task translation_smartformer --sm-search --sm-search-ranks 2,4,8" in train
     assert "--sm-rank 8" in train and "searched among 2,4,8 (starts at 8)" in out
-    for bad, why in ((["--method", "smartformer", "--search-ranks", "4,8", "--kd"], "give --no-kd"),
-                     (["--search-ranks", "4,8"], "not lightformer's"),
-                     (["--method", "smartformer", "--search-ranks", "4,x"], "ranks like 32,64,128"),
-                     (["--method", "smartformer", "--search-ranks", "4", "--rank", "2"], "give no --ratio"),
-                     (["--method", "smartformer", "--search-ranks", "4,64"], "above the largest useful")):  # fmt: skip
+    for bad, why in (
+        (["--method", "smartformer", "--search-ranks", "4,8", "--kd"], "give --no-kd"),
+        (["--search-ranks", "4,8"], "not lightformer's"),
+        (["--method", "smartformer", "--search-ranks", "4,x"], "ranks like 32,64,128"),
+        (["--method", "smartformer", "--search-ranks", "4", "--rank", "2"], "give no --ratio"),
+        (["--method", "smartformer", "--search-ranks", "4,64"], "above the largest useful"),
+    ):
         assert why in _one_line_error(_compress([*base, *bad], check=False)), bad

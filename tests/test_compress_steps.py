@@ -23,11 +23,17 @@ def test_an_in_process_step_logs_to_its_log_not_the_console(tmp_path, capfd):
         return 0
 
     out = io.StringIO()
-    step = Step("int8", "the int8 step", commands=[["python", "-m", "lightcompress.x", "--a"]],
-                outputs=[str(tmp_path / "done")], call=call)  # fmt: skip
+    step = Step(
+        "int8",
+        "the int8 step",
+        commands=[["python", "-m", "lightcompress.x", "--a"]],
+        outputs=[str(tmp_path / "done")],
+        call=call,
+    )
     try:
-        Runner([step], str(tmp_path / "logs"), out=out)._call(1, step, step.commands[0],
-                                                              str(tmp_path / "int8.log"))  # fmt: skip
+        Runner([step], str(tmp_path / "logs"), out=out)._call(
+            1, step, step.commands[0], str(tmp_path / "int8.log")
+        )
         # the console handler is back afterwards, the step's handler gone
         assert root.handlers == [console] and root.level == logging.INFO
     finally:
@@ -36,9 +42,12 @@ def test_an_in_process_step_logs_to_its_log_not_the_console(tmp_path, capfd):
     console_out, console_err = capfd.readouterr()
     assert "dictionary" not in console_err + console_out and "printed" not in console_out
     log = (tmp_path / "int8.log").read_text()
-    assert log.splitlines() == ["$ python -m lightcompress.x --a",
-                                "INFO:fairseq.tasks.translation:[de] dictionary: 8080 types",
-                                "printed ['--a']", "to stderr"]  # fmt: skip
+    assert log.splitlines() == [
+        "$ python -m lightcompress.x --a",
+        "INFO:fairseq.tasks.translation:[de] dictionary: 8080 types",
+        "printed ['--a']",
+        "to stderr",
+    ]
     assert "(in this process; log: " in out.getvalue()
 
 

@@ -28,10 +28,26 @@ from lightcompress.compress.cli import main as compress_main
 
 
 def _base(arch="transformer", layers=(2, 2), ffn=(64, 64), heads=(2, 2)):
-    return ["--arch", arch, "--encoder-layers", layers[0], "--decoder-layers", layers[1],
-            "--encoder-embed-dim", 32, "--decoder-embed-dim", 32,
-            "--encoder-ffn-embed-dim", ffn[0], "--decoder-ffn-embed-dim", ffn[1],
-            "--encoder-attention-heads", heads[0], "--decoder-attention-heads", heads[1]]  # fmt: skip
+    return [
+        "--arch",
+        arch,
+        "--encoder-layers",
+        layers[0],
+        "--decoder-layers",
+        layers[1],
+        "--encoder-embed-dim",
+        32,
+        "--decoder-embed-dim",
+        32,
+        "--encoder-ffn-embed-dim",
+        ffn[0],
+        "--decoder-ffn-embed-dim",
+        ffn[1],
+        "--encoder-attention-heads",
+        heads[0],
+        "--decoder-attention-heads",
+        heads[1],
+    ]
 
 
 PRE_LN = ["--encoder-normalize-before", "--decoder-normalize-before"]
@@ -74,8 +90,10 @@ METHODS = ["lightformer", "hypoformer", "smartformer", "dawid"]
 def teachers(tmp_path_factory):
     root = tmp_path_factory.mktemp("teachers")
     raw = harness.make_parallel_corpus(str(root / "raw"))
-    data = {j: harness.preprocess(raw, str(root / ("joined" if j else "separate")), joined=j)
-            for j in (True, False)}  # fmt: skip
+    data = {
+        j: harness.preprocess(raw, str(root / ("joined" if j else "separate")), joined=j)
+        for j in (True, False)
+    }
     out = {}
     for name, (joined, flags) in TEACHERS.items():
         save = str(root / name)
@@ -132,10 +150,12 @@ def test_keep_depth_and_explicit_depths(teachers, tmp_path):
     assert "--decoder-layers-from" not in out
     rc, out, _ = _dry_run([*base, "--decoder-layers", "1", "--decoder-layers-from", "1"])
     assert rc == 0 and "--decoder-layers-from 1" in out
-    for bad, want in ((["--decoder-layers", "3"], "--decoder-layers 2 or fewer"),
-                      (["--decoder-layers-from", "5"], "between 0 and 1"),
-                      (["--keep-depth", "--decoder-layers", "1"], "--keep-depth keeps"),
-                      (["--method", "dawid", "--decoder-layers", "1"], "DA-WID keeps")):  # fmt: skip
+    for bad, want in (
+        (["--decoder-layers", "3"], "--decoder-layers 2 or fewer"),
+        (["--decoder-layers-from", "5"], "between 0 and 1"),
+        (["--keep-depth", "--decoder-layers", "1"], "--keep-depth keeps"),
+        (["--method", "dawid", "--decoder-layers", "1"], "DA-WID keeps"),
+    ):
         rc, _, err = _dry_run([*base, *bad])
         assert rc == 2 and want in err, (bad, err)
 
@@ -150,11 +170,13 @@ def bpe_teachers(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("bpe_teachers")
     out = _prepare(root)
-    out["iwslt"] = make_checkpoint(out["data"], str(root / "iwslt.pt"), "transformer", IWSLT,
-                                   updates=150)  # fmt: skip
+    out["iwslt"] = make_checkpoint(
+        out["data"], str(root / "iwslt.pt"), "transformer", IWSLT, updates=150
+    )
     unshared = [f for f in IWSLT if f != "--share-decoder-input-output-embed"] + PRE_LN
-    out["pre-ln-unshared"] = make_checkpoint(out["data"], str(root / "preln.pt"), "transformer",
-                                             unshared, updates=150)  # fmt: skip
+    out["pre-ln-unshared"] = make_checkpoint(
+        out["data"], str(root / "preln.pt"), "transformer", unshared, updates=150
+    )
     return out
 
 
@@ -164,11 +186,28 @@ def test_end_to_end_from_a_bpe_teacher_to_an_export_that_takes_raw_text(
 ):
     save = tmp_path / "c"
     proc = subprocess.run(
-        [*CMD, bpe_teachers[name], "--data", bpe_teachers["data"], "-o", str(save),
-         "--bpe-codes", bpe_teachers["codes"], "--max-update", "12", "--validate-every", "6",
-         "--cpu", *FAST],
-        capture_output=True, text=True, env=_env(), timeout=900, check=False,
-    )  # fmt: skip
+        [
+            *CMD,
+            bpe_teachers[name],
+            "--data",
+            bpe_teachers["data"],
+            "-o",
+            str(save),
+            "--bpe-codes",
+            bpe_teachers["codes"],
+            "--max-update",
+            "12",
+            "--validate-every",
+            "6",
+            "--cpu",
+            *FAST,
+        ],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=900,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads((save / "report.json").read_text())
     teacher, student = doc["models"]["teacher"], doc["models"]["student"]
@@ -182,8 +221,12 @@ def test_end_to_end_from_a_bpe_teacher_to_an_export_that_takes_raw_text(
     raw = (bpe_teachers["raw"] / "test.de").read_text().splitlines()[:4]
     run = subprocess.run(
         [sys.executable, str(save / "student-onnx" / "translate.py"), str(save / "student-onnx")],
-        input="\n".join(raw) + "\n", capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        input="\n".join(raw) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert run.returncode == 0, run.stderr
     got = run.stdout.splitlines()
     assert len(got) == 4 and not any("@@" in g or "&quot;" in g for g in got), got
@@ -208,7 +251,11 @@ def test_the_report_says_which_engine_row_is_missing_and_why(tmp_path):
 def test_progress_lines_skip_library_output():
     from lightcompress.compress.steps import _informative
 
-    for noise in ("  super().__init__(loader)", "DEBUG:matplotlib:data path", "",
-                  "/x/dataloader.py:1102: UserWarning: 'pin_memory' argument"):  # fmt: skip
+    for noise in (
+        "  super().__init__(loader)",
+        "DEBUG:matplotlib:data path",
+        "",
+        "/x/dataloader.py:1102: UserWarning: 'pin_memory' argument",
+    ):
         assert not _informative(noise), noise
     assert _informative("[distill] shard 1 (2/4): 9,405/19,405 sentences (48%)")

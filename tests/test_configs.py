@@ -46,10 +46,16 @@ def test_every_recipe_row_has_its_config_and_every_config_a_recipe(rows):
     assert sorted(rows) == CONFIGS
     # the five papers' tables are all there (Subformer's LM and summarization, DA-WID's GLUE)
     names = {os.path.splitext(p)[0].split("/", 1)[1] for p in CONFIGS}
-    for name in ("lightformer/table7_lightformer_12_2", "lightformer/table2_iwslt14_lightformer",
-                 "hypoformer/table5_r4_iwslt14_hypoformer_12_2_d256", "subformer/table5_subformer",
-                 "subformer/table6_cnn_dm_subformer", "smartformer/iwslt14_smartformer_search",
-                 "dawid/glue_RTE", "dawid/iwslt14_dawid"):  # fmt: skip
+    for name in (
+        "lightformer/table7_lightformer_12_2",
+        "lightformer/table2_iwslt14_lightformer",
+        "hypoformer/table5_r4_iwslt14_hypoformer_12_2_d256",
+        "subformer/table5_subformer",
+        "subformer/table6_cnn_dm_subformer",
+        "smartformer/iwslt14_smartformer_search",
+        "dawid/glue_RTE",
+        "dawid/iwslt14_dawid",
+    ):
         assert name in names
 
 
@@ -133,16 +139,34 @@ def test_a_recipes_dry_run_prints_its_config_and_the_overrides_it_uses(tmp_path)
 
     recipe = os.path.join(REPO_ROOT, "examples/translation/lightformer/table7-lightformer-12-2.sh")
     env = {k: v for k, v in os.environ.items() if k not in make_configs.CLEAN}
-    env.update(DRY_RUN="1", NUM_GPUS="0", LR="1e-3", USER_DIR="lightcompress",
-               PYTHON=sys.executable, HOME=str(tmp_path))  # fmt: skip
-    proc = subprocess.run(["bash", recipe], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120, check=True)  # fmt: skip
+    env.update(
+        DRY_RUN="1",
+        NUM_GPUS="0",
+        LR="1e-3",
+        USER_DIR="lightcompress",
+        PYTHON=sys.executable,
+        HOME=str(tmp_path),
+    )
+    proc = subprocess.run(
+        ["bash", recipe],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     lines = proc.stdout.splitlines()
     i = next(i for i, ln in enumerate(lines) if "this row's training from its config" in ln)
     assert lines[i].endswith("configs/lightformer/table7_lightformer_12_2.yaml:")
     cmd = shlex.split(lines[i + 1].strip()[: -len(")")])
-    assert cmd[:5] == ["fairseq-hydra-train", "--config-dir", os.path.join(REPO_ROOT,
-                       "configs", "lightformer"), "--config-name", "table7_lightformer_12_2"]  # fmt: skip
+    assert cmd[:5] == [
+        "fairseq-hydra-train",
+        "--config-dir",
+        os.path.join(REPO_ROOT, "configs", "lightformer"),
+        "--config-name",
+        "table7_lightformer_12_2",
+    ]
     cfg = compose(cmd[2], cmd[4], cmd[5:])
     save = "checkpoints/lightformer/iwslt14/lightformer-12-2-g6-svd"
     assert cfg.task.data == "data-bin/iwslt14.tokenized.de-en"

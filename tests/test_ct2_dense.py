@@ -22,19 +22,35 @@ from harness import make_parallel_corpus
 from test_deploy import TINY, _binarize, _fairseq_nbest, _load, make_checkpoint
 
 STUDENTS = {
-    "lightformer": ["-a", "lightformer_iwslt_de_en", "--lc-rank", "8", "--lc-embed-rank", "8",
-                    "--lc-encoder-groups", "1"],
+    "lightformer": [
+        "-a",
+        "lightformer_iwslt_de_en",
+        "--lc-rank",
+        "8",
+        "--lc-embed-rank",
+        "8",
+        "--lc-encoder-groups",
+        "1",
+    ],
     "smartformer": ["-a", "smartformer_iwslt_de_en", "--sm-rank", "4"],
-    "hypoformer": ["-a", "hypoformer_iwslt_de_en", "--admin-init", "none", "--hypo-embed-rank",
-                   "4", "--hypo-ffn-rank", "16", "--hypo-drop-out-proj"],
-}  # fmt: skip
+    "hypoformer": [
+        "-a",
+        "hypoformer_iwslt_de_en",
+        "--admin-init",
+        "none",
+        "--hypo-embed-rank",
+        "4",
+        "--hypo-ffn-rank",
+        "16",
+        "--hypo-drop-out-proj",
+    ],
+}
 # what each family's export multiplies out
 KINDS = {
     "lightformer": {"LowRankEmbedding", "LowRankLinear", "TiedOutputProjection"},
     "smartformer": {"CPLinear"},
-    "hypoformer": {"HTTEmbedding", "FusedQKV", "Identity", "LowRankLinear",
-                   "TiedOutputProjection"},
-}  # fmt: skip
+    "hypoformer": {"HTTEmbedding", "FusedQKV", "Identity", "LowRankLinear", "TiedOutputProjection"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +66,9 @@ def toy(tmp_path_factory):
     out = {"data": data, "raw": raw, "teacher": teacher, "root": root}
     for name, flags in STUDENTS.items():
         out[name] = str(root / f"{name}.pt")
-        convert_checkpoint(["-i", teacher, "-o", out[name], *TINY, *flags, "--quiet"],
-                           out=io.StringIO())  # fmt: skip
+        convert_checkpoint(
+            ["-i", teacher, "-o", out[name], *TINY, *flags, "--quiet"], out=io.StringIO()
+        )
     return out
 
 
@@ -60,8 +77,10 @@ def exports(toy):
     """``{family: CTranslate2 directory}``: each student exported in float32."""
     from lightcompress.deploy.ct2 import export_ctranslate2
 
-    return {name: export_ctranslate2(toy[name], toy["data"], str(toy["root"] / f"{name}_ct2"))
-            for name in STUDENTS}  # fmt: skip
+    return {
+        name: export_ctranslate2(toy[name], toy["data"], str(toy["root"] / f"{name}_ct2"))
+        for name in STUDENTS
+    }
 
 
 def _sources(task, n=None):
@@ -73,8 +92,16 @@ def _sources(task, n=None):
 def _runner(path, model, task, compute_type="float32", use_vmap=False):
     from lightcompress.measure.engines import CT2Runner
 
-    return CT2Runner(path, compute_type, 1, task.source_dictionary, task.target_dictionary,
-                     model.max_decoder_positions(), model.max_positions(), use_vmap=use_vmap)  # fmt: skip
+    return CT2Runner(
+        path,
+        compute_type,
+        1,
+        task.source_dictionary,
+        task.target_dictionary,
+        model.max_decoder_positions(),
+        model.max_positions(),
+        use_vmap=use_vmap,
+    )
 
 
 GREEDY = Namespace(beam=1, lenpen=1.0, min_len=1, max_len_a=1.2, max_len_b=10)
@@ -88,8 +115,12 @@ def test_the_export_is_the_dense_transformer_and_translates_as_the_factorized_st
     """Greedy: the same tokens as fairseq's search on the factorized student; beam 5: its best
     hypothesis or one within 0.02 of it (float rounding, as for the dense teacher's export)."""
     out = exports[family]
-    assert sorted(os.listdir(out)) == ["check.json", "config.json", "model.bin",
-                                       "shared_vocabulary.json"]  # fmt: skip
+    assert sorted(os.listdir(out)) == [
+        "check.json",
+        "config.json",
+        "model.bin",
+        "shared_vocabulary.json",
+    ]
     check = json.loads(Path(out, "check.json").read_text())
     assert check["quantization"] == "float32" and check["max_abs_logprob_difference"] < 1e-4
     assert check["translations"]["differ"] == 0 and check["translations"]["sentences"] == 4
@@ -121,8 +152,9 @@ def test_int8_export_translates_as_the_student_within_int8_tolerance(toy):
     from lightcompress.deploy.ct2 import export_ctranslate2
 
     for family in STUDENTS:
-        out = export_ctranslate2(toy[family], toy["data"], str(toy["root"] / f"{family}_int8"),
-                                 quantization="int8")  # fmt: skip
+        out = export_ctranslate2(
+            toy[family], toy["data"], str(toy["root"] / f"{family}_int8"), quantization="int8"
+        )
         check = json.loads(Path(out, "check.json").read_text())
         assert check["quantization"] == "int8" and check["tolerance"] is None
         assert 0 < check["max_abs_logprob_difference"] < 0.5, (family, check)
@@ -200,13 +232,31 @@ def test_what_cannot_be_multiplied_out_is_one_line_and_nothing_is_written(toy, t
     from lightcompress.modules import LowRankLinear
 
     T32 = TINY[:-3]  # (without --share-all-embeddings / --dropout: given below)
-    admin = make_checkpoint(toy["data"], str(tmp_path / "admin.pt"), "hypoformer_iwslt_de_en",
-                            [*T32, "--share-all-embeddings", "--hypo-embed-rank", "2",
-                             "--hypo-ffn-rank", "8", "--admin-init", "closed-form"])  # fmt: skip
-    subformer = make_checkpoint(toy["data"], str(tmp_path / "sub.pt"), "subformer",
-                                [*T32, "--safe-dim", "16", "--safe-heads", "2"])  # fmt: skip
-    for path, message in ((admin, "scales residuals (Admin, --admin-init)"),
-                          (subformer, "Subformer's SAFE and sandwich layers")):  # fmt: skip
+    admin = make_checkpoint(
+        toy["data"],
+        str(tmp_path / "admin.pt"),
+        "hypoformer_iwslt_de_en",
+        [
+            *T32,
+            "--share-all-embeddings",
+            "--hypo-embed-rank",
+            "2",
+            "--hypo-ffn-rank",
+            "8",
+            "--admin-init",
+            "closed-form",
+        ],
+    )
+    subformer = make_checkpoint(
+        toy["data"],
+        str(tmp_path / "sub.pt"),
+        "subformer",
+        [*T32, "--safe-dim", "16", "--safe-heads", "2"],
+    )
+    for path, message in (
+        (admin, "scales residuals (Admin, --admin-init)"),
+        (subformer, "Subformer's SAFE and sandwich layers"),
+    ):
         status = main(["--path", path, "--data", toy["data"], "-o", str(tmp_path / "out")])
         lines = capsys.readouterr().err.strip().splitlines()
         assert status == 2 and len(lines) == 1 and message in lines[0], lines
@@ -237,8 +287,9 @@ def test_what_cannot_be_multiplied_out_is_one_line_and_nothing_is_written(toy, t
         with pytest.raises(ExportError, match=message.replace("(", r"\(").replace(")", r"\)")):
             export_model(*broken(kind), str(tmp_path / "out"))
     with pytest.raises(ExportError, match="is not dense: encoder.embed_tokens is a LowRankEmb"):
-        export_model(*load_checkpoint(toy["lightformer"], toy["data"]), str(tmp_path / "out"),
-                     densify=False)  # fmt: skip
+        export_model(
+            *load_checkpoint(toy["lightformer"], toy["data"]), str(tmp_path / "out"), densify=False
+        )
     assert sorted(os.listdir(tmp_path)) == ["admin.pt", "sub.pt"]
 
 
@@ -270,8 +321,9 @@ def test_the_shortlist_ships_as_the_vocabulary_map_of_the_dense_export(toy, tmp_
 
     def translate(name, vmap):
         t = ctranslate2.Translator(str(tmp_path / name), device="cpu", intra_threads=1)
-        return [t.translate_batch([src], use_vmap=vmap, **options)[0].hypotheses[0]
-                for src in sources]  # fmt: skip
+        return [
+            t.translate_batch([src], use_vmap=vmap, **options)[0].hypotheses[0] for src in sources
+        ]
 
     plain = translate("full", False)
     assert translate("full", True) == plain
@@ -293,7 +345,9 @@ def test_measure_speed_ct2_times_the_student_multiplied_out(toy, tmp_path):
     ct2, notes = with_ct2(candidates, str(tmp_path / "ct2"), threads=1)
     assert notes == []
     assert [(c.label, c.engine, c.precision) for c in ct2] == [
-        ("lf", "ctranslate2", "float32"), ("lf", "ctranslate2", "int8")]  # fmt: skip
+        ("lf", "ctranslate2", "float32"),
+        ("lf", "ctranslate2", "int8"),
+    ]
     from lightcompress.modules import count_unique_params
 
     student_bytes = 4 * count_unique_params(candidates[0].model)  # (float32 weights)

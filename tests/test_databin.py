@@ -24,8 +24,9 @@ def teacher_export(tiny_data, tiny_transformer, tmp_path_factory):
 def test_every_sentence_once_in_batches_of_similar_length(teacher_export, tiny_data):
     from lightcompress.deploy.databin import DataBinTranslation
 
-    split = DataBinTranslation(teacher_export, tiny_data, "valid", "de", "en", beam_size=2,
-                               max_len_b=8, threads=1)  # fmt: skip
+    split = DataBinTranslation(
+        teacher_export, tiny_data, "valid", "de", "en", beam_size=2, max_len_b=8, threads=1
+    )
     eos = split.tgt_dict.eos()
     batches = list(split.batches(7))
     ids = [i for batch in batches for i, _, _ in batch]
@@ -45,18 +46,21 @@ def test_translate_split_gives_rows_in_id_order(teacher_export, tiny_data):
     from lightcompress.compress.int8 import translate_split
     from lightcompress.deploy.databin import DataBinTranslation
 
-    rows = translate_split(teacher_export, tiny_data, "de", "en", "valid", beam=2, max_len_b=8,
-                           batch_size=5)  # fmt: skip
-    split = DataBinTranslation(teacher_export, tiny_data, "valid", "de", "en", beam_size=2,
-                               max_len_b=8)  # fmt: skip
+    rows = translate_split(
+        teacher_export, tiny_data, "de", "en", "valid", beam=2, max_len_b=8, batch_size=5
+    )
+    split = DataBinTranslation(
+        teacher_export, tiny_data, "valid", "de", "en", beam_size=2, max_len_b=8
+    )
     best = {i: (score, tokens) for batch in split.batches(64) for i, score, tokens in batch}
     assert [r[0] for r in rows] == list(range(len(split)))
     import torch
 
     for i, ref, score, hyp in rows:
         assert score == pytest.approx(best[i][0], abs=1e-4)  # padding: float32 rounding only
-        assert hyp == split.tgt_dict.string(torch.tensor(best[i][1]),
-                                            extra_symbols_to_ignore={split.tgt_dict.eos()})  # fmt: skip
+        assert hyp == split.tgt_dict.string(
+            torch.tensor(best[i][1]), extra_symbols_to_ignore={split.tgt_dict.eos()}
+        )
         assert ref == split.tgt_dict.string(split.targets()[i], escape_unk=True)
 
 

@@ -18,8 +18,17 @@ ENCODE = os.path.join(GLUE, "gpt2_bpe_encode.py")
 FORMAT_MRPC = os.path.join(GLUE, "format_mrpc.py")
 
 # merges of the tiny vocabulary, in rank order; each adds the next id from 256 on
-MERGES = [("h", "e"), ("l", "l"), ("Ġ", "t"), ("Ġt", "he"), ("he", "ll"), ("hell", "o"),
-          ("Ġ", "c"), ("a", "t"), ("Ġc", "at")]  # fmt: skip
+MERGES = [
+    ("h", "e"),
+    ("l", "l"),
+    ("Ġ", "t"),
+    ("Ġt", "he"),
+    ("he", "ll"),
+    ("hell", "o"),
+    ("Ġ", "c"),
+    ("a", "t"),
+    ("Ġc", "at"),
+]
 HELLO, THE, CAT = 261, 259, 264  # "hello", "Ġthe", "Ġcat"
 
 LINES = [
@@ -65,8 +74,18 @@ def _gpt2_files(root):
 
 
 def _encode(paths, inp, out):
-    cmd = [sys.executable, ENCODE, "--encoder-json", paths["encoder.json"], "--vocab-bpe",
-           paths["vocab.bpe"], "--input", str(inp), "--output", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        ENCODE,
+        "--encoder-json",
+        paths["encoder.json"],
+        "--vocab-bpe",
+        paths["vocab.bpe"],
+        "--input",
+        str(inp),
+        "--output",
+        str(out),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
 
 
@@ -169,8 +188,16 @@ def _mrpc_files(root):
 
 
 def _format(train, dev_ids, out_dir):
-    cmd = [sys.executable, FORMAT_MRPC, "--train", train, "--dev-ids", dev_ids, "--out-dir",
-           out_dir]  # fmt: skip
+    cmd = [
+        sys.executable,
+        FORMAT_MRPC,
+        "--train",
+        train,
+        "--dev-ids",
+        dev_ids,
+        "--out-dir",
+        out_dir,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=60)
 
 
@@ -225,17 +252,23 @@ def _prepare_env(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("DRY_RUN", "DATA_BIN", "GLUE_RAW")}
     env.update(
         PATH=f"{stub_bin}:{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
-        PYTHON=sys.executable, DOWNLOAD_LOG=str(tmp_path / "downloads.log"),
-        GLUE_RAW=str(tmp_path / "glue"), DATA_ROOT=str(tmp_path / "data-bin"),
-    )  # fmt: skip
+        PYTHON=sys.executable,
+        DOWNLOAD_LOG=str(tmp_path / "downloads.log"),
+        GLUE_RAW=str(tmp_path / "glue"),
+        DATA_ROOT=str(tmp_path / "data-bin"),
+    )
     return env
 
 
 def _prepare(env, *tasks):
     return subprocess.run(
         ["bash", os.path.join(GLUE, "prepare-glue.sh"), *tasks],
-        env=env, capture_output=True, text=True, check=False, timeout=600,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
 
 
 def test_prepare_glue_dry_run_only_prints_the_downloads(tmp_path):

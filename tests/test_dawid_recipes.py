@@ -23,12 +23,22 @@ RECIPES = [
 def _train_commands(script: str, tmp_path) -> list[list[str]]:
     env = {k: v for k, v in os.environ.items() if k not in ("SAVE_ROOT", "DATA_BIN", "TEACHER")}
     # USER_DIR: this checkout's plugin (the one this process imports), not an installed copy
-    env.update(DRY_RUN="1", PYTHON=sys.executable, NUM_GPUS="0", USER_DIR=USER_DIR,
-               PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")  # fmt: skip
+    env.update(
+        DRY_RUN="1",
+        PYTHON=sys.executable,
+        NUM_GPUS="0",
+        USER_DIR=USER_DIR,
+        PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+    )
     proc = subprocess.run(
         ["bash", os.path.join(REPO_ROOT, script)],
-        env=env, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     commands = [
         shlex.split(line[2:])

@@ -30,10 +30,23 @@ def _demo(tmp_path, data_dir, **env):
         )
         (shim / "lightcompress-compress").chmod(0o755)
         path = os.pathsep.join([str(shim), path])
-    full = {**os.environ, "PATH": path, "OUT": str(tmp_path / "out"), "DATA_DIR": str(data_dir),
-            "DRY_RUN": "1", **env}  # fmt: skip
-    return subprocess.run(["bash", str(DEMO)], env=full, capture_output=True, text=True,
-                          timeout=120, check=False, cwd=ROOT)  # fmt: skip
+    full = {
+        **os.environ,
+        "PATH": path,
+        "OUT": str(tmp_path / "out"),
+        "DATA_DIR": str(data_dir),
+        "DRY_RUN": "1",
+        **env,
+    }
+    return subprocess.run(
+        ["bash", str(DEMO)],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )
 
 
 def _commands(stdout: str) -> list[str]:
@@ -41,8 +54,9 @@ def _commands(stdout: str) -> list[str]:
 
 
 def _listing(root: Path) -> list[tuple[str, int, float]]:
-    return sorted((str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime)
-                  for p in root.rglob("*"))  # fmt: skip
+    return sorted(
+        (str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime) for p in root.rglob("*")
+    )
 
 
 def test_the_dry_run_prints_every_command_and_writes_nothing(tmp_path):
@@ -52,16 +66,22 @@ def test_the_dry_run_prints_every_command_and_writes_nothing(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     cmds = _commands(proc.stdout)
     out = tmp_path / "out"
-    assert cmds[0] == (f"python examples/translation/l10n_corpus.py --permissive-only --out {data} "
-                       f"--cache {data}/downloads --workers 2")  # fmt: skip
+    assert cmds[0] == (
+        f"python examples/translation/l10n_corpus.py --permissive-only --out {data} "
+        f"--cache {data}/downloads --workers 2"
+    )
     assert "sha256sum -c SHA256SUMS" in cmds[1]
     # the raw splits in the teacher's sentencepiece pieces, binarized with its dictionaries
     encodes = [c for c in cmds if c.startswith("python -c ")]
-    assert len(encodes) == 6 and all(str(TEACHER.relative_to(ROOT)) + "/spm.model" in c
-                                     for c in encodes)  # fmt: skip
+    assert len(encodes) == 6 and all(
+        str(TEACHER.relative_to(ROOT)) + "/spm.model" in c for c in encodes
+    )
     pre = next(c for c in cmds if c.startswith("fairseq-preprocess "))
-    for flag in (f"--srcdict {TEACHER.relative_to(ROOT)}/dict.de.txt",
-                 f"--tgtdict {TEACHER.relative_to(ROOT)}/dict.en.txt", f"--destdir {out}/bin"):  # fmt: skip
+    for flag in (
+        f"--srcdict {TEACHER.relative_to(ROOT)}/dict.de.txt",
+        f"--tgtdict {TEACHER.relative_to(ROOT)}/dict.en.txt",
+        f"--destdir {out}/bin",
+    ):
         assert flag in pre, (flag, pre)
     compress = next(c for c in cmds if c.startswith("lightcompress-compress "))
     assert compress == (
@@ -86,16 +106,45 @@ def test_the_dry_run_prints_every_command_and_writes_nothing(tmp_path):
         )
     toy = tmp_path / "bin"
     pref = str(tmp_path / "toy")
-    subprocess.run([sys.executable, "-m", "fairseq_cli.preprocess", "-s", "de", "-t", "en",
-                    "--trainpref", pref, "--validpref", pref, "--testpref", pref,
-                    "--srcdict", str(TEACHER / "dict.de.txt"), "--tgtdict",
-                    str(TEACHER / "dict.en.txt"), "--destdir", str(toy), "--workers", "1"],
-                   capture_output=True, check=True, timeout=300)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.preprocess",
+            "-s",
+            "de",
+            "-t",
+            "en",
+            "--trainpref",
+            pref,
+            "--validpref",
+            pref,
+            "--testpref",
+            pref,
+            "--srcdict",
+            str(TEACHER / "dict.de.txt"),
+            "--tgtdict",
+            str(TEACHER / "dict.en.txt"),
+            "--destdir",
+            str(toy),
+            "--workers",
+            "1",
+        ],
+        capture_output=True,
+        check=True,
+        timeout=300,
+    )
     argv = compress.split()[1:]
     argv[argv.index("--data") + 1] = str(toy)
     argv[argv.index("--ref") + 1] = str(TEACHER / "SHA256SUMS")  # (any file: not read in a dry run)
-    run = subprocess.run([sys.executable, "-m", "lightcompress.compress", *argv, "--dry-run"],
-                         capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-m", "lightcompress.compress", *argv, "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=ROOT,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert "4.06x fewer than the teacher" in run.stdout and "--max-update 1000" in run.stdout
     assert not (out / "compressed").exists()

@@ -18,12 +18,26 @@ import torch
 from harness import REPO_ROOT, SOURCES, make_parallel_corpus
 
 TINY = [
-    "--encoder-layers", "2", "--decoder-layers", "2",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-    "--share-all-embeddings", "--dropout", "0",
-]  # fmt: skip
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--share-all-embeddings",
+    "--dropout",
+    "0",
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -37,10 +51,24 @@ def _binarize(raw: str, dest: str) -> str:
 
     parser = options.get_preprocessing_parser()
     args = parser.parse_args(
-        ["--source-lang", "de", "--target-lang", "en", "--joined-dictionary", "--workers", "1",
-         "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
-         "--destdir", dest]
-    )  # fmt: skip
+        [
+            "--source-lang",
+            "de",
+            "--target-lang",
+            "en",
+            "--joined-dictionary",
+            "--workers",
+            "1",
+            "--trainpref",
+            f"{raw}/train",
+            "--validpref",
+            f"{raw}/valid",
+            "--testpref",
+            f"{raw}/test",
+            "--destdir",
+            dest,
+        ]
+    )
     preprocess.main(args)
     return dest
 
@@ -67,21 +95,27 @@ def make_checkpoint(data: str, path: str, arch: str, flags, updates: int = 0, se
             batch = ds.collater([ds[i] for i in rng.sample(range(len(ds)), 32)])
             logits, _ = model(**batch["net_input"])
             loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.size(-1)), batch["target"].reshape(-1),
+                logits.reshape(-1, logits.size(-1)),
+                batch["target"].reshape(-1),
                 ignore_index=task.target_dictionary.pad(),
-            )  # fmt: skip
+            )
             opt.zero_grad()
             loss.backward()
             opt.step()
     state = {
         "args": args,
         "model": model.state_dict(),
-        "optimizer_history": [{"criterion_name": "CrossEntropyCriterion",
-                               "optimizer_name": "FairseqAdam",
-                               "lr_scheduler_state": {"best": None}, "num_updates": updates}],
+        "optimizer_history": [
+            {
+                "criterion_name": "CrossEntropyCriterion",
+                "optimizer_name": "FairseqAdam",
+                "lr_scheduler_state": {"best": None},
+                "num_updates": updates,
+            }
+        ],
         "last_optimizer_state": None,
         "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}},
-    }  # fmt: skip
+    }
     torch.save(state, path)
     return path
 
@@ -93,9 +127,13 @@ def _sentencepiece(raw: str, root) -> tuple[str, str]:
 
     prefix = str(root / "spm")
     spm.SentencePieceTrainer.train(
-        input=f"{raw}/train.de,{raw}/train.en", model_prefix=prefix, model_type="word",
-        vocab_size=51, hard_vocab_limit=False, minloglevel=2,
-    )  # fmt: skip
+        input=f"{raw}/train.de,{raw}/train.en",
+        model_prefix=prefix,
+        model_type="word",
+        vocab_size=51,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
     sp = spm.SentencePieceProcessor(model_file=prefix + ".model")
     encoded = root / "raw.spm"
     encoded.mkdir()
@@ -126,8 +164,10 @@ def _load(path, data):
 
 def _fairseq_nbest(model, task, src, gen):
     generator = task.build_generator([model], gen)
-    sample = {"id": torch.tensor([0]),
-              "net_input": {"src_tokens": src[None], "src_lengths": torch.tensor([src.numel()])}}  # fmt: skip
+    sample = {
+        "id": torch.tensor([0]),
+        "net_input": {"src_tokens": src[None], "src_lengths": torch.tensor([src.numel()])},
+    }
     with torch.inference_mode():
         return task.inference_step(generator, [model], sample)[0]
 
@@ -146,9 +186,13 @@ def _test_sources(task):
 def _run_export(*args):
     return subprocess.run(
         [sys.executable, "-c", "from lightcompress.deploy.ct2 import cli_main; cli_main()", *args],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=300,
+        check=False,
         env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(scope="module")
@@ -163,11 +207,22 @@ def teacher_ct2(toy):
 def test_ct2_export_of_the_teacher_translates_greedily_as_fairseq_does(toy, teacher_ct2):
     from lightcompress.measure.engines import CT2Runner
 
-    assert sorted(os.listdir(teacher_ct2)) == ["check.json", "config.json", "model.bin",
-                                               "shared_vocabulary.json"]  # fmt: skip
+    assert sorted(os.listdir(teacher_ct2)) == [
+        "check.json",
+        "config.json",
+        "model.bin",
+        "shared_vocabulary.json",
+    ]
     model, task = _load(toy["teacher"], toy["data"])
-    runner = CT2Runner(teacher_ct2, "float32", 1, task.source_dictionary, task.target_dictionary,
-                       model.max_decoder_positions(), model.max_positions())  # fmt: skip
+    runner = CT2Runner(
+        teacher_ct2,
+        "float32",
+        1,
+        task.source_dictionary,
+        task.target_dictionary,
+        model.max_decoder_positions(),
+        model.max_positions(),
+    )
     sources = _test_sources(task)
     # max_len_b small enough that some outputs hit the limit (fairseq forces EOS there,
     # CTranslate2 stops: the same tokens)
@@ -185,8 +240,15 @@ def test_ct2_beam_search_picks_fairseqs_best_hypothesis_or_a_near_tie(toy, teach
     from lightcompress.measure.engines import CT2Runner
 
     model, task = _load(toy["teacher"], toy["data"])
-    runner = CT2Runner(teacher_ct2, "float32", 1, task.source_dictionary, task.target_dictionary,
-                       model.max_decoder_positions(), model.max_positions())  # fmt: skip
+    runner = CT2Runner(
+        teacher_ct2,
+        "float32",
+        1,
+        task.source_dictionary,
+        task.target_dictionary,
+        model.max_decoder_positions(),
+        model.max_positions(),
+    )
     gen = Namespace(beam=5, lenpen=1.0, min_len=1, max_len_a=1.2, max_len_b=10)
     sources = _test_sources(task)
     ct2 = runner.translate(sources, gen, batch_size=8)
@@ -207,12 +269,20 @@ def test_ct2_exports_a_dense_plugin_architecture_and_translates_it_identically(t
     from lightcompress.deploy.ct2 import export_ctranslate2
     from lightcompress.measure.engines import CT2Runner
 
-    ckpt = make_checkpoint(toy["data"], str(toy["root"] / "lf_dense.pt"),
-                           "lightformer_iwslt_de_en_dense", TINY)  # fmt: skip
+    ckpt = make_checkpoint(
+        toy["data"], str(toy["root"] / "lf_dense.pt"), "lightformer_iwslt_de_en_dense", TINY
+    )
     out = export_ctranslate2(ckpt, toy["data"], str(toy["root"] / "lf_dense_ct2"))
     model, task = _load(ckpt, toy["data"])
-    runner = CT2Runner(out, "float32", 1, task.source_dictionary, task.target_dictionary,
-                       model.max_decoder_positions(), model.max_positions())  # fmt: skip
+    runner = CT2Runner(
+        out,
+        "float32",
+        1,
+        task.source_dictionary,
+        task.target_dictionary,
+        model.max_decoder_positions(),
+        model.max_positions(),
+    )
     gen = Namespace(beam=1, lenpen=1.0, min_len=1, max_len_a=0.0, max_len_b=6)
     sources = _test_sources(task)[:8]
     fairseq = [_fairseq_nbest(model, task, s, gen)[0]["tokens"].tolist()[:-1] for s in sources]
@@ -222,9 +292,22 @@ def test_ct2_exports_a_dense_plugin_architecture_and_translates_it_identically(t
 def test_ct2_export_refuses_a_compressed_model_with_one_line_and_writes_nothing(toy):
     # (a student whose factors multiply out is exported dense, tests/test_ct2_dense.py; Admin's
     # residual scaling has no place in the dense Transformer)
-    ckpt = make_checkpoint(toy["data"], str(toy["root"] / "lf.pt"), "lightformer_iwslt_de_en",
-                           TINY + ["--lc-rank", "8", "--lc-embed-rank", "8",
-                                   "--lc-encoder-groups", "1", "--admin-init", "closed-form"])  # fmt: skip
+    ckpt = make_checkpoint(
+        toy["data"],
+        str(toy["root"] / "lf.pt"),
+        "lightformer_iwslt_de_en",
+        TINY
+        + [
+            "--lc-rank",
+            "8",
+            "--lc-embed-rank",
+            "8",
+            "--lc-encoder-groups",
+            "1",
+            "--admin-init",
+            "closed-form",
+        ],
+    )
     out = toy["root"] / "lf_ct2"
     proc = _run_export("--path", ckpt, "--data", toy["data"], "-o", str(out))
     assert proc.returncode == 2
@@ -241,16 +324,38 @@ def test_ct2_export_bad_input_is_one_line(toy, teacher_ct2, tmp_path, capsys):
     text = tmp_path / "notes.pt"
     text.write_text("not a checkpoint\n")
     cases = [
-        (["--path", str(tmp_path / "missing.pt"), "--data", toy["data"], "-o", str(tmp_path / "a")],
-         "checkpoint not found"),
-        (["--path", str(text), "--data", toy["data"], "-o", str(tmp_path / "b")],
-         "is not a checkpoint"),
-        (["--path", toy["teacher"], "--data", str(tmp_path / "nodata"), "-o", str(tmp_path / "c")],
-         "--data is not a directory"),
+        (
+            [
+                "--path",
+                str(tmp_path / "missing.pt"),
+                "--data",
+                toy["data"],
+                "-o",
+                str(tmp_path / "a"),
+            ],
+            "checkpoint not found",
+        ),
+        (
+            ["--path", str(text), "--data", toy["data"], "-o", str(tmp_path / "b")],
+            "is not a checkpoint",
+        ),
+        (
+            [
+                "--path",
+                toy["teacher"],
+                "--data",
+                str(tmp_path / "nodata"),
+                "-o",
+                str(tmp_path / "c"),
+            ],
+            "--data is not a directory",
+        ),
         (["--path", toy["teacher"], "--data", toy["data"], "-o", teacher_ct2], "exists"),
-        (["--path", toy["teacher"], "--data", toy["data"], "-o", str(tmp_path / "no" / "d")],
-         "does not exist"),
-    ]  # fmt: skip
+        (
+            ["--path", toy["teacher"], "--data", toy["data"], "-o", str(tmp_path / "no" / "d")],
+            "does not exist",
+        ),
+    ]
     for args, message in cases:
         assert main(args) == 2, args
         lines = capsys.readouterr().err.strip().splitlines()
@@ -267,22 +372,44 @@ def test_ct2_export_bad_input_is_one_line(toy, teacher_ct2, tmp_path, capsys):
 def _measure(*args):
     return subprocess.run(
         [os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"), *args],
-        capture_output=True, text=True, timeout=600, check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
         env=dict(os.environ, PYTHON=sys.executable, PYTHONWARNINGS="ignore"),
-    )  # fmt: skip
+    )
 
 
 def test_measure_speed_times_ct2_next_to_fairseq_with_bleu_and_size(toy, tmp_path):
     # (peak memory, --memory: the lab's measure_speed, lab/tests/test_measure_lab.py)
     out = tmp_path / "speed.json"
-    proc = _measure("--data", toy["data"], "--path", f"teacher={toy['teacher']}", "--ct2",
-                    "--bleu", "--runs", "2", "--warmup", "0", "--num-sentences",
-                    "4", "--src-len", "6", "--quiet", "--json", str(out))  # fmt: skip
+    proc = _measure(
+        "--data",
+        toy["data"],
+        "--path",
+        f"teacher={toy['teacher']}",
+        "--ct2",
+        "--bleu",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--num-sentences",
+        "4",
+        "--src-len",
+        "6",
+        "--quiet",
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     rows = {(r["label"], r["engine"], r["precision"]): r for r in result["models"]}
-    assert set(rows) == {("teacher", "fairseq", "float32"), ("teacher", "ctranslate2", "float32"),
-                         ("teacher", "ctranslate2", "int8")}  # fmt: skip
+    assert set(rows) == {
+        ("teacher", "fairseq", "float32"),
+        ("teacher", "ctranslate2", "float32"),
+        ("teacher", "ctranslate2", "int8"),
+    }
     for r in rows.values():
         assert r["tokens_per_s"] > 0 and r["size_bytes"] > 0
         assert 0 <= r["bleu"] <= 100
@@ -296,13 +423,28 @@ def test_measure_speed_times_ct2_next_to_fairseq_with_bleu_and_size(toy, tmp_pat
 def test_measure_speed_notes_models_that_ct2_cannot_express(toy, tmp_path):
     from lightcompress.measure.candidates import load_candidates, with_ct2
 
-    lf = make_checkpoint(toy["data"], str(tmp_path / "lf.pt"), "lightformer_iwslt_de_en",
-                         TINY + ["--lc-rank", "8", "--lc-embed-rank", "8",
-                                 "--lc-encoder-groups", "1", "--admin-init", "closed-form"])  # fmt: skip
+    lf = make_checkpoint(
+        toy["data"],
+        str(tmp_path / "lf.pt"),
+        "lightformer_iwslt_de_en",
+        TINY
+        + [
+            "--lc-rank",
+            "8",
+            "--lc-embed-rank",
+            "8",
+            "--lc-encoder-groups",
+            "1",
+            "--admin-init",
+            "closed-form",
+        ],
+    )
     candidates = load_candidates([f"teacher={toy['teacher']}", f"lf={lf}"], data=toy["data"])
     ct2, notes = with_ct2(candidates, str(tmp_path / "ct2"), threads=1)
     assert [(c.label, c.engine, c.precision) for c in ct2] == [
-        ("teacher", "ctranslate2", "float32"), ("teacher", "ctranslate2", "int8")]  # fmt: skip
+        ("teacher", "ctranslate2", "float32"),
+        ("teacher", "ctranslate2", "int8"),
+    ]
     assert len(notes) == 1 and notes[0].startswith("lf: no CTranslate2 export")
     assert "scales residuals (Admin, --admin-init)" in notes[0]
 
@@ -312,13 +454,27 @@ def test_measure_speed_ct2_dir_must_be_new_or_empty(toy, tmp_path, capsys):
 
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("x")
-    assert main(["--data", toy["data"], "--path", toy["teacher"], "--ct2",
-                 "--ct2-dir", str(tmp_path / "full")]) == 2  # fmt: skip
+    assert (
+        main(
+            [
+                "--data",
+                toy["data"],
+                "--path",
+                toy["teacher"],
+                "--ct2",
+                "--ct2-dir",
+                str(tmp_path / "full"),
+            ]
+        )
+        == 2
+    )
     assert capsys.readouterr().err.strip().splitlines() == [
         f"measure_speed: error: --ct2-dir {tmp_path / 'full'} must be a new or empty directory"
     ]
-    assert main(["--data", toy["data"], "--path", toy["teacher"],
-                 "--ct2-dir", str(tmp_path / "new")]) == 2  # fmt: skip
+    assert (
+        main(["--data", toy["data"], "--path", toy["teacher"], "--ct2-dir", str(tmp_path / "new")])
+        == 2
+    )
     assert "--ct2-dir needs --ct2" in capsys.readouterr().err
 
 
@@ -327,60 +483,166 @@ def test_measure_speed_ct2_dir_must_be_new_or_empty(toy, tmp_path, capsys):
 # --------------------------------------------------------------------------------------------
 
 T32 = [
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--dropout", "0",
-]  # fmt: skip
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--dropout",
+    "0",
+]
 FAMILIES = {
     # pre-LN fairseq Transformer
-    "transformer": ("transformer", T32 + ["--encoder-layers", "2", "--decoder-layers", "2",
-                    "--encoder-normalize-before", "--decoder-normalize-before"]),
+    "transformer": (
+        "transformer",
+        T32
+        + [
+            "--encoder-layers",
+            "2",
+            "--decoder-layers",
+            "2",
+            "--encoder-normalize-before",
+            "--decoder-normalize-before",
+        ],
+    ),
     # low-rank maps and table (tied output projection from the factors), shared layers, Admin
-    "lightformer": ("lightformer_iwslt_de_en", T32 + [
-        "--encoder-layers", "4", "--decoder-layers", "2", "--lc-rank", "8", "--lc-embed-rank",
-        "8", "--lc-encoder-groups", "2", "--lc-decoder-groups", "1", "--admin-init",
-        "closed-form"]),
+    "lightformer": (
+        "lightformer_iwslt_de_en",
+        T32
+        + [
+            "--encoder-layers",
+            "4",
+            "--decoder-layers",
+            "2",
+            "--lc-rank",
+            "8",
+            "--lc-embed-rank",
+            "8",
+            "--lc-encoder-groups",
+            "2",
+            "--lc-decoder-groups",
+            "1",
+            "--admin-init",
+            "closed-form",
+        ],
+    ),
     # fused HTT Q/K/V self-attention, HTT table, HMF FFN
-    "hypoformer": ("hypoformer_iwslt_de_en", T32 + [
-        "--encoder-layers", "2", "--decoder-layers", "2", "--hypo-embed-rank", "2",
-        "--hypo-ffn-rank", "8", "--admin-init", "closed-form"]),
+    "hypoformer": (
+        "hypoformer_iwslt_de_en",
+        T32
+        + [
+            "--encoder-layers",
+            "2",
+            "--decoder-layers",
+            "2",
+            "--hypo-embed-rank",
+            "2",
+            "--hypo-ffn-rank",
+            "8",
+            "--admin-init",
+            "closed-form",
+        ],
+    ),
     # CP-factorized Q/K/V (CPLinear)
-    "smartformer": ("smartformer_iwslt_de_en", T32 + ["--encoder-layers", "2",
-                    "--decoder-layers", "2", "--sm-rank", "4"]),
+    "smartformer": (
+        "smartformer_iwslt_de_en",
+        T32 + ["--encoder-layers", "2", "--decoder-layers", "2", "--sm-rank", "4"],
+    ),
     # SAFE + sandwich layers (query-projected cross-attention)
-    "subformer": ("subformer", T32 + ["--subformer-init", "bert", "--safe-dim", "16", "--safe-heads", "2",
-                  "--encoder-layers", "4", "--decoder-layers", "4"]),
-}  # fmt: skip
+    "subformer": (
+        "subformer",
+        T32
+        + [
+            "--subformer-init",
+            "bert",
+            "--safe-dim",
+            "16",
+            "--safe-heads",
+            "2",
+            "--encoder-layers",
+            "4",
+            "--decoder-layers",
+            "4",
+        ],
+    ),
+}
 
-ONNX_FAMILIES = ["transformer", "transformer_no_pos", "transformer_learned_pos", "lightformer", "hypoformer",
-                 "smartformer", "subformer", "subformer_wide", "composed"]  # fmt: skip
+ONNX_FAMILIES = [
+    "transformer",
+    "transformer_no_pos",
+    "transformer_learned_pos",
+    "lightformer",
+    "hypoformer",
+    "smartformer",
+    "subformer",
+    "subformer_wide",
+    "composed",
+]
 # Subformer with a wider sandwich (d_s 48 > d 32): projections in and out of the middle
 # layers and cross-attention through query projections at the encoder's width
-FAMILIES_ONNX = dict(FAMILIES, transformer_no_pos=(
-    # no positions: the decoder graph has no position input (the runtime once fed "pos" anyway)
-    "transformer", FAMILIES["transformer"][1] + ["--no-token-positional-embeddings"]),
+FAMILIES_ONNX = dict(
+    FAMILIES,
+    transformer_no_pos=(
+        # no positions: the decoder graph has no position input (the runtime once fed "pos" anyway)
+        "transformer",
+        FAMILIES["transformer"][1] + ["--no-token-positional-embeddings"],
+    ),
     # one spec composing the kinds the export rewrites: tensor-train FFN maps (as matrix
     # products), CP self-attention maps (as low-rank maps, in the factors' space), a hybrid
     # TT query map of the cross-attention
-    composed=("lightformer_iwslt_de_en", T32 + [
-        "--encoder-layers", "2", "--decoder-layers", "2", "--lc-encoder-groups", "2",
-        "--lc-decoder-groups", "2", "--encoder-normalize-before", "--decoder-normalize-before",
-        "--lc-spec",
-        ("encoder.layers.*.fc1, decoder.layers.*.fc1, decoder.layers.*.fc2 = tt(ranks=2);"
-         "decoder.layers.*.self_attn.*_proj = cp(rank=4, heads=2);"
-         "decoder.layers.*.encoder_attn.q_proj = htt(alpha=0.5, ranks=2)")]),
+    composed=(
+        "lightformer_iwslt_de_en",
+        T32
+        + [
+            "--encoder-layers",
+            "2",
+            "--decoder-layers",
+            "2",
+            "--lc-encoder-groups",
+            "2",
+            "--lc-decoder-groups",
+            "2",
+            "--encoder-normalize-before",
+            "--decoder-normalize-before",
+            "--lc-spec",
+            (
+                "encoder.layers.*.fc1, decoder.layers.*.fc1, decoder.layers.*.fc2 = tt(ranks=2);"
+                "decoder.layers.*.self_attn.*_proj = cp(rank=4, heads=2);"
+                "decoder.layers.*.encoder_attn.q_proj = htt(alpha=0.5, ranks=2)"
+            ),
+        ],
+    ),
     transformer_learned_pos=(
-    # learned positions: the decoder graph gathers the row itself (input "pos")
-    "transformer", FAMILIES["transformer"][1] + ["--encoder-learned-pos",
-                                                 "--decoder-learned-pos"]), subformer_wide=(
-    "subformer", FAMILIES["subformer"][1] + ["--subformer-sandwich-dim", "48",
-                                             "--subformer-sandwich-heads", "2",
-                                             "--subformer-sandwich-ffn-dim", "96"]))  # fmt: skip
+        # learned positions: the decoder graph gathers the row itself (input "pos")
+        "transformer",
+        FAMILIES["transformer"][1] + ["--encoder-learned-pos", "--decoder-learned-pos"],
+    ),
+    subformer_wide=(
+        "subformer",
+        FAMILIES["subformer"][1]
+        + [
+            "--subformer-sandwich-dim",
+            "48",
+            "--subformer-sandwich-heads",
+            "2",
+            "--subformer-sandwich-ffn-dim",
+            "96",
+        ],
+    ),
+)
 
 
 # a decoder the export refuses (cross self-attention): fairseq's own decoder under the search
-FALLBACK_FAMILIES = {"cross_self_attention": (
-    "transformer", FAMILIES["transformer"][1] + ["--cross-self-attention"])}  # fmt: skip
+FALLBACK_FAMILIES = {
+    "cross_self_attention": ("transformer", FAMILIES["transformer"][1] + ["--cross-self-attention"])
+}
 
 
 def _batches(sentences, size, pad=1):
@@ -442,8 +704,9 @@ def test_fast_path_gives_fairseqs_hypotheses_and_scores_on_every_family(family):
         fairseq = SequenceGenerator([model], d, **settings)
         for _idx, src, src_lengths in _batches(sentences, 3):  # padded batches that shrink
             with torch.inference_mode():
-                ref = fairseq.generate([model], {"net_input": {"src_tokens": src,
-                                                               "src_lengths": src_lengths}})  # fmt: skip
+                ref = fairseq.generate(
+                    [model], {"net_input": {"src_tokens": src, "src_lengths": src_lengths}}
+                )
             out = fast.generate(src, src_lengths)
             for r, o in zip(ref, out):
                 assert [h["tokens"].tolist() for h in o] == [h["tokens"].tolist() for h in r]
@@ -481,8 +744,9 @@ def test_fast_path_leaves_the_model_as_it_found_it(family):
         with torch.inference_mode():
             logits = model(src, lengths, src)[0]
             search = SequenceGenerator([model], d, beam_size=2, max_len_a=1.0, max_len_b=3)
-            hyps = search.generate([model], {"net_input": {"src_tokens": src[:3],
-                                                           "src_lengths": lengths[:3]}})  # fmt: skip
+            hyps = search.generate(
+                [model], {"net_input": {"src_tokens": src[:3], "src_lengths": lengths[:3]}}
+            )
         return logits, [[h["tokens"].tolist() for h in hs] for hs in hyps]
 
     def beam_sizes():
@@ -510,12 +774,14 @@ def test_fast_path_on_the_trained_teacher_equals_fairseq_generate_int8_too(toy):
     sources = _test_sources(task)
     for m in (model, quantize_model_int8(model)):
         fast = FastGenerator(m, task.target_dictionary, beam_size=5, max_len_a=1.2, max_len_b=10)
-        fairseq = SequenceGenerator([m], task.target_dictionary, beam_size=5, max_len_a=1.2,
-                                    max_len_b=10)  # fmt: skip
+        fairseq = SequenceGenerator(
+            [m], task.target_dictionary, beam_size=5, max_len_a=1.2, max_len_b=10
+        )
         for _idx, src, lengths in _batches(sources, 8):
             with torch.inference_mode():
-                ref = fairseq.generate([m], {"net_input": {"src_tokens": src,
-                                                           "src_lengths": lengths}})  # fmt: skip
+                ref = fairseq.generate(
+                    [m], {"net_input": {"src_tokens": src, "src_lengths": lengths}}
+                )
             out = fast.generate(src, lengths)
             assert [h[0]["tokens"].tolist() for h in out] == [h[0]["tokens"].tolist() for h in ref]
 
@@ -535,13 +801,17 @@ def test_translator_translates_raw_text_as_fairseqs_hub_interface(toy):
         lines = [line.strip() for line in f][:12]
     lines[3] = ""  # an empty line: an empty translation
     lines[5] = "   "
-    ours = Translator(toy["teacher"], toy["data"], spm=toy["spm"], beam=5, batch_size=4,
-                      threads=1).translate(lines)  # fmt: skip
+    ours = Translator(
+        toy["teacher"], toy["data"], spm=toy["spm"], beam=5, batch_size=4, threads=1
+    ).translate(lines)
     hub = TransformerModel.from_pretrained(
-        os.path.dirname(toy["teacher"]), checkpoint_file=os.path.basename(toy["teacher"]),
-        data_name_or_path=toy["data"], user_dir=lightcompress.__path__[0],
-        bpe="sentencepiece", sentencepiece_model=toy["spm"],
-    )  # fmt: skip
+        os.path.dirname(toy["teacher"]),
+        checkpoint_file=os.path.basename(toy["teacher"]),
+        data_name_or_path=toy["data"],
+        user_dir=lightcompress.__path__[0],
+        bpe="sentencepiece",
+        sentencepiece_model=toy["spm"],
+    )
     expected = [hub.translate(line, beam=5) if line.strip() else "" for line in lines]
     assert ours == expected
     assert ours[3] == ours[5] == ""
@@ -550,18 +820,39 @@ def test_translator_translates_raw_text_as_fairseqs_hub_interface(toy):
 
 def _translate_cli(*args, stdin=""):
     return subprocess.run(
-        [sys.executable, "-c", "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
-         *args],
-        input=stdin, capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-c",
+            "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
+            *args,
+        ],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
         env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"),
-    )  # fmt: skip
+    )
 
 
 def test_translate_command_reads_stdin_and_writes_the_output_file(toy, tmp_path):
     out = tmp_path / "out.en"
-    proc = _translate_cli("--path", toy["teacher"], "--data", toy["data"], "--spm", toy["spm"],
-                          "--batch-size", "2", "--threads", "2", "--int8", "-o", str(out),
-                          stdin="s1 s2 s3\n\ns4 s5\n")  # fmt: skip
+    proc = _translate_cli(
+        "--path",
+        toy["teacher"],
+        "--data",
+        toy["data"],
+        "--spm",
+        toy["spm"],
+        "--batch-size",
+        "2",
+        "--threads",
+        "2",
+        "--int8",
+        "-o",
+        str(out),
+        stdin="s1 s2 s3\n\ns4 s5\n",
+    )
     assert proc.returncode == 0, proc.stderr
     lines = out.read_text().split("\n")
     assert len(lines) == 4 and lines[1] == "" and lines[3] == ""
@@ -587,10 +878,12 @@ def test_translate_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsy
         (["--path", toy["teacher"], "--data", str(small), "-o", str(out)], "do not fit"),
         (base + ["--beam", "0"], "beam must be >= 1"),
         (base + ["--max-len-b", "0"], "max_len_b >= 1"),
-        (["--path", toy["teacher"], "--data", toy["data"], "-o", str(tmp_path / "no" / "o")],
-         "does not exist"),
+        (
+            ["--path", toy["teacher"], "--data", toy["data"], "-o", str(tmp_path / "no" / "o")],
+            "does not exist",
+        ),
         (base + ["-i", str(tmp_path / "none.txt")], "input file not found"),
-    ]  # fmt: skip
+    ]
     for args, message in cases:
         assert main(args) == 2, args
         lines = capsys.readouterr().err.strip().splitlines()
@@ -676,8 +969,9 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
     arch, flags = FAMILIES_ONNX[family]
     torch.manual_seed(0)
     vocab = 40
-    model, task, _ = build_random_model(arch, vocab, flags + ["--dropout", "0.3"], True,
-                                              return_task=True)  # fmt: skip
+    model, task, _ = build_random_model(
+        arch, vocab, flags + ["--dropout", "0.3"], True, return_task=True
+    )
     model.eval()  # (dropout must stay off in the graphs: the exporter once switched it on)
     d = task.target_dictionary
     g = torch.Generator().manual_seed(1)
@@ -695,9 +989,11 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
         layers = json.load(f)["layers"]
     # and so do the Smartformer's self-attentions: a CP map is a low-rank map (rank 4 here;
     # factor_attention.cp_first), its cross-attention's output map is dense
-    factor_space = {"lightformer": [{"k_cache": [1, 8], "v_cache": [1, 8], "cross_factors": True}] * 2,
-                    "smartformer": [{"k_cache": [1, 4], "v_cache": [1, 4]}] * 2,
-                    "composed": [{"k_cache": [1, 4], "v_cache": [1, 4]}] * 2}  # fmt: skip
+    factor_space = {
+        "lightformer": [{"k_cache": [1, 8], "v_cache": [1, 8], "cross_factors": True}] * 2,
+        "smartformer": [{"k_cache": [1, 4], "v_cache": [1, 4]}] * 2,
+        "composed": [{"k_cache": [1, 4], "v_cache": [1, 4]}] * 2,
+    }
     assert [{k: s[k] for k in s if k not in ("heads", "head_dim", "cross")} for s in layers] == (
         factor_space.get(family, [{}] * len(layers))
     )
@@ -718,8 +1014,11 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
         nodes = onnx.load(str(tmp_path / "onnx" / "decoder.onnx"), load_external_data=False)
         nodes = nodes.graph.node
         assert not [n for n in nodes if n.name.startswith("/embed_tokens/")]
-        (lookup,) = [n for n in nodes if n.op_type == "Gather" and n.input[0].endswith(".u")
-                     and "embed_tokens" in n.input[0]]  # fmt: skip
+        (lookup,) = [
+            n
+            for n in nodes
+            if n.op_type == "Gather" and n.input[0].endswith(".u") and "embed_tokens" in n.input[0]
+        ]
         assert [n.op_type for n in nodes if lookup.output[0] in n.input] == ["MatMul"]
     if family == "composed":  # every TT map of the step: one float product per core
         from lightcompress.deploy.tt_graph import TT_MATRIX
@@ -734,8 +1033,10 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
     if family == "subformer_wide":  # the sandwich and query-projected attention are exercised
         from lightcompress.modules.safe import QueryProjectedAttention
 
-        assert any(isinstance(layer.encoder_attn, QueryProjectedAttention)
-                   for layer in model.decoder.layers)  # fmt: skip
+        assert any(
+            isinstance(layer.encoder_attn, QueryProjectedAttention)
+            for layer in model.decoder.layers
+        )
     sentences = [
         torch.cat([torch.randint(4, vocab, (int(n),), generator=g), torch.tensor([d.eos()])])
         for n in torch.randint(2, 9, (6,), generator=g)
@@ -747,8 +1048,9 @@ def test_onnx_export_gives_fairseqs_hypotheses_and_scores_on_every_lean_family(f
         fairseq = SequenceGenerator([model], d, **settings)
         for _idx, src, src_lengths in _batches(sentences, 3):  # padded batches that shrink
             with torch.inference_mode():
-                ref = fairseq.generate([model], {"net_input": {"src_tokens": src,
-                                                               "src_lengths": src_lengths}})  # fmt: skip
+                ref = fairseq.generate(
+                    [model], {"net_input": {"src_tokens": src, "src_lengths": src_lengths}}
+                )
             out = ours.generate(src.numpy(), src_lengths.numpy())
             for r, o in zip(ref, out):
                 assert [h["tokens"].tolist() for h in o] == [h["tokens"].tolist() for h in r]
@@ -886,8 +1188,13 @@ def test_attention_in_the_factors_space_is_fairseqs_attention(case):
         rows = lambda y, heads, d: y.reshape(bsz, -1, heads, d)
         got = cp.step(x, ck, cv, cb, rows)
         enc_rep = enc.repeat_interleave(beam, dim=1)
-        want, _ = a(x[None], enc_rep, enc_rep, key_padding_mask=pad.repeat_interleave(beam, 0),
-                    static_kv=True)  # fmt: skip
+        want, _ = a(
+            x[None],
+            enc_rep,
+            enc_rep,
+            key_padding_mask=pad.repeat_interleave(beam, 0),
+            static_kv=True,
+        )
         assert torch.allclose(got, want[0], atol=1e-5), (got - want[0]).abs().max()
 
 
@@ -922,12 +1229,14 @@ def test_onnx_factor_space_export_without_query_biases_gives_fairseqs_hypotheses
     fairseq = SequenceGenerator([model], d, **settings)
     for _idx, src, src_lengths in _batches(sentences, 3):
         with torch.inference_mode():
-            ref = fairseq.generate([model], {"net_input": {"src_tokens": src,
-                                                           "src_lengths": src_lengths}})  # fmt: skip
+            ref = fairseq.generate(
+                [model], {"net_input": {"src_tokens": src, "src_lengths": src_lengths}}
+            )
         for r, o in zip(ref, ours.generate(src.numpy(), src_lengths.numpy())):
             assert [h["tokens"].tolist() for h in o] == [h["tokens"].tolist() for h in r]
-            assert [h["score"] for h in o] == pytest.approx([float(h["score"]) for h in r],
-                                                            abs=1e-4)  # fmt: skip
+            assert [h["score"] for h in o] == pytest.approx(
+                [float(h["score"]) for h in r], abs=1e-4
+            )
 
 
 def _unique_parameter_bytes(model) -> int:
@@ -947,13 +1256,32 @@ def test_onnx_export_keeps_the_compressed_size_shared_layers_and_tables_once(tmp
     from lightcompress.measure.specs import build_random_model
 
     flags = [
-        "--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-ffn-embed-dim",
-        "128", "--decoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2",
-        "--decoder-attention-heads", "2", "--encoder-layers", "6", "--decoder-layers", "2",
-        "--lc-rank", "16", "--lc-embed-rank", "16", "--lc-encoder-groups", "2",
-    ]  # fmt: skip
-    model, task, _ = build_random_model("lightformer_iwslt_de_en", 500, flags, True,
-                                              return_task=True)  # fmt: skip
+        "--encoder-embed-dim",
+        "64",
+        "--decoder-embed-dim",
+        "64",
+        "--encoder-ffn-embed-dim",
+        "128",
+        "--decoder-ffn-embed-dim",
+        "128",
+        "--encoder-attention-heads",
+        "2",
+        "--decoder-attention-heads",
+        "2",
+        "--encoder-layers",
+        "6",
+        "--decoder-layers",
+        "2",
+        "--lc-rank",
+        "16",
+        "--lc-embed-rank",
+        "16",
+        "--lc-encoder-groups",
+        "2",
+    ]
+    model, task, _ = build_random_model(
+        "lightformer_iwslt_de_en", 500, flags, True, return_task=True
+    )
     out = tmp_path / "onnx"
     export_onnx(model.eval(), task, str(out))
     unique = _unique_parameter_bytes(model)
@@ -1013,9 +1341,24 @@ def test_int8_export_stores_the_embedding_tables_once_in_int8(tmp_path, case, mo
     from lightcompress.measure.specs import build_random_model
 
     tied, shortlist = case != "untied", case == "tied-shortlist"
-    flags = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim",
-             "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
-             "--decoder-attention-heads", "2", "--encoder-layers", "1", "--decoder-layers", "1"]  # fmt: skip
+    flags = [
+        "--encoder-embed-dim",
+        "32",
+        "--decoder-embed-dim",
+        "32",
+        "--encoder-ffn-embed-dim",
+        "64",
+        "--decoder-ffn-embed-dim",
+        "64",
+        "--encoder-attention-heads",
+        "2",
+        "--decoder-attention-heads",
+        "2",
+        "--encoder-layers",
+        "1",
+        "--decoder-layers",
+        "1",
+    ]
     torch.manual_seed(0)
     model, task, _ = build_random_model("transformer", 4100, flags, tied, return_task=True)
     extra = {}
@@ -1038,11 +1381,16 @@ def test_int8_export_stores_the_embedding_tables_once_in_int8(tmp_path, case, mo
         tables.append(model.decoder.embed_tokens.weight.detach().numpy())
     names = ["encoder", "decoder"] + (["rows"] if shortlist else [])
     graphs = {n: onnx.load(str(tmp_path / "int8" / f"{n}.onnx")) for n in names}
-    floats = [i.name for g in graphs.values() for i in g.graph.initializer
-              if i.data_type == TensorProto.FLOAT and list(i.dims[-2:]) in ([4100, 32], [32, 4100])]  # fmt: skip
+    floats = [
+        i.name
+        for g in graphs.values()
+        for i in g.graph.initializer
+        if i.data_type == TensorProto.FLOAT and list(i.dims[-2:]) in ([4100, 32], [32, 4100])
+    ]
     assert floats == []  # no float32 copy of any table
-    dequantized = {n: sum(x.op_type == "DequantizeLinear" for x in g.graph.node)
-                   for n, g in graphs.items()}  # fmt: skip
+    dequantized = {
+        n: sum(x.op_type == "DequantizeLinear" for x in g.graph.node) for n, g in graphs.items()
+    }
     assert dequantized == {"encoder": 1, "decoder": 1, **({"rows": 1} if shortlist else {})}
     # every table stored once, in int8 (a quarter of its float32 bytes)
     f32_size = os.path.getsize(tmp_path / "f32" / "weights.bin")
@@ -1096,16 +1444,38 @@ def test_onnx_export_command_and_its_torch_free_translate_py_give_the_fast_paths
 
     out = tmp_path / "onnx"
     proc = subprocess.run(
-        [sys.executable, "-c", "from lightcompress.deploy.onnx_export import cli_main; cli_main()",
-         "--path", toy["teacher"], "--data", toy["data"], "--spm", toy["spm"], "-o", str(out)],
-        capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-c",
+            "from lightcompress.deploy.onnx_export import cli_main; cli_main()",
+            "--path",
+            toy["teacher"],
+            "--data",
+            toy["data"],
+            "--spm",
+            toy["spm"],
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
         env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
-    assert sorted(os.listdir(out)) == ["MANIFEST.sha256", "config.json", "decoder.onnx",
-                                       "dict.src.txt", "dict.tgt.txt", "encoder.onnx",
-                                       "runtime", "spm.model", "translate.py",
-                                       "weights.bin"]  # fmt: skip
+    assert sorted(os.listdir(out)) == [
+        "MANIFEST.sha256",
+        "config.json",
+        "decoder.onnx",
+        "dict.src.txt",
+        "dict.tgt.txt",
+        "encoder.onnx",
+        "runtime",
+        "spm.model",
+        "translate.py",
+        "weights.bin",
+    ]
     # the runtime package, file for file (no module renamed), and the script that runs it
     package = os.path.join(REPO_ROOT, "runtime", "lightcompress_runtime")
     shipped = sorted(os.listdir(out / "runtime"))
@@ -1119,9 +1489,14 @@ def test_onnx_export_command_and_its_torch_free_translate_py_give_the_fast_paths
     expected = Translator(toy["teacher"], toy["data"], spm=toy["spm"], beam=5).translate(lines)
     proc = subprocess.run(
         [sys.executable, str(out / "translate.py"), str(out), "--beam", "5", "--batch-size", "3"],
-        input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=300,
-        check=False, env=_no_torch_env(tmp_path), cwd=str(tmp_path),
-    )  # fmt: skip
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=_no_torch_env(tmp_path),
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:-1] == expected
     assert expected[4] == "" and all(expected[i] for i in range(12) if i != 4)
@@ -1134,10 +1509,19 @@ def test_onnx_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
     # a decoder with cross self-attention (keys and values from the source and the prefix),
     # which the decoder step does not compute
     crossself = make_checkpoint(
-        toy["data"], str(tmp_path / "crossself.pt"), "transformer",
-        T32 + ["--encoder-layers", "1", "--decoder-layers", "1", "--share-all-embeddings",
-               "--cross-self-attention"],
-    )  # fmt: skip
+        toy["data"],
+        str(tmp_path / "crossself.pt"),
+        "transformer",
+        T32
+        + [
+            "--encoder-layers",
+            "1",
+            "--decoder-layers",
+            "1",
+            "--share-all-embeddings",
+            "--cross-self-attention",
+        ],
+    )
     notspm = tmp_path / "not.model"
     notspm.write_text("hello\n")
     full = tmp_path / "full"
@@ -1151,16 +1535,22 @@ def test_onnx_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
             (small / name).write_text("".join(f.readlines()[:10]))
     base = ["--path", toy["teacher"], "--data", toy["data"]]
     cases = [
-        (["--path", str(tmp_path / "none.pt"), "--data", toy["data"], "-o", out],
-         "checkpoint not found"),
+        (
+            ["--path", str(tmp_path / "none.pt"), "--data", toy["data"], "-o", out],
+            "checkpoint not found",
+        ),
         (["--path", toy["teacher"], "--data", str(small), "-o", out], "do not fit"),
         (base + ["-o", str(full)], "give a new or empty directory"),
-        (base + ["-o", out, "--spm", str(tmp_path / "none.model")],
-         "sentencepiece model not found"),
+        (
+            base + ["-o", out, "--spm", str(tmp_path / "none.model")],
+            "sentencepiece model not found",
+        ),
         (base + ["-o", out, "--spm", str(notspm)], "cannot load the sentencepiece model"),
-        (["--path", crossself, "--data", toy["data"], "-o", out],
-         "cannot be exported to ONNX: decoder.layers.0: cross self-attention"),
-    ]  # fmt: skip
+        (
+            ["--path", crossself, "--data", toy["data"], "-o", out],
+            "cannot be exported to ONNX: decoder.layers.0: cross self-attention",
+        ),
+    ]
     for args, message in cases:
         assert main(args) == 2, args
         lines = capsys.readouterr().err.strip().splitlines()
@@ -1184,14 +1574,38 @@ def test_onnx_bad_input_is_one_line_and_writes_nothing(toy, tmp_path, capsys):
 def test_measure_speed_times_onnx_exports_with_fairseqs_bleu_and_size(toy, tmp_path):
     out = tmp_path / "speed.json"
     crossself = make_checkpoint(  # (--cross-self-attention: no ONNX export)
-        toy["data"], str(tmp_path / "crossself.pt"), "transformer",
-        T32 + ["--encoder-layers", "1", "--decoder-layers", "1", "--share-all-embeddings",
-               "--cross-self-attention"],
-    )  # fmt: skip
-    proc = _measure("--data", toy["data"], "--path",
-                    f"teacher={toy['teacher']},crossself={crossself}", "--onnx", "--bleu",
-                    "--runs", "1", "--warmup", "0",
-                    "--num-sentences", "4", "--src-len", "6", "--quiet", "--json", str(out))  # fmt: skip
+        toy["data"],
+        str(tmp_path / "crossself.pt"),
+        "transformer",
+        T32
+        + [
+            "--encoder-layers",
+            "1",
+            "--decoder-layers",
+            "1",
+            "--share-all-embeddings",
+            "--cross-self-attention",
+        ],
+    )
+    proc = _measure(
+        "--data",
+        toy["data"],
+        "--path",
+        f"teacher={toy['teacher']},crossself={crossself}",
+        "--onnx",
+        "--bleu",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--num-sentences",
+        "4",
+        "--src-len",
+        "6",
+        "--quiet",
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     rows = {(r["label"], r["engine"], r["precision"]): r for r in result["models"]}

@@ -23,18 +23,46 @@ from test_deploy import _no_torch_env, make_checkpoint
 
 BIN = os.path.dirname(sys.executable)
 WORDS = {  # German -> English, one word each (the toy's "translation")
-    "Haus": "house", "Katze": "cat", "Hund": "dog", "Baum": "tree", "Garten": "garden",
-    "Straße": "street", "groß": "big", "klein": "small", "schön": "beautiful", "rot": "red",
-    "Wasser": "water", "Fenster": "window", "Lehrerin": "teacher", "Schule": "school",
-    "Nachbar": "neighbour", "Zeitung": "newspaper", "Brücke": "bridge", "Stadt": "city",
-}  # fmt: skip
+    "Haus": "house",
+    "Katze": "cat",
+    "Hund": "dog",
+    "Baum": "tree",
+    "Garten": "garden",
+    "Straße": "street",
+    "groß": "big",
+    "klein": "small",
+    "schön": "beautiful",
+    "rot": "red",
+    "Wasser": "water",
+    "Fenster": "window",
+    "Lehrerin": "teacher",
+    "Schule": "school",
+    "Nachbar": "neighbour",
+    "Zeitung": "newspaper",
+    "Brücke": "bridge",
+    "Stadt": "city",
+}
 IWSLT = [
-    "--encoder-layers", "2", "--decoder-layers", "2",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-    "--share-decoder-input-output-embed", "--dropout", "0",
-]  # fmt: skip
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--share-decoder-input-output-embed",
+    "--dropout",
+    "0",
+]
 
 
 def _sentence(rng: random.Random) -> tuple[str, str]:
@@ -56,8 +84,9 @@ def _sentence(rng: random.Random) -> tuple[str, str]:
 
 
 def _run(*cmd, stdin=None):
-    proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=300,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(
+        cmd, input=stdin, capture_output=True, text=True, timeout=300, check=False
+    )
     assert proc.returncode == 0, (cmd, proc.stderr)
     return proc.stdout
 
@@ -76,27 +105,57 @@ def _prepare(root) -> dict:
     for split in sizes:
         for lang in ("de", "en"):
             text = (raw / f"{split}.{lang}").read_text()
-            tokenized = _run(f"{BIN}/sacremoses", "-q", "-l", lang, "-j", "1", "tokenize",
-                             stdin=text)  # fmt: skip
+            tokenized = _run(
+                f"{BIN}/sacremoses", "-q", "-l", lang, "-j", "1", "tokenize", stdin=text
+            )
             (tok / f"{split}.{lang}").write_text(tokenized.lower())  # (lowercase.perl)
     (tok / "train.de-en").write_text(
         (tok / "train.de").read_text() + (tok / "train.en").read_text()
     )
     codes = root / "code"
-    _run(f"{BIN}/subword-nmt", "learn-bpe", "-s", "40", "--input", str(tok / "train.de-en"),
-         "--output", str(codes))  # fmt: skip
+    _run(
+        f"{BIN}/subword-nmt",
+        "learn-bpe",
+        "-s",
+        "40",
+        "--input",
+        str(tok / "train.de-en"),
+        "--output",
+        str(codes),
+    )
     for split in sizes:
         for lang in ("de", "en"):
-            _run(f"{BIN}/subword-nmt", "apply-bpe", "-c", str(codes), "--input",
-                 str(tok / f"{split}.{lang}"), "--output", str(bpe / f"{split}.{lang}"))  # fmt: skip
+            _run(
+                f"{BIN}/subword-nmt",
+                "apply-bpe",
+                "-c",
+                str(codes),
+                "--input",
+                str(tok / f"{split}.{lang}"),
+                "--output",
+                str(bpe / f"{split}.{lang}"),
+            )
     from fairseq import options
     from fairseq_cli import preprocess
 
     args = options.get_preprocessing_parser().parse_args(
-        ["--source-lang", "de", "--target-lang", "en", "--workers", "1",
-         "--trainpref", f"{bpe}/train", "--validpref", f"{bpe}/valid", "--testpref", f"{bpe}/test",
-         "--destdir", str(root / "bin")]
-    )  # fmt: skip
+        [
+            "--source-lang",
+            "de",
+            "--target-lang",
+            "en",
+            "--workers",
+            "1",
+            "--trainpref",
+            f"{bpe}/train",
+            "--validpref",
+            f"{bpe}/valid",
+            "--testpref",
+            f"{bpe}/test",
+            "--destdir",
+            str(root / "bin"),
+        ]
+    )
     preprocess.main(args)
     return {"raw": raw, "bpe": bpe, "codes": str(codes), "data": str(root / "bin")}
 
@@ -107,26 +166,40 @@ def iwslt(tmp_path_factory):
     tied decoder output (``transformer_iwslt_de_en``'s sharing)."""
     root = tmp_path_factory.mktemp("iwslt_text")
     out = _prepare(root)
-    out["teacher"] = make_checkpoint(out["data"], str(root / "teacher.pt"), "transformer", IWSLT,
-                                     updates=250)  # fmt: skip
+    out["teacher"] = make_checkpoint(
+        out["data"], str(root / "teacher.pt"), "transformer", IWSLT, updates=250
+    )
     out["root"] = root
     return out
 
 
 def _export(*args):
     return subprocess.run(
-        [sys.executable, "-c", "from lightcompress.deploy.onnx_export import cli_main; cli_main()",
-         *args],
-        capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-c",
+            "from lightcompress.deploy.onnx_export import cli_main; cli_main()",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
         env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
-    )  # fmt: skip
+    )
 
 
 def _runtime(export, *args, stdin="", env=None, cwd=None):
     return subprocess.run(
         [sys.executable, os.path.join(export, "translate.py"), export, "--beam", "5", *args],
-        input=stdin, capture_output=True, text=True, timeout=300, check=False, env=env, cwd=cwd,
-    )  # fmt: skip
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+        cwd=cwd,
+    )
 
 
 def test_moses_bpe_encodes_raw_text_as_the_recipes_tools_did(iwslt):
@@ -148,8 +221,16 @@ def test_moses_bpe_encodes_raw_text_as_the_recipes_tools_did(iwslt):
 
 def test_bpe_export_takes_raw_text_and_returns_detokenized_text_without_torch(iwslt, tmp_path):
     out = str(tmp_path / "onnx")
-    proc = _export("--path", iwslt["teacher"], "--data", iwslt["data"], "--bpe-codes",
-                   iwslt["codes"], "-o", out)  # fmt: skip
+    proc = _export(
+        "--path",
+        iwslt["teacher"],
+        "--data",
+        iwslt["data"],
+        "--bpe-codes",
+        iwslt["codes"],
+        "-o",
+        out,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "raw text in: Moses (de), lowercased, BPE" in proc.stderr
     assert {"bpe.codes", "runtime", "translate.py"} <= set(os.listdir(out))
@@ -157,9 +238,15 @@ def test_bpe_export_takes_raw_text_and_returns_detokenized_text_without_torch(iw
     with open(os.path.join(out, "config.json")) as f:
         config = json.load(f)
     assert config["spm"] is None and config["bpe"] == {
-        "codes": "bpe.codes", "separator": "@@", "tokenizer": "moses", "source_lang": "de",
-        "target_lang": "en", "lowercase": True, "aggressive_dash_splits": False, "escape": True,
-    }  # fmt: skip
+        "codes": "bpe.codes",
+        "separator": "@@",
+        "tokenizer": "moses",
+        "source_lang": "de",
+        "target_lang": "en",
+        "lowercase": True,
+        "aggressive_dash_splits": False,
+        "escape": True,
+    }
     with open(os.path.join(out, "MANIFEST.sha256")) as f:
         assert "bpe.codes" in {line.split()[1] for line in f}
     with open(iwslt["codes"], "rb") as a, open(os.path.join(out, "bpe.codes"), "rb") as b:
@@ -195,11 +282,24 @@ def test_bpe_export_takes_raw_text_and_returns_detokenized_text_without_torch(iw
 
     # lightcompress-translate --bpe-codes (PyTorch) gives the same text
     proc = subprocess.run(
-        [sys.executable, "-c", "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
-         "--path", iwslt["teacher"], "--data", iwslt["data"], "--bpe-codes", iwslt["codes"]],
-        input="\n".join(raw) + "\n", capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-c",
+            "from lightcompress.deploy.torch_translator import cli_main; cli_main()",
+            "--path",
+            iwslt["teacher"],
+            "--data",
+            iwslt["data"],
+            "--bpe-codes",
+            iwslt["codes"],
+        ],
+        input="\n".join(raw) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
         env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:-1] == got
     # and the Python APIs
@@ -263,8 +363,21 @@ def test_an_export_takes_the_data_bins_bpe_code_as_the_recipe_leaves_it(iwslt, t
     shutil.copytree(iwslt["data"], data)
     shutil.copyfile(iwslt["codes"], data / "bpe.code")  # (prepare-iwslt14.sh's copy)
     out = str(tmp_path / "onnx")
-    assert export_main(["--path", iwslt["teacher"], "--data", str(data), "-o", out,
-                        "--no-lowercase", "--moses-aggressive-dash-splits"]) == 0  # fmt: skip
+    assert (
+        export_main(
+            [
+                "--path",
+                iwslt["teacher"],
+                "--data",
+                str(data),
+                "-o",
+                out,
+                "--no-lowercase",
+                "--moses-aggressive-dash-splits",
+            ]
+        )
+        == 0
+    )
     assert f"BPE (the codes {data}/bpe.code)" in capsys.readouterr().err
     config = json.loads((tmp_path / "onnx" / "config.json").read_text())
     assert config["bpe"]["lowercase"] is False and config["bpe"]["aggressive_dash_splits"] is True
@@ -294,8 +407,18 @@ def test_compress_exports_the_student_with_the_datas_bpe_codes(iwslt, tmp_path, 
     from lightcompress.compress.cli import main
 
     save = tmp_path / "save"
-    argv = [iwslt["teacher"], "--data", iwslt["data"], "--bpe-codes", iwslt["codes"], "-o",
-            str(save), "--method", "dawid", "--dry-run"]  # fmt: skip
+    argv = [
+        iwslt["teacher"],
+        "--data",
+        iwslt["data"],
+        "--bpe-codes",
+        iwslt["codes"],
+        "-o",
+        str(save),
+        "--method",
+        "dawid",
+        "--dry-run",
+    ]
     assert main(argv) == 0, capsys.readouterr().err
     export = [line for line in capsys.readouterr().out.splitlines() if "export-onnx" in line]
     assert len(export) == 1 and f"--bpe-codes {iwslt['codes']} --shortlist" in export[0], export

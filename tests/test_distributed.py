@@ -65,27 +65,76 @@ RUN_TIMEOUT = 120  # seconds, per fairseq run (a run here takes about 10 s)
 MAX_UPDATE = 8
 
 MODEL = [
-    "--arch", "lightformer",
-    "--encoder-layers", 4, "--lc-encoder-groups", 2, "--decoder-layers", 1,
-    "--encoder-embed-dim", 32, "--decoder-embed-dim", 32,
-    "--encoder-ffn-embed-dim", 64, "--decoder-ffn-embed-dim", 64,
-    "--encoder-attention-heads", 2, "--decoder-attention-heads", 2,
-    "--share-all-embeddings", "--lc-rank", 8, "--lc-embed-rank", 8,
-]  # fmt: skip
+    "--arch",
+    "lightformer",
+    "--encoder-layers",
+    4,
+    "--lc-encoder-groups",
+    2,
+    "--decoder-layers",
+    1,
+    "--encoder-embed-dim",
+    32,
+    "--decoder-embed-dim",
+    32,
+    "--encoder-ffn-embed-dim",
+    64,
+    "--decoder-ffn-embed-dim",
+    64,
+    "--encoder-attention-heads",
+    2,
+    "--decoder-attention-heads",
+    2,
+    "--share-all-embeddings",
+    "--lc-rank",
+    8,
+    "--lc-embed-rank",
+    8,
+]
 
 
 def train_args(data_bin, save_dir, max_update):
     """fairseq-train flags shared by the one- and two-worker runs (no distributed flags)."""
     args = [
-        data_bin, "--user-dir", harness.USER_DIR, "--task", "translation",
-        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "0.003",
-        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "4",
-        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        "--dropout", "0.0", "--max-tokens", "300", "--seed", "1", "--num-workers", "0",
-        "--save-dir", save_dir, "--no-epoch-checkpoints", "--max-update", max_update,
-        "--no-progress-bar", "--log-format", "simple", "--log-interval", "1",
+        data_bin,
+        "--user-dir",
+        harness.USER_DIR,
+        "--task",
+        "translation",
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9, 0.98)",
+        "--lr",
+        "0.003",
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        "4",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--dropout",
+        "0.0",
+        "--max-tokens",
+        "300",
+        "--seed",
+        "1",
+        "--num-workers",
+        "0",
+        "--save-dir",
+        save_dir,
+        "--no-epoch-checkpoints",
+        "--max-update",
+        max_update,
+        "--no-progress-bar",
+        "--log-format",
+        "simple",
+        "--log-interval",
+        "1",
         *harness.NO_PREFETCH,
-    ]  # fmt: skip
+    ]
     return [str(a) for a in args + MODEL]
 
 
@@ -179,8 +228,12 @@ def test_script_adds_update_freq_from_reference_gpus(tmp_path):
     env["FAIRSEQ_TRAIN"] = str(fake)
     proc = subprocess.run(
         ["bash", SCRIPT, "DATA", "--max-tokens", "4096"],
-        check=False, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "--update-freq 4" in proc.stdout and "--distributed-world-size 2" in proc.stdout
     assert "32768 tokens per update" in proc.stderr
@@ -200,8 +253,12 @@ def test_the_rank_entry_outside_torchrun_says_how_to_start_it():
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
     proc = subprocess.run(
         [sys.executable, ENTRY, "DATA", "--arch", "transformer"],
-        check=False, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2, proc.stderr
     (line,) = proc.stderr.splitlines()
     assert line.startswith("[rank ?] error: not started by torchrun (RANK / WORLD_SIZE unset)")
@@ -326,8 +383,12 @@ def test_script_help_prints_the_scripts_help_then_fairseq_trains(tmp_path, devic
     for flag in ("--help", "-h"):
         proc = subprocess.run(
             ["bash", SCRIPT, "DATA", "--arch", "transformer", flag],
-            check=False, env=env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            check=False,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
         out = proc.stdout
         assert out.startswith("Data-parallel fairseq-train on N workers")
@@ -526,11 +587,29 @@ def test_the_multi_node_command_in_a_dry_run():
     assert proc.returncode == 0, proc.stderr
     (line,) = proc.stdout.splitlines()
     expected = [
-        "+", sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-        "--max-restarts", "0", "--nnodes", "2", "--rdzv-backend", "c10d",
-        "--rdzv-endpoint", "node0.example:29400", "--rdzv-id", "job7", ENTRY, *args,
-        "--update-freq", "2", "--heartbeat-timeout", "300",
-    ]  # fmt: skip
+        "+",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "0",
+        "--nnodes",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "node0.example:29400",
+        "--rdzv-id",
+        "job7",
+        ENTRY,
+        *args,
+        "--update-freq",
+        "2",
+        "--heartbeat-timeout",
+        "300",
+    ]
     assert line.split() == expected
     assert "4 workers x 4096 tokens x --update-freq 2 = 32768 tokens per update" in proc.stderr
     for bad, says in (
@@ -539,9 +618,13 @@ def test_the_multi_node_command_in_a_dry_run():
         ({"NNODES": "two"}, "NNODES must be a positive integer"),
     ):
         proc = subprocess.run(
-            ["bash", SCRIPT, *args], check=False, env={**env, **bad}, capture_output=True,
-            text=True, timeout=60,
-        )  # fmt: skip
+            ["bash", SCRIPT, *args],
+            check=False,
+            env={**env, **bad},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 2 and proc.stdout == ""
         (err,) = proc.stderr.splitlines()
         assert err.startswith("train_distributed.sh: error: ") and says in err
@@ -594,9 +677,12 @@ def crash(tiny_data, tmp_path_factory):
         env.pop(var, None)
     env.update(LC_DIST_WORKER=FAULTS, LC_DIST_HOLD_AFTER_UPDATES="4")
     first = subprocess.Popen(
-        ["bash", SCRIPT, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        ["bash", SCRIPT, *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-    )  # fmt: skip
+    )
     result = {"save": save, "log": [], "ranks": []}
     try:
         deadline = time.monotonic() + RUN_TIMEOUT

@@ -43,19 +43,50 @@ SCRIPTS = sorted(
 TOOLS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "scripts", "*.sh")))
 # typical arguments of the tools (with none they print their usage)
 ARGS = {
-    "measure_speed.sh": ["--data", "data-bin/x", "--path", "base=a.pt,lf=b.pt", "--bleu",
-                         "--json", "out/speed.json"],
-    "train_distributed.sh": ["data-bin/x", "--arch", "transformer", "--max-tokens", "4096",
-                             "--save-dir", "ckpt/x"],
+    "measure_speed.sh": [
+        "--data",
+        "data-bin/x",
+        "--path",
+        "base=a.pt,lf=b.pt",
+        "--bleu",
+        "--json",
+        "out/speed.json",
+    ],
+    "train_distributed.sh": [
+        "data-bin/x",
+        "--arch",
+        "transformer",
+        "--max-tokens",
+        "4096",
+        "--save-dir",
+        "ckpt/x",
+    ],
     "distill_data.sh": ["data-bin/x", "--path", "teacher.pt", "--out-dir", "data-bin/x.kd"],
-}  # fmt: skip
+}
 # downloading, cloning, training, decoding, preprocessing, converting, scoring, tokenizing
 FORBIDDEN = (
-    "git", "wget", "curl", "gdown", "fairseq-train", "fairseq-generate", "fairseq-preprocess",
-    "fairseq-eval-lm", "fairseq-score", "fairseq-interactive", "fairseq-validate",
-    "fairseq-hydra-train", "lightcompress-convert", "lightcompress-params", "torchrun",
-    "sacrebleu", "sacremoses", "subword-nmt", "spm_train", "spm_encode", "perl",
-)  # fmt: skip
+    "git",
+    "wget",
+    "curl",
+    "gdown",
+    "fairseq-train",
+    "fairseq-generate",
+    "fairseq-preprocess",
+    "fairseq-eval-lm",
+    "fairseq-score",
+    "fairseq-interactive",
+    "fairseq-validate",
+    "fairseq-hydra-train",
+    "lightcompress-convert",
+    "lightcompress-params",
+    "torchrun",
+    "sacrebleu",
+    "sacremoses",
+    "subword-nmt",
+    "spm_train",
+    "spm_encode",
+    "perl",
+)
 STUB = """#!/usr/bin/env bash
 echo "{name} $*" >> "{marker}"
 echo "dry-run stub: {name} was run" >&2
@@ -132,10 +163,15 @@ def test_dry_run_downloads_trains_and_writes_nothing(rel, sandbox, tmp_path):
     path = sandbox / rel
     before = listing(sandbox, tmp_path, skip={str(tmp)})
     proc = subprocess.run(  # stderr into stdout: the order of messages and commands is kept
-        [shutil.which("bash"), str(path), *ARGS.get(os.path.basename(rel), [])], cwd=work,
-        env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [shutil.which("bash"), str(path), *ARGS.get(os.path.basename(rel), [])],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     out = proc.stdout
     ran = marker.read_text() if marker.exists() else ""
     assert ran == "", f"{rel} ran with DRY_RUN=1:\n{ran}\noutput:\n{out}"

@@ -131,9 +131,12 @@ def test_restore_file_and_resume(tiny_data, tiny_transformer, tmp_path):
     # --restore-file into a new save dir (fine-tuning from a trained model)
     new_dir = str(tmp_path / "ft")
     restore = [
-        "--restore-file", os.path.join(tiny_transformer, "checkpoint_last.pt"),
-        "--reset-optimizer", "--reset-dataloader", "--reset-meters",
-    ]  # fmt: skip
+        "--restore-file",
+        os.path.join(tiny_transformer, "checkpoint_last.pt"),
+        "--reset-optimizer",
+        "--reset-dataloader",
+        "--reset-meters",
+    ]
     proc = harness.train(
         tiny_data, new_dir, harness.tiny_arch_args("transformer"), extra=restore, max_epoch=1
     )

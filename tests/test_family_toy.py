@@ -82,8 +82,12 @@ def _toy_kwargs(shape, params) -> dict:
     rank = params["rank"]
     if rank > min(shape.in_features, shape.out_features):
         raise ValueError(f"rank {rank} exceeds the {shape.in_features}x{shape.out_features} map")
-    return {"in_features": shape.in_features, "out_features": shape.out_features, "rank": rank,
-            "bias": shape.bias}  # fmt: skip
+    return {
+        "in_features": shape.in_features,
+        "out_features": shape.out_features,
+        "rank": rank,
+        "bias": shape.bias,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,8 +114,13 @@ def _family():
 
     shape = {"encoder_layers": LAYERS, "decoder_layers": LAYERS, "share_all_embeddings": True}
     for side in ("encoder", "decoder"):
-        shape.update({f"{side}_embed_dim": DIM, f"{side}_ffn_embed_dim": FFN,
-                      f"{side}_attention_heads": HEADS})  # fmt: skip
+        shape.update(
+            {
+                f"{side}_embed_dim": DIM,
+                f"{side}_ffn_embed_dim": FFN,
+                f"{side}_attention_heads": HEADS,
+            }
+        )
     return Family(
         name=TOY_FAMILY,
         config=ToyConfig,
@@ -142,9 +151,16 @@ def declare() -> None:
     from lightcompress.modules.registry import KINDS, register
 
     if TOY_KIND not in KINDS:
-        register(TOY_KIND, "linear", ToySVDLinear, _toy_kwargs,
-                 lambda m, p: ToySVDLinear.from_linear(m, p["rank"]), required=("rank",),
-                 int8=lambda m: m.as_linears(), help="toy: W = U diag(s) V")  # fmt: skip
+        register(
+            TOY_KIND,
+            "linear",
+            ToySVDLinear,
+            _toy_kwargs,
+            lambda m, p: ToySVDLinear.from_linear(m, p["rank"]),
+            required=("rank",),
+            int8=lambda m: m.as_linears(),
+            help="toy: W = U diag(s) V",
+        )
     if TOY_FAMILY not in FAMILIES:
         register_family(_family())
 
@@ -178,14 +194,26 @@ def test_declaring_and_undoing_a_family_leaves_the_registries_as_they_were():
     from lightcompress.models.presets import PRESETS
     from lightcompress.modules.registry import KINDS, QUANTIZE
 
-    before = (set(MODEL_REGISTRY), set(ARCH_MODEL_REGISTRY), list(PRESETS), set(CONVERTERS),
-              set(KINDS), set(QUANTIZE))  # fmt: skip
+    before = (
+        set(MODEL_REGISTRY),
+        set(ARCH_MODEL_REGISTRY),
+        list(PRESETS),
+        set(CONVERTERS),
+        set(KINDS),
+        set(QUANTIZE),
+    )
     with declared():
         assert ARCH_MODEL_REGISTRY[TOY_ARCH] is MODEL_REGISTRY[TOY_FAMILY]
         assert PRESETS[TOY_ARCH].model == TOY_FAMILY and TOY_FAMILY in CONVERTERS
         assert ToySVDLinear in QUANTIZE
-    after = (set(MODEL_REGISTRY), set(ARCH_MODEL_REGISTRY), list(PRESETS), set(CONVERTERS),
-             set(KINDS), set(QUANTIZE))  # fmt: skip
+    after = (
+        set(MODEL_REGISTRY),
+        set(ARCH_MODEL_REGISTRY),
+        list(PRESETS),
+        set(CONVERTERS),
+        set(KINDS),
+        set(QUANTIZE),
+    )
     assert after == before
 
 
@@ -203,8 +231,11 @@ def test_a_taken_model_or_architecture_name_is_refused_and_nothing_is_registered
         register_family(dataclasses.replace(LIGHTFORMER))
     toy = _family()
     preset = dataclasses.replace(toy.presets[TOY_ARCH], model="lctoy_taken")
-    taken = dataclasses.replace(toy, name="lctoy_taken", presets={
-        "lctoy_taken_tiny": preset, "lightformer_iwslt_de_en": preset})  # fmt: skip
+    taken = dataclasses.replace(
+        toy,
+        name="lctoy_taken",
+        presets={"lctoy_taken_tiny": preset, "lightformer_iwslt_de_en": preset},
+    )
     with pytest.raises(ValueError, match="'lightformer_iwslt_de_en' is already registered"):
         register_family(taken)
     from lightcompress.models.presets import CompressionConfig, flag_field
@@ -232,8 +263,18 @@ def teacher(tiny_data, tmp_path_factory, toy):
 
     from lightcompress.build import build_model_without_data
 
-    argv = [tiny_data, "--task", "translation", "--arch", "transformer", "-s", "de", "-t", "en",
-            *map(str, harness.tiny_arch_args(dim=DIM, ffn=FFN, heads=HEADS)[2:])]  # fmt: skip
+    argv = [
+        tiny_data,
+        "--task",
+        "translation",
+        "--arch",
+        "transformer",
+        "-s",
+        "de",
+        "-t",
+        "en",
+        *map(str, harness.tiny_arch_args(dim=DIM, ffn=FFN, heads=HEADS)[2:]),
+    ]
     targs = options.parse_args_and_arch(options.get_training_parser(), argv)
     torch.manual_seed(0)
     vocab = len(_dictionary(tiny_data))
@@ -286,8 +327,9 @@ def test_the_converters_own_option_sets_the_rank_and_the_flags_rebuild_it(teache
 
     path, dense = teacher
     out = str(tmp_path / "toy4.pt")
-    _, records = convert_checkpoint(["-i", path, "-o", out, "-a", TOY_ARCH, "--quiet",
-                                     "--lctoy-transfer-rank", "4"])  # fmt: skip
+    _, records = convert_checkpoint(
+        ["-i", path, "-o", out, "-a", TOY_ARCH, "--quiet", "--lctoy-transfer-rank", "4"]
+    )
     assert {r.rank for r in records} == {4} and min(r.kept_energy for r in records) < 0.99
     state = torch.load(out)
     assert state["args"].lctoy_rank == 4
@@ -296,8 +338,18 @@ def test_the_converters_own_option_sets_the_rank_and_the_flags_rebuild_it(teache
     from lightcompress.convert.core import ConversionError
 
     with pytest.raises(ConversionError, match="width mismatch"):
-        convert_checkpoint(["-i", path, "-o", str(tmp_path / "x.pt"), "-a", TOY_ARCH,
-                            "--encoder-ffn-embed-dim", "48"])  # fmt: skip
+        convert_checkpoint(
+            [
+                "-i",
+                path,
+                "-o",
+                str(tmp_path / "x.pt"),
+                "-a",
+                TOY_ARCH,
+                "--encoder-ffn-embed-dim",
+                "48",
+            ]
+        )
 
 
 def _user_dir(root) -> str:
@@ -306,8 +358,10 @@ def _user_dir(root) -> str:
     os.makedirs(package, exist_ok=True)
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(package, "__init__.py"), "w") as f:
-        f.write(f"import sys\nsys.path.insert(0, {here!r})\n"
-                "import test_family_toy\ntest_family_toy.declare()\n")  # fmt: skip
+        f.write(
+            f"import sys\nsys.path.insert(0, {here!r})\n"
+            "import test_family_toy\ntest_family_toy.declare()\n"
+        )
     return package
 
 
@@ -322,11 +376,14 @@ def trained(tiny_data, teacher, tmp_path_factory):
     convert_checkpoint(["-i", teacher[0], "-o", init, "-a", TOY_ARCH, "--quiet"])
     save_dir = str(root / "ckpt")
     proc = harness.train(
-        tiny_data, save_dir, ["--arch", TOY_ARCH, "--share-all-embeddings"], max_epoch=None,
-        max_update=20, user_dir=_user_dir(root),
-        extra=["--restore-file", init, "--reset-optimizer", "--reset-dataloader",
-               "--reset-meters"],
-    )  # fmt: skip
+        tiny_data,
+        save_dir,
+        ["--arch", TOY_ARCH, "--share-all-embeddings"],
+        max_epoch=None,
+        max_update=20,
+        user_dir=_user_dir(root),
+        extra=["--restore-file", init, "--reset-optimizer", "--reset-dataloader", "--reset-meters"],
+    )
     assert f"Loaded checkpoint {init}" in proc.stdout + proc.stderr
     assert "num_updates 20" in proc.stdout + proc.stderr
     return os.path.join(save_dir, "checkpoint_last.pt")
@@ -359,8 +416,9 @@ def test_the_toy_model_is_counted_by_the_kinds_exact_formula(tiny_data, trained)
     assert report["total"] == sum(p.numel() for p in model.parameters())
     variant = get_variant(TOY_KIND, "linear")
     toy = [m for m in model.modules() if isinstance(m, ToySVDLinear)]
-    formula = sum(variant.num_params(Shape(m.in_features, m.out_features), {"rank": 8})
-                  for m in toy)  # fmt: skip
+    formula = sum(
+        variant.num_params(Shape(m.in_features, m.out_features), {"rank": 8}) for m in toy
+    )
     assert formula == sum(p.numel() for m in toy for p in m.parameters())
     dense_maps = sum(m.in_features * m.out_features + m.out_features for m in toy)
     assert report["total"] == report["embedding"] + report["encoder"] + report["decoder"]
@@ -399,8 +457,15 @@ def test_onnx_export_translates_like_the_toy_model(tiny_data, trained, tmp_path)
     fairseq = SequenceGenerator([model], task.target_dictionary, **settings)
     for src in sources:
         with torch.inference_mode():
-            ref = fairseq.generate([model], {"net_input": {"src_tokens": src[None],
-                                   "src_lengths": torch.tensor([src.numel()])}})  # fmt: skip
+            ref = fairseq.generate(
+                [model],
+                {
+                    "net_input": {
+                        "src_tokens": src[None],
+                        "src_lengths": torch.tensor([src.numel()]),
+                    }
+                },
+            )
         out = ours.generate(src[None].numpy(), torch.tensor([src.numel()]).numpy())
         assert [h["tokens"].tolist() for h in out[0]] == [h["tokens"].tolist() for h in ref[0]]
 

@@ -13,10 +13,26 @@ from lightcompress.build import build_model_without_data, parse_model_args
 from lightcompress.convert.cli import cli_main
 from lightcompress.convert.core import build_fairseq_model
 
-TINY = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
-        "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-        "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
-        "--decoder-attention-heads", "2", "--dropout", "0"]  # fmt: skip
+TINY = [
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--dropout",
+    "0",
+]
 
 
 LF = [*TINY, "--lc-rank", "8", "--lc-embed-rank", "8", "--lc-encoder-groups", "0"]
@@ -27,8 +43,20 @@ def _build(arch, flags):
 
 
 def _teacher(tmp_path, extra=()):
-    argv = ["/tmp/none", "--task", "translation", "--arch", "transformer", "-s", "de", "-t",
-            "en", "--share-all-embeddings", *TINY, *extra]  # fmt: skip
+    argv = [
+        "/tmp/none",
+        "--task",
+        "translation",
+        "--arch",
+        "transformer",
+        "-s",
+        "de",
+        "-t",
+        "en",
+        "--share-all-embeddings",
+        *TINY,
+        *extra,
+    ]
     targs = options.parse_args_and_arch(options.get_training_parser(), argv)
     torch.manual_seed(0)
     teacher = build_fairseq_model(targs, 50).eval()
@@ -53,8 +81,9 @@ def test_converter_carries_the_teachers_activation_and_embedding_scale(tmp_path)
     """A gelu teacher without embedding scaling used to convert into a relu, scaled student."""
     path, teacher = _teacher(tmp_path, ["--activation-fn", "gelu", "--no-scale-embedding"])
     out = tmp_path / "student.pt"
-    assert cli_main(["-i", str(path), "-o", str(out), "-a", "lightformer", "--quiet",
-                     *FULL_RANK]) == 0  # fmt: skip
+    assert (
+        cli_main(["-i", str(path), "-o", str(out), "-a", "lightformer", "--quiet", *FULL_RANK]) == 0
+    )
     state = torch.load(out)
     sargs = state["args"]
     assert sargs.activation_fn == "gelu" and sargs.no_scale_embedding
@@ -70,8 +99,20 @@ def test_converter_carries_the_teachers_activation_and_embedding_scale(tmp_path)
 def test_converter_refuses_a_student_flag_that_contradicts_the_teacher(tmp_path, capsys):
     path, _ = _teacher(tmp_path, ["--activation-fn", "gelu"])
     out = tmp_path / "student.pt"
-    code = cli_main(["-i", str(path), "-o", str(out), "-a", "lightformer", "--quiet",
-                     *FULL_RANK, "--activation-fn", "relu"])  # fmt: skip
+    code = cli_main(
+        [
+            "-i",
+            str(path),
+            "-o",
+            str(out),
+            "-a",
+            "lightformer",
+            "--quiet",
+            *FULL_RANK,
+            "--activation-fn",
+            "relu",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "--activation-fn 'relu' differs from the teacher's 'gelu'" in err
     assert err.count("\n") == 1 and not out.exists()
@@ -80,12 +121,28 @@ def test_converter_refuses_a_student_flag_that_contradicts_the_teacher(tmp_path,
 def test_converter_refuses_a_directory_as_output_and_too_many_groups(tmp_path, capsys):
     path, _ = _teacher(tmp_path)
     (tmp_path / "outdir").mkdir()
-    assert cli_main(["-i", str(path), "-o", str(tmp_path / "outdir"), "-a", "lightformer",
-                     *FULL_RANK]) == 2  # fmt: skip
+    assert (
+        cli_main(["-i", str(path), "-o", str(tmp_path / "outdir"), "-a", "lightformer", *FULL_RANK])
+        == 2
+    )
     assert "is a directory" in capsys.readouterr().err
     out = tmp_path / "s.pt"
-    assert cli_main(["-i", str(path), "-o", str(out), "-a", "lightformer", *FULL_RANK,
-                     "--lc-encoder-groups", "5"]) == 2  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "-i",
+                str(path),
+                "-o",
+                str(out),
+                "-a",
+                "lightformer",
+                *FULL_RANK,
+                "--lc-encoder-groups",
+                "5",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "groups" in err and err.count("\n") == 1 and not out.exists()
 
@@ -93,8 +150,24 @@ def test_converter_refuses_a_directory_as_output_and_too_many_groups(tmp_path, c
 def test_energy_flag_names_are_real_flags(tmp_path, capsys):
     path, _ = _teacher(tmp_path)
     out = tmp_path / "s.pt"
-    assert cli_main(["-i", str(path), "-o", str(out), "-a", "lightformer", *TINY,
-                     "--rank", "4", "--energy", "0.9"]) == 2  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "-i",
+                str(path),
+                "-o",
+                str(out),
+                "-a",
+                "lightformer",
+                *TINY,
+                "--rank",
+                "4",
+                "--energy",
+                "0.9",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "--rank, --rank-ratio, --energy" in err and "--rank-energy" not in err
 
@@ -186,14 +259,20 @@ def test_hub_interface_with_sentencepiece_as_the_readme_shows(
         "\n".join(" ".join(f"s{(i * 7 + j) % 30}" for j in range(6)) for i in range(200))
     )
     spm.SentencePieceTrainer.train(
-        input=str(text), model_prefix=str(tmp_path / "spm"), vocab_size=30, model_type="word",
+        input=str(text),
+        model_prefix=str(tmp_path / "spm"),
+        vocab_size=30,
+        model_type="word",
         minloglevel=2,
-    )  # fmt: skip
+    )
     hub = TransformerModel.from_pretrained(
-        tiny_transformer, checkpoint_file="checkpoint_best.pt", data_name_or_path=tiny_data,
-        user_dir=lightcompress.__path__[0], bpe="sentencepiece",
+        tiny_transformer,
+        checkpoint_file="checkpoint_best.pt",
+        data_name_or_path=tiny_data,
+        user_dir=lightcompress.__path__[0],
+        bpe="sentencepiece",
         sentencepiece_model=os.path.join(tmp_path, "spm.model"),
-    )  # fmt: skip
+    )
     out = hub.translate("s1 s2 s3", beam=2)
     assert isinstance(out, str) and out.strip() and "▁" not in out
 
@@ -230,8 +309,19 @@ def test_fairseq_shared_parameter_lines_are_summarised(caplog):
 
 def test_a_misspelled_student_flag_is_one_line_not_fairseqs_usage(tmp_path, capsys):
     path, _ = _teacher(tmp_path)
-    code = cli_main(["-i", str(path), "-o", str(tmp_path / "s.pt"), "-a", "lightformer",
-                     *FULL_RANK, "--lc-rnak", "4"])  # fmt: skip
+    code = cli_main(
+        [
+            "-i",
+            str(path),
+            "-o",
+            str(tmp_path / "s.pt"),
+            "-a",
+            "lightformer",
+            *FULL_RANK,
+            "--lc-rnak",
+            "4",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "--lc-rnak" in err, err
 
@@ -253,14 +343,35 @@ def test_energy_hint_repeats_the_student_flags_so_the_spec_rebuilds(tmp_path, ca
     path, _ = _teacher(tmp_path)
     out = tmp_path / "s.pt"
     flags = [*TINY, "--lc-encoder-groups", "1"]
-    assert cli_main(["-i", str(path), "-o", str(out), "-a", "lightformer", "--quiet",
-                     "--energy", "0.9", "--embed-energy", "0.9", *flags]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "-i",
+                str(path),
+                "-o",
+                str(out),
+                "-a",
+                "lightformer",
+                "--quiet",
+                "--energy",
+                "0.9",
+                "--embed-energy",
+                "0.9",
+                *flags,
+            ]
+        )
+        == 0
+    )
     hint = next(ln for ln in capfd.readouterr().out.splitlines() if "fine-tune with" in ln)
-    argv = shlex.split(hint.split("fine-tune with the same model flags: ", 1)[1].replace(
-        f'"$(cat {out}.spec)"', shlex.quote((tmp_path / "s.pt.spec").read_text().strip())))  # fmt: skip
+    argv = shlex.split(
+        hint.split("fine-tune with the same model flags: ", 1)[1].replace(
+            f'"$(cat {out}.spec)"', shlex.quote((tmp_path / "s.pt.spec").read_text().strip())
+        )
+    )
     assert argv[:2] == ["--arch", "lightformer"]
     # the hinted flags rebuild the converted model (the teacher's vocabulary: 50)
-    model = build_model_without_data(parse_model_args("lightformer", ["--share-all-embeddings",
-                                                                      *argv[2:]]), 50)  # fmt: skip
+    model = build_model_without_data(
+        parse_model_args("lightformer", ["--share-all-embeddings", *argv[2:]]), 50
+    )
     state = torch.load(out)
     model.load_state_dict(state["model"], strict=True)

@@ -23,12 +23,29 @@ from lightcompress.modules.fused_qkv import FusedQKV, split_qkv
 logging.disable(logging.WARNING)
 
 TINY = [
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-    "--encoder-layers", "2", "--decoder-layers", "2",
-    "--hypo-embed-rank", "2", "--hypo-ffn-rank", "8", "--dropout", "0",
-]  # fmt: skip
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--hypo-embed-rank",
+    "2",
+    "--hypo-ffn-rank",
+    "8",
+    "--dropout",
+    "0",
+]
 
 
 def tiny_model(extra=(), vocab=60):
@@ -228,8 +245,22 @@ def test_htt_embedding_table_is_built_once_in_inference_and_rebuilt_after_an_upd
 def _teacher_args(extra=()):
     from fairseq import options
 
-    argv = ["/tmp/none", "--task", "translation", "--arch", "transformer", "-s", "de", "-t",
-            "en", "--share-all-embeddings", *TINY[:16], "--decoder-layers", "1", *extra]  # fmt: skip
+    argv = [
+        "/tmp/none",
+        "--task",
+        "translation",
+        "--arch",
+        "transformer",
+        "-s",
+        "de",
+        "-t",
+        "en",
+        "--share-all-embeddings",
+        *TINY[:16],
+        "--decoder-layers",
+        "1",
+        *extra,
+    ]
     return options.parse_args_and_arch(options.get_training_parser(), argv)
 
 
@@ -252,8 +283,15 @@ def _convert(targs, teacher, flags, drop=False):
     return HypoformerConverter().convert(teacher, targs, sargs, opts, lambda msg: None)
 
 
-EXACT = ["--hypo-attn-out-proj", "--hypo-embed-rank", "0", "--hypo-attn-rank", "0",
-         "--hypo-ffn-rank", "32"]  # fmt: skip
+EXACT = [
+    "--hypo-attn-out-proj",
+    "--hypo-embed-rank",
+    "0",
+    "--hypo-attn-rank",
+    "0",
+    "--hypo-ffn-rank",
+    "32",
+]
 
 
 def test_full_rank_tt_transfer_translates_exactly_like_the_dense_teacher(dense_teacher):
@@ -317,9 +355,17 @@ def test_tiny_hypoformer_trains_and_generates(tiny_data, tmp_path):
     save = str(tmp_path / "ckpt")
     profile = str(tmp_path / "admin.json")
     args = harness.tiny_arch_args("hypoformer") + [
-        "--hypo-embed-rank", "2", "--hypo-ffn-rank", "8", "--hypo-attn-rank", "2",
-        "--admin-init", "profile", "--admin-profile-file", profile,
-    ]  # fmt: skip
+        "--hypo-embed-rank",
+        "2",
+        "--hypo-ffn-rank",
+        "8",
+        "--hypo-attn-rank",
+        "2",
+        "--admin-init",
+        "profile",
+        "--admin-profile-file",
+        profile,
+    ]
     harness.train(tiny_data, save, args, max_epoch=None, max_update=8)
     assert os.path.exists(profile)  # Admin profiled on the first batch and wrote its omegas
     _bleu, hyps, _ = harness.generate(tiny_data, os.path.join(save, "checkpoint_last.pt"))
@@ -340,8 +386,21 @@ def test_lightcompress_convert_cli_reaches_the_tt_transfer(dense_teacher, tmp_pa
     path = tmp_path / "teacher.pt"
     torch.save({"args": targs, "model": teacher.state_dict(), "optimizer_history": []}, path)
     out = tmp_path / "student.pt"
-    argv = ["-i", str(path), "-o", str(out), "-a", "hypoformer", "--quiet",
-            *TINY[:16], "--decoder-layers", "1", "--hypo-ffn-rank", "16", *EXACT]  # fmt: skip
+    argv = [
+        "-i",
+        str(path),
+        "-o",
+        str(out),
+        "-a",
+        "hypoformer",
+        "--quiet",
+        *TINY[:16],
+        "--decoder-layers",
+        "1",
+        "--hypo-ffn-rank",
+        "16",
+        *EXACT,
+    ]
     assert cli_main(argv) == 0
     state = torch.load(out)
     sargs = state["args"]

@@ -19,9 +19,25 @@ GEN_LIMITS = "--max-len-a 1.2 --max-len-b 5 --data-buffer-size 0"
 
 
 def _distill_args(data, ckpt, out, *extra):
-    return [data, "--path", ckpt, "--out-dir", out, "--user-dir", harness.USER_DIR, "--cpu",
-            "--beam", "1", "--num-shards", "2", "--max-tokens", "2000",
-            "--generate-args", GEN_LIMITS, *extra]  # fmt: skip
+    return [
+        data,
+        "--path",
+        ckpt,
+        "--out-dir",
+        out,
+        "--user-dir",
+        harness.USER_DIR,
+        "--cpu",
+        "--beam",
+        "1",
+        "--num-shards",
+        "2",
+        "--max-tokens",
+        "2000",
+        "--generate-args",
+        GEN_LIMITS,
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +49,12 @@ def distilled(tiny_data, tiny_transformer, tmp_path_factory):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     proc = subprocess.run(
         [sys.executable, script, *_distill_args(tiny_data, ckpt, out)],
-        check=False, capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 
@@ -50,10 +70,16 @@ def _seqkd_task(data, mode, distilled=None, **kw):
     from lightcompress.tasks.translation_seqkd import TranslationSeqKDConfig, TranslationSeqKDTask
 
     cfg = TranslationSeqKDConfig(
-        data=data, source_lang="de", target_lang="en", train_subset="train",
-        dataset_impl=None, required_seq_len_multiple=1,
-        kd_data_mode=mode, kd_distilled_data=distilled, **kw,
-    )  # fmt: skip
+        data=data,
+        source_lang="de",
+        target_lang="en",
+        train_subset="train",
+        dataset_impl=None,
+        required_seq_len_multiple=1,
+        kd_data_mode=mode,
+        kd_distilled_data=distilled,
+        **kw,
+    )
     return TranslationSeqKDTask.setup_task(cfg)
 
 
@@ -173,8 +199,20 @@ def test_engine_auto_takes_the_work_directorys_engine_else_onnx_where_it_can(
         if config is not None:
             (work / "config.json").write_text(json.dumps(config))
         args = distill.build_parser().parse_args(
-            [tiny_data, "--path", "t.pt", "--out-dir", "o", "--work-dir", str(work), "--cpu",
-             "--engine", "auto", *extra])  # fmt: skip
+            [
+                tiny_data,
+                "--path",
+                "t.pt",
+                "--out-dir",
+                "o",
+                "--work-dir",
+                str(work),
+                "--cpu",
+                "--engine",
+                "auto",
+                *extra,
+            ]
+        )
 
         def export(a):
             if export_fails:
@@ -194,13 +232,17 @@ def test_engine_auto_takes_the_work_directorys_engine_else_onnx_where_it_can(
     # settings it cannot honour, or a teacher that does not export: fairseq-generate, saying why
     engine, exported, err = resolved("--generate-args", "--nbest 2")
     assert (engine, exported) == ("fairseq", [])
-    assert err == ("[distill] translating with fairseq-generate (--generate-args --nbest: "
-                   "--engine onnx takes only --max-len-a, --max-len-b, --min-len, --unkpen "
-                   "(--engine fairseq takes any fairseq-generate flag))\n")  # fmt: skip
+    assert err == (
+        "[distill] translating with fairseq-generate (--generate-args --nbest: "
+        "--engine onnx takes only --max-len-a, --max-len-b, --min-len, --unkpen "
+        "(--engine fairseq takes any fairseq-generate flag))\n"
+    )
     engine, _, err = resolved(export_fails=True)
     assert engine == "fairseq"
-    assert err == ("[distill] translating with fairseq-generate (the teacher's ONNX Runtime "
-                   "export failed: no such arch)\n")  # fmt: skip
+    assert err == (
+        "[distill] translating with fairseq-generate (the teacher's ONNX Runtime "
+        "export failed: no such arch)\n"
+    )
 
 
 def _fake_generate(monkeypatch, script):
@@ -285,8 +327,15 @@ def test_distillation_prints_progress_to_stderr(tiny_data, tmp_path, monkeypatch
     teacher = tmp_path / "teacher.pt"
     teacher.write_bytes(b"unused by the stand-in")
     out = tmp_path / "out"
-    args = _distill_args(tiny_data, str(teacher), str(out), "--progress-interval", "0.3",
-                         "--post-process", "sentencepiece")  # fmt: skip
+    args = _distill_args(
+        tiny_data,
+        str(teacher),
+        str(out),
+        "--progress-interval",
+        "0.3",
+        "--post-process",
+        "sentencepiece",
+    )
     assert main(args) == 0
     err = capsys.readouterr().err
     lines = [ln for ln in err.splitlines() if ln.startswith("[distill] shard 1 (2/2): ")]
@@ -523,8 +572,9 @@ def test_word_kd_loss_equals_the_hand_computed_value():
     target = torch.tensor([[4, 5, 2], [3, 2, pad]])
     sample = {
         "net_input": {"src_tokens": None, "src_lengths": None, "prev_output_tokens": None},
-        "target": target, "ntokens": 5,
-    }  # fmt: skip
+        "target": target,
+        "ntokens": 5,
+    }
     eps, alpha, temp = 0.1, 0.3, 2.0
     crit = WordKDCriterion(_Task(), False, eps, kd_alpha=alpha, kd_temperature=temp)
     crit.set_teacher(_FixedLogits(t_logits))
@@ -563,8 +613,9 @@ def test_word_kd_teacher_is_frozen_and_not_saved(tiny_data, tiny_transformer):
     from lightcompress.criterions.word_kd import WordKDCriterion
 
     ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
-    cfg = TranslationConfig(data=tiny_data, train_subset="train", dataset_impl=None,
-                            required_seq_len_multiple=1)  # fmt: skip
+    cfg = TranslationConfig(
+        data=tiny_data, train_subset="train", dataset_impl=None, required_seq_len_multiple=1
+    )
     task = TranslationTask.setup_task(cfg)
     crit = WordKDCriterion(task, False, 0.1, kd_teacher_path=ckpt, kd_alpha=1.0)
     teacher = crit.teacher
@@ -602,10 +653,13 @@ def test_word_kd_bad_settings_end_fairseq_train_with_one_line(
         path.write_text("not a checkpoint\n")
     save = tmp_path / "student"
     proc = harness.train(
-        tiny_data, str(save), harness.tiny_arch_args("transformer", layers=(1, 1), dim=16, ffn=16),
+        tiny_data,
+        str(save),
+        harness.tiny_arch_args("transformer", layers=(1, 1), dim=16, ffn=16),
         extra=["--criterion", "word_kd", "--kd-teacher-path", str(path), *flags],
-        max_update=2, check=False,
-    )  # fmt: skip
+        max_update=2,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert lines[-1].startswith("fairseq-train: error: " + message.format(teacher=path))
@@ -619,11 +673,24 @@ def test_train_seqkd_task_and_word_kd_end_to_end(tiny_data, tiny_transformer, di
     ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
     save = str(tmp_path / "student")
     proc = harness.train(
-        tiny_data, save, harness.tiny_arch_args("transformer", layers=(1, 1)),
-        extra=["--task", "translation_seqkd", "--kd-data-mode", "both",
-               "--kd-distilled-data", distilled,
-               "--criterion", "word_kd", "--kd-teacher-path", ckpt, "--kd-alpha", "0.5"],
-    )  # fmt: skip
+        tiny_data,
+        save,
+        harness.tiny_arch_args("transformer", layers=(1, 1)),
+        extra=[
+            "--task",
+            "translation_seqkd",
+            "--kd-data-mode",
+            "both",
+            "--kd-distilled-data",
+            distilled,
+            "--criterion",
+            "word_kd",
+            "--kd-teacher-path",
+            ckpt,
+            "--kd-alpha",
+            "0.5",
+        ],
+    )
     log = proc.stdout + proc.stderr
     assert f"{2 * N_TRAIN} pairs" in log and "kd_loss" in log
     state = torch.load(os.path.join(save, "checkpoint_last.pt"), weights_only=False)

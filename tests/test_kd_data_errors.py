@@ -84,11 +84,23 @@ def kd_dirs(tiny_data, tmp_path_factory):
     sep = harness.preprocess(raw, str(root / "sep"), joined=False)
     harness.run_cli(
         "fairseq-preprocess",
-        ["--source-lang", "de", "--target-lang", "en", "--trainpref", os.path.join(raw, "train"),
-         "--destdir", root / "swapped", "--workers", "1",
-         "--srcdict", os.path.join(sep, "dict.en.txt"),
-         "--tgtdict", os.path.join(sep, "dict.de.txt")],
-    )  # fmt: skip
+        [
+            "--source-lang",
+            "de",
+            "--target-lang",
+            "en",
+            "--trainpref",
+            os.path.join(raw, "train"),
+            "--destdir",
+            root / "swapped",
+            "--workers",
+            "1",
+            "--srcdict",
+            os.path.join(sep, "dict.en.txt"),
+            "--tgtdict",
+            os.path.join(sep, "dict.de.txt"),
+        ],
+    )
     dirs["sep"], dirs["swapped"] = sep, str(root / "swapped")
     return dirs
 
@@ -98,10 +110,16 @@ def _task(data, distilled, mode="both", **kw):
     from lightcompress.tasks.translation_seqkd import TranslationSeqKDConfig, TranslationSeqKDTask
 
     cfg = TranslationSeqKDConfig(
-        data=data, source_lang="de", target_lang="en", train_subset="train",
-        dataset_impl=None, required_seq_len_multiple=1,
-        kd_data_mode=mode, kd_distilled_data=distilled, **kw,
-    )  # fmt: skip
+        data=data,
+        source_lang="de",
+        target_lang="en",
+        train_subset="train",
+        dataset_impl=None,
+        required_seq_len_multiple=1,
+        kd_data_mode=mode,
+        kd_distilled_data=distilled,
+        **kw,
+    )
     return TranslationSeqKDTask.setup_task(cfg)
 
 
@@ -210,9 +228,12 @@ def test_good_data_passes_and_a_checkpoint_load_checks_nothing(kd_dirs, tiny_dat
     from lightcompress.tasks.translation_seqkd import TranslationSeqKDConfig, TranslationSeqKDTask
 
     cfg = TranslationSeqKDConfig(
-        data=tiny_data, source_lang="de", target_lang="en", dataset_impl=None,
+        data=tiny_data,
+        source_lang="de",
+        target_lang="en",
+        dataset_impl=None,
         kd_distilled_data=kd_dirs["good"] + "/gone",
-    )  # fmt: skip
+    )
     assert TranslationSeqKDTask.setup_task(cfg, from_checkpoint=True) is not None
 
 
@@ -236,16 +257,20 @@ def test_load_dataset_checks_too(kd_dirs, tiny_data):
     task.load_dataset("valid")  # what it has is usable
 
 
-@pytest.mark.parametrize("case", ["missing directory", "unknown split name", "sentence count",
-                                  "swapped dictionaries"])  # fmt: skip
+@pytest.mark.parametrize(
+    "case", ["missing directory", "unknown split name", "sentence count", "swapped dictionaries"]
+)
 def test_fairseq_train_prints_one_line_and_writes_nothing(kd_dirs, tiny_data, tmp_path, case):
     data, distilled, pattern = _expected(kd_dirs, tiny_data)[case]
     save = tmp_path / "save"
     proc = harness.train(
-        data, str(save), harness.tiny_arch_args("transformer", layers=(1, 1), dim=16, ffn=16),
+        data,
+        str(save),
+        harness.tiny_arch_args("transformer", layers=(1, 1), dim=16, ffn=16),
         extra=["--task", "translation_seqkd", "--kd-distilled-data", distilled],
-        max_update=2, check=False,
-    )  # fmt: skip
+        max_update=2,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if "error" in ln.lower()]

@@ -55,8 +55,14 @@ LAYERS = {
     "lightcompress.__main__": 5,
     "lightcompress.compress": 5,
 }
-LAYER_NAMES = ["foundation", "modules", "models/wid/search", "tasks/criterions/convert",
-               "deploy", "measure/commands"]  # fmt: skip
+LAYER_NAMES = [
+    "foundation",
+    "modules",
+    "models/wid/search",
+    "tasks/criterions/convert",
+    "deploy",
+    "measure/commands",
+]
 
 # A module past WARN_LINES is named in the test run's warnings (a reader's hint to split it by
 # job, not a rule that draws module boundaries); past MAX_LINES it fails.
@@ -125,8 +131,10 @@ REGISTRATION = "lightcompress.plugin"
 
 
 def _graph() -> dict[str, list[tuple[str, int]]]:
-    return {m: [(t, line) for t, line in imports_of(m) if t not in (m, REGISTRATION)]
-            for m in sorted(MODULES)}  # fmt: skip
+    return {
+        m: [(t, line) for t, line in imports_of(m) if t not in (m, REGISTRATION)]
+        for m in sorted(MODULES)
+    }
 
 
 def _rel(module: str) -> str:
@@ -228,8 +236,12 @@ def test_no_source_file_is_over_the_line_bound():
         elif n > WARN_LINES:
             warn.append(f"{PACKAGE}/{rel}: {n} lines")
     if warn:
-        warnings.warn(f"over {WARN_LINES} lines (split by job where it helps a reader): "
-                      + ", ".join(sorted(warn)), LongModuleWarning, stacklevel=1)  # fmt: skip
+        warnings.warn(
+            f"over {WARN_LINES} lines (split by job where it helps a reader): "
+            + ", ".join(sorted(warn)),
+            LongModuleWarning,
+            stacklevel=1,
+        )
     assert not long, f"files over {MAX_LINES} lines (split them by job):\n" + "\n".join(long)
 
 

@@ -21,13 +21,31 @@ from lightcompress.modules import LowRankLinear, count_unique_params
 IWSLT_V = 10200  # the IWSLT'14 joined vocabulary at which transformer_iwslt_de_en has 36.8M
 
 TINY = [
-    "--encoder-layers", "4", "--decoder-layers", "2",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-    "--lc-rank", "8", "--lc-embed-rank", "8", "--lc-encoder-groups", "2",
-    "--dropout", "0.0",
-]  # fmt: skip
+    "--encoder-layers",
+    "4",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--lc-rank",
+    "8",
+    "--lc-embed-rank",
+    "8",
+    "--lc-encoder-groups",
+    "2",
+    "--dropout",
+    "0.0",
+]
 
 
 def parse(arch, *flags):
@@ -199,9 +217,12 @@ def test_incremental_decoding_equals_full_decoding(tiny_model):
 @pytest.mark.parametrize("mode", ["train", "eval", "incremental"])
 @pytest.mark.parametrize(
     "proj",
-    ["encoder.layers.0.self_attn.q_proj", "decoder.layers.0.self_attn.k_proj",
-     "decoder.layers.1.encoder_attn.v_proj"],
-)  # fmt: skip
+    [
+        "encoder.layers.0.self_attn.q_proj",
+        "decoder.layers.0.self_attn.k_proj",
+        "decoder.layers.1.encoder_attn.v_proj",
+    ],
+)
 def test_factorized_attention_projections_are_used(mode, proj):
     """fairseq's attention fast path must not bypass factorized q/k/v: changing a factor
     changes the output in training, validation and incremental decoding."""
@@ -243,20 +264,45 @@ def test_bad_flags_give_clear_errors():
 # --- SVD weight transfer -------------------------------------------------------------------
 
 STUDENT_FULL_RANK = [
-    "--encoder-layers", "2", "--decoder-layers", "2",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-    "--lc-encoder-groups", "0",
-]  # fmt: skip
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--lc-encoder-groups",
+    "0",
+]
 
 
 @pytest.fixture(scope="module")
 def full_rank_student(tiny_transformer, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("convert") / "full_rank.pt")
     teacher = os.path.join(tiny_transformer, "checkpoint_best.pt")
-    args = ["--input", teacher, "--output", out, "--arch", "lightformer", "--quiet",
-            "--rank", "32", "--embed-rank", "32", *STUDENT_FULL_RANK]  # fmt: skip
+    args = [
+        "--input",
+        teacher,
+        "--output",
+        out,
+        "--arch",
+        "lightformer",
+        "--quiet",
+        "--rank",
+        "32",
+        "--embed-rank",
+        "32",
+        *STUDENT_FULL_RANK,
+    ]
     convert_checkpoint(args)
     return out
 
@@ -295,17 +341,32 @@ def test_converted_checkpoint_fine_tunes_and_loads_in_the_hub(
     proc = harness.train(
         tiny_data,
         str(tmp_path / "ft"),
-        ["--arch", "lightformer", "--share-all-embeddings", "--lc-rank", "32", "--lc-embed-rank", "32",
-         *STUDENT_FULL_RANK],
-        extra=["--restore-file", full_rank_student, "--reset-optimizer", "--reset-dataloader",
-               "--reset-meters"],
+        [
+            "--arch",
+            "lightformer",
+            "--share-all-embeddings",
+            "--lc-rank",
+            "32",
+            "--lc-embed-rank",
+            "32",
+            *STUDENT_FULL_RANK,
+        ],
+        extra=[
+            "--restore-file",
+            full_rank_student,
+            "--reset-optimizer",
+            "--reset-dataloader",
+            "--reset-meters",
+        ],
         max_epoch=1,
-    )  # fmt: skip
+    )
     assert f"Loaded checkpoint {full_rank_student}" in proc.stdout + proc.stderr
     hub = TransformerModel.from_pretrained(
-        str(tmp_path / "ft"), checkpoint_file="checkpoint_last.pt", data_name_or_path=tiny_data,
+        str(tmp_path / "ft"),
+        checkpoint_file="checkpoint_last.pt",
+        data_name_or_path=tiny_data,
         user_dir=harness.USER_DIR,
-    )  # fmt: skip
+    )
     assert hub.translate("s1 s2 s3", beam=2).strip()
 
 
@@ -313,9 +374,21 @@ def test_energy_transfer_writes_the_ranks_it_chose(tiny_data, tiny_transformer, 
     out = str(tmp_path / "energy.pt")
     teacher = os.path.join(tiny_transformer, "checkpoint_best.pt")
     _, records = convert_checkpoint(
-        ["--input", teacher, "--output", out, "--arch", "lightformer", "--quiet", "--energy", "0.8",
-         "--embed-energy", "0.8", *STUDENT_FULL_RANK]
-    )  # fmt: skip
+        [
+            "--input",
+            teacher,
+            "--output",
+            out,
+            "--arch",
+            "lightformer",
+            "--quiet",
+            "--energy",
+            "0.8",
+            "--embed-energy",
+            "0.8",
+            *STUDENT_FULL_RANK,
+        ]
+    )
     ranks = {r.rank for r in records}
     assert all(0.8 <= r.kept_energy <= 1.0 for r in records)
     assert max(ranks) < 32  # energy 0.8 truncates
@@ -335,10 +408,23 @@ def test_group_mapping_first_and_mean(tiny_transformer, tmp_path):
         "--embed-rank",
         "32",
     ]
-    first, _ = convert_checkpoint(["-i", teacher, "-o", str(tmp_path / "a.pt"), "-a", "lightformer",
-                                   "--quiet", *flags])  # fmt: skip
-    mean, _ = convert_checkpoint(["-i", teacher, "-o", str(tmp_path / "b.pt"), "-a", "lightformer",
-                                  "--quiet", "--group-init", "mean", *flags])  # fmt: skip
+    first, _ = convert_checkpoint(
+        ["-i", teacher, "-o", str(tmp_path / "a.pt"), "-a", "lightformer", "--quiet", *flags]
+    )
+    mean, _ = convert_checkpoint(
+        [
+            "-i",
+            teacher,
+            "-o",
+            str(tmp_path / "b.pt"),
+            "-a",
+            "lightformer",
+            "--quiet",
+            "--group-init",
+            "mean",
+            *flags,
+        ]
+    )
     t = torch.load(teacher)["model"]
     w0 = t["encoder.layers.0.fc1.weight"]
     w1 = t["encoder.layers.1.fc1.weight"]
@@ -359,18 +445,38 @@ def test_layers_from_gives_a_shallower_student(tiny_data, tiny_transformer, tmp_
     flags[flags.index("--encoder-layers") + 1] = "3"
     out = str(tmp_path / "shallow.pt")
     student, _ = convert_checkpoint(
-        ["-i", teacher, "-o", out, "-a", "lightformer", "--quiet", *flags, "--rank", "32",
-         "--embed-rank", "32", "--decoder-layers-from", "1", "--encoder-layers-from", "0,1,1"]
-    )  # fmt: skip
+        [
+            "-i",
+            teacher,
+            "-o",
+            out,
+            "-a",
+            "lightformer",
+            "--quiet",
+            *flags,
+            "--rank",
+            "32",
+            "--embed-rank",
+            "32",
+            "--decoder-layers-from",
+            "1",
+            "--encoder-layers-from",
+            "0,1,1",
+        ]
+    )
     t = torch.load(teacher)["model"]
     assert len(student.decoder.layers) == 1 and len(student.encoder.layers) == 3
-    for key, layer in (("decoder.layers.1.fc1.weight", student.decoder.layers[0]),
-                       ("encoder.layers.1.fc1.weight", student.encoder.layers[2])):  # fmt: skip
+    for key, layer in (
+        ("decoder.layers.1.fc1.weight", student.decoder.layers[0]),
+        ("encoder.layers.1.fc1.weight", student.encoder.layers[2]),
+    ):
         torch.testing.assert_close(layer.fc1.to_dense(), t[key], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(
-        student.encoder.layers[0].fc1.to_dense(), t["encoder.layers.0.fc1.weight"],
-        atol=1e-4, rtol=1e-4,
-    )  # fmt: skip
+        student.encoder.layers[0].fc1.to_dense(),
+        t["encoder.layers.0.fc1.weight"],
+        atol=1e-4,
+        rtol=1e-4,
+    )
     _, hyps, _ = harness.generate(tiny_data, out)
     assert len(hyps) == 40
 
@@ -379,8 +485,7 @@ def test_layers_from_refusals(tiny_transformer, tmp_path, capsys):
     teacher = os.path.join(tiny_transformer, "checkpoint_best.pt")
     flags = list(STUDENT_FULL_RANK)
     flags[flags.index("--decoder-layers") + 1] = "1"
-    base = ["-i", teacher, "-o", str(tmp_path / "x.pt"), "--arch", "lightformer", "--quiet",
-            *flags]  # fmt: skip
+    base = ["-i", teacher, "-o", str(tmp_path / "x.pt"), "--arch", "lightformer", "--quiet", *flags]
     # a shallower student without the mapping: refused, and the error names the flag
     err = _convert_err(capsys, base)
     assert "depth mismatch" in err and "--decoder-layers-from" in err
@@ -455,9 +560,20 @@ def test_console_script_converts(tiny_transformer, tmp_path):
     out = tmp_path / "cli.pt"
     proc = harness.run_cli(
         "lightcompress-convert",
-        ["--input", os.path.join(tiny_transformer, "checkpoint_best.pt"), "--output", out,
-         "--arch", "lightformer", "--rank", "16", "--embed-rank", "16", *STUDENT_FULL_RANK],
-    )  # fmt: skip
+        [
+            "--input",
+            os.path.join(tiny_transformer, "checkpoint_best.pt"),
+            "--output",
+            out,
+            "--arch",
+            "lightformer",
+            "--rank",
+            "16",
+            "--embed-rank",
+            "16",
+            *STUDENT_FULL_RANK,
+        ],
+    )
     assert "encoder.layers.0.fc1" in proc.stdout and "compression" in proc.stdout
     assert out.exists()
 
@@ -468,11 +584,17 @@ def test_the_converter_talks_when_not_on_a_terminal(tiny_transformer, tmp_path):
     little of their energy, and prints no library warnings."""
     import re
 
-    args = ["--input", os.path.join(tiny_transformer, "checkpoint_best.pt"), "--arch",
-            "lightformer", *STUDENT_FULL_RANK]  # fmt: skip
-    low = harness.run_cli("lightcompress-convert",
-                          args + ["--output", tmp_path / "low.pt", "--rank", "2",
-                                  "--embed-rank", "2"])  # fmt: skip
+    args = [
+        "--input",
+        os.path.join(tiny_transformer, "checkpoint_best.pt"),
+        "--arch",
+        "lightformer",
+        *STUDENT_FULL_RANK,
+    ]
+    low = harness.run_cli(
+        "lightcompress-convert",
+        args + ["--output", tmp_path / "low.pt", "--rank", "2", "--embed-rank", "2"],
+    )
     steps = re.findall(r"^transfer (\d+)/(\d+) \+[\d.]+s: (\S+)$", low.stdout, re.MULTILINE)
     assert steps and [int(i) for i, _n, _p in steps] == list(range(1, len(steps) + 1))
     assert {n for _i, n, _p in steps} == {str(len(steps))}
@@ -480,9 +602,10 @@ def test_the_converter_talks_when_not_on_a_terminal(tiny_transformer, tmp_path):
     warning = [line for line in low.stderr.splitlines() if line.startswith("warning:")]
     assert len(warning) == 1 and "keep less than 50% of their energy" in warning[0], low.stderr
     assert "Warning" not in low.stderr, low.stderr  # (no UserWarning / FutureWarning lines)
-    full = harness.run_cli("lightcompress-convert",
-                           args + ["--output", tmp_path / "full.pt", "--rank", "16",
-                                   "--embed-rank", "16"])  # fmt: skip
+    full = harness.run_cli(
+        "lightcompress-convert",
+        args + ["--output", tmp_path / "full.pt", "--rank", "16", "--embed-rank", "16"],
+    )
     assert "energy" not in full.stderr and "Warning" not in full.stderr, full.stderr
 
 
@@ -502,13 +625,39 @@ def _load(path, data):
 def test_train_generate_and_resume_after_kill_keep_sharing(tiny_data, tmp_path):
     save = str(tmp_path / "lf")
     args = [
-        "fairseq-train", tiny_data, "--user-dir", harness.USER_DIR, "--cpu", "--task", "translation",
-        "--optimizer", "adam", "--lr", "0.003", "--lr-scheduler", "inverse_sqrt",
-        "--warmup-updates", "10", "--criterion", "label_smoothed_cross_entropy",
-        "--max-tokens", "300", "--save-dir", save, "--no-progress-bar", "--seed", "1",
-        "--save-interval-updates", "10", "--max-epoch", "4", "--num-workers", "0",
-        *harness.NO_PREFETCH, *TINY_LIGHTFORMER,
-    ]  # fmt: skip
+        "fairseq-train",
+        tiny_data,
+        "--user-dir",
+        harness.USER_DIR,
+        "--cpu",
+        "--task",
+        "translation",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.003",
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        "10",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--max-tokens",
+        "300",
+        "--save-dir",
+        save,
+        "--no-progress-bar",
+        "--seed",
+        "1",
+        "--save-interval-updates",
+        "10",
+        "--max-epoch",
+        "4",
+        "--num-workers",
+        "0",
+        *harness.NO_PREFETCH,
+        *TINY_LIGHTFORMER,
+    ]
     exe = os.path.join(os.path.dirname(sys.executable), "fairseq-train")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.Popen(

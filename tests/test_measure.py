@@ -20,11 +20,23 @@ from lightcompress.measure.specs import build_random_model
 
 SCRIPTS = os.path.join(REPO_ROOT, "scripts")
 TINY = [
-    "--encoder-layers", "2", "--decoder-layers", "2",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-]  # fmt: skip
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+]
 
 # --------------------------------------------------------------------------------------------
 # protocol logic on fixed numbers
@@ -178,26 +190,60 @@ def test_speed_side_by_side_with_int8_and_bleu(tiny_data, two_checkpoints, tmp_p
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     proc = subprocess.run(
         [
-            "bash", os.path.join(SCRIPTS, "measure_speed.sh"),
-            "--data", tiny_data, "--path", f"base={best},small={small}",
-            "--runs", "2", "--num-sentences", "3", "--src-len", "6", "--beam", "2",
-            "--compare-int8", "--bleu", "--bleu-threads", "2", "--json", str(out), "--quiet",
+            "bash",
+            os.path.join(SCRIPTS, "measure_speed.sh"),
+            "--data",
+            tiny_data,
+            "--path",
+            f"base={best},small={small}",
+            "--runs",
+            "2",
+            "--num-sentences",
+            "3",
+            "--src-len",
+            "6",
+            "--beam",
+            "2",
+            "--compare-int8",
+            "--bleu",
+            "--bleu-threads",
+            "2",
+            "--json",
+            str(out),
+            "--quiet",
         ],
-        capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=300, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert "EXCLUDING EOS" in lines[0]
     header = next(i for i, ln in enumerate(lines) if ln.startswith("Model"))
     assert lines[header].split() == [
-        "Model", "Engine", "Precision", "Params", "Size", "Tokens/s", "Std", "Kept", "min-max",
-        "Speed", "BLEU",
-    ]  # fmt: skip
+        "Model",
+        "Engine",
+        "Precision",
+        "Params",
+        "Size",
+        "Tokens/s",
+        "Std",
+        "Kept",
+        "min-max",
+        "Speed",
+        "BLEU",
+    ]
     rows = [ln.split() for ln in lines[header + 2 : header + 6]]
     assert {r[1] for r in rows} == {"fairseq"}
     assert [(r[0], r[2]) for r in rows] == [
-        ("base", "float32"), ("base", "int8"), ("small", "float32"), ("small", "int8"),
-    ]  # fmt: skip
+        ("base", "float32"),
+        ("base", "int8"),
+        ("small", "float32"),
+        ("small", "int8"),
+    ]
     assert rows[0][-2] == "1.00x"
     # the BLEU column's sacreBLEU signature follows the table
     (sig,) = [ln for ln in lines if ln.startswith("BLEU: sacreBLEU ")]
@@ -227,8 +273,11 @@ def test_speed_side_by_side_with_int8_and_bleu(tiny_data, two_checkpoints, tmp_p
 
     # plot_frontier reads this JSON
     png = tmp_path / "frontier.png"
-    subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot_frontier.py"), str(out), "--out", str(png)],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, os.path.join(SCRIPTS, "plot_frontier.py"), str(out), "--out", str(png)],
+        check=True,
+        capture_output=True,
+    )
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -236,13 +285,26 @@ def test_random_weight_architectures_are_forced_to_equal_output_lengths(capsys):
     from lightcompress.measure import speed
 
     argv = [
-        "--arch", "a=transformer:" + ":".join(f"{k}={v}" for k, v in zip(TINY[::2], TINY[1::2]))
+        "--arch",
+        "a=transformer:"
+        + ":".join(f"{k}={v}" for k, v in zip(TINY[::2], TINY[1::2]))
         + ",b=transformer:--encoder-layers=1:--decoder-layers=1:--encoder-embed-dim=32"
         ":--decoder-embed-dim=32:--encoder-ffn-embed-dim=64:--decoder-ffn-embed-dim=64"
         ":--encoder-attention-heads=2:--decoder-attention-heads=2",
-        "--vocab-size", "100", "--runs", "2", "--warmup", "0", "--num-sentences", "2",
-        "--src-len", "5", "--quantize", "int8", "--quiet",
-    ]  # fmt: skip
+        "--vocab-size",
+        "100",
+        "--runs",
+        "2",
+        "--warmup",
+        "0",
+        "--num-sentences",
+        "2",
+        "--src-len",
+        "5",
+        "--quantize",
+        "int8",
+        "--quiet",
+    ]
     assert speed.main(argv) == 0
     out = capsys.readouterr().out
     assert "output forced to 5 tokens" in out and "random word ids" in out
@@ -333,30 +395,51 @@ def test_empty_or_foreign_logs_are_clear_errors(tmp_path, capsys):
 def test_frontier_needs_bleu(tmp_path):
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"models": [{"label": "a", "params": 10, "tokens_per_s": 5.0}]}))
-    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot_frontier.py"), str(path)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, os.path.join(SCRIPTS, "plot_frontier.py"), str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2 and "has no BLEU" in proc.stderr
     path.write_text("")
-    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot_frontier.py"), str(path)],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, os.path.join(SCRIPTS, "plot_frontier.py"), str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2 and "empty file" in proc.stderr
 
 
 def test_frontier_plots_records_without_speed_in_the_params_panel_only(tmp_path):
     """A recipe's result.json without tokens/s (MEASURE_SPEED=0) still plots."""
     path = tmp_path / "result.json"
-    rec = {"label": "lf", "params": 7_600_000, "tokens_per_s": None, "bleu": 34.6,
-           "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"}  # fmt: skip
+    rec = {
+        "label": "lf",
+        "params": 7_600_000,
+        "tokens_per_s": None,
+        "bleu": 34.6,
+        "bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+    }
     path.write_text(json.dumps({"models": [rec]}))
     png = tmp_path / "f.png"
-    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot_frontier.py"), str(path),
-                           "--out", str(png)], capture_output=True, text=True, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, os.path.join(SCRIPTS, "plot_frontier.py"), str(path), "--out", str(png)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert png.read_bytes()[:4] == b"\x89PNG"
     rec.pop("params")
     path.write_text(json.dumps({"models": [rec]}))
-    proc = subprocess.run([sys.executable, os.path.join(SCRIPTS, "plot_frontier.py"), str(path),
-                           "--out", str(png)], capture_output=True, text=True, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, os.path.join(SCRIPTS, "plot_frontier.py"), str(path), "--out", str(png)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 2 and "neither params nor tokens_per_s" in proc.stderr
 
 

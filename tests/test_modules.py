@@ -361,9 +361,14 @@ def test_htt_table_is_built_once_in_eval_and_invalidated_by_train_and_steps():
     torch.testing.assert_close(after_step, emb.to_dense()[tokens])
 
 
-@pytest.mark.parametrize("in_shape,out_shape,ranks", [
-    ([5, 4], [3, 2], [2]), ([2, 3, 4], [2, 2, 3], [3, 2]), ([3, 2, 2, 3], [2, 1, 2, 2], [2, 3, 2]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "in_shape,out_shape,ranks",
+    [
+        ([5, 4], [3, 2], [2]),
+        ([2, 3, 4], [2, 2, 3], [3, 2]),
+        ([3, 2, 2, 3], [2, 1, 2, 2], [2, 3, 2]),
+    ],
+)
 def test_tt_columns_are_the_dense_matrixs_columns(in_shape, out_shape, ranks):
     """The columns of a TT matrix picked per id from its cores are those of the contracted
     matrix (row-major multi-indices over the input modes), for 2, 3 and 4 cores."""
@@ -385,8 +390,11 @@ def test_htt_lookup_from_the_factors_is_the_tables_rows(alpha):
     emb = HTTEmbedding(V, D, alpha, ranks=3, padding_idx=PAD, num_cores=2).eval()
     with torch.no_grad():
         emb.dense is None or emb.dense[PAD].fill_(1.0)  # (lookup zeroes it, as the table does)
-        for tokens in (torch.tensor([PAD, 2, V - 1, 2]), torch.randint(0, V, (3, 4)),
-                       torch.tensor([[PAD, 5], [6, PAD]])):  # fmt: skip
+        for tokens in (
+            torch.tensor([PAD, 2, V - 1, 2]),
+            torch.randint(0, V, (3, 4)),
+            torch.tensor([[PAD, 5], [6, PAD]]),
+        ):
             builds = emb.table_builds
             rows = emb.lookup(tokens)
             assert emb.table_builds == builds  # (no table built)

@@ -22,8 +22,11 @@ EXTRA_ONLY = {"matplotlib", "adjusttext", "rouge-score", "ctranslate2"}
 def _setup_keywords() -> dict:
     with open(os.path.join(REPO_ROOT, "setup.py"), encoding="utf-8") as f:
         tree = ast.parse(f.read())
-    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call)
-                and getattr(n.func, "id", None) == "setup")  # fmt: skip
+    call = next(
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "setup"
+    )
     return {k.arg: k.value for k in call.keywords}
 
 
@@ -40,8 +43,9 @@ def test_plots_rouge_and_ctranslate2_are_extras_that_make_installs():
     assert {_name(r) for r in extras["rouge"]} == {"rouge-score"}
     assert {_name(r) for r in extras["ct2"]} == {"ctranslate2"}
     assert {_name(r) for r in extras["bench"]} == {"ctranslate2", "matplotlib", "adjusttext"}
-    assert {_name(r) for r in extras["all"]} == {_name(r) for k, v in extras.items()
-                                                 if k != "all" for r in v}  # fmt: skip
+    assert {_name(r) for r in extras["all"]} == {
+        _name(r) for k, v in extras.items() if k != "all" for r in v
+    }
     with open(os.path.join(REPO_ROOT, "requirements", "lock.txt"), encoding="utf-8") as f:
         locked = {_name(line) for line in f if line.strip() and not line.startswith("#")}
     assert {_name(r) for r in extras["all"]} <= locked  # (make installs the lock file)
@@ -62,8 +66,15 @@ def test_every_module_of_the_package_imports_without_the_extras():
         "            assert hasattr(mod, name), (m.name, name)\n"
     )
     env = dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
@@ -82,8 +93,13 @@ def _no_ct2_env(tmp_path) -> dict:
     block = tmp_path / "block" / "ctranslate2"
     block.mkdir(parents=True)
     (block / "__init__.py").write_text("raise ImportError('ctranslate2 is blocked')\n")
-    return dict(os.environ, PYTHONPATH=f"{SOURCES}:{block.parent}", PYTHONWARNINGS="ignore",
-                OMP_NUM_THREADS="1", PYTHON=sys.executable)  # fmt: skip
+    return dict(
+        os.environ,
+        PYTHONPATH=f"{SOURCES}:{block.parent}",
+        PYTHONWARNINGS="ignore",
+        OMP_NUM_THREADS="1",
+        PYTHON=sys.executable,
+    )
 
 
 def test_without_ctranslate2_the_export_is_one_line_and_measure_speed_notes_it(tmp_path):
@@ -91,10 +107,24 @@ def test_without_ctranslate2_the_export_is_one_line_and_measure_speed_notes_it(t
 
     env = _no_ct2_env(tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-c", "from lightcompress.deploy.ct2 import cli_main; cli_main()",
-         "--path", "teacher.pt", "--data", str(tmp_path), "-o", str(tmp_path / "ct2")],
-        capture_output=True, text=True, timeout=300, check=False, env=env, cwd=str(tmp_path),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from lightcompress.deploy.ct2 import cli_main; cli_main()",
+            "--path",
+            "teacher.pt",
+            "--data",
+            str(tmp_path),
+            "-o",
+            str(tmp_path / "ct2"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     missing = "ctranslate2 is not installed (pip install 'lightcompress[ct2]')"
     assert proc.stderr.splitlines() == [f"lightcompress-export-ct2: error: {missing}"]
@@ -105,11 +135,32 @@ def test_without_ctranslate2_the_export_is_one_line_and_measure_speed_notes_it(t
     tiny += ":--decoder-ffn-embed-dim=64:--encoder-attention-heads=2:--decoder-attention-heads=2"
     out = tmp_path / "speed.json"
     proc = subprocess.run(
-        [os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"), "--arch", f"teacher=transformer:{tiny}",
-         "--vocab-size", "50", "--ct2", "--runs", "1", "--warmup", "0", "--num-sentences", "2",
-         "--src-len", "5", "--quiet", "--json", str(out)],
-        capture_output=True, text=True, timeout=300, check=False, env=env, cwd=str(tmp_path),
-    )  # fmt: skip
+        [
+            os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"),
+            "--arch",
+            f"teacher=transformer:{tiny}",
+            "--vocab-size",
+            "50",
+            "--ct2",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--num-sentences",
+            "2",
+            "--src-len",
+            "5",
+            "--quiet",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     note = f"{missing}: no CTranslate2 rows"
     assert f"note: {note}" in proc.stdout.splitlines()
@@ -122,8 +173,15 @@ def test_without_ctranslate2_the_export_is_one_line_and_measure_speed_notes_it(t
 
 def _fresh(code: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore")
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_a_part_that_needs_no_fairseq_imports_none():

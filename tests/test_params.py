@@ -18,10 +18,19 @@ from lightcompress.measure import specs as S
 from lightcompress.modules.counting import count_parameters
 
 TINY = [
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-]  # fmt: skip
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+]
 
 
 def total(arch, vocab, extra=(), share=True):
@@ -176,9 +185,22 @@ def test_build_model_without_data_builds_language_models(arch):
     from lightcompress.build import NoDataTask, build_model_without_data, parse_model_args
 
     # (the LM's input/output widths do not follow --decoder-embed-dim in fairseq's config path)
-    flags = ["--tokens-per-sample", "64", "--decoder-layers", "3", "--decoder-embed-dim", "32",
-             "--decoder-input-dim", "32", "--decoder-output-dim", "32",
-             "--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2"]  # fmt: skip
+    flags = [
+        "--tokens-per-sample",
+        "64",
+        "--decoder-layers",
+        "3",
+        "--decoder-embed-dim",
+        "32",
+        "--decoder-input-dim",
+        "32",
+        "--decoder-output-dim",
+        "32",
+        "--decoder-ffn-embed-dim",
+        "64",
+        "--decoder-attention-heads",
+        "2",
+    ]
     if arch == "subformer_lm":
         flags += ["--subformer-sandwich-dim", "32"]
     args = parse_model_args(arch, flags, task="language_modeling")
@@ -225,9 +247,16 @@ def test_macs_count_the_output_projection_and_both_stacks():
 
 def test_report_has_json_fields_and_ratio(capsys):
     argv = [
-        "--arch", "transformer_iwslt_de_en", "--vocab-size", "10200",
-        "--encoder-layers", "3", "--reference-arch", "transformer_iwslt_de_en", "--macs",
-    ]  # fmt: skip
+        "--arch",
+        "transformer_iwslt_de_en",
+        "--vocab-size",
+        "10200",
+        "--encoder-layers",
+        "3",
+        "--reference-arch",
+        "transformer_iwslt_de_en",
+        "--macs",
+    ]
     assert P.main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     for key in ("total", "embedding", "encoder", "decoder", "macs", "reference_total"):
@@ -331,8 +360,18 @@ def test_roberta_base_counts_85m_without_the_embedding_layer_as_da_wid_and_cofi_
 def test_a_roberta_checkpoint_is_counted_with_its_classification_heads(tmp_path, capsys):
     from lightcompress.build import build_model_without_data, parse_model_args
 
-    flags = ["--encoder-layers", "2", "--encoder-embed-dim", "16", "--encoder-ffn-embed-dim",
-             "32", "--encoder-attention-heads", "2", "--max-positions", "24"]  # fmt: skip
+    flags = [
+        "--encoder-layers",
+        "2",
+        "--encoder-embed-dim",
+        "16",
+        "--encoder-ffn-embed-dim",
+        "32",
+        "--encoder-attention-heads",
+        "2",
+        "--max-positions",
+        "24",
+    ]
     args = parse_model_args("roberta", flags, task="sentence_prediction")
     model = build_model_without_data(args, 40)
     model.register_classification_head("mrpc_head", num_classes=2)
@@ -348,8 +387,17 @@ def test_a_roberta_checkpoint_is_counted_with_its_classification_heads(tmp_path,
     lm_head = sum(p.numel() for n, p in model.encoder.lm_head.named_parameters() if n != "weight")
     assert out["other"] == heads + lm_head
     # the same model from its flags (--arch) counts the same (one head: the task's)
-    argv = ["--arch", "roberta", "--vocab-size", "40", *flags, "--num-classes", "2",
-            "--classification-head-name", "mrpc_head"]  # fmt: skip
+    argv = [
+        "--arch",
+        "roberta",
+        "--vocab-size",
+        "40",
+        *flags,
+        "--num-classes",
+        "2",
+        "--classification-head-name",
+        "mrpc_head",
+    ]
     assert P.main(argv) == 0
     from_arch = json.loads(capsys.readouterr().out)
     stsb = sum(p.numel() for p in model.classification_heads["stsb_head"].parameters())

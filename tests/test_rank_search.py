@@ -115,8 +115,15 @@ def test_fp16_optimizer_masters_are_rebuilt_with_the_kept_moments(flat):
     torch.manual_seed(0)
     model = _Toy()
     params = list(model.parameters())
-    cfg = Namespace(lr=[0.01], adam_betas="(0.9, 0.98)", adam_eps=1e-8, weight_decay=0.0,
-                    use_old_adam=False, fp16_adam_stats=False, tpu=False)  # fmt: skip
+    cfg = Namespace(
+        lr=[0.01],
+        adam_betas="(0.9, 0.98)",
+        adam_eps=1e-8,
+        weight_decay=0.0,
+        use_old_adam=False,
+        fp16_adam_stats=False,
+        tpu=False,
+    )
     if flat:
         total = sum(p.numel() for p in params)
         master = nn.Parameter(torch.cat([p.detach().reshape(-1) for p in params]).float())
@@ -126,15 +133,35 @@ def test_fp16_optimizer_masters_are_rebuilt_with_the_kept_moments(flat):
     else:
         masters = FP16Optimizer.build_fp32_params(cfg, params, flatten=False)
         inner = FairseqAdam(cfg, masters)
-    opt = FP16Optimizer(Namespace(optimizer=cfg, common=Namespace(
-        fp16_init_scale=1, fp16_scale_window=128, fp16_scale_tolerance=0.0,
-        threshold_loss_scale=None, min_loss_scale=1e-4, fp16_no_flatten_grads=not flat,
-        fp16=True, bf16=False)), params, inner, masters)  # fmt: skip
+    opt = FP16Optimizer(
+        Namespace(
+            optimizer=cfg,
+            common=Namespace(
+                fp16_init_scale=1,
+                fp16_scale_window=128,
+                fp16_scale_tolerance=0.0,
+                threshold_loss_scale=None,
+                min_loss_scale=1e-4,
+                fp16_no_flatten_grads=not flat,
+                fp16=True,
+                bf16=False,
+            ),
+        ),
+        params,
+        inner,
+        masters,
+    )
     opt.backward(model(torch.randn(5, 16)).pow(2).sum())
     opt.step()
     topt = inner._optimizer
-    state_before = {k: v.clone() if torch.is_tensor(v) else v
-                    for k, v in next(iter(topt.state.values())).items()} if flat else None  # fmt: skip
+    state_before = (
+        {
+            k: v.clone() if torch.is_tensor(v) else v
+            for k, v in next(iter(topt.state.values())).items()
+        }
+        if flat
+        else None
+    )
     n_cp_old = sum(p.numel() for p in (model.cp.w0, model.cp.w1, model.cp.w2))
     old = [model.cp.w0, model.cp.w1, model.cp.w2]
     model.cp.set_rank(2)
@@ -150,8 +177,9 @@ def test_fp16_optimizer_masters_are_rebuilt_with_the_kept_moments(flat):
             # the CP factors come first: new zeros, then the kept parameters' moments, moved
             assert torch.equal(state[key][:n_cp_new], torch.zeros(n_cp_new))
             torch.testing.assert_close(state[key][n_cp_new:], state_before[key][n_cp_old:])
-        torch.testing.assert_close(new_master.data, torch.cat(
-            [p.detach().reshape(-1) for p in model.parameters()]))  # fmt: skip
+        torch.testing.assert_close(
+            new_master.data, torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        )
     else:
         assert len(opt.fp32_params) == len(params)
         for p16, p32 in zip(model.parameters(), opt.fp32_params):
@@ -220,9 +248,11 @@ def test_rank_list_parsing():
 def test_search_layers_pair_decoder_self_and_cross_attention():
     layers = find_search_layers(_tiny_smartformer())
     assert [(l.name, len(l.projections)) for l in layers] == [
-        ("encoder.layers.0", 3), ("encoder.layers.1", 3),
-        ("decoder.layers.0", 6), ("decoder.layers.1", 6),
-    ]  # fmt: skip
+        ("encoder.layers.0", 3),
+        ("encoder.layers.1", 3),
+        ("decoder.layers.0", 6),
+        ("decoder.layers.1", 6),
+    ]
     layers = find_search_layers(_tiny_smartformer(extra=["--sm-attn", "self"]))
     assert [len(l.projections) for l in layers] == [3, 3, 3, 3]
 
@@ -275,10 +305,22 @@ def data_bin(tmp_path_factory):
 
 
 SEARCH = [
-    "--task", "translation_smartformer", "--sm-search", "--sm-search-ranks", "2,4",
-    "--sm-search-interval", "4", "--sm-search-settle", "2", "--save-interval-updates", "8",
-    "--update-freq", "2", "--sm-search-valid-batches", "2",
-]  # fmt: skip
+    "--task",
+    "translation_smartformer",
+    "--sm-search",
+    "--sm-search-ranks",
+    "2,4",
+    "--sm-search-interval",
+    "4",
+    "--sm-search-settle",
+    "2",
+    "--save-interval-updates",
+    "8",
+    "--update-freq",
+    "2",
+    "--sm-search-valid-batches",
+    "2",
+]
 MODEL = [*tiny_arch_args("smartformer_iwslt_de_en"), "--sm-rank", "8"]
 
 
@@ -317,12 +359,30 @@ def test_search_in_fairseq_train_decides_and_its_checkpoint_decodes(data_bin, tm
     assert counted["total"] == records[-1]["params"] == count_unique_params(model)
     # ... and scripts/measure_speed.sh times it (its own fairseq loading path)
     speed = subprocess.run(
-        [os.path.join(os.path.dirname(__file__), "..", "scripts", "measure_speed.sh"),
-         "--path", f"searched={ckpt}", "--data", data_bin, "--num-sentences", "4",
-         "--src-len", "5", "--runs", "1", "--warmup", "0", "--beam", "2",
-         "--json", str(tmp_path / "speed.json")],
-        capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable}, check=False,
-    )  # fmt: skip
+        [
+            os.path.join(os.path.dirname(__file__), "..", "scripts", "measure_speed.sh"),
+            "--path",
+            f"searched={ckpt}",
+            "--data",
+            data_bin,
+            "--num-sentences",
+            "4",
+            "--src-len",
+            "5",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--beam",
+            "2",
+            "--json",
+            str(tmp_path / "speed.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHON": sys.executable},
+        check=False,
+    )
     assert speed.returncode == 0, speed.stderr[-3000:]
     timed = json.loads((tmp_path / "speed.json").read_text())["models"][0]
     assert timed["params"] == counted["total"] and timed["tokens_per_s"] > 0
@@ -330,13 +390,21 @@ def test_search_in_fairseq_train_decides_and_its_checkpoint_decodes(data_bin, tm
     script = os.path.join(os.path.dirname(__file__), "..", "scripts", "plot_rank_search.py")
     png = tmp_path / "search.png"
     log = os.path.join(save, "rank_search.jsonl")
-    done = subprocess.run([sys.executable, script, log, "--out", str(png)], check=False,
-                          capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, script, log, "--out", str(png)],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"{len(records)} decisions" in done.stdout
-    bad = subprocess.run([sys.executable, script, ckpt, "--out", str(tmp_path / "b.png")],
-                         check=False, capture_output=True, text=True)  # fmt: skip
+    bad = subprocess.run(
+        [sys.executable, script, ckpt, "--out", str(tmp_path / "b.png")],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "b.png").exists()
 
@@ -373,9 +441,13 @@ def test_bad_search_flags_end_fairseq_train_with_one_line(data_bin, tmp_path):
         (["--sm-search-ranks", "4,64"], "exceed the CP bound 32"),
     ):
         proc = train(
-            data_bin, str(tmp_path / "bad"), MODEL, extra=[*SEARCH, *flags], max_update=2,
+            data_bin,
+            str(tmp_path / "bad"),
+            MODEL,
+            extra=[*SEARCH, *flags],
+            max_update=2,
             check=False,
-        )  # fmt: skip
+        )
         assert proc.returncode == 2
         assert message in proc.stderr.strip().splitlines()[-1]
         assert "Traceback" not in proc.stderr
@@ -397,7 +469,13 @@ def test_epoch_interval_decides_at_the_first_update_of_every_nth_epoch(data_bin,
 
 def test_cpac_heads_that_do_not_split_the_width_end_fairseq_train_with_one_line(data_bin, tmp_path):
     spec = "encoder.layers.*.self_attn.[qkv]_proj = cp(rank=4, heads=3)"
-    proc = train(data_bin, str(tmp_path / "bad"), [*MODEL, "--lc-spec", spec],
-                 extra=SEARCH, max_update=2, check=False)  # fmt: skip
+    proc = train(
+        data_bin,
+        str(tmp_path / "bad"),
+        [*MODEL, "--lc-spec", spec],
+        extra=SEARCH,
+        max_update=2,
+        check=False,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "divisible by heads=3" in proc.stderr.strip().splitlines()[-1]

@@ -56,9 +56,13 @@ def demo_layout(tmp_path_factory):
     shutil.copyfile(spm_model, demo / "spm" / "spm.model")
     data = _binarize(pieces, str(demo / "bin"))
     teacher = make_checkpoint(data, str(root / "teacher.pt"), "transformer", TINY, updates=20)
-    lf = make_checkpoint(data, str(root / "lf.pt"), "lightformer_iwslt_de_en",
-                         TINY + ["--lc-rank", "8", "--lc-embed-rank", "8",
-                                 "--lc-encoder-groups", "1"], updates=20)  # fmt: skip
+    lf = make_checkpoint(
+        data,
+        str(root / "lf.pt"),
+        "lightformer_iwslt_de_en",
+        TINY + ["--lc-rank", "8", "--lc-embed-rank", "8", "--lc-encoder-groups", "1"],
+        updates=20,
+    )
     (root / "student").mkdir()
     shutil.copyfile(lf, root / "student" / "checkpoint_best.pt")
     for name in ("ckpt.pt", "t.pt"):
@@ -85,8 +89,15 @@ def test_the_readme_deploy_commands_run_on_the_demo_layout(demo_layout):
     ran = []
     for command in readme_blocks("Deploy"):
         line = _expand(command)
-        proc = subprocess.run(["bash", "-c", line], cwd=demo_layout, env=env, capture_output=True,
-                              text=True, timeout=600, check=False)  # fmt: skip
+        proc = subprocess.run(
+            ["bash", "-c", line],
+            cwd=demo_layout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
         assert proc.returncode == 0, f"{line}\n{proc.stderr[-2000:]}"
         ran.append(line)
         if "> test.en" in line:  # one translation per input line

@@ -31,9 +31,25 @@ SF_BASE = os.path.join(EX, "translation", "subformer", "table3-wmt14ende-subform
 SF_LM = os.path.join(EX, "language_model", "subformer", "table5-subformer.sh")
 HYPO_KD = os.path.join(EX, "translation", "hypoformer", "table4-r6-htt-emb.sh")
 KD = os.path.join(EX, "translation", "kd", "run_iwslt14_kd.sh")
-CLEAN = ("MAX_TOKENS", "UPDATE_FREQ", "MAX_UPDATE", "LR", "WARMUP", "SAVE_ROOT", "DATA_BIN",
-         "KD_BIN", "SMALL", "SMALL_MAX_UPDATE", "SMALL_MAX_TOKENS", "CPU_WPS", "INIT", "TEACHER",
-         "CUDA_VISIBLE_DEVICES", "NUM_GPUS", "MEASURE_SPEED")  # fmt: skip
+CLEAN = (
+    "MAX_TOKENS",
+    "UPDATE_FREQ",
+    "MAX_UPDATE",
+    "LR",
+    "WARMUP",
+    "SAVE_ROOT",
+    "DATA_BIN",
+    "KD_BIN",
+    "SMALL",
+    "SMALL_MAX_UPDATE",
+    "SMALL_MAX_TOKENS",
+    "CPU_WPS",
+    "INIT",
+    "TEACHER",
+    "CUDA_VISIBLE_DEVICES",
+    "NUM_GPUS",
+    "MEASURE_SPEED",
+)
 
 
 def env_for(tmp_path, **extra):
@@ -48,9 +64,15 @@ def dry_run(script, tmp_path, **extra):
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     proc = subprocess.run(  # stderr into stdout: the warning's place among the commands counts
-        ["bash", script], cwd=work, env=env_for(tmp_path, **extra), stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        ["bash", script],
+        cwd=work,
+        env=env_for(tmp_path, **extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout
     assert list(work.iterdir()) == [], "a dry run wrote something"
     lines = proc.stdout.splitlines()
@@ -119,15 +141,27 @@ def source_lib(code, tmp_path, path, **extra):
     env = env_for(tmp_path, PATH=path, **extra)
     return subprocess.run(
         [shutil.which("bash"), "-c", f"set -euo pipefail\nsource {shlex.quote(LIB)}\n{code}"],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize(
     "visible, gpus",
-    [(None, "2"), ("", "0"), ("-1", "0"), ("1", "1"), ("0,1", "2"), ("0,1,2,3", "2"),
-     ("1,-1,0", "1"), ("GPU-8a1b", "1")],
-)  # fmt: skip
+    [
+        (None, "2"),
+        ("", "0"),
+        ("-1", "0"),
+        ("1", "1"),
+        ("0,1", "2"),
+        ("0,1,2,3", "2"),
+        ("1,-1,0", "1"),
+        ("GPU-8a1b", "1"),
+    ],
+)
 def test_gpu_count_follows_nvidia_smi_and_cuda_visible_devices(tmp_path, visible, gpus):
     stubs = tmp_path / "stub-bin"
     stubs.mkdir()
@@ -169,8 +203,13 @@ def test_small_scales_the_lightformer_plan(tmp_path):
         # nothing else changes
         assert len(s) == len(f)
         changed = {f[i - 1] for i in range(1, len(f)) if f[i] != s[i]}
-        assert changed <= {"--max-update", "--max-tokens", "--warmup-updates", "--save-dir",
-                           "--finetune-from-model"}  # fmt: skip
+        assert changed <= {
+            "--max-update",
+            "--max-tokens",
+            "--warmup-updates",
+            "--save-dir",
+            "--finetune-from-model",
+        }
     # the warning shows the small plan; averaging takes what there is
     warns = warnings_before_training(lines)
     assert len(warns) == 2
@@ -224,12 +263,24 @@ echo 'Generate test with beam=5: BLEU4 = 61.00, 80.0/70.0/60.0/50.0 (BP=1.000)'
 SPEED_JSON = {
     "protocol": {"tokens": "generated target tokens of the best hypothesis, EOS excluded"},
     "models": [
-        {"label": "transformer", "precision": "float32", "params": 36_000_000,
-         "tokens_per_s": 50.0, "tokens_per_s_std": 1.0, "speed_ratio": 1.0},
-        {"label": "model", "precision": "float32", "params": 7_000_000, "tokens_per_s": 110.0,
-         "tokens_per_s_std": 2.0, "speed_ratio": 2.2},
+        {
+            "label": "transformer",
+            "precision": "float32",
+            "params": 36_000_000,
+            "tokens_per_s": 50.0,
+            "tokens_per_s_std": 1.0,
+            "speed_ratio": 1.0,
+        },
+        {
+            "label": "model",
+            "precision": "float32",
+            "params": 7_000_000,
+            "tokens_per_s": 110.0,
+            "tokens_per_s_std": 2.0,
+            "speed_ratio": 2.2,
+        },
     ],
-}  # fmt: skip
+}
 
 
 def test_evaluate_prints_the_signature_and_writes_a_result_plot_frontier_reads(tmp_path):
@@ -256,10 +307,16 @@ cp {shlex.quote(str(save / "result.json"))} {shlex.quote(str(tmp_path / "without
 write_result {shlex.quote(str(save))} {shlex.quote(str(save / "checkpoint_avg.pt"))} \
   {shlex.quote(str(save / "speed.json"))}
 """
-    env = env_for(tmp_path, DRY_RUN="0", NUM_GPUS="0", MOSES_DIR="",
-                  PATH=f"{stubs}:{os.path.dirname(sys.executable)}:/usr/bin:/bin")  # fmt: skip
-    proc = subprocess.run(["bash", "-c", code], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)  # fmt: skip
+    env = env_for(
+        tmp_path,
+        DRY_RUN="0",
+        NUM_GPUS="0",
+        MOSES_DIR="",
+        PATH=f"{stubs}:{os.path.dirname(sys.executable)}:/usr/bin:/bin",
+    )
+    proc = subprocess.run(
+        ["bash", "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     # the human-readable result carries sacreBLEU's signature
     sacre = next(ln for ln in proc.stdout.splitlines() if ln.startswith("sacreBLEU"))
@@ -278,10 +335,19 @@ write_result {shlex.quote(str(save))} {shlex.quote(str(save / "checkpoint_avg.pt
 
     png = tmp_path / "frontier.png"
     proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "scripts", "plot_frontier.py"), str(save / "result.json"),
-         str(tmp_path / "without-speed.json"), "--out", str(png)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            os.path.join(ROOT, "scripts", "plot_frontier.py"),
+            str(save / "result.json"),
+            str(tmp_path / "without-speed.json"),
+            "--out",
+            str(png),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "2 points" in proc.stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

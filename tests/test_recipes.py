@@ -37,9 +37,13 @@ def dry_run(script, tmp_path, **env):
     """Run a row script with DRY_RUN=1; returns the printed commands as argv lists."""
     full_env = dict(os.environ)
     full_env.update(
-        DRY_RUN="1", USER_DIR=USER_DIR, PYTHON=sys.executable, NUM_GPUS="1",
-        SAVE_ROOT=str(tmp_path / "ckpt"), DATA_ROOT=str(tmp_path / "data-bin"),
-    )  # fmt: skip
+        DRY_RUN="1",
+        USER_DIR=USER_DIR,
+        PYTHON=sys.executable,
+        NUM_GPUS="1",
+        SAVE_ROOT=str(tmp_path / "ckpt"),
+        DATA_ROOT=str(tmp_path / "data-bin"),
+    )
     for key in ("MAX_TOKENS", "UPDATE_FREQ", "INIT", "TEACHER", "DATA_BIN", "LR", "MAX_UPDATE"):
         full_env.pop(key, None)
     full_env.update(env)
@@ -188,10 +192,14 @@ def test_dry_run_without_python_or_user_dir_prints_the_checkouts_plugin(tmp_path
     work = tmp_path / "work"
     work.mkdir()
     proc = subprocess.run(
-        [shutil.which("bash"), script("table2-iwslt14-lightformer.sh")], cwd=work,
-        env=env_without_python(tmp_path, DRY_RUN="1"), capture_output=True, text=True,
-        timeout=60, check=False,
-    )  # fmt: skip
+        [shutil.which("bash"), script("table2-iwslt14-lightformer.sh")],
+        cwd=work,
+        env=env_without_python(tmp_path, DRY_RUN="1"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "command not found" not in proc.stderr
     cmds = [shlex.split(x[2:]) for x in proc.stdout.splitlines() if x.startswith("+ ")]
@@ -206,10 +214,14 @@ def test_real_run_without_python_stops_with_one_clear_message(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     proc = subprocess.run(
-        [shutil.which("bash"), script("iwslt14-transformer-6-6.sh")], cwd=work,
-        env=env_without_python(tmp_path, DRY_RUN="0"), capture_output=True, text=True,
-        timeout=60, check=False,
-    )  # fmt: skip
+        [shutil.which("bash"), script("iwslt14-transformer-6-6.sh")],
+        cwd=work,
+        env=env_without_python(tmp_path, DRY_RUN="0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode != 0
     assert "command not found" not in proc.stderr
     assert proc.stderr.count("error:") == 1
@@ -234,13 +246,26 @@ def test_check_tools_runs_before_the_first_training_step(tmp_path, what):
     if what != "data":
         data.mkdir()
         (data / "dict.de.txt").write_text("")
-    env = dict(os.environ, PATH=f"{bin_dir}:/usr/bin:/bin", DRY_RUN="0", USER_DIR=USER_DIR,
-               PYTHON=sys.executable, NUM_GPUS="1", DATA_BIN=str(data), MOSES_DIR="",
-               SAVE_ROOT=str(tmp_path / "ckpt"))  # fmt: skip
+    env = dict(
+        os.environ,
+        PATH=f"{bin_dir}:/usr/bin:/bin",
+        DRY_RUN="0",
+        USER_DIR=USER_DIR,
+        PYTHON=sys.executable,
+        NUM_GPUS="1",
+        DATA_BIN=str(data),
+        MOSES_DIR="",
+        SAVE_ROOT=str(tmp_path / "ckpt"),
+    )
     proc = subprocess.run(
-        ["bash", script("iwslt14-transformer-6-6.sh")], cwd=tmp_path, env=env,
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        ["bash", script("iwslt14-transformer-6-6.sh")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode != 0
     if what == "nothing":
         assert marker.read_text() == "fairseq-train\n"
@@ -256,9 +281,14 @@ def test_check_tools_runs_before_the_first_training_step(tmp_path, what):
 def source_lib(code, tmp_path, **env):
     full = dict(os.environ, **env)
     return subprocess.run(
-        ["bash", "-c", f"set -euo pipefail\nsource {shlex.quote(LIB)}\n{code}"], cwd=tmp_path,
-        env=full, capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        ["bash", "-c", f"set -euo pipefail\nsource {shlex.quote(LIB)}\n{code}"],
+        cwd=tmp_path,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_run_pipe_runs_or_prints_a_pipeline(tmp_path):
@@ -602,10 +632,13 @@ def stubs(tmp_path):
     log = tmp_path / "preprocess.log"
     env = dict(os.environ)
     env.update(
-        PATH=f"{bin_dir}:{os.environ['PATH']}", MOSES_DIR=str(tmp_path / "moses"),
-        PYTHON=sys.executable, STUB_LOG=str(log), SACREMOSES_LOG=str(tmp_path / "sacremoses.log"),
+        PATH=f"{bin_dir}:{os.environ['PATH']}",
+        MOSES_DIR=str(tmp_path / "moses"),
+        PYTHON=sys.executable,
+        STUB_LOG=str(log),
+        SACREMOSES_LOG=str(tmp_path / "sacremoses.log"),
         URL="http://invalid.invalid/should-not-download",
-    )  # fmt: skip
+    )
     for key in ("DATA_BIN", "RAW_DIR", "WORK_DIR", "FORCE", "DRY_RUN"):
         env.pop(key, None)
     return env, log
@@ -690,10 +723,23 @@ def test_clean_corpus_filters_as_moses_clean_corpus_n(tmp_path):
     (tmp_path / "c.de").write_text("".join(f"{a}\n" for a, _ in pairs))
     (tmp_path / "c.en").write_text("".join(f"{b}\n" for _, b in pairs))
     subprocess.run(
-        ["perl", os.path.join(COMMON, "clean-corpus.pl"), "-ratio", "1.5", "-max-word-length",
-         "10", str(tmp_path / "c"), "de", "en", str(tmp_path / "o"), "1", "5"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+        [
+            "perl",
+            os.path.join(COMMON, "clean-corpus.pl"),
+            "-ratio",
+            "1.5",
+            "-max-word-length",
+            "10",
+            str(tmp_path / "c"),
+            "de",
+            "en",
+            str(tmp_path / "o"),
+            "1",
+            "5",
+        ],
+        check=True,
+        capture_output=True,
+    )
     assert (tmp_path / "o.de").read_text().splitlines() == ["a b c", "x y", "pipe q"]
     assert (tmp_path / "o.en").read_text().splitlines() == ["a b", "x y", "r s"]
 

@@ -33,15 +33,36 @@ NAME = os.path.basename
 def _env(tmp_path, env):
     full = dict(os.environ)
     full.update(
-        DRY_RUN="1", USER_DIR=USER_DIR, PYTHON=sys.executable, NUM_GPUS="1",
-        SAVE_ROOT=str(tmp_path / "ckpt"), DATA_ROOT=str(tmp_path / "data-bin"),
-    )  # fmt: skip
+        DRY_RUN="1",
+        USER_DIR=USER_DIR,
+        PYTHON=sys.executable,
+        NUM_GPUS="1",
+        SAVE_ROOT=str(tmp_path / "ckpt"),
+        DATA_ROOT=str(tmp_path / "data-bin"),
+    )
     for key in (
-        "MAX_TOKENS", "UPDATE_FREQ", "TEACHER", "DATA_BIN", "KD_BIN", "LR", "WARMUP",
-        "MAX_UPDATE", "DROPOUT", "LABEL_SMOOTHING", "TEACHER_DROPOUT", "WEIGHT_DECAY",
-        "TEACHER_LABEL_SMOOTHING", "AVG_N", "OPTIMIZER", "FP16", "EXTRA_TRAIN_ARGS",
-        "MEASURE_SPEED", "SEED", "ATTENTION_DROPOUT", "ACTIVATION_DROPOUT",
-    ):  # fmt: skip
+        "MAX_TOKENS",
+        "UPDATE_FREQ",
+        "TEACHER",
+        "DATA_BIN",
+        "KD_BIN",
+        "LR",
+        "WARMUP",
+        "MAX_UPDATE",
+        "DROPOUT",
+        "LABEL_SMOOTHING",
+        "TEACHER_DROPOUT",
+        "WEIGHT_DECAY",
+        "TEACHER_LABEL_SMOOTHING",
+        "AVG_N",
+        "OPTIMIZER",
+        "FP16",
+        "EXTRA_TRAIN_ARGS",
+        "MEASURE_SPEED",
+        "SEED",
+        "ATTENTION_DROPOUT",
+        "ACTIVATION_DROPOUT",
+    ):
         full.pop(key, None)
     full.update(env)
     return full
@@ -50,9 +71,13 @@ def _env(tmp_path, env):
 def dry_run(script, tmp_path, **env):
     """Run a row script with DRY_RUN=1; returns the printed commands as argv lists."""
     proc = subprocess.run(
-        ["bash", script], check=False, env=_env(tmp_path, env), capture_output=True, text=True,
+        ["bash", script],
+        check=False,
+        env=_env(tmp_path, env),
+        capture_output=True,
+        text=True,
         timeout=60,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "ckpt").exists(), "a dry run must not write anything"
     assert not (tmp_path / "data-bin").exists(), "a dry run must not write anything"
@@ -118,7 +143,10 @@ ROW_ARCH = {
     "table4-r4-hypoformer-no-kd.sh": "hypoformer_iwslt_de_en",
     **{
         f"table2-{ds}-{m}.sh": f"{prefix}_{m.replace('-', '_')}"
-        for ds, prefix in (("wmt14ende", "hypoformer_wmt_en_de"), ("wmt16enro", "hypoformer_wmt_en_ro"))
+        for ds, prefix in (
+            ("wmt14ende", "hypoformer_wmt_en_de"),
+            ("wmt16enro", "hypoformer_wmt_en_ro"),
+        )
         for m in ("mf", "hmf", "htt", "tt2", "tt32", "small-mf", "small-hmf", "small-htt")
     },
     "table2-wmt14ende-small-hypoformer.sh": "hypoformer_wmt_en_de_small_hypoformer",
@@ -140,7 +168,7 @@ ROW_ARCH = {
             ("table5-r13-wmt16enro-hypoformer-12-2-d256.sh", "hypoformer_wmt_en_ro_row13"),
         )
     },
-}  # fmt: skip
+}
 DENSE_ADMIN = {  # the dense Transformer with Admin: teacher 12-2, Table 4 row 2 (6-6)
     "table2-wmt14ende-transformer-admin-12-2.sh": (12, 2),
     "table2-wmt16enro-transformer-admin-12-2.sh": (12, 2),
@@ -155,17 +183,27 @@ NO_KD = set(DENSE_ADMIN) | {
     "table4-r4-hypoformer-no-kd.sh",
 }
 HYPO_DENSE = (
-    "--hypo-embed", "dense", "--hypo-self-attn", "dense", "--hypo-attn-out-proj",
-    "--hypo-ffn", "dense", "--hypo-cross-attn", "dense",
-)  # fmt: skip
+    "--hypo-embed",
+    "dense",
+    "--hypo-self-attn",
+    "dense",
+    "--hypo-attn-out-proj",
+    "--hypo-ffn",
+    "dense",
+    "--hypo-cross-attn",
+    "dense",
+)
 
 
 def test_every_paper_row_has_exactly_one_script():
     # Tables 2 (x2 tasks), 3, 4 and 5: every script is accounted for, and nothing is missing
     assert set(map(NAME, ROW_SCRIPTS)) == set(ROW_ARCH) | set(DENSE_ADMIN) | set(ABLATIONS)
     # Table 5 rows 1-13
-    rows = sorted(int(re.match(r"table5-r(\d+)-", NAME(p)).group(1)) for p in ROW_SCRIPTS
-                  if NAME(p).startswith("table5-"))  # fmt: skip
+    rows = sorted(
+        int(re.match(r"table5-r(\d+)-", NAME(p)).group(1))
+        for p in ROW_SCRIPTS
+        if NAME(p).startswith("table5-")
+    )
     assert rows == list(range(1, 14))
     # Table 4 rows 1-8 (row 5 is Table 5 row 1, whose header says so)
     t4 = {int(m.group(1)) for p in ROW_SCRIPTS if (m := re.match(r"table4-r(\d)-", NAME(p)))}
@@ -263,8 +301,9 @@ def test_row_script_prints_the_papers_pipeline(path):
         e, d = DENSE_ADMIN[name]
         assert flag(student, "--arch") == "hypoformer" and contains(student, *HYPO_DENSE)
         assert (flag(student, "--encoder-layers"), flag(student, "--decoder-layers")) == (
-            str(e), str(d)
-        )  # fmt: skip
+            str(e),
+            str(d),
+        )
     elif name in ABLATIONS:
         assert flag(student, "--arch") == "hypoformer"
     else:
@@ -291,16 +330,43 @@ DATA = {
 }
 # Table 6 (De-En) and Table 7 (En-De, En-Ro) plus A.3 / A.4
 PAPER = {
-    "iwslt14": {"lr": "7e-4", "warmup": "6000", "updates": "20000", "beam": "5",
-                "lenpen": "1.0", "gpus": 1, "src_len": "23", "ckpt": "checkpoint_best.pt",
-                "heads": "4", "ffn": "1024"},
-    "wmt14ende": {"lr": "1e-3", "warmup": "8000", "updates": "60000", "beam": "4",
-                  "lenpen": "0.6", "gpus": 8, "src_len": "30", "ckpt": "checkpoint_avg.pt",
-                  "heads": "8", "ffn": "2048"},
-    "wmt16enro": {"lr": "1e-3", "warmup": "8000", "updates": "60000", "beam": "4",
-                  "lenpen": "0.6", "gpus": 4, "src_len": "30", "ckpt": "checkpoint_avg.pt",
-                  "heads": "8", "ffn": "2048"},
-}  # fmt: skip
+    "iwslt14": {
+        "lr": "7e-4",
+        "warmup": "6000",
+        "updates": "20000",
+        "beam": "5",
+        "lenpen": "1.0",
+        "gpus": 1,
+        "src_len": "23",
+        "ckpt": "checkpoint_best.pt",
+        "heads": "4",
+        "ffn": "1024",
+    },
+    "wmt14ende": {
+        "lr": "1e-3",
+        "warmup": "8000",
+        "updates": "60000",
+        "beam": "4",
+        "lenpen": "0.6",
+        "gpus": 8,
+        "src_len": "30",
+        "ckpt": "checkpoint_avg.pt",
+        "heads": "8",
+        "ffn": "2048",
+    },
+    "wmt16enro": {
+        "lr": "1e-3",
+        "warmup": "8000",
+        "updates": "60000",
+        "beam": "4",
+        "lenpen": "0.6",
+        "gpus": 4,
+        "src_len": "30",
+        "ckpt": "checkpoint_avg.pt",
+        "heads": "8",
+        "ffn": "2048",
+    },
+}
 
 
 @pytest.mark.parametrize(
@@ -393,14 +459,22 @@ def test_speed_protocol_of_appendix_a4():
 def test_en_de_scores_compound_split_bleu_and_sacrebleu(tmp_path):
     proc = subprocess.run(
         ["bash", os.path.join(HF, "table5-r9-wmt14ende-hypoformer-12-2-d256.sh")],
-        check=False, env=_env(tmp_path, {}), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        check=False,
+        env=_env(tmp_path, {}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "compound splitting: 1" in proc.stdout
     proc = subprocess.run(
         ["bash", os.path.join(HF, "table5-r12-wmt16enro-hypoformer-12-2-d512.sh")],
-        check=False, env=_env(tmp_path, {}), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        check=False,
+        env=_env(tmp_path, {}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "compound splitting: 0" in proc.stdout
 
 
@@ -423,9 +497,14 @@ def test_per_row_regularisation_and_overrides(tmp_path):
             assert flag(cmd, "--label-smoothing") in ("0.05", "0.1"), NAME(path)
     # environment overrides reach the student, and an existing teacher is used as it is
     cmds = dry_run(
-        os.path.join(HF, "table5-r4-iwslt14-hypoformer-12-2-d256.sh"), tmp_path,
-        DROPOUT="0.2", MAX_UPDATE="123", TEACHER="/t/teacher.pt", KD_BIN="/kd", NUM_GPUS="2",
-    )  # fmt: skip
+        os.path.join(HF, "table5-r4-iwslt14-hypoformer-12-2-d256.sh"),
+        tmp_path,
+        DROPOUT="0.2",
+        MAX_UPDATE="123",
+        TEACHER="/t/teacher.pt",
+        KD_BIN="/kd",
+        NUM_GPUS="2",
+    )
     profile, student = commands(cmds, "fairseq-train")
     assert flag(student, "--dropout") == "0.2" and flag(student, "--max-update") == "123"
     assert flag(student, "--kd-distilled-data") == "/kd"
@@ -521,9 +600,13 @@ KD_SCRIPT = os.path.join(ROOT, "examples", "translation", "kd", "run_iwslt14_kd.
 
 def test_kd_script_prints_teacher_distillation_student_and_tests(tmp_path, fairseq_parser):
     cmds = dry_run(
-        KD_SCRIPT, tmp_path, ARCH="hypoformer_iwslt_de_en", CPU="1",
-        STUDENT_ARGS="--encoder-layers 12 --decoder-layers 1", DISTILL_GENERATE_ARGS="--max-len-b 10",
-    )  # fmt: skip
+        KD_SCRIPT,
+        tmp_path,
+        ARCH="hypoformer_iwslt_de_en",
+        CPU="1",
+        STUDENT_ARGS="--encoder-layers 12 --decoder-layers 1",
+        DISTILL_GENERATE_ARGS="--max-len-b 10",
+    )
     teacher, student = commands(cmds, "fairseq-train")
     (distill,) = [c for c in cmds if c[0].endswith("scripts/distill_data.sh")]
     gens = commands(cmds, "fairseq-generate")

@@ -28,42 +28,73 @@ SCRIPTS += sorted(glob.glob(os.path.join(LM, "*.sh")))
 USER_DIR = "/fake/user_dir"
 ROUGE = os.path.join(ROOT, "examples", "summarization", "lightformer", "score_rouge.py")
 CLEAN_ENV = (
-    "MAX_TOKENS", "UPDATE_FREQ", "DATA_BIN", "LR", "MAX_UPDATE", "DROPOUT", "WARMUP",
-    "WEIGHT_DECAY", "LENPEN", "LENPEN_GRID", "MIN_LEN", "MIN_LEN_GRID", "CHECKPOINT", "PATIENCE",
-    "EXTRA_TRAIN_ARGS", "FP16", "BEAM", "SEED", "RAW_DIR", "WORK_DIR", "FORCE",
-)  # fmt: skip
+    "MAX_TOKENS",
+    "UPDATE_FREQ",
+    "DATA_BIN",
+    "LR",
+    "MAX_UPDATE",
+    "DROPOUT",
+    "WARMUP",
+    "WEIGHT_DECAY",
+    "LENPEN",
+    "LENPEN_GRID",
+    "MIN_LEN",
+    "MIN_LEN_GRID",
+    "CHECKPOINT",
+    "PATIENCE",
+    "EXTRA_TRAIN_ARGS",
+    "FP16",
+    "BEAM",
+    "SEED",
+    "RAW_DIR",
+    "WORK_DIR",
+    "FORCE",
+)
 
 # script -> (dataset folder, --arch, model flags that must follow it, paper M params)
 MT_ROWS = {
     "table2-all-shared.sh": ("wmt14ende", "subformer", ["--subformer-sharing", "all"]),
     "table2-all-shared-independent-ffn.sh": (
-        "wmt14ende", "subformer", ["--subformer-sharing", "all-independent-ffn"],
+        "wmt14ende",
+        "subformer",
+        ["--subformer-sharing", "all-independent-ffn"],
     ),
     "table2-all-shared-except-last.sh": (
-        "wmt14ende", "subformer", ["--subformer-sharing", "all-except-last"],
+        "wmt14ende",
+        "subformer",
+        ["--subformer-sharing", "all-except-last"],
     ),
-    "table2-every-2-layers-shared.sh": ("wmt14ende", "subformer", ["--subformer-sharing", "every-2"]),
+    "table2-every-2-layers-shared.sh": (
+        "wmt14ende",
+        "subformer",
+        ["--subformer-sharing", "every-2"],
+    ),
     "table2-sandwich-6-6.sh": ("wmt14ende", "subformer", ["--subformer-sharing", "sandwich"]),
     "table2-sandwich-8-8.sh": (
-        "wmt14ende", "subformer",
+        "wmt14ende",
+        "subformer",
         ["--subformer-sharing", "sandwich", "--encoder-layers", "8", "--decoder-layers", "8"],
     ),
     "table3-wmt14ende-transformer-base.sh": (
-        "wmt14ende", "subformer", ["--subformer-sharing", "none"],
+        "wmt14ende",
+        "subformer",
+        ["--subformer-sharing", "none"],
     ),
     "table3-wmt14ende-only-safe.sh": ("wmt14ende", "subformer_only_safe", []),
     "table3-wmt14ende-subformer-small.sh": ("wmt14ende", "subformer_small", []),
     "table3-wmt14ende-subformer-base.sh": ("wmt14ende", "subformer_base", []),
     "table3-wmt14ende-subformer-mid.sh": ("wmt14ende", "subformer_mid", []),
     "table3-wmt16enro-transformer-base.sh": (
-        "wmt16enro", "subformer", ["--subformer-sharing", "none"],
+        "wmt16enro",
+        "subformer",
+        ["--subformer-sharing", "none"],
     ),
     "table3-wmt16enro-subformer-small.sh": ("wmt16enro", "subformer_wmt_en_ro_small", []),
     "table3-wmt16enro-subformer-base.sh": ("wmt16enro", "subformer_wmt_en_ro_base", []),
     "table4-transformer-big.sh": ("wmt14ende", "sandwich_big", ["--subformer-sharing", "none"]),
     "table4-sandwich-big.sh": ("wmt14ende", "sandwich_big", []),
     "table4-subformer-xlarge.sh": ("wmt14ende", "subformer_xlarge", []),
-}  # fmt: skip
+}
 LENPEN_GRID = [f"{0.2 * i:.1f}" for i in range(11)]  # the paper's 0.0, 0.2, ..., 2.0
 
 
@@ -72,10 +103,13 @@ def run_script(path, tmp_path, dry=True, **env):
     for key in CLEAN_ENV:
         full_env.pop(key, None)
     full_env.update(
-        USER_DIR=USER_DIR, PYTHON=sys.executable, NUM_GPUS="1",
-        SAVE_ROOT=str(tmp_path / "ckpt"), DATA_ROOT=str(tmp_path / "data-bin"),
+        USER_DIR=USER_DIR,
+        PYTHON=sys.executable,
+        NUM_GPUS="1",
+        SAVE_ROOT=str(tmp_path / "ckpt"),
+        DATA_ROOT=str(tmp_path / "data-bin"),
         DRY_RUN="1" if dry else "0",
-    )  # fmt: skip
+    )
     full_env.update(env)
     return subprocess.run(
         ["bash", path], check=False, env=full_env, capture_output=True, text=True, timeout=60
@@ -220,9 +254,15 @@ def test_big_rows_keep_the_batch_on_16_gpus(tmp_path):
 def test_fixed_length_penalty_skips_tuning_and_overrides_apply(tmp_path):
     path = os.path.join(MT, "table3-wmt16enro-subformer-base.sh")
     cmds = dry_run(
-        path, tmp_path, LENPEN="0.6", NUM_GPUS="0", CHECKPOINT="checkpoint_last.pt",
-        DROPOUT="0.1", PATIENCE="10", EXTRA_TRAIN_ARGS="--num-workers 4",
-    )  # fmt: skip
+        path,
+        tmp_path,
+        LENPEN="0.6",
+        NUM_GPUS="0",
+        CHECKPOINT="checkpoint_last.pt",
+        DROPOUT="0.1",
+        PATIENCE="10",
+        EXTRA_TRAIN_ARGS="--num-workers 4",
+    )
     (train,) = commands(cmds, "fairseq-train")
     assert "--cpu" in train and "--fp16" not in train
     assert flag(train, "--dropout") == "0.1" and flag(train, "--patience") == "10"
@@ -388,10 +428,15 @@ def test_cnn_dm_min_length_tuning_and_rouge_results(tmp_path):
     save.mkdir(parents=True)
     (save / "train.done").write_text("")  # trained before: the script goes on to decoding
     proc = run_script(
-        os.path.join(SUM, "table6-cnn-dm-subformer.sh"), tmp_path, dry=False,
-        PATH=path, STUB_REFS=str(tmp_path / "refs"), DATA_BIN=str(data), NUM_GPUS="0",
+        os.path.join(SUM, "table6-cnn-dm-subformer.sh"),
+        tmp_path,
+        dry=False,
+        PATH=path,
+        STUB_REFS=str(tmp_path / "refs"),
+        DATA_BIN=str(data),
+        NUM_GPUS="0",
         MIN_LEN_GRID="40 50",
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
     results = (save / "results.txt").read_text()
     assert "min-len 50" in results and "trigram blocking" in results
@@ -406,9 +451,12 @@ def test_rouge_sum_adds_the_three_scores(tmp_path):
         f"source {shlex.quote(os.path.join(MT, 'common.sh'))}; sf_rouge_sum {shlex.quote(str(out))}"
     )
     proc = subprocess.run(
-        ["bash", "-c", script], check=True, capture_output=True, text=True,
+        ["bash", "-c", script],
+        check=True,
+        capture_output=True,
+        text=True,
         env=dict(os.environ, USER_DIR=USER_DIR, NUM_GPUS="0"),
-    )  # fmt: skip
+    )
     assert float(proc.stdout) == pytest.approx(96.9)
 
 
@@ -425,17 +473,23 @@ def prep_env(tmp_path):
     for key in CLEAN_ENV:
         env.pop(key, None)
     env.update(
-        URL="http://invalid.invalid/no", CNN_URL="http://invalid.invalid/no",
-        DM_URL="http://invalid.invalid/no", URL_LISTS="http://invalid.invalid/no",
-    )  # fmt: skip
+        URL="http://invalid.invalid/no",
+        CNN_URL="http://invalid.invalid/no",
+        DM_URL="http://invalid.invalid/no",
+        URL_LISTS="http://invalid.invalid/no",
+    )
     return env, log
 
 
 def run_prepare(path, env, **extra):
     proc = subprocess.run(
-        ["bash", path], check=False, env=dict(env, **extra), capture_output=True, text=True,
+        ["bash", path],
+        check=False,
+        env=dict(env, **extra),
+        capture_output=True,
+        text=True,
         timeout=120,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -472,9 +526,14 @@ def test_prepare_cnn_dm_from_stories(tmp_path, prep_env):
         (raw / "url_lists" / f"all_{split}.txt").write_text("\n".join(urls) + "\n")
     work, out = tmp_path / "work", tmp_path / "bin"
     run_prepare(
-        os.path.join(SUM, "prepare-cnn-dm.sh"), env, RAW_DIR=str(raw), WORK_DIR=str(work),
-        DATA_BIN=str(out), SPM_VOCAB="60", ARTICLE_WORDS="20",
-    )  # fmt: skip
+        os.path.join(SUM, "prepare-cnn-dm.sh"),
+        env,
+        RAW_DIR=str(raw),
+        WORK_DIR=str(work),
+        DATA_BIN=str(out),
+        SPM_VOCAB="60",
+        ARTICLE_WORDS="20",
+    )
     text = work / "text"
     assert (text / "test.target").read_text().splitlines() == [
         "talks 63 resume . no deal .",
@@ -509,9 +568,13 @@ def test_prepare_cnn_dm_from_bart_style_text(tmp_path, prep_env):
         (raw / f"{split}.target").write_text("".join(f"summary {i} .\n" for i in range(size)))
     out = tmp_path / "bin"
     run_prepare(
-        os.path.join(SUM, "prepare-cnn-dm.sh"), env, RAW_DIR=str(raw),
-        WORK_DIR=str(tmp_path / "work"), DATA_BIN=str(out), SPM_VOCAB="50",
-    )  # fmt: skip
+        os.path.join(SUM, "prepare-cnn-dm.sh"),
+        env,
+        RAW_DIR=str(raw),
+        WORK_DIR=str(tmp_path / "work"),
+        DATA_BIN=str(out),
+        SPM_VOCAB="50",
+    )
     assert (out / "refs" / "test.target").read_text() == "summary 0 .\nsummary 1 .\n"
     assert flag(log.read_text().split(), "--testpref") == str(tmp_path / "work" / "test")
 
@@ -524,9 +587,11 @@ def test_prepare_wikitext_103_offline(tmp_path, prep_env):
         (raw / f"wiki.{split}.tokens").write_text(" = Title = \n the cat sat . \n")
     out = tmp_path / "bin"
     run_prepare(
-        os.path.join(LM, "prepare-wikitext-103.sh"), env, RAW_DIR=str(tmp_path / "raw"),
+        os.path.join(LM, "prepare-wikitext-103.sh"),
+        env,
+        RAW_DIR=str(tmp_path / "raw"),
         DATA_BIN=str(out),
-    )  # fmt: skip
+    )
     args = log.read_text().split()
     assert "--only-source" in args and "--source-lang" not in args
     assert flag(args, "--trainpref") == str(raw / "wiki.train.tokens")

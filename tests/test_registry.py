@@ -74,8 +74,9 @@ def test_every_variant_counts_exactly_and_transfers_exactly_at_full_rank(
     if kind == "identity":  # drops the map: y = x
         torch.testing.assert_close(fitted(x), x)
         return
-    torch.testing.assert_close(_apply(target, fitted, x), _apply(target, dense, x), atol=1e-4,
-                               rtol=1e-4)  # fmt: skip
+    torch.testing.assert_close(
+        _apply(target, fitted, x), _apply(target, dense, x), atol=1e-4, rtol=1e-4
+    )
 
 
 def test_one_vocabulary_aliases_of_the_first_grammar_are_bound_to_their_target():
@@ -136,10 +137,26 @@ def test_a_compressed_model_is_built_compressed_by_its_hooks():
     from lightcompress.measure.specs import build_random_model
     from lightcompress.modules import LowRankLinear
 
-    tiny = ["--encoder-layers", "2", "--decoder-layers", "1", "--encoder-embed-dim", "16",
-            "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-            "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
-            "--decoder-attention-heads", "2", "--lc-encoder-groups", "0"]  # fmt: skip
+    tiny = [
+        "--encoder-layers",
+        "2",
+        "--decoder-layers",
+        "1",
+        "--encoder-embed-dim",
+        "16",
+        "--decoder-embed-dim",
+        "16",
+        "--encoder-ffn-embed-dim",
+        "32",
+        "--decoder-ffn-embed-dim",
+        "32",
+        "--encoder-attention-heads",
+        "2",
+        "--decoder-attention-heads",
+        "2",
+        "--lc-encoder-groups",
+        "0",
+    ]
     model = build_random_model(
         "lightformer", 30, [*tiny, "--lc-spec", "encoder.layers.1.fc1 = lowrank(rank=3)"]
     )
@@ -197,8 +214,11 @@ def test_every_architecture_the_recipes_and_readmes_name_is_a_preset():
         "lightformer_rank",  # examples/translation/dawid/lightformer_rank.py
     }  # run names, functions, files
     assert len(names) > 30
-    unknown = {n: os.path.relpath(f, root) for n, f in names.items() if n not in PRESETS
-               and n not in ARCH_MODEL_REGISTRY and n not in not_archs}  # fmt: skip
+    unknown = {
+        n: os.path.relpath(f, root)
+        for n, f in names.items()
+        if n not in PRESETS and n not in ARCH_MODEL_REGISTRY and n not in not_archs
+    }
     assert not unknown, unknown
     for name, preset in PRESETS.items():
         assert ARCH_MODEL_NAME_REGISTRY[name] == preset.model
@@ -214,12 +234,39 @@ def test_cp_transfer_is_reachable_from_the_converter_cli(tmp_path):
     from lightcompress.convert.core import build_fairseq_model
     from lightcompress.modules import CPLinear
 
-    tiny = ["--encoder-layers", "2", "--decoder-layers", "1", "--encoder-embed-dim", "16",
-            "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-            "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
-            "--decoder-attention-heads", "2", "--dropout", "0"]  # fmt: skip
-    argv = ["/tmp/none", "--task", "translation", "--arch", "transformer", "-s", "de", "-t",
-            "en", "--share-all-embeddings", *tiny]  # fmt: skip
+    tiny = [
+        "--encoder-layers",
+        "2",
+        "--decoder-layers",
+        "1",
+        "--encoder-embed-dim",
+        "16",
+        "--decoder-embed-dim",
+        "16",
+        "--encoder-ffn-embed-dim",
+        "32",
+        "--decoder-ffn-embed-dim",
+        "32",
+        "--encoder-attention-heads",
+        "2",
+        "--decoder-attention-heads",
+        "2",
+        "--dropout",
+        "0",
+    ]
+    argv = [
+        "/tmp/none",
+        "--task",
+        "translation",
+        "--arch",
+        "transformer",
+        "-s",
+        "de",
+        "-t",
+        "en",
+        "--share-all-embeddings",
+        *tiny,
+    ]
     targs = options.parse_args_and_arch(options.get_training_parser(), argv)
     torch.manual_seed(0)
     teacher = build_fairseq_model(targs, 30).eval()
@@ -229,14 +276,32 @@ def test_cp_transfer_is_reachable_from_the_converter_cli(tmp_path):
         for layer in teacher.encoder.layers:
             for name in ("q_proj", "k_proj", "v_proj"):
                 lin = getattr(layer.self_attn, name)
-                lin.weight.copy_(cp_to_dense(torch.randn(16, 3), torch.randn(2, 3),
-                                             torch.randn(8, 3)) / 4)  # fmt: skip
+                lin.weight.copy_(
+                    cp_to_dense(torch.randn(16, 3), torch.randn(2, 3), torch.randn(8, 3)) / 4
+                )
     path = tmp_path / "teacher.pt"
     torch.save({"args": targs, "model": teacher.state_dict(), "optimizer_history": []}, path)
     out = tmp_path / "cp.pt"
     spec = "encoder.layers.*.self_attn.[qkv]_proj = cp(rank=3, heads=2)"  # exact at rank 3
-    assert cli_main(["-i", str(path), "-o", str(out), "-a", "lightformer", "--quiet", *tiny,
-                     "--lc-encoder-groups", "0", "--lc-spec", spec]) == 0  # fmt: skip
+    assert (
+        cli_main(
+            [
+                "-i",
+                str(path),
+                "-o",
+                str(out),
+                "-a",
+                "lightformer",
+                "--quiet",
+                *tiny,
+                "--lc-encoder-groups",
+                "0",
+                "--lc-spec",
+                spec,
+            ]
+        )
+        == 0
+    )
     state = torch.load(out)
     student = build_fairseq_model(state["args"], 30).eval()
     student.load_state_dict(state["model"], strict=True)

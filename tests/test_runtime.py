@@ -45,16 +45,35 @@ def export(tmp_path_factory):
 
     torch.manual_seed(0)
     model, task, _ = build_random_model(
-        "transformer", 40, ["--encoder-layers", "1", "--decoder-layers", "1",
-                            "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
-                            "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-                            "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"],
-        True, return_task=True)  # fmt: skip
+        "transformer",
+        40,
+        [
+            "--encoder-layers",
+            "1",
+            "--decoder-layers",
+            "1",
+            "--encoder-embed-dim",
+            "16",
+            "--decoder-embed-dim",
+            "16",
+            "--encoder-ffn-embed-dim",
+            "32",
+            "--decoder-ffn-embed-dim",
+            "32",
+            "--encoder-attention-heads",
+            "2",
+            "--decoder-attention-heads",
+            "2",
+        ],
+        True,
+        return_task=True,
+    )
     out = tmp_path_factory.mktemp("runtime") / "onnx"
     export_onnx(model.eval(), task, str(out))
     symbols = task.source_dictionary.symbols
-    text = "".join(" ".join(symbols[i] for i in ids) + "\n"
-                   for ids in ([5, 6, 7], [9, 4, 11, 12, 8], [20]))  # fmt: skip
+    text = "".join(
+        " ".join(symbols[i] for i in ids) + "\n" for ids in ([5, 6, 7], [9, 4, 11, 12, 8], [20])
+    )
     return {"dir": str(out), "text": text}
 
 
@@ -75,8 +94,11 @@ def test_the_runtime_imports_nothing_of_lightcompress_and_no_torch():
                 roots = [(node.module or "").split(".")[0]]
             else:
                 continue
-            bad += [f"{name}:{node.lineno} imports {r}" for r in roots
-                    if r not in stdlib and r not in THIRD_PARTY]  # fmt: skip
+            bad += [
+                f"{name}:{node.lineno} imports {r}"
+                for r in roots
+                if r not in stdlib and r not in THIRD_PARTY
+            ]
     assert not bad, bad
 
 
@@ -90,17 +112,29 @@ def test_the_runtime_package_imports_and_translates_with_torch_blocked(export, t
         "assert 'torch' not in sys.modules and 'fairseq' not in sys.modules, 'torch imported'\n"
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code, export["dir"]], input=export["text"], capture_output=True,
-        text=True, timeout=300, check=False, env=_blocked_env(tmp_path), cwd=str(tmp_path),
-    )  # fmt: skip
+        [sys.executable, "-c", code, export["dir"]],
+        input=export["text"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=_blocked_env(tmp_path),
+        cwd=str(tmp_path),
+    )
     assert proc.returncode == 0, proc.stderr
 
 
 def _translate_py(folder, *args, stdin="", env=None, cwd=None):
     return subprocess.run(
         [sys.executable, os.path.join(folder, "translate.py"), folder, "--tokenized", *args],
-        input=stdin, capture_output=True, text=True, timeout=300, check=False, env=env, cwd=cwd,
-    )  # fmt: skip
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+        cwd=cwd,
+    )
 
 
 def test_an_export_runs_as_a_script_and_with_python_m(export, tmp_path):
@@ -111,21 +145,36 @@ def test_an_export_runs_as_a_script_and_with_python_m(export, tmp_path):
     assert script.returncode == 0, script.stderr
     assert len(script.stdout.splitlines()) == 3
     inside = subprocess.run(
-        [sys.executable, "-m", "runtime", ".", "--tokenized"], input=export["text"],
-        capture_output=True, text=True, timeout=300, check=False, env=env, cwd=export["dir"],
-    )  # fmt: skip
+        [sys.executable, "-m", "runtime", ".", "--tokenized"],
+        input=export["text"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+        cwd=export["dir"],
+    )
     assert inside.returncode == 0, inside.stderr
     package = subprocess.run(
         [sys.executable, "-m", "lightcompress_runtime", export["dir"], "--tokenized"],
-        input=export["text"], capture_output=True, text=True, timeout=300, check=False,
-        env=_blocked_env(tmp_path), cwd=str(tmp_path),
-    )  # fmt: skip
+        input=export["text"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=_blocked_env(tmp_path),
+        cwd=str(tmp_path),
+    )
     assert package.returncode == 0, package.stderr
     assert script.stdout == inside.stdout == package.stdout
     bad = subprocess.run(
         [sys.executable, "-m", "lightcompress_runtime", str(tmp_path / "none"), "--tokenized"],
-        capture_output=True, text=True, timeout=300, check=False, env=_blocked_env(tmp_path),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=_blocked_env(tmp_path),
+    )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
     assert bad.stderr.startswith("python -m lightcompress_runtime: error: model directory not")
 
@@ -135,18 +184,34 @@ def test_the_runtime_installs_and_translates_where_there_is_no_torch(export, tmp
     fairseq, no lightcompress): the package imports, ``python -m lightcompress_runtime EXPORT``
     and ``OnnxTranslator`` give the translations of the checkout's runtime."""
     source = tmp_path / "runtime-src"  # (pip builds in the source folder: not the checkout's)
-    shutil.copytree(os.path.join(REPO_ROOT, "runtime"), source,
-                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))  # fmt: skip
+    shutil.copytree(
+        os.path.join(REPO_ROOT, "runtime"),
+        source,
+        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
+    )
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.update(PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", python, "install", "-q",
-         f"{source}[sentencepiece]"],
-        capture_output=True, text=True, timeout=600, check=False, env=env, cwd=str(tmp_path),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            python,
+            "install",
+            "-q",
+            f"{source}[sentencepiece]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+        cwd=str(tmp_path),
+    )
     assert install.returncode == 0, install.stderr[-2000:]
     code = (
         "import importlib.util, sys\n"
@@ -157,20 +222,38 @@ def test_the_runtime_installs_and_translates_where_there_is_no_torch(export, tmp
         f"t = rt.OnnxTranslator({export['dir']!r}, tokenized=True, beam=5, threads=1)\n"
         "print(*t.translate(sys.stdin.read().splitlines()), sep='\\n')\n"
     )
-    api = subprocess.run([python, "-c", code], input=export["text"], capture_output=True,
-                         text=True, timeout=300, check=False, env=env, cwd=str(tmp_path))  # fmt: skip
+    api = subprocess.run(
+        [python, "-c", code],
+        input=export["text"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+        cwd=str(tmp_path),
+    )
     assert api.returncode == 0, api.stderr[-2000:]
     command = subprocess.run(
         [python, "-m", "lightcompress_runtime", export["dir"], "--tokenized"],
-        input=export["text"], capture_output=True, text=True, timeout=300, check=False, env=env,
+        input=export["text"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
         cwd=str(tmp_path),
-    )  # fmt: skip
+    )
     assert command.returncode == 0, command.stderr[-2000:]
     ours = subprocess.run(
         [sys.executable, "-m", "lightcompress_runtime", export["dir"], "--tokenized"],
-        input=export["text"], capture_output=True, text=True, timeout=300, check=False,
-        env=_blocked_env(tmp_path), cwd=str(tmp_path),
-    )  # fmt: skip
+        input=export["text"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=_blocked_env(tmp_path),
+        cwd=str(tmp_path),
+    )
     assert ours.returncode == 0, ours.stderr
     assert len(command.stdout.splitlines()) == 3
     assert command.stdout == api.stdout == ours.stdout
@@ -190,8 +273,13 @@ def test_an_exports_translate_py_loaded_by_path_gives_its_own_runtime(export):
         "print(len(g.generate(np.array([[5, 6, 2]]), np.array([3]))[0]))\n"
         "print(os.path.dirname(runtime.__file__))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code, export["dir"]], capture_output=True,
-                          text=True, timeout=300, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code, export["dir"]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     hyps, where = proc.stdout.split()
     assert hyps == "2" and os.path.samefile(where, os.path.join(export["dir"], "runtime"))
@@ -281,8 +369,12 @@ def test_there_is_one_beam_search():
                 if name.endswith(".py"):
                     with open(os.path.join(folder, name), encoding="utf-8") as f:
                         tree = ast.parse(f.read())
-                    found = [n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
-                             and n.name in ("_finalize", "finalize_hypos", "_generate")]  # fmt: skip
+                    found = [
+                        n.name
+                        for n in ast.walk(tree)
+                        if isinstance(n, ast.FunctionDef)
+                        and n.name in ("_finalize", "finalize_hypos", "_generate")
+                    ]
                     if found:
                         searches.append(os.path.relpath(os.path.join(folder, name), REPO_ROOT))
     assert searches == [os.path.join("runtime", "lightcompress_runtime", "search.py")], searches

@@ -29,9 +29,7 @@ AVERAGE = os.path.join(
 
 
 def listing(top):
-    return sorted(
-        os.path.join(d, f) for d, dirs, files in os.walk(top) for f in files + dirs
-    )  # fmt: skip
+    return sorted(os.path.join(d, f) for d, dirs, files in os.walk(top) for f in files + dirs)
 
 
 def one_error_line(stderr, prog):
@@ -88,15 +86,27 @@ def speed_main(argv, capsys):
         ("truncated", "is the file complete?"),
     ],
 )
-def test_measure_speed_bad_checkpoints(which, message, plugin_checkpoints, tiny_data, tmp_path,
-                                       capsys):  # fmt: skip
+def test_measure_speed_bad_checkpoints(
+    which, message, plugin_checkpoints, tiny_data, tmp_path, capsys
+):
     out = tmp_path / "speed.json"
     before = listing(tmp_path)
     rc, cap = speed_main(
-        ["--data", tiny_data, "--path", plugin_checkpoints[which], "--runs", "1",
-         "--num-sentences", "1", "--quiet", "--json", str(out)],
+        [
+            "--data",
+            tiny_data,
+            "--path",
+            plugin_checkpoints[which],
+            "--runs",
+            "1",
+            "--num-sentences",
+            "1",
+            "--quiet",
+            "--json",
+            str(out),
+        ],
         capsys,
-    )  # fmt: skip
+    )
     assert rc == 2
     line = one_error_line(cap.err, "measure_speed")
     assert message in line and plugin_checkpoints[which] in line
@@ -127,8 +137,9 @@ def test_measure_speed_names_the_user_dir_when_the_plugin_is_not_loaded(monkeypa
         (["--path", "@NOPE@.pt"], "checkpoint not found"),
     ],
 )
-def test_measure_speed_bad_values_stop_before_any_model_is_loaded(extra, message, tiny_data,
-                                                                   tmp_path, capsys, monkeypatch):  # fmt: skip
+def test_measure_speed_bad_values_stop_before_any_model_is_loaded(
+    extra, message, tiny_data, tmp_path, capsys, monkeypatch
+):
     from lightcompress.measure import speed
 
     def no_loading(*a, **k):
@@ -136,10 +147,11 @@ def test_measure_speed_bad_values_stop_before_any_model_is_loaded(extra, message
 
     monkeypatch.setattr(speed, "load_candidates", no_loading)
     extra = [
-        a.replace("@MISSING@", str(tmp_path / "missing")).replace("@DIR@", str(tmp_path))
+        a.replace("@MISSING@", str(tmp_path / "missing"))
+        .replace("@DIR@", str(tmp_path))
         .replace("@NOPE@", str(tmp_path / "nope"))
         for a in extra
-    ]  # fmt: skip
+    ]
     before = listing(tmp_path)
     rc, cap = speed_main(["--arch", "transformer", "--data", tiny_data, *extra], capsys)
     assert rc == 2
@@ -147,17 +159,29 @@ def test_measure_speed_bad_values_stop_before_any_model_is_loaded(extra, message
     assert listing(tmp_path) == before
 
 
-def test_measure_speed_script_json_in_a_missing_directory_is_one_line(plugin_checkpoints,
-                                                                      tiny_data, tmp_path):  # fmt: skip
+def test_measure_speed_script_json_in_a_missing_directory_is_one_line(
+    plugin_checkpoints, tiny_data, tmp_path
+):
     """Through the shell wrapper (fairseq imported for real): nothing but the error on stderr,
     and it comes before anything is measured (no --bleu translation of hours first)."""
     before = listing(tmp_path)
     proc = subprocess.run(
-        ["bash", os.path.join(SCRIPTS, "measure_speed.sh"), "--data", tiny_data,
-         "--path", plugin_checkpoints["good"], "--bleu", "--json",
-         str(tmp_path / "missing" / "x.json")],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [
+            "bash",
+            os.path.join(SCRIPTS, "measure_speed.sh"),
+            "--data",
+            tiny_data,
+            "--path",
+            plugin_checkpoints["good"],
+            "--bleu",
+            "--json",
+            str(tmp_path / "missing" / "x.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stderr
     line = one_error_line(proc.stderr, "measure_speed")
     assert f"directory {tmp_path / 'missing'} does not exist" in line
@@ -171,9 +195,12 @@ def test_measure_speed_script_json_in_a_missing_directory_is_one_line(plugin_che
 
 def average(*args):
     return subprocess.run(
-        [sys.executable, AVERAGE, *map(str, args)], capture_output=True, text=True, timeout=120,
+        [sys.executable, AVERAGE, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
         check=False,
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -205,8 +232,12 @@ def save_dir(plugin_checkpoints, tmp_path):
     ],
 )
 def test_average_checkpoints_bad_input(args, message, save_dir, plugin_checkpoints, tmp_path):
-    subst = {"SAVE": str(save_dir), "TEXT": plugin_checkpoints["text"], "OUT": str(tmp_path),
-             "TRUNCATED": plugin_checkpoints["truncated"]}  # fmt: skip
+    subst = {
+        "SAVE": str(save_dir),
+        "TEXT": plugin_checkpoints["text"],
+        "OUT": str(tmp_path),
+        "TRUNCATED": plugin_checkpoints["truncated"],
+    }
     argv = []
     for a in args:
         for key, value in subst.items():
@@ -221,8 +252,9 @@ def test_average_checkpoints_bad_input(args, message, save_dir, plugin_checkpoin
     assert listing(tmp_path) == before
 
 
-def test_average_checkpoints_checks_the_output_before_reading_any_input(save_dir, tmp_path,
-                                                                       monkeypatch, capsys):  # fmt: skip
+def test_average_checkpoints_checks_the_output_before_reading_any_input(
+    save_dir, tmp_path, monkeypatch, capsys
+):
     sys.path.insert(0, os.path.dirname(AVERAGE))
     try:
         import average_checkpoints as avg
@@ -233,21 +265,31 @@ def test_average_checkpoints_checks_the_output_before_reading_any_input(save_dir
         raise AssertionError(f"{path} was read before the output was checked")
 
     monkeypatch.setattr(avg, "_load", no_reading)
-    rc = avg.main(["--inputs", str(save_dir), "--num-epoch-checkpoints", "2",
-                   "--output", str(tmp_path / "missing" / "avg.pt")])  # fmt: skip
+    rc = avg.main(
+        [
+            "--inputs",
+            str(save_dir),
+            "--num-epoch-checkpoints",
+            "2",
+            "--output",
+            str(tmp_path / "missing" / "avg.pt"),
+        ]
+    )
     assert rc == 2 and "does not exist" in capsys.readouterr().err
 
 
 def test_average_checkpoints_allow_fewer_averages_what_there_is(save_dir, tmp_path):
     out = tmp_path / "avg.pt"
-    proc = average("--inputs", save_dir, "--num-epoch-checkpoints", "10", "--output", out,
-                   "--allow-fewer")  # fmt: skip
+    proc = average(
+        "--inputs", save_dir, "--num-epoch-checkpoints", "10", "--output", out, "--allow-fewer"
+    )
     assert proc.returncode == 0, proc.stderr
     assert "averaged 2 checkpoints" in proc.stderr and out.exists()
     # none of the asked kind: checkpoint_last.pt
     shutil.copy(save_dir / "checkpoint1.pt", save_dir / "checkpoint_last.pt")
-    proc = average("--inputs", save_dir, "--num-update-checkpoints", "5", "--output", out,
-                   "--allow-fewer")  # fmt: skip
+    proc = average(
+        "--inputs", save_dir, "--num-update-checkpoints", "5", "--output", out, "--allow-fewer"
+    )
     assert proc.returncode == 0 and "checkpoint_last.pt" in proc.stderr
 
 
@@ -275,10 +317,18 @@ def test_average_checkpoints_says_why_it_exists():
 def test_plot_out_is_checked_before_anything_is_read(script, out, message, tmp_path):
     before = listing(tmp_path)
     proc = subprocess.run(
-        [sys.executable, os.path.join(SCRIPTS, script), str(tmp_path / "not-read.txt"),
-         "--out", str(tmp_path / out)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            os.path.join(SCRIPTS, script),
+            str(tmp_path / "not-read.txt"),
+            "--out",
+            str(tmp_path / out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2
     assert message in one_error_line(proc.stderr, script[:-3])
     assert listing(tmp_path) == before
@@ -290,15 +340,23 @@ def test_recipe_result_bad_input(tmp_path):
     results.write_text("checkpoint: x.pt\ntokenized BLEU (fairseq-generate): BLEU4 = 30.00\n")
     cases = [
         (["--results", str(results), "--out", str(tmp_path / "r.json")], "has no sacreBLEU line"),
-        (["--results", str(tmp_path / "none.txt"), "--out", str(tmp_path / "r.json")],
-         "cannot read"),
-        (["--results", str(results), "--out", str(tmp_path / "missing" / "r.json")],
-         "does not exist"),
-    ]  # fmt: skip
+        (
+            ["--results", str(tmp_path / "none.txt"), "--out", str(tmp_path / "r.json")],
+            "cannot read",
+        ),
+        (
+            ["--results", str(results), "--out", str(tmp_path / "missing" / "r.json")],
+            "does not exist",
+        ),
+    ]
     for argv, message in cases:
         before = listing(tmp_path)
-        proc = subprocess.run([sys.executable, script, "--label", "m", *argv],
-                              capture_output=True, text=True, check=False)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, script, "--label", "m", *argv],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert proc.returncode == 2
         assert message in one_error_line(proc.stderr, "recipe_result")
         assert listing(tmp_path) == before

@@ -128,8 +128,9 @@ def _fairseq(model, d, src, lengths, **settings):
 
     generator = SequenceGenerator([model], d, **settings)
     with torch.inference_mode():
-        return generator.generate([model], {"net_input": {"src_tokens": src,
-                                                          "src_lengths": lengths}})  # fmt: skip
+        return generator.generate(
+            [model], {"net_input": {"src_tokens": src, "src_lengths": lengths}}
+        )
 
 
 def _same(out, ref, tol):
@@ -249,8 +250,13 @@ def _stored_shapes(out: str) -> set:
             continue
         graph = onnx.load(os.path.join(out, name), load_external_data=False).graph
         shapes |= {tuple(i.dims) for i in graph.initializer}
-        shapes |= {tuple(a.t.dims) for n in graph.node if n.op_type == "Constant"
-                   for a in n.attribute if a.name == "value"}  # fmt: skip
+        shapes |= {
+            tuple(a.t.dims)
+            for n in graph.node
+            if n.op_type == "Constant"
+            for a in n.attribute
+            if a.name == "value"
+        }
     return shapes
 
 
@@ -310,8 +316,11 @@ def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fa
         short = OnnxGenerator(out, shortlist=True, **settings)
         fast = FastGenerator(model, d, shortlist=sl, **settings)
         for _idx, src, lengths in _batches(sentences, 3):
-            _same(full.generate(src.numpy(), lengths.numpy()),
-                  _fairseq(model, d, src, lengths, **settings), 1e-4)  # fmt: skip
+            _same(
+                full.generate(src.numpy(), lengths.numpy()),
+                _fairseq(model, d, src, lengths, **settings),
+                1e-4,
+            )
             got = short.generate(src.numpy(), lengths.numpy())
             _same(got, fast.generate(src, lengths), 1e-4)
             cands = set(sl.candidates(src.numpy()).tolist())
@@ -328,8 +337,11 @@ def test_onnx_shortlist_export_gives_fairseqs_translations_without_it_and_the_fa
         fast = FastGenerator(model, d, shortlist=sl, **settings)
         for _idx, src, lengths in _batches(sentences, 3):
             _same(short.generate(src.numpy(), lengths.numpy()), fast.generate(src, lengths), 1e-4)
-            _same(OnnxGenerator(tied, **settings).generate(src.numpy(), lengths.numpy()),
-                  _fairseq(model, d, src, lengths, **settings), 1e-4)  # fmt: skip
+            _same(
+                OnnxGenerator(tied, **settings).generate(src.numpy(), lengths.numpy()),
+                _fairseq(model, d, src, lengths, **settings),
+                1e-4,
+            )
     if split:  # an export whose rows graph is missing is refused, in one line
         os.remove(os.path.join(out, "rows.onnx"))
         with pytest.raises(OnnxError, match="lacks rows.onnx"):
@@ -436,9 +448,14 @@ def words(tmp_path_factory):
 def _cli(module, *args, stdin=""):
     return subprocess.run(
         [sys.executable, "-c", f"from {module} import cli_main; cli_main()", *map(str, args)],
-        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300, check=False, input=stdin,
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=300,
+        check=False,
+        input=stdin,
         env=dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore"),
-    )  # fmt: skip
+    )
 
 
 BUILD = "lightcompress.deploy.shortlist_build"
@@ -563,8 +580,9 @@ def test_translate_commands_take_the_shortlist(words, tmp_path):
     proc = _cli("lightcompress.deploy.onnx_export", *base, "--shortlist", sl, "-o", out)
     assert proc.returncode == 0, proc.stderr
     runtime = [sys.executable, str(out / "translate.py"), str(out), "--beam", "5", "--tokenized"]
-    run = lambda *a: subprocess.run([*runtime, *a], input=text, capture_output=True, text=True,
-                                    check=False, timeout=300)  # fmt: skip
+    run = lambda *a: subprocess.run(
+        [*runtime, *a], input=text, capture_output=True, text=True, check=False, timeout=300
+    )
     onnx_short = run("--shortlist")
     assert onnx_short.returncode == 0 and onnx_short.stdout == short.stdout, onnx_short.stderr
     # the export's translators use its shortlist by default (issue 55), --no-shortlist scores
@@ -580,8 +598,9 @@ def test_translate_commands_take_the_shortlist(words, tmp_path):
     assert default == OnnxTranslator(str(out), beam=5, tokenized=True, shortlist=True).translate(
         lines
     )
-    assert "\n".join(OnnxTranslator(str(out), beam=5, tokenized=True, shortlist=False)
-                     .translate(lines)) == plain.stdout.rstrip("\n")  # fmt: skip
+    assert "\n".join(
+        OnnxTranslator(str(out), beam=5, tokenized=True, shortlist=False).translate(lines)
+    ) == plain.stdout.rstrip("\n")
 
 
 def test_ct2_export_ships_the_shortlist_as_its_vocabulary_map(words, tmp_path):
@@ -617,8 +636,9 @@ def test_ct2_export_ships_the_shortlist_as_its_vocabulary_map(words, tmp_path):
     mapped = {src: targets.split() for src, targets in lines[1:]}
     expected = {
         src_d[i]: [tgt_d[t] for t in short.targets[short.offsets[i] : short.offsets[i + 1]]]
-        for i in range(len(src_d)) if short.offsets[i + 1] > short.offsets[i]
-    }  # fmt: skip
+        for i in range(len(src_d))
+        if short.offsets[i + 1] > short.offsets[i]
+    }
     assert mapped == expected and len(expected) > 5
     # translations: a covering list changes nothing; a small list keeps to the candidates
     with open(os.path.join(words["raw"], "test.de")) as f:
@@ -627,8 +647,9 @@ def test_ct2_export_ships_the_shortlist_as_its_vocabulary_map(words, tmp_path):
 
     def translate(name, vmap):  # (one sentence a batch: its candidates are its own list's)
         t = ctranslate2.Translator(str(tmp_path / name), device="cpu", intra_threads=1)
-        return [t.translate_batch([src], use_vmap=vmap, **options)[0].hypotheses[0]
-                for src in sources]  # fmt: skip
+        return [
+            t.translate_batch([src], use_vmap=vmap, **options)[0].hypotheses[0] for src in sources
+        ]
 
     plain = translate("plain", False)
     assert translate("full", True) == plain
@@ -660,17 +681,44 @@ def test_measure_speed_times_onnx_and_ct2_with_and_without_the_shortlist(words, 
     )
     out = tmp_path / "speed.json"
     proc = subprocess.run(
-        [os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"), "--data", words["data"],
-         "--path", f"teacher={words['teacher']}", "--onnx", "--ct2", "--shortlist", str(sl),
-         "--bleu", "--runs", "1", "--warmup", "0", "--num-sentences", "4",
-         "--src-len", "6", "--quiet", "--json", str(out)],
-        capture_output=True, text=True, timeout=600, check=False,
+        [
+            os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"),
+            "--data",
+            words["data"],
+            "--path",
+            f"teacher={words['teacher']}",
+            "--onnx",
+            "--ct2",
+            "--shortlist",
+            str(sl),
+            "--bleu",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--num-sentences",
+            "4",
+            "--src-len",
+            "6",
+            "--quiet",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
         env=dict(os.environ, PYTHON=sys.executable, PYTHONWARNINGS="ignore"),
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
     rows = {(r["engine"], r.get("shortlist")): r for r in json.loads(out.read_text())["models"]}
-    assert set(rows) == {("fairseq", None), ("onnxruntime", None), ("onnxruntime", str(sl)),
-                         ("ctranslate2", None), ("ctranslate2", str(sl))}  # fmt: skip
+    assert set(rows) == {
+        ("fairseq", None),
+        ("onnxruntime", None),
+        ("onnxruntime", str(sl)),
+        ("ctranslate2", None),
+        ("ctranslate2", str(sl)),
+    }
     for r in rows.values():
         assert r["tokens_per_s"] > 0 and 0 <= r["bleu"] <= 100
     assert "onnxruntime+shortlist" in proc.stdout
@@ -679,12 +727,23 @@ def test_measure_speed_times_onnx_and_ct2_with_and_without_the_shortlist(words, 
     # apart from the other engines with the shortlist (BLEU on 4 sentences: a wide margin)
     assert 0 <= rows["ctranslate2", str(sl)]["bleu"] <= 100
     # --shortlist alone, or a missing file: one line before anything is measured
-    for extra, message in ((["--shortlist", str(sl)], "--shortlist needs --onnx or --ct2"),
-                           (["--onnx", "--shortlist", str(tmp_path / "no")], "file not found")):  # fmt: skip
+    for extra, message in (
+        (["--shortlist", str(sl)], "--shortlist needs --onnx or --ct2"),
+        (["--onnx", "--shortlist", str(tmp_path / "no")], "file not found"),
+    ):
         proc = subprocess.run(
-            [os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"), "--data", words["data"],
-             "--path", words["teacher"], *extra],
-            capture_output=True, text=True, timeout=600, check=False,
+            [
+                os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"),
+                "--data",
+                words["data"],
+                "--path",
+                words["teacher"],
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
             env=dict(os.environ, PYTHON=sys.executable, PYTHONWARNINGS="ignore"),
-        )  # fmt: skip
+        )
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr

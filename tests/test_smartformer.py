@@ -10,19 +10,38 @@ import lightcompress.plugin  # noqa: F401  (registers the models)
 from lightcompress.convert.core import build_fairseq_model
 from lightcompress.modules import CPLinear, count_unique_params, cp_to_dense
 
-TINY = ["--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "16",
-        "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-        "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
-        "--decoder-attention-heads", "2", "--dropout", "0", "--share-all-embeddings"]  # fmt: skip
+TINY = [
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--encoder-ffn-embed-dim",
+    "32",
+    "--decoder-ffn-embed-dim",
+    "32",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--dropout",
+    "0",
+    "--share-all-embeddings",
+]
 
 
 def test_iwslt_size_is_the_dense_model_with_every_qkv_map_in_cp_form():
     """54 Q/K/V maps (6 encoder self, 6 decoder self, 6 cross, x3) of 512 x 512 become
     R (d + h + d_k) = 64 (512 + 4 + 128) parameters each; biases and output projections stay."""
-    dense = count_unique_params(harness.build_without_data("transformer_iwslt_de_en", 10152,
-                                                           ["--share-all-embeddings"]))  # fmt: skip
-    cpac = count_unique_params(harness.build_without_data("smartformer_iwslt_de_en", 10152,
-                                                          ["--share-all-embeddings"]))  # fmt: skip
+    dense = count_unique_params(
+        harness.build_without_data("transformer_iwslt_de_en", 10152, ["--share-all-embeddings"])
+    )
+    cpac = count_unique_params(
+        harness.build_without_data("smartformer_iwslt_de_en", 10152, ["--share-all-embeddings"])
+    )
     assert cpac == dense - 54 * (512 * 512 - 64 * (512 + 4 + 128))
     self_only = harness.build_without_data(
         "smartformer_iwslt_de_en", 10152, ["--share-all-embeddings", "--sm-attn", "self"]
@@ -57,8 +76,18 @@ def test_cp_transfer_from_the_cli_fits_cp_rank_projections(tmp_path, capfd):
     """CP-ALS fits projections that are CP rank-3 tensors almost exactly (it is an iterative
     fit: the report gives each projection's kept energy) and the student translates like its
     teacher up to that fit."""
-    argv = ["/tmp/none", "--task", "translation", "--arch", "transformer", "-s", "de", "-t",
-            "en", *TINY]  # fmt: skip
+    argv = [
+        "/tmp/none",
+        "--task",
+        "translation",
+        "--arch",
+        "transformer",
+        "-s",
+        "de",
+        "-t",
+        "en",
+        *TINY,
+    ]
     targs = options.parse_args_and_arch(options.get_training_parser(), argv)
     torch.manual_seed(0)
     teacher = build_fairseq_model(targs, 30).eval()
@@ -73,8 +102,9 @@ def test_cp_transfer_from_the_cli_fits_cp_rank_projections(tmp_path, capfd):
     out = tmp_path / "cpac.pt"
     from lightcompress.convert.cli import convert_checkpoint
 
-    _, records = convert_checkpoint(["-i", str(path), "-o", str(out), "-a", "smartformer",
-                                     *TINY, "--sm-rank", "3"])  # fmt: skip
+    _, records = convert_checkpoint(
+        ["-i", str(path), "-o", str(out), "-a", "smartformer", *TINY, "--sm-rank", "3"]
+    )
     report = capfd.readouterr().out
     assert "encoder.layers.0.self_attn.q_proj" in report and "cp" in report
     assert len(records) == 2 * 3 + 2 * 3 + 2 * 3  # self x 2 stacks + cross, Q/K/V each

@@ -39,16 +39,37 @@ def millions(model):
 
 # tiny shapes: SAFE r=16, d=32, 4-4 layers; TINY adds a wide middle d_s=48
 TINY_NARROW = [
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-    "--safe-dim", "16", "--safe-heads", "2",
-    "--encoder-layers", "4", "--decoder-layers", "4", "--dropout", "0",
-]  # fmt: skip
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--safe-dim",
+    "16",
+    "--safe-heads",
+    "2",
+    "--encoder-layers",
+    "4",
+    "--decoder-layers",
+    "4",
+    "--dropout",
+    "0",
+]
 TINY = TINY_NARROW + [
-    "--subformer-sandwich-dim", "48", "--subformer-sandwich-ffn-dim", "96",
-    "--subformer-sandwich-heads", "4",
-]  # fmt: skip
+    "--subformer-sandwich-dim",
+    "48",
+    "--subformer-sandwich-ffn-dim",
+    "96",
+    "--subformer-sandwich-heads",
+    "4",
+]
 
 
 # --- sizes ----------------------------------------------------------------------------------
@@ -151,8 +172,18 @@ def test_a_safe_width_the_authors_head_rule_cannot_split_asks_for_safe_heads():
     not build it either): one error naming --safe-heads, not fairseq's assertion."""
     from lightcompress.errors import ConfigError
 
-    dims = ["--encoder-embed-dim", "64", "--decoder-embed-dim", "64", "--encoder-layers", "2",
-            "--decoder-layers", "2", "--safe-dim", "32"]  # fmt: skip
+    dims = [
+        "--encoder-embed-dim",
+        "64",
+        "--decoder-embed-dim",
+        "64",
+        "--encoder-layers",
+        "2",
+        "--decoder-layers",
+        "2",
+        "--safe-dim",
+        "32",
+    ]
     with pytest.raises(ConfigError, match="--safe-dim 32: the authors' rule gives 10 SAFE heads"):
         build("subformer", 100, dims)
     build("subformer", 100, [*dims, "--safe-heads", "1"])
@@ -272,13 +303,32 @@ def test_incremental_decoding_equals_full_decoding(output):
 
 def test_lm_incremental_decoding_equals_full_decoding():
     extra = [
-        "--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64",
-        "--decoder-attention-heads", "2", "--decoder-layers", "4",
-        "--subformer-sandwich-dim", "48", "--subformer-sandwich-ffn-dim", "96",
-        "--subformer-sandwich-heads", "4", "--adaptive-input", "--tie-adaptive-weights",
-        "--adaptive-input-cutoff", "30,60", "--adaptive-softmax-cutoff", "30,60",
-        "--tie-adaptive-proj", "--dropout", "0", "--adaptive-softmax-dropout", "0",
-    ]  # fmt: skip
+        "--decoder-embed-dim",
+        "32",
+        "--decoder-ffn-embed-dim",
+        "64",
+        "--decoder-attention-heads",
+        "2",
+        "--decoder-layers",
+        "4",
+        "--subformer-sandwich-dim",
+        "48",
+        "--subformer-sandwich-ffn-dim",
+        "96",
+        "--subformer-sandwich-heads",
+        "4",
+        "--adaptive-input",
+        "--tie-adaptive-weights",
+        "--adaptive-input-cutoff",
+        "30,60",
+        "--adaptive-softmax-cutoff",
+        "30,60",
+        "--tie-adaptive-proj",
+        "--dropout",
+        "0",
+        "--adaptive-softmax-dropout",
+        "0",
+    ]
     model = build("subformer_lm", 100, extra, task="language_modeling").eval()
     tokens = torch.randint(4, 100, (2, 8))
     with torch.no_grad():
@@ -326,28 +376,85 @@ def test_language_model_end_to_end(tmp_path):
     data = str(tmp_path / "bin")
     harness.run_cli(
         "fairseq-preprocess",
-        ["--only-source", "--trainpref", raw / "train.txt", "--validpref", raw / "valid.txt",
-         "--testpref", raw / "test.txt", "--destdir", data, "--workers", "1"],
-    )  # fmt: skip
+        [
+            "--only-source",
+            "--trainpref",
+            raw / "train.txt",
+            "--validpref",
+            raw / "valid.txt",
+            "--testpref",
+            raw / "test.txt",
+            "--destdir",
+            data,
+            "--workers",
+            "1",
+        ],
+    )
     save = str(tmp_path / "ckpt")
     harness.run_cli(
         "fairseq-train",
-        [data, "--user-dir", harness.USER_DIR, "--cpu", "--task", "language_modeling",
-         "--arch", "subformer_lm", "--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64",
-         "--decoder-attention-heads", "2", "--decoder-layers", "4",
-         "--subformer-sandwich-dim", "48", "--subformer-sandwich-heads", "4",
-         "--share-decoder-input-output-embed", "--tokens-per-sample", "32",
-         "--optimizer", "adam", "--lr", "0.002", "--max-tokens", "512",
-         "--max-update", "12", "--save-dir", save, "--no-progress-bar", "--log-format",
-         "simple", "--num-workers", "0", "--no-epoch-checkpoints", "--seed", "1",
-         *harness.NO_PREFETCH],
-    )  # fmt: skip
+        [
+            data,
+            "--user-dir",
+            harness.USER_DIR,
+            "--cpu",
+            "--task",
+            "language_modeling",
+            "--arch",
+            "subformer_lm",
+            "--decoder-embed-dim",
+            "32",
+            "--decoder-ffn-embed-dim",
+            "64",
+            "--decoder-attention-heads",
+            "2",
+            "--decoder-layers",
+            "4",
+            "--subformer-sandwich-dim",
+            "48",
+            "--subformer-sandwich-heads",
+            "4",
+            "--share-decoder-input-output-embed",
+            "--tokens-per-sample",
+            "32",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "0.002",
+            "--max-tokens",
+            "512",
+            "--max-update",
+            "12",
+            "--save-dir",
+            save,
+            "--no-progress-bar",
+            "--log-format",
+            "simple",
+            "--num-workers",
+            "0",
+            "--no-epoch-checkpoints",
+            "--seed",
+            "1",
+            *harness.NO_PREFETCH,
+        ],
+    )
     proc = harness.run_cli(
         "fairseq-eval-lm",
-        [data, "--user-dir", harness.USER_DIR, "--cpu", "--path",
-         os.path.join(save, "checkpoint_last.pt"), "--tokens-per-sample", "32",
-         "--max-tokens", "512", "--num-workers", "0"],
-    )  # fmt: skip
+        [
+            data,
+            "--user-dir",
+            harness.USER_DIR,
+            "--cpu",
+            "--path",
+            os.path.join(save, "checkpoint_last.pt"),
+            "--tokens-per-sample",
+            "32",
+            "--max-tokens",
+            "512",
+            "--num-workers",
+            "0",
+        ],
+    )
     text = proc.stdout + proc.stderr
     # the whole test split is scored: its words and one end of sentence per line
     tokens = sum(len(line.split()) + 1 for line in (raw / "test.txt").read_text().splitlines())
@@ -372,8 +479,16 @@ def test_the_default_init_starts_safe_tokens_at_unit_scale(safe_dim, width):
     init as it is (--subformer-init bert) starts them at 0.02 sqrt(r): 0.16 at r = 64, where the
     toy and the converged row did not learn to read their source (lab/notes/subformer-source.md).
     Without SAFE the default is the authors' init (the toy learned faster with it there)."""
-    dims = ["--encoder-embed-dim", str(width), "--decoder-embed-dim", str(width),
-            "--encoder-layers", "3", "--decoder-layers", "3"]  # fmt: skip
+    dims = [
+        "--encoder-embed-dim",
+        str(width),
+        "--decoder-embed-dim",
+        str(width),
+        "--encoder-layers",
+        "3",
+        "--decoder-layers",
+        "3",
+    ]
     if safe_dim:
         dims += ["--safe-dim", str(safe_dim), "--safe-heads", str(max(1, safe_dim // 64))]
     if width < 64:

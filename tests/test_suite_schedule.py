@@ -67,8 +67,13 @@ def _run(root, log, workers):
     args = ["-q", "-n", str(workers), "--durations", "3", "tests"]
     return subprocess.run(
         [sys.executable, "-m", "pytest", *args],
-        cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_modules_with_module_fixtures_stay_whole_and_the_slowest_go_first(tmp_path):

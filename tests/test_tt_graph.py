@@ -42,8 +42,9 @@ def test_tt_product_is_the_layers_product(in_shape, out_shape, ranks, bias):
 
 def test_tt_in_graph_patches_two_dimensional_inputs_only_and_restores_the_model():
     torch.manual_seed(0)
-    model = torch.nn.Sequential(TTLinear([4, 8], [6, 4], [3]), torch.nn.ReLU(),
-                                TTLinear([4, 6], [2, 8], [2]))  # fmt: skip
+    model = torch.nn.Sequential(
+        TTLinear([4, 8], [6, 4], [3]), torch.nn.ReLU(), TTLinear([4, 6], [2, 8], [2])
+    )
     keys = list(model.state_dict())
     x2, x3 = torch.randn(5, 32), torch.randn(2, 3, 32)
     with torch.no_grad():
@@ -67,8 +68,13 @@ def test_tt_in_graph_patches_two_dimensional_inputs_only_and_restores_the_model(
 @pytest.mark.parametrize("kind", ["htt", "hmf", "tt", "lowrank", "dense"])
 def test_fused_qkv_step_is_eq8_split_with_the_query_scaled(kind):
     torch.manual_seed(0)
-    params = {"htt": {"beta": 0.25, "ranks": 2}, "hmf": {"beta": 0.25, "rank": 4},
-              "tt": {"ranks": 3}, "lowrank": {"rank": 5}, "dense": {}}[kind]  # fmt: skip
+    params = {
+        "htt": {"beta": 0.25, "ranks": 2},
+        "hmf": {"beta": 0.25, "rank": 4},
+        "tt": {"ranks": 3},
+        "lowrank": {"rank": 5},
+        "dense": {},
+    }[kind]
     qkv = FusedQKV(32, kind, **params)
     x = torch.randn(6, 32)
     with torch.no_grad():
@@ -88,12 +94,29 @@ def test_hypoformer_export_computes_tt_products_as_float_matrix_products(tmp_pat
     from lightcompress.measure.specs import build_random_model
 
     torch.manual_seed(0)
-    flags = ["--encoder-layers", "2", "--decoder-layers", "1", "--encoder-embed-dim", "32",
-             "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-             "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2",
-             "--decoder-attention-heads", "2", "--hypo-embed-rank", "2", "--hypo-ffn-rank", "8"]  # fmt: skip
-    model, task, _ = build_random_model("hypoformer_iwslt_de_en", 40, flags, True,
-                                        return_task=True)  # fmt: skip
+    flags = [
+        "--encoder-layers",
+        "2",
+        "--decoder-layers",
+        "1",
+        "--encoder-embed-dim",
+        "32",
+        "--decoder-embed-dim",
+        "32",
+        "--encoder-ffn-embed-dim",
+        "64",
+        "--decoder-ffn-embed-dim",
+        "64",
+        "--encoder-attention-heads",
+        "2",
+        "--decoder-attention-heads",
+        "2",
+        "--hypo-embed-rank",
+        "2",
+        "--hypo-ffn-rank",
+        "8",
+    ]
+    model, task, _ = build_random_model("hypoformer_iwslt_de_en", 40, flags, True, return_task=True)
     model.eval()
     export_onnx(model, task, str(tmp_path / "onnx"), int8="all")
     with open(tmp_path / "onnx" / "config.json") as f:
@@ -174,8 +197,15 @@ def test_a_traced_htt_output_table_is_built_from_its_factors_even_when_cached(tm
         path = str(tmp_path / "scores.onnx")
         with warnings.catch_warnings():  # (the padding row's index: a constant, as it should be)
             warnings.simplefilter("ignore", torch.jit.TracerWarning)
-            torch.onnx.export(scores, (x,), path, input_names=["x"], dynamo=False,
-                              do_constant_folding=False, dynamic_axes={"x": {0: "n"}})  # fmt: skip
+            torch.onnx.export(
+                scores,
+                (x,),
+                path,
+                input_names=["x"],
+                dynamo=False,
+                do_constant_folding=False,
+                dynamic_axes={"x": {0: "n"}},
+            )
     graph = onnx.load(path).graph
     stored = [tuple(i.dims) for i in graph.initializer] + [
         tuple(a.t.dims) for n in graph.node if n.op_type == "Constant" for a in n.attribute

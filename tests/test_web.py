@@ -55,15 +55,24 @@ def _need(what: str, ok: bool, fix: str) -> None:
 
 def _need_node() -> None:
     _need("node", shutil.which("node") is not None, "install Node.js 20 (apt-get install nodejs)")
-    _need("web/node_modules", os.path.isdir(os.path.join(NODE_MODULES, "onnxruntime-node")),
-          "run `make web` (npm ci in web/)")  # fmt: skip
+    _need(
+        "web/node_modules",
+        os.path.isdir(os.path.join(NODE_MODULES, "onnxruntime-node")),
+        "run `make web` (npm ci in web/)",
+    )
 
 
 def _node(script: str, job: dict, timeout: int = 600) -> dict:
     """Run web/test/``script`` with ``job`` on stdin; its JSON answer."""
-    proc = subprocess.run(["node", os.path.join(WEB, "test", script)], input=json.dumps(job),
-                          capture_output=True, text=True, cwd=WEB, timeout=timeout,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(
+        ["node", os.path.join(WEB, "test", script)],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        cwd=WEB,
+        timeout=timeout,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
@@ -93,8 +102,14 @@ def toy(tmp_path_factory):
     ckpt = make_checkpoint(data, str(root / "teacher.pt"), "transformer", TINY, updates=30)
     model, task, _ = load_checkpoint(ckpt, data)
     shortlist = _small_shortlist(root / "sl.txt", task)
-    out = {"raw": raw, "lines": _lines(os.path.join(raw, "test.de")), "ckpt": ckpt,
-           "data": data, "spm": spm, "shortlist": shortlist}  # fmt: skip
+    out = {
+        "raw": raw,
+        "lines": _lines(os.path.join(raw, "test.de")),
+        "ckpt": ckpt,
+        "data": data,
+        "spm": spm,
+        "shortlist": shortlist,
+    }
     export_onnx(model, task, str(root / "f32"), spm=spm)
     model, task, _ = load_checkpoint(ckpt, data)
     export_onnx(model, task, str(root / "int8"), int8="all", spm=spm, shortlist=shortlist)
@@ -139,8 +154,14 @@ SETTINGS = [  # (the JavaScript option names; fairseq's flags)
     {"beam": 4, "lenpen": 0.6, "minLen": 3, "maxLenB": 6, "unkPenalty": 0.5},
     {"beam": 3, "lenpen": 1.3, "maxLenA": 0.5, "maxLenB": 2},
 ]
-_PY = {"beam": "beam_size", "lenpen": "len_penalty", "minLen": "min_len", "maxLenA": "max_len_a",
-       "maxLenB": "max_len_b", "unkPenalty": "unk_penalty"}  # fmt: skip
+_PY = {
+    "beam": "beam_size",
+    "lenpen": "len_penalty",
+    "minLen": "min_len",
+    "maxLenA": "max_len_a",
+    "maxLenB": "max_len_b",
+    "unkPenalty": "unk_penalty",
+}
 
 
 def _batches(translator, lines, batch_size):
@@ -157,10 +178,14 @@ def _same_nbest(onnx_dir, web_dir, lines, shortlist, batch_size=32, tokenized=Fa
 
     translator = OnnxTranslator(onnx_dir, tokenized=tokenized)
     batches = _batches(translator, lines, batch_size)
-    jobs = [{"mode": "generate", "options": s, "batches": [{"src": b.tolist()} for b in batches]}
-            for s in SETTINGS]  # fmt: skip
-    answer = _node("translate-node.mjs", {"dir": web_dir, "engine": "node",
-                                          "shortlist": shortlist, "jobs": jobs})  # fmt: skip
+    jobs = [
+        {"mode": "generate", "options": s, "batches": [{"src": b.tolist()} for b in batches]}
+        for s in SETTINGS
+    ]
+    answer = _node(
+        "translate-node.mjs",
+        {"dir": web_dir, "engine": "node", "shortlist": shortlist, "jobs": jobs},
+    )
     assert "error" not in answer, answer
     compared = 0
     for settings, result in zip(SETTINGS, answer["results"]):
@@ -207,8 +232,10 @@ def test_the_modules_text_loop_gives_the_runtimes_lines(toy, tiny):
     for name, shortlist, beam in (("f32", False, 5), ("int8", True, 5), ("int8", True, 1)):
         py = OnnxTranslator(toy[name], beam=beam, shortlist=shortlist).translate(lines)
         job = {"mode": "translate", "lines": lines, "options": {"beam": beam}}
-        answer = _node("translate-node.mjs", {"dir": toy[f"{name}-web"], "engine": "node",
-                                              "shortlist": shortlist, "jobs": [job]})  # fmt: skip
+        answer = _node(
+            "translate-node.mjs",
+            {"dir": toy[f"{name}-web"], "engine": "node", "shortlist": shortlist, "jobs": [job]},
+        )
         assert answer["results"][0]["out"] == py
     py = OnnxTranslator(tiny["f32"], tokenized=True).translate(tiny["lines"])
     job = {"mode": "translate", "lines": tiny["lines"]}
@@ -220,8 +247,9 @@ def test_the_modules_text_loop_gives_the_runtimes_lines(toy, tiny):
         OnnxTranslator(toy["f32"]).translate(too_long)
     for each in (False, True):
         job = {"mode": "translate", "lines": too_long, "each": each}
-        answer = _node("translate-node.mjs", {"dir": toy["f32-web"], "engine": "node",
-                                              "jobs": [job]})  # fmt: skip
+        answer = _node(
+            "translate-node.mjs", {"dir": toy["f32-web"], "engine": "node", "jobs": [job]}
+        )
         if each:
             out = answer["results"][0]["out"]
             assert out[0] == {"text": OnnxTranslator(toy["f32"]).translate(["s1 s2"])[0]}
@@ -240,8 +268,10 @@ def test_onnx_runtime_web_translates_as_the_runtime_but_for_float_rounding(toy):
         for beam in beams:
             py = OnnxTranslator(toy[name], beam=beam, shortlist=shortlist).translate(toy["lines"])
             job = {"mode": "translate", "lines": toy["lines"], "options": {"beam": beam}}
-            answer = _node("translate-node.mjs", {"dir": toy[f"{name}-web"], "engine": "web",
-                                                  "shortlist": shortlist, "jobs": [job]})  # fmt: skip
+            answer = _node(
+                "translate-node.mjs",
+                {"dir": toy[f"{name}-web"], "engine": "web", "shortlist": shortlist, "jobs": [job]},
+            )
             same = sum(a == b for a, b in zip(py, answer["results"][0]["out"]))
             assert same >= least, (name, beam, same)
 
@@ -259,16 +289,32 @@ def test_the_page_folder_holds_the_model_the_engine_and_their_checksums(toy):
     folder = toy["int8-web"]
     with open(os.path.join(folder, "web.json"), encoding="utf-8") as f:
         web = json.load(f)
-    files = sorted(os.path.relpath(os.path.join(d, n), folder)
-                   for d, _, names in os.walk(folder) for n in names)  # fmt: skip
-    assert web["files"] == ["config.json", "encoder.onnx", "decoder.onnx", "dict.src.txt",
-                            "dict.tgt.txt", "rows.onnx", "spm.model", "weights.bin",
-                            "shortlist.bin"]  # fmt: skip
-    engine = ["engine/NOTICE.md", "engine/ort-wasm-simd-threaded.mjs",
-              "engine/ort-wasm-simd-threaded.wasm", "engine/ort.wasm.min.mjs",
-              "engine/sentencepiece.mjs"]  # fmt: skip
-    assert files == sorted(["SHA256SUMS", "web.json", "index.html", "lightcompress.mjs",
-                            *web["files"], *engine])  # fmt: skip
+    files = sorted(
+        os.path.relpath(os.path.join(d, n), folder)
+        for d, _, names in os.walk(folder)
+        for n in names
+    )
+    assert web["files"] == [
+        "config.json",
+        "encoder.onnx",
+        "decoder.onnx",
+        "dict.src.txt",
+        "dict.tgt.txt",
+        "rows.onnx",
+        "spm.model",
+        "weights.bin",
+        "shortlist.bin",
+    ]
+    engine = [
+        "engine/NOTICE.md",
+        "engine/ort-wasm-simd-threaded.mjs",
+        "engine/ort-wasm-simd-threaded.wasm",
+        "engine/ort.wasm.min.mjs",
+        "engine/sentencepiece.mjs",
+    ]
+    assert files == sorted(
+        ["SHA256SUMS", "web.json", "index.html", "lightcompress.mjs", *web["files"], *engine]
+    )
     assert web["engine"]["files"] == engine and web["tokenizer"] == "sentencepiece"
     with open(os.path.join(folder, "SHA256SUMS"), encoding="utf-8") as f:
         sums = dict(reversed(line.rstrip("\n").split("  ")) for line in f)
@@ -322,8 +368,11 @@ def test_a_pip_install_carries_the_page_and_its_pins():
 
     with open(os.path.join(REPO_ROOT, "setup.py"), encoding="utf-8") as f:
         tree = ast.parse(f.read())
-    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call)
-                and getattr(n.func, "id", None) == "setup")  # fmt: skip
+    call = next(
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "setup"
+    )
     kw = {k.arg: k.value for k in call.keywords}
     assert ast.literal_eval(kw["package_dir"]) == {"lightcompress.webpage": "web"}
     data = ast.literal_eval(kw["package_data"])["lightcompress.webpage"]
@@ -351,8 +400,14 @@ def test_the_command_refuses_what_it_cannot_use_with_one_line(toy, tmp_path, cap
     bpe = tmp_path / "bpe"
     shutil.copytree(toy["f32"], bpe)
     config = json.loads((bpe / "config.json").read_text())
-    config["bpe"] = {"codes": "bpe.codes", "tokenizer": "moses", "source_lang": "de",
-                     "target_lang": "en", "lowercase": False, "aggressive_dash_splits": False}  # fmt: skip
+    config["bpe"] = {
+        "codes": "bpe.codes",
+        "tokenizer": "moses",
+        "source_lang": "de",
+        "target_lang": "en",
+        "lowercase": False,
+        "aggressive_dash_splits": False,
+    }
     (bpe / "config.json").write_text(json.dumps(config))
     (bpe / "bpe.codes").write_text("#version: 0.2\ns 1\n")
     write_manifest(str(bpe))
@@ -382,8 +437,12 @@ def test_the_command_refuses_what_it_cannot_use_with_one_line(toy, tmp_path, cap
         assert status == 2 and len(err) == 1, (args, err)
         assert err[0].startswith("lightcompress-export-web: error: ") and expected in err[0], err
         assert not os.path.exists(out)
-    proc = subprocess.run([sys.executable, "-m", "lightcompress.deploy.web_export", "--help"],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "lightcompress.deploy.web_export", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert (
         proc.returncode == 0 and "--node-modules" in proc.stdout and "--no-shortlist" in proc.stdout
     )
@@ -399,8 +458,9 @@ SHIP = os.path.join(REPO_ROOT, "examples", "translation", "results", "ship_web_s
 
 def _ship(*args):
     env = dict(os.environ, PYTHONPATH=REPO_ROOT, PYTHONWARNINGS="ignore")
-    return subprocess.run([sys.executable, SHIP, *args], capture_output=True, text=True,
-                          env=env, check=False)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, SHIP, *args], capture_output=True, text=True, env=env, check=False
+    )
 
 
 def test_one_command_ships_a_students_page_with_its_model_card(toy, tmp_path):
@@ -415,9 +475,24 @@ def test_one_command_ships_a_students_page_with_its_model_card(toy, tmp_path):
 
     out = tmp_path / "web-student"
     src, ref = (os.path.join(toy["raw"], f"test.{lang}") for lang in ("de", "en"))
-    proc = _ship("--path", toy["ckpt"], "--data", toy["data"], "--spm", toy["spm"],
-                 "--shortlist", toy["shortlist"], "--src", src, "--ref", ref, "--out", str(out),
-                 "--command", "lightcompress-compress teacher.pt --data bin")  # fmt: skip
+    proc = _ship(
+        "--path",
+        toy["ckpt"],
+        "--data",
+        toy["data"],
+        "--spm",
+        toy["spm"],
+        "--shortlist",
+        toy["shortlist"],
+        "--src",
+        src,
+        "--ref",
+        ref,
+        "--out",
+        str(out),
+        "--command",
+        "lightcompress-compress teacher.pt --data bin",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     card = (out / "MODEL_CARD.md").read_text()
     scores = json.loads((out / "scores.json").read_text())["python_runtime"]
@@ -466,8 +541,11 @@ def served(tmp_path_factory):
 
     _need_node()
     _need("chromium", os.path.isfile(CHROMIUM), "apt-get install chromium")
-    _need("playwright-core", os.path.isdir(os.path.join(NODE_MODULES, "playwright-core")),
-          "run `make web` (npm ci in web/)")  # fmt: skip
+    _need(
+        "playwright-core",
+        os.path.isdir(os.path.join(NODE_MODULES, "playwright-core")),
+        "run `make web` (npm ci in web/)",
+    )
     root = tmp_path_factory.mktemp("web-teacher")
     model, task, _ = load_checkpoint(os.path.join(TEACHER, "checkpoint.pt"), TEACHER, "de", "en")
     export_onnx(model, task, str(root / "onnx"), int8="all", spm=os.path.join(TEACHER, "spm.model"))
@@ -476,8 +554,11 @@ def served(tmp_path_factory):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield {"onnx": str(root / "onnx"), "url": f"http://127.0.0.1:{server.server_port}/",
-           "root": root}  # fmt: skip
+    yield {
+        "onnx": str(root / "onnx"),
+        "url": f"http://127.0.0.1:{server.server_port}/",
+        "root": root,
+    }
     server.shutdown()
     server.server_close()
 
@@ -499,8 +580,9 @@ def test_the_page_in_headless_chromium_translates_as_the_runtime(served):
     from lightcompress_runtime import OnnxTranslator
 
     odd = ["", "😀 Ünïcødé ✓✓✓ \u200b"]
-    answer = _node("browser.mjs", {"url": served["url"], "chromium": CHROMIUM,
-                                   "inputs": GERMAN + odd})  # fmt: skip
+    answer = _node(
+        "browser.mjs", {"url": served["url"], "chromium": CHROMIUM, "inputs": GERMAN + odd}
+    )
     assert "error" not in answer, answer
     assert not [m for m in answer["console"] if m.startswith(("error", "pageerror"))]
     runtime = OnnxTranslator(served["onnx"], beam=5)
@@ -518,8 +600,9 @@ def test_the_page_stays_responsive_and_answers_every_line(served):
     writes one output line per input line, and names the line it could not translate."""
     lines = [GERMAN[i % len(GERMAN)].split("\n")[0] for i in range(150)]
     lines[7] = "Datei " * 1200
-    answer = _node("browser.mjs", {"url": served["url"], "chromium": CHROMIUM,
-                                   "probe": {"lines": lines}})  # fmt: skip
+    answer = _node(
+        "browser.mjs", {"url": served["url"], "chromium": CHROMIUM, "probe": {"lines": lines}}
+    )
     probe = answer["probe"]
     assert "error" not in answer, answer
     # (a page whose translation ran on its main thread would not answer until it was done)

@@ -19,11 +19,26 @@ from lightcompress.wid.model import DAWIDModel, dawid_architecture
 from lightcompress.wid.teacher import check_teacher
 
 TINY = [
-    "--encoder-layers", 2, "--decoder-layers", 2, "--encoder-embed-dim", 16,
-    "--decoder-embed-dim", 16, "--encoder-ffn-embed-dim", 32, "--decoder-ffn-embed-dim", 32,
-    "--encoder-attention-heads", 2, "--decoder-attention-heads", 2, "--share-all-embeddings",
-    "--dropout", 0,
-]  # fmt: skip
+    "--encoder-layers",
+    2,
+    "--decoder-layers",
+    2,
+    "--encoder-embed-dim",
+    16,
+    "--decoder-embed-dim",
+    16,
+    "--encoder-ffn-embed-dim",
+    32,
+    "--decoder-ffn-embed-dim",
+    32,
+    "--encoder-attention-heads",
+    2,
+    "--decoder-attention-heads",
+    2,
+    "--share-all-embeddings",
+    "--dropout",
+    0,
+]
 VOCAB = 30
 
 
@@ -352,10 +367,23 @@ def test_the_training_model_and_criterion_run_in_half_precision():
 # ------------------------------------------------------------------ RoBERTa (sentence_prediction)
 
 ROBERTA = [
-    "--encoder-layers", 2, "--encoder-embed-dim", 16, "--encoder-ffn-embed-dim", 32,
-    "--encoder-attention-heads", 2, "--max-positions", 32, "--dropout", 0,
-    "--attention-dropout", 0, "--pooler-dropout", 0,
-]  # fmt: skip
+    "--encoder-layers",
+    2,
+    "--encoder-embed-dim",
+    16,
+    "--encoder-ffn-embed-dim",
+    32,
+    "--encoder-attention-heads",
+    2,
+    "--max-positions",
+    32,
+    "--dropout",
+    0,
+    "--attention-dropout",
+    0,
+    "--pooler-dropout",
+    0,
+]
 HEAD = "sentence_classification_head"
 
 

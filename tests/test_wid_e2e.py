@@ -14,21 +14,55 @@ import torch
 import lightcompress.plugin  # noqa: F401  (allow-lists fairseq checkpoints for torch.load)
 
 SCHEDULE = [
-    "--dawid-calib-tokens", "256", "--dawid-target-sparsity", "0.3",
-    "--dawid-distill-updates", "3", "--dawid-sparsity-warmup", "6",
-    "--dawid-structure-updates", "3",
-]  # fmt: skip
+    "--dawid-calib-tokens",
+    "256",
+    "--dawid-target-sparsity",
+    "0.3",
+    "--dawid-distill-updates",
+    "3",
+    "--dawid-sparsity-warmup",
+    "6",
+    "--dawid-structure-updates",
+    "3",
+]
 
 
 def _dawid_train(data, teacher, save_dir, extra=(), check=True, max_update=12):
     args = [
-        data, "--user-dir", harness.USER_DIR, "--cpu", "--task", "translation",
-        "--arch", "dawid", "--dawid-teacher", teacher, "--criterion", "dawid",
-        "--optimizer", "adam", "--lr", "0.02", "--max-tokens", "400",
-        "--max-update", str(max_update), "--save-dir", save_dir, "--no-progress-bar",
-        "--log-format", "simple", "--log-interval", "4", "--num-workers", "0", "--seed", "1",
-        "--no-epoch-checkpoints", *harness.NO_PREFETCH,
-    ]  # fmt: skip
+        data,
+        "--user-dir",
+        harness.USER_DIR,
+        "--cpu",
+        "--task",
+        "translation",
+        "--arch",
+        "dawid",
+        "--dawid-teacher",
+        teacher,
+        "--criterion",
+        "dawid",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.02",
+        "--max-tokens",
+        "400",
+        "--max-update",
+        str(max_update),
+        "--save-dir",
+        save_dir,
+        "--no-progress-bar",
+        "--log-format",
+        "simple",
+        "--log-interval",
+        "4",
+        "--num-workers",
+        "0",
+        "--seed",
+        "1",
+        "--no-epoch-checkpoints",
+        *harness.NO_PREFETCH,
+    ]
     return harness.run_cli("fairseq-train", args + SCHEDULE + list(extra), check=check)
 
 
@@ -42,11 +76,25 @@ def wid_data(tmp_path_factory):
     raw = harness.make_parallel_corpus(str(root / "raw"), n_train=300, n_valid=20, n_test=40)
     main(
         options.get_preprocessing_parser().parse_args(
-            ["--source-lang", "de", "--target-lang", "en", "--trainpref", f"{raw}/train",
-             "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
-             "--destdir", str(root / "bin"), "--workers", "1", "--joined-dictionary"]
+            [
+                "--source-lang",
+                "de",
+                "--target-lang",
+                "en",
+                "--trainpref",
+                f"{raw}/train",
+                "--validpref",
+                f"{raw}/valid",
+                "--testpref",
+                f"{raw}/test",
+                "--destdir",
+                str(root / "bin"),
+                "--workers",
+                "1",
+                "--joined-dictionary",
+            ]
         )
-    )  # fmt: skip
+    )
     return str(root / "bin")
 
 
@@ -197,9 +245,15 @@ def _lightformer_teacher(wid_data, path):
     from lightcompress.build import build_model_without_data, parse_model_args
 
     flags = [str(a) for a in harness.tiny_arch_args("transformer")[2:]] + [
-        "--lc-rank", "4", "--lc-embed-rank", "8", "--lc-encoder-groups", "1",
-        "--lc-decoder-groups", "1",
-    ]  # fmt: skip
+        "--lc-rank",
+        "4",
+        "--lc-embed-rank",
+        "8",
+        "--lc-encoder-groups",
+        "1",
+        "--lc-decoder-groups",
+        "1",
+    ]
     args = parse_model_args("lightformer", flags)
     model = build_model_without_data(args, Dictionary.load(os.path.join(wid_data, "dict.de.txt")))
     torch.save({"args": None, "cfg": {"model": args}, "model": model.state_dict()}, path)
@@ -315,13 +369,28 @@ def test_a_dawid_training_checkpoint_is_not_translated_but_named_for_fusion(
 
     ckpt = os.path.join(wid_student[0], "checkpoint_last.pt")
     env = dict(os.environ, PYTHONPATH=harness.SOURCES, PYTHONWARNINGS="ignore")
-    for module, extra in (("lightcompress.deploy.torch_translator", []),
-                          ("lightcompress.deploy.ct2", ["-o", str(tmp_path / "ct2")])):  # fmt: skip
+    for module, extra in (
+        ("lightcompress.deploy.torch_translator", []),
+        ("lightcompress.deploy.ct2", ["-o", str(tmp_path / "ct2")]),
+    ):
         proc = subprocess.run(
-            [sys.executable, "-c", f"from {module} import cli_main; cli_main()", "--path", ckpt,
-             "--data", wid_data, *extra],
-            input="5 6 7\n", capture_output=True, text=True, timeout=300, check=False, env=env,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                f"from {module} import cli_main; cli_main()",
+                "--path",
+                ckpt,
+                "--data",
+                wid_data,
+                *extra,
+            ],
+            input="5 6 7\n",
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            env=env,
+        )
         err = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(err) == 1, (module, proc.stderr[-800:])
         assert "dawid" in err[0].lower() and "Error" not in err[0].split(":")[0], err

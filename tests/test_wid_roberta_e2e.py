@@ -14,8 +14,18 @@ import torch
 
 import lightcompress.plugin  # noqa: F401  (allow-lists fairseq checkpoints for torch.load)
 
-GLUE_FLAGS = ["--task", "sentence_prediction", "--num-classes", "2", "--max-positions", "64",
-              "--init-token", "0", "--separator-token", "2"]  # fmt: skip
+GLUE_FLAGS = [
+    "--task",
+    "sentence_prediction",
+    "--num-classes",
+    "2",
+    "--max-positions",
+    "64",
+    "--init-token",
+    "0",
+    "--separator-token",
+    "2",
+]
 
 
 def _preprocess(raw, dest, field):
@@ -24,9 +34,18 @@ def _preprocess(raw, dest, field):
     from fairseq_cli.preprocess import main
 
     args = options.get_preprocessing_parser().parse_args(
-        ["--only-source", "--trainpref", f"{raw}/train.{field}", "--validpref",
-         f"{raw}/valid.{field}", "--destdir", f"{dest}/{field}", "--workers", "1"]
-    )  # fmt: skip
+        [
+            "--only-source",
+            "--trainpref",
+            f"{raw}/train.{field}",
+            "--validpref",
+            f"{raw}/valid.{field}",
+            "--destdir",
+            f"{dest}/{field}",
+            "--workers",
+            "1",
+        ]
+    )
     main(args)
 
 
@@ -56,10 +75,20 @@ def glue_like(tmp_path_factory):
     dictionary = SentencePredictionTask.load_dictionary(str(root / "bin" / "input0" / "dict.txt"))
     args = parse_model_args(
         "roberta",
-        ["--encoder-layers", "2", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-         "--encoder-attention-heads", "2", "--max-positions", "64"],
+        [
+            "--encoder-layers",
+            "2",
+            "--encoder-embed-dim",
+            "32",
+            "--encoder-ffn-embed-dim",
+            "64",
+            "--encoder-attention-heads",
+            "2",
+            "--max-positions",
+            "64",
+        ],
         task="sentence_prediction",
-    )  # fmt: skip
+    )
     torch.manual_seed(0)
     teacher = build_model_without_data(args, dictionary)
     teacher.register_classification_head("sentence_classification_head", num_classes=2)
@@ -77,14 +106,49 @@ def test_dawid_roberta_trains_fuses_and_the_fused_model_validates_alike(
     save_dir = str(tmp_path / "student")
     train = harness.run_cli(
         "fairseq-train",
-        [data, "--user-dir", harness.USER_DIR, "--cpu", *GLUE_FLAGS, "--arch", "dawid_roberta",
-         "--dawid-teacher", teacher, "--criterion", "dawid", "--dawid-calib-tokens", "64",
-         "--dawid-target-sparsity", "0.3", "--dawid-distill-updates", "2",
-         "--dawid-sparsity-warmup", "4", "--dawid-structure-updates", "2", "--optimizer", "adam",
-         "--lr", "0.01", "--batch-size", "16", "--max-update", "10", "--save-dir", save_dir,
-         "--no-progress-bar", "--log-format", "simple", "--num-workers", "0", "--seed", "1",
-         "--no-epoch-checkpoints", *harness.NO_PREFETCH],
-    )  # fmt: skip
+        [
+            data,
+            "--user-dir",
+            harness.USER_DIR,
+            "--cpu",
+            *GLUE_FLAGS,
+            "--arch",
+            "dawid_roberta",
+            "--dawid-teacher",
+            teacher,
+            "--criterion",
+            "dawid",
+            "--dawid-calib-tokens",
+            "64",
+            "--dawid-target-sparsity",
+            "0.3",
+            "--dawid-distill-updates",
+            "2",
+            "--dawid-sparsity-warmup",
+            "4",
+            "--dawid-structure-updates",
+            "2",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "0.01",
+            "--batch-size",
+            "16",
+            "--max-update",
+            "10",
+            "--save-dir",
+            save_dir,
+            "--no-progress-bar",
+            "--log-format",
+            "simple",
+            "--num-workers",
+            "0",
+            "--seed",
+            "1",
+            "--no-epoch-checkpoints",
+            *harness.NO_PREFETCH,
+        ],
+    )
     trained = re.findall(r"valid on 'valid' subset .*\| accuracy ([0-9.]+)", train.stdout)
     assert trained, train.stdout[-3000:]
     state = torch.load(os.path.join(save_dir, "checkpoint_last.pt"), map_location="cpu")
@@ -100,10 +164,24 @@ def test_dawid_roberta_trains_fuses_and_the_fused_model_validates_alike(
     assert "dawid_roberta_fused" in report and "encoder-layer parameters" in report
     validate = harness.run_cli(
         "fairseq-validate",
-        [data, "--user-dir", harness.USER_DIR, "--cpu", *GLUE_FLAGS, "--criterion",
-         "sentence_prediction", "--path", fused, "--batch-size", "16", "--valid-subset", "valid",
-         "--num-workers", "0"],
-    )  # fmt: skip
+        [
+            data,
+            "--user-dir",
+            harness.USER_DIR,
+            "--cpu",
+            *GLUE_FLAGS,
+            "--criterion",
+            "sentence_prediction",
+            "--path",
+            fused,
+            "--batch-size",
+            "16",
+            "--valid-subset",
+            "valid",
+            "--num-workers",
+            "0",
+        ],
+    )
     fused_acc = re.findall(
         r"valid on 'valid' subset .*\| accuracy ([0-9.]+)", validate.stdout + validate.stderr
     )
@@ -131,8 +209,18 @@ def test_dawid_roberta_trains_fuses_and_the_fused_model_validates_alike(
     vocab = model.encoder.sentence_encoder.embed_tokens.weight.shape[0]
     with open(fused + ".shapes.json") as f:
         shapes = f.read().strip()
-    argv = ["--arch", "dawid_roberta_fused", "--vocab-size", str(vocab), "--dawid-shapes", shapes,
-            "--num-classes", "2", "--max-positions", "64"]  # fmt: skip
+    argv = [
+        "--arch",
+        "dawid_roberta_fused",
+        "--vocab-size",
+        str(vocab),
+        "--dawid-shapes",
+        shapes,
+        "--num-classes",
+        "2",
+        "--max-positions",
+        "64",
+    ]
     assert params_main(argv) == 0
     from_arch = json.loads(capsys.readouterr().out)
     keys = ("total", "embedding", "encoder", "decoder", "other", "non_embedding")

@@ -15,12 +15,21 @@ import yaml
 
 # the keys of flags a recipe adds that its config leaves to the run
 RUN_KEYS = {
-    "save_dir": "checkpoint", "finetune_from_model": "checkpoint", "user_dir": "common",
-    "cpu": "common", "fp16": "common", "distributed_world_size": "distributed_training",
+    "save_dir": "checkpoint",
+    "finetune_from_model": "checkpoint",
+    "user_dir": "common",
+    "cpu": "common",
+    "fp16": "common",
+    "distributed_world_size": "distributed_training",
     "admin_profile_file": "model",
-}  # fmt: skip
-NAMES = {"task": "task", "arch": "model", "criterion": "criterion", "optimizer": "optimizer",
-         "lr_scheduler": "lr_scheduler"}  # fmt: skip
+}
+NAMES = {
+    "task": "task",
+    "arch": "model",
+    "criterion": "criterion",
+    "optimizer": "optimizer",
+    "lr_scheduler": "lr_scheduler",
+}
 
 
 def flags_of(args):

@@ -133,89 +133,217 @@ class Package:
 
 
 PACKAGES: tuple[Package, ...] = (
-    Package("django", "5.2.19", "django-5.2.19-py3-none-any.whl",
-            "5965d974a5218a2b68a11dd1276434707f23886525c23f0598eccedaf4f4ca00",
-            "BSD-3-Clause", "BSD"),
-    Package("wagtail", "8.0.1", "wagtail-8.0.1-py3-none-any.whl",
-            "1e6ad5c7891a54efce1400e168298b5a2cc343b642cee89c31bf5ec30c98b26c",
-            "BSD-3-Clause", "BSD"),
-    Package("sphinx", "9.0.4", "sphinx-9.0.4-py3-none-any.whl",
-            "5bebc595a5e943ea248b99c13814c1c5e10b3ece718976824ffa7959ff95fffb",
-            "BSD-2-Clause", "BSD"),
-    Package("indico", "3.2.9", "indico-3.2.9-py3-none-any.whl",
-            "194d2e31ccaabd2b9af7809e67d60d942faee35a6b4de36f0c2c280a32ed84c3",
-            "MIT", "MIT"),
-    Package("jupyterlab-language-pack-de-DE", "4.5.post3",
-            "jupyterlab_language_pack_de_de-4.5.post3-py2.py3-none-any.whl",
-            "b716b56f7e0c884f42152d5e36c253ea0f32ca41f99097d842d3934f4a4bc7fb",
-            "BSD-3-Clause", "BSD"),
-    Package("trac", "1.6", "Trac-1.6-py3-none-any.whl",
-            "5ff2f3394ebee7cc5b8ee465871cfdecb78ee492a74215b47b6d9ddbcc93b5f7",
-            "BSD-3-Clause", "BSD"),
-    Package("horizon", "27.0.0", "horizon-27.0.0-py3-none-any.whl",
-            "8a981dae4fb6626e71553aa185f6e429b0b1efb86b04b0a72c3b18ee04f1f990",
-            "Apache-2.0", "Apache"),
-    Package("django-cms", "5.1.3", "django_cms-5.1.3-py3-none-any.whl",
-            "acf31919aab389d2bea253efa97a901bf55e96046a252f23a7a742e495848a5e",
-            "BSD-3-Clause", "BSD"),
-    Package("flask-appbuilder", "5.3.0", "flask_appbuilder-5.3.0-py3-none-any.whl",
-            "85d7c9520402848d864ac91672e19c921ca518ddc9b840d631ed6c04306b89ed",
-            "BSD-3-Clause", "BSD"),
-    Package("django-allauth", "65.21.1", "django_allauth-65.21.1-py3-none-any.whl",
-            "7bdf018c9f3f0a32c80677f84e7777272d9c833b180bd6734314c4831c802a9e",
-            "MIT", "MIT"),
-    Package("django-oscar", "4.2.1", "django_oscar-4.2.1-py3-none-any.whl",
-            "adbb95ea0130859c204cc6fb221052d6d437ecbaa90800e8418a809f72645e9c",
-            "BSD-3-Clause", "BSD"),
-    Package("apache-superset", "6.1.0", "apache_superset-6.1.0-py3-none-any.whl",
-            "4b5886b2d6389a32df790aeae2532ad72529bce1af93b6edf2d1b2a8bf658748",
-            "Apache-2.0", "Apache"),
-    Package("zope.app.locales", "6.0", "zope_app_locales-6.0-py3-none-any.whl",
-            "3c29d7a5dee1ef94cb5c954c6feb219daac9ba51c9061125ffd514bbafa625fe",
-            "ZPL-2.1", "ZPL"),
-    Package("flask-admin", "2.2.1", "flask_admin-2.2.1-py3-none-any.whl",
-            "a0533fd1968543fc621733316bb9c30774b501c119816f1e83d7dcedacb99895",
-            "BSD-3-Clause", "BSD"),
-    Package("djangorestframework", "3.18.3", "djangorestframework-3.18.3-py3-none-any.whl",
-            "8544bb674846731b1e3c9b309236ee1dc412905a0aa725be2ec193ca950a7d12",
-            "BSD-3-Clause", "BSD"),
-    Package("django-filer", "3.6.0", "django_filer-3.6.0-py3-none-any.whl",
-            "b441e081f0f5688d234815bd0421a1bafa10217eac31bdfe7c3ef3b092430bb3",
-            "BSD-3-Clause", "BSD"),
-    Package("django-debug-toolbar", "8.0.0", "django_debug_toolbar-8.0.0-py3-none-any.whl",
-            "329dfd6e1c26d9b4501a5cc69294c8bb734206ccb1bd36e96afc4d14128b630a",
-            "BSD-3-Clause", "BSD"),
-    Package("django-localflavor", "5.1", "django_localflavor-5.1-py3-none-any.whl",
-            "33a0b5418c99c733e87fd949e08ba3c6ccf7e7a9edd1458dac15586701b2cd90",
-            "BSD-3-Clause", "BSD"),
-    Package("django-two-factor-auth", "1.18.1",
-            "django_two_factor_auth-1.18.1-py3-none-any.whl",
-            "ccc9cee10be880037914e572389be6dcae93947709a8a9ff01fb23f7dee254f2",
-            "MIT", "MIT"),
-    Package("nova", "34.0.0", "nova-34.0.0-py3-none-any.whl",
-            "8b46997836961762608e6e46e6d4945325d8a1fb8004e79e552e55839061f10c",
-            "Apache-2.0", "Apache"),
-    Package("keystone", "30.0.0", "keystone-30.0.0-py3-none-any.whl",
-            "d0fa097278b1c1eda5b2c727766322a6a8afac0ed848d3104253855d4d483515",
-            "Apache-2.0", "Apache"),
-    Package("manila-ui", "16.0.0", "manila_ui-16.0.0-py3-none-any.whl",
-            "b05f56cc010900aa451412288d077f3a485132851999d41cb36209ed7eb5e738",
-            "Apache-2.0", "Apache"),
-    Package("octavia-dashboard", "18.0.0", "octavia_dashboard-18.0.0-py3-none-any.whl",
-            "90c1cfbeac0a9bfe4905be62b4bee35a56291d5bd7c4acbcd8802b0ab968fa90",
-            "Apache-2.0", "Apache"),
-    Package("neutron-vpnaas-dashboard", "15.0.0",
-            "neutron_vpnaas_dashboard-15.0.0-py3-none-any.whl",
-            "ab0c7ca497c04ce0bdc8ffe99c9f6c61c01873cf0dd56d399a19bd6ffd31ffef",
-            "Apache-2.0", "Apache"),
-    Package("heat-dashboard", "16.0.0", "heat_dashboard-16.0.0-py3-none-any.whl",
-            "205e17a8fb2a24165f3fc1b8ae9c491470e7ea3ef4cda33272c96114d88887d8",
-            "Apache-2.0", "Apache"),
+    Package(
+        "django",
+        "5.2.19",
+        "django-5.2.19-py3-none-any.whl",
+        "5965d974a5218a2b68a11dd1276434707f23886525c23f0598eccedaf4f4ca00",
+        "BSD-3-Clause",
+        "BSD",
+    ),
+    Package(
+        "wagtail",
+        "8.0.1",
+        "wagtail-8.0.1-py3-none-any.whl",
+        "1e6ad5c7891a54efce1400e168298b5a2cc343b642cee89c31bf5ec30c98b26c",
+        "BSD-3-Clause",
+        "BSD",
+    ),
+    Package(
+        "sphinx",
+        "9.0.4",
+        "sphinx-9.0.4-py3-none-any.whl",
+        "5bebc595a5e943ea248b99c13814c1c5e10b3ece718976824ffa7959ff95fffb",
+        "BSD-2-Clause",
+        "BSD",
+    ),
+    Package(
+        "indico",
+        "3.2.9",
+        "indico-3.2.9-py3-none-any.whl",
+        "194d2e31ccaabd2b9af7809e67d60d942faee35a6b4de36f0c2c280a32ed84c3",
+        "MIT",
+        "MIT",
+    ),
+    Package(
+        "jupyterlab-language-pack-de-DE",
+        "4.5.post3",
+        "jupyterlab_language_pack_de_de-4.5.post3-py2.py3-none-any.whl",
+        "b716b56f7e0c884f42152d5e36c253ea0f32ca41f99097d842d3934f4a4bc7fb",
+        "BSD-3-Clause",
+        "BSD",
+    ),
+    Package(
+        "trac",
+        "1.6",
+        "Trac-1.6-py3-none-any.whl",
+        "5ff2f3394ebee7cc5b8ee465871cfdecb78ee492a74215b47b6d9ddbcc93b5f7",
+        "BSD-3-Clause",
+        "BSD",
+    ),
+    Package(
+        "horizon",
+        "27.0.0",
+        "horizon-27.0.0-py3-none-any.whl",
+        "8a981dae4fb6626e71553aa185f6e429b0b1efb86b04b0a72c3b18ee04f1f990",
+        "Apache-2.0",
+        "Apache",
+    ),
+    Package(
+        "django-cms",
+        "5.1.3",
+        "django_cms-5.1.3-py3-none-any.whl",
+        "acf31919aab389d2bea253efa97a901bf55e96046a252f23a7a742e495848a5e",
+        "BSD-3-Clause",
+        "BSD",
+    ),
+    Package(
+        "flask-appbuilder",
+        "5.3.0",
+        "flask_appbuilder-5.3.0-py3-none-any.whl",
+        "85d7c9520402848d864ac91672e19c921ca518ddc9b840d631ed6c04306b89ed",
+        "BSD-3-Clause",
+        "BSD",
+    ),
+    Package(
+        "django-allauth",
+        "65.21.1",
+        "django_allauth-65.21.1-py3-none-any.whl",
+        "7bdf018c9f3f0a32c80677f84e7777272d9c833b180bd6734314c4831c802a9e",
+        "MIT",
+        "MIT",
+    ),
+    Package(
+        "django-oscar",
+        "4.2.1",
+        "django_oscar-4.2.1-py3-none-any.whl",
+        "adbb95ea0130859c204cc6fb221052d6d437ecbaa90800e8418a809f72645e9c",
+        "BSD-3-Clause",
+        "BSD",
+    ),
+    Package(
+        "apache-superset",
+        "6.1.0",
+        "apache_superset-6.1.0-py3-none-any.whl",
+        "4b5886b2d6389a32df790aeae2532ad72529bce1af93b6edf2d1b2a8bf658748",
+        "Apache-2.0",
+        "Apache",
+    ),
+    Package(
+        "zope.app.locales",
+        "6.0",
+        "zope_app_locales-6.0-py3-none-any.whl",
+        "3c29d7a5dee1ef94cb5c954c6feb219daac9ba51c9061125ffd514bbafa625fe",
+        "ZPL-2.1",
+        "ZPL",
+    ),
+    Package(
+        "flask-admin",
+        "2.2.1",
+        "flask_admin-2.2.1-py3-none-any.whl",
+        "a0533fd1968543fc621733316bb9c30774b501c119816f1e83d7dcedacb99895",
+        "BSD-3-Clause",
+        "BSD",
+    ),
+    Package(
+        "djangorestframework",
+        "3.18.3",
+        "djangorestframework-3.18.3-py3-none-any.whl",
+        "8544bb674846731b1e3c9b309236ee1dc412905a0aa725be2ec193ca950a7d12",
+        "BSD-3-Clause",
+        "BSD",
+    ),
+    Package(
+        "django-filer",
+        "3.6.0",
+        "django_filer-3.6.0-py3-none-any.whl",
+        "b441e081f0f5688d234815bd0421a1bafa10217eac31bdfe7c3ef3b092430bb3",
+        "BSD-3-Clause",
+        "BSD",
+    ),
+    Package(
+        "django-debug-toolbar",
+        "8.0.0",
+        "django_debug_toolbar-8.0.0-py3-none-any.whl",
+        "329dfd6e1c26d9b4501a5cc69294c8bb734206ccb1bd36e96afc4d14128b630a",
+        "BSD-3-Clause",
+        "BSD",
+    ),
+    Package(
+        "django-localflavor",
+        "5.1",
+        "django_localflavor-5.1-py3-none-any.whl",
+        "33a0b5418c99c733e87fd949e08ba3c6ccf7e7a9edd1458dac15586701b2cd90",
+        "BSD-3-Clause",
+        "BSD",
+    ),
+    Package(
+        "django-two-factor-auth",
+        "1.18.1",
+        "django_two_factor_auth-1.18.1-py3-none-any.whl",
+        "ccc9cee10be880037914e572389be6dcae93947709a8a9ff01fb23f7dee254f2",
+        "MIT",
+        "MIT",
+    ),
+    Package(
+        "nova",
+        "34.0.0",
+        "nova-34.0.0-py3-none-any.whl",
+        "8b46997836961762608e6e46e6d4945325d8a1fb8004e79e552e55839061f10c",
+        "Apache-2.0",
+        "Apache",
+    ),
+    Package(
+        "keystone",
+        "30.0.0",
+        "keystone-30.0.0-py3-none-any.whl",
+        "d0fa097278b1c1eda5b2c727766322a6a8afac0ed848d3104253855d4d483515",
+        "Apache-2.0",
+        "Apache",
+    ),
+    Package(
+        "manila-ui",
+        "16.0.0",
+        "manila_ui-16.0.0-py3-none-any.whl",
+        "b05f56cc010900aa451412288d077f3a485132851999d41cb36209ed7eb5e738",
+        "Apache-2.0",
+        "Apache",
+    ),
+    Package(
+        "octavia-dashboard",
+        "18.0.0",
+        "octavia_dashboard-18.0.0-py3-none-any.whl",
+        "90c1cfbeac0a9bfe4905be62b4bee35a56291d5bd7c4acbcd8802b0ab968fa90",
+        "Apache-2.0",
+        "Apache",
+    ),
+    Package(
+        "neutron-vpnaas-dashboard",
+        "15.0.0",
+        "neutron_vpnaas_dashboard-15.0.0-py3-none-any.whl",
+        "ab0c7ca497c04ce0bdc8ffe99c9f6c61c01873cf0dd56d399a19bd6ffd31ffef",
+        "Apache-2.0",
+        "Apache",
+    ),
+    Package(
+        "heat-dashboard",
+        "16.0.0",
+        "heat_dashboard-16.0.0-py3-none-any.whl",
+        "205e17a8fb2a24165f3fc1b8ae9c491470e7ea3ef4cda33272c96114d88887d8",
+        "Apache-2.0",
+        "Apache",
+    ),
     # No wheel and no licence metadata: the licence is read from COPYING.txt (MIT).
-    Package("roundup", "2.6.0", "roundup-2.6.0.tar.gz",
-            "12fd8fb806047415f22131f965c6ab4026a28dc63f7054e055c8f891950591d4",
-            "MIT", "MIT licensed", licence_file="roundup-2.6.0/COPYING.txt"),
-)  # fmt: skip
+    Package(
+        "roundup",
+        "2.6.0",
+        "roundup-2.6.0.tar.gz",
+        "12fd8fb806047415f22131f965c6ab4026a28dc63f7054e055c8f891950591d4",
+        "MIT",
+        "MIT licensed",
+        licence_file="roundup-2.6.0/COPYING.txt",
+    ),
+)
 
 DEFAULT_TEST_PACKAGES = ("trac",)
 DEFAULT_VALID_PACKAGES = ("zope.app.locales",)
@@ -699,9 +827,21 @@ def download(packages: Sequence[Package], cache: Path, python: str) -> dict[str,
             continue
         req = cache / f".requirements-{kind}.txt"
         req.write_text("".join(f"{p.name}=={p.version} --hash=sha256:{p.sha256}\n" for p in todo))
-        cmd = [python, "-m", "pip", "download", "--no-deps", "--require-hashes",
-               "--ignore-requires-python", "--disable-pip-version-check", "-q",
-               "-d", str(cache), "-r", str(req)]  # fmt: skip
+        cmd = [
+            python,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--require-hashes",
+            "--ignore-requires-python",
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+            str(cache),
+            "-r",
+            str(req),
+        ]
         if kind == "wheel":
             cmd.insert(4, "--only-binary=:all:")
         else:
@@ -828,10 +968,24 @@ def write_corpus(
             )
 
     print(f"[{tag}] fairseq-preprocess {args.src}->{args.tgt}")
-    cmd = [_tool("fairseq-preprocess"), "--source-lang", args.src, "--target-lang", args.tgt,
-           "--trainpref", str(tmp / "spm" / "train"), "--validpref", str(tmp / "spm" / "valid"),
-           "--testpref", str(tmp / "spm" / "test"), "--destdir", str(tmp / "bin"),
-           "--joined-dictionary", "--workers", str(args.workers)]  # fmt: skip
+    cmd = [
+        _tool("fairseq-preprocess"),
+        "--source-lang",
+        args.src,
+        "--target-lang",
+        args.tgt,
+        "--trainpref",
+        str(tmp / "spm" / "train"),
+        "--validpref",
+        str(tmp / "spm" / "valid"),
+        "--testpref",
+        str(tmp / "spm" / "test"),
+        "--destdir",
+        str(tmp / "bin"),
+        "--joined-dictionary",
+        "--workers",
+        str(args.workers),
+    ]
     res = subprocess.run(cmd, check=False, capture_output=True, text=True)
     (tmp / "bin").mkdir(exist_ok=True)
     (tmp / "bin" / "preprocess.log").write_text(res.stdout + res.stderr)
@@ -876,9 +1030,11 @@ def write_corpus(
         os.replace(tmp / name, dest)
     shutil.rmtree(tmp)
     marker.write_text(fp + "\n")  # written last
-    print(f"[{tag}] done in {time.time() - t0:.0f}s: "
-          + ", ".join(f"{s} {n}" for s, n in stats["pairs"].items())
-          + f" pairs, spm vocab {stats['spm_vocab_size']}, dict {dict_size} -> {out}")  # fmt: skip
+    print(
+        f"[{tag}] done in {time.time() - t0:.0f}s: "
+        + ", ".join(f"{s} {n}" for s, n in stats["pairs"].items())
+        + f" pairs, spm vocab {stats['spm_vocab_size']}, dict {dict_size} -> {out}"
+    )
     return stats
 
 
@@ -901,8 +1057,10 @@ def build(args: argparse.Namespace) -> int:
     fp = fingerprint(args, packages)
     if marker.exists() and not args.force:
         if marker.read_text().strip() == fp:
-            print(f"[po_corpus] {out} is complete (fingerprint {fp}); nothing to do "
-                  "(--force rebuilds)")  # fmt: skip
+            print(
+                f"[po_corpus] {out} is complete (fingerprint {fp}); nothing to do "
+                "(--force rebuilds)"
+            )
             return 0
         print(f"[po_corpus] {out} was built with other settings; rebuilding")
 
@@ -915,20 +1073,50 @@ def build(args: argparse.Namespace) -> int:
         if not files:
             raise SystemExit(f"{p.name}: no German catalog found in {p.filename}")
         cleaned = list(clean_pairs(raw, max_tokens=args.max_tokens))
-        print(f"[po_corpus] {p.name:32s} {len(files):3d} catalogs {len(raw):6d} raw pairs "
-              f"{len(cleaned):6d} clean -> {split_of[p.name]}")  # fmt: skip
+        print(
+            f"[po_corpus] {p.name:32s} {len(files):3d} catalogs {len(raw):6d} raw pairs "
+            f"{len(cleaned):6d} clean -> {split_of[p.name]}"
+        )
         per_package[p.name] = cleaned
         sources.append((p, licence_meta, len(files), len(raw)))
 
     key_side = 1 if args.src == "de" else 0  # pairs are (english, german)
     splits, contributed = build_splits(per_package, split_of, key_side=key_side)
-    header = ("package", "version", "licence", "licence_metadata", "url", "file", "sha256",
-              "catalogs", "raw_pairs", "split", "train", "valid", "test")  # fmt: skip
+    header = (
+        "package",
+        "version",
+        "licence",
+        "licence_metadata",
+        "url",
+        "file",
+        "sha256",
+        "catalogs",
+        "raw_pairs",
+        "split",
+        "train",
+        "valid",
+        "test",
+    )
     rows = []
     for p, meta, n_files, n_raw in sources:
         c = contributed[p.name]
-        rows.append((p.name, p.version, p.licence, meta, p.url, p.filename, p.sha256, n_files,
-                     n_raw, split_of[p.name], c["train"], c["valid"], c["test"]))  # fmt: skip
+        rows.append(
+            (
+                p.name,
+                p.version,
+                p.licence,
+                meta,
+                p.url,
+                p.filename,
+                p.sha256,
+                n_files,
+                n_raw,
+                split_of[p.name],
+                c["train"],
+                c["valid"],
+                c["test"],
+            )
+        )
     write_corpus(out, splits, args, fp, header, rows, split_of, t0)
     return 0
 
@@ -948,14 +1136,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=Path("data/po-corpus"),
         help="output directory (default: %(default)s)",
     )
-    ap.add_argument("--cache", type=Path, default=None,
-                    help="download cache (default: OUT/downloads)")  # fmt: skip
-    ap.add_argument("--packages", type=_csv, default=None,
-                    help="comma-separated subset of the pinned packages (default: all)")  # fmt: skip
-    ap.add_argument("--valid-packages", type=_csv, default=list(DEFAULT_VALID_PACKAGES),
-                    help="comma-separated packages forming the validation split (default: zope.app.locales)")  # fmt: skip
-    ap.add_argument("--test-packages", type=_csv, default=list(DEFAULT_TEST_PACKAGES),
-                    help="comma-separated packages forming the test split (default: trac)")  # fmt: skip
+    ap.add_argument(
+        "--cache", type=Path, default=None, help="download cache (default: OUT/downloads)"
+    )
+    ap.add_argument(
+        "--packages",
+        type=_csv,
+        default=None,
+        help="comma-separated subset of the pinned packages (default: all)",
+    )
+    ap.add_argument(
+        "--valid-packages",
+        type=_csv,
+        default=list(DEFAULT_VALID_PACKAGES),
+        help="comma-separated packages forming the validation split (default: zope.app.locales)",
+    )
+    ap.add_argument(
+        "--test-packages",
+        type=_csv,
+        default=list(DEFAULT_TEST_PACKAGES),
+        help="comma-separated packages forming the test split (default: trac)",
+    )
     ap.add_argument(
         "--src",
         default="de",
@@ -968,20 +1169,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=("de", "en"),
         help="target language (default: %(default)s)",
     )
-    ap.add_argument("--vocab-size", type=int, default=4000,
-                    help="joint sentencepiece vocabulary size (default: %(default)s)")  # fmt: skip
-    ap.add_argument("--model-type", default="unigram", choices=("unigram", "bpe"),
-                    help="sentencepiece model type (default: %(default)s)")  # fmt: skip
-    ap.add_argument("--max-tokens", type=int, default=100,
-                    help="drop pairs with more whitespace tokens than this on either side (default: %(default)s)")  # fmt: skip
+    ap.add_argument(
+        "--vocab-size",
+        type=int,
+        default=4000,
+        help="joint sentencepiece vocabulary size (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--model-type",
+        default="unigram",
+        choices=("unigram", "bpe"),
+        help="sentencepiece model type (default: %(default)s)",
+    )
+    ap.add_argument(
+        "--max-tokens",
+        type=int,
+        default=100,
+        help="drop pairs with more whitespace tokens than this on either side (default: %(default)s)",
+    )
     ap.add_argument(
         "--workers",
         type=int,
         default=2,
         help="fairseq-preprocess workers (default: %(default)s)",
     )
-    ap.add_argument("--python", default=sys.executable,
-                    help="python whose pip downloads the packages (default: this one)")  # fmt: skip
+    ap.add_argument(
+        "--python",
+        default=sys.executable,
+        help="python whose pip downloads the packages (default: this one)",
+    )
     ap.add_argument("--force", action="store_true", help="rebuild even if OUT is complete")
     ap.add_argument("--list", action="store_true", help="print the pinned packages and exit")
     args = ap.parse_args(argv)

@@ -34,8 +34,9 @@ class BeforeAfterError(ValueError):
 
 def _run(argv, code_root, stdin=None, log=None) -> str:
     env = dict(os.environ, PYTHONPATH=code_root, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env,
-                          timeout=900, check=False)  # fmt: skip
+    proc = subprocess.run(
+        argv, input=stdin, capture_output=True, text=True, env=env, timeout=900, check=False
+    )
     if proc.returncode != 0:
         raise BeforeAfterError(
             f"{' '.join(map(str, argv[:4]))} ... failed (exit {proc.returncode}): "
@@ -47,8 +48,7 @@ def _run(argv, code_root, stdin=None, log=None) -> str:
 def unpack(rev: str, dest: str) -> str:
     """``rev`` of this repository's history, unpacked into ``dest``."""
     os.makedirs(dest, exist_ok=True)
-    archive = subprocess.run(["git", "-C", ROOT, "archive", rev], capture_output=True,
-                             check=False)  # fmt: skip
+    archive = subprocess.run(["git", "-C", ROOT, "archive", rev], capture_output=True, check=False)
     if archive.returncode != 0:
         raise BeforeAfterError(f"git archive {rev}: {archive.stderr.decode().strip()}")
     subprocess.run(["tar", "-x", "-C", dest], input=archive.stdout, check=True)
@@ -85,12 +85,56 @@ def side(code_root: str, name: str, out: str, data: str, ckpt: str, fam: str, sr
     for prec, flags in (("float32", []), ("int8", ["--int8", "all"])):
         export = os.path.join(out, name, f"{fam}-{prec}")
         if not os.path.exists(os.path.join(export, "MANIFEST.sha256")):
-            _run([sys.executable, "-c", EXPORT, "--path", ckpt, "--data", data, "-s", "de",
-                  "-t", "en", "-o", export, *flags], code_root)  # fmt: skip
-        res[prec] = _run([sys.executable, os.path.join(export, "translate.py"), export,
-                          "--tokenized", "--beam", "5"], code_root, stdin=src).splitlines()  # fmt: skip
-    res["torch"] = _run([sys.executable, "-c", TRANSLATE, "--path", ckpt, "--data", data, "-s",
-                         "de", "-t", "en", "--beam", "5"], code_root, stdin=src).splitlines()  # fmt: skip
+            _run(
+                [
+                    sys.executable,
+                    "-c",
+                    EXPORT,
+                    "--path",
+                    ckpt,
+                    "--data",
+                    data,
+                    "-s",
+                    "de",
+                    "-t",
+                    "en",
+                    "-o",
+                    export,
+                    *flags,
+                ],
+                code_root,
+            )
+        res[prec] = _run(
+            [
+                sys.executable,
+                os.path.join(export, "translate.py"),
+                export,
+                "--tokenized",
+                "--beam",
+                "5",
+            ],
+            code_root,
+            stdin=src,
+        ).splitlines()
+    res["torch"] = _run(
+        [
+            sys.executable,
+            "-c",
+            TRANSLATE,
+            "--path",
+            ckpt,
+            "--data",
+            data,
+            "-s",
+            "de",
+            "-t",
+            "en",
+            "--beam",
+            "5",
+        ],
+        code_root,
+        stdin=src,
+    ).splitlines()
     return res
 
 
@@ -105,22 +149,30 @@ def compare(before: str, after: str, out: str, families: list[str], updates: int
         def agree(x, y):
             return sum(p == q for p, q in zip(x, y)) / max(1, n)
 
-        rows.append({
-            "family": fam, "sentences": n,
-            "float32_same": b["float32"] == a["float32"], "torch_same": b["torch"] == a["torch"],
-            "torch_equals_export": a["torch"] == a["float32"],
-            "int8_agreement_before": round(agree(b["int8"], b["float32"]), 4),
-            "int8_agreement_after": round(agree(a["int8"], a["float32"]), 4),
-            "int8_same": b["int8"] == a["int8"],
-            "distinct_outputs": len(set(a["float32"])),
-        })  # fmt: skip
+        rows.append(
+            {
+                "family": fam,
+                "sentences": n,
+                "float32_same": b["float32"] == a["float32"],
+                "torch_same": b["torch"] == a["torch"],
+                "torch_equals_export": a["torch"] == a["float32"],
+                "int8_agreement_before": round(agree(b["int8"], b["float32"]), 4),
+                "int8_agreement_after": round(agree(a["int8"], a["float32"]), 4),
+                "int8_same": b["int8"] == a["int8"],
+                "distinct_outputs": len(set(a["float32"])),
+            }
+        )
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    lines = [("| family | sentences (distinct outputs) | float32 export: same lines | PyTorch path: "
-              "same lines | PyTorch = export (after) | int8 agreement before / after | int8: same lines |"),
-             "| --- | ---: | --- | --- | --- | ---: | --- |"]  # fmt: skip
+    lines = [
+        (
+            "| family | sentences (distinct outputs) | float32 export: same lines | PyTorch path: "
+            "same lines | PyTorch = export (after) | int8 agreement before / after | int8: same lines |"
+        ),
+        "| --- | ---: | --- | --- | --- | ---: | --- |",
+    ]
     for r in rows:
         lines.append(
             f"| {r['family']} | {r['sentences']} ({r['distinct_outputs']}) | "

@@ -41,9 +41,16 @@ def compare(args) -> list[dict]:
     """One row per export: ``{"export", "tokens", "seconds", "tokens_per_s", "speed",
     "same_output", "sentences"}`` (speed and same output against the first export)."""
     lines = sample_lines(args.input, args.num_sentences)
-    settings = {"beam": 5, "batch_size": args.batch_size, "threads": 1, "lenpen": 1.0,
-                "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
-                "shortlist": args.shortlist, "tokenized": args.tokenized}  # fmt: skip
+    settings = {
+        "beam": 5,
+        "batch_size": args.batch_size,
+        "threads": 1,
+        "lenpen": 1.0,
+        "max_len_a": args.max_len_a,
+        "max_len_b": args.max_len_b,
+        "shortlist": args.shortlist,
+        "tokenized": args.tokenized,
+    }
     try:
         translators = [runtime.OnnxTranslator(d, **settings) for d in args.exports]
         if translators[0].text_error:
@@ -67,14 +74,18 @@ def compare(args) -> list[dict]:
     tokens = [sum(len(h) + 1 for h in out) for out in outputs]  # (with EOS)
     rates = [n / seconds for n, seconds in zip(tokens, best)]
     for path, seconds, out, n, rate in zip(args.exports, best, outputs, tokens, rates):
-        rows.append({
-            "export": path, "tokens": n, "seconds": round(seconds, 4),
-            "tokens_per_s": round(rate, 1),
-            # (tokens/s against the first's: faster > 1, also where the outputs' lengths differ)
-            "speed": round(rate / rates[0], 3),
-            "same_output": sum(a == b for a, b in zip(outputs[0], out)),
-            "sentences": len(sources),
-        })  # fmt: skip
+        rows.append(
+            {
+                "export": path,
+                "tokens": n,
+                "seconds": round(seconds, 4),
+                "tokens_per_s": round(rate, 1),
+                # (tokens/s against the first's: faster > 1, also where the outputs' lengths differ)
+                "speed": round(rate / rates[0], 3),
+                "same_output": sum(a == b for a, b in zip(outputs[0], out)),
+                "sentences": len(sources),
+            }
+        )
     return rows
 
 
@@ -88,8 +99,11 @@ def _arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-len-a", type=float, default=1.2, help="default 1.2 (the benchmark's)")
     p.add_argument("--max-len-b", type=int, default=10, help="default 10 (the benchmark's)")
     p.add_argument("--shortlist", action="store_true", help="score each export's shortlist")
-    p.add_argument("--tokenized", action="store_true",
-                   help="--input is the data's subword tokens (space-separated)")  # fmt: skip
+    p.add_argument(
+        "--tokenized",
+        action="store_true",
+        help="--input is the data's subword tokens (space-separated)",
+    )
     p.add_argument("--json", help="also write the rows to this file")
     return p
 
@@ -106,8 +120,10 @@ def main(argv=None) -> int:
     except (CompareError, ProfileError) as exc:
         print(f"compare_exports.py: error: {exc}", file=sys.stderr)
         return 2
-    print(f"{len(rows)} exports, {args.num_sentences} sentences at most, batch {args.batch_size},"
-          f" beam 5, 1 thread, best of {args.runs}{', shortlist' if args.shortlist else ''}")  # fmt: skip
+    print(
+        f"{len(rows)} exports, {args.num_sentences} sentences at most, batch {args.batch_size},"
+        f" beam 5, 1 thread, best of {args.runs}{', shortlist' if args.shortlist else ''}"
+    )
     for r in rows:
         print(
             f"{r['export']}: {r['tokens_per_s']:.1f} tokens/s ({r['tokens']} tokens, "
@@ -116,8 +132,11 @@ def main(argv=None) -> int:
         )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"settings": {k: v for k, v in vars(args).items() if k != "json"},
-                       "rows": rows}, f, indent=1)  # fmt: skip
+            json.dump(
+                {"settings": {k: v for k, v in vars(args).items() if k != "json"}, "rows": rows},
+                f,
+                indent=1,
+            )
     return 0
 
 

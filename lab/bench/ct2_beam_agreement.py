@@ -82,10 +82,21 @@ def main(argv=None) -> int:
     sources = [ds[i]["source"] for i in range(n)]
     tgt = task.target_dictionary
     eos = tgt.eos()
-    gen = argparse.Namespace(beam=args.beam, lenpen=args.lenpen, min_len=1,
-                             max_len_a=args.max_len_a, max_len_b=args.max_len_b)  # fmt: skip
-    fairseq = SequenceGenerator([model], tgt, beam_size=args.beam, len_penalty=args.lenpen,
-                                max_len_a=args.max_len_a, max_len_b=args.max_len_b)  # fmt: skip
+    gen = argparse.Namespace(
+        beam=args.beam,
+        lenpen=args.lenpen,
+        min_len=1,
+        max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b,
+    )
+    fairseq = SequenceGenerator(
+        [model],
+        tgt,
+        beam_size=args.beam,
+        len_penalty=args.lenpen,
+        max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "ct2")
         try:
@@ -93,14 +104,28 @@ def main(argv=None) -> int:
         except LightcompressError as exc:
             print(f"ct2_beam_agreement: error: {exc}", file=sys.stderr)
             return 2
-        runner = CT2Runner(out, "float32", 1, task.source_dictionary, tgt,
-                           model.max_decoder_positions(), model.max_positions())  # fmt: skip
+        runner = CT2Runner(
+            out,
+            "float32",
+            1,
+            task.source_dictionary,
+            tgt,
+            model.max_decoder_positions(),
+            model.max_positions(),
+        )
         ct2 = runner.translate(sources, gen, batch_size=16)
     same, lower, higher = 0, [], []
     for src, hyp in zip(sources, ct2):
         with torch.inference_mode():
-            best = fairseq.generate([model], {"net_input": {
-                "src_tokens": src.unsqueeze(0), "src_lengths": torch.tensor([src.numel()])}})[0][0]  # fmt: skip
+            best = fairseq.generate(
+                [model],
+                {
+                    "net_input": {
+                        "src_tokens": src.unsqueeze(0),
+                        "src_lengths": torch.tensor([src.numel()]),
+                    }
+                },
+            )[0][0]
         ours = best["tokens"].tolist()[:-1]
         if hyp == ours:
             same += 1
@@ -108,16 +133,23 @@ def main(argv=None) -> int:
         gap = float(best["score"]) - _score(model, src, hyp, eos, args.lenpen)
         (lower if gap > 0 else higher).append(abs(gap))
     result = {
-        "checkpoint": args.path, "sentences": n, "beam": args.beam, "lenpen": args.lenpen,
-        "identical": same, "ct2_lower": len(lower), "ct2_higher": len(higher),
+        "checkpoint": args.path,
+        "sentences": n,
+        "beam": args.beam,
+        "lenpen": args.lenpen,
+        "identical": same,
+        "ct2_lower": len(lower),
+        "ct2_higher": len(higher),
         "largest_gap_lower": max(lower, default=0.0),
         "mean_gap_lower": sum(lower) / len(lower) if lower else 0.0,
         "largest_gap_higher": max(higher, default=0.0),
-    }  # fmt: skip
-    print(f"{n} sentences, beam {args.beam}, lenpen {args.lenpen}: {same} identical; "
-          f"CTranslate2's pick scores lower in fairseq's terms on {len(lower)} (largest gap "
-          f"{result['largest_gap_lower']:.3f}, mean {result['mean_gap_lower']:.3f}), higher on "
-          f"{len(higher)} (largest {result['largest_gap_higher']:.3f})")  # fmt: skip
+    }
+    print(
+        f"{n} sentences, beam {args.beam}, lenpen {args.lenpen}: {same} identical; "
+        f"CTranslate2's pick scores lower in fairseq's terms on {len(lower)} (largest gap "
+        f"{result['largest_gap_lower']:.3f}, mean {result['mean_gap_lower']:.3f}), higher on "
+        f"{len(higher)} (largest {result['largest_gap_higher']:.3f})"
+    )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)

@@ -65,8 +65,12 @@ def _machine() -> str:
 
 def _commit() -> str:
     try:
-        out = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"],
-                             capture_output=True, text=True, check=True)  # fmt: skip
+        out = subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -74,12 +78,38 @@ def _commit() -> str:
 
 def measure(args, batch: int, sentences: int, out: str) -> dict:
     """One interleaved ``measure_speed`` run at ``batch``; its JSON."""
-    cmd = [sys.executable, "-m", "lightcompress.measure.speed", "--path",
-           f"teacher={args.teacher},student={args.student}", "--data", args.data, "--natural",
-           "--num-sentences", str(sentences), "--timing-batch-size", str(batch), "--runs",
-           str(args.runs), "--threads", "1", "--beam", "5", "--max-len-a", "1.2",
-           "--max-len-b", "10", "--onnx", "--compare-int8", "--ct2", "--shortlist",
-           args.shortlist, "--quiet", "--json", out]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "lightcompress.measure.speed",
+        "--path",
+        f"teacher={args.teacher},student={args.student}",
+        "--data",
+        args.data,
+        "--natural",
+        "--num-sentences",
+        str(sentences),
+        "--timing-batch-size",
+        str(batch),
+        "--runs",
+        str(args.runs),
+        "--threads",
+        "1",
+        "--beam",
+        "5",
+        "--max-len-a",
+        "1.2",
+        "--max-len-b",
+        "10",
+        "--onnx",
+        "--compare-int8",
+        "--ct2",
+        "--shortlist",
+        args.shortlist,
+        "--quiet",
+        "--json",
+        out,
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -108,8 +138,11 @@ def ratios(speeds: dict) -> dict:
 
     out: dict = {"tokens_per_s": {}}
     for batch, rows in speeds.items():
-        rates = {f"{lab} {eng} {prec}": round(best_rate(r), 1) for (lab, eng, prec), r in
-                 sorted(rows.items()) if best_rate(r)}  # fmt: skip
+        rates = {
+            f"{lab} {eng} {prec}": round(best_rate(r), 1)
+            for (lab, eng, prec), r in sorted(rows.items())
+            if best_rate(r)
+        }
         out["tokens_per_s"][f"b{batch}"] = rates
         mine = best_rate(rows.get(("student", "onnxruntime+shortlist", "int8"), {}))
         for key, eng in ((f"b{batch}", "ctranslate2"), (f"b{batch}_vmap", "ctranslate2+shortlist")):
@@ -134,8 +167,9 @@ def export(args, work: str) -> tuple[str, str, str]:
         raise BenchError("the default export failed")
     if onnx_export.main([*common, "-o", f32]):
         raise BenchError("the float32 export failed")
-    if ct2.main(["--path", args.teacher, "--data", args.data, "-o", teacher_ct2,
-                 "--quantization", "int8"]):  # fmt: skip
+    if ct2.main(
+        ["--path", args.teacher, "--data", args.data, "-o", teacher_ct2, "--quantization", "int8"]
+    ):
         raise BenchError("the teacher's CTranslate2 export failed")
     return default, f32, teacher_ct2
 
@@ -143,8 +177,11 @@ def export(args, work: str) -> tuple[str, str, str]:
 def model_bytes(folder: str) -> int:
     """An export's model files: its graphs and weights (not the tokenizer, dictionaries,
     shortlist or the runtime's sources)."""
-    return sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder)
-               if n.endswith((".onnx", ".bin")))  # fmt: skip
+    return sum(
+        os.path.getsize(os.path.join(folder, n))
+        for n in os.listdir(folder)
+        if n.endswith((".onnx", ".bin"))
+    )
 
 
 def dir_bytes(folder: str) -> int:
@@ -159,9 +196,19 @@ def bleu_delta(args, default: str, f32: str) -> dict:
 
     out = {}
     for name, folder, shortlist in (("default", default, True), ("float32", f32, False)):
-        rows = translate_split(folder, args.data, args.source_lang, args.target_lang, "test",
-                               beam=5, max_len_a=1.2, max_len_b=10, batch_size=64,
-                               post_process="sentencepiece", shortlist=shortlist)  # fmt: skip
+        rows = translate_split(
+            folder,
+            args.data,
+            args.source_lang,
+            args.target_lang,
+            "test",
+            beam=5,
+            max_len_a=1.2,
+            max_len_b=10,
+            batch_size=64,
+            post_process="sentencepiece",
+            shortlist=shortlist,
+        )
         hyps = [h for _, _, _, h in rows]
         refs = [r for _, r, _, _ in rows]
         if args.ref:
@@ -201,9 +248,13 @@ def step_arithmetic(default: str, mean_steps: float, mean_src: float, beam: int 
         attn += 2 * heads * mean_steps * kdim[1]  # (self: scores and sum, in the cache's width)
         attn += 2 * heads * mean_src * layer["head_dim"]  # (cross)
     per_hyp = macs + cands * width + attn
-    return {"macs_per_step": int(per_hyp * beam), "weights_macs_per_hypothesis": macs,
-            "mean_candidates": round(cands, 1), "output_row_width": width,
-            "graph_nodes": _optimized_nodes(os.path.join(default, "decoder.onnx"))}  # fmt: skip
+    return {
+        "macs_per_step": int(per_hyp * beam),
+        "weights_macs_per_hypothesis": macs,
+        "mean_candidates": round(cands, 1),
+        "output_row_width": width,
+        "graph_nodes": _optimized_nodes(os.path.join(default, "decoder.onnx")),
+    }
 
 
 def _mean_candidates(export: str) -> float:
@@ -253,11 +304,17 @@ def machine_rates() -> dict:
     gemm = 512**3 / best
 
     def chain(n):
-        nodes = [helper.make_node("Add", ["x" if i == 0 else f"a{i - 1}", "x"], [f"a{i}"])
-                 for i in range(n)]  # fmt: skip
+        nodes = [
+            helper.make_node("Add", ["x" if i == 0 else f"a{i - 1}", "x"], [f"a{i}"])
+            for i in range(n)
+        ]
         vi = helper.make_tensor_value_info
-        g = helper.make_graph(nodes, "g", [vi("x", TensorProto.FLOAT, [5, 256])],
-                              [vi(f"a{n - 1}", TensorProto.FLOAT, [5, 256])])  # fmt: skip
+        g = helper.make_graph(
+            nodes,
+            "g",
+            [vi("x", TensorProto.FLOAT, [5, 256])],
+            [vi(f"a{n - 1}", TensorProto.FLOAT, [5, 256])],
+        )
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -309,14 +366,24 @@ def main(argv=None) -> int:
         os.makedirs(work, exist_ok=True)
         started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         default, f32, teacher_ct2 = export(args, work)
-        docs = {b: measure(args, b, n, os.path.join(work, f"speed-b{b}.json"))
-                for b, n in ((1, args.batch1_sentences), (32, args.batch32_sentences))}  # fmt: skip
+        docs = {
+            b: measure(args, b, n, os.path.join(work, f"speed-b{b}.json"))
+            for b, n in ((1, args.batch1_sentences), (32, args.batch32_sentences))
+        }
         speeds = {b: rows_of(d) for b, d in docs.items()}
-        result = {"machine": _machine(), "commit": _commit(), "date": started,
-                  "protocol": {"threads": 1, "beam": 5, "max_len": "1.2 x source + 10",
-                               "sentences": {"b1": args.batch1_sentences,
-                                             "b32": args.batch32_sentences},
-                               "runs": args.runs, "lengths": "natural (every k-th test sentence)"}}  # fmt: skip
+        result = {
+            "machine": _machine(),
+            "commit": _commit(),
+            "date": started,
+            "protocol": {
+                "threads": 1,
+                "beam": 5,
+                "max_len": "1.2 x source + 10",
+                "sentences": {"b1": args.batch1_sentences, "b32": args.batch32_sentences},
+                "runs": args.runs,
+                "lengths": "natural (every k-th test sentence)",
+            },
+        }
         result.update(ratios(speeds))
         ct2_bin = os.path.join(teacher_ct2, "model.bin")
         result["student_export_model_bytes"] = model_bytes(default)
@@ -340,8 +407,10 @@ def main(argv=None) -> int:
                 seconds_per_token_b1=float(f"{per_token:.4g}"),
                 arithmetic_seconds_per_step=float(f"{floor:.4g}"),
                 time_over_arithmetic=round(per_token / floor, 2),
-                node_floor_seconds_per_step=float(f"{arith['graph_nodes'] * rates['ort_seconds_per_node']:.4g}"),
-            )  # fmt: skip
+                node_floor_seconds_per_step=float(
+                    f"{arith['graph_nodes'] * rates['ort_seconds_per_node']:.4g}"
+                ),
+            )
     except BenchError as exc:
         print(f"default_vs_ct2.py: error: {exc}", file=sys.stderr)
         return 2

@@ -79,15 +79,31 @@ def rows(b1: dict, b32: dict) -> list[dict]:
         raise ReportError("the batch-1 run has no BLEU (measure_speed --bleu)")
     out = []
     for key, r in first.items():
-        out.append({
-            "label": key[0], "engine": key[1], "precision": key[2], "shortlist": key[3],
-            "text": key[4], "name": _name(key), "params": r["params"],
-            "size_bytes": r.get("size_bytes"), "peak_rss_kib": r.get("peak_rss_kib"),
-            "bleu": r.get("bleu"), "b1": r["tokens_per_s"], "b32": second[key]["tokens_per_s"],
-        })  # fmt: skip
+        out.append(
+            {
+                "label": key[0],
+                "engine": key[1],
+                "precision": key[2],
+                "shortlist": key[3],
+                "text": key[4],
+                "name": _name(key),
+                "params": r["params"],
+                "size_bytes": r.get("size_bytes"),
+                "peak_rss_kib": r.get("peak_rss_kib"),
+                "bleu": r.get("bleu"),
+                "b1": r["tokens_per_s"],
+                "b32": second[key]["tokens_per_s"],
+            }
+        )
     teacher = out[0]["label"]
-    ct2 = [r for r in out if r["label"] == teacher and r["engine"] == "ctranslate2"
-           and r["precision"] == "int8" and not r["text"]]  # fmt: skip
+    ct2 = [
+        r
+        for r in out
+        if r["label"] == teacher
+        and r["engine"] == "ctranslate2"
+        and r["precision"] == "int8"
+        and not r["text"]
+    ]
     if not ct2:
         raise ReportError(f"no CTranslate2 int8 row of {teacher} (measure_speed --ct2)")
     for r in out:
@@ -109,8 +125,12 @@ def _like_for_like(rs: list[dict]) -> bool:
 def _find(rs, label, engine, precision, shortlist, text):
     for r in rs:
         if (r["label"], r["engine"], r["precision"], r["shortlist"], r["text"]) == (
-            label, engine, precision, shortlist, text
-        ):  # fmt: skip
+            label,
+            engine,
+            precision,
+            shortlist,
+            text,
+        ):
             return r
     return None
 
@@ -125,15 +145,19 @@ def shares(rs: list[dict]) -> tuple[list[str], list[str]]:
                 rs, teacher, "fairseq", "float32", False, False
             )
             if base is not None:
-                engine.append(f"{teacher} on {r['name']} {r['precision']} against fairseq "
-                              f"{base['precision']}: {r['b1'] / base['b1']:.2f}x at batch 1, "
-                              f"{r['b32'] / base['b32']:.2f}x at batch 32")  # fmt: skip
+                engine.append(
+                    f"{teacher} on {r['name']} {r['precision']} against fairseq "
+                    f"{base['precision']}: {r['b1'] / base['b1']:.2f}x at batch 1, "
+                    f"{r['b32'] / base['b32']:.2f}x at batch 32"
+                )
         if r["label"] != teacher:
             base = _find(rs, teacher, r["engine"], r["precision"], r["shortlist"], r["text"])
             if base is not None:
-                compression.append(f"{r['label']} against {teacher}, both {r['name']} "
-                                   f"{r['precision']}: {r['b1'] / base['b1']:.2f}x at batch 1, "
-                                   f"{r['b32'] / base['b32']:.2f}x at batch 32")  # fmt: skip
+                compression.append(
+                    f"{r['label']} against {teacher}, both {r['name']} "
+                    f"{r['precision']}: {r['b1'] / base['b1']:.2f}x at batch 1, "
+                    f"{r['b32'] / base['b32']:.2f}x at batch 32"
+                )
     return engine, compression
 
 
@@ -162,8 +186,15 @@ def goal(rs: list[dict]) -> list[dict]:
             short.append(f"BLEU {bleu_drop:.2f} below fairseq float32")
             rest.append(short[-1])
         short_same = same + rest
-        out.append({"row": r, "met": not short, "short": short,
-                    "met_same": not short_same, "short_same": short_same})  # fmt: skip
+        out.append(
+            {
+                "row": r,
+                "met": not short,
+                "short": short,
+                "met_same": not short_same,
+                "short_same": short_same,
+            }
+        )
     return out
 
 
@@ -175,16 +206,18 @@ def render(b1: dict, b32: dict) -> str:
     rs = rows(b1, b32)
     p1, p32 = b1["protocol"], b32["protocol"]
     lines = [
-        (f"Batch 1: {p1['num_sentences']} test sentences, batch 32: {p32['num_sentences']} "
-        f"(every k-th of the split, natural lengths: {p1['mean_src_len']:.1f} / "
-        f"{p32['mean_src_len']:.1f} source tokens on average"
-        f"{'; batch 32 longest first' if p32.get('sorted_batches') else ''}); beam {p1['beam']}, "
-        f"{p1['threads']} thread, best-trimmed mean of {p1['runs']} interleaved runs; "
-        f"{b1['environment'].get('date', '')[:16]} UTC, {b1['environment'].get('cpu', '')}."),
+        (
+            f"Batch 1: {p1['num_sentences']} test sentences, batch 32: {p32['num_sentences']} "
+            f"(every k-th of the split, natural lengths: {p1['mean_src_len']:.1f} / "
+            f"{p32['mean_src_len']:.1f} source tokens on average"
+            f"{'; batch 32 longest first' if p32.get('sorted_batches') else ''}); beam {p1['beam']}, "
+            f"{p1['threads']} thread, best-trimmed mean of {p1['runs']} interleaved runs; "
+            f"{b1['environment'].get('date', '')[:16]} UTC, {b1['environment'].get('cpu', '')}."
+        ),
         "",
         "| model | engine | precision | size | peak RSS | BLEU | tok/s b1 | b32 | vs CT2 int8 b1 | b32 |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]  # fmt: skip
+    ]
     same = _like_for_like(rs)
     if same:  # (two more columns: against CTranslate2 int8 with the same shortlist and input)
         lines[-2] += " vs CT2 int8, same shortlist, b1 | b32 |"
@@ -207,17 +240,29 @@ def render(b1: dict, b32: dict) -> str:
     lines += [f"- {x}" for x in engine]
     lines += ["", "Compression's share (against the teacher on the same path):", ""]
     lines += [f"- {x}" for x in compression]
-    lines += ["", (f"The goal (each compressed row: {GOAL_VS_CT2:g}x CTranslate2 int8 on the "
-              f"teacher at batch 1 and 32, BLEU within {GOAL_BLEU:g} of fairseq float32, "
-              f"{GOAL_VS_TEACHER:g}x the teacher on the same path):"), ""]  # fmt: skip
+    lines += [
+        "",
+        (
+            f"The goal (each compressed row: {GOAL_VS_CT2:g}x CTranslate2 int8 on the "
+            f"teacher at batch 1 and 32, BLEU within {GOAL_BLEU:g} of fairseq float32, "
+            f"{GOAL_VS_TEACHER:g}x the teacher on the same path):"
+        ),
+        "",
+    ]
     goals = goal(rs)
     for g in goals:
         r = g["row"]
         what = "**met**" if g["met"] else "not met: " + "; ".join(g["short"])
         lines.append(f"- {r['label']} {r['name']} {r['precision']}: {what}")
     if same:
-        lines += ["", ("The same goal against CTranslate2 int8 with the same shortlist (as its "
-                  "vocabulary map) and input:"), ""]  # fmt: skip
+        lines += [
+            "",
+            (
+                "The same goal against CTranslate2 int8 with the same shortlist (as its "
+                "vocabulary map) and input:"
+            ),
+            "",
+        ]
         for g in goals:
             r = g["row"]
             what = "**met**" if g["met_same"] else "not met: " + "; ".join(g["short_same"])

@@ -77,9 +77,15 @@ def _translator(args, profile_dir: str | None):
 
 
 def _settings(args) -> dict:
-    return {"beam": args.beam, "batch_size": args.batch_size, "threads": 1,
-            "max_len_a": args.max_len_a, "max_len_b": args.max_len_b,
-            "shortlist": args.shortlist, "tokenized": args.tokenized}  # fmt: skip
+    return {
+        "beam": args.beam,
+        "batch_size": args.batch_size,
+        "threads": 1,
+        "max_len_a": args.max_len_a,
+        "max_len_b": args.max_len_b,
+        "shortlist": args.shortlist,
+        "tokenized": args.tokenized,
+    }
 
 
 def wall_shares(translator, sentences, runs: int) -> dict:
@@ -114,11 +120,17 @@ def wall_shares(translator, sentences, runs: int) -> dict:
     tokens = sum(len(o) for o in out)
     s = best["seconds"]
     return {
-        "seconds": s, "tokens": tokens, "tokens_per_s": tokens / s, "steps": best["steps"],
+        "seconds": s,
+        "tokens": tokens,
+        "tokens_per_s": tokens / s,
+        "steps": best["steps"],
         "ms_per_step": 1e3 * best["decoder"] / max(1, best["steps"]),
-        "share": {"encoder": best["encoder"] / s, "decoder": best["decoder"] / s,
-                  "beam_search": 1 - (best["encoder"] + best["decoder"]) / s},
-    }  # fmt: skip
+        "share": {
+            "encoder": best["encoder"] / s,
+            "decoder": best["decoder"] / s,
+            "beam_search": 1 - (best["encoder"] + best["decoder"]) / s,
+        },
+    }
 
 
 def kernel_profile(translator, sentences, top: int) -> dict:
@@ -142,12 +154,15 @@ def kernel_profile(translator, sentences, top: int) -> dict:
     return {
         "steps": steps,
         "nodes_run": len(by_node),
-        "by_op": [{"op": op, "share": d / total, "us_per_step": d / max(1, steps)}
-                  for op, d in by_op.most_common()],
-        "top_nodes": [{"node": n, "op": ops[n], "share": d / total,
-                       "us_per_step": d / max(1, steps)}
-                      for n, d in by_node.most_common(top)],
-    }  # fmt: skip
+        "by_op": [
+            {"op": op, "share": d / total, "us_per_step": d / max(1, steps)}
+            for op, d in by_op.most_common()
+        ],
+        "top_nodes": [
+            {"node": n, "op": ops[n], "share": d / total, "us_per_step": d / max(1, steps)}
+            for n, d in by_node.most_common(top)
+        ],
+    }
 
 
 def main(argv=None) -> int:
@@ -162,8 +177,11 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=3, help="timed runs, the best kept (default 3)")
     p.add_argument("--top", type=int, default=12, help="nodes listed (default 12)")
     p.add_argument("--shortlist", action="store_true", help="score the export's shortlist only")
-    p.add_argument("--tokenized", action="store_true",
-                   help="--input is the data's subword tokens (space-separated)")  # fmt: skip
+    p.add_argument(
+        "--tokenized",
+        action="store_true",
+        help="--input is the data's subword tokens (space-separated)",
+    )
     p.add_argument("--json", help="also write the figures to this file")
     args = p.parse_args(argv)
     prog = "profile_onnx.py"
@@ -181,12 +199,16 @@ def main(argv=None) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     sh = wall["share"]
-    print(f"{args.model_dir}: {len(sentences)} sentences, batch {args.batch_size}, beam "
-          f"{args.beam}, 1 thread{', shortlist' if args.shortlist else ''}: "
-          f"{wall['tokens_per_s']:.0f} tokens/s, {wall['steps']} decoder steps, "
-          f"{wall['ms_per_step']:.3f} ms per step")  # fmt: skip
-    print(f"wall time: encoder {sh['encoder']:.0%}, decoder graph {sh['decoder']:.0%}, "
-          f"beam search (numpy) {sh['beam_search']:.0%}")  # fmt: skip
+    print(
+        f"{args.model_dir}: {len(sentences)} sentences, batch {args.batch_size}, beam "
+        f"{args.beam}, 1 thread{', shortlist' if args.shortlist else ''}: "
+        f"{wall['tokens_per_s']:.0f} tokens/s, {wall['steps']} decoder steps, "
+        f"{wall['ms_per_step']:.3f} ms per step"
+    )
+    print(
+        f"wall time: encoder {sh['encoder']:.0%}, decoder graph {sh['decoder']:.0%}, "
+        f"beam search (numpy) {sh['beam_search']:.0%}"
+    )
     print(
         f"decoder kernels ({kernels['nodes_run']} nodes run per step; profiler times, "
         "shares of their total):"
@@ -198,9 +220,17 @@ def main(argv=None) -> int:
         print(f"  {row['node'][:48]:<48} {row['op']:<18} {row['share']:6.1%}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"model_dir": args.model_dir, "batch_size": args.batch_size,
-                       "num_sentences": len(sentences), "wall": wall, "kernels": kernels},
-                      f, indent=1)  # fmt: skip
+            json.dump(
+                {
+                    "model_dir": args.model_dir,
+                    "batch_size": args.batch_size,
+                    "num_sentences": len(sentences),
+                    "wall": wall,
+                    "kernels": kernels,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

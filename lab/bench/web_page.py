@@ -40,8 +40,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, REPO)
 
 #: the anchors of issue 57: model files in MB (everything but the engine)
-ANCHORS = {"Bergamot de-en tiny (Firefox Translations)": 23.0,
-           "opus-mt de-en in 8 bits (transformers.js)": 106.0}  # fmt: skip
+ANCHORS = {
+    "Bergamot de-en tiny (Firefox Translations)": 23.0,
+    "opus-mt de-en in 8 bits (transformers.js)": 106.0,
+}
 
 
 class BenchError(ValueError):
@@ -65,8 +67,14 @@ def _browser(job: dict) -> dict:
     if not os.path.isdir(os.path.join(REPO, "web", "node_modules", "playwright-core")):
         raise BenchError("web/node_modules lacks playwright-core: run make web")
     job = {"chromium": os.environ.get("LIGHTCOMPRESS_CHROMIUM", "/usr/bin/chromium"), **job}
-    proc = subprocess.run(["node", driver], input=json.dumps(job), capture_output=True, text=True,
-                          cwd=os.path.join(REPO, "web"), check=False)  # fmt: skip
+    proc = subprocess.run(
+        ["node", driver],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        cwd=os.path.join(REPO, "web"),
+        check=False,
+    )
     if proc.returncode != 0:
         raise BenchError(f"the Chromium driver failed: {proc.stderr.strip()[-300:]}")
     out = json.loads(proc.stdout)
@@ -86,8 +94,13 @@ def _machine() -> str:
 
 
 def _commit() -> str:
-    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          cwd=REPO, check=False)  # fmt: skip
+    proc = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
     return proc.stdout.strip() or "unknown"
 
 
@@ -97,8 +110,15 @@ def _chromium_version() -> str:
     return proc.stdout.strip() or "unknown"
 
 
-def measure(web_dir: str, onnx_dir: str, src: list[str], ref: list[str] | None,
-            sentences: int = 200, repeat: int = 1, shortlist: bool | None = None) -> dict:  # fmt: skip
+def measure(
+    web_dir: str,
+    onnx_dir: str,
+    src: list[str],
+    ref: list[str] | None,
+    sentences: int = 200,
+    repeat: int = 1,
+    shortlist: bool | None = None,
+) -> dict:
     """The measurements of the module notes, as a dict."""
     import sacrebleu
 
@@ -112,8 +132,13 @@ def measure(web_dir: str, onnx_dir: str, src: list[str], ref: list[str] | None,
     server = _serve(web_dir)
     url = f"http://127.0.0.1:{server.server_port}/"
     try:
-        page = _browser({"url": url, "bench": {"lines": sample, "beams": [5, 1], "repeat": repeat},
-                         "translate": {"lines": src, "options": {"beam": 5}}})  # fmt: skip
+        page = _browser(
+            {
+                "url": url,
+                "bench": {"lines": sample, "beams": [5, 1], "repeat": repeat},
+                "translate": {"lines": src, "options": {"beam": 5}},
+            }
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -128,11 +153,16 @@ def measure(web_dir: str, onnx_dir: str, src: list[str], ref: list[str] | None,
             runtime.translate(sample)
             best = min(best, time.perf_counter() - t0)
         page_s = min(row["runs"]) / 1000
-        speed.append({"beam": beam, "sentences": len(sample),
-                      "page_sent_per_s": len(sample) / page_s,
-                      "page_ms_per_sent": 1000 * page_s / len(sample),
-                      "python_sent_per_s": len(sample) / best,
-                      "python_ms_per_sent": 1000 * best / len(sample)})  # fmt: skip
+        speed.append(
+            {
+                "beam": beam,
+                "sentences": len(sample),
+                "page_sent_per_s": len(sample) / page_s,
+                "page_ms_per_sent": 1000 * page_s / len(sample),
+                "python_sent_per_s": len(sample) / best,
+                "python_ms_per_sent": 1000 * best / len(sample),
+            }
+        )
     python_out = OnnxTranslator(onnx_dir, beam=5, threads=1, shortlist=shortlist).translate(src)
     page_out = page["translate"]["texts"]
     if any(t is None for t in page_out):
@@ -145,15 +175,24 @@ def measure(web_dir: str, onnx_dir: str, src: list[str], ref: list[str] | None,
     if ref is not None:
         bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
         for name, out in (("page", page_out), ("python", python_out)):
-            quality[name] = {"bleu": round(bleu.corpus_score(out, [ref]).score, 2),
-                             "chrf": round(chrf.corpus_score(out, [ref]).score, 2)}  # fmt: skip
+            quality[name] = {
+                "bleu": round(bleu.corpus_score(out, [ref]).score, 2),
+                "chrf": round(chrf.corpus_score(out, [ref]).score, 2),
+            }
         quality["bleu_signature"] = str(bleu.get_signature())
         quality["chrf_signature"] = str(chrf.get_signature())
     return {
-        "date": datetime.date.today().isoformat(), "machine": _machine(), "commit": _commit(),
-        "chromium": _chromium_version(), "engine": web["engine"], "shortlist": shortlist,
-        "sizes": web["sizes"], "load_ms": page["ready"]["ms"], "speed": speed, "quality": quality,
-    }  # fmt: skip
+        "date": datetime.date.today().isoformat(),
+        "machine": _machine(),
+        "commit": _commit(),
+        "chromium": _chromium_version(),
+        "engine": web["engine"],
+        "shortlist": shortlist,
+        "sizes": web["sizes"],
+        "load_ms": page["ready"]["ms"],
+        "speed": speed,
+        "quality": quality,
+    }
 
 
 def markdown(m: dict) -> str:
@@ -162,30 +201,39 @@ def markdown(m: dict) -> str:
     lines = [
         f"Measured {m['date']} on {m['machine']}, commit {m['commit']}, {m['chromium']}, "
         f"onnxruntime-web {m['engine']['onnxruntime-web']} (WebAssembly, one thread)"
-        + (", shortlist on" if m["shortlist"] else "") + ".",
+        + (", shortlist on" if m["shortlist"] else "")
+        + ".",
         "",
         "| files | size |",
         "| --- | ---: |",
         f"| the page's model files (everything but the engine) | {mb(m['sizes']['model'])} |",
         *(f"| {name}: model files | {size:.0f} MB |" for name, size in ANCHORS.items()),
-        (f"| the engine (ONNX Runtime Web, sentencepiece), the same for every model | "
-         f"{mb(m['sizes']['engine'])} |"),
+        (
+            f"| the engine (ONNX Runtime Web, sentencepiece), the same for every model | "
+            f"{mb(m['sizes']['engine'])} |"
+        ),
         "",
         f"The page loads in {m['load_ms'] / 1000:.1f} s from a local server.",
         "",
-        ("| beam | page: sentences/s | page: ms/sentence | Python runtime: sentences/s | "
-         "Python runtime: ms/sentence |"),
+        (
+            "| beam | page: sentences/s | page: ms/sentence | Python runtime: sentences/s | "
+            "Python runtime: ms/sentence |"
+        ),
         "| ---: | ---: | ---: | ---: | ---: |",
-    ]  # fmt: skip
+    ]
     for s in m["speed"]:
-        lines.append(f"| {s['beam']} | {s['page_sent_per_s']:.1f} | {s['page_ms_per_sent']:.1f} | "
-                     f"{s['python_sent_per_s']:.1f} | {s['python_ms_per_sent']:.1f} |")  # fmt: skip
+        lines.append(
+            f"| {s['beam']} | {s['page_sent_per_s']:.1f} | {s['page_ms_per_sent']:.1f} | "
+            f"{s['python_sent_per_s']:.1f} | {s['python_ms_per_sent']:.1f} |"
+        )
     q = m["quality"]
     lines += ["", f"({m['speed'][0]['sentences']} test sentences, one at a time.)", ""]
     text = f"Of {q['sentences']} test sentences (beam 5), the page's translation is the Python runtime's for {q['identical']}"
     if "page" in q:
-        text += (f"; BLEU {q['page']['bleu']} (page) and {q['python']['bleu']} (Python runtime), "
-                 f"chrF {q['page']['chrf']} and {q['python']['chrf']} ({q['bleu_signature']})")  # fmt: skip
+        text += (
+            f"; BLEU {q['page']['bleu']} (page) and {q['python']['bleu']} (Python runtime), "
+            f"chrF {q['page']['chrf']} and {q['python']['chrf']} ({q['bleu_signature']})"
+        )
     lines.append(text + ".")
     return "\n".join(lines)
 

@@ -106,8 +106,7 @@ def _run(args, workdir: str) -> dict:
     speed.add_bleu(args, candidates, records, protocol)
     if args.memory:
         protocol["memory"] = MEMORY_PROTOCOL
-    return {"protocol": protocol, "environment": environment(), "models": records,
-            "notes": notes}  # fmt: skip
+    return {"protocol": protocol, "environment": environment(), "models": records, "notes": notes}
 
 
 def add_memory(candidates, records, sentences, gen_args, workdir: str, log=None) -> None:

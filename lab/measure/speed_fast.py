@@ -27,10 +27,15 @@ class FastRunner:
         self.model, self.task, self.shortlist = model, task, shortlist
         self.model_max_positions = model.max_positions()
         self.generator = FastGenerator(
-            model, task.target_dictionary, beam_size=gen.beam, len_penalty=gen.lenpen,
-            min_len=gen.min_len, max_len_a=gen.max_len_a, max_len_b=gen.max_len_b,
+            model,
+            task.target_dictionary,
+            beam_size=gen.beam,
+            len_penalty=gen.lenpen,
+            min_len=gen.min_len,
+            max_len_a=gen.max_len_a,
+            max_len_b=gen.max_len_b,
             shortlist=shortlist,
-        )  # fmt: skip
+        )
         self.gen = gen
 
     def _for(self, gen):
@@ -83,14 +88,26 @@ def with_fast(
             continue
         for path in (None, shortlist) if shortlist else (None,):
             try:
-                sl = path and load_shortlist(path, c.task.source_dictionary,
-                                             c.task.target_dictionary)  # fmt: skip
+                sl = path and load_shortlist(
+                    path, c.task.source_dictionary, c.task.target_dictionary
+                )
             except ShortlistError as exc:
                 raise SpeedError(f"{c.label}: --shortlist {exc}") from None
             out.append(
-                Candidate(c.label, c.source, c.model, c.task, c.params, c.precision,
-                          c.random_weights, c.args, engine="lightcompress",
-                          runner=FastRunner(c.model, c.task, gen_args, shortlist=sl or None),
-                          model_args=c.model_args, float_model=c.float_model, shortlist=path)
-            )  # fmt: skip
+                Candidate(
+                    c.label,
+                    c.source,
+                    c.model,
+                    c.task,
+                    c.params,
+                    c.precision,
+                    c.random_weights,
+                    c.args,
+                    engine="lightcompress",
+                    runner=FastRunner(c.model, c.task, gen_args, shortlist=sl or None),
+                    model_args=c.model_args,
+                    float_model=c.float_model,
+                    shortlist=path,
+                )
+            )
     return out

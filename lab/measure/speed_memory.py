@@ -64,11 +64,14 @@ def write_job(workdir: str, index: int, candidate, sentences, gen) -> str:
         job["shortlist"] = candidate.shortlist
         model = candidate.float_model if candidate.float_model is not None else candidate.model
         torch.save(
-            {"args": candidate.model_args, "model": model.state_dict(),
-             "src_dict": candidate.task.source_dictionary,
-             "tgt_dict": candidate.task.target_dictionary},
+            {
+                "args": candidate.model_args,
+                "model": model.state_dict(),
+                "src_dict": candidate.task.source_dictionary,
+                "tgt_dict": candidate.task.target_dictionary,
+            },
             job["model"],
-        )  # fmt: skip
+        )
     path = os.path.join(workdir, f"{index}-job.json")
     with open(path, "w") as f:
         json.dump(job, f)
@@ -82,8 +85,12 @@ def measure_peak_rss(job_path: str, timeout: float = 600) -> dict:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     proc = subprocess.run(
         [sys.executable, os.path.abspath(__file__), job_path],  # a script: no package import
-        capture_output=True, text=True, env=env, timeout=timeout, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
     if proc.returncode != 0:
         tail = " ".join(proc.stderr.strip().splitlines()[-1:])
         raise RuntimeError(f"memory measurement failed (exit {proc.returncode}): {tail}")
@@ -99,9 +106,12 @@ def _child(job_path: str) -> dict:
 
         baseline = _status_kib("VmRSS")
         translator = ctranslate2.Translator(
-            job["model_dir"], device="cpu", compute_type=job["compute_type"],
-            intra_threads=job["threads"], inter_threads=1,
-        )  # fmt: skip
+            job["model_dir"],
+            device="cpu",
+            compute_type=job["compute_type"],
+            intra_threads=job["threads"],
+            inter_threads=1,
+        )
         for tokens, options in job["inputs"]:
             translator.translate_batch(tokens, **options)
     elif job["engine"] == "onnxruntime":
@@ -115,10 +125,15 @@ def _child(job_path: str) -> dict:
         runtime = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(runtime)
         generator = runtime.OnnxGenerator(
-            job["model_dir"], beam_size=gen.beam, len_penalty=gen.lenpen, min_len=gen.min_len,
-            max_len_a=gen.max_len_a, max_len_b=gen.max_len_b, threads=job["threads"],
+            job["model_dir"],
+            beam_size=gen.beam,
+            len_penalty=gen.lenpen,
+            min_len=gen.min_len,
+            max_len_a=gen.max_len_a,
+            max_len_b=gen.max_len_b,
+            threads=job["threads"],
             shortlist=job.get("shortlist", False),
-        )  # fmt: skip
+        )
         for s in job["inputs"]:
             generator.generate(np.array([s], dtype=np.int64), np.array([len(s)]))
     else:
@@ -144,8 +159,13 @@ def _child(job_path: str) -> dict:
 
             large = LARGE_MAP_ELEMENTS if job["precision"] == "int8-large" else 0
             model = quantize_model_int8(model, inplace=True, min_weight_elements=large)
-        settings = {"beam_size": gen.beam, "len_penalty": gen.lenpen, "min_len": gen.min_len,
-                    "max_len_a": gen.max_len_a, "max_len_b": gen.max_len_b}  # fmt: skip
+        settings = {
+            "beam_size": gen.beam,
+            "len_penalty": gen.lenpen,
+            "min_len": gen.min_len,
+            "max_len_a": gen.max_len_a,
+            "max_len_b": gen.max_len_b,
+        }
         if job["engine"] == "lightcompress":
             from lightcompress.deploy.generator import FastGenerator
             from lightcompress.deploy.shortlist import load_shortlist

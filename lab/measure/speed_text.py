@@ -154,6 +154,7 @@ def with_text(candidates: Sequence, spm_path: str) -> list:
         out.append(c)
         if c.engine in TEXT_ENGINES and c.runner is not None:
             src, tgt = c.task.source_dictionary, c.task.target_dictionary
-            out.append(dataclasses.replace(c, runner=TextRunner(c.runner, spm, src, tgt),
-                                           text=True))  # fmt: skip
+            out.append(
+                dataclasses.replace(c, runner=TextRunner(c.runner, spm, src, tgt), text=True)
+            )
     return out

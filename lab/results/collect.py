@@ -87,8 +87,14 @@ def read_generate(path: str) -> dict[int, str]:
 
 def _training(save_dir: str) -> dict:
     log = os.path.join(save_dir, "train.log")
-    info = {"params": None, "updates": None, "best_update": None, "best_valid_loss": None,
-            "train_seconds": None, "train_wps": None}  # fmt: skip
+    info = {
+        "params": None,
+        "updates": None,
+        "best_update": None,
+        "best_valid_loss": None,
+        "train_seconds": None,
+        "train_wps": None,
+    }
     if os.path.exists(log):
         with open(log, encoding="utf-8", errors="replace") as f:
             text = f.read()
@@ -154,10 +160,18 @@ def model_record(d: str, name: str, method: str, how: str, refs: list[str], ref_
     sys_out = [hyps[i] for i in range(len(refs))]
     bleu, chrf = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
     b, c = bleu.corpus_score(sys_out, [refs]), chrf.corpus_score(sys_out, [refs])
-    return {"label": name, "method": method, "training": how, "precision": "float32",
-            "bleu": round(b.score, 2), "bleu_signature": str(bleu.get_signature()),
-            "chrf": round(c.score, 2), "chrf_signature": str(chrf.get_signature()),
-            "test_sentences": len(refs), **_training(d)}  # fmt: skip
+    return {
+        "label": name,
+        "method": method,
+        "training": how,
+        "precision": "float32",
+        "bleu": round(b.score, 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf": round(c.score, 2),
+        "chrf_signature": str(chrf.get_signature()),
+        "test_sentences": len(refs),
+        **_training(d),
+    }
 
 
 def _machine(save_root: str) -> str | None:
@@ -212,8 +226,12 @@ def findings(records: list[dict]) -> list[str]:
     out = []
     t = by.get("teacher")
     if t is not None and t["bleu"] < 1.0:
-        return [(f"The teacher scores {t['bleu']:.2f} BLEU: far too little training for any "
-                "comparison (a smoke run?).")]  # fmt: skip
+        return [
+            (
+                f"The teacher scores {t['bleu']:.2f} BLEU: far too little training for any "
+                "comparison (a smoke run?)."
+            )
+        ]
     for r in records:
         if r is t or t is None or "compression" not in r:
             continue
@@ -225,29 +243,42 @@ def findings(records: list[dict]) -> list[str]:
             why.append(f"{-r['bleu_vs_teacher']:.2f} BLEU below the teacher")
         if not ratio_ok:
             why.append(f"{r['compression']:.1f}x fewer parameters, outside 3-7x")
-        out.append(f"{r['method']}: {r['bleu']:.2f} BLEU ({r['bleu_vs_teacher']:+.2f} vs the "
-                   f"teacher) at {r['compression']:.1f}x fewer parameters: {verdict} the "
-                   f"papers' claim (within 1 BLEU at 3-7x fewer)"
-                   + (f" ({'; '.join(why)})" if why else "") + ".")  # fmt: skip
+        out.append(
+            f"{r['method']}: {r['bleu']:.2f} BLEU ({r['bleu_vs_teacher']:+.2f} vs the "
+            f"teacher) at {r['compression']:.1f}x fewer parameters: {verdict} the "
+            f"papers' claim (within 1 BLEU at 3-7x fewer)"
+            + (f" ({'; '.join(why)})" if why else "")
+            + "."
+        )
     svd, rnd = by.get("lightformer_svd"), by.get("lightformer_random")
     if svd and rnd:
         better = svd["bleu"] > rnd["bleu"]
-        out.append(f"SVD transfer vs random initialisation at equal student updates "
-                   f"({svd['updates']} vs {rnd['updates']}): {svd['bleu']:.2f} vs {rnd['bleu']:.2f} "
-                   f"BLEU: SVD transfer {'helps' if better else 'does NOT help'} here"
-                   + ("" if better else " (the paper claims it does)") + ".")  # fmt: skip
+        out.append(
+            f"SVD transfer vs random initialisation at equal student updates "
+            f"({svd['updates']} vs {rnd['updates']}): {svd['bleu']:.2f} vs {rnd['bleu']:.2f} "
+            f"BLEU: SVD transfer {'helps' if better else 'does NOT help'} here"
+            + ("" if better else " (the paper claims it does)")
+            + "."
+        )
     wid, wt = by.get("dawid"), by.get("dawid_teacher")
     if wid and wt:
-        size = (f" at {wt['params'] / wid['params']:.1f}x fewer parameters"
-                if wid["params"] and wt["params"] else "")  # fmt: skip
-        out.append(f"DA-WID against its own post-LN teacher (the one it inherits from): "
-                   f"{wid['bleu']:.2f} vs {wt['bleu']:.2f} BLEU ({wid['bleu'] - wt['bleu']:+.2f})"
-                   f"{size}.")  # fmt: skip
+        size = (
+            f" at {wt['params'] / wid['params']:.1f}x fewer parameters"
+            if wid["params"] and wt["params"]
+            else ""
+        )
+        out.append(
+            f"DA-WID against its own post-LN teacher (the one it inherits from): "
+            f"{wid['bleu']:.2f} vs {wt['bleu']:.2f} BLEU ({wid['bleu'] - wt['bleu']:+.2f})"
+            f"{size}."
+        )
     hyp = by.get("hypoformer_kd")
     if hyp and t:
-        out.append(f"Hypoformer is trained with sequence-level KD only (no run without KD in "
-                   f"this table), so the table does not isolate what KD adds: "
-                   f"{hyp['bleu']:.2f} BLEU vs the teacher's {t['bleu']:.2f}.")  # fmt: skip
+        out.append(
+            f"Hypoformer is trained with sequence-level KD only (no run without KD in "
+            f"this table), so the table does not isolate what KD adds: "
+            f"{hyp['bleu']:.2f} BLEU vs the teacher's {t['bleu']:.2f}."
+        )
     return out
 
 
@@ -279,10 +310,12 @@ def corpus_stats(rows_dir: str, stats_path: str | None) -> dict | None:
 
 def _corpus_line(corpus: dict) -> str:
     p = corpus.get("pairs", {})
-    return (f"Corpus: {_fmt(p.get('train'), ',', '?')} / {_fmt(p.get('valid'), ',', '?')} / "
-            f"{_fmt(p.get('test'), ',', '?')} sentence pairs (train / valid / test, split "
-            f"by package), joined dictionary {_fmt(corpus.get('fairseq_dict_size'), ',', '?')} "
-            "types.")  # fmt: skip
+    return (
+        f"Corpus: {_fmt(p.get('train'), ',', '?')} / {_fmt(p.get('valid'), ',', '?')} / "
+        f"{_fmt(p.get('test'), ',', '?')} sentence pairs (train / valid / test, split "
+        f"by package), joined dictionary {_fmt(corpus.get('fairseq_dict_size'), ',', '?')} "
+        "types."
+    )
 
 
 def render_markdown(result: dict, plan: str, corpus: dict | None) -> str:
@@ -298,7 +331,7 @@ def render_markdown(result: dict, plan: str, corpus: dict | None) -> str:
     lines += [
         "| model | params | x fewer | BLEU | vs teacher | chrF | tokens/s | speed | updates (best) | train time |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]  # fmt: skip
+    ]
     for r in recs:
         secs = r.get("train_seconds")
         lines.append(
@@ -350,8 +383,9 @@ def _read_json(path: str, what: str):
         raise CollectError(f"{path}: not a readable {what} ({exc})") from None
 
 
-def write_row(save_root: str, name: str, ref_path: str, rows_dir: str, commit: str,
-              plan: str = "cpu") -> dict:  # fmt: skip
+def write_row(
+    save_root: str, name: str, ref_path: str, rows_dir: str, commit: str, plan: str = "cpu"
+) -> dict:
     """The figures of one finished model into ``rows_dir/name.json`` (written atomically)."""
     known = {m[0]: m for m in (CPU_MODELS if plan == "cpu" else MODELS)}
     if name not in known:
@@ -361,8 +395,12 @@ def write_row(save_root: str, name: str, ref_path: str, rows_dir: str, commit: s
     if not os.path.exists(os.path.join(d, "generate-test.txt")):
         raise CollectError(f"{d}: no generate-test.txt: the model is not evaluated yet")
     rec = model_record(d, name, method, how, read_refs(ref_path), ref_path)
-    rec.update(plan=plan, commit=commit, machine=_machine(save_root),
-               finished=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"))  # fmt: skip
+    rec.update(
+        plan=plan,
+        commit=commit,
+        machine=_machine(save_root),
+        finished=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    )
     os.makedirs(rows_dir, exist_ok=True)
     _write_json(os.path.join(rows_dir, f"{name}.json"), rec)
     return rec
@@ -380,8 +418,9 @@ def write_speed(b1: str, b32: str, rows_dir: str, commit: str) -> dict:
 REMEASURE_FILE = "speed_remeasure.json"
 
 
-def write_remeasure(b1: str, b32: str, save_root: str, ref_path: str, rows_dir: str,
-                    commit: str) -> dict:  # fmt: skip
+def write_remeasure(
+    b1: str, b32: str, save_root: str, ref_path: str, rows_dir: str, commit: str
+) -> dict:
     """The re-measurement after the CTranslate2 fix (see VOID_NOTE): models retrained with the
     plan's own commands in ``save_root`` (each with its generate-test.txt), timed side by side
     as the plan does -> ``rows_dir/speed_remeasure.json``, with their test BLEU and chrF scored
@@ -528,19 +567,38 @@ def render_remeasure(again: dict, records: list[dict]) -> list[str]:
 
     teacher = "teacher"
     students = [m for m in models if m != teacher]
-    pairs = [("the engine's share: the teacher on ONNX Runtime float32 against fairseq",
-              (teacher, "onnxruntime-float32"), (teacher, "fairseq-float32"))]  # fmt: skip
+    pairs = [
+        (
+            "the engine's share: the teacher on ONNX Runtime float32 against fairseq",
+            (teacher, "onnxruntime-float32"),
+            (teacher, "fairseq-float32"),
+        )
+    ]
     for s in students:
         pairs += [
-            (f"compression's share: {s} against the teacher, both on ONNX Runtime float32",
-             (s, "onnxruntime-float32"), (teacher, "onnxruntime-float32")),
-            (f"{s} on ONNX Runtime float32 against CTranslate2 int8 on the teacher",
-             (s, "onnxruntime-float32"), (teacher, "ctranslate2-int8")),
-        ]  # fmt: skip
+            (
+                f"compression's share: {s} against the teacher, both on ONNX Runtime float32",
+                (s, "onnxruntime-float32"),
+                (teacher, "onnxruntime-float32"),
+            ),
+            (
+                f"{s} on ONNX Runtime float32 against CTranslate2 int8 on the teacher",
+                (s, "onnxruntime-float32"),
+                (teacher, "ctranslate2-int8"),
+            ),
+        ]
         for key in models[s]:
             if key.startswith("onnxruntime-int8"):
-                pairs.append(((f"{s} on ONNX Runtime {key.split('-', 1)[1]} against CTranslate2 "
-                              "int8 on the teacher"), (s, key), (teacher, "ctranslate2-int8")))  # fmt: skip
+                pairs.append(
+                    (
+                        (
+                            f"{s} on ONNX Runtime {key.split('-', 1)[1]} against CTranslate2 "
+                            "int8 on the teacher"
+                        ),
+                        (s, key),
+                        (teacher, "ctranslate2-int8"),
+                    )
+                )
     lines.append("")
     for text, a, b in pairs:
         lines.append(f"- {text}: {ratio(a, b, 1)} at batch 1, {ratio(a, b, 32)} at batch 32.")
@@ -563,37 +621,67 @@ def claims(records: list[dict]) -> list[str]:
             and b.get("best_valid_loss") is not None
             and "dawid" not in (a["label"], b["label"])
         ):  # (DA-WID's: its own criterion)
-            loss = (f"; validation loss {a['best_valid_loss']:.3f} vs {b['best_valid_loss']:.3f}"
-                    " (label-smoothed, lower is better)")  # fmt: skip
-        out.append(f"{claim}: {a['bleu']:.2f} vs {b['bleu']:.2f} BLEU "
-                   f"({a['bleu'] - b['bleu']:+.2f}){loss}: "
-                   f"**{'holds' if holds else 'does not hold'} here**"
-                   + ("." if holds else f" ({why_not})."))  # fmt: skip
+            loss = (
+                f"; validation loss {a['best_valid_loss']:.3f} vs {b['best_valid_loss']:.3f}"
+                " (label-smoothed, lower is better)"
+            )
+        out.append(
+            f"{claim}: {a['bleu']:.2f} vs {b['bleu']:.2f} BLEU "
+            f"({a['bleu'] - b['bleu']:+.2f}){loss}: "
+            f"**{'holds' if holds else 'does not hold'} here**"
+            + ("." if holds else f" ({why_not}).")
+        )
 
-    cmp(by.get("lightformer_svd"), by.get("lightformer_random"),
+    cmp(
+        by.get("lightformer_svd"),
+        by.get("lightformer_random"),
         "SVD transfer beats random initialisation at equal updates (LightFormer)",
-        "see the findings in lab/notes/results-cpu-plan.md")  # fmt: skip
-    cmp(by.get("hypoformer_kd"), by.get("hypoformer"), "KD helps Hypoformer",
-        "see the findings in lab/notes/results-cpu-plan.md")  # fmt: skip
+        "see the findings in lab/notes/results-cpu-plan.md",
+    )
+    cmp(
+        by.get("hypoformer_kd"),
+        by.get("hypoformer"),
+        "KD helps Hypoformer",
+        "see the findings in lab/notes/results-cpu-plan.md",
+    )
     s, f = by.get("smartformer_search"), by.get("smartformer")
     if s and f:
-        size = (f"{s['params'] / 1e6:.2f}M vs {f['params'] / 1e6:.2f}M parameters"
-                if s.get("params") and f.get("params") else "sizes unknown")  # fmt: skip
-        cmp(s, f, f"The searched ranks beat the fixed rank at equal size ({size})",
-            "see the findings in lab/notes/results-cpu-plan.md")  # fmt: skip
+        size = (
+            f"{s['params'] / 1e6:.2f}M vs {f['params'] / 1e6:.2f}M parameters"
+            if s.get("params") and f.get("params")
+            else "sizes unknown"
+        )
+        cmp(
+            s,
+            f,
+            f"The searched ranks beat the fixed rank at equal size ({size})",
+            "see the findings in lab/notes/results-cpu-plan.md",
+        )
     d, lf = by.get("dawid"), by.get("lightformer_svd")
     if d and lf:
-        size = (f"{d['params'] / 1e6:.2f}M vs {lf['params'] / 1e6:.2f}M parameters"
-                if d.get("params") and lf.get("params") else "sizes unknown")  # fmt: skip
-        cmp(d, lf, f"DA-WID beats the LightFormer of the same size (SVD transfer; {size})",
-            "see the findings in lab/notes/results-cpu-plan.md")  # fmt: skip
+        size = (
+            f"{d['params'] / 1e6:.2f}M vs {lf['params'] / 1e6:.2f}M parameters"
+            if d.get("params") and lf.get("params")
+            else "sizes unknown"
+        )
+        cmp(
+            d,
+            lf,
+            f"DA-WID beats the LightFormer of the same size (SVD transfer; {size})",
+            "see the findings in lab/notes/results-cpu-plan.md",
+        )
     wid, wt = by.get("dawid"), by.get("dawid_teacher")
     if wid and wt:
-        size = (f" at {wt['params'] / wid['params']:.2f}x fewer parameters"
-                if wid.get("params") and wt.get("params") else "")  # fmt: skip
-        out.append(f"DA-WID against its own post-LN teacher (the one it inherits from): "
-                   f"{wid['bleu']:.2f} vs {wt['bleu']:.2f} BLEU ({wid['bleu'] - wt['bleu']:+.2f})"
-                   f"{size}.")  # fmt: skip
+        size = (
+            f" at {wt['params'] / wid['params']:.2f}x fewer parameters"
+            if wid.get("params") and wt.get("params")
+            else ""
+        )
+        out.append(
+            f"DA-WID against its own post-LN teacher (the one it inherits from): "
+            f"{wid['bleu']:.2f} vs {wt['bleu']:.2f} BLEU ({wid['bleu'] - wt['bleu']:+.2f})"
+            f"{size}."
+        )
     if t is not None:
         for r in records:
             if r is t or "compression" not in r or r["label"] == "dawid_teacher":
@@ -602,8 +690,11 @@ def claims(records: list[dict]) -> list[str]:
             if r["label"] == "dawid" and by.get("dawid_teacher"):
                 own = by["dawid_teacher"]
             vs = round(r["bleu"] - own["bleu"], 2)
-            ratio = (round(own["params"] / r["params"], 2) if own.get("params") and r.get("params")
-                     else r["compression"])  # fmt: skip
+            ratio = (
+                round(own["params"] / r["params"], 2)
+                if own.get("params") and r.get("params")
+                else r["compression"]
+            )
             r = {**r, "bleu_vs_teacher": vs, "compression": ratio}
             ok_bleu, ok_size = r["bleu_vs_teacher"] >= -1.0, r["compression"] >= 3.0
             verdict = "holds" if ok_bleu and ok_size else "does not hold"
@@ -612,9 +703,11 @@ def claims(records: list[dict]) -> list[str]:
                 why.append(f"{-r['bleu_vs_teacher']:.2f} BLEU below the teacher")
             if not ok_size:
                 why.append(f"only {r['compression']:.2f}x fewer parameters")
-            out.append(f"{r['method']} within 1 BLEU of its teacher at 3x or more fewer "
-                       f"parameters ({r['bleu_vs_teacher']:+.2f} BLEU, {r['compression']:.2f}x): "
-                       f"**{verdict} here**" + (f" ({'; '.join(why)})." if why else "."))  # fmt: skip
+            out.append(
+                f"{r['method']} within 1 BLEU of its teacher at 3x or more fewer "
+                f"parameters ({r['bleu_vs_teacher']:+.2f} BLEU, {r['compression']:.2f}x): "
+                f"**{verdict} here**" + (f" ({'; '.join(why)})." if why else ".")
+            )
     return out
 
 
@@ -634,7 +727,7 @@ def render_cpu_markdown(result: dict, corpus: dict | None) -> str:
     lines += [
         "| model | params | x fewer | ONNX size | BLEU | vs teacher | chrF | valid loss | ONNX tok/s b1 | b32 | fairseq tok/s b1 | b32 | updates | train time | train tok/s |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]  # fmt: skip
+    ]
     for r in recs:
         secs = r.get("train_seconds")
         mib = r.get("onnx_bytes") and r["onnx_bytes"] / 2**20
@@ -704,8 +797,10 @@ def _cpu_main(argv) -> int:
     sp.add_argument("--b32", required=True)
     sp.add_argument("--rows-dir", required=True)
     sp.add_argument("--commit", default="unknown")
-    rm = sub.add_parser("remeasure", help="timings of retrained models and their scores -> "
-                        f"ROWS_DIR/{REMEASURE_FILE}")  # fmt: skip
+    rm = sub.add_parser(
+        "remeasure",
+        help=f"timings of retrained models and their scores -> ROWS_DIR/{REMEASURE_FILE}",
+    )
     rm.add_argument("--b1", required=True)
     rm.add_argument("--b32", required=True)
     rm.add_argument("--save-root", required=True, help="the retrained models' folders")
@@ -717,8 +812,11 @@ def _cpu_main(argv) -> int:
     t.add_argument("--corpus-stats")
     t.add_argument("--out", required=True)
     t.add_argument("--json", dest="json_out", required=True)
-    t.add_argument("--readme", help="replace the block between <!-- results-cpu:start --> and "
-                   "<!-- results-cpu:end --> of this file with the table")  # fmt: skip
+    t.add_argument(
+        "--readme",
+        help="replace the block between <!-- results-cpu:start --> and "
+        "<!-- results-cpu:end --> of this file with the table",
+    )
     args = p.parse_args(argv)
     try:
         if args.cmd == "row":
@@ -733,8 +831,7 @@ def _cpu_main(argv) -> int:
             write_speed(args.b1, args.b32, args.rows_dir, args.commit)
             return 0
         if args.cmd == "remeasure":
-            write_remeasure(args.b1, args.b32, args.save_root, args.ref, args.rows_dir,
-                            args.commit)  # fmt: skip
+            write_remeasure(args.b1, args.b32, args.save_root, args.ref, args.rows_dir, args.commit)
             return 0
         result = table_from_rows(args.rows_dir)
         corpus = corpus_stats(args.rows_dir, args.corpus_stats)
@@ -747,9 +844,15 @@ def _cpu_main(argv) -> int:
     with open(f"{args.out}.tmp", "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(f"{args.out}.tmp", args.out)
-    _write_json(args.json_out, {"source": "lab/results/run.sh (SMALL=1)",
-                                "plan": "cpu", "models": result["models"],
-                                "missing": result["missing"]})  # fmt: skip
+    _write_json(
+        args.json_out,
+        {
+            "source": "lab/results/run.sh (SMALL=1)",
+            "plan": "cpu",
+            "models": result["models"],
+            "missing": result["missing"],
+        },
+    )
     print(text, end="")
     return 0
 
@@ -796,9 +899,14 @@ def main(argv=None) -> int:
         print(f"collect: error: {exc}", file=sys.stderr)
         return 2
     text = render_markdown(result, args.plan, corpus)
-    for path, data in ((args.out, text),
-                       (args.json_out, json.dumps({"source": "lab/results/run.sh",
-                                                   "plan": args.plan, **result}, indent=2) + "\n")):  # fmt: skip
+    for path, data in (
+        (args.out, text),
+        (
+            args.json_out,
+            json.dumps({"source": "lab/results/run.sh", "plan": args.plan, **result}, indent=2)
+            + "\n",
+        ),
+    ):
         tmp = f"{path}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(data)

@@ -82,9 +82,20 @@ ROWS_DIR = os.path.join(RESULTS_DIR, "converged")
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO_ROOT, "scripts"))
 
-ROWS = ["default", "teacher_control", "lightformer_keep_depth", "lightformer_random",
-        "hypoformer_kd", "hypoformer", "smartformer_search", "smartformer", "dawid", "subformer",
-        "subformer_bert_init", "subformer_fairseq_init"]  # fmt: skip
+ROWS = [
+    "default",
+    "teacher_control",
+    "lightformer_keep_depth",
+    "lightformer_random",
+    "hypoformer_kd",
+    "hypoformer",
+    "smartformer_search",
+    "smartformer",
+    "dawid",
+    "subformer",
+    "subformer_bert_init",
+    "subformer_fairseq_init",
+]
 # rows that measure why another row failed: `run` trains them only when they are named
 DIAGNOSTIC = ("subformer_bert_init", "subformer_fairseq_init")
 WHAT = {
@@ -108,24 +119,66 @@ WHAT = {
     "initialisation (--subformer-init fairseq; lab/notes/subformer-source.md)",
 }
 # rows trained from scratch by fairseq-train (the others are lightcompress-compress runs)
-SCRATCH = ("teacher_control", "lightformer_random", "subformer", "subformer_bert_init",
-           "subformer_fairseq_init")  # fmt: skip
+SCRATCH = (
+    "teacher_control",
+    "lightformer_random",
+    "subformer",
+    "subformer_bert_init",
+    "subformer_fairseq_init",
+)
 # Subformer's shape here: the teacher's width, 6-6 sandwich (its Table 2 shape: first and last
 # layer own, the middle shared), SAFE r = 64, shared tables
-SUBFORMER_SHAPE = ["--arch", "subformer", "--encoder-layers", "6", "--decoder-layers", "6",
-                   "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
-                   "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
-                   "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-                   "--subformer-sharing", "sandwich", "--safe-dim", "64",
-                   "--share-all-embeddings"]  # fmt: skip
+SUBFORMER_SHAPE = [
+    "--arch",
+    "subformer",
+    "--encoder-layers",
+    "6",
+    "--decoder-layers",
+    "6",
+    "--encoder-embed-dim",
+    "256",
+    "--decoder-embed-dim",
+    "256",
+    "--encoder-ffn-embed-dim",
+    "1024",
+    "--decoder-ffn-embed-dim",
+    "1024",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+    "--subformer-sharing",
+    "sandwich",
+    "--safe-dim",
+    "64",
+    "--share-all-embeddings",
+]
 # ... trained as its paper trains it (the diagnostic rows; examples/translation/subformer/
 # common.sh: Adam (0.9, 0.999) eps 1e-6, lr 5e-4, inverse_sqrt, weight decay 0.01, dropout 0.2,
 # label smoothing 0.1; warm-up a tenth of the budget, 700 of 7,000 updates of 4,096 tokens: the
 # paper's was 10K of up to 250K updates of 128K tokens, a schedule a CPU budget cannot follow)
-SUBFORMER_PAPER = ["--optimizer", "adam", "--adam-betas", "(0.9, 0.999)", "--adam-eps", "1e-06",
-                   "--lr", "5e-4", "--lr-scheduler", "inverse_sqrt", "--warmup-init-lr", "1e-07",
-                   "--weight-decay", "0.01", "--dropout", "0.2",
-                   "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]  # fmt: skip
+SUBFORMER_PAPER = [
+    "--optimizer",
+    "adam",
+    "--adam-betas",
+    "(0.9, 0.999)",
+    "--adam-eps",
+    "1e-06",
+    "--lr",
+    "5e-4",
+    "--lr-scheduler",
+    "inverse_sqrt",
+    "--warmup-init-lr",
+    "1e-07",
+    "--weight-decay",
+    "0.01",
+    "--dropout",
+    "0.2",
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+]
 # the budget of the rows from the teacher (the subformer row's is the teacher's own recipe)
 COMMON_BUDGET = {"max_update": 7000, "validate_every": 500, "patience": 4}
 # rows that the first run (converged/*.json) stopped at 7,000 updates while they still improved,
@@ -136,8 +189,12 @@ UNTIL_EARLY_STOP = {**COMMON_BUDGET, "max_update": 20000, "schedule_updates": 70
 EXTENDED = ("teacher_control", "lightformer_keep_depth", "lightformer_random", "hypoformer_kd")
 # rows made from another row's result: the default student's command and KD data, its size;
 # the searched Smartformer's ranks
-NEEDS = {"lightformer_random": "default", "teacher_control": "default", "dawid": "default",
-         "smartformer": "smartformer_search"}  # fmt: skip
+NEEDS = {
+    "lightformer_random": "default",
+    "teacher_control": "default",
+    "dawid": "default",
+    "smartformer": "smartformer_search",
+}
 SEARCH_RANKS = (32, 64, 128)  # the agent's choices (around the natural rank d / 4 = 64)
 
 
@@ -189,8 +246,9 @@ def portable(value, roots):
         if not folder:
             continue
         pat = re.compile(r"(?<![\w./-])" + re.escape(folder) + r"(/|(?=[\s'\",:=)]|$))")
-        value = pat.sub(lambda m, n=name: (n + "/" if n else "") if m.group(1) else (n or "."),
-                        value)  # fmt: skip
+        value = pat.sub(
+            lambda m, n=name: (n + "/" if n else "") if m.group(1) else (n or "."), value
+        )
     return value
 
 
@@ -199,8 +257,9 @@ def checkouts_in(value) -> set[str]:
     import re
 
     text = json.dumps(value)
-    return {m.group(1) for m in re.finditer(r"--user-dir (/[^\s'\"]+?)/lightcompress(?=[\s'\"])",
-                                            text)}  # fmt: skip
+    return {
+        m.group(1) for m in re.finditer(r"--user-dir (/[^\s'\"]+?)/lightcompress(?=[\s'\"])", text)
+    }
 
 
 def teacher_recipe(path: str) -> tuple[list[str], dict]:
@@ -227,27 +286,52 @@ def teacher_recipe(path: str) -> tuple[list[str], dict]:
         or sched != "inverse_sqrt"
         or get("criterion", "_name") != ("label_smoothed_cross_entropy")
     ):
-        raise PlanError(f"{path}: the teacher trained with {opt} / {sched} / "
-                        f"{get('criterion', '_name')}; the plan reads adam / inverse_sqrt / "
-                        "label_smoothed_cross_entropy recipes only")  # fmt: skip
+        raise PlanError(
+            f"{path}: the teacher trained with {opt} / {sched} / "
+            f"{get('criterion', '_name')}; the plan reads adam / inverse_sqrt / "
+            "label_smoothed_cross_entropy recipes only"
+        )
     every = get("dataset", "validate_interval_updates") or 0
-    flags = ["--max-tokens", str(get("dataset", "max_tokens")),
-             "--update-freq", str(get("optimization", "update_freq")[0]),
-             "--optimizer", "adam", "--adam-betas", str(get("optimizer", "adam_betas")),
-             "--adam-eps", f"{get('optimizer', 'adam_eps'):g}",
-             "--weight-decay", f"{get('optimizer', 'weight_decay'):g}",
-             "--clip-norm", f"{get('optimization', 'clip_norm'):g}",
-             "--lr", f"{get('optimization', 'lr')[0]:g}", "--lr-scheduler", "inverse_sqrt",
-             "--warmup-updates", str(get("lr_scheduler", "warmup_updates")),
-             "--warmup-init-lr", f"{get('lr_scheduler', 'warmup_init_lr'):g}",
-             "--criterion", "label_smoothed_cross_entropy",
-             "--label-smoothing", f"{get('criterion', 'label_smoothing'):g}",
-             "--dropout", f"{get('model', 'dropout'):g}",
-             "--attention-dropout", f"{get('model', 'attention_dropout') or 0:g}",
-             "--seed", str(get("common", "seed"))]  # fmt: skip
-    budget = {"max_update": get("optimization", "max_update"),
-              "validate_every": every or "epoch", "patience": get("checkpoint", "patience"),
-              "max_tokens": get("dataset", "max_tokens")}  # fmt: skip
+    flags = [
+        "--max-tokens",
+        str(get("dataset", "max_tokens")),
+        "--update-freq",
+        str(get("optimization", "update_freq")[0]),
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        str(get("optimizer", "adam_betas")),
+        "--adam-eps",
+        f"{get('optimizer', 'adam_eps'):g}",
+        "--weight-decay",
+        f"{get('optimizer', 'weight_decay'):g}",
+        "--clip-norm",
+        f"{get('optimization', 'clip_norm'):g}",
+        "--lr",
+        f"{get('optimization', 'lr')[0]:g}",
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        str(get("lr_scheduler", "warmup_updates")),
+        "--warmup-init-lr",
+        f"{get('lr_scheduler', 'warmup_init_lr'):g}",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        f"{get('criterion', 'label_smoothing'):g}",
+        "--dropout",
+        f"{get('model', 'dropout'):g}",
+        "--attention-dropout",
+        f"{get('model', 'attention_dropout') or 0:g}",
+        "--seed",
+        str(get("common", "seed")),
+    ]
+    budget = {
+        "max_update": get("optimization", "max_update"),
+        "validate_every": every or "epoch",
+        "patience": get("checkpoint", "patience"),
+        "max_tokens": get("dataset", "max_tokens"),
+    }
     return flags, budget
 
 
@@ -267,7 +351,7 @@ class Plan:
                 p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p
             ),
             PYTHON=sys.executable,
-        )  # fmt: skip  (scripts/*.sh run this interpreter)
+        )  # (scripts/*.sh run this interpreter)
         if opts.threads:
             self.env.update(OMP_NUM_THREADS=str(opts.threads), MKL_NUM_THREADS=str(opts.threads))
         self._recipe = None
@@ -279,8 +363,13 @@ class Plan:
     def roots(self, *extra: tuple[str, str]) -> list[tuple[str, str]]:
         """The folders a record names by placeholder or relative path: the interpreter's bin
         (commands by name), DATA, SAVE, the checkout (and ``extra``)."""
-        return [(os.path.dirname(self.py), ""), (os.path.abspath(self.o.data_dir), "DATA"),
-                (os.path.abspath(self.o.save_root), "SAVE"), (REPO_ROOT, ""), *extra]  # fmt: skip
+        return [
+            (os.path.dirname(self.py), ""),
+            (os.path.abspath(self.o.data_dir), "DATA"),
+            (os.path.abspath(self.o.save_root), "SAVE"),
+            (REPO_ROOT, ""),
+            *extra,
+        ]
 
     def portable(self, value, *extra: tuple[str, str]):
         """``value`` as the committed JSON holds it (:func:`portable` with :meth:`roots`, and
@@ -318,11 +407,14 @@ class Plan:
         if o.schedule_updates:  # (schedules set for another budget: a continued run's first)
             b["schedule_updates"] = o.schedule_updates
         if o.continue_from:
-            b["continued_from"] = {"checkpoint": os.path.abspath(o.continue_from),
-                                   "updates": _checkpoint_updates(o.continue_from)}  # fmt: skip
+            b["continued_from"] = {
+                "checkpoint": os.path.abspath(o.continue_from),
+                "updates": _checkpoint_updates(o.continue_from),
+            }
             # the earlier run's own commands (its compress plan.json, SAVE/student/../plan.json)
-            first = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(o.continue_from))),
-                                 "plan.json")  # fmt: skip
+            first = os.path.join(
+                os.path.dirname(os.path.dirname(os.path.abspath(o.continue_from))), "plan.json"
+            )
             if os.path.exists(first):
                 b["continued_from"]["commands"] = _json(first).get("commands")
         return b
@@ -335,8 +427,10 @@ class Plan:
                 )
         if dry:
             return
-        for path, what in ((os.path.join(self.bin, "dict.de.txt"), "the data-bin"),
-                           (self.ref, "the raw test references")):  # fmt: skip
+        for path, what in (
+            (os.path.join(self.bin, "dict.de.txt"), "the data-bin"),
+            (self.ref, "the raw test references"),
+        ):
             if not os.path.isfile(path):
                 raise PlanError(
                     f"{path}: {what} is missing: build the corpus with python "
@@ -347,9 +441,25 @@ class Plan:
     # -- commands -----------------------------------------------------------------------------
     def compress(self, row: str, extra: list[str], train: list[str] = ()) -> list[str]:
         o, b = self.o, self.budget(row)
-        cmd = [self.py, "-m", "lightcompress.compress", self.teacher, "--data", self.bin,
-               "--save-dir", self.save(row), "--spm", self.spm, "--ref", self.ref, *extra,
-               "--max-update", str(b["max_update"]), "--validate-every", str(b["validate_every"])]  # fmt: skip
+        cmd = [
+            self.py,
+            "-m",
+            "lightcompress.compress",
+            self.teacher,
+            "--data",
+            self.bin,
+            "--save-dir",
+            self.save(row),
+            "--spm",
+            self.spm,
+            "--ref",
+            self.ref,
+            *extra,
+            "--max-update",
+            str(b["max_update"]),
+            "--validate-every",
+            str(b["validate_every"]),
+        ]
         if o.cpu:
             cmd.append("--cpu")
         cmd += ["--patience", str(b["patience"])]
@@ -392,8 +502,10 @@ class Plan:
         doc = _json(rec) if os.path.exists(rec) else {}
         ckpt = self.local(doc["checkpoint"]) if doc.get("checkpoint") else None
         if ckpt and os.path.exists(ckpt):
-            return (checkpoint_report(self.teacher)["embedding"]
-                    + checkpoint_report(ckpt)["non_embedding"])  # fmt: skip
+            return (
+                checkpoint_report(self.teacher)["embedding"]
+                + checkpoint_report(ckpt)["non_embedding"]
+            )
         convert = [c for c in doc.get("commands", []) if "lightcompress-convert" in c]
         if len(convert) != 1:
             return "<the teacher's embedding + the default student's non-embedding parameters>"
@@ -411,10 +523,14 @@ class Plan:
                 cmd[cmd.index(flag) + 1] = value
             out = subprocess.run(cmd, env=self.env, capture_output=True, text=True, check=False)
             if out.returncode != 0:
-                raise StepError("rebuilding the default row's student shape failed: "
-                                f"{out.stderr.strip()[-300:]}")  # fmt: skip
-            return (checkpoint_report(self.teacher)["embedding"]
-                    + checkpoint_report(cmd[cmd.index("-o") + 1])["non_embedding"])  # fmt: skip
+                raise StepError(
+                    "rebuilding the default row's student shape failed: "
+                    f"{out.stderr.strip()[-300:]}"
+                )
+            return (
+                checkpoint_report(self.teacher)["embedding"]
+                + checkpoint_report(cmd[cmd.index("-o") + 1])["non_embedding"]
+            )
 
     def matched_rank(self) -> int | str:
         """The fixed CP rank with the searched model's size: each Q/K/V map costs R (d + h +
@@ -448,8 +564,9 @@ class Plan:
         if cmds is not None:
             lines = [c for c in cmds if any(a.endswith("fairseq-train") for a in c[:1])]
             if len(lines) != 1:
-                raise StepError(f"{self.o.rows_dir}/default.json records no single fairseq-train "
-                                "command")  # fmt: skip
+                raise StepError(
+                    f"{self.o.rows_dir}/default.json records no single fairseq-train command"
+                )
             cmd = [self.local(a) for a in lines[0]]
         elif dry:  # (the plan's listing before the default row ran: the command it will run)
             cmd = self._default_train_planned()
@@ -462,11 +579,14 @@ class Plan:
         cmd[0] = os.path.join(os.path.dirname(self.py), "fairseq-train")
         b = self.budget(row)
         every = str(b["validate_every"])
-        for flag, value in (("--user-dir", os.path.join(REPO_ROOT, "lightcompress")),
-                            ("--save-dir", os.path.join(self.save(row), "student")),
-                            ("--max-update", str(b["max_update"])), ("--patience", str(b["patience"])),
-                            ("--validate-interval-updates", every),
-                            ("--save-interval-updates", every)):  # fmt: skip
+        for flag, value in (
+            ("--user-dir", os.path.join(REPO_ROOT, "lightcompress")),
+            ("--save-dir", os.path.join(self.save(row), "student")),
+            ("--max-update", str(b["max_update"])),
+            ("--patience", str(b["patience"])),
+            ("--validate-interval-updates", every),
+            ("--save-interval-updates", every),
+        ):
             if flag in cmd:
                 cmd[cmd.index(flag) + 1] = value
             elif flag == "--patience":
@@ -496,8 +616,13 @@ class Plan:
         except StepError:
             if not dry:
                 raise
-            return ["fairseq-train", ("<the default row's command with the teacher's "
-                                      "architecture, from teacher/checkpoint.pt>")]  # fmt: skip
+            return [
+                "fairseq-train",
+                (
+                    "<the default row's command with the teacher's "
+                    "architecture, from teacher/checkpoint.pt>"
+                ),
+            ]
         model = read_checkpoint(self.teacher)["cfg"]["model"]
         get = (lambda k: model[k]) if isinstance(model, dict) else (lambda k: getattr(model, k))
         out, i = [], 0
@@ -509,9 +634,12 @@ class Plan:
             i += 1
         shape = {"--arch": get("arch")}
         for side in ("encoder", "decoder"):
-            for flag, key in (("layers", "layers"), ("embed-dim", "embed_dim"),
-                              ("ffn-embed-dim", "ffn_embed_dim"),
-                              ("attention-heads", "attention_heads")):  # fmt: skip
+            for flag, key in (
+                ("layers", "layers"),
+                ("embed-dim", "embed_dim"),
+                ("ffn-embed-dim", "ffn_embed_dim"),
+                ("attention-heads", "attention_heads"),
+            ):
                 shape[f"--{side}-{flag}"] = str(get(f"{side}_{key}"))
         for flag, value in shape.items():
             if flag in out:
@@ -536,8 +664,11 @@ class Plan:
             raise StepError(
                 f"compress --dry-run of the default row failed: {out.stderr.strip()[-300:]}"
             )
-        lines = [ln[2:] for ln in out.stdout.splitlines()
-                 if ln.startswith("+ ") and "fairseq-train" in ln]  # fmt: skip
+        lines = [
+            ln[2:]
+            for ln in out.stdout.splitlines()
+            if ln.startswith("+ ") and "fairseq-train" in ln
+        ]
         if len(lines) != 1:
             raise StepError("compress --dry-run printed no single fairseq-train command")
         return [a.replace(nowhere, self.save("default")) for a in shlex.split(lines[0])]
@@ -548,33 +679,89 @@ class Plan:
         if row == "teacher_control":
             return self.control_train(dry)
         b = self.budget(row)
-        cmd = [os.path.join(os.path.dirname(self.py), "fairseq-train"), self.bin,
-               "--user-dir", os.path.join(REPO_ROOT, "lightcompress"), "--task", "translation",
-               "-s", "de", "-t", "en", *SUBFORMER_SHAPE]  # fmt: skip
+        cmd = [
+            os.path.join(os.path.dirname(self.py), "fairseq-train"),
+            self.bin,
+            "--user-dir",
+            os.path.join(REPO_ROOT, "lightcompress"),
+            "--task",
+            "translation",
+            "-s",
+            "de",
+            "-t",
+            "en",
+            *SUBFORMER_SHAPE,
+        ]
         if row == "subformer":  # the teacher's own recipe, the plugin's default initialisation
             cmd += self.recipe()[0]
         else:  # the diagnostic rows: the paper's schedule, each initialisation named
-            cmd += [*SUBFORMER_PAPER, "--warmup-updates", str(max(1, b["max_update"] // 10)),
-                    "--max-tokens", "4096", "--seed", "1",
-                    "--subformer-init", "bert" if row == "subformer_bert_init" else "fairseq"]  # fmt: skip
+            cmd += [
+                *SUBFORMER_PAPER,
+                "--warmup-updates",
+                str(max(1, b["max_update"] // 10)),
+                "--max-tokens",
+                "4096",
+                "--seed",
+                "1",
+                "--subformer-init",
+                "bert" if row == "subformer_bert_init" else "fairseq",
+            ]
         cmd += ["--max-update", str(b["max_update"]), "--patience", str(b["patience"])]
         if b["validate_every"] != "epoch":
             every = str(b["validate_every"])
-            cmd += ["--validate-interval-updates", every, "--save-interval-updates", every,
-                    "--keep-interval-updates", "1"]  # fmt: skip
-        cmd += ["--no-epoch-checkpoints", "--save-dir", os.path.join(self.save(row), "student"),
-                "--no-progress-bar", "--log-format", "simple", "--log-interval", "50",
-                "--num-workers", "0"]  # fmt: skip
+            cmd += [
+                "--validate-interval-updates",
+                every,
+                "--save-interval-updates",
+                every,
+                "--keep-interval-updates",
+                "1",
+            ]
+        cmd += [
+            "--no-epoch-checkpoints",
+            "--save-dir",
+            os.path.join(self.save(row), "student"),
+            "--no-progress-bar",
+            "--log-format",
+            "simple",
+            "--log-interval",
+            "50",
+            "--num-workers",
+            "0",
+        ]
         return cmd + (["--cpu"] if self.o.cpu else [])
 
     def generate(self, row: str) -> list[str]:
-        return [os.path.join(os.path.dirname(self.py), "fairseq-generate"), self.bin,
-                "--user-dir", os.path.join(REPO_ROOT, "lightcompress"),
-                "--path", os.path.join(self.save(row), "student", "checkpoint_best.pt"),
-                "--task", "translation", "-s", "de", "-t", "en", "--gen-subset", "test",
-                "--beam", "5", "--max-len-a", "1.2", "--max-len-b", "10", "--batch-size", "64",
-                "--required-batch-size-multiple", "1", "--num-workers", "0",
-                "--post-process", "sentencepiece"] + (["--cpu"] if self.o.cpu else [])  # fmt: skip
+        return [
+            os.path.join(os.path.dirname(self.py), "fairseq-generate"),
+            self.bin,
+            "--user-dir",
+            os.path.join(REPO_ROOT, "lightcompress"),
+            "--path",
+            os.path.join(self.save(row), "student", "checkpoint_best.pt"),
+            "--task",
+            "translation",
+            "-s",
+            "de",
+            "-t",
+            "en",
+            "--gen-subset",
+            "test",
+            "--beam",
+            "5",
+            "--max-len-a",
+            "1.2",
+            "--max-len-b",
+            "10",
+            "--batch-size",
+            "64",
+            "--required-batch-size-multiple",
+            "1",
+            "--num-workers",
+            "0",
+            "--post-process",
+            "sentencepiece",
+        ] + (["--cpu"] if self.o.cpu else [])
 
     def commands(self, row: str, dry: bool = True) -> list[list[str]]:
         """``row``'s commands; ``dry`` (the plan's listing): a command made from a row not
@@ -595,9 +782,11 @@ class Plan:
             if kd is None and "--kd-distilled-data" in train and not dry:
                 data = train[train.index("--kd-distilled-data") + 1]
                 if not os.path.isdir(data):
-                    raise PlanError(f"{data}: the default row's KD data (its fairseq-train "
-                                    "command reads it) is missing and its JSON records no "
-                                    "command that makes it: run the default row here")  # fmt: skip
+                    raise PlanError(
+                        f"{data}: the default row's KD data (its fairseq-train "
+                        "command reads it) is missing and its JSON records no "
+                        "command that makes it: run the default row here"
+                    )
             return [*([kd] if kd else []), train, self.generate(row)]
         extra, train = self.compress_args(row)
         return [self.compress(row, [str(a) for a in extra], train)]
@@ -622,8 +811,10 @@ class Plan:
                 if stdout:
                     out.close()
         if rc != 0:
-            raise StepError(f"{cmd[0] if '/' not in cmd[0] else os.path.basename(cmd[0])} failed "
-                            f"(exit {rc}): see {log}")  # fmt: skip
+            raise StepError(
+                f"{cmd[0] if '/' not in cmd[0] else os.path.basename(cmd[0])} failed "
+                f"(exit {rc}): see {log}"
+            )
         if stdout:
             os.replace(stdout + ".tmp", stdout)
 
@@ -639,16 +830,24 @@ class Plan:
         cmds = _json(os.path.join(save, "plan.json"))["commands"]
         ckpt = _json(os.path.join(save, "plan.json"))["student"]["checkpoint"]
         finished = datetime.datetime.fromtimestamp(
-            os.path.getmtime(os.path.join(save, "report.json")), datetime.UTC)  # fmt: skip
+            os.path.getmtime(os.path.join(save, "report.json")), datetime.UTC
+        )
         if rec.get("kd") is None:  # (a plan.json from before compress recorded it)
             rec["kd"] = any("translation_seqkd" in c for c in cmds)
         # the code that ran: the checkout whose plugin the run's fairseq-train imported
         train = next((shlex.split(c) for c in cmds if "fairseq-train" in c), [])
         user_dir = train[train.index("--user-dir") + 1] if "--user-dir" in train else REPO_ROOT
-        rec.update(row=row, what=WHAT[row], checkpoint=ckpt, commands=cmds,
-                   budget=self.budget(row), machine=machine(),
-                   code=code_commit(os.path.dirname(user_dir)), started=None,
-                   finished=finished.isoformat(timespec="seconds"))  # fmt: skip
+        rec.update(
+            row=row,
+            what=WHAT[row],
+            checkpoint=ckpt,
+            commands=cmds,
+            budget=self.budget(row),
+            machine=machine(),
+            code=code_commit(os.path.dirname(user_dir)),
+            started=None,
+            finished=finished.isoformat(timespec="seconds"),
+        )
         rec = self.portable(rec, (os.path.abspath(save), f"SAVE/{row}"))
         _write_json(out, rec)
         return rec
@@ -678,15 +877,22 @@ class Plan:
         measured = datetime.datetime.fromtimestamp(
             os.path.getmtime(os.path.join(save, "report.json")), datetime.UTC
         ).isoformat(timespec="seconds")
-        q["int8"].update(commands=self.portable(plan["commands"], (os.path.abspath(save),
-                                                                   f"SAVE/{row}-int8")),
-                         code=code_commit(), measured=measured)  # fmt: skip
+        q["int8"].update(
+            commands=self.portable(plan["commands"], (os.path.abspath(save), f"SAVE/{row}-int8")),
+            code=code_commit(),
+            measured=measured,
+        )
         rec.update(q)
         size = report["models"]["student"].get("onnx_size_bytes")
         if size and size != rec.get("onnx_size_bytes"):  # (the float32 export of this code)
-            rec.update(onnx_size_bytes=size,
-                       onnx_export={"code": code_commit(), "measured": measured,
-                                    "was_bytes": rec.get("onnx_size_bytes")})  # fmt: skip
+            rec.update(
+                onnx_size_bytes=size,
+                onnx_export={
+                    "code": code_commit(),
+                    "measured": measured,
+                    "was_bytes": rec.get("onnx_size_bytes"),
+                },
+            )
         _write_json(out, rec)
         return rec
 
@@ -708,9 +914,12 @@ class Plan:
                         f.write(time.strftime("%Y-%m-%d %H:%M:%S\n"))
                     break
             if not said:
-                print(f"[converged] {kd}: another process holds the default row's folder "
-                      "(its compress run makes this KD data): waiting for it",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"[converged] {kd}: another process holds the default row's folder "
+                    "(its compress run makes this KD data): waiting for it",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 said = True
             time.sleep(poll)
         return True
@@ -730,26 +939,38 @@ class Plan:
         if os.path.exists(out) and not self.o.again:
             rec = _json(out)
             off = self.off_budget(rec)
-            print(f"[converged] {row}: done before ({out})"
-                  + (f"; at another budget than the plan's ({off}): `run {row} --again` trains "
-                     "it at the plan's, its old state directory moved aside" if off else ""),
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"[converged] {row}: done before ({out})"
+                + (
+                    f"; at another budget than the plan's ({off}): `run {row} --again` trains "
+                    "it at the plan's, its old state directory moved aside"
+                    if off
+                    else ""
+                ),
+                file=sys.stderr,
+            )
             return rec
         need = NEEDS.get(row)
         if need and not os.path.exists(os.path.join(self.o.rows_dir, f"{need}.json")):
             with _RowLock(self.save(need), need) as other:
                 if not other.held:
-                    print(f"[converged] {row}: made from {need}, which another process is "
-                          "training; skipped (run it again afterwards)", file=sys.stderr,
-                          flush=True)  # fmt: skip
+                    print(
+                        f"[converged] {row}: made from {need}, which another process is "
+                        "training; skipped (run it again afterwards)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     return None
             raise PlanError(f"{row} is made from the {need} row's result: run that row first")
         save = self.save(row)
         os.makedirs(save, exist_ok=True)
         with _RowLock(save, row) as lock:
             if not lock.held:
-                print(f"[converged] {row}: another process is training it ({lock.path}); "
-                      "skipped", file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"[converged] {row}: another process is training it ({lock.path}); skipped",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return None
             if os.path.exists(out) and not self.o.again:  # finished by that other process
                 print(f"[converged] {row}: done before ({out})", file=sys.stderr)
@@ -775,14 +996,25 @@ class Plan:
         else:
             self.run_cmd(cmds[0], os.path.join(save, "compress.log"))
             rec = compress_record(save, row, self.o.threads if self.o.cpu else None)
-        rec.update(row=row, what=WHAT[row], checkpoint=self.checkpoint(row), commands=[shlex.join(c) for c in cmds],
-                   budget=self.budget(row),
-                   machine=machine(), code=code_commit(), started=started.isoformat(timespec="seconds"),
-                   finished=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"))  # fmt: skip
+        rec.update(
+            row=row,
+            what=WHAT[row],
+            checkpoint=self.checkpoint(row),
+            commands=[shlex.join(c) for c in cmds],
+            budget=self.budget(row),
+            machine=machine(),
+            code=code_commit(),
+            started=started.isoformat(timespec="seconds"),
+            finished=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        )
         rec = self.portable(rec)
         _write_json(out, rec)
-        print(f"[converged] {row}: BLEU {rec['bleu']} chrF {rec['chrf']}, {rec['params']:,} "
-              f"parameters -> {out}", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"[converged] {row}: BLEU {rec['bleu']} chrF {rec['chrf']}, {rec['params']:,} "
+            f"parameters -> {out}",
+            file=sys.stderr,
+            flush=True,
+        )
         return rec
 
 
@@ -827,9 +1059,11 @@ def status(plan: Plan) -> list[str]:
         if os.path.exists(out):
             rec = _json(out)
             off = plan.off_budget(rec)
-            lines.append(f"{row}: done, BLEU {rec.get('bleu')} ({rec.get('updates')} updates, "
-                         f"{rec.get('stopped') or 'stopped'})"
-                         + (f"; at another budget than the plan's: {off}" if off else ""))  # fmt: skip
+            lines.append(
+                f"{row}: done, BLEU {rec.get('bleu')} ({rec.get('updates')} updates, "
+                f"{rec.get('stopped') or 'stopped'})"
+                + (f"; at another budget than the plan's: {off}" if off else "")
+            )
             continue
         save = plan.save(row)
         logs = [fine_tune_log(save), os.path.join(save, "train.log")]
@@ -851,8 +1085,10 @@ def status(plan: Plan) -> list[str]:
             lines.append(f"{row}: {state}, no validation yet")
             continue
         cap = plan.budget(row)["max_update"]
-        text = (f"{row}: {state}, {t['updates']} of at most {cap} updates, best "
-                f"validation loss {t['best_valid_loss']} at {t['best_update']}")  # fmt: skip
+        text = (
+            f"{row}: {state}, {t['updates']} of at most {cap} updates, best "
+            f"validation loss {t['best_valid_loss']} at {t['best_update']}"
+        )
         if t.get("ups_median") and t["updates"] is not None:
             left = max(0, cap - t["updates"]) / t["ups_median"] / 3600
             text += f"; at most {left:.1f} h left at {t['ups_median']:.2f} updates/s"
@@ -873,8 +1109,12 @@ def machine() -> str:
 
 
 def code_commit(repo: str = REPO_ROOT) -> str:
-    r = subprocess.run(["git", "-C", repo, "rev-parse", "--short=12", "HEAD"],
-                       capture_output=True, text=True, check=False)  # fmt: skip
+    r = subprocess.run(
+        ["git", "-C", repo, "rev-parse", "--short=12", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     return r.stdout.strip() or "unknown"
 
 
@@ -923,10 +1163,20 @@ def _training(log: str, before: tuple[str, int] | None = None, name: str = "") -
     import re
 
     ups = [int(u) for u in re.findall(r"num_updates[ =]+(\d+)", text)]
-    stopped = ("early stop (patience)" if "early stop" in text
-               else "max-update" if "done training" in text else None)  # fmt: skip
-    out = {"updates": max(ups) if ups else None, "best_update": int(upd),
-           "best_valid_loss": loss, "valid_curve": valid, "stopped": stopped}  # fmt: skip
+    stopped = (
+        "early stop (patience)"
+        if "early stop" in text
+        else "max-update"
+        if "done training" in text
+        else None
+    )
+    out = {
+        "updates": max(ups) if ups else None,
+        "best_update": int(upd),
+        "best_valid_loss": loss,
+        "valid_curve": valid,
+        "stopped": stopped,
+    }
     # the training's speed on this machine: the median of fairseq's updates/s over the log
     # (a median, so that a run stopped and resumed, or paused, does not count its pauses)
     parts = _device_parts(text, out["updates"])
@@ -975,8 +1225,15 @@ def _device_parts(text: str, updates: int | None) -> list[dict]:
         last = cuts[i + 1][2] if i + 1 < len(cuts) else (updates or 0)
         ups = _median_ups(text[at:end_at])
         n = max(0, last - first)
-        parts.append({"device": name, "from_update": first, "updates": n, "ups_median": ups,
-                      "hours": round(n / ups / 3600, 3) if ups else None})  # fmt: skip
+        parts.append(
+            {
+                "device": name,
+                "from_update": first,
+                "updates": n,
+                "ups_median": ups,
+                "hours": round(n / ups / 3600, 3) if ups else None,
+            }
+        )
     return parts
 
 
@@ -994,14 +1251,34 @@ def compress_record(save: str, row: str, threads: int | None = None) -> dict:
     trained with, which names the part of a continued run)."""
     rep = _json(os.path.join(save, "report.json"))
     s, t = rep["models"]["student"], rep["models"]["teacher"]
-    rec = {k: s.get(k) for k in ("params", "size_bytes", "onnx_size_bytes", "bleu", "bleu_signature",
-                                 "chrf", "chrf_signature", "sentences")}  # fmt: skip
-    rec.update(method=rep["plan"]["method"], model=s.get("model"), choice=rep["plan"]["choice"],
-               shape=rep["plan"]["student"].get("shape"), kd=rep["plan"]["student"].get("kd"),
-               teacher={k: t.get(k) for k in ("params", "size_bytes", "bleu", "chrf")},
-               **_training(fine_tune_log(save), _continued(rep["plan"]["commands"]),
-                         f"this machine, continued on {threads} CPU thread{'s' * (threads != 1)}"
-                         if threads else ""))  # fmt: skip
+    rec = {
+        k: s.get(k)
+        for k in (
+            "params",
+            "size_bytes",
+            "onnx_size_bytes",
+            "bleu",
+            "bleu_signature",
+            "chrf",
+            "chrf_signature",
+            "sentences",
+        )
+    }
+    rec.update(
+        method=rep["plan"]["method"],
+        model=s.get("model"),
+        choice=rep["plan"]["choice"],
+        shape=rep["plan"]["student"].get("shape"),
+        kd=rep["plan"]["student"].get("kd"),
+        teacher={k: t.get(k) for k in ("params", "size_bytes", "bleu", "chrf")},
+        **_training(
+            fine_tune_log(save),
+            _continued(rep["plan"]["commands"]),
+            f"this machine, continued on {threads} CPU thread{'s' * (threads != 1)}"
+            if threads
+            else "",
+        ),
+    )
     if rec["method"] == "dawid" and rec.get("valid_curve"):
         # DA-WID fuses its last checkpoint (its masks' schedule runs to the end): that is the
         # row's update, not the lowest validation loss (the distillation-only start's)
@@ -1019,8 +1296,9 @@ def _continued(commands: list[str]) -> tuple[str, int] | None:
     ckpt = train[train.index("--continue-once") + 1]
     log = fine_tune_log(os.path.dirname(os.path.dirname(ckpt)))
     if not os.path.exists(log):
-        raise StepError(f"{log}: the log of the run this row continued (--continue-from "
-                        f"{ckpt}) is missing")  # fmt: skip
+        raise StepError(
+            f"{log}: the log of the run this row continued (--continue-from {ckpt}) is missing"
+        )
     return log, _checkpoint_updates(ckpt)
 
 
@@ -1058,12 +1336,23 @@ def scratch_record(save: str, row: str, ref: str) -> dict:
     b, c = bleu.corpus_score(sys_out, [refs]), chrf.corpus_score(sys_out, [refs])
     ckpt = os.path.join(save, "student", "checkpoint_best.pt")
     params = _count_checkpoint(ckpt)
-    return {"params": params, "size_bytes": os.path.getsize(ckpt), "onnx_size_bytes": None,
-            "bleu": round(b.score, 2), "bleu_signature": str(bleu.get_signature()),
-            "chrf": round(c.score, 2), "chrf_signature": str(chrf.get_signature()),
-            "sentences": len(refs), "method": row.split("_")[0], "model": None, "choice": None,
-            "shape": None, "kd": "kd-bin" in open(os.path.join(save, "train.log"), encoding="utf-8").read(1 << 16),
-            "teacher": None, **_training(os.path.join(save, "train.log"))}  # fmt: skip
+    return {
+        "params": params,
+        "size_bytes": os.path.getsize(ckpt),
+        "onnx_size_bytes": None,
+        "bleu": round(b.score, 2),
+        "bleu_signature": str(bleu.get_signature()),
+        "chrf": round(c.score, 2),
+        "chrf_signature": str(chrf.get_signature()),
+        "sentences": len(refs),
+        "method": row.split("_")[0],
+        "model": None,
+        "choice": None,
+        "shape": None,
+        "kd": "kd-bin" in open(os.path.join(save, "train.log"), encoding="utf-8").read(1 << 16),
+        "teacher": None,
+        **_training(os.path.join(save, "train.log")),
+    }
 
 
 def record_source_check(plan: Plan, row: str) -> dict:
@@ -1139,26 +1428,69 @@ def speed(plan: Plan, dry: bool) -> None:
         # against the teacher in a run of their own, kept beside the run that timed those
         timed = {lab for run in _speed_runs(earlier) for lab in run.get("batch_1", {})}
         lost = [r for r in elsewhere if r not in timed]
-        print(f"[converged] speed: {', '.join(elsewhere)}: checkpoint not on this machine; "
-              + (f"no earlier run timed {', '.join(lost)}" if lost else "their earlier run stays"),
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"[converged] speed: {', '.join(elsewhere)}: checkpoint not on this machine; "
+            + (f"no earlier run timed {', '.join(lost)}" if lost else "their earlier run stays"),
+            file=sys.stderr,
+            flush=True,
+        )
         rows = [r for r in rows if r not in elsewhere]
         if not rows:
             raise PlanError("no finished row's checkpoint is on this machine: nothing to time")
     paths = [f"teacher={plan.teacher}"] + [f"{r}={ckpt.get(r, '<its checkpoint>')}" for r in rows]
     shortlist = os.path.join(o.save_root, "shortlist.txt")
     bindir = os.path.dirname(plan.py)
-    cmds = [[os.path.join(bindir, "lightcompress-shortlist"), "--data", plan.bin, "-s", "de", "-t", "en",
-             "-o", shortlist]]  # fmt: skip
+    cmds = [
+        [
+            os.path.join(bindir, "lightcompress-shortlist"),
+            "--data",
+            plan.bin,
+            "-s",
+            "de",
+            "-t",
+            "en",
+            "-o",
+            shortlist,
+        ]
+    ]
     outs = {}
     for batch, n in ((1, o.speed_sentences), (32, max(64, o.speed_sentences))):
         outs[batch] = os.path.join(o.save_root, f"speed-b{batch}.json")
-        cmds.append(["bash", os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"),
-                     "--path", ",".join(paths), "--data", plan.bin, "--user-dir",
-                     os.path.join(REPO_ROOT, "lightcompress"), "--natural", "--num-sentences", str(n),
-                     "--timing-batch-size", str(batch), "--runs", str(o.speed_runs), "--threads", "1",
-                     "--beam", "5", "--max-len-a", "1.2", "--max-len-b", "10", "--onnx", "--ct2",
-                     "--int8-large", "--shortlist", shortlist, "--quiet", "--json", outs[batch]])  # fmt: skip
+        cmds.append(
+            [
+                "bash",
+                os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"),
+                "--path",
+                ",".join(paths),
+                "--data",
+                plan.bin,
+                "--user-dir",
+                os.path.join(REPO_ROOT, "lightcompress"),
+                "--natural",
+                "--num-sentences",
+                str(n),
+                "--timing-batch-size",
+                str(batch),
+                "--runs",
+                str(o.speed_runs),
+                "--threads",
+                "1",
+                "--beam",
+                "5",
+                "--max-len-a",
+                "1.2",
+                "--max-len-b",
+                "10",
+                "--onnx",
+                "--ct2",
+                "--int8-large",
+                "--shortlist",
+                shortlist,
+                "--quiet",
+                "--json",
+                outs[batch],
+            ]
+        )
     if dry:
         for c in cmds:
             print("+ " + shlex.join(c))
@@ -1179,11 +1511,15 @@ def speed(plan: Plan, dry: bool) -> None:
         plan.run_cmd(cmd, os.path.join(o.save_root, f"speed-b{batch}.log"))
         with open(made, "w", encoding="utf-8") as f:
             f.write(shlex.join(cmd))
-    doc = {"commands": plan.portable([shlex.join(c) for c in cmds]), "machine": machine(),
-           "code": code_commit(),
-           "batch_1": _speed_rows(_json(outs[1])), "batch_32": _speed_rows(_json(outs[32])),
-           "protocol": _json(outs[1])["protocol"],
-           "notes": sorted({n for b in (1, 32) for n in _json(outs[b]).get("notes", [])})}  # fmt: skip
+    doc = {
+        "commands": plan.portable([shlex.join(c) for c in cmds]),
+        "machine": machine(),
+        "code": code_commit(),
+        "batch_1": _speed_rows(_json(outs[1])),
+        "batch_32": _speed_rows(_json(outs[32])),
+        "protocol": _json(outs[1])["protocol"],
+        "notes": sorted({n for b in (1, 32) for n in _json(outs[b]).get("notes", [])}),
+    }
     if elsewhere:
         doc = merge_speed_runs(earlier, doc)
     _write_json(spath, doc)
@@ -1282,10 +1618,15 @@ def _timing(recs: list[dict]) -> list[str]:
     def one(r):
         if not r.get("devices"):
             return f"{r['row']} {r['train_hours']:.1f} h ({r['ups_median']:.2f} updates/s)"
-        return f"{r['row']} {r['train_hours']:.1f} h (" + " + ".join(
-            f"{p['updates']:,} updates at {p['ups_median']:.2f}/s on "
-            f"{'one CPU thread' if p['device'] == 'this machine' else p['device']}"
-            for p in r["devices"]) + ")"  # fmt: skip
+        return (
+            f"{r['row']} {r['train_hours']:.1f} h ("
+            + " + ".join(
+                f"{p['updates']:,} updates at {p['ups_median']:.2f}/s on "
+                f"{'one CPU thread' if p['device'] == 'this machine' else p['device']}"
+                for p in r["devices"]
+            )
+            + ")"
+        )
 
     return [
         "Training time of each row (its updates at the median updates/s of its fairseq log, "
@@ -1318,10 +1659,12 @@ def table(rows_dir: str) -> str:
     recs, spd, teacher = _rows_and_teacher(rows_dir)
     scores = _teacher_scores()
     tp = teacher["params"]
-    lines = ["| model | params | x fewer | size | BLEU | chrF | BLEU - teacher | updates (best) |"
-             + " b1 tok/s | b1 / CT2 int8 | b1 / CT2 int8, both shortlist | b32 tok/s | b32 / CT2 int8 "
-             "| b32 / CT2 int8, both shortlist |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    lines = [
+        "| model | params | x fewer | size | BLEU | chrF | BLEU - teacher | updates (best) |"
+        + " b1 tok/s | b1 / CT2 int8 | b1 / CT2 int8, both shortlist | b32 tok/s | b32 / CT2 int8 "
+        "| b32 / CT2 int8, both shortlist |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
 
     def speeds(label, eng="onnxruntime"):
         cells = []
@@ -1331,30 +1674,76 @@ def table(rows_dir: str) -> str:
             s = run.get(b, {})
             mine, ct2 = s.get(label, {}), s.get("teacher", {})
             own = mine.get(eng) if label != "teacher" else ct2.get("ctranslate2-int8")
-            own_sl = mine.get(f"{eng}+shortlist") if label != "teacher" else ct2.get(
-                "ctranslate2-int8+shortlist")  # fmt: skip
-            cells += [_fmt(own, ",.0f") + (mark if own else ""), _ratio(own, ct2.get("ctranslate2-int8")),
-                      _ratio(own_sl, ct2.get("ctranslate2-int8+shortlist"))]  # fmt: skip
+            own_sl = (
+                mine.get(f"{eng}+shortlist")
+                if label != "teacher"
+                else ct2.get("ctranslate2-int8+shortlist")
+            )
+            cells += [
+                _fmt(own, ",.0f") + (mark if own else ""),
+                _ratio(own, ct2.get("ctranslate2-int8")),
+                _ratio(own_sl, ct2.get("ctranslate2-int8+shortlist")),
+            ]
         return cells
 
     t_bleu = teacher["bleu"]
-    lines.append("| " + " | ".join(["teacher (dense, CTranslate2 int8 for speed)", f"{tp:,}", "1x",
-                                     f"{teacher['size_bytes'] / 1e6:.1f} MB", _fmt(t_bleu, ".2f"),
-                                     _fmt(teacher["chrf"], ".2f"), "", "", *speeds("teacher")]) + " |")  # fmt: skip
+    lines.append(
+        "| "
+        + " | ".join(
+            [
+                "teacher (dense, CTranslate2 int8 for speed)",
+                f"{tp:,}",
+                "1x",
+                f"{teacher['size_bytes'] / 1e6:.1f} MB",
+                _fmt(t_bleu, ".2f"),
+                _fmt(teacher["chrf"], ".2f"),
+                "",
+                "",
+                *speeds("teacher"),
+            ]
+        )
+        + " |"
+    )
     for r in recs:
         # (a row without an export: its float32 weights, not its checkpoint_best.pt, which holds
         # Adam's state as well for some scratch rows)
         size = r.get("onnx_size_bytes") or 4 * r["params"]
-        lines.append("| " + " | ".join([
-            r["row"], f"{r['params']:,}", _ratio(tp, r["params"]), f"{size / 1e6:.1f} MB",
-            _fmt(r["bleu"], ".2f"), _fmt(r["chrf"], ".2f"), f"{r['bleu'] - t_bleu:+.2f}",
-            f"{_fmt(r.get('updates'))} ({_fmt(r.get('best_update'))})", *speeds(r["row"])]) + " |")  # fmt: skip
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r["row"],
+                    f"{r['params']:,}",
+                    _ratio(tp, r["params"]),
+                    f"{size / 1e6:.1f} MB",
+                    _fmt(r["bleu"], ".2f"),
+                    _fmt(r["chrf"], ".2f"),
+                    f"{r['bleu'] - t_bleu:+.2f}",
+                    f"{_fmt(r.get('updates'))} ({_fmt(r.get('best_update'))})",
+                    *speeds(r["row"]),
+                ]
+            )
+            + " |"
+        )
         q = r.get("int8")
         if q:
-            lines.append("| " + " | ".join([
-                f"{r['row']}, {INT8_NAME[q['precision']]}", f"{r['params']:,}", _ratio(tp, r["params"]),
-                f"{q['onnx_size_bytes'] / 1e6:.1f} MB", _fmt(q["bleu"], ".2f"), _fmt(q["chrf"], ".2f"),
-                f"{q['bleu'] - t_bleu:+.2f}", "", *speeds(r["row"], f"onnxruntime-{q['precision']}")]) + " |")  # fmt: skip
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        f"{r['row']}, {INT8_NAME[q['precision']]}",
+                        f"{r['params']:,}",
+                        _ratio(tp, r["params"]),
+                        f"{q['onnx_size_bytes'] / 1e6:.1f} MB",
+                        _fmt(q["bleu"], ".2f"),
+                        _fmt(q["chrf"], ".2f"),
+                        f"{q['bleu'] - t_bleu:+.2f}",
+                        "",
+                        *speeds(r["row"], f"onnxruntime-{q['precision']}"),
+                    ]
+                )
+                + " |"
+            )
     by = {r["row"]: r for r in recs}
     sig = recs[0].get("bleu_signature")
     out = [
@@ -1405,8 +1794,12 @@ def _speed_where(spd: dict) -> list[str]:
     runs = _speed_runs(spd)
     if len(runs) == 1:
         return [f"Speed: {runs[0]['machine']}, code {runs[0]['code']}."]
-    out = [(f"Speed: {runs[0]['machine']}, code {runs[0]['code']} (the teacher's line and "
-            "every row without a mark).")]  # fmt: skip
+    out = [
+        (
+            f"Speed: {runs[0]['machine']}, code {runs[0]['code']} (the teacher's line and "
+            "every row without a mark)."
+        )
+    ]
     for i, run in enumerate(runs[1:], 1):
         t = {b: run[b].get("teacher", {}).get("ctranslate2-int8") for b in ("batch_1", "batch_32")}
         rows = ", ".join(k for k in run["batch_1"] if k != "teacher")
@@ -1423,15 +1816,19 @@ def _depth_claim(by: dict, spd: dict | None) -> str:
     """The shallow decoder (the default 3-1) against the teacher's depth: within 1 BLEU or
     not, and what it buys in speed (ONNX Runtime float32 at batch 1, the same run)."""
     a, b = "default", "lightformer_keep_depth"
-    claim = ("LightFormer: a deep encoder and shallow decoder loses little (within 1 BLEU) "
-             "against the teacher's depth")  # fmt: skip
+    claim = (
+        "LightFormer: a deep encoder and shallow decoder loses little (within 1 BLEU) "
+        "against the teacher's depth"
+    )
     if a not in by or b not in by:
         return f"- {claim}: not measured yet ({a if a not in by else b} has no finished row)."
     gap = by[a]["bleu"] - by[b]["bleu"]
     holds = gap >= -1.0
-    line = (f"- {claim}: {'holds' if holds else 'does not hold'} here: {a} BLEU "
-            f"{by[a]['bleu']:.2f} against {b} {by[b]['bleu']:.2f} ({gap:+.2f}, "
-            f"{by[a]['params']:,} against {by[b]['params']:,} parameters)")  # fmt: skip
+    line = (
+        f"- {claim}: {'holds' if holds else 'does not hold'} here: {a} BLEU "
+        f"{by[a]['bleu']:.2f} against {b} {by[b]['bleu']:.2f} ({gap:+.2f}, "
+        f"{by[a]['params']:,} against {by[b]['params']:,} parameters)"
+    )
     (ia, ra), (ib, rb) = speed_of(spd, a), speed_of(spd, b)
     fa = ra.get("batch_1", {}).get(a, {}).get("onnxruntime")
     fb = rb.get("batch_1", {}).get(b, {}).get("onnxruntime")
@@ -1444,10 +1841,12 @@ def _depth_claim(by: dict, spd: dict | None) -> str:
 def _budget_text(r: dict) -> str:
     b = r["budget"]
     every = b.get("validate_every")
-    text = (f"at most {b['max_update']:,} updates"
-            + (f" of {b['max_tokens']:,} tokens" if b.get("max_tokens") else "")
-            + f", validation every {'epoch' if every == 'epoch' else every}, "
-            f"patience {b['patience']}")  # fmt: skip
+    text = (
+        f"at most {b['max_update']:,} updates"
+        + (f" of {b['max_tokens']:,} tokens" if b.get("max_tokens") else "")
+        + f", validation every {'epoch' if every == 'epoch' else every}, "
+        f"patience {b['patience']}"
+    )
     if b.get("continued_from"):
         text += f", continued from its run stopped at {b['continued_from']['updates']:,} updates"
     if b.get("schedule_updates"):
@@ -1463,15 +1862,20 @@ def _budgets(recs: list[dict]) -> list[str]:
         groups.setdefault(_budget_text(r), []).append(r["row"])
     if len(groups) == 1:
         return [f"Budget of every row: {next(iter(groups))}."]
-    parts = [f"{text} ({', '.join(rows)})" for text, rows in
-             sorted(groups.items(), key=lambda kv: -len(kv[1]))]  # fmt: skip
+    parts = [
+        f"{text} ({', '.join(rows)})"
+        for text, rows in sorted(groups.items(), key=lambda kv: -len(kv[1]))
+    ]
     return ["Budget of the rows: " + "; ".join(parts) + "."]
 
 
 def _still_improving(r: dict) -> bool:
     """Stopped by its update cap with its lowest validation loss at the last validation."""
-    return bool(r.get("stopped") == "max-update" and r.get("updates")
-                and r.get("best_update") == r.get("updates"))  # fmt: skip
+    return bool(
+        r.get("stopped") == "max-update"
+        and r.get("updates")
+        and r.get("best_update") == r.get("updates")
+    )
 
 
 def _stopped_early(r: dict) -> bool:
@@ -1486,9 +1890,14 @@ def _unequal(x: dict, y: dict) -> str:
     notes = []
     open_ = [r for r in (x, y) if _still_improving(r)]
     if open_:
-        notes.append("compares unfinished rows: " + ", ".join(
-            f"{r['row']} was stopped by its budget at {r['updates']:,} updates while still "
-            "improving" for r in open_))  # fmt: skip
+        notes.append(
+            "compares unfinished rows: "
+            + ", ".join(
+                f"{r['row']} was stopped by its budget at {r['updates']:,} updates while still "
+                "improving"
+                for r in open_
+            )
+        )
     bx, by_ = x.get("budget") or {}, y.get("budget") or {}
     keys = ("validate_every", "patience", "max_tokens")
     same_cap = bx.get("max_update") == by_.get("max_update") or (
@@ -1498,8 +1907,10 @@ def _unequal(x: dict, y: dict) -> str:
         patience = bx.get("patience") != by_.get("patience")
         parts = []
         for r, b in ((x, bx), (y, by_)):
-            text = (f"{r['row']} {_fmt(r.get('updates'), ',')} updates of at most "
-                    f"{b.get('max_update', 0):,}")  # fmt: skip
+            text = (
+                f"{r['row']} {_fmt(r.get('updates'), ',')} updates of at most "
+                f"{b.get('max_update', 0):,}"
+            )
             parts.append(text + (f" (patience {b.get('patience')})" if patience else ""))
         notes.append("at unequal budgets: " + ", ".join(parts))
     return "; ".join(notes)
@@ -1510,8 +1921,9 @@ def _budget_note(recs: list[dict]) -> list[str]:
     still = [r for r in recs if _still_improving(r)]
     if not still:
         return []
-    names = ", ".join(f"{r['row']} (best at {r['best_update']:,} of {r['updates']:,} updates)"
-                      for r in still)  # fmt: skip
+    names = ", ".join(
+        f"{r['row']} (best at {r['best_update']:,} of {r['updates']:,} updates)" for r in still
+    )
     return [f"- Stopped by the budget while still improving: {names}."]
 
 
@@ -1526,16 +1938,24 @@ def _above_teacher(recs: list[dict], teacher: dict) -> list[str]:
         return []
     sc = _teacher_scores()
     names = ", ".join(f"{r['row']} ({r['bleu'] - teacher['bleu']:+.2f})" for r in above)
-    stop = (f" (the teacher: {sc['stopped']} at {sc['updates']:,} updates, its best at "
-            f"{sc['best_update']:,})" if {"stopped", "updates", "best_update"} <= set(sc) else "")  # fmt: skip
-    line = (f"- Above the teacher by more than 1 BLEU: {names}. These start from the teacher's "
-            f"weights and train up to {max(r.get('updates') or 0 for r in above):,} updates "
-            f"more{stop}")  # fmt: skip
+    stop = (
+        f" (the teacher: {sc['stopped']} at {sc['updates']:,} updates, its best at "
+        f"{sc['best_update']:,})"
+        if {"stopped", "updates", "best_update"} <= set(sc)
+        else ""
+    )
+    line = (
+        f"- Above the teacher by more than 1 BLEU: {names}. These start from the teacher's "
+        f"weights and train up to {max(r.get('updates') or 0 for r in above):,} updates "
+        f"more{stop}"
+    )
     ctl = next((r for r in recs if r["row"] == CONTROL), None)
     if ctl is None:
-        return [line + ": they lose nothing by the compression; whether the teacher itself gains "
-                "as much from the same extra training is the control row's question "
-                f"({CONTROL}: `converged.py run {CONTROL}`), not measured yet."]  # fmt: skip
+        return [
+            line + ": they lose nothing by the compression; whether the teacher itself gains "
+            "as much from the same extra training is the control row's question "
+            f"({CONTROL}: `converged.py run {CONTROL}`), not measured yet."
+        ]
     gaps, parts = {}, []
     for r in above:
         gaps[r["row"]] = r["bleu"] - ctl["bleu"]
@@ -1550,10 +1970,12 @@ def _above_teacher(recs: list[dict], teacher: dict) -> list[str]:
         verdict = "they stay above the teacher given the same extra training"
     else:
         verdict = "some stay above it, some do not"
-    return [line + f". The control, the teacher itself fine-tuned the same way ({CONTROL}: "
-            f"{_fmt(ctl.get('updates'), ',')} updates, {ctl.get('stopped') or 'stopped'}), "
-            f"scores {ctl['bleu']:.2f} ({ctl['bleu'] - teacher['bleu']:+.2f}); against it: "
-            f"{each}: {verdict}."]  # fmt: skip
+    return [
+        line + f". The control, the teacher itself fine-tuned the same way ({CONTROL}: "
+        f"{_fmt(ctl.get('updates'), ',')} updates, {ctl.get('stopped') or 'stopped'}), "
+        f"scores {ctl['bleu']:.2f} ({ctl['bleu'] - teacher['bleu']:+.2f}); against it: "
+        f"{each}: {verdict}."
+    ]
 
 
 def claims(by: dict, teacher: dict, spd: dict | None = None) -> list[str]:
@@ -1564,8 +1986,10 @@ def claims(by: dict, teacher: dict, spd: dict | None = None) -> list[str]:
             return f"- {claim}: not measured yet ({a if a not in by else b} has no finished row)."
         x, y = by[a], by[b]
         holds = x["bleu"] > y["bleu"]
-        line = (f"- {claim}: {'holds' if holds else 'does not hold'} here: {a} BLEU {x['bleu']:.2f} "
-                f"against {b} {y['bleu']:.2f} ({x['params']:,} against {y['params']:,} parameters)")  # fmt: skip
+        line = (
+            f"- {claim}: {'holds' if holds else 'does not hold'} here: {a} BLEU {x['bleu']:.2f} "
+            f"against {b} {y['bleu']:.2f} ({x['params']:,} against {y['params']:,} parameters)"
+        )
         why = _unequal(x, y)
         if why:
             line += f"; {why}"
@@ -1575,9 +1999,11 @@ def claims(by: dict, teacher: dict, spd: dict | None = None) -> list[str]:
     if "default" in by:
         d = by["default"]
         gap = d["bleu"] - teacher["bleu"]
-        out.append(f"- Several times smaller at the same BLEU (within 1 BLEU): "
-                   f"{'holds' if gap >= -1 else 'does not hold'} for the default student "
-                   f"({teacher['params'] / d['params']:.2f}x fewer parameters, {gap:+.2f} BLEU).")  # fmt: skip
+        out.append(
+            f"- Several times smaller at the same BLEU (within 1 BLEU): "
+            f"{'holds' if gap >= -1 else 'does not hold'} for the default student "
+            f"({teacher['params'] / d['params']:.2f}x fewer parameters, {gap:+.2f} BLEU)."
+        )
     out.append(
         cmp(
             "default",
@@ -1590,9 +2016,11 @@ def claims(by: dict, teacher: dict, spd: dict | None = None) -> list[str]:
     why = ""
     if {"smartformer_search", "smartformer"} <= set(by):
         a, b = by["smartformer_search"], by["smartformer"]
-        why = ("the searched model starts at its largest rank and is cut to the chosen ranks "
-               "while it fine-tunes, the fixed one trains at its rank from the start (best "
-               f"validation loss {a['best_valid_loss']:.3f} against {b['best_valid_loss']:.3f})")  # fmt: skip
+        why = (
+            "the searched model starts at its largest rank and is cut to the chosen ranks "
+            "while it fine-tunes, the fixed one trains at its rank from the start (best "
+            f"validation loss {a['best_valid_loss']:.3f} against {b['best_valid_loss']:.3f})"
+        )
     out.append(
         cmp(
             "smartformer_search",
@@ -1618,42 +2046,59 @@ def _subformer_claim(by: dict, teacher: dict) -> str:
     """Subformer (SAFE + sandwich sharing, from scratch, the teacher's recipe) against the
     teacher: within 1 BLEU with fewer parameters or not; the diagnostic rows (its paper's
     schedule, each initialisation) said after it."""
-    claim = ("Subformer: sandwich sharing and SAFE, trained from scratch, come within 1 BLEU of "
-             "the teacher with fewer parameters")  # fmt: skip
-    init = {"subformer_bert_init": "the authors' BERT initialisation",
-            "subformer_fairseq_init": "fairseq's"}  # fmt: skip
+    claim = (
+        "Subformer: sandwich sharing and SAFE, trained from scratch, come within 1 BLEU of "
+        "the teacher with fewer parameters"
+    )
+    init = {
+        "subformer_bert_init": "the authors' BERT initialisation",
+        "subformer_fairseq_init": "fairseq's",
+    }
     diag = [r for r in DIAGNOSTIC if r in by]
-    dtext = "; ".join(f"{r} ({init[r]}, its paper's schedule) BLEU {by[r]['bleu']:.2f} after "
-                      f"{_fmt(by[r].get('updates'), ',')} updates of at most "
-                      f"{by[r]['budget']['max_update']:,} ({by[r].get('stopped') or '-'})"
-                      for r in diag)  # fmt: skip
+    dtext = "; ".join(
+        f"{r} ({init[r]}, its paper's schedule) BLEU {by[r]['bleu']:.2f} after "
+        f"{_fmt(by[r].get('updates'), ',')} updates of at most "
+        f"{by[r]['budget']['max_update']:,} ({by[r].get('stopped') or '-'})"
+        for r in diag
+    )
     if len(diag) == 2:
         dtext += _subformer_inits(by[diag[0]], by[diag[1]])
     sc = _teacher_scores()
     if "subformer" not in by:
-        return (f"- {claim}: not measured yet (subformer, trained with the teacher's recipe, has "
-                "no finished row)" + (f"; the diagnostic rows: {dtext}" if diag else "") + ".")  # fmt: skip
+        return (
+            f"- {claim}: not measured yet (subformer, trained with the teacher's recipe, has "
+            "no finished row)" + (f"; the diagnostic rows: {dtext}" if diag else "") + "."
+        )
     r = by["subformer"]
     holds = r["bleu"] >= teacher["bleu"] - 1 and r["params"] < teacher["params"]
-    line = (f"- {claim}: {'holds' if holds else 'does not hold'} here: subformer BLEU "
-            f"{r['bleu']:.2f} with {r['params']:,} parameters after "
-            f"{_fmt(r.get('updates'), ',')} updates ({r.get('stopped') or '-'}), the teacher "
-            f"{teacher['bleu']:.2f} with {teacher['params']:,}"
-            + (f" after {sc['updates']:,} updates ({sc.get('stopped', '-')})" if "updates" in sc
-               else "")
-            + ", both with the teacher's recipe")  # fmt: skip
+    line = (
+        f"- {claim}: {'holds' if holds else 'does not hold'} here: subformer BLEU "
+        f"{r['bleu']:.2f} with {r['params']:,} parameters after "
+        f"{_fmt(r.get('updates'), ',')} updates ({r.get('stopped') or '-'}), the teacher "
+        f"{teacher['bleu']:.2f} with {teacher['params']:,}"
+        + (
+            f" after {sc['updates']:,} updates ({sc.get('stopped', '-')})"
+            if "updates" in sc
+            else ""
+        )
+        + ", both with the teacher's recipe"
+    )
     notes = []
     if _still_improving(r):
-        notes.append(f"compares an unfinished row: subformer was stopped by its budget at "
-                     f"{r['updates']:,} updates while still improving")  # fmt: skip
+        notes.append(
+            f"compares an unfinished row: subformer was stopped by its budget at "
+            f"{r['updates']:,} updates while still improving"
+        )
     try:
         want = teacher_recipe(os.path.join(TEACHER_DIR, "checkpoint.pt"))[1]
     except PlanError:
         want = None
     got = r.get("budget") or {}
     if want and any(got.get(k) != v for k, v in want.items()):
-        notes.append(f"at another budget than the teacher's: subformer {_budget_text(r)}, the "
-                     f"teacher {_budget_text({'budget': want})}")  # fmt: skip
+        notes.append(
+            f"at another budget than the teacher's: subformer {_budget_text(r)}, the "
+            f"teacher {_budget_text({'budget': want})}"
+        )
     if notes:
         line += "; " + "; ".join(notes)
     return line + (f". The diagnostic rows: {dtext}." if diag else ".")
@@ -1675,9 +2120,11 @@ def _subformer_inits(a: dict, b: dict) -> str:
     if not common:
         return ""
     u = common[-1]
-    return (f"; at {u:,} updates, validation loss {a['row']} {ca[u]:.3f}, {b['row']} {cb[u]:.3f} "
-            f"(warm-up {_fmt(_warmup(a), ',')} against {_fmt(_warmup(b), ',')} updates: the plan "
-            "scales it with the budget)")  # fmt: skip
+    return (
+        f"; at {u:,} updates, validation loss {a['row']} {ca[u]:.3f}, {b['row']} {cb[u]:.3f} "
+        f"(warm-up {_fmt(_warmup(a), ',')} against {_fmt(_warmup(b), ',')} updates: the plan "
+        "scales it with the budget)"
+    )
 
 
 def _deaf_rows(by: dict) -> list[str]:
@@ -1687,11 +2134,15 @@ def _deaf_rows(by: dict) -> list[str]:
         c = r.get("source_check") or {}
         if c.get("pooled_cosine", 0) < 0.999:
             continue
-        line = (f"- {row} did not learn to translate: its encoder gives every source the same "
-                f"vector (source-check cosine {c['pooled_cosine']:.3f}")  # fmt: skip
+        line = (
+            f"- {row} did not learn to translate: its encoder gives every source the same "
+            f"vector (source-check cosine {c['pooled_cosine']:.3f}"
+        )
         if c.get("translations"):
-            line += (f"; {c['distinct_translations']:,} distinct of {c['translations']:,} "
-                     "test translations")  # fmt: skip
+            line += (
+                f"; {c['distinct_translations']:,} distinct of {c['translations']:,} "
+                "test translations"
+            )
         out.append(line + ").")
     return out
 
@@ -1712,46 +2163,78 @@ def get_parser() -> argparse.ArgumentParser:
             "source-check",
         ],
     )
-    p.add_argument("rows", nargs="*", help="run: these rows only (default: all, in order); "
-                   "record: ROW and the save directory of its finished compress run; "
-                   "source-check: finished rows whose JSON gets source_check.py's figures")  # fmt: skip
-    p.add_argument("--data-dir", default=os.path.join(CACHE, "data", "results-permissive"),
-                   help="the permissive-only results corpus (bin/, raw/test.en)")  # fmt: skip
-    p.add_argument("--save-root", default=os.path.join(CACHE, "converged"),
-                   help="every row's state, outside the checkout (resumable)")  # fmt: skip
-    p.add_argument("--rows-dir", default=ROWS_DIR,
-                   help="the finished rows' JSON and the table (committed)")  # fmt: skip
-    p.add_argument("--max-update", type=int,
-                   help="at most this many updates (default: the row's budget: 7,000 for the "
-                   "rows from the teacher, 20,000 for those trained until early stopping "
-                   f"({', '.join(EXTENDED)}); subformer: the teacher's own cap)")  # fmt: skip
-    p.add_argument("--validate-every", type=int,
-                   help="updates between validations and checkpoints (default: the row's, 500; "
-                   "subformer: every epoch, as the teacher)")  # fmt: skip
-    p.add_argument("--patience", type=int,
-                   help="stop after this many validations without a lower loss (default: the "
-                   "row's, 4; subformer: the teacher's)")  # fmt: skip
-    p.add_argument("--again", action="store_true",
-                   help="run: train the named rows again even where their JSON exists (e.g. a "
-                   "row made at another budget than the plan's; move its state directory "
-                   "aside first); the JSON is replaced when the row finishes")  # fmt: skip
-    p.add_argument("--schedule-updates", type=int,
-                   help="compress rows: the updates their schedules are set for (compress "
-                   "--schedule-updates; default: the row's budget's, 7,000 for the rows "
-                   "trained until early stopping, else --max-update)")  # fmt: skip
-    p.add_argument("--continue-from", metavar="CHECKPOINT",
-                   help="run: go on training this checkpoint of the one row given (compress "
-                   "--continue-from, e.g. a row that stopped short of its target, moved aside: "
-                   "its SAVE/student/checkpoint_last.pt); the row's JSON records it")  # fmt: skip
+    p.add_argument(
+        "rows",
+        nargs="*",
+        help="run: these rows only (default: all, in order); "
+        "record: ROW and the save directory of its finished compress run; "
+        "source-check: finished rows whose JSON gets source_check.py's figures",
+    )
+    p.add_argument(
+        "--data-dir",
+        default=os.path.join(CACHE, "data", "results-permissive"),
+        help="the permissive-only results corpus (bin/, raw/test.en)",
+    )
+    p.add_argument(
+        "--save-root",
+        default=os.path.join(CACHE, "converged"),
+        help="every row's state, outside the checkout (resumable)",
+    )
+    p.add_argument(
+        "--rows-dir", default=ROWS_DIR, help="the finished rows' JSON and the table (committed)"
+    )
+    p.add_argument(
+        "--max-update",
+        type=int,
+        help="at most this many updates (default: the row's budget: 7,000 for the "
+        "rows from the teacher, 20,000 for those trained until early stopping "
+        f"({', '.join(EXTENDED)}); subformer: the teacher's own cap)",
+    )
+    p.add_argument(
+        "--validate-every",
+        type=int,
+        help="updates between validations and checkpoints (default: the row's, 500; "
+        "subformer: every epoch, as the teacher)",
+    )
+    p.add_argument(
+        "--patience",
+        type=int,
+        help="stop after this many validations without a lower loss (default: the "
+        "row's, 4; subformer: the teacher's)",
+    )
+    p.add_argument(
+        "--again",
+        action="store_true",
+        help="run: train the named rows again even where their JSON exists (e.g. a "
+        "row made at another budget than the plan's; move its state directory "
+        "aside first); the JSON is replaced when the row finishes",
+    )
+    p.add_argument(
+        "--schedule-updates",
+        type=int,
+        help="compress rows: the updates their schedules are set for (compress "
+        "--schedule-updates; default: the row's budget's, 7,000 for the rows "
+        "trained until early stopping, else --max-update)",
+    )
+    p.add_argument(
+        "--continue-from",
+        metavar="CHECKPOINT",
+        help="run: go on training this checkpoint of the one row given (compress "
+        "--continue-from, e.g. a row that stopped short of its target, moved aside: "
+        "its SAVE/student/checkpoint_last.pt); the row's JSON records it",
+    )
     p.add_argument("--cpu", action="store_true", help="train on the CPU even with a GPU")
     p.add_argument("--threads", type=int, default=1, help="CPU threads per training (default 1)")
     p.add_argument("--speed-sentences", type=int, default=50)
     p.add_argument("--speed-runs", type=int, default=3)
-    p.add_argument("--readme", help="table: also write the README's results (at most six rows "
-                   "and a link to results.md's claims) between the <!-- converged --> and "
-                   "<!-- /converged --> "
-                   "markers of this file (default: the checkout's README.md when --rows-dir is "
-                   "the committed converged/ folder)")  # fmt: skip
+    p.add_argument(
+        "--readme",
+        help="table: also write the README's results (at most six rows "
+        "and a link to results.md's claims) between the <!-- converged --> and "
+        "<!-- /converged --> "
+        "markers of this file (default: the checkout's README.md when --rows-dir is "
+        "the committed converged/ folder)",
+    )
     return p
 
 
@@ -1771,18 +2254,22 @@ def main(argv=None) -> int:
                 raise PlanError(f"--{v.replace('_', '-')} must be a positive integer")
         if opts.cmd in ("record", "record-int8"):
             if len(opts.rows) != 2:
-                raise PlanError(f"{opts.cmd} takes ROW and DIR (a finished compress run's "
-                                "--save-dir)")  # fmt: skip
+                raise PlanError(
+                    f"{opts.cmd} takes ROW and DIR (a finished compress run's --save-dir)"
+                )
             opts.rows, save = opts.rows[:1], opts.rows[1]
         bad = [r for r in opts.rows if r not in ROWS]
         if bad:
             raise PlanError(f"no row {bad[0]!r}: the rows are {', '.join(ROWS)}")
         if opts.schedule_updates is not None and opts.schedule_updates < 1:
             raise PlanError("--schedule-updates must be a positive integer")
-        if opts.continue_from and (opts.cmd not in ("run", "plan") or len(opts.rows) != 1
-                                   or opts.rows[0] in SCRATCH):  # fmt: skip
-            raise PlanError("--continue-from goes with `run ROW` (or `plan ROW`) and one compress "
-                            "row: the checkpoint of that row's earlier run")  # fmt: skip
+        if opts.continue_from and (
+            opts.cmd not in ("run", "plan") or len(opts.rows) != 1 or opts.rows[0] in SCRATCH
+        ):
+            raise PlanError(
+                "--continue-from goes with `run ROW` (or `plan ROW`) and one compress "
+                "row: the checkpoint of that row's earlier run"
+            )
         if opts.continue_from and not os.path.isfile(opts.continue_from):
             raise PlanError(f"--continue-from {opts.continue_from}: no such file")
         plan = Plan(opts)
@@ -1879,9 +2366,11 @@ def compact(rows_dir: str, link: str = "results.md") -> str:
         s = speed_of(spd, label)[1].get(batch, {})
         return _ratio(s.get(label, {}).get(eng), s.get("teacher", {}).get("ctranslate2-int8"))
 
-    lines = ["| model | parameters | BLEU (vs teacher) | chrF | vs CTranslate2 int8 on the teacher, batch 1 / 32 |",
-             "| --- | ---: | ---: | ---: | ---: |",
-             f"| teacher 3-3 (dense) | {teacher['params']:,} | {teacher['bleu']:.2f} | {teacher['chrf']:.2f} | |"]  # fmt: skip
+    lines = [
+        "| model | parameters | BLEU (vs teacher) | chrF | vs CTranslate2 int8 on the teacher, batch 1 / 32 |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        f"| teacher 3-3 (dense) | {teacher['params']:,} | {teacher['bleu']:.2f} | {teacher['chrf']:.2f} | |",
+    ]
     front = front_rows(recs)
     for r in front:  # one line a row; the default row's int8 export's figures after "int8"
         bleu = f"{r['bleu']:.2f} ({r['bleu'] - teacher['bleu']:+.2f})"
@@ -1925,8 +2414,14 @@ def claim_verdicts(lines: list[str]) -> list[str]:
         m = _VERDICT.match(line)
         if not m:
             continue
-        marks = [why for key, why in (("compares unfinished rows", "rows stopped while improving"),
-                                      ("at unequal budgets", "unequal budgets")) if key in line]  # fmt: skip
+        marks = [
+            why
+            for key, why in (
+                ("compares unfinished rows", "rows stopped while improving"),
+                ("at unequal budgets", "unequal budgets"),
+            )
+            if key in line
+        ]
         out.append(
             f"- {m.group(1)}: **{m.group(2)}**" + (f" ({'; '.join(marks)})" if marks else "")
         )

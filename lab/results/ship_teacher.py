@@ -67,8 +67,13 @@ def _train_command(name: str) -> str:
     """teacher.sh's fairseq-train command for configuration ``name`` (its dry run), with the
     corpus and save paths as placeholders."""
     env = dict(os.environ, DRY_RUN="1", CONFIGS=name, DATA_DIR="DATA", SAVE_ROOT="SAVE")
-    proc = subprocess.run(["bash", os.path.join(HERE, "teacher.sh")], env=env, capture_output=True,
-                          text=True, check=False)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", os.path.join(HERE, "teacher.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("+ fairseq-train")]
     if proc.returncode != 0 or not lines:
         raise ShipError(f"teacher.sh's dry run failed: {proc.stderr.strip()[-200:]}")
@@ -113,13 +118,26 @@ def ship(save_root: str, data: str, out: str, machine: str, head: int) -> dict:
     shutil.copyfile(packed, os.path.join(tmp, "checkpoint.pt"))
     shutil.copyfile(_need(os.path.join(data, "spm", "spm.model")), os.path.join(tmp, "spm.model"))
     for lang in ("de", "en"):
-        shutil.copyfile(_need(os.path.join(data, "bin", f"dict.{lang}.txt")),
-                        os.path.join(tmp, f"dict.{lang}.txt"))  # fmt: skip
+        shutil.copyfile(
+            _need(os.path.join(data, "bin", f"dict.{lang}.txt")),
+            os.path.join(tmp, f"dict.{lang}.txt"),
+        )
     shutil.copyfile(_need(os.path.join(data, "SOURCES.tsv")), os.path.join(tmp, "SOURCES.tsv"))
     with open(log, "rb") as f, gzip.GzipFile(os.path.join(tmp, "train.log.gz"), "wb", mtime=0) as g:
         g.write(f.read())
-    keep = ("bleu", "bleu_signature", "chrf", "chrf_signature", "test_sentences", "params",
-            "updates", "best_update", "best_valid_loss", "stopped", "valid_curve")  # fmt: skip
+    keep = (
+        "bleu",
+        "bleu_signature",
+        "chrf",
+        "chrf_signature",
+        "test_sentences",
+        "params",
+        "updates",
+        "best_update",
+        "best_valid_loss",
+        "stopped",
+        "valid_curve",
+    )
     rec = {k: scores.get(k) for k in keep}
     rec["machine"] = machine
     with open(os.path.join(tmp, "scores.json"), "w", encoding="utf-8") as f:
@@ -132,8 +150,11 @@ def ship(save_root: str, data: str, out: str, machine: str, head: int) -> dict:
     try:
         from plot_curves import parse_log, plot_curves
 
-        plot_curves({"teacher": parse_log(log)}, os.path.join(tmp, "curve.png"),
-                    "results teacher: loss (base 2, label-smoothed)")  # fmt: skip
+        plot_curves(
+            {"teacher": parse_log(log)},
+            os.path.join(tmp, "curve.png"),
+            "results teacher: loss (base 2, label-smoothed)",
+        )
     except ImportError:
         pass
     stats = json.loads(_read(os.path.join(data, "stats.json")))
@@ -236,8 +257,11 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--save-root", default=os.path.join(CACHE, "teacher"), help="teacher.sh's SAVE_ROOT"
     )
-    ap.add_argument("--data", default=os.path.join(CACHE, "data", "results-permissive"),
-                    help="the corpus (l10n_corpus.py --permissive-only output)")  # fmt: skip
+    ap.add_argument(
+        "--data",
+        default=os.path.join(CACHE, "data", "results-permissive"),
+        help="the corpus (l10n_corpus.py --permissive-only output)",
+    )
     ap.add_argument("--out", default=TEACHER_OUT, help="the folder to write")
     ap.add_argument("--machine", default="see machine.txt", help="where it trained (for the card)")
     ap.add_argument("--head", type=int, default=5, help="test sentences in head.json (5)")

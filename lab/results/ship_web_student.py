@@ -117,10 +117,12 @@ def _card(args, web: dict, onnx_config: dict, scores: dict, params, measured) ->
         *(f"| `{n}` | {mb(s)} |" for n, s in engine),
         f"| **all engine files** | **{mb(sum(s for _, s in engine))}** |",
         "",
-        (f"Engine: onnxruntime-web {web['engine']['onnxruntime-web']}, @sctg/sentencepiece-js "
-         f"{web['engine']['@sctg/sentencepiece-js']} (licences in `engine/NOTICE.md`). "
-         "`sha256sum -c SHA256SUMS` in the folder checks every file."),
-    ]  # fmt: skip
+        (
+            f"Engine: onnxruntime-web {web['engine']['onnxruntime-web']}, @sctg/sentencepiece-js "
+            f"{web['engine']['@sctg/sentencepiece-js']} (licences in `engine/NOTICE.md`). "
+            "`sha256sum -c SHA256SUMS` in the folder checks every file."
+        ),
+    ]
     if measured:
         lines += ["", "## In Chromium", "", markdown(measured)]
     lines += ["", "## How it was made", "", "```bash"]
@@ -130,8 +132,10 @@ def _card(args, web: dict, onnx_config: dict, scores: dict, params, measured) ->
         lines += [f"# the ONNX export: {args.onnx} (int8: {onnx_config.get('int8')})"]
     else:
         sl = f" --shortlist {args.shortlist}" if args.shortlist else ""
-        lines.append(f"lightcompress-export-onnx --path {args.path} --data {args.data} "
-                     f"--spm {args.spm}{sl} --int8 all -o ONNX")  # fmt: skip
+        lines.append(
+            f"lightcompress-export-onnx --path {args.path} --data {args.data} "
+            f"--spm {args.spm}{sl} --int8 all -o ONNX"
+        )
     lines += [
         f"lightcompress-export-web ONNX -o {out_rel} --source-lang de",
         f"python lab/results/ship_web_student.py ... --out {out_rel}"
@@ -144,8 +148,12 @@ def _card(args, web: dict, onnx_config: dict, scores: dict, params, measured) ->
 
 
 def _sha256sums(folder: str) -> None:
-    names = sorted(os.path.relpath(os.path.join(d, n), folder)
-                   for d, _, files in os.walk(folder) for n in files if n != "SHA256SUMS")  # fmt: skip
+    names = sorted(
+        os.path.relpath(os.path.join(d, n), folder)
+        for d, _, files in os.walk(folder)
+        for n in files
+        if n != "SHA256SUMS"
+    )
     with open(os.path.join(folder, "SHA256SUMS"), "w", encoding="utf-8") as f:
         for name in names:
             with open(os.path.join(folder, name), "rb") as g:
@@ -175,10 +183,13 @@ def ship(args) -> dict | None:
         shortlist = bool(web["shortlist"])
         out = OnnxTranslator(onnx, beam=5, shortlist=shortlist).translate(src)
         bleu, chrf = sacrebleu.BLEU(), sacrebleu.CHRF()
-        scores = {"bleu": round(bleu.corpus_score(out, [ref]).score, 2),
-                  "chrf": round(chrf.corpus_score(out, [ref]).score, 2),
-                  "bleu_signature": str(bleu.get_signature()),
-                  "chrf_signature": str(chrf.get_signature()), "sentences": len(src)}  # fmt: skip
+        scores = {
+            "bleu": round(bleu.corpus_score(out, [ref]).score, 2),
+            "chrf": round(chrf.corpus_score(out, [ref]).score, 2),
+            "bleu_signature": str(bleu.get_signature()),
+            "chrf_signature": str(chrf.get_signature()),
+            "sentences": len(src),
+        }
         measured = None
         if args.measure:
             from web_page import measure
@@ -209,11 +220,17 @@ def main(argv=None) -> int:
     p.add_argument("--src", required=True, help="test source (raw German, one per line)")
     p.add_argument("--ref", required=True, help="test references (raw English)")
     p.add_argument("--command", help="the command that trained the student (for the card)")
-    p.add_argument("--what", default="The default lightcompress-compress student of the shipped "
-                   "teacher (the results table's `default` row).",
-                   help="the card's first sentence")  # fmt: skip
-    p.add_argument("--measure", action="store_true",
-                   help="also measure the page in Chromium (lab/bench/web_page.py)")  # fmt: skip
+    p.add_argument(
+        "--what",
+        default="The default lightcompress-compress student of the shipped "
+        "teacher (the results table's `default` row).",
+        help="the card's first sentence",
+    )
+    p.add_argument(
+        "--measure",
+        action="store_true",
+        help="also measure the page in Chromium (lab/bench/web_page.py)",
+    )
     p.add_argument("--sentences", type=int, default=200, help="with --measure: sentences timed")
     p.add_argument("--out", default=OUT, help=f"the folder (default {os.path.relpath(OUT, REPO)})")
     p.add_argument("--force", action="store_true", help="replace --out")

@@ -26,8 +26,14 @@ import converged
 
 def _handoff(*args, check=True, env=None):
     env = dict(os.environ, PYTHONPATH=harness.SOURCES, OMP_NUM_THREADS="1", **(env or {}))
-    proc = subprocess.run([sys.executable, HANDOFF, *map(str, args)], capture_output=True,
-                          text=True, env=env, timeout=600, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, HANDOFF, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
     if check:
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return proc
@@ -35,8 +41,14 @@ def _handoff(*args, check=True, env=None):
 
 def _plan(*args, check=True):
     env = dict(os.environ, PYTHONPATH=harness.SOURCES, OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, PLAN, *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=600, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, PLAN, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
@@ -62,17 +74,43 @@ def corpus(tmp_path_factory):
             text = "\n".join(" ".join(sp.encode(s, out_type=str)) for s in lines) + "\n"
             (root / "spm" / f"{split}.{lang}").write_text(text, encoding="utf-8")
     (root / "raw" / "test.en").write_text("\n".join(ref) + "\n", encoding="utf-8")
-    harness.run_cli("fairseq-preprocess", [
-        "-s", "de", "-t", "en", "--trainpref", root / "spm" / "train", "--validpref",
-        root / "spm" / "valid", "--testpref", root / "spm" / "test", "--destdir", root / "bin",
-        "--srcdict", os.path.join(TEACHER, "dict.de.txt"), "--tgtdict",
-        os.path.join(TEACHER, "dict.en.txt"), "--workers", "1"])  # fmt: skip
+    harness.run_cli(
+        "fairseq-preprocess",
+        [
+            "-s",
+            "de",
+            "-t",
+            "en",
+            "--trainpref",
+            root / "spm" / "train",
+            "--validpref",
+            root / "spm" / "valid",
+            "--testpref",
+            root / "spm" / "test",
+            "--destdir",
+            root / "bin",
+            "--srcdict",
+            os.path.join(TEACHER, "dict.de.txt"),
+            "--tgtdict",
+            os.path.join(TEACHER, "dict.en.txt"),
+            "--workers",
+            "1",
+        ],
+    )
     return root
 
 
 def test_the_dry_run_names_every_row_with_its_commands(corpus, tmp_path):
-    out = _plan("plan", "--data-dir", corpus, "--save-root", tmp_path / "runs",
-                "--rows-dir", tmp_path / "rows", "--cpu").stdout  # fmt: skip
+    out = _plan(
+        "plan",
+        "--data-dir",
+        corpus,
+        "--save-root",
+        tmp_path / "runs",
+        "--rows-dir",
+        tmp_path / "rows",
+        "--cpu",
+    ).stdout
     heads = [ln.split(":")[0][2:] for ln in out.splitlines() if ln.startswith("# ")]
     assert heads == [*converged.ROWS, "speed", "table"]
     blocks = out.split("\n# ")
@@ -94,8 +132,14 @@ def test_the_dry_run_names_every_row_with_its_commands(corpus, tmp_path):
     sub = by["subformer"].split("\n+ ")[1].split()
     assert "--arch" in sub and sub[sub.index("--arch") + 1] == "subformer"
     assert "--subformer-init" not in sub
-    for flag, value in (("--max-tokens", "16384"), ("--lr", "0.0015"), ("--warmup-updates", "500"),
-                        ("--patience", "10"), ("--max-update", "30000"), ("--dropout", "0.3")):  # fmt: skip
+    for flag, value in (
+        ("--max-tokens", "16384"),
+        ("--lr", "0.0015"),
+        ("--warmup-updates", "500"),
+        ("--patience", "10"),
+        ("--max-update", "30000"),
+        ("--dropout", "0.3"),
+    ):
         assert sub[sub.index(flag) + 1] == value, flag
     assert "--validate-interval-updates" not in sub  # every epoch, as the teacher
     bert, fi = (
@@ -123,19 +167,48 @@ def test_bad_input_is_one_line(corpus, tmp_path):
     assert (
         bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no row 'nosuchrow'" in bad.stderr
     )
-    missing = _plan("run", "subformer", "--data-dir", tmp_path / "none", "--save-root",
-                    tmp_path / "runs", "--rows-dir", tmp_path / "rows", check=False)  # fmt: skip
+    missing = _plan(
+        "run",
+        "subformer",
+        "--data-dir",
+        tmp_path / "none",
+        "--save-root",
+        tmp_path / "runs",
+        "--rows-dir",
+        tmp_path / "rows",
+        check=False,
+    )
     assert missing.returncode == 2 and "l10n_corpus.py --permissive-only" in missing.stderr
-    early = _plan("run", "dawid", "--data-dir", corpus, "--save-root", tmp_path / "runs",
-                  "--rows-dir", tmp_path / "rows", check=False)  # fmt: skip
+    early = _plan(
+        "run",
+        "dawid",
+        "--data-dir",
+        corpus,
+        "--save-root",
+        tmp_path / "runs",
+        "--rows-dir",
+        tmp_path / "rows",
+        check=False,
+    )
     assert early.returncode == 2 and "run that row first" in early.stderr
     assert not (tmp_path / "rows").exists()
 
 
 def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(corpus, tmp_path):
     runs, rows = tmp_path / "runs", tmp_path / "rows"
-    common = ["--data-dir", corpus, "--save-root", runs, "--rows-dir", rows, "--cpu",
-              "--validate-every", 2, "--patience", 5]  # fmt: skip
+    common = [
+        "--data-dir",
+        corpus,
+        "--save-root",
+        runs,
+        "--rows-dir",
+        rows,
+        "--cpu",
+        "--validate-every",
+        2,
+        "--patience",
+        5,
+    ]
     # a first run that stops after update 2 (its checkpoint written), as a stop would leave it
     _plan("run", "subformer", *common, "--max-update", 2)
     save = runs / "subformer"
@@ -151,8 +224,15 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     carry, back = tmp_path / "carry", tmp_path / "back"
     budget = [*common, "--max-update", 4]
     # more than the device tool takes (the working tree + the carried folder): refused, no state
-    big = _handoff("send", "subformer", "--carry", carry, *budget, check=False,
-                   env={"HANDOFF_CARRY_MIB": "0.5"})  # fmt: skip
+    big = _handoff(
+        "send",
+        "subformer",
+        "--carry",
+        carry,
+        *budget,
+        check=False,
+        env={"HANDOFF_CARRY_MIB": "0.5"},
+    )
     assert big.returncode == 2 and "exceed the tool's" in big.stderr, big.stderr
     assert big.stderr.count("\n") == 1 and not (carry / "state" / "subformer").exists()
     _handoff("send", "subformer", "--carry", carry, *budget)
@@ -270,31 +350,64 @@ def test_a_row_another_process_trains_is_skipped_and_options_go_before_rows(corp
 
 
 def _row(name, bleu, params, **kw):
-    rec = {"row": name, "what": converged.WHAT[name], "params": params, "size_bytes": params * 4,
-           "onnx_size_bytes": params * 4 + 1000, "bleu": bleu, "chrf": bleu + 10,
-           "bleu_signature": "nrefs:1|tok:13a", "chrf_signature": "nrefs:1|nc:6",
-           "updates": 100, "best_update": 80, "machine": "m", "code": "c0ffee",
-           "finished": "2026-11-27T12:00:00+00:00",
-           "budget": {"max_update": 100, "validate_every": 20, "patience": 4},
-           "teacher": {"params": 8000, "size_bytes": 32000, "bleu": 40.0, "chrf": 50.0}}  # fmt: skip
+    rec = {
+        "row": name,
+        "what": converged.WHAT[name],
+        "params": params,
+        "size_bytes": params * 4,
+        "onnx_size_bytes": params * 4 + 1000,
+        "bleu": bleu,
+        "chrf": bleu + 10,
+        "bleu_signature": "nrefs:1|tok:13a",
+        "chrf_signature": "nrefs:1|nc:6",
+        "updates": 100,
+        "best_update": 80,
+        "machine": "m",
+        "code": "c0ffee",
+        "finished": "2026-11-27T12:00:00+00:00",
+        "budget": {"max_update": 100, "validate_every": 20, "patience": 4},
+        "teacher": {"params": 8000, "size_bytes": 32000, "bleu": 40.0, "chrf": 50.0},
+    }
     rec.update(kw)
     return rec
 
 
 def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     int8 = {"precision": "int8-large", "bleu": 39.2, "chrf": 49.0, "onnx_size_bytes": 9000000}
-    rows = {"default": _row("default", 39.5, 2000, int8=int8, train_hours=1.64, ups_median=0.97), "lightformer_random": _row("lightformer_random", 30.0, 2000, onnx_size_bytes=None, size_bytes=10**8),
-            "hypoformer_kd": _row("hypoformer_kd", 35.0, 2600), "hypoformer": _row("hypoformer", 36.0, 2600),
-            "lightformer_keep_depth": _row("lightformer_keep_depth", 41.01, 2100, stopped="max-update", best_update=100),
-            "dawid": _row("dawid", 38.0, 2500, updates=50, budget={"max_update": 50, "validate_every": 20, "patience": 4})}  # fmt: skip
+    rows = {
+        "default": _row("default", 39.5, 2000, int8=int8, train_hours=1.64, ups_median=0.97),
+        "lightformer_random": _row(
+            "lightformer_random", 30.0, 2000, onnx_size_bytes=None, size_bytes=10**8
+        ),
+        "hypoformer_kd": _row("hypoformer_kd", 35.0, 2600),
+        "hypoformer": _row("hypoformer", 36.0, 2600),
+        "lightformer_keep_depth": _row(
+            "lightformer_keep_depth", 41.01, 2100, stopped="max-update", best_update=100
+        ),
+        "dawid": _row(
+            "dawid",
+            38.0,
+            2500,
+            updates=50,
+            budget={"max_update": 50, "validate_every": 20, "patience": 4},
+        ),
+    }
     for name, rec in rows.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(rec), encoding="utf-8")
-    speed = {"machine": "m", "code": "c0ffee",
-             "batch_1": {"teacher": {"ctranslate2-int8": 1000.0, "ctranslate2-int8+shortlist": 1500.0},
-                         "default": {"onnxruntime": 2500.0, "onnxruntime+shortlist": 3000.0,
-                                     "onnxruntime-int8-large": 2800.0},
-                         "lightformer_keep_depth": {"onnxruntime": 2000.0}},
-             "batch_32": {"teacher": {"ctranslate2-int8": 4000.0}, "default": {"onnxruntime": 6000.0}}}  # fmt: skip
+    speed = {
+        "machine": "m",
+        "code": "c0ffee",
+        "batch_1": {
+            "teacher": {"ctranslate2-int8": 1000.0, "ctranslate2-int8+shortlist": 1500.0},
+            "default": {
+                "onnxruntime": 2500.0,
+                "onnxruntime+shortlist": 3000.0,
+                "onnxruntime-int8-large": 2800.0,
+            },
+            "lightformer_keep_depth": {"onnxruntime": 2000.0},
+        },
+        "batch_32": {"teacher": {"ctranslate2-int8": 4000.0}, "default": {"onnxruntime": 6000.0}},
+    }
     (tmp_path / "speed.json").write_text(json.dumps(speed), encoding="utf-8")
     text = converged.table(str(tmp_path))
     line = next(ln for ln in text.splitlines() if ln.startswith("| default "))
@@ -320,59 +433,83 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     assert "KD helps: does not hold here: hypoformer_kd BLEU 35.00 against hypoformer 36.00" in text
     assert "searched ranks beat one fixed rank at equal size: not measured yet" in text
     assert "come within 1 BLEU of the teacher with fewer parameters: not measured yet" in text
-    a = _row("subformer_bert_init", 1.0, 6000, valid_curve=[[20, 9.0], [40, 8.5]],
-             commands=["fairseq-train x --warmup-updates 700 --lr 5e-4"])  # fmt: skip
-    b = _row("subformer_fairseq_init", 2.0, 6000, valid_curve=[[20, 9.5], [40, 9.1], [60, 9.0]],
-             commands=["fairseq-train x --warmup-updates 150"])  # fmt: skip
+    a = _row(
+        "subformer_bert_init",
+        1.0,
+        6000,
+        valid_curve=[[20, 9.0], [40, 8.5]],
+        commands=["fairseq-train x --warmup-updates 700 --lr 5e-4"],
+    )
+    b = _row(
+        "subformer_fairseq_init",
+        2.0,
+        6000,
+        valid_curve=[[20, 9.5], [40, 9.1], [60, 9.0]],
+        commands=["fairseq-train x --warmup-updates 150"],
+    )
     diag = {"subformer_bert_init": a, "subformer_fairseq_init": b}
     line = converged._subformer_claim(diag, rows["default"]["teacher"])
-    assert line.startswith("- Subformer: sandwich sharing and SAFE, trained from scratch, come "
-                           "within 1 BLEU of the teacher with fewer parameters: not measured yet "
-                           "(subformer, trained with the teacher's recipe, has no finished row); "
-                           "the diagnostic rows: subformer_bert_init (the authors' BERT")  # fmt: skip
-    assert line.endswith("; at 40 updates, validation loss subformer_bert_init 8.500, "
-                         "subformer_fairseq_init 9.100 (warm-up 700 against 150 updates: the plan "
-                         "scales it with the budget).")  # fmt: skip
+    assert line.startswith(
+        "- Subformer: sandwich sharing and SAFE, trained from scratch, come "
+        "within 1 BLEU of the teacher with fewer parameters: not measured yet "
+        "(subformer, trained with the teacher's recipe, has no finished row); "
+        "the diagnostic rows: subformer_bert_init (the authors' BERT"
+    )
+    assert line.endswith(
+        "; at 40 updates, validation loss subformer_bert_init 8.500, "
+        "subformer_fairseq_init 9.100 (warm-up 700 against 150 updates: the plan "
+        "scales it with the budget)."
+    )
     # the claim is decided on the subformer row, trained with the teacher's own recipe
     recipe = converged.teacher_recipe(os.path.join(TEACHER, "checkpoint.pt"))[1]
     sub = _row("subformer", 39.5, 6000, budget=dict(recipe), stopped="early stop (patience)")
     line = converged._subformer_claim({**diag, "subformer": sub}, rows["default"]["teacher"])
-    assert line.startswith("- Subformer: sandwich sharing and SAFE, trained from scratch, come "
-                           "within 1 BLEU of the teacher with fewer parameters: holds here: "
-                           "subformer BLEU 39.50 with 6,000 parameters after 100 updates (early "
-                           "stop (patience)), the teacher 40.00 with 8,000")  # fmt: skip
+    assert line.startswith(
+        "- Subformer: sandwich sharing and SAFE, trained from scratch, come "
+        "within 1 BLEU of the teacher with fewer parameters: holds here: "
+        "subformer BLEU 39.50 with 6,000 parameters after 100 updates (early "
+        "stop (patience)), the teacher 40.00 with 8,000"
+    )
     assert "both with the teacher's recipe. The diagnostic rows: subformer_bert_init" in line
     sub["budget"]["max_update"] = 2000  # a shrunk budget is said
     line = converged._subformer_claim({"subformer": sub}, rows["default"]["teacher"])
     assert (
         "; at another budget than the teacher's: subformer at most 2,000 updates of 16,384" in line
     )
-    assert ("against the teacher's depth: does not hold here: default BLEU 39.50 against "
-            "lightformer_keep_depth 41.01 (-1.51, 2,000 against 2,100 parameters); the shallow "
-            "decoder decodes 1.25x as fast at batch 1; compares unfinished rows: "
-            "lightformer_keep_depth was stopped by its budget at 100 updates while still "
-            "improving.") in text  # fmt: skip
+    assert (
+        "against the teacher's depth: does not hold here: default BLEU 39.50 against "
+        "lightformer_keep_depth 41.01 (-1.51, 2,000 against 2,100 parameters); the shallow "
+        "decoder decodes 1.25x as fast at batch 1; compares unfinished rows: "
+        "lightformer_keep_depth was stopped by its budget at 100 updates while still "
+        "improving."
+    ) in text
     assert (
         "- Stopped by the budget while still improving: lightformer_keep_depth (best at 100 of 100 updates)."
         in text
     )
     # a row whose budget was shrunk: the budget line names it, its claim says so
-    assert ("Budget of the rows: at most 100 updates, validation every 20, patience 4 (default, "
-            "lightformer_keep_depth, lightformer_random, hypoformer_kd, hypoformer); at most 50 "
-            "updates, validation every 20, patience 4 (dawid).") in text  # fmt: skip
+    assert (
+        "Budget of the rows: at most 100 updates, validation every 20, patience 4 (default, "
+        "lightformer_keep_depth, lightformer_random, hypoformer_kd, hypoformer); at most 50 "
+        "updates, validation every 20, patience 4 (dawid)."
+    ) in text
     # the README's block: the rows and a link to these lines (results.md), not the lines
     block = converged.compact(str(tmp_path))
     assert "Budget of the rows" not in block
     # (the claims there in short: each claim's verdict and marks, not its figures)
     short = [line for line in block.splitlines() if line.startswith("- ")]
     assert len(short) == 7 and not any("BLEU 38.00" in line for line in short), short
-    assert ("- DA-WID: weight-inherited distillation beats the LightFormer of the same "
-            "non-embedding size (DA-WID keeps the teacher's embeddings): **does not hold** "
-            "(unequal budgets)") in short, short  # fmt: skip
+    assert (
+        "- DA-WID: weight-inherited distillation beats the LightFormer of the same "
+        "non-embedding size (DA-WID keeps the teacher's embeddings): **does not hold** "
+        "(unequal budgets)"
+    ) in short, short
     assert block.endswith("[results.md](results.md#the-papers-claims-in-direction).\n")
-    assert ("non-embedding size (DA-WID keeps the teacher's embeddings): does not hold here: "
-            "dawid BLEU 38.00 against default 39.50 (2,500 against 2,000 parameters); at unequal "
-            "budgets: dawid 50 updates of at most 50, default 100 updates of at most 100.") in text  # fmt: skip
+    assert (
+        "non-embedding size (DA-WID keeps the teacher's embeddings): does not hold here: "
+        "dawid BLEU 38.00 against default 39.50 (2,500 against 2,000 parameters); at unequal "
+        "budgets: dawid 50 updates of at most 50, default 100 updates of at most 100."
+    ) in text
     # rows that both stopped early are compared at equal budgets whatever their caps
     early = {"stopped": "early stop (patience)"}
     x = _row("dawid", 1.0, 1, **early)
@@ -381,34 +518,49 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     )
     assert converged._unequal(x, y) == ""
     y["budget"]["patience"] = 8  # ... but not at another patience
-    assert converged._unequal(x, y) == ("at unequal budgets: dawid 100 updates of at most 100 "
-                                        "(patience 4), default 100 updates of at most 900 "
-                                        "(patience 8)")  # fmt: skip
+    assert converged._unequal(x, y) == (
+        "at unequal budgets: dawid 100 updates of at most 100 "
+        "(patience 4), default 100 updates of at most 900 "
+        "(patience 8)"
+    )
     # keep_depth (41.01) is more than 1 BLEU above the teacher (40.0); default (39.5) is not
     above = next(ln for ln in text.splitlines() if ln.startswith("- Above the teacher"))
-    assert above.startswith("- Above the teacher by more than 1 BLEU: lightformer_keep_depth "
-                            "(+1.01). These start from the teacher's weights and train up to 100 "
-                            "updates more")  # fmt: skip
+    assert above.startswith(
+        "- Above the teacher by more than 1 BLEU: lightformer_keep_depth "
+        "(+1.01). These start from the teacher's weights and train up to 100 "
+        "updates more"
+    )
     assert above not in converged.compact(str(tmp_path))  # (results.md's, linked)
-    assert above.endswith("is the control row's question (teacher_control: `converged.py run "
-                          "teacher_control`), not measured yet.")  # fmt: skip
+    assert above.endswith(
+        "is the control row's question (teacher_control: `converged.py run "
+        "teacher_control`), not measured yet."
+    )
     # with the control row: the students against the teacher given the same extra training
     ctl = _row("teacher_control", 41.5, 8000, stopped="early stop (patience)")
     (tmp_path / "teacher_control.json").write_text(json.dumps(ctl), encoding="utf-8")
-    above = next(ln for ln in converged.table(str(tmp_path)).splitlines()
-                 if ln.startswith("- Above the teacher"))  # fmt: skip
-    assert above.endswith("The control, the teacher itself fine-tuned the same way "
-                          "(teacher_control: 100 updates, early stop (patience)), scores 41.50 "
-                          "(+1.50); against it: lightformer_keep_depth -0.49 (compares unfinished "
-                          "rows: lightformer_keep_depth was stopped by its budget at 100 updates "
-                          "while still improving): the same extra training gives the teacher as "
-                          "much: the gain is not the compression's.")  # fmt: skip
+    above = next(
+        ln
+        for ln in converged.table(str(tmp_path)).splitlines()
+        if ln.startswith("- Above the teacher")
+    )
+    assert above.endswith(
+        "The control, the teacher itself fine-tuned the same way "
+        "(teacher_control: 100 updates, early stop (patience)), scores 41.50 "
+        "(+1.50); against it: lightformer_keep_depth -0.49 (compares unfinished "
+        "rows: lightformer_keep_depth was stopped by its budget at 100 updates "
+        "while still improving): the same extra training gives the teacher as "
+        "much: the gain is not the compression's."
+    )
     # the README: the teacher, the default row (its int8 inline) and the best row of each other
     # method (the control and the method's other rows only in results.md)
     block = converged.compact(str(tmp_path))
     names = [ln.split("|")[1].strip() for ln in block.splitlines()[2:] if ln.startswith("| ")]
-    assert names == ["teacher 3-3 (dense)", "default", "hypoformer (best hypoformer row)",
-                     "dawid (best dawid row)"]  # fmt: skip
+    assert names == [
+        "teacher 3-3 (dense)",
+        "default",
+        "hypoformer (best hypoformer row)",
+        "dawid (best dawid row)",
+    ]
     (tmp_path / "teacher_control.json").unlink()
     # the CPU route's cost: each timed row's training hours (rows without a time are left out)
     timing = next(ln for ln in text.splitlines() if ln.startswith("Training time of each row"))
@@ -424,15 +576,29 @@ def test_rows_timed_on_another_machine_keep_their_own_run_and_teacher(tmp_path):
     """Rows trained in a later session (the earlier rows' checkpoints on another machine) are
     timed in a run of their own with the teacher; each row's ratios are against the teacher of
     its own run, and its tokens/s are marked as that run's machine's."""
-    first = {"machine": "AMD", "code": "c1", "notes": ["dawid: an old note", "default: kept"],
-             "batch_1": {"teacher": {"ctranslate2-int8": 1000.0}, "default": {"onnxruntime": 2500.0},
-                         "lightformer_keep_depth": {"onnxruntime": 2000.0},
-                         "dawid": {"onnxruntime": 1.0}},
-             "batch_32": {"teacher": {"ctranslate2-int8": 4000.0}, "default": {"onnxruntime": 6000.0},
-                          "dawid": {"onnxruntime": 1.0}}}  # fmt: skip
-    later = {"machine": "Intel", "code": "c2", "notes": ["dawid: new"],
-             "batch_1": {"teacher": {"ctranslate2-int8": 500.0}, "dawid": {"onnxruntime": 750.0}},
-             "batch_32": {"teacher": {"ctranslate2-int8": 2000.0}, "dawid": {"onnxruntime": 1000.0}}}  # fmt: skip
+    first = {
+        "machine": "AMD",
+        "code": "c1",
+        "notes": ["dawid: an old note", "default: kept"],
+        "batch_1": {
+            "teacher": {"ctranslate2-int8": 1000.0},
+            "default": {"onnxruntime": 2500.0},
+            "lightformer_keep_depth": {"onnxruntime": 2000.0},
+            "dawid": {"onnxruntime": 1.0},
+        },
+        "batch_32": {
+            "teacher": {"ctranslate2-int8": 4000.0},
+            "default": {"onnxruntime": 6000.0},
+            "dawid": {"onnxruntime": 1.0},
+        },
+    }
+    later = {
+        "machine": "Intel",
+        "code": "c2",
+        "notes": ["dawid: new"],
+        "batch_1": {"teacher": {"ctranslate2-int8": 500.0}, "dawid": {"onnxruntime": 750.0}},
+        "batch_32": {"teacher": {"ctranslate2-int8": 2000.0}, "dawid": {"onnxruntime": 1000.0}},
+    }
     merged = converged.merge_speed_runs(first, later)
     assert [r["machine"] for r in merged["runs"]] == ["AMD", "Intel"]
     assert "dawid" not in merged["runs"][0]["batch_1"] and merged["runs"][0]["notes"] == [
@@ -441,15 +607,21 @@ def test_rows_timed_on_another_machine_keep_their_own_run_and_teacher(tmp_path):
     # a later run that times every row of the earlier one replaces it
     assert converged.merge_speed_runs({"batch_1": {"teacher": {}, "dawid": {}}}, later) == later
     assert converged.merge_speed_runs(None, later) == later
-    rows = {"default": _row("default", 39.5, 2000),
-            "lightformer_keep_depth": _row("lightformer_keep_depth", 39.0, 2100),
-            "dawid": _row("dawid", 38.0, 2500)}  # fmt: skip
+    rows = {
+        "default": _row("default", 39.5, 2000),
+        "lightformer_keep_depth": _row("lightformer_keep_depth", 39.0, 2100),
+        "dawid": _row("dawid", 38.0, 2500),
+    }
     for name, rec in rows.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(rec), encoding="utf-8")
     (tmp_path / "speed.json").write_text(json.dumps(merged), encoding="utf-8")
     text = converged.table(str(tmp_path))
-    cells = lambda row: [c.strip() for c in next(
-        ln for ln in text.splitlines() if ln.startswith(f"| {row} ")).strip("|").split("|")]  # fmt: skip
+    cells = lambda row: [
+        c.strip()
+        for c in next(ln for ln in text.splitlines() if ln.startswith(f"| {row} "))
+        .strip("|")
+        .split("|")
+    ]
     assert cells("dawid")[8:] == ["750\u2020", "1.50x", "-", "1,000\u2020", "0.50x", "-"]
     assert cells("default")[8:] == ["2,500", "2.50x", "-", "6,000", "1.50x", "-"]
     assert cells("teacher (dense, CTranslate2 int8 for speed)")[8:10] == ["1,000", "1.00x"]
@@ -499,8 +671,12 @@ def test_a_speed_run_reuses_a_batch_size_only_when_it_timed_the_same_models(tmp_
     def fake(cmd, log, stdout=None):  # what measure_speed --json writes, for the labels timed
         labels = [p.split("=")[0] for p in cmd[cmd.index("--path") + 1].split(",")]
         timed.append(labels)
-        doc = {"protocol": {}, "models": [{"label": lab, "engine": "onnxruntime",
-                                           "tokens_per_s": 100.0} for lab in labels]}  # fmt: skip
+        doc = {
+            "protocol": {},
+            "models": [
+                {"label": lab, "engine": "onnxruntime", "tokens_per_s": 100.0} for lab in labels
+            ],
+        }
         with open(cmd[cmd.index("--json") + 1], "w", encoding="utf-8") as f:
             json.dump(doc, f)
 
@@ -547,12 +723,19 @@ def test_record_int8_adds_a_later_runs_int8_figures_of_the_same_student(tmp_path
     ckpt, first = save / "student.pt", tmp_path / "first.pt"  # (the row's own run: a copy)
     ckpt.write_bytes(b"the student")
     first.write_bytes(b"the student")
-    (rows / "default.json").write_text(json.dumps(_row("default", 39.5, 2000,
-                                                       checkpoint=str(first))))  # fmt: skip
-    (save / "plan.json").write_text(json.dumps({"student": {"checkpoint": str(ckpt)},
-                                                "commands": ["c1", "c2"]}))  # fmt: skip
-    q = {"precision": "int8-large", "bleu": 39.1, "chrf": 48.5, "onnx_size_bytes": 1234,
-         "sentences": 40}  # fmt: skip
+    (rows / "default.json").write_text(
+        json.dumps(_row("default", 39.5, 2000, checkpoint=str(first)))
+    )
+    (save / "plan.json").write_text(
+        json.dumps({"student": {"checkpoint": str(ckpt)}, "commands": ["c1", "c2"]})
+    )
+    q = {
+        "precision": "int8-large",
+        "bleu": 39.1,
+        "chrf": 48.5,
+        "onnx_size_bytes": 1234,
+        "sentences": 40,
+    }
     (save / "report.json").write_text(json.dumps({"models": {"student": {"int8": q}}}))
     assert _plan("record-int8", "default", save, "--rows-dir", rows).returncode == 0
     rec = json.loads((rows / "default.json").read_text())
@@ -568,8 +751,10 @@ def test_record_int8_adds_a_later_runs_int8_figures_of_the_same_student(tmp_path
     rec = json.loads((rows / "default.json").read_text())
     assert rec["onnx_size_bytes"] == 5000 and rec["onnx_export"]["was_bytes"] == 9000
     assert rec["onnx_export"]["code"] == rec["int8"]["code"]
-    line = (f"Export sizes made again by later code from the same student (`record-int8`): "
-            f"default 0.0 MB (code {rec['int8']['code']}; was 0.0 MB).")  # fmt: skip
+    line = (
+        f"Export sizes made again by later code from the same student (`record-int8`): "
+        f"default 0.0 MB (code {rec['int8']['code']}; was 0.0 MB)."
+    )
     assert converged._exports_again([rec]) == [line, ""]
     # another student's run, or a report without int8, is refused in one line
     ckpt.write_bytes(b"another student")
@@ -589,10 +774,22 @@ def test_the_fixed_rank_row_takes_the_searched_models_size(tmp_path):
     assert plan.matched_rank() == "<the searched model's mean rank>"  # (no search yet)
     log = tmp_path / "smartformer_search" / "student" / "rank_search.jsonl"
     log.parent.mkdir(parents=True)
-    first = {"ranks": {"encoder.layers.0": 64, "encoder.layers.1": 64, "encoder.layers.2": 64,
-                       "decoder.layers.0": 64}}  # fmt: skip
-    last = {"ranks": {"encoder.layers.0": 32, "encoder.layers.1": 64, "encoder.layers.2": 128,
-                      "decoder.layers.0": 64}}  # fmt: skip
+    first = {
+        "ranks": {
+            "encoder.layers.0": 64,
+            "encoder.layers.1": 64,
+            "encoder.layers.2": 64,
+            "decoder.layers.0": 64,
+        }
+    }
+    last = {
+        "ranks": {
+            "encoder.layers.0": 32,
+            "encoder.layers.1": 64,
+            "encoder.layers.2": 128,
+            "decoder.layers.0": 64,
+        }
+    }
     log.write_text(json.dumps(first) + "\n" + json.dumps(last) + "\n", encoding="utf-8")
     assert plan.matched_rank() == 70  # (32 + 64 + 128 + 2 * 64) / 5 = 70.4
     (cmd,) = plan.commands("smartformer")
@@ -613,10 +810,12 @@ def test_the_random_init_row_is_the_default_rows_own_training_without_its_transf
     plan = converged.Plan(opts)
     with pytest.raises(converged.StepError, match="no JSON yet"):
         plan.commands("lightformer_random", dry=False)
-    recorded = ("/old/venv/bin/fairseq-train /data/bin --user-dir /old/clone/lightcompress "
-                f"--task translation_seqkd --kd-distilled-data {kd} --arch lightformer "
-                "--finetune-from-model /old/student_init.pt --max-update 7000 "
-                "--save-dir /old/student --seed 1")  # fmt: skip
+    recorded = (
+        "/old/venv/bin/fairseq-train /data/bin --user-dir /old/clone/lightcompress "
+        f"--task translation_seqkd --kd-distilled-data {kd} --arch lightformer "
+        "--finetune-from-model /old/student_init.pt --max-update 7000 "
+        "--save-dir /old/student --seed 1"
+    )
     rows.mkdir()
     (rows / "default.json").write_text(
         json.dumps({"commands": ["/old/venv/bin/lightcompress-convert -i t.pt", recorded]}),
@@ -632,8 +831,11 @@ def test_the_random_init_row_is_the_default_rows_own_training_without_its_transf
     assert train[train.index("--save-dir") + 1] == str(
         tmp_path / "runs" / "lightformer_random" / "student"
     )
-    for flag, value in (("--task", "translation_seqkd"), ("--kd-distilled-data", str(kd)),
-                        ("--seed", "1")):  # fmt: skip
+    for flag, value in (
+        ("--task", "translation_seqkd"),
+        ("--kd-distilled-data", str(kd)),
+        ("--seed", "1"),
+    ):
         assert train[train.index(flag) + 1] == value  # (the rest as the default row ran it)
     # its budget: the plan's for the row (until early stopping, its warm-up the recorded one's)
     assert train[train.index("--max-update") + 1] == "20000"
@@ -645,10 +847,14 @@ def _fairseq_lines(first, last, ups, step=50):
     """train_inner and valid lines of a fairseq log from update ``first`` to ``last``."""
     out = []
     for n in range(first + step, last + 1, step):
-        out.append(f"2026-01-01 00:00:01 | INFO | train_inner | epoch 001:     10 / 270 loss=5.1, "
-                   f"ups={ups}, num_updates={n}")  # fmt: skip
-        out.append(f"2026-01-01 00:00:02 | INFO | valid | epoch 001 | valid on 'valid' subset | "
-                   f"loss {9 - n / 1000:.3f} | nll_loss 4.1 | num_updates {n}")  # fmt: skip
+        out.append(
+            f"2026-01-01 00:00:01 | INFO | train_inner | epoch 001:     10 / 270 loss=5.1, "
+            f"ups={ups}, num_updates={n}"
+        )
+        out.append(
+            f"2026-01-01 00:00:02 | INFO | valid | epoch 001 | valid on 'valid' subset | "
+            f"loss {9 - n / 1000:.3f} | nll_loss 4.1 | num_updates {n}"
+        )
     return out
 
 
@@ -656,10 +862,16 @@ def test_a_row_continued_on_another_device_counts_each_part_at_its_own_speed(tmp
     """A row's log with a ``[converged] device:`` line (its training went on on a GPU): each
     part's updates at that part's median speed, not one median over both."""
     log = tmp_path / "train.log"
-    lines = [*_fairseq_lines(0, 1000, 0.5), "[converged] prose about the move, not a mark",
-             "[converged] device: one NVIDIA H200 from update 1000", *_fairseq_lines(1000, 3000, 10.0),
-             ("2026-01-01 00:00:03 | INFO | fairseq_cli.train | early stop since valid performance "
-              "hasn't improved for last 4 runs")]  # fmt: skip
+    lines = [
+        *_fairseq_lines(0, 1000, 0.5),
+        "[converged] prose about the move, not a mark",
+        "[converged] device: one NVIDIA H200 from update 1000",
+        *_fairseq_lines(1000, 3000, 10.0),
+        (
+            "2026-01-01 00:00:03 | INFO | fairseq_cli.train | early stop since valid performance "
+            "hasn't improved for last 4 runs"
+        ),
+    ]
     log.write_text("\n".join(lines) + "\n", encoding="utf-8")
     t = converged._training(str(log))
     assert t["updates"] == 3000 and t["stopped"] == "early stop (patience)"
@@ -672,8 +884,10 @@ def test_a_row_continued_on_another_device_counts_each_part_at_its_own_speed(tmp
     assert t["train_hours"] == round(1000 / 0.5 / 3600 + 2000 / 10.0 / 3600, 2)
     assert "ups_median" not in t  # one median over both parts would mean nothing
     (line,) = [ln for ln in converged._timing([{"row": "subformer", **t}]) if ln]
-    assert ("subformer 0.6 h (1,000 updates at 0.50/s on one CPU thread + 2,000 updates at "
-            "10.00/s on one NVIDIA H200)") in line  # fmt: skip
+    assert (
+        "subformer 0.6 h (1,000 updates at 0.50/s on one CPU thread + 2,000 updates at "
+        "10.00/s on one NVIDIA H200)"
+    ) in line
     # without a device line: one part, one median, as before
     log.write_text("\n".join(_fairseq_lines(0, 1000, 0.5)) + "\n", encoding="utf-8")
     t = converged._training(str(log))
@@ -703,16 +917,24 @@ def test_a_continued_compress_row_counts_both_runs_updates_curve_and_hours(tmp_p
     )
     train = f"fairseq-train bin --arch dawid --continue-once {ckpt} --max-update 3000"
     student = {"params": 3000, "size_bytes": 1, "onnx_size_bytes": 2, "bleu": 40.0, "chrf": 50.0}
-    report = {"plan": {"method": "dawid", "choice": "c", "student": {"shape": "3-3", "kd": False},
-                       "commands": [train, "lightcompress-convert dawid-fuse"]},
-              "models": {"student": student, "teacher": {"params": 8000, "bleu": 41.0}}}  # fmt: skip
+    report = {
+        "plan": {
+            "method": "dawid",
+            "choice": "c",
+            "student": {"shape": "3-3", "kd": False},
+            "commands": [train, "lightcompress-convert dawid-fuse"],
+        },
+        "models": {"student": student, "teacher": {"params": 8000, "bleu": 41.0}},
+    }
     (save / "report.json").write_text(json.dumps(report), encoding="utf-8")
     rec = converged.compress_record(str(save), "dawid", threads=2)
     assert rec["updates"] == 3000 and rec["stopped"] == "max-update"
-    assert [(p["device"], p["from_update"], p["updates"], p["ups_median"]) for p in rec["devices"]] == [
+    assert [
+        (p["device"], p["from_update"], p["updates"], p["ups_median"]) for p in rec["devices"]
+    ] == [
         ("this machine", 0, 1800, 0.25),
         ("this machine, continued on 2 CPU threads", 1800, 1200, 0.5),
-    ]  # fmt: skip
+    ]
     assert rec["train_hours"] == round(1800 / 0.25 / 3600 + 1200 / 0.5 / 3600, 2)
     curve = [u for u, _ in rec["valid_curve"]]
     assert curve[0] == 50 and curve[-1] == 3000 and 1850 in curve and curve.count(1850) == 1
@@ -732,8 +954,12 @@ def test_a_row_that_gives_every_source_the_same_vector_is_said_not_to_translate(
     """source-check's figures: one line under the table for every measured row, and a
     finding among the claims for a row whose encoder output is the same for every source."""
     deaf = {"sources": 100, "pooled_cosine": 1.0, "distinct_translations": 1, "translations": 1952}
-    rows = {"default": _row("default", 39.5, 2000, source_check={"sources": 100, "pooled_cosine": 0.75}),
-            "subformer": _row("subformer", 0.04, 6000, source_check=deaf)}  # fmt: skip
+    rows = {
+        "default": _row(
+            "default", 39.5, 2000, source_check={"sources": 100, "pooled_cosine": 0.75}
+        ),
+        "subformer": _row("subformer", 0.04, 6000, source_check=deaf),
+    }
     for name, rec in rows.items():
         (tmp_path / f"{name}.json").write_text(json.dumps(rec), encoding="utf-8")
     text = converged.table(str(tmp_path))
@@ -775,8 +1001,20 @@ def test_a_row_that_stopped_short_goes_on_with_continue_from_and_says_so(tmp_pat
     ckpt.parent.mkdir()
     torch.save({"model": {}, "optimizer_history": [{"num_updates": 1890}]}, ckpt)
     rows = tmp_path / "rows"
-    argv = ["plan", "dawid", "--save-root", str(tmp_path / "runs"), "--rows-dir", str(rows),
-            "--max-update", "3000", "--schedule-updates", "1800", "--continue-from", str(ckpt)]  # fmt: skip
+    argv = [
+        "plan",
+        "dawid",
+        "--save-root",
+        str(tmp_path / "runs"),
+        "--rows-dir",
+        str(rows),
+        "--max-update",
+        "3000",
+        "--schedule-updates",
+        "1800",
+        "--continue-from",
+        str(ckpt),
+    ]
     plan = converged.Plan(converged.get_parser().parse_args(argv))
     (cmd,) = plan.commands("dawid")
     assert cmd[cmd.index("--max-update") + 1] == "3000"
@@ -791,9 +1029,11 @@ def test_a_row_that_stopped_short_goes_on_with_continue_from_and_says_so(tmp_pat
         "at 1,890 updates (its schedule set for 1,800)"
     )
     # one compress row only, and a file that is there
-    for bad, want in ((["run", "dawid", "default"], "one compress row"),
-                      (["run", "subformer"], "one compress row"),
-                      (["run", "dawid", "--continue-from", str(tmp_path / "none.pt")], "no such file")):  # fmt: skip
+    for bad, want in (
+        (["run", "dawid", "default"], "one compress row"),
+        (["run", "subformer"], "one compress row"),
+        (["run", "dawid", "--continue-from", str(tmp_path / "none.pt")], "no such file"),
+    ):
         extra = [] if "--continue-from" in bad else ["--continue-from", str(ckpt)]
         proc = _plan(*bad, *extra, "--rows-dir", rows, check=False)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and want in proc.stderr
@@ -809,8 +1049,10 @@ def test_the_dawid_row_rebuilds_the_default_students_shape_when_its_checkpoint_i
     rows.mkdir()
     with open(os.path.join(converged.ROWS_DIR, "default.json"), encoding="utf-8") as f:
         committed = json.load(f)
-    doc = {"checkpoint": str(tmp_path / "gone" / "checkpoint_best.pt"),
-           "commands": committed["commands"]}  # fmt: skip
+    doc = {
+        "checkpoint": str(tmp_path / "gone" / "checkpoint_best.pt"),
+        "commands": committed["commands"],
+    }
     (rows / "default.json").write_text(json.dumps(doc), encoding="utf-8")
     opts = converged.get_parser().parse_args(
         ["plan", "--save-root", str(tmp_path / "runs"), "--rows-dir", str(rows)]
@@ -831,18 +1073,41 @@ def test_handoff_takes_a_compress_rows_fairseq_train_command_and_makes_it_portab
     opts = converged.get_parser().parse_args(["status", "--save-root", str(tmp_path)])
     plan = converged.Plan(opts)
     repo, save = "/src/lc", str(tmp_path / "dawid")
-    train = ["/v/bin/fairseq-train", plan.bin, "--user-dir", f"{repo}/lightcompress", "--arch",
-             "dawid", "--dawid-teacher", f"{repo}/examples/t/checkpoint.pt",
-             "--finetune-from-model", f"{save}/init.pt", "--save-dir", f"{save}/student",
-             "--max-update", "7000", "--cpu"]  # fmt: skip
+    train = [
+        "/v/bin/fairseq-train",
+        plan.bin,
+        "--user-dir",
+        f"{repo}/lightcompress",
+        "--arch",
+        "dawid",
+        "--dawid-teacher",
+        f"{repo}/examples/t/checkpoint.pt",
+        "--finetune-from-model",
+        f"{save}/init.pt",
+        "--save-dir",
+        f"{save}/student",
+        "--max-update",
+        "7000",
+        "--cpu",
+    ]
     os.makedirs(save)
     with open(os.path.join(save, "plan.json"), "w", encoding="utf-8") as f:
         json.dump({"commands": ["/v/bin/lightcompress-convert -i x -o y", shlex.join(train)]}, f)
     cmd, log = handoff.train_args(converged, plan, "dawid")
     assert cmd == train and log == converged.fine_tune_log(save)
     assert handoff.portable(cmd, plan.bin) == [
-        "{BIN}", "--user-dir", "{REPO}/lightcompress", "--arch", "dawid", "--dawid-teacher",
-        "{REPO}/examples/t/checkpoint.pt", "--save-dir", "{SAVE}", "--max-update", "7000"]  # fmt: skip
+        "{BIN}",
+        "--user-dir",
+        "{REPO}/lightcompress",
+        "--arch",
+        "dawid",
+        "--dawid-teacher",
+        "{REPO}/examples/t/checkpoint.pt",
+        "--save-dir",
+        "{SAVE}",
+        "--max-update",
+        "7000",
+    ]
     kd = [a if a != plan.bin else f"{save}/kd-bin" for a in train]
     with pytest.raises(handoff.HandoffError, match="argument 1 .*kd-bin.* lacks"):
         handoff.portable(kd, plan.bin)
@@ -851,18 +1116,24 @@ def test_handoff_takes_a_compress_rows_fairseq_train_command_and_makes_it_portab
 
 
 def test_a_claim_that_does_not_hold_says_what_was_measured_about_it():
-    by = {"smartformer_search": _row("smartformer_search", 38.0, 5000, best_valid_loss=5.4),
-          "smartformer": _row("smartformer", 39.0, 4900, best_valid_loss=5.3)}  # fmt: skip
+    by = {
+        "smartformer_search": _row("smartformer_search", 38.0, 5000, best_valid_loss=5.4),
+        "smartformer": _row("smartformer", 39.0, 4900, best_valid_loss=5.3),
+    }
     line = next(c for c in converged.claims(by, by["smartformer"]["teacher"]) if "Smartformer" in c)
-    assert line.startswith("- Smartformer: searched ranks beat one fixed rank at equal size: "
-                           "does not hold here: smartformer_search BLEU 38.00 against "
-                           "smartformer 39.00 (5,000 against 4,900 parameters); the searched "
-                           "model starts at its largest rank")  # fmt: skip
+    assert line.startswith(
+        "- Smartformer: searched ranks beat one fixed rank at equal size: "
+        "does not hold here: smartformer_search BLEU 38.00 against "
+        "smartformer 39.00 (5,000 against 4,900 parameters); the searched "
+        "model starts at its largest rank"
+    )
     assert line.endswith("(best validation loss 5.400 against 5.300).")
     by["smartformer_search"]["bleu"] = 40.0  # holds: no reason given
     line = next(c for c in converged.claims(by, by["smartformer"]["teacher"]) if "Smartformer" in c)
-    assert line.endswith("holds here: smartformer_search BLEU 40.00 against smartformer 39.00 "
-                         "(5,000 against 4,900 parameters).")  # fmt: skip
+    assert line.endswith(
+        "holds here: smartformer_search BLEU 40.00 against smartformer 39.00 "
+        "(5,000 against 4,900 parameters)."
+    )
 
 
 def test_pack_stores_float16_exact_weights_as_float16_and_restores_them_exactly(tmp_path):
@@ -874,8 +1145,10 @@ def test_pack_stores_float16_exact_weights_as_float16_and_restores_them_exactly(
     exact = torch.randn(64, 64).half().float()  # (weights inherited from a float16 teacher)
     trained = torch.randn(64, 64)
     moment = torch.rand(64, 64)
-    st = {"model": {"frozen": exact, "trained": trained, "step": torch.tensor(3)},
-          "last_optimizer_state": {"state": {0: {"exp_avg": moment, "exp_avg_sq": moment * 2}}}}  # fmt: skip
+    st = {
+        "model": {"frozen": exact, "trained": trained, "step": torch.tensor(3)},
+        "last_optimizer_state": {"state": {0: {"exp_avg": moment, "exp_avg_sq": moment * 2}}},
+    }
     torch.save(st, tmp_path / "ck.pt")
     pack.pack(tmp_path / "ck.pt", tmp_path / "p")
     small = sum(p.stat().st_size for p in tmp_path.glob("p.part*"))
@@ -902,16 +1175,19 @@ def test_the_committed_rows_name_no_machines_paths():
             found = re.findall(r"(?<![\w.])/(?:root|work|home|tmp|usr|opt|mnt)/[^\s\"']*", text)
             assert not found, (name, found[:3])
     # the writer: this machine's folders become placeholders, a recorded path comes back here
-    opts = converged.get_parser().parse_args(["plan", "--data-dir", "/d/corpus",
-                                              "--save-root", "/s/conv"])  # fmt: skip
+    opts = converged.get_parser().parse_args(
+        ["plan", "--data-dir", "/d/corpus", "--save-root", "/s/conv"]
+    )
     plan = converged.Plan(opts)
     cmd = (
         f"{os.path.dirname(sys.executable)}/fairseq-train /d/corpus/bin --user-dir "
         f"{harness.REPO_ROOT}/lightcompress --user-dir /other/clone/lightcompress "
         "--save-dir /s/conv/x/student --path /other/clone/examples/t.pt --x /s/conv2/y"
     )
-    want = ("fairseq-train DATA/bin --user-dir lightcompress --user-dir lightcompress --save-dir "
-            "SAVE/x/student --path examples/t.pt --x /s/conv2/y")  # fmt: skip
+    want = (
+        "fairseq-train DATA/bin --user-dir lightcompress --user-dir lightcompress --save-dir "
+        "SAVE/x/student --path examples/t.pt --x /s/conv2/y"
+    )
     assert plan.portable({"c": [cmd]}) == {"c": [want]}
     assert plan.local("SAVE/x/student") == "/s/conv/x/student"
     assert plan.local("DATA/bin") == "/d/corpus/bin"
@@ -926,28 +1202,32 @@ def test_the_control_row_fine_tunes_the_teacher_with_the_default_rows_training(c
     portable and its budget the plan's."""
     runs, rows = tmp_path / "runs", tmp_path / "rows"
     rows.mkdir()
-    train = ("fairseq-train DATA/bin --user-dir lightcompress --task translation_seqkd "
-             "--kd-data-mode both --kd-distilled-data SAVE/default/kd-bin -s de -t en --arch "
-             "lightformer --encoder-layers 3 --decoder-layers 1 --encoder-embed-dim 256 "
-             "--decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 "
-             "--encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings "
-             "--lc-encoder-groups 0 --lc-rank 8 --lc-embed-rank 16 --finetune-from-model "
-             "SAVE/default/student_init.pt --optimizer adam --lr 0.0015 --lr-scheduler "
-             "inverse_sqrt --warmup-updates 700 --criterion label_smoothed_cross_entropy "
-             "--label-smoothing 0.1 --dropout 0.3 --max-tokens 4096 --max-update 7000 "
-             "--validate-interval-updates 500 --save-interval-updates 500 --no-epoch-checkpoints "
-             "--save-dir SAVE/default/student --log-format simple --num-workers 0 --seed 1 "
-             "--data-buffer-size 0 --cpu --patience 4")  # fmt: skip
+    train = (
+        "fairseq-train DATA/bin --user-dir lightcompress --task translation_seqkd "
+        "--kd-data-mode both --kd-distilled-data SAVE/default/kd-bin -s de -t en --arch "
+        "lightformer --encoder-layers 3 --decoder-layers 1 --encoder-embed-dim 256 "
+        "--decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 "
+        "--encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings "
+        "--lc-encoder-groups 0 --lc-rank 8 --lc-embed-rank 16 --finetune-from-model "
+        "SAVE/default/student_init.pt --optimizer adam --lr 0.0015 --lr-scheduler "
+        "inverse_sqrt --warmup-updates 700 --criterion label_smoothed_cross_entropy "
+        "--label-smoothing 0.1 --dropout 0.3 --max-tokens 4096 --max-update 7000 "
+        "--validate-interval-updates 500 --save-interval-updates 500 --no-epoch-checkpoints "
+        "--save-dir SAVE/default/student --log-format simple --num-workers 0 --seed 1 "
+        "--data-buffer-size 0 --cpu --patience 4"
+    )
     kd = (
         "bash scripts/distill_data.sh DATA/bin --path examples/translation/results/teacher/"
         "checkpoint.pt --out-dir SAVE/default/kd-bin --user-dir lightcompress --beam 1 "
         "--max-tokens 4096 --num-shards 0 --generate-args '--max-len-a 1.2 --max-len-b 10' --cpu"
     )
-    (rows / "default.json").write_text(json.dumps({"commands": ["lightcompress-convert -i x", kd,
-                                                                train]}), encoding="utf-8")  # fmt: skip
+    (rows / "default.json").write_text(
+        json.dumps({"commands": ["lightcompress-convert -i x", kd, train]}), encoding="utf-8"
+    )
     common = ["--data-dir", corpus, "--save-root", runs, "--rows-dir", rows, "--cpu"]
-    (cmd_kd, cmd, _gen) = converged.Plan(converged.get_parser().parse_args(
-        ["run", *map(str, common)])).commands("teacher_control", dry=False)  # fmt: skip
+    (cmd_kd, cmd, _gen) = converged.Plan(
+        converged.get_parser().parse_args(["run", *map(str, common)])
+    ).commands("teacher_control", dry=False)
     assert cmd_kd[:2] == ["bash", os.path.join(harness.REPO_ROOT, "scripts", "distill_data.sh")]
     assert cmd[cmd.index("--arch") + 1] == "transformer"
     assert cmd[cmd.index("--decoder-layers") + 1] == "3" and "--lc-rank" not in cmd
@@ -975,18 +1255,31 @@ def test_rows_not_started_here_train_side_by_side_on_the_device_and_come_back(co
     rows.mkdir()
     kd_bin = runs / "default" / "kd-bin"
     shutil.copytree(os.path.join(corpus, "bin"), kd_bin)  # (stands in for the teacher's output)
-    train = ("fairseq-train DATA/bin --user-dir lightcompress --task translation_seqkd "
-             "--kd-data-mode both --kd-distilled-data SAVE/default/kd-bin -s de -t en --arch "
-             "lightformer --encoder-layers 3 --decoder-layers 1 --encoder-embed-dim 256 "
-             "--decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 "
-             "--encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings "
-             "--lc-rank 8 --optimizer adam --lr 0.0015 --lr-scheduler inverse_sqrt "
-             "--warmup-updates 700 --criterion label_smoothed_cross_entropy --max-tokens 4096 "
-             "--max-update 7000 --save-dir SAVE/default/student --num-workers 0 --seed 1 "
-             "--data-buffer-size 0 --cpu --patience 4")  # fmt: skip
+    train = (
+        "fairseq-train DATA/bin --user-dir lightcompress --task translation_seqkd "
+        "--kd-data-mode both --kd-distilled-data SAVE/default/kd-bin -s de -t en --arch "
+        "lightformer --encoder-layers 3 --decoder-layers 1 --encoder-embed-dim 256 "
+        "--decoder-embed-dim 256 --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 "
+        "--encoder-attention-heads 4 --decoder-attention-heads 4 --share-all-embeddings "
+        "--lc-rank 8 --optimizer adam --lr 0.0015 --lr-scheduler inverse_sqrt "
+        "--warmup-updates 700 --criterion label_smoothed_cross_entropy --max-tokens 4096 "
+        "--max-update 7000 --save-dir SAVE/default/student --num-workers 0 --seed 1 "
+        "--data-buffer-size 0 --cpu --patience 4"
+    )
     (rows / "default.json").write_text(json.dumps({"commands": [train]}), encoding="utf-8")
-    budget = ["--data-dir", corpus, "--save-root", runs, "--rows-dir", rows, "--cpu",
-              "--max-update", 2, "--validate-every", 2]  # fmt: skip
+    budget = [
+        "--data-dir",
+        corpus,
+        "--save-root",
+        runs,
+        "--rows-dir",
+        rows,
+        "--cpu",
+        "--max-update",
+        2,
+        "--validate-every",
+        2,
+    ]
     out = _handoff("send", "subformer", "teacher_control", "--carry", carry, *budget).stdout
     assert "subformer: update 0 (starts there)" in out and (carry / "kd.tar.xz").exists()
     doc = json.loads((carry / "state" / "teacher_control" / "row.json").read_text())
@@ -997,8 +1290,9 @@ def test_rows_not_started_here_train_side_by_side_on_the_device_and_come_back(co
     )
     with tarfile.open(carry / "bin.tar.xz", "w:xz") as t:
         t.add(os.path.join(corpus, "bin"), arcname="bin")
-    _handoff("train", "--carry", carry, "--secs", "600", "--work", tmp_path / "w",
-             env={"OUT": str(back)})  # fmt: skip
+    _handoff(
+        "train", "--carry", carry, "--secs", "600", "--work", tmp_path / "w", env={"OUT": str(back)}
+    )
     for row in ("subformer", "teacher_control"):
         res = json.loads((back / row / "result.json").read_text(encoding="utf-8"))
         assert (res["from_update"], res["last_update"], res["ended"]) == (0, 2, True), res

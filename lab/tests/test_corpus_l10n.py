@@ -85,18 +85,27 @@ def _json_wheel(path: Path) -> Path:
     meta = "Metadata-Version: 2.1\nName: jsonapp\nVersion: 1.0\nLicense-Expression: MIT\n"
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("jsonapp-1.0.dist-info/METADATA", meta)
-        en = {"title": "Save the settings", "err": {"auth": "Invalid password given"},
-              "only_en": "Only in English here"}  # fmt: skip
+        en = {
+            "title": "Save the settings",
+            "err": {"auth": "Invalid password given"},
+            "only_en": "Only in English here",
+        }
         de = {"title": "Einstellungen speichern", "err": {"auth": "Ungültiges Passwort angegeben"}}
         z.writestr("jsonapp/translations/en.json", json.dumps(en))
         z.writestr("jsonapp/translations/de.json", json.dumps(de))
         # hashed fragment names (Home Assistant's frontend) and i18next folders (Airflow)
-        z.writestr("jsonapp/static/translations/config/en-0123abcd.json",
-                   json.dumps({"a": "Delete this dashboard"}))  # fmt: skip
-        z.writestr("jsonapp/static/translations/config/de-89abcdef.json",
-                   json.dumps({"a": "Dieses Dashboard löschen"}))  # fmt: skip
+        z.writestr(
+            "jsonapp/static/translations/config/en-0123abcd.json",
+            json.dumps({"a": "Delete this dashboard"}),
+        )
+        z.writestr(
+            "jsonapp/static/translations/config/de-89abcdef.json",
+            json.dumps({"a": "Dieses Dashboard löschen"}),
+        )
         z.writestr("jsonapp/ui/i18n/locales/en/dag.json", json.dumps({"x": ["Run the task now"]}))
-        z.writestr("jsonapp/ui/i18n/locales/de/dag.json", json.dumps({"x": ["Aufgabe jetzt ausführen"]}))  # fmt: skip
+        z.writestr(
+            "jsonapp/ui/i18n/locales/de/dag.json", json.dumps({"x": ["Aufgabe jetzt ausführen"]})
+        )
         # not a catalog: locale data (CLDR) outside a translations folder
         z.writestr("jsonapp/static/locale-data/intl-listformat/de.json", json.dumps({"a": "und"}))
         z.writestr("jsonapp/static/locale-data/intl-listformat/en.json", json.dumps({"a": "and"}))
@@ -136,10 +145,9 @@ def test_json_catalogs_pair_by_key(tmp_path):
         ar.close()
     assert cats == {
         "jsonapp/translations/de.json": "jsonapp/translations/en.json",
-        "jsonapp/static/translations/config/de-89abcdef.json":
-            "jsonapp/static/translations/config/en-0123abcd.json",
+        "jsonapp/static/translations/config/de-89abcdef.json": "jsonapp/static/translations/config/en-0123abcd.json",
         "jsonapp/ui/i18n/locales/de/dag.json": "jsonapp/ui/i18n/locales/en/dag.json",
-    }  # fmt: skip
+    }
     assert len(files) == 3  # locale-data is not a catalog
     assert sorted(pairs) == [
         ("Delete this dashboard", "Dieses Dashboard löschen"),
@@ -156,16 +164,35 @@ def test_json_catalog_pairs_skips_empty_and_missing():
 
 
 def _src(name, cls=lc.PERMISSIVE, group="", registry="debian"):
-    return lc.Source(registry, name, "1.0-1", f"{name}_1.0-1_all.deb", "0" * 64, "ISC",
-                     "License: ISC", cls, group)  # fmt: skip
+    return lc.Source(
+        registry,
+        name,
+        "1.0-1",
+        f"{name}_1.0-1_all.deb",
+        "0" * 64,
+        "ISC",
+        "License: ISC",
+        cls,
+        group,
+    )
 
 
 def test_group_split_keeps_a_project_in_one_split():
-    srcs = [_src("pg-server", group="pg"), _src("pg-client", group="pg"), _src("a"), _src("b"),
-            _src("c")]  # fmt: skip
+    srcs = [
+        _src("pg-server", group="pg"),
+        _src("pg-client", group="pg"),
+        _src("a"),
+        _src("b"),
+        _src("c"),
+    ]
     split_of = lc.assign_group_splits(srcs, valid=["a"], test=["pg-client"])
-    assert split_of == {"pg-server": "test", "pg-client": "test", "a": "valid", "b": "train",
-                        "c": "train"}  # fmt: skip
+    assert split_of == {
+        "pg-server": "test",
+        "pg-client": "test",
+        "a": "valid",
+        "b": "train",
+        "c": "train",
+    }
     # a group name works as well, and a package named twice across splits is refused
     assert lc.assign_group_splits(srcs, valid=["pg"], test=["a"])["pg-server"] == "valid"
     with pytest.raises(ValueError, match="both valid and test"):
@@ -218,8 +245,9 @@ def test_pinned_sources_are_sound():
 
 
 def test_wrong_licence_marker_refused(tmp_path):
-    deb = _pkg_deb(tmp_path, "tool", {"Open the file": "Die Datei öffnen"},
-                   copyright_=b"License: GPL-2+\n")  # fmt: skip
+    deb = _pkg_deb(
+        tmp_path, "tool", {"Open the file": "Die Datei öffnen"}, copyright_=b"License: GPL-2+\n"
+    )
     ar = lc.DebArchive(deb)
     try:
         with pytest.raises(SystemExit, match="licence marker"):
@@ -229,13 +257,24 @@ def test_wrong_licence_marker_refused(tmp_path):
 
 
 MESSAGES = {
-    "a": {"Open the selected file": "Die ausgewählte Datei öffnen",
-          "Close all windows": "Alle Fenster schließen", "Shared sentence here": "Geteilter Satz hier"},
-    "b": {"Print the whole page": "Die ganze Seite drucken",
-          "Shared sentence here": "Geteilter Satz hier"},
-    "c": {"Cancel the print job": "Druckauftrag abbrechen", "<b>Stop</b> the server": "Server <b>stoppen</b>"},
-    "gpl": {"Rename the branch": "Den Zweig umbenennen", "Print the whole page": "Ganze Seite drucken"},
-}  # fmt: skip
+    "a": {
+        "Open the selected file": "Die ausgewählte Datei öffnen",
+        "Close all windows": "Alle Fenster schließen",
+        "Shared sentence here": "Geteilter Satz hier",
+    },
+    "b": {
+        "Print the whole page": "Die ganze Seite drucken",
+        "Shared sentence here": "Geteilter Satz hier",
+    },
+    "c": {
+        "Cancel the print job": "Druckauftrag abbrechen",
+        "<b>Stop</b> the server": "Server <b>stoppen</b>",
+    },
+    "gpl": {
+        "Rename the branch": "Den Zweig umbenennen",
+        "Print the whole page": "Ganze Seite drucken",
+    },
+}
 
 
 def test_build_end_to_end_and_skip(tmp_path, monkeypatch, capsys):
@@ -245,16 +284,34 @@ def test_build_end_to_end_and_skip(tmp_path, monkeypatch, capsys):
     for name, msgs in MESSAGES.items():
         deb = _pkg_deb(cache, name, msgs)
         cls = lc.COPYLEFT_DATA if name == "gpl" else lc.PERMISSIVE
-        srcs.append(lc.Source("debian", name, "1.0-1", deb.name, pc.sha256_of(deb), "ISC",
-                              "License: ISC", cls))  # fmt: skip
+        srcs.append(
+            lc.Source(
+                "debian", name, "1.0-1", deb.name, pc.sha256_of(deb), "ISC", "License: ISC", cls
+            )
+        )
     monkeypatch.setattr(lc, "SOURCES", tuple(srcs))
     out = tmp_path / "corpus"
-    argv = ["--out", str(out), "--cache", str(cache), "--valid-packages", "b",
-            "--test-packages", "c", "--vocab-size", "60", "--workers", "1"]  # fmt: skip
+    argv = [
+        "--out",
+        str(out),
+        "--cache",
+        str(cache),
+        "--valid-packages",
+        "b",
+        "--test-packages",
+        "c",
+        "--vocab-size",
+        "60",
+        "--workers",
+        "1",
+    ]
     assert lc.main(argv) == 0
     raw = out / "raw"
-    train = list(zip((raw / "train.en").read_text().splitlines(),
-                     (raw / "train.de").read_text().splitlines()))  # fmt: skip
+    train = list(
+        zip(
+            (raw / "train.en").read_text().splitlines(), (raw / "train.de").read_text().splitlines()
+        )
+    )
     valid_de = (raw / "valid.de").read_text().splitlines()
     test_en = (raw / "test.en").read_text().splitlines()
     assert sorted(test_en) == ["Cancel the print job", "Stop the server"]  # tags stripped
@@ -299,8 +356,10 @@ def test_bad_sha256_in_cache_stops(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as stop:
         lc.download_debs([src], tmp_path, fetch=offline)
     msg = str(stop.value)
-    assert msg.startswith("tool: cannot download https://deb.debian.org/debian/pool/main/t/tool/"
-                          "tool_1.0-1%2Bdeb12u1_all.deb: <urlopen error")  # fmt: skip
+    assert msg.startswith(
+        "tool: cannot download https://deb.debian.org/debian/pool/main/t/tool/"
+        "tool_1.0-1%2Bdeb12u1_all.deb: <urlopen error"
+    )
     assert f"fetch it by hand into {deb}" in msg and "\n" not in msg
     assert not deb.exists()
 
@@ -310,8 +369,9 @@ def test_debian_pins_are_fetched_from_the_mirror_and_checked(tmp_path, monkeypat
     mirror.mkdir()
     deb = _pkg_deb(mirror, "tool", {"Open the file": "Die Datei öffnen"})
     digest = lc.pc.sha256_of(deb)
-    src = lc.Source("debian", "tool", "1:1.0-1", "tool_1%3a1.0-1_all.deb", digest, "ISC",
-                    "License: ISC")  # fmt: skip
+    src = lc.Source(
+        "debian", "tool", "1:1.0-1", "tool_1%3a1.0-1_all.deb", digest, "ISC", "License: ISC"
+    )
     monkeypatch.setitem(lc.DEBIAN_POOL, "tool", "debian/pool/main/t/tool/tool_1.0-1_all.deb")
     asked = []
 

@@ -24,9 +24,13 @@ def lab_measure(*args, **kw):
     """The lab's measure_speed, as a command."""
     return subprocess.run(
         [sys.executable, os.path.join(LAB_MEASURE, "measure_speed.py"), *map(str, args)],
-        capture_output=True, text=True, timeout=600, check=False,
-        env=dict(os.environ, PYTHONWARNINGS="ignore"), **kw,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=dict(os.environ, PYTHONWARNINGS="ignore"),
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,9 +69,16 @@ def test_text_runner_translates_raw_text_as_the_runner_translates_its_ids(toy):
     runners = [
         FastRunner(model, task, gen),
         OnnxRunner(onnx_dir, 1, src_dict.pad(), model.max_positions()),
-        CT2Runner(ct2_dir, "float32", 1, src_dict, tgt_dict, model.max_decoder_positions(),
-                  model.max_positions()),
-    ]  # fmt: skip
+        CT2Runner(
+            ct2_dir,
+            "float32",
+            1,
+            src_dict,
+            tgt_dict,
+            model.max_decoder_positions(),
+            model.max_positions(),
+        ),
+    ]
     sources = _sources(task)
     with open(os.path.join(toy["raw"], "test.de"), encoding="utf-8") as f:
         raw = [line.rstrip("\n") for line in f]
@@ -88,21 +99,45 @@ def test_text_runner_translates_raw_text_as_the_runner_translates_its_ids(toy):
 def test_measure_speed_text_rows_follow_the_id_rows_with_bleu_and_natural_lengths(toy, tmp_path):
     out = tmp_path / "speed.json"
     proc = lab_measure(
-        "--data", toy["data"], "--path", f"teacher={toy['teacher']}", "--fast", "--onnx", "--ct2",
-        "--text", toy["spm"], "--natural", "--num-sentences", "10", "--bleu", "--memory",
-        "--runs", "1", "--warmup", "0", "--timing-batch-size", "4", "--sort-batches", "--quiet",
-        "--json", out,
-    )  # fmt: skip
+        "--data",
+        toy["data"],
+        "--path",
+        f"teacher={toy['teacher']}",
+        "--fast",
+        "--onnx",
+        "--ct2",
+        "--text",
+        toy["spm"],
+        "--natural",
+        "--num-sentences",
+        "10",
+        "--bleu",
+        "--memory",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--timing-batch-size",
+        "4",
+        "--sort-batches",
+        "--quiet",
+        "--json",
+        out,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     order = [(r["engine"], r["precision"], bool(r.get("text"))) for r in result["models"]]
     assert order == [
-        ("fairseq", "float32", False), ("lightcompress", "float32", False),
-        ("lightcompress", "float32", True), ("onnxruntime", "float32", False),
-        ("onnxruntime", "float32", True), ("ctranslate2", "float32", False),
-        ("ctranslate2", "float32", True), ("ctranslate2", "int8", False),
+        ("fairseq", "float32", False),
+        ("lightcompress", "float32", False),
+        ("lightcompress", "float32", True),
+        ("onnxruntime", "float32", False),
+        ("onnxruntime", "float32", True),
+        ("ctranslate2", "float32", False),
+        ("ctranslate2", "float32", True),
+        ("ctranslate2", "int8", False),
         ("ctranslate2", "int8", True),
-    ]  # fmt: skip
+    ]
     rows = result["models"]
     for plain, text in zip(rows[1::2], rows[2::2]):
         assert text["tokens_per_run"] == plain["tokens_per_run"] > 0  # the same translations
@@ -136,28 +171,64 @@ def test_measure_speed_text_bad_input_is_one_line(toy, tmp_path, extra, message)
     bogus = tmp_path / "bogus.model"
     bogus.write_text("not a model\n")
     extra = [str(bogus) if x == "NOT_SPM" else toy["spm"] if x == "SPM" else x for x in extra]
-    proc = lab_measure("--data", toy["data"], "--path", toy["teacher"], "--num-sentences", "2",
-                       "--runs", "1", *extra, cwd=tmp_path)  # fmt: skip
+    proc = lab_measure(
+        "--data",
+        toy["data"],
+        "--path",
+        toy["teacher"],
+        "--num-sentences",
+        "2",
+        "--runs",
+        "1",
+        *extra,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
 
 
 def test_the_product_command_has_none_of_the_labs_options(toy):
     proc = subprocess.run(
-        [os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"), "--data", toy["data"],
-         "--path", toy["teacher"], "--memory"],
-        capture_output=True, text=True, timeout=600, check=False,
+        [
+            os.path.join(REPO_ROOT, "scripts", "measure_speed.sh"),
+            "--data",
+            toy["data"],
+            "--path",
+            toy["teacher"],
+            "--memory",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
         env=dict(os.environ, PYTHON=sys.executable, PYTHONWARNINGS="ignore"),
-    )  # fmt: skip
+    )
     assert proc.returncode == 2 and "unrecognized arguments: --memory" in proc.stderr
 
 
 def test_memory_of_ct2_and_onnx_next_to_fairseq(toy, tmp_path):
     """--memory: a fresh process per row; CTranslate2's and ONNX Runtime's hold no torch."""
     out = tmp_path / "speed.json"
-    proc = lab_measure("--data", toy["data"], "--path", f"teacher={toy['teacher']}",
-                       "--ct2", "--onnx", "--memory", "--runs", "1", "--warmup", "0",
-                       "--num-sentences", "4", "--src-len", "6", "--quiet", "--json", out)  # fmt: skip
+    proc = lab_measure(
+        "--data",
+        toy["data"],
+        "--path",
+        f"teacher={toy['teacher']}",
+        "--ct2",
+        "--onnx",
+        "--memory",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--num-sentences",
+        "4",
+        "--src-len",
+        "6",
+        "--quiet",
+        "--json",
+        out,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     rows = {(r["engine"], r["precision"]): r for r in result["models"]}
@@ -178,19 +249,45 @@ def test_the_fast_path_with_and_without_the_shortlist(toy, tmp_path):
         _cli(BUILD, "--data", toy["data"], "--k", "2", "--frequent", "1", "-o", sl).returncode == 0
     )
     out = tmp_path / "speed.json"
-    proc = lab_measure("--data", toy["data"], "--path", f"teacher={toy['teacher']}", "--fast",
-                       "--onnx", "--shortlist", sl, "--bleu", "--runs", "1", "--warmup", "0",
-                       "--num-sentences", "4", "--src-len", "6", "--quiet", "--json", out)  # fmt: skip
+    proc = lab_measure(
+        "--data",
+        toy["data"],
+        "--path",
+        f"teacher={toy['teacher']}",
+        "--fast",
+        "--onnx",
+        "--shortlist",
+        sl,
+        "--bleu",
+        "--runs",
+        "1",
+        "--warmup",
+        "0",
+        "--num-sentences",
+        "4",
+        "--src-len",
+        "6",
+        "--quiet",
+        "--json",
+        out,
+    )
     assert proc.returncode == 0, proc.stderr
     rows = {(r["engine"], r.get("shortlist")): r for r in json.loads(out.read_text())["models"]}
-    assert set(rows) == {("fairseq", None), ("lightcompress", None), ("lightcompress", str(sl)),
-                         ("onnxruntime", None), ("onnxruntime", str(sl))}  # fmt: skip
+    assert set(rows) == {
+        ("fairseq", None),
+        ("lightcompress", None),
+        ("lightcompress", str(sl)),
+        ("onnxruntime", None),
+        ("onnxruntime", str(sl)),
+    }
     # with the shortlist, both engines translate alike (their BLEU is the same)
     assert rows["onnxruntime", str(sl)]["bleu"] == pytest.approx(
         rows["lightcompress", str(sl)]["bleu"], abs=0.1
     )
     assert "lightcompress+shortlist" in proc.stdout
-    for extra, message in ((["--shortlist", sl], "--shortlist needs --fast, --onnx or --ct2"),
-                           (["--fast", "--shortlist", tmp_path / "no"], "file not found")):  # fmt: skip
+    for extra, message in (
+        (["--shortlist", sl], "--shortlist needs --fast, --onnx or --ct2"),
+        (["--fast", "--shortlist", tmp_path / "no"], "file not found"),
+    ):
         proc = lab_measure("--data", toy["data"], "--path", toy["teacher"], *extra)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr

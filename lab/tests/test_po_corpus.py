@@ -372,8 +372,11 @@ def test_dedupe_one_target_per_source():
         ("Go back", "Zurück gehen"),
     ]
     out = pc.dedupe_pairs(pairs, key_side=1)
-    assert out == [("Delete", "Löschen"), ("Store page", "Seite speichern"),
-                   ("Go back", "Zurück gehen")]  # fmt: skip
+    assert out == [
+        ("Delete", "Löschen"),
+        ("Store page", "Seite speichern"),
+        ("Go back", "Zurück gehen"),
+    ]
     # keyed on the English side instead
     out_en = pc.dedupe_pairs(pairs, key_side=0)
     assert len(out_en) == 5
@@ -399,12 +402,16 @@ def test_assign_splits_by_package():
 
 def test_build_splits_no_overlap():
     per_package = {
-        "big": [("Save the page", "Seite speichern"), ("Close the door", "Tür schließen"),
-                ("Open the door", "Tür öffnen"), ("Open the window", "Fenster öffnen")],
+        "big": [
+            ("Save the page", "Seite speichern"),
+            ("Close the door", "Tür schließen"),
+            ("Open the door", "Tür öffnen"),
+            ("Open the window", "Fenster öffnen"),
+        ],
         "other": [("Close this door", "Tür schließen"), ("Delete the page", "Seite löschen")],
         "val": [("Open this door", "Tür öffnen"), ("Rename the page", "Seite umbenennen")],
         "tst": [("Open a window", "Fenster öffnen"), ("Print the page", "Seite drucken")],
-    }  # fmt: skip
+    }
     split_of = pc.assign_splits(list(per_package), valid=["val"], test=["tst"])
     splits, contributed = pc.build_splits(per_package, split_of, key_side=1)
     src = {s: {de.casefold() for _, de in v} for s, v in splits.items()}
@@ -418,9 +425,11 @@ def test_build_splits_no_overlap():
     ]
     assert ("Open the door", "Tür öffnen") not in splits["train"]  # seen in valid
     assert ("Open the window", "Fenster öffnen") not in splits["train"]  # seen in test
-    assert splits["train"] == [("Save the page", "Seite speichern"),
-                               ("Close the door", "Tür schließen"),
-                               ("Delete the page", "Seite löschen")]  # fmt: skip
+    assert splits["train"] == [
+        ("Save the page", "Seite speichern"),
+        ("Close the door", "Tür schließen"),
+        ("Delete the page", "Seite löschen"),
+    ]
     assert contributed["big"] == {"train": 2, "valid": 0, "test": 0}
     assert contributed["other"] == {"train": 1, "valid": 0, "test": 0}
     assert contributed["tst"]["test"] == 2
@@ -507,9 +516,14 @@ def test_complete_output_is_skipped(tmp_path, capsys):
     args = ["--out", str(out), "--packages", "django,trac,zope.app.locales"]
     pkgs = [p for p in pc.PACKAGES if p.name in ("django", "trac", "zope.app.locales")]
     ns = pc.argparse.Namespace(
-        valid_packages=list(pc.DEFAULT_VALID_PACKAGES), test_packages=list(pc.DEFAULT_TEST_PACKAGES),
-        src="de", tgt="en", vocab_size=4000, model_type="unigram", max_tokens=100,
-    )  # fmt: skip
+        valid_packages=list(pc.DEFAULT_VALID_PACKAGES),
+        test_packages=list(pc.DEFAULT_TEST_PACKAGES),
+        src="de",
+        tgt="en",
+        vocab_size=4000,
+        model_type="unigram",
+        max_tokens=100,
+    )
     out.mkdir()
     (out / ".complete").write_text(pc.fingerprint(ns, pkgs) + "\n")
     assert pc.main(args) == 0  # returns before any download

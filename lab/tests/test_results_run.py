@@ -114,10 +114,13 @@ def bench(tmp_path):
     """(environment, calls file, save root) with the stand-ins first on PATH."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
-    for name, text in (("fairseq-train", FAKE_TRAIN), ("fairseq-generate", FAKE_GENERATE),
-                       ("lightcompress-convert", FAKE_CONVERT),
-                       ("lightcompress-params", FAKE_PARAMS),
-                       ("python", FAKE_PYTHON.replace("{python}", sys.executable))):  # fmt: skip
+    for name, text in (
+        ("fairseq-train", FAKE_TRAIN),
+        ("fairseq-generate", FAKE_GENERATE),
+        ("lightcompress-convert", FAKE_CONVERT),
+        ("lightcompress-params", FAKE_PARAMS),
+        ("python", FAKE_PYTHON.replace("{python}", sys.executable)),
+    ):
         (bin_ / name).write_text(text)
         (bin_ / name).chmod(0o755)
     data = tmp_path / "data"
@@ -147,8 +150,14 @@ def bench(tmp_path):
 
 
 def _run(env, **extra):
-    return subprocess.run(["bash", str(RUN)], env={**env, **extra}, capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
+    return subprocess.run(
+        ["bash", str(RUN)],
+        env={**env, **extra},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _calls(path: Path) -> list[str]:
@@ -166,10 +175,16 @@ def test_time_budget_stops_resume_continues_and_finished_work_is_skipped(bench):
     assert "installing 1 wheels" in first.stderr
     assert (save / "site" / "lc_probe_mod" / "__init__.py").exists()
     assert "run the same command again" in first.stderr
-    assert _calls(calls) == ["train lightformer_random fresh", "train subformer fresh",
-                             "train smartformer fresh", "train dawid_teacher fresh",
-                             "train dawid fresh", "convert fused.pt", "params dawid fused.pt",
-                             "train teacher fresh"]  # fmt: skip
+    assert _calls(calls) == [
+        "train lightformer_random fresh",
+        "train subformer fresh",
+        "train smartformer fresh",
+        "train dawid_teacher fresh",
+        "train dawid fresh",
+        "convert fused.pt",
+        "params dawid fused.pt",
+        "train teacher fresh",
+    ]
     assert not (save / "teacher" / "train.done").exists()
     assert (save / "smartformer" / "train.done").exists()
     assert (save / "teacher" / "checkpoint_last.pt").exists()
@@ -192,8 +207,16 @@ def test_time_budget_stops_resume_continues_and_finished_work_is_skipped(bench):
     # the SVD student starts after the conversion, the KD student after the distillation
     assert new.index("convert lightformer_init.pt") < new.index("train lightformer_svd fresh")
     assert new.index("distill kd-bin") < new.index("train hypoformer_kd fresh")
-    models = ["teacher", "lightformer_svd", "lightformer_random", "hypoformer_kd", "subformer",
-              "smartformer", "dawid_teacher", "dawid"]  # fmt: skip
+    models = [
+        "teacher",
+        "lightformer_svd",
+        "lightformer_random",
+        "hypoformer_kd",
+        "subformer",
+        "smartformer",
+        "dawid_teacher",
+        "dawid",
+    ]
     # every model's checkpoint_best.pt, DA-WID's fused model (nothing of it redone)
     assert [c for c in new if c.startswith("generate")] == [
         f"generate {m} {'fused.pt' if m == 'dawid' else 'checkpoint_best.pt'}" for m in models
@@ -248,9 +271,19 @@ def test_bad_settings_stop_before_anything_runs(bench, tmp_path):
     proc = _run(env, WHEELS=str(tmp_path / "empty"))
     assert proc.returncode == 1
     assert "holds no .whl file" in proc.stderr
-    for extra in ({"TIME_BUDGET": "soon"}, {"STUDENT_UPDATES": "0"}, {"SMALL": "2"},
-                  {"PARALLEL": "yes"}, {"NUM_GPUS": "-1"}, {"LR": "fast"}, {"LR": "0"},
-                  {"DAWID_LR": "-2e-4"}, {"SEED": "x"}, {"DROPOUT": "1.5"}, {"WARMUP": "0"}):  # fmt: skip
+    for extra in (
+        {"TIME_BUDGET": "soon"},
+        {"STUDENT_UPDATES": "0"},
+        {"SMALL": "2"},
+        {"PARALLEL": "yes"},
+        {"NUM_GPUS": "-1"},
+        {"LR": "fast"},
+        {"LR": "0"},
+        {"DAWID_LR": "-2e-4"},
+        {"SEED": "x"},
+        {"DROPOUT": "1.5"},
+        {"WARMUP": "0"},
+    ):
         proc = _run(env, **extra)
         assert proc.returncode == 1
         assert "must be" in proc.stderr
@@ -270,13 +303,30 @@ def test_collect_findings_state_shortfalls():
     col = _collect()
     recs = [
         {"label": "teacher", "method": "T", "bleu": 30.0, "params": 36e6},
-        {"label": "lightformer_svd", "method": "LF svd", "bleu": 29.5, "bleu_vs_teacher": -0.5,
-         "compression": 4.3, "updates": 3000},
-        {"label": "lightformer_random", "method": "LF rnd", "bleu": 29.9, "bleu_vs_teacher": -0.1,
-         "compression": 4.3, "updates": 3000},
-        {"label": "smartformer", "method": "SM", "bleu": 27.0, "bleu_vs_teacher": -3.0,
-         "compression": 1.5},
-    ]  # fmt: skip
+        {
+            "label": "lightformer_svd",
+            "method": "LF svd",
+            "bleu": 29.5,
+            "bleu_vs_teacher": -0.5,
+            "compression": 4.3,
+            "updates": 3000,
+        },
+        {
+            "label": "lightformer_random",
+            "method": "LF rnd",
+            "bleu": 29.9,
+            "bleu_vs_teacher": -0.1,
+            "compression": 4.3,
+            "updates": 3000,
+        },
+        {
+            "label": "smartformer",
+            "method": "SM",
+            "bleu": 27.0,
+            "bleu_vs_teacher": -3.0,
+            "compression": 1.5,
+        },
+    ]
     text = "\n".join(col.findings(recs))
     assert "LF svd: 29.50 BLEU (-0.50 vs the teacher) at 4.3x fewer parameters: meets" in text
     assert "SM: 27.00 BLEU" in text and "falls short of" in text
@@ -296,8 +346,16 @@ def test_collect_refuses_translations_of_another_test_set(tmp_path, capsys):
     ref = tmp_path / "test.en"
     ref.write_text("one\ntwo\n")
     out = tmp_path / "r.md"
-    argv = ["--save-root", str(tmp_path), "--ref", str(ref), "--out", str(out),
-            "--json", str(tmp_path / "r.json")]  # fmt: skip
+    argv = [
+        "--save-root",
+        str(tmp_path),
+        "--ref",
+        str(ref),
+        "--out",
+        str(out),
+        "--json",
+        str(tmp_path / "r.json"),
+    ]
     assert col.main(argv) == 2
     assert "1 translations for 2 references" in capsys.readouterr().err
     assert not out.exists()
@@ -378,8 +436,10 @@ def test_measure_speed_times_the_fused_dawid_model(bench):
     speed = [c for c in commands if "scripts/measure_speed.sh" in c]
     assert len(speed) == 1
     paths = speed[0][speed[0].index("--path") + 1].split(",")
-    assert paths[-2:] == [f"dawid_teacher={save}/dawid_teacher/checkpoint_best.pt",
-                          f"dawid={save}/dawid/fused.pt"]  # fmt: skip
+    assert paths[-2:] == [
+        f"dawid_teacher={save}/dawid_teacher/checkpoint_best.pt",
+        f"dawid={save}/dawid/fused.pt",
+    ]
 
 
 def test_dawid_resumes_at_its_first_unfinished_step(bench):
@@ -458,8 +518,16 @@ def test_collect_counts_dawid_by_its_params_json_and_refuses_a_damaged_one(tmp_p
     assert "DA-WID against its own post-LN teacher (the one it inherits from)" in text
     assert "at 3.0x fewer parameters" in text
     (tmp_path / "dawid" / "params.json").write_text("{not json")
-    argv = ["--save-root", str(tmp_path), "--ref", str(ref), "--out", str(tmp_path / "r.md"),
-            "--json", str(tmp_path / "r.json")]  # fmt: skip
+    argv = [
+        "--save-root",
+        str(tmp_path),
+        "--ref",
+        str(ref),
+        "--out",
+        str(tmp_path / "r.md"),
+        "--json",
+        str(tmp_path / "r.json"),
+    ]
     assert col.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "params.json: not lightcompress-params output" in err[0]
@@ -470,8 +538,18 @@ def test_collect_counts_dawid_by_its_params_json_and_refuses_a_damaged_one(tmp_p
 # The CPU plan (SMALL=1, cpu_plan.sh): rows in the repository, the table from them alone
 # ---------------------------------------------------------------------------------------------
 
-CPU_ROWS = ["teacher", "lightformer_svd", "lightformer_random", "hypoformer_kd", "hypoformer",
-            "subformer", "smartformer_search", "smartformer", "dawid_teacher", "dawid"]  # fmt: skip
+CPU_ROWS = [
+    "teacher",
+    "lightformer_svd",
+    "lightformer_random",
+    "hypoformer_kd",
+    "hypoformer",
+    "subformer",
+    "smartformer_search",
+    "smartformer",
+    "dawid_teacher",
+    "dawid",
+]
 
 
 def _cpu_env(env, tmp_path):
@@ -512,8 +590,16 @@ def test_cpu_plan_interrupted_resumes_rows_only_when_finished_table_from_rows_al
     assert (save / "teacher" / "checkpoint_last.pt").exists()
     assert not (save / "teacher" / "train.done").exists()
     written = sorted(p.stem for p in rows.glob("*.json"))
-    assert written == sorted(["dawid_teacher", "dawid", "lightformer_random", "hypoformer",
-                              "smartformer_search", "smartformer"])  # fmt: skip
+    assert written == sorted(
+        [
+            "dawid_teacher",
+            "dawid",
+            "lightformer_random",
+            "hypoformer",
+            "smartformer_search",
+            "smartformer",
+        ]
+    )
     rec = json.loads((rows / "hypoformer.json").read_text())
     assert rec["bleu"] < 100 and rec["params"] == 2_000_000 and rec["commit"]
     # the fixed-rank Smartformer trains at the searched size (no decision: the start rank)
@@ -538,10 +624,24 @@ def test_cpu_plan_interrupted_resumes_rows_only_when_finished_table_from_rows_al
     # 3. checkpoints and logs gone: the table is built from the rows alone
     shutil.rmtree(save)
     col = ROOT / "lab" / "results" / "collect.py"
-    proc = subprocess.run([sys.executable, str(col), "table", "--rows-dir", str(rows),
-                           "--corpus-stats", env["DATA_DIR"] + "/stats.json",
-                           "--out", str(tmp_path / "t.md"), "--json", str(tmp_path / "t.json")],
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(col),
+            "table",
+            "--rows-dir",
+            str(rows),
+            "--corpus-stats",
+            env["DATA_DIR"] + "/stats.json",
+            "--out",
+            str(tmp_path / "t.md"),
+            "--json",
+            str(tmp_path / "t.json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "t.md").read_text() == table
     doc = json.loads((tmp_path / "t.json").read_text())
@@ -556,8 +656,13 @@ def test_cpu_plan_interrupted_resumes_rows_only_when_finished_table_from_rows_al
 def test_a_second_run_is_refused_and_stopping_run_sh_ends_its_trainings(bench, tmp_path, plan):
     env, _, save = bench
     env = _cpu_env(env, tmp_path) if plan == "cpu" else {**env, "PARALLEL": "1"}
-    first = subprocess.Popen(["bash", str(RUN)], env={**env, "SLOW_TRAIN": "teacher"},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    first = subprocess.Popen(
+        ["bash", str(RUN)],
+        env={**env, "SLOW_TRAIN": "teacher"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # (in pytest's own process group: stopping run.sh must end its trainings, not its parent)
     try:
         pidfile = save / "teacher" / "train.pid"
@@ -595,23 +700,56 @@ def test_collect_row_and_speed_files(tmp_path, capsys):
         "x | INFO | train_inner | epoch 001:  9 / 9 loss=1, wps=1200.0, ups=0.3, num_updates=9\n"
     )
     (d / "train.seconds").write_text("60\n30\n")
-    rec = col.write_row(str(tmp_path / "runs"), "teacher", str(tmp_path / "ref.txt"),
-                        str(tmp_path / "rows"), "abc123")  # fmt: skip
+    rec = col.write_row(
+        str(tmp_path / "runs"),
+        "teacher",
+        str(tmp_path / "ref.txt"),
+        str(tmp_path / "rows"),
+        "abc123",
+    )
     assert rec["bleu"] == 100.0 and rec["params"] == 7_600_128 and rec["updates"] == 9
     assert rec["train_wps"] == 1100.0 and rec["train_seconds"] == 90 and rec["commit"] == "abc123"
     assert json.loads((tmp_path / "rows" / "teacher.json").read_text()) == rec
     with pytest.raises(col.CollectError, match="not evaluated yet"):
-        col.write_row(str(tmp_path / "runs"), "hypoformer", str(tmp_path / "ref.txt"),
-                      str(tmp_path / "rows"), "abc123")  # fmt: skip
+        col.write_row(
+            str(tmp_path / "runs"),
+            "hypoformer",
+            str(tmp_path / "ref.txt"),
+            str(tmp_path / "rows"),
+            "abc123",
+        )
     assert not (tmp_path / "rows" / "hypoformer.json").exists()
     for b in (1, 32):
-        (tmp_path / f"s{b}.json").write_text(json.dumps({"protocol": {"batch": b}, "models": [
-            {"label": "teacher", "engine": "fairseq", "precision": "float32",
-             "tokens_per_s": 10.0 * b, "size_bytes": 100},
-            {"label": "teacher", "engine": "onnxruntime", "precision": "float32",
-             "tokens_per_s": 20.0 * b, "size_bytes": 3 * 2**20},
-            {"label": "teacher", "engine": "ctranslate2", "precision": "int8",
-             "tokens_per_s": 30.0 * b, "size_bytes": 50}]}))  # fmt: skip
+        (tmp_path / f"s{b}.json").write_text(
+            json.dumps(
+                {
+                    "protocol": {"batch": b},
+                    "models": [
+                        {
+                            "label": "teacher",
+                            "engine": "fairseq",
+                            "precision": "float32",
+                            "tokens_per_s": 10.0 * b,
+                            "size_bytes": 100,
+                        },
+                        {
+                            "label": "teacher",
+                            "engine": "onnxruntime",
+                            "precision": "float32",
+                            "tokens_per_s": 20.0 * b,
+                            "size_bytes": 3 * 2**20,
+                        },
+                        {
+                            "label": "teacher",
+                            "engine": "ctranslate2",
+                            "precision": "int8",
+                            "tokens_per_s": 30.0 * b,
+                            "size_bytes": 50,
+                        },
+                    ],
+                }
+            )
+        )
     col.write_speed(
         str(tmp_path / "s1.json"), str(tmp_path / "s32.json"), str(tmp_path / "rows"), "abc"
     )
@@ -650,8 +788,15 @@ def test_collect_row_and_speed_files(tmp_path, capsys):
     assert readme.read_text() == "no markers\n"
     # the corpus's figures are kept with the rows: the table is rebuilt without the corpus
     stats = tmp_path / "stats.json"
-    stats.write_text(json.dumps({"pairs": {"train": 1234, "valid": 5, "test": 6},
-                                 "fairseq_dict_size": 99, "sources": ["many"]}))  # fmt: skip
+    stats.write_text(
+        json.dumps(
+            {
+                "pairs": {"train": 1234, "valid": 5, "test": 6},
+                "fairseq_dict_size": 99,
+                "sources": ["many"],
+            }
+        )
+    )
     rows = str(tmp_path / "rows")
     assert col.corpus_stats(rows, str(stats))["pairs"]["train"] == 1234
     stats.unlink()
@@ -684,15 +829,28 @@ def test_cpu_plan_measures_the_cost_of_every_model_before_sizing(bench, tmp_path
 
 
 @pytest.mark.parametrize(
-    "setting", [{"SMALL": "yes"}, {"MEASURE_SPEED": "2"}, {"SEED": "-1"}, {"NUM_GPUS": "two"},
-                {"SMALL_MAX_UPDATE": "0"}, {"DRY_RUN": "true"}],
-)  # fmt: skip
+    "setting",
+    [
+        {"SMALL": "yes"},
+        {"MEASURE_SPEED": "2"},
+        {"SEED": "-1"},
+        {"NUM_GPUS": "two"},
+        {"SMALL_MAX_UPDATE": "0"},
+        {"DRY_RUN": "true"},
+    ],
+)
 def test_every_recipe_checks_the_shared_settings_before_anything_runs(bench, setting):
     # (examples/common/lib.sh, which every recipe sources)
     env, calls, _ = bench
     recipe = ROOT / "examples" / "translation" / "lightformer" / "iwslt14-transformer-6-6.sh"
-    proc = subprocess.run(["bash", str(recipe)], env={**env, **setting}, capture_output=True,
-                          text=True, timeout=60, check=False)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", str(recipe)],
+        env={**env, **setting},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     name = next(iter(setting))
     assert proc.returncode == 1 and f"{name} must be" in proc.stderr, proc.stderr[-500:]
     assert _calls(calls) == []
@@ -707,8 +865,9 @@ def test_an_offline_download_names_what_to_fetch_by_hand(bench, tmp_path):
     fake_curl.chmod(0o755)
     out = tmp_path / "dl" / "corpus.tgz"
     script = f"source {ROOT}/examples/common/lib.sh; fetch https://example.org/corpus.tgz {out}"
-    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 1
     assert "cannot download https://example.org/corpus.tgz" in proc.stderr
     assert f"fetch it by hand to {out}" in proc.stderr
@@ -729,12 +888,24 @@ def test_a_recipe_owns_its_save_directory_and_stopping_it_ends_its_training(tmp_
     data.mkdir(parents=True)
     (data / "dict.de.txt").write_text("Datei 3\n")
     (data / "dict.en.txt").write_text("file 3\n")
-    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "DATA_ROOT": str(tmp_path / "data"),
-           "SAVE_ROOT": str(tmp_path / "save"), "NUM_GPUS": "1", "MEASURE_SPEED": "0"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PATH": f"{bin_}:{os.environ['PATH']}",
+        "DATA_ROOT": str(tmp_path / "data"),
+        "SAVE_ROOT": str(tmp_path / "save"),
+        "NUM_GPUS": "1",
+        "MEASURE_SPEED": "0",
+    }
     recipe = ROOT / "examples" / "translation" / "lightformer" / "iwslt14-transformer-6-6.sh"
     save = tmp_path / "save" / "iwslt14" / "transformer-6-6"
-    first = subprocess.Popen(["bash", str(recipe)], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, cwd=ROOT)  # fmt: skip
+    first = subprocess.Popen(
+        ["bash", str(recipe)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         deadline = time.monotonic() + 180  # (the recipe's python steps first: slow under load)
         while time.monotonic() < deadline and first.poll() is None:
@@ -742,11 +913,19 @@ def test_a_recipe_owns_its_save_directory_and_stopping_it_ends_its_training(tmp_
                 break
             time.sleep(0.05)
         if first.poll() is not None:
-            raise AssertionError(f"the recipe ended (exit {first.returncode}): "
-                                 f"{first.stderr.read()[-2000:]}")  # fmt: skip
+            raise AssertionError(
+                f"the recipe ended (exit {first.returncode}): {first.stderr.read()[-2000:]}"
+            )
         train_pid = int((save / "fake.pid").read_text())
-        second = subprocess.run(["bash", str(recipe)], env=env, capture_output=True, text=True,
-                                timeout=60, check=False, cwd=ROOT)  # fmt: skip
+        second = subprocess.run(
+            ["bash", str(recipe)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd=ROOT,
+        )
         assert second.returncode == 1
         assert f"another training (pid {first.pid}) is running in {save}" in second.stderr
         first.terminate()
@@ -770,28 +949,89 @@ def test_collect_remeasure_states_the_engines_and_compressions_shares(tmp_path, 
     col = _collect()
     rows = tmp_path / "rows"
     rows.mkdir()
-    (rows / "teacher.json").write_text(json.dumps({
-        "label": "teacher", "method": "Transformer", "params": 100, "bleu": 20.0, "chrf": 30.0,
-        "bleu_signature": "b", "chrf_signature": "c", "test_sentences": 2}))  # fmt: skip
+    (rows / "teacher.json").write_text(
+        json.dumps(
+            {
+                "label": "teacher",
+                "method": "Transformer",
+                "params": 100,
+                "bleu": 20.0,
+                "chrf": 30.0,
+                "bleu_signature": "b",
+                "chrf_signature": "c",
+                "test_sentences": 2,
+            }
+        )
+    )
     for b in (1, 32):
-        (tmp_path / f"s{b}.json").write_text(json.dumps({"protocol": {"batch": b}, "models": [
-            {"label": "teacher", "engine": "fairseq", "precision": "float32", "tokens_per_s": 10.0 * b},
-            {"label": "teacher", "engine": "onnxruntime", "precision": "float32", "tokens_per_s": 40.0 * b},
-            {"label": "teacher", "engine": "ctranslate2", "precision": "int8", "tokens_per_s": 50.0 * b},
-            {"label": "lightformer_svd", "engine": "onnxruntime", "precision": "float32",
-             "tokens_per_s": 100.0 * b, "size_bytes": 2**20},
-            {"label": "lightformer_svd", "engine": "onnxruntime", "precision": "int8-large",
-             "tokens_per_s": 125.0 * b}]}))  # fmt: skip
+        (tmp_path / f"s{b}.json").write_text(
+            json.dumps(
+                {
+                    "protocol": {"batch": b},
+                    "models": [
+                        {
+                            "label": "teacher",
+                            "engine": "fairseq",
+                            "precision": "float32",
+                            "tokens_per_s": 10.0 * b,
+                        },
+                        {
+                            "label": "teacher",
+                            "engine": "onnxruntime",
+                            "precision": "float32",
+                            "tokens_per_s": 40.0 * b,
+                        },
+                        {
+                            "label": "teacher",
+                            "engine": "ctranslate2",
+                            "precision": "int8",
+                            "tokens_per_s": 50.0 * b,
+                        },
+                        {
+                            "label": "lightformer_svd",
+                            "engine": "onnxruntime",
+                            "precision": "float32",
+                            "tokens_per_s": 100.0 * b,
+                            "size_bytes": 2**20,
+                        },
+                        {
+                            "label": "lightformer_svd",
+                            "engine": "onnxruntime",
+                            "precision": "int8-large",
+                            "tokens_per_s": 125.0 * b,
+                        },
+                    ],
+                }
+            )
+        )
     save = tmp_path / "again"
     refs = ["Die Datei.", "Der Ordner ist leer."]
     (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n")
     for name, hyps in (("teacher", ["Die Datei.", "Der Ordner."]), ("lightformer_svd", refs)):
         (save / name).mkdir(parents=True)
         (save / name / "generate-test.txt").write_text(
-            "".join(f"D-{i}\t-0.1\t{h}\n" for i, h in enumerate(hyps)))  # fmt: skip
-    assert col.main(["remeasure", "--b1", str(tmp_path / "s1.json"), "--b32",
-                     str(tmp_path / "s32.json"), "--save-root", str(save), "--ref",
-                     str(tmp_path / "ref.txt"), "--rows-dir", str(rows), "--commit", "abc"]) == 0  # fmt: skip
+            "".join(f"D-{i}\t-0.1\t{h}\n" for i, h in enumerate(hyps))
+        )
+    assert (
+        col.main(
+            [
+                "remeasure",
+                "--b1",
+                str(tmp_path / "s1.json"),
+                "--b32",
+                str(tmp_path / "s32.json"),
+                "--save-root",
+                str(save),
+                "--ref",
+                str(tmp_path / "ref.txt"),
+                "--rows-dir",
+                str(rows),
+                "--commit",
+                "abc",
+            ]
+        )
+        == 0
+    )
     md = col.render_cpu_markdown(col.table_from_rows(str(rows)), None)
     assert "lightformer_svd 100.00" in md and "(its row: 20.00)" in md
     assert (
@@ -814,12 +1054,24 @@ def test_collect_remeasure_states_the_engines_and_compressions_shares(tmp_path, 
     # a model without its translations, or translations of another test set, is refused
     (save / "teacher" / "generate-test.txt").unlink()
     with pytest.raises(col.CollectError, match="not evaluated yet"):
-        col.write_remeasure(str(tmp_path / "s1.json"), str(tmp_path / "s32.json"), str(save),
-                            str(tmp_path / "ref.txt"), str(tmp_path / "other"), "abc")  # fmt: skip
+        col.write_remeasure(
+            str(tmp_path / "s1.json"),
+            str(tmp_path / "s32.json"),
+            str(save),
+            str(tmp_path / "ref.txt"),
+            str(tmp_path / "other"),
+            "abc",
+        )
     (save / "teacher" / "generate-test.txt").write_text("D-0\t-0.1\tDie Datei.\n")
     with pytest.raises(col.CollectError, match="another test set"):
-        col.write_remeasure(str(tmp_path / "s1.json"), str(tmp_path / "s32.json"), str(save),
-                            str(tmp_path / "ref.txt"), str(tmp_path / "other"), "abc")  # fmt: skip
+        col.write_remeasure(
+            str(tmp_path / "s1.json"),
+            str(tmp_path / "s32.json"),
+            str(save),
+            str(tmp_path / "ref.txt"),
+            str(tmp_path / "other"),
+            "abc",
+        )
     assert not (tmp_path / "other").exists()
 
 
@@ -828,11 +1080,23 @@ def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
     with exactly the commands run.sh's CPU plan runs (it takes them from its dry run)."""
     env, calls, _ = bench
     env = {**env, "SAVE_ROOT": str(tmp_path / "again"), "DRY_RUN": "1"}
-    again = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
-                           env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    again = subprocess.run(
+        ["bash", str(ROOT / "lab/results/remeasure.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert again.returncode == 0, again.stderr
-    plan = subprocess.run(["bash", str(RUN)], env={**env, "SMALL": "1"}, capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
+    plan = subprocess.run(
+        ["bash", str(RUN)],
+        env={**env, "SMALL": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     planned = {line for line in (plan.stdout + plan.stderr).splitlines() if line.startswith("+ ")}
     printed = [line for line in again.stdout.splitlines() if line.startswith("+ ")]
     trains = [line for line in printed if line.startswith("+ fairseq-train ")]
@@ -854,26 +1118,43 @@ def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
     ).replace("lightformer_init.pt", "lightformer_shallow_init.pt").replace(
         str(tmp_path / "again" / "lightformer_svd"), shallow
     ).replace("--max-update 350 ", "--max-update 700 ")
-    assert any(line.startswith("+ fairseq-generate ") and f"{shallow}/checkpoint_best.pt" in line
-               for line in printed)  # fmt: skip
+    assert any(
+        line.startswith("+ fairseq-generate ") and f"{shallow}/checkpoint_best.pt" in line
+        for line in printed
+    )
     assert sum("measure_speed.sh" in line and "--ct2" in line for line in printed) == 2
     assert "collect.py remeasure" in printed[-1]
     assert _calls(calls) == [] and not (tmp_path / "again").exists()
     # its updates are a setting, checked
-    other = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
-                           env={**env, "SHALLOW_UPDATES": "900"}, capture_output=True, text=True,
-                           timeout=120, check=False)  # fmt: skip
+    other = subprocess.run(
+        ["bash", str(ROOT / "lab/results/remeasure.sh")],
+        env={**env, "SHALLOW_UPDATES": "900"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert other.returncode == 0, other.stderr
     assert trains[2].replace("--max-update 700 ", "--max-update 900 ") in other.stdout
-    bad = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
-                         env={**env, "SHALLOW_UPDATES": "7e2"}, capture_output=True, text=True,
-                         timeout=120, check=False)  # fmt: skip
+    bad = subprocess.run(
+        ["bash", str(ROOT / "lab/results/remeasure.sh")],
+        env={**env, "SHALLOW_UPDATES": "7e2"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "SHALLOW_UPDATES" in bad.stderr
     # OTHERS=1: the table's Hypoformer, Subformer and fixed-rank Smartformer, with the plan's
     # own commands; the Smartformer at SMARTFORMER_RANK in place of the dry run's SM_RANK
-    others = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
-                            env={**env, "OTHERS": "1", "SMARTFORMER_RANK": "41"},
-                            capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    others = subprocess.run(
+        ["bash", str(ROOT / "lab/results/remeasure.sh")],
+        env={**env, "OTHERS": "1", "SMARTFORMER_RANK": "41"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert others.returncode == 0, others.stderr
     extra = [line for line in others.stdout.splitlines() if line.startswith("+ ")][len(printed) :]
     assert [line.split(" --save-dir ")[1].split()[0] for line in extra[::2]] == [
@@ -886,19 +1167,33 @@ def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
     assert extra[2].replace(" --sm-rank 41 --share-all-embeddings", "") in {
         line.rsplit(" --sm-rank ", 1)[0] for line in planned
     }
-    assert all(line.startswith("+ fairseq-generate ") and line.rsplit(" > ", 1)[0] in planned
-               and line.endswith("/generate-test.txt") for line in extra[1::2])  # fmt: skip
+    assert all(
+        line.startswith("+ fairseq-generate ")
+        and line.rsplit(" > ", 1)[0] in planned
+        and line.endswith("/generate-test.txt")
+        for line in extra[1::2]
+    )
     assert _calls(calls) == [] and not (tmp_path / "again").exists()
     for name, value in (("OTHERS", "yes"), ("SMARTFORMER_RANK", "0")):
-        bad = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
-                             env={**env, "OTHERS": "1", name: value}, capture_output=True,
-                             text=True, timeout=120, check=False)  # fmt: skip
+        bad = subprocess.run(
+            ["bash", str(ROOT / "lab/results/remeasure.sh")],
+            env={**env, "OTHERS": "1", name: value},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and name in bad.stderr
     # DAWID=1: DA-WID's chain, the plan's own commands in order (the teacher's training and
     # translations, the masked training, the fusion, the fused model's translations)
-    dawid = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
-                           env={**env, "DAWID": "1"}, capture_output=True, text=True,
-                           timeout=120, check=False)  # fmt: skip
+    dawid = subprocess.run(
+        ["bash", str(ROOT / "lab/results/remeasure.sh")],
+        env={**env, "DAWID": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert dawid.returncode == 0, dawid.stderr
     extra = [line for line in dawid.stdout.splitlines() if line.startswith("+ ")][len(printed) :]
     root = str(tmp_path / "again")
@@ -920,9 +1215,14 @@ def test_remeasure_runs_the_plans_own_commands(bench, tmp_path):
     )
     assert _calls(calls) == [] and not (tmp_path / "again").exists()
     for name, value in (("DAWID", "2"), ("DAWID_THREADS", "two")):
-        bad = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
-                             env={**env, "DAWID": "1", name: value}, capture_output=True,
-                             text=True, timeout=120, check=False)  # fmt: skip
+        bad = subprocess.run(
+            ["bash", str(ROOT / "lab/results/remeasure.sh")],
+            env={**env, "DAWID": "1", name: value},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and name in bad.stderr
 
 
@@ -933,8 +1233,14 @@ def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_tex
     env, calls, _ = bench
     script = str(ROOT / "lab/results/deploy_bench.sh")
     env = {**env, "SAVE_ROOT": str(tmp_path / "models"), "OUT": str(tmp_path / "out")}
-    dry = subprocess.run(["bash", script], env={**env, "DRY_RUN": "1"}, capture_output=True,
-                         text=True, timeout=120, check=False)  # fmt: skip
+    dry = subprocess.run(
+        ["bash", script],
+        env={**env, "DRY_RUN": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert dry.returncode == 0, dry.stderr
     printed = [line for line in dry.stdout.splitlines() if line.startswith("+ ")]
     assert len(printed) == 4 and "shortlist_build" in printed[0]
@@ -944,29 +1250,50 @@ def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_tex
         "deploy-b32.json", "deploy-b32-sorted.json"
     )
     for line in (b1, b32):
-        for flag in ("--natural", "--onnx", "--ct2", "--int8-large", "--compare-int8",
-                     "--shortlist", "--text", "--beam 5", "--threads 1"):  # fmt: skip
+        for flag in (
+            "--natural",
+            "--onnx",
+            "--ct2",
+            "--int8-large",
+            "--compare-int8",
+            "--shortlist",
+            "--text",
+            "--beam 5",
+            "--threads 1",
+        ):
             assert flag in line, (flag, line)
         for model in ("teacher", "lightformer_svd", "lightformer_shallow"):
             assert str(tmp_path / "models" / model / "checkpoint_best.pt") in line
     assert "--timing-batch-size 1 " in b1 and "--bleu" in b1 and "--memory" in b1
     assert "--timing-batch-size 32 " in b32 and "--bleu" not in b32
     assert _calls(calls) == [] and not (tmp_path / "out").exists()
-    run = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=120,
-                         check=False)  # fmt: skip
+    run = subprocess.run(
+        ["bash", script], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert run.returncode == 2 and run.stderr.count("\n") == 1
     assert "run remeasure.sh first" in run.stderr and not (tmp_path / "out").exists()
     # other models (remeasure.sh OTHERS=1) by MODELS; a bad name is refused in one line
-    others = subprocess.run(["bash", script], env={**env, "DRY_RUN": "1", "MODELS": "teacher hypoformer"},
-                            capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    others = subprocess.run(
+        ["bash", script],
+        env={**env, "DRY_RUN": "1", "MODELS": "teacher hypoformer"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert others.returncode == 0, others.stderr
     b1 = [line for line in others.stdout.splitlines() if line.startswith("+ ")][1]
     assert "hypoformer=" + str(tmp_path / "models" / "hypoformer" / "checkpoint_best.pt") in b1
     assert "teacher=" in b1 and "lightformer" not in b1
     # DA-WID's fused model (remeasure.sh DAWID=1) is its fused.pt; SORTED=0 skips the sorted run
-    dawid = subprocess.run(["bash", script], env={**env, "DRY_RUN": "1", "SORTED": "0",
-                                                  "MODELS": "dawid_teacher dawid"},
-                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    dawid = subprocess.run(
+        ["bash", script],
+        env={**env, "DRY_RUN": "1", "SORTED": "0", "MODELS": "dawid_teacher dawid"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert dawid.returncode == 0, dawid.stderr
     printed = [line for line in dawid.stdout.splitlines() if line.startswith("+ ")]
     assert len(printed) == 3 and "--sort-batches" not in dawid.stdout
@@ -976,9 +1303,14 @@ def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_tex
         in printed[1]
     )
     # SHORTLIST_ARGS: other list sizes for lightcompress-shortlist
-    sized = subprocess.run(["bash", script], env={**env, "DRY_RUN": "1",
-                                                  "SHORTLIST_ARGS": "--k 20 --frequent 30"},
-                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    sized = subprocess.run(
+        ["bash", script],
+        env={**env, "DRY_RUN": "1", "SHORTLIST_ARGS": "--k 20 --frequent 30"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert sized.returncode == 0, sized.stderr
     assert " --k 20 --frequent 30 -o " in sized.stdout.splitlines()[0]
     for name, value in (
@@ -989,8 +1321,14 @@ def test_deploy_bench_measures_the_remeasured_models_at_natural_lengths_with_tex
         ("SHORTLIST_ARGS", "--k 20; rm -rf /"),
         ("SHORTLIST_ARGS", "--k 0"),
     ):
-        bad = subprocess.run(["bash", script], env={**env, name: value}, capture_output=True,
-                             text=True, timeout=120, check=False)  # fmt: skip
+        bad = subprocess.run(
+            ["bash", script],
+            env={**env, name: value},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and name in bad.stderr
     assert not (tmp_path / "out").exists()
 
@@ -1004,22 +1342,40 @@ def test_gpu_longer_trains_remeasures_models_longer_side_by_side(bench, tmp_path
     script = str(ROOT / "lab/results/gpu_longer.sh")
     save = tmp_path / "longer"
     env = {**env, "SAVE_ROOT": str(save), "DRY_RUN": "1", "OTHERS": "1"}
-    ref = subprocess.run(["bash", str(ROOT / "lab/results/remeasure.sh")],
-                         env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    ref = subprocess.run(
+        ["bash", str(ROOT / "lab/results/remeasure.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert ref.returncode == 0, ref.stderr
     ref_lines = [line for line in ref.stdout.splitlines() if line.startswith("+ ")]
 
     def plan(**extra):
-        run = subprocess.run(["bash", script], env={**env, **extra}, capture_output=True,
-                             text=True, timeout=120, check=False)  # fmt: skip
+        run = subprocess.run(
+            ["bash", script],
+            env={**env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         return run, [line for line in run.stdout.splitlines() if line.startswith("+ ")]
 
     run, printed = plan(MAX_UPDATE="9000", TEACHER_SECONDS="100", STUDENT_SECONDS="60")
     assert run.returncode == 0, run.stderr
     trains = [line for line in printed if " fairseq-train " in line]
     names = [line.split(" --save-dir ")[1].split()[0].rsplit("/", 1)[1] for line in trains]
-    assert names == ["hypoformer", "subformer", "smartformer", "teacher", "lightformer_svd",
-                     "lightformer_shallow"]  # fmt: skip
+    assert names == [
+        "hypoformer",
+        "subformer",
+        "smartformer",
+        "teacher",
+        "lightformer_svd",
+        "lightformer_shallow",
+    ]
     seconds = {"teacher": 100, "lightformer_svd": 60, "lightformer_shallow": 60}
     for name, line in zip(names, trains):
         hours = f"{seconds.get(name, 160) / 3600:.6f}"
@@ -1046,8 +1402,13 @@ def test_gpu_longer_trains_remeasures_models_longer_side_by_side(bench, tmp_path
     assert len(printed) == 2 and " --save-dir " + str(save / "subformer") in printed[0]
     assert " --lr 5e-4 --warmup-updates 1000 > " in printed[0]
     assert _calls(calls) == [] and not save.exists()
-    for name, value in (("MODELS", "teacher bogus"), ("MODELS", "lightformer_svd"),
-                        ("TEACHER_SECONDS", "0"), ("MAX_UPDATE", "1e4"), ("THREADS", "two")):  # fmt: skip
+    for name, value in (
+        ("MODELS", "teacher bogus"),
+        ("MODELS", "lightformer_svd"),
+        ("TEACHER_SECONDS", "0"),
+        ("MAX_UPDATE", "1e4"),
+        ("THREADS", "two"),
+    ):
         bad, _ = plan(**{name: value})
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and name in bad.stderr, (
             bad.stderr
@@ -1056,12 +1417,19 @@ def test_gpu_longer_trains_remeasures_models_longer_side_by_side(bench, tmp_path
     # (teacher and the others first, then the transfers, then the LightFormers); packing their
     # fake checkpoints fails, with one line naming the file
     env = {**env, "DRY_RUN": "0"}
-    cpu = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=120,
-                         check=False)  # fmt: skip
+    cpu = subprocess.run(
+        ["bash", script], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert cpu.returncode == 2 and "ALLOW_CPU=1" in cpu.stderr and _calls(calls) == []
     assert cpu.stderr.count("\n") == 1 and not save.exists()
-    real = subprocess.run(["bash", script], env={**env, "ALLOW_CPU": "1"}, capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
+    real = subprocess.run(
+        ["bash", script],
+        env={**env, "ALLOW_CPU": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     done = _calls(calls)
     assert sorted(done[:4]) == sorted(
         f"train {m} fresh" for m in ("teacher", "hypoformer", "subformer", "smartformer")

@@ -19,8 +19,16 @@ def _sums():
 
 def test_shipped_files_match_their_sums():
     sums = {name.strip(): digest for name, digest in _sums().items()}
-    assert {"checkpoint.pt", "spm.model", "dict.de.txt", "dict.en.txt", "MODEL_CARD.md",
-            "SOURCES.tsv", "scores.json", "head.json"} <= set(sums)  # fmt: skip
+    assert {
+        "checkpoint.pt",
+        "spm.model",
+        "dict.de.txt",
+        "dict.en.txt",
+        "MODEL_CARD.md",
+        "SOURCES.tsv",
+        "scores.json",
+        "head.json",
+    } <= set(sums)
     for name, digest in sums.items():
         with open(os.path.join(TEACHER, name), "rb") as f:
             assert hashlib.sha256(f.read()).hexdigest() == digest, name
@@ -47,10 +55,14 @@ def hub():
     import lightcompress.plugin  # noqa: F401  (fairseq's checkpoint types allow-listed)
 
     model = TransformerModel.from_pretrained(
-        TEACHER, "checkpoint.pt", TEACHER, bpe="sentencepiece",
-        sentencepiece_model=os.path.join(TEACHER, "spm.model"), source_lang="de",
+        TEACHER,
+        "checkpoint.pt",
+        TEACHER,
+        bpe="sentencepiece",
+        sentencepiece_model=os.path.join(TEACHER, "spm.model"),
+        source_lang="de",
         target_lang="en",
-    )  # fmt: skip
+    )
     return model.eval()
 
 

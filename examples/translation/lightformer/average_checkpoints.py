@@ -67,8 +67,9 @@ def last_checkpoints(save_dir, n, update_based, allow_fewer=False):
         names = os.listdir(save_dir)
     except OSError as exc:
         raise AverageError(f"cannot list {save_dir}: {exc.strerror}") from None
-    found = sorted(((int(m.group(1)), name) for name in names if (m := pattern.fullmatch(name))),
-                   reverse=True)  # fmt: skip
+    found = sorted(
+        ((int(m.group(1)), name) for name in names if (m := pattern.fullmatch(name))), reverse=True
+    )
     kind = "update" if update_based else "epoch"
     if len(found) < n:
         if allow_fewer and found:

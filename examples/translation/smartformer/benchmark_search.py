@@ -27,33 +27,83 @@ import sys
 import tempfile
 
 DEFAULT_MODEL = [
-    "--arch", "smartformer_iwslt_de_en", "--encoder-layers", "3", "--decoder-layers", "3",
-    "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
-    "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024",
-    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4", "--sm-rank", "64",
-]  # fmt: skip
+    "--arch",
+    "smartformer_iwslt_de_en",
+    "--encoder-layers",
+    "3",
+    "--decoder-layers",
+    "3",
+    "--encoder-embed-dim",
+    "256",
+    "--decoder-embed-dim",
+    "256",
+    "--encoder-ffn-embed-dim",
+    "1024",
+    "--decoder-ffn-embed-dim",
+    "1024",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+    "--sm-rank",
+    "64",
+]
 WPS = re.compile(r"\| train \| epoch \d+ \|.*?\| wps ([0-9.]+)")
 
 
 def train_args(data, save_dir, args, model, search):
     out = [
-        data, "--user-dir", os.path.join(os.path.dirname(__file__), "..", "..", "..",
-                                          "lightcompress"),
-        "--task", "translation_smartformer", "--save-dir", save_dir, "--no-save",
-        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "5e-4",
-        "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "100",
-        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        "--max-tokens", str(args.max_tokens), "--max-update", str(args.updates),
-        "--seed", "1", "--log-format", "simple", "--log-interval", "50",
-        "--disable-validation", "--num-workers", "0", *model,
-    ]  # fmt: skip
+        data,
+        "--user-dir",
+        os.path.join(os.path.dirname(__file__), "..", "..", "..", "lightcompress"),
+        "--task",
+        "translation_smartformer",
+        "--save-dir",
+        save_dir,
+        "--no-save",
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9, 0.98)",
+        "--lr",
+        "5e-4",
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        "100",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--max-tokens",
+        str(args.max_tokens),
+        "--max-update",
+        str(args.updates),
+        "--seed",
+        "1",
+        "--log-format",
+        "simple",
+        "--log-interval",
+        "50",
+        "--disable-validation",
+        "--num-workers",
+        "0",
+        *model,
+    ]
     if args.cpu:
         out.append("--cpu")
     if args.fp16:
         out.append("--fp16")
     if search:
-        out += ["--sm-search", "--sm-search-ranks", args.ranks, "--sm-search-interval",
-                str(args.interval), "--sm-search-valid-batches", str(args.valid_batches)]  # fmt: skip
+        out += [
+            "--sm-search",
+            "--sm-search-ranks",
+            args.ranks,
+            "--sm-search-interval",
+            str(args.interval),
+            "--sm-search-valid-batches",
+            str(args.valid_batches),
+        ]
     return out
 
 
@@ -88,8 +138,10 @@ def main(argv=None) -> int:
                 log = proc.stdout + proc.stderr
                 found = WPS.findall(log)
                 if proc.returncode != 0 or not found:
-                    print(f"benchmark_search: error: fairseq-train ({side}) failed:\n"
-                          + log[-3000:], file=sys.stderr)  # fmt: skip
+                    print(
+                        f"benchmark_search: error: fairseq-train ({side}) failed:\n" + log[-3000:],
+                        file=sys.stderr,
+                    )
                     return 1
                 decisions = log.count("rank search | update")
                 jsonl = os.path.join(tmp, "rank_search.jsonl")
@@ -99,16 +151,29 @@ def main(argv=None) -> int:
                 value = float(found[-1])
                 wps[side].append(value)
                 runs.append({"side": side, "repeat": rep, "wps": value, "decisions": decisions})
-                print(f"{side:6s} run {rep + 1}: {value:,.0f} words/s ({decisions} decisions)",
-                      flush=True)  # fmt: skip
+                print(
+                    f"{side:6s} run {rep + 1}: {value:,.0f} words/s ({decisions} decisions)",
+                    flush=True,
+                )
     mean = {k: statistics.mean(v) for k, v in wps.items()}
     overhead = 1.0 - mean["search"] / mean["fixed"]
-    print(f"mean words/s: search {mean['search']:,.0f}, fixed ranks {mean['fixed']:,.0f}; "
-          f"search overhead {100 * overhead:.1f} %")  # fmt: skip
+    print(
+        f"mean words/s: search {mean['search']:,.0f}, fixed ranks {mean['fixed']:,.0f}; "
+        f"search overhead {100 * overhead:.1f} %"
+    )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"runs": runs, "mean_wps": mean, "overhead": overhead,
-                       "settings": vars(args), "model": model}, f, indent=1)  # fmt: skip
+            json.dump(
+                {
+                    "runs": runs,
+                    "mean_wps": mean,
+                    "overhead": overhead,
+                    "settings": vars(args),
+                    "model": model,
+                },
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -64,8 +64,10 @@ def main(argv=None) -> int:
     per_rank = count(2)[0] - base  # the count is linear in the rank
     best = min(range(1, bound + 1), key=lambda r: (abs(base + (r - 1) * per_rank - target), r))
     if args.verbose:
-        print(f"searched: {target:,} parameters; rank {best}: "
-              f"{base + (best - 1) * per_rank:,}", file=sys.stderr)  # fmt: skip
+        print(
+            f"searched: {target:,} parameters; rank {best}: {base + (best - 1) * per_rank:,}",
+            file=sys.stderr,
+        )
     print(best)
     return 0
 

@@ -15,8 +15,11 @@ import before_after
 def _fake(monkeypatch, tmp_path, after_float32):
     src = "s1 s2\ns3\ns4 s5\ns6\n"
     monkeypatch.setattr(before_after, "unpack", lambda rev, dest: str(tmp_path / "before"))
-    monkeypatch.setattr(before_after, "toy_checkpoints",
-                        lambda out, fams, updates: ("bin", {f: f"{f}.pt" for f in fams}, src))  # fmt: skip
+    monkeypatch.setattr(
+        before_after,
+        "toy_checkpoints",
+        lambda out, fams, updates: ("bin", {f: f"{f}.pt" for f in fams}, src),
+    )
 
     def side(code_root, name, out, data, ckpt, fam, text):
         f32 = ["t1 t2", "t3", "t4 t5", "t6"] if name == "before" else after_float32
@@ -27,8 +30,12 @@ def _fake(monkeypatch, tmp_path, after_float32):
 
 def test_the_same_lines_pass_and_int8_agreement_is_reported(monkeypatch, tmp_path, capsys):
     _fake(monkeypatch, tmp_path, ["t1 t2", "t3", "t4 t5", "t6"])
-    assert before_after.main(["--before", "HEAD", "--out", str(tmp_path),
-                              "--families", "transformer,lightformer"]) == 0  # fmt: skip
+    assert (
+        before_after.main(
+            ["--before", "HEAD", "--out", str(tmp_path), "--families", "transformer,lightformer"]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "| transformer | 4 (4) | yes | yes | yes | 75% / 75% | yes |" in out
     assert "| lightformer |" in out
@@ -36,8 +43,10 @@ def test_the_same_lines_pass_and_int8_agreement_is_reported(monkeypatch, tmp_pat
 
 def test_a_changed_float32_line_fails(monkeypatch, tmp_path, capsys):
     _fake(monkeypatch, tmp_path, ["t1 t2", "t3", "t4 t4", "t6"])
-    assert before_after.main(["--before", "HEAD", "--out", str(tmp_path),
-                              "--families", "transformer"]) == 1  # fmt: skip
+    assert (
+        before_after.main(["--before", "HEAD", "--out", str(tmp_path), "--families", "transformer"])
+        == 1
+    )
     assert "| transformer | 4 (4) | NO | NO | yes | 75% / 75% | yes |" in capsys.readouterr().out
 
 

@@ -14,10 +14,24 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import compare_exports
 
-FLAGS = ["--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
-         "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-         "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
-         "--decoder-attention-heads", "2"]  # fmt: skip
+FLAGS = [
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--encoder-ffn-embed-dim",
+    "32",
+    "--decoder-ffn-embed-dim",
+    "32",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+]
 
 
 def _export(path, vocab: int = 30, int8=None) -> str:
@@ -44,9 +58,22 @@ def exports(tmp_path_factory):
 
 def test_compare_exports_times_each_export_against_the_first(exports, capsys):
     out = exports["root"] / "rows.json"
-    argv = [exports["float32"], exports["int8"], exports["float32"], "--input", exports["input"],
-            "--num-sentences", "6", "--runs", "2", "--max-len-b", "4", "--json", str(out),
-            "--tokenized"]  # fmt: skip
+    argv = [
+        exports["float32"],
+        exports["int8"],
+        exports["float32"],
+        "--input",
+        exports["input"],
+        "--num-sentences",
+        "6",
+        "--runs",
+        "2",
+        "--max-len-b",
+        "4",
+        "--json",
+        str(out),
+        "--tokenized",
+    ]
     assert compare_exports.main(argv) == 0
     printed = capsys.readouterr().out
     rows = json.loads(out.read_text())["rows"]
@@ -112,8 +139,18 @@ def test_compare_exports_speed_is_a_speed_ratio(tmp_path, monkeypatch, capsys):
     text = tmp_path / "in.txt"
     text.write_text("a\n" * 4)
     out = tmp_path / "rows.json"
-    argv = [str(tmp_path / "slow"), str(tmp_path / "fast-and-long"), "--input", str(text),
-            "--num-sentences", "4", "--runs", "1", "--json", str(out)]  # fmt: skip
+    argv = [
+        str(tmp_path / "slow"),
+        str(tmp_path / "fast-and-long"),
+        "--input",
+        str(text),
+        "--num-sentences",
+        "4",
+        "--runs",
+        "1",
+        "--json",
+        str(out),
+    ]
     assert compare_exports.main(argv) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [r["tokens_per_s"] for r in rows] == [8.0, 16.0]

@@ -30,8 +30,21 @@ def toy(tmp_path_factory):
 
 def test_ct2_beam_agreement_script_accounts_for_every_sentence(toy, tmp_path, capsys):
     out = tmp_path / "agree.json"
-    assert agreement.main(["--path", toy["teacher"], "--data", toy["data"],
-                           "--num-sentences", "12", "--json", str(out)]) == 0  # fmt: skip
+    assert (
+        agreement.main(
+            [
+                "--path",
+                toy["teacher"],
+                "--data",
+                toy["data"],
+                "--num-sentences",
+                "12",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     r = json.loads(out.read_text())
     assert r["identical"] + r["ct2_lower"] + r["ct2_higher"] == r["sentences"] == 12
     assert r["identical"] >= 6 and r["largest_gap_lower"] >= 0

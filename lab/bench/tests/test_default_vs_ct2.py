@@ -16,9 +16,15 @@ SCRIPT = os.path.join(REPO_ROOT, "lab", "bench", "default_vs_ct2.py")
 
 
 def _run(*args):
-    return subprocess.run([sys.executable, SCRIPT, *map(str, args)], capture_output=True,
-                          text=True, timeout=900, check=False, cwd=REPO_ROOT,
-                          env=dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"))  # fmt: skip
+    return subprocess.run(
+        [sys.executable, SCRIPT, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+        cwd=REPO_ROOT,
+        env=dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +39,32 @@ def toy(tmp_path_factory):
     teacher = make_checkpoint(data, str(root / "teacher.pt"), "transformer", TINY, updates=30)
     student = str(root / "student.pt")
     # (the default compress shape: the teacher's encoder, one decoder layer, every map low rank)
-    assert convert(["-i", teacher, "-o", student, "-a", "lightformer", *TINY, "--decoder-layers",
-                    "1", "--lc-rank", "8", "--lc-embed-rank", "8", "--lc-encoder-groups", "0",
-                    "--lc-decoder-groups", "0", "--decoder-layers-from", "0"]) == 0  # fmt: skip
+    assert (
+        convert(
+            [
+                "-i",
+                teacher,
+                "-o",
+                student,
+                "-a",
+                "lightformer",
+                *TINY,
+                "--decoder-layers",
+                "1",
+                "--lc-rank",
+                "8",
+                "--lc-embed-rank",
+                "8",
+                "--lc-encoder-groups",
+                "0",
+                "--lc-decoder-groups",
+                "0",
+                "--decoder-layers-from",
+                "0",
+            ]
+        )
+        == 0
+    )
     sl = str(root / "shortlist.txt")
     assert shortlist(["--data", data, "-o", sl]) == 0
     return {"data": data, "raw": raw, "spm": spm, "teacher": teacher, "student": student, "sl": sl}
@@ -44,13 +73,41 @@ def toy(tmp_path_factory):
 def test_the_default_export_against_ct2_int8_at_batch_1_and_32(toy, tmp_path):
     out = tmp_path / "res" / "default-vs-ct2.json"
     work = tmp_path / "work"
-    proc = _run("--teacher", toy["teacher"], "--student", toy["student"], "--data", toy["data"],
-                "--spm", toy["spm"], "--shortlist", toy["sl"], "--batch1-sentences", "4",
-                "--batch32-sentences", "8", "--runs", "1", "--work", work, "--out", out)  # fmt: skip
+    proc = _run(
+        "--teacher",
+        toy["teacher"],
+        "--student",
+        toy["student"],
+        "--data",
+        toy["data"],
+        "--spm",
+        toy["spm"],
+        "--shortlist",
+        toy["sl"],
+        "--batch1-sentences",
+        "4",
+        "--batch32-sentences",
+        "8",
+        "--runs",
+        "1",
+        "--work",
+        work,
+        "--out",
+        out,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(out.read_text())
-    for key in ("machine", "commit", "date", "b1", "b32", "b1_vmap", "b32_vmap",
-                "size_vs_ct2_int8", "bleu_delta_vs_float32"):  # fmt: skip
+    for key in (
+        "machine",
+        "commit",
+        "date",
+        "b1",
+        "b32",
+        "b1_vmap",
+        "b32_vmap",
+        "size_vs_ct2_int8",
+        "bleu_delta_vs_float32",
+    ):
         assert key in doc, key
     assert all(doc[k] > 0 for k in ("b1", "b32", "b1_vmap", "b32_vmap", "size_vs_ct2_int8"))
     # the ratios are the rows' tokens/s, as measure_speed wrote them
@@ -67,8 +124,9 @@ def test_the_default_export_against_ct2_int8_at_batch_1_and_32(toy, tmp_path):
     # the size: the default export's graphs and weights against the teacher's model.bin
     bin_size = os.path.getsize(work / "teacher-ct2" / "model.bin")
     assert doc["teacher_ct2_int8_model_bin_bytes"] == bin_size
-    assert doc["size_vs_ct2_int8"] == pytest.approx(doc["student_export_model_bytes"] / bin_size,
-                                                    1e-2)  # fmt: skip
+    assert doc["size_vs_ct2_int8"] == pytest.approx(
+        doc["student_export_model_bytes"] / bin_size, 1e-2
+    )
     config = json.loads((work / "default" / "config.json").read_text())
     assert config["int8"] == "all" and config["shortlist"]
     # BLEU of both exports on the whole test split; the delta is theirs
@@ -82,9 +140,20 @@ def test_the_default_export_against_ct2_int8_at_batch_1_and_32(toy, tmp_path):
 
 
 def test_bad_input_is_one_line(toy, tmp_path):
-    proc = _run("--teacher", tmp_path / "missing.pt", "--student", toy["student"], "--data",
-                toy["data"], "--spm", toy["spm"], "--shortlist", toy["sl"], "--out",
-                tmp_path / "x.json")  # fmt: skip
+    proc = _run(
+        "--teacher",
+        tmp_path / "missing.pt",
+        "--student",
+        toy["student"],
+        "--data",
+        toy["data"],
+        "--spm",
+        toy["spm"],
+        "--shortlist",
+        toy["sl"],
+        "--out",
+        tmp_path / "x.json",
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "--teacher" in proc.stderr and "not found" in proc.stderr
     assert not (tmp_path / "x.json").exists()

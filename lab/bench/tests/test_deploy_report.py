@@ -16,8 +16,15 @@ spec.loader.exec_module(report)
 
 
 def _row(label, engine, precision, tps, bleu=None, shortlist=None, text=False):
-    r = {"label": label, "engine": engine, "precision": precision, "tokens_per_s": tps,
-         "params": 7 if label == "teacher" else 2, "size_bytes": 2**20, "bleu": bleu}  # fmt: skip
+    r = {
+        "label": label,
+        "engine": engine,
+        "precision": precision,
+        "tokens_per_s": tps,
+        "params": 7 if label == "teacher" else 2,
+        "size_bytes": 2**20,
+        "bleu": bleu,
+    }
     if shortlist:
         r["shortlist"] = shortlist
     if text:
@@ -46,8 +53,7 @@ def _runs(lf_onnx_b1=2400.0, lf_onnx_bleu=20.6):
     env = {"date": "2026-11-25T23:00:00+00:00", "cpu": "AMD EPYC"}
     proto = {"num_sentences": 150, "mean_src_len": 15.0, "beam": 5, "threads": 1, "runs": 3}
     b1 = {"protocol": {**proto, "batch_size": 1}, "environment": env, "models": models(1, True)}
-    b32 = {"protocol": {**proto, "batch_size": 32}, "environment": env,
-           "models": models(32, False)}  # fmt: skip
+    b32 = {"protocol": {**proto, "batch_size": 32}, "environment": env, "models": models(32, False)}
     return b1, b32
 
 
@@ -61,8 +67,10 @@ def test_rows_shares_and_goal():
     assert rows["lf", "onnxruntime+text"]["vs_ct2_b1"] == pytest.approx(1500 / 900)
     engine, compression = report.shares(report.rows(b1, b32))
     assert "teacher on onnxruntime float32 against fairseq float32: 4.00x at batch 1" in engine[0]
-    assert any("lf against teacher, both onnxruntime float32: 6.00x at batch 1, 6.00x" in c
-               for c in compression)  # fmt: skip
+    assert any(
+        "lf against teacher, both onnxruntime float32: 6.00x at batch 1, 6.00x" in c
+        for c in compression
+    )
     assert any("both onnxruntime+shortlist float32: 5.20x" in c for c in compression)
     goals = {(g["row"]["name"]): g for g in report.goal(report.rows(b1, b32))}
     assert goals["onnxruntime"]["met"]  # 2.4x CT2, 6x its teacher, BLEU 0.2 below fairseq
@@ -77,8 +85,10 @@ def test_rows_shares_and_goal():
 def test_a_row_that_falls_short_is_named_with_its_shortfall():
     b1, b32 = _runs(lf_onnx_b1=1500.0, lf_onnx_bleu=20.8)
     goals = {g["row"]["name"]: g for g in report.goal(report.rows(b1, b32))}
-    assert goals["onnxruntime"]["short"] == ["1.50x CTranslate2 int8 at batch 1",
-                                             "1.50x CTranslate2 int8 at batch 32"]  # fmt: skip
+    assert goals["onnxruntime"]["short"] == [
+        "1.50x CTranslate2 int8 at batch 1",
+        "1.50x CTranslate2 int8 at batch 32",
+    ]
 
 
 def test_like_for_like_columns_and_goal_against_ct2_with_the_same_shortlist():
@@ -89,8 +99,11 @@ def test_like_for_like_columns_and_goal_against_ct2_with_the_same_shortlist():
     plain = report.render(b1, b32)
     assert "same shortlist" not in plain
     for doc, k in ((b1, 1), (b32, 2)):
-        doc["models"].append(_row("teacher", "ctranslate2", "int8", 1250 * k,
-                                  19.7 if k == 1 else None, shortlist="sl"))  # fmt: skip
+        doc["models"].append(
+            _row(
+                "teacher", "ctranslate2", "int8", 1250 * k, 19.7 if k == 1 else None, shortlist="sl"
+            )
+        )
     rows = {(r["label"], r["name"]): r for r in report.rows(b1, b32)}
     sl = rows["lf", "onnxruntime+shortlist"]
     assert sl["vs_ct2_b1"] == pytest.approx(2.6) and sl["vs_ct2_same_b1"] == pytest.approx(2.08)

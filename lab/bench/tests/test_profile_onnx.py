@@ -32,11 +32,27 @@ def test_profile_onnx_script_splits_the_time_and_lists_the_decoder_kernels(toy, 
     script = os.path.join(REPO_ROOT, "lab", "bench", "profile_onnx.py")
     out = tmp_path / "profile.json"
     proc = subprocess.run(
-        [sys.executable, script, export, "--input", os.path.join(toy["raw"], "test.de"),
-         "--num-sentences", "8", "--batch-size", "4", "--runs", "1", "--json", str(out)],
-        capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            script,
+            export,
+            "--input",
+            os.path.join(toy["raw"], "test.de"),
+            "--num-sentences",
+            "8",
+            "--batch-size",
+            "4",
+            "--runs",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
         env=dict(os.environ, PYTHONWARNINGS="ignore"),
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
     wall, kernels = doc["wall"], doc["kernels"]
@@ -50,6 +66,9 @@ def test_profile_onnx_script_splits_the_time_and_lists_the_decoder_kernels(toy, 
     assert len(kernels["top_nodes"]) == 12 and "decoder kernels" in proc.stdout
     bad = subprocess.run(
         [sys.executable, script, export, "--input", str(tmp_path / "missing.txt")],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "cannot read" in bad.stderr

@@ -108,8 +108,9 @@ def portable(
     ``--cpu`` left out, and ``--finetune-from-model`` unless the row starts there (``fresh``):
     fairseq reads it only when the save directory has no checkpoint_last.pt, and a resumed row's
     has. Any other absolute path is refused."""
-    at = next((i for i, a in enumerate(cmd) if a.endswith(("fairseq-train", "fairseq_cli.train"))),
-              None)  # fmt: skip
+    at = next(
+        (i for i, a in enumerate(cmd) if a.endswith(("fairseq-train", "fairseq_cli.train"))), None
+    )
     if at is None:
         raise HandoffError(f"not a fairseq-train command: {shlex.join(cmd[:3])} ...")
     args = cmd[at + 1 :]
@@ -153,10 +154,14 @@ def _pack_kd(kd: str, carry: str) -> None:
         with open(mark, encoding="utf-8") as f:
             if f.read().strip() == os.path.abspath(kd):
                 return
-    if any(os.path.exists(os.path.join(carry, "state", r, "row.json")) and _row_kd(carry, r)
-           for r in _sent_rows(carry)):  # fmt: skip
-        raise HandoffError(f"{carry} carries another KD data-bin already: send the rows that read "
-                           f"{kd} in a carry of their own")  # fmt: skip
+    if any(
+        os.path.exists(os.path.join(carry, "state", r, "row.json")) and _row_kd(carry, r)
+        for r in _sent_rows(carry)
+    ):
+        raise HandoffError(
+            f"{carry} carries another KD data-bin already: send the rows that read "
+            f"{kd} in a carry of their own"
+        )
     os.makedirs(carry, exist_ok=True)
     with tarfile.open(tar, "w:xz") as t:
         for name in sorted(os.listdir(kd)):
@@ -205,16 +210,20 @@ def send_one(row: str, carry: str, rest: list[str]) -> None:
         last = os.path.join(args_value(cmd, "--save-dir"), "checkpoint_last.pt")
         fresh = not os.path.exists(last)
         if fresh and row not in converged.SCRATCH:
-            raise HandoffError(f"{row}: no checkpoint to continue from ({last}); only a "
-                               "fairseq-train row starts there from update 0")  # fmt: skip
+            raise HandoffError(
+                f"{row}: no checkpoint to continue from ({last}); only a "
+                "fairseq-train row starts there from update 0"
+            )
         if os.path.exists(os.path.join(os.path.dirname(last), "train.done")):
             raise HandoffError(
                 f"{row}: its training has ended ({os.path.dirname(last)}/train.done)"
             )
         kd = args_value(cmd, "--kd-distilled-data") if "--kd-distilled-data" in cmd else None
         if kd and not os.path.isdir(kd):
-            raise HandoffError(f"{row}: its KD data ({kd}) is not here yet: make it first "
-                               f"(converged.py run {row} makes it, then stop the lane)")  # fmt: skip
+            raise HandoffError(
+                f"{row}: its KD data ({kd}) is not here yet: make it first "
+                f"(converged.py run {row} makes it, then stop the lane)"
+            )
         args = portable(cmd, plan.bin, fresh=fresh, kd=kd)
         if kd:
             _pack_kd(kd, carry)
@@ -230,36 +239,54 @@ def send_one(row: str, carry: str, rest: list[str]) -> None:
             for p in glob.glob(os.path.join(state, "ckpt.part*")):
                 os.remove(p)
             pack.pack(last, os.path.join(state, "ckpt"), exp_avg=False)
-            print(f"{row}: Adam's first moment left out (the working tree, {tree / 2**20:.1f} "
-                  f"MiB, and {carry} would exceed {budget / 2**20:.0f} MiB)")  # fmt: skip
+            print(
+                f"{row}: Adam's first moment left out (the working tree, {tree / 2**20:.1f} "
+                f"MiB, and {carry} would exceed {budget / 2**20:.0f} MiB)"
+            )
         if tree + _folder_bytes(carry) > budget:
             shutil.rmtree(state)
-            raise HandoffError(f"the working tree ({tree / 2**20:.1f} MiB) and {carry} "
-                               f"({_folder_bytes(carry) / 2**20:.1f} MiB) exceed the tool's "
-                               f"{budget / 2**20:.0f} MiB: empty large files the device does "
-                               "not need for the call (git checkout restores them)")  # fmt: skip
-        doc = {"row": row, "args": args, "from_update": 0 if fresh else _updates(last),
-               "fresh": fresh,
-               "final": "checkpoint_last.pt" if row == "dawid" else "checkpoint_best.pt",
-               "log": os.path.relpath(log, save), "sent": _now(), "sent_without_exp_avg": dropped}  # fmt: skip
+            raise HandoffError(
+                f"the working tree ({tree / 2**20:.1f} MiB) and {carry} "
+                f"({_folder_bytes(carry) / 2**20:.1f} MiB) exceed the tool's "
+                f"{budget / 2**20:.0f} MiB: empty large files the device does "
+                "not need for the call (git checkout restores them)"
+            )
+        doc = {
+            "row": row,
+            "args": args,
+            "from_update": 0 if fresh else _updates(last),
+            "fresh": fresh,
+            "final": "checkpoint_last.pt" if row == "dawid" else "checkpoint_best.pt",
+            "log": os.path.relpath(log, save),
+            "sent": _now(),
+            "sent_without_exp_avg": dropped,
+        }
         with open(os.path.join(state, "row.json"), "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
-    print(f"{row}: update {doc['from_update']:,}"
-          + (" (starts there)" if fresh else "")
-          + f" and its arguments in {state}; {carry} holds "
-          f"{_folder_bytes(carry) / 2**20:.1f} MiB, the working tree {_tree_bytes() / 2**20:.1f} "
-          f"MiB (the tool takes {CARRY_LIMIT / 2**20:.0f} MiB in all)")  # fmt: skip
+    print(
+        f"{row}: update {doc['from_update']:,}"
+        + (" (starts there)" if fresh else "")
+        + f" and its arguments in {state}; {carry} holds "
+        f"{_folder_bytes(carry) / 2**20:.1f} MiB, the working tree {_tree_bytes() / 2**20:.1f} "
+        f"MiB (the tool takes {CARRY_LIMIT / 2**20:.0f} MiB in all)"
+    )
 
 
 def _folder_bytes(folder: str) -> int:
-    return sum(os.path.getsize(p) for p in glob.glob(os.path.join(folder, "**"), recursive=True)
-               if os.path.isfile(p))  # fmt: skip
+    return sum(
+        os.path.getsize(p)
+        for p in glob.glob(os.path.join(folder, "**"), recursive=True)
+        if os.path.isfile(p)
+    )
 
 
 def _tree_bytes() -> int:
     """What the device tool copies of this checkout: tracked and untracked, not ignored, files."""
-    r = subprocess.run(["git", "-C", REPO, "ls-files", "-z", "--cached", "--others",
-                        "--exclude-standard"], capture_output=True, check=True)  # fmt: skip
+    r = subprocess.run(
+        ["git", "-C", REPO, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    )
     paths = [os.path.join(REPO, p) for p in r.stdout.decode().split("\0") if p]
     return sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
 
@@ -335,22 +362,41 @@ def _start(row: str, carry: str, secs: float, work: str, out: str, env: dict) ->
     if not doc.get("fresh"):
         pack.unpack(os.path.join(state, "ckpt"), last)
         before = _load(last)["extra_state"]["previous_training_time"]
-    subs = {"{BIN}": os.path.join(work, "bin"), "{SAVE}": save, "{REPO}": REPO,
-            "{KD}": os.path.join(work, "kd")}  # fmt: skip
+    subs = {
+        "{BIN}": os.path.join(work, "bin"),
+        "{SAVE}": save,
+        "{REPO}": REPO,
+        "{KD}": os.path.join(work, "kd"),
+    }
     args = []
     for a in doc["args"]:
         for k, v in subs.items():
             a = a.replace(k, v)
         args.append(a)
-    cmd = [sys.executable, "-m", "fairseq_cli.train", *args,
-           "--stop-time-hours", f"{(before + secs) / 3600:.6f}"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "fairseq_cli.train",
+        *args,
+        "--stop-time-hours",
+        f"{(before + secs) / 3600:.6f}",
+    ]
     os.makedirs(os.path.join(out, row), exist_ok=True)
     log = open(os.path.join(out, row, "train.log"), "w", encoding="utf-8")  # noqa: SIM115
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
-    print(f"[handoff] {row}: from update {doc['from_update']:,}, at most {secs:.0f} s more",
-          flush=True)  # fmt: skip
-    return {"row": row, "doc": doc, "proc": proc, "log": log, "save": save, "args": args,
-            "t0": time.monotonic()}  # fmt: skip
+    print(
+        f"[handoff] {row}: from update {doc['from_update']:,}, at most {secs:.0f} s more",
+        flush=True,
+    )
+    return {
+        "row": row,
+        "doc": doc,
+        "proc": proc,
+        "log": log,
+        "save": save,
+        "args": args,
+        "t0": time.monotonic(),
+    }
 
 
 def _result(run: dict) -> dict:
@@ -365,17 +411,29 @@ def _result(run: dict) -> dict:
         and at is not None
         and at >= int(args_value(run["args"], "--max-update"))
     )
-    res = {"row": doc["row"], "device": _device_name(), "exit": rc, "from_update": doc["from_update"],
-           "fresh": bool(doc.get("fresh")), "last_update": at,
-           "best_update": _updates(best) if os.path.exists(best) else None,
-           "ended": ended, "seconds": round(time.monotonic() - run["t0"], 1), "final": doc["final"],
-           "sent_without_exp_avg": doc.get("sent_without_exp_avg", False), "files": {}}  # fmt: skip
+    res = {
+        "row": doc["row"],
+        "device": _device_name(),
+        "exit": rc,
+        "from_update": doc["from_update"],
+        "fresh": bool(doc.get("fresh")),
+        "last_update": at,
+        "best_update": _updates(best) if os.path.exists(best) else None,
+        "ended": ended,
+        "seconds": round(time.monotonic() - run["t0"], 1),
+        "final": doc["final"],
+        "sent_without_exp_avg": doc.get("sent_without_exp_avg", False),
+        "files": {},
+    }
     if rc != 0:
         res["error"] = (text.strip().splitlines() or ["(no output)"])[-1][-300:]
     valid = [ln for ln in text.splitlines() if "| valid |" in ln]
-    print(f"[handoff] {doc['row']}: exit {rc}, update {at}, "
-          + ("ended" if ended else "stopped by --secs") + (f"; {valid[-1][-160:]}" if valid else ""),
-          flush=True)  # fmt: skip
+    print(
+        f"[handoff] {doc['row']}: exit {rc}, update {at}, "
+        + ("ended" if ended else "stopped by --secs")
+        + (f"; {valid[-1][-160:]}" if valid else ""),
+        flush=True,
+    )
     return res
 
 
@@ -447,8 +505,10 @@ def receive(row: str, back: str, rest: list[str]) -> None:
     if res.get("exit"):
         raise HandoffError(f"fairseq-train failed on the device: {res.get('error')}")
     if res.get("no_room"):
-        raise HandoffError(f"{row}: its checkpoints did not fit in what the tool sends back: "
-                           f"nothing taken (its log: {back}/train.log)")  # fmt: skip
+        raise HandoffError(
+            f"{row}: its checkpoints did not fit in what the tool sends back: "
+            f"nothing taken (its log: {back}/train.log)"
+        )
     save = plan.save(row)
     with converged._RowLock(save, row) as lock:
         if not lock.held:
@@ -459,8 +519,10 @@ def receive(row: str, back: str, rest: list[str]) -> None:
         mine = os.path.join(ckpts, "checkpoint_last.pt")
         here = _updates(mine) if os.path.exists(mine) else 0
         if here != res["from_update"]:
-            raise HandoffError(f"{row}: its checkpoint here is at update {here:,}, the device "
-                               f"went on from {res['from_update']:,}: nothing taken")  # fmt: skip
+            raise HandoffError(
+                f"{row}: its checkpoint here is at update {here:,}, the device "
+                f"went on from {res['from_update']:,}: nothing taken"
+            )
         for key, name in res["files"].items():
             if not glob.glob(os.path.join(back, f"{key}.part*")):
                 raise HandoffError(f"{back}: {key}.part* did not come back: nothing taken")
@@ -471,8 +533,11 @@ def receive(row: str, back: str, rest: list[str]) -> None:
             pack.unpack(os.path.join(back, key), target)
         with open(os.path.join(back, "train.log"), encoding="utf-8", errors="replace") as f:
             device_log = f.read()
-        stopped = ("stopped by itself" if res["ended"] else
-                   f"stopped by --stop-time-hours after {res['seconds']:.0f} s")  # fmt: skip
+        stopped = (
+            "stopped by itself"
+            if res["ended"]
+            else f"stopped by --stop-time-hours after {res['seconds']:.0f} s"
+        )
         os.makedirs(os.path.dirname(log), exist_ok=True)
         with open(log, "a", encoding="utf-8") as f:
             f.write(
@@ -499,11 +564,19 @@ def receive(row: str, back: str, rest: list[str]) -> None:
                 f.write(f"[converged] device: this machine from update {res['last_update']}\n")
         if res["ended"]:  # the marker converged.py (scratch rows) or compress writes after it
             with open(os.path.join(ckpts, "train.done"), "w", encoding="utf-8") as f:
-                f.write("fairseq-train ended\n" if row in converged.SCRATCH
-                        else time.strftime("%Y-%m-%d %H:%M:%S\n"))  # fmt: skip
-    print(f"{row}: update {res['last_update']:,} from {res['device']} in {ckpts}"
-          + ("; its training ended: restart the lane to score it" if res["ended"] else
-             "; restart the lane to train on"))  # fmt: skip
+                f.write(
+                    "fairseq-train ended\n"
+                    if row in converged.SCRATCH
+                    else time.strftime("%Y-%m-%d %H:%M:%S\n")
+                )
+    print(
+        f"{row}: update {res['last_update']:,} from {res['device']} in {ckpts}"
+        + (
+            "; its training ended: restart the lane to score it"
+            if res["ended"]
+            else "; restart the lane to train on"
+        )
+    )
 
 
 def main(argv=None) -> int:
@@ -511,15 +584,23 @@ def main(argv=None) -> int:
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("send", help="here: pack stopped rows' states into the carried folder")
     s.add_argument("rows", nargs="+", metavar="ROW")
-    t = sub.add_parser("train", help="on the device machine: train every sent row side by side, "
-                       "results under $OUT/ROW")  # fmt: skip
-    t.add_argument("--secs", type=float, default=450,
-                   help="at most this many more seconds of training (default 450)")  # fmt: skip
+    t = sub.add_parser(
+        "train",
+        help="on the device machine: train every sent row side by side, results under $OUT/ROW",
+    )
+    t.add_argument(
+        "--secs",
+        type=float,
+        default=450,
+        help="at most this many more seconds of training (default 450)",
+    )
     t.add_argument("--work", default="/tmp/lc-handoff", help="unpacked state (default %(default)s)")
     r = sub.add_parser("receive", help="here: take the device's results back into the row")
     r.add_argument("row")
-    r.add_argument("back", help="the folder the tool put the files from $OUT in (files_at; its "
-                   "ROW/ folder is read)")  # fmt: skip
+    r.add_argument(
+        "back",
+        help="the folder the tool put the files from $OUT in (files_at; its ROW/ folder is read)",
+    )
     for q in (s, t, r):
         q.add_argument("--carry", default=".gpu", help="the carried folder (default .gpu)")
     a, rest = p.parse_known_args(argv)
