@@ -12,7 +12,7 @@ FAIRSEQ ?= ve
 PKG_SOURCES := setup.py $(shell find lightcompress -name '*.py' 2>/dev/null)
 RUNTIME_SOURCES := runtime/pyproject.toml $(shell find runtime -name '*.py' 2>/dev/null)
 
-.PHONY: all install wheel web demo test test-lab lint format clean
+.PHONY: all install wheel web web-student demo test test-lab lint format clean
 
 all: test
 
@@ -55,6 +55,13 @@ WEB_MODULES := web/node_modules/.package-lock.json
 $(WEB_MODULES): web/package.json web/package-lock.json
 	cd web && ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --loglevel=error
 	touch $@
+
+# The shipped default student's page (examples/translation/results/web-student, committed without
+# its engine): the engine from web/node_modules (make web), checked against the page's web.json.
+WEB_STUDENT := examples/translation/results/web-student
+web-student: install web
+	$(PY) -c "from lightcompress.deploy.web_export import restore_engine; restore_engine('$(WEB_STUDENT)')"
+	@echo "open it: python -m http.server -d $(WEB_STUDENT) 8000   # then http://localhost:8000/"
 
 web:
 	@if command -v npm >/dev/null; then $(MAKE) --no-print-directory $(WEB_MODULES); \

@@ -332,6 +332,23 @@ def test_the_page_folder_holds_the_model_the_engine_and_their_checksums(toy):
     assert "from 'fs'" not in spm and "from 'buffer'" not in spm and len(spm) < 1_000_000
 
 
+def test_a_page_committed_without_its_engine_gets_the_same_engine_back(toy, tmp_path):
+    """make web-student: the shipped page is committed without engine/ (15 MB of npm files);
+    restore_engine writes it again from the pinned packages, byte for byte the export's, and
+    refuses a folder that is not a page with one line."""
+    from lightcompress.deploy.web_export import WebExportError, restore_engine
+
+    folder = tmp_path / "web"
+    shutil.copytree(toy["int8-web"], folder)
+    before = {n: (folder / "engine" / n).read_bytes() for n in os.listdir(folder / "engine")}
+    shutil.rmtree(folder / "engine")
+    files = restore_engine(str(folder))
+    assert files == sorted(f"engine/{n}" for n in before)
+    assert {n: (folder / "engine" / n).read_bytes() for n in before} == before
+    with pytest.raises(WebExportError, match="is not a page of lightcompress-export-web"):
+        restore_engine(str(tmp_path))
+
+
 def test_a_changed_model_file_is_refused_by_the_page(toy, tmp_path):
     """A model file that is not the one the export wrote (a truncated download, an edit): the
     module refuses it with one line naming it."""

@@ -147,6 +147,7 @@ fi
 WEB_STUDENT="$ROOT/examples/translation/results/web-student"
 if [[ -f "$WEB_STUDENT/index.html" ]]; then
   step "the shipped default student in a web page, offline (docs/web.md): serve $WEB_STUDENT"
+  [[ -f "$WEB_STUDENT/engine/ort.wasm.min.mjs" ]] || echo "make web-student   # once: its engine from npm (Node.js 20)"
   echo "python -m http.server -d $WEB_STUDENT 8000   # then open http://localhost:8000/"
 fi
 

@@ -42,6 +42,15 @@ class ShipError(ValueError):
     pass
 
 
+def _portable(path: str) -> str:
+    """``path`` relative to the checkout when it is inside it, else the name of the folder
+    under a placeholder (a card names no machine's absolute paths)."""
+    full = os.path.abspath(path)
+    if full.startswith(REPO + os.sep):
+        return os.path.relpath(full, REPO)
+    return os.path.join("SAVE", os.path.basename(os.path.dirname(full)), os.path.basename(full))
+
+
 def _lines(path: str) -> list[str]:
     try:
         with open(path, encoding="utf-8") as f:
@@ -129,7 +138,7 @@ def _card(args, web: dict, onnx_config: dict, scores: dict, params, measured) ->
     if args.command:
         lines += [args.command]
     if args.onnx:
-        lines += [f"# the ONNX export: {args.onnx} (int8: {onnx_config.get('int8')})"]
+        lines += [f"# the ONNX export: {_portable(args.onnx)} (int8: {onnx_config.get('int8')})"]
     else:
         sl = f" --shortlist {args.shortlist}" if args.shortlist else ""
         lines.append(

@@ -211,6 +211,35 @@ def _write_engine(node_modules: str, engine: str, sentencepiece: bool, hint: str
         f.write("\n".join(notice))
 
 
+def restore_engine(page_dir: str, node_modules: str | None = None) -> list[str]:
+    """Write ``page_dir/engine/`` again (a page committed without its engine, e.g. the shipped
+    default student's: the engine is 15 MB of npm files, pinned by ``web/package-lock.json``)
+    and check it is what the page's ``web.json`` lists. Returns the engine's files."""
+    try:
+        with open(os.path.join(page_dir, "web.json"), encoding="utf-8") as f:
+            listed = json.load(f)["engine"]["files"]
+        with open(os.path.join(page_dir, "config.json"), encoding="utf-8") as f:
+            spm = bool(json.load(f).get("spm"))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise WebExportError(
+            f"{page_dir} is not a page of lightcompress-export-web: {exc}"
+        ) from None
+    page = page_sources()
+    hint = _npm_hint(page)
+    if node_modules is None:
+        node_modules = os.path.join(page, "node_modules")
+    engine = os.path.join(page_dir, "engine")
+    if os.path.isdir(engine):
+        shutil.rmtree(engine)
+    _write_engine(node_modules, engine, spm, hint)
+    files = sorted(f"engine/{n}" for n in os.listdir(engine))
+    if files != sorted(listed):
+        raise WebExportError(
+            f"{page_dir}: the engine written ({files}) is not the one its web.json lists"
+        )
+    return files
+
+
 # --------------------------------------------------------------------------------------------
 # the model's files
 # --------------------------------------------------------------------------------------------
