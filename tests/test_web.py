@@ -349,6 +349,43 @@ def test_a_page_committed_without_its_engine_gets_the_same_engine_back(toy, tmp_
         restore_engine(str(tmp_path))
 
 
+def test_the_shipped_default_students_page_is_what_its_card_and_sums_say():
+    """Issue 57 item 4: the default student's page in the repository (without its engine,
+    which make web-student restores): every committed file is the one SHA256SUMS lists, the
+    model files are web.json's, and the card's scores are those of its scores.json."""
+    import hashlib
+
+    folder = os.path.join(REPO_ROOT, "examples", "translation", "results", "web-student")
+    with open(os.path.join(folder, "SHA256SUMS"), encoding="utf-8") as f:
+        sums = dict(reversed(line.rstrip("\n").split("  ")) for line in f)
+    with open(os.path.join(folder, "web.json"), encoding="utf-8") as f:
+        web = json.load(f)
+    assert set(sums) == {
+        "web.json",
+        "index.html",
+        "lightcompress.mjs",
+        "MODEL_CARD.md",
+        "scores.json",
+        *web["files"],
+        *web["engine"]["files"],
+    }
+    for name, digest in sums.items():
+        path = os.path.join(folder, name)
+        if name.startswith("engine/") and not os.path.exists(path):
+            continue  # (not committed: make web-student)
+        with open(path, "rb") as f:
+            assert hashlib.sha256(f.read()).hexdigest() == digest, name
+    assert web["sizes"]["model"] < 7e6  # (item 5: at most 7 MB of model files)
+    with open(os.path.join(folder, "scores.json"), encoding="utf-8") as f:
+        scores = json.load(f)
+    with open(os.path.join(folder, "MODEL_CARD.md"), encoding="utf-8") as f:
+        card = f.read()
+    assert (
+        f"BLEU **{scores['python_runtime']['bleu']:.2f}**" in card
+        and "python -m http.server -d" in card
+    )
+
+
 def test_a_changed_model_file_is_refused_by_the_page(toy, tmp_path):
     """A model file that is not the one the export wrote (a truncated download, an edit): the
     module refuses it with one line naming it."""
