@@ -507,7 +507,7 @@ def test_the_command_refuses_what_it_cannot_use_with_one_line(toy, tmp_path, cap
     assert err[-1].startswith(f"lightcompress-export-web: wrote {out}; open it with: python -m")
 
 
-SHIP = os.path.join(REPO_ROOT, "examples", "translation", "results", "ship_web_student.py")
+SHIP = os.path.join(REPO_ROOT, "lab", "results", "ship_web_student.py")
 
 
 def _ship(*args):
