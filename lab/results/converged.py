@@ -1519,8 +1519,11 @@ def speed(plan: Plan, dry: bool) -> None:
         "code": code_commit(),
         "batch_1": _speed_rows(_json(outs[1])),
         "batch_32": _speed_rows(_json(outs[32])),
-        "protocol": _json(outs[1])["protocol"],
-        "notes": sorted({n for b in (1, 32) for n in _json(outs[b]).get("notes", [])}),
+        # (measure_speed's protocol and notes name the data-bin: DATA in the committed file)
+        "protocol": plan.portable(_json(outs[1])["protocol"]),
+        "notes": plan.portable(
+            sorted({n for b in (1, 32) for n in _json(outs[b]).get("notes", [])})
+        ),
     }
     if elsewhere:
         doc = merge_speed_runs(earlier, doc)
