@@ -211,6 +211,16 @@ def _write_engine(node_modules: str, engine: str, sentencepiece: bool, hint: str
         f.write("\n".join(notice))
 
 
+def _default_node_modules(page: str) -> str:
+    """The engine's npm packages: beside the page's sources, else the checkout's (from its
+    root)."""
+    node_modules = os.path.join(page, "node_modules")
+    checkout = os.path.join("web", "node_modules")
+    if not os.path.isdir(node_modules) and os.path.isdir(checkout):
+        return checkout
+    return node_modules
+
+
 def restore_engine(page_dir: str, node_modules: str | None = None) -> list[str]:
     """Write ``page_dir/engine/`` again (a page committed without its engine, e.g. the shipped
     default student's: the engine is 15 MB of npm files, pinned by ``web/package-lock.json``)
@@ -227,7 +237,7 @@ def restore_engine(page_dir: str, node_modules: str | None = None) -> list[str]:
     page = page_sources()
     hint = _npm_hint(page)
     if node_modules is None:
-        node_modules = os.path.join(page, "node_modules")
+        node_modules = _default_node_modules(page)
     engine = os.path.join(page_dir, "engine")
     if os.path.isdir(engine):
         shutil.rmtree(engine)
@@ -310,11 +320,8 @@ def export_web(
         raise WebExportError(f"cannot create {out_dir}: {parent} is not a directory")
     page = page_sources()
     hint = _npm_hint(page)
-    if node_modules is None:  # (beside the page's sources; else the checkout's, from its root)
-        node_modules = os.path.join(page, "node_modules")
-        checkout = os.path.join("web", "node_modules")
-        if not os.path.isdir(node_modules) and os.path.isdir(checkout):
-            node_modules = checkout
+    if node_modules is None:
+        node_modules = _default_node_modules(page)
     for name in ENGINE_PINS:  # (before anything is written)
         if name != "@sctg/sentencepiece-js" or config.get("spm"):
             _engine_package(node_modules, name, hint)
