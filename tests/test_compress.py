@@ -210,7 +210,7 @@ def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
         "8",
         "--no-kd",
         "--max-update",
-        "40",
+        "16",
         "--validate-every",
         "4",
         *FAST,
@@ -225,16 +225,16 @@ def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
     last = save / "student" / "checkpoint_last.pt"
     deadline = time.monotonic() + 300
     while not last.exists() and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)  # (the tiny run has 36 updates left after this first checkpoint)
+        time.sleep(0.02)  # (the tiny run has 12 updates left after this first checkpoint)
     assert last.exists(), first.communicate()
     # its fairseq-train is frozen, so that the stop below always lands during fine-tuning
-    # (a tiny run can otherwise finish its 40 updates while the second run is refused)
+    # (a tiny run can otherwise finish its 16 updates while the second run is refused)
     trainers = _trainers(save)
     assert trainers, "no fairseq-train of the first run"
     for pid in trainers:
         os.kill(pid, signal.SIGSTOP)
     # a second run on the same directory is refused with the live one's pid
-    second = _compress(args, check=False)
+    second = _compress_here(args)  # (refused before its first step: run in this process)
     assert f"pid {first.pid}" in _one_line_error(second)
     first.send_signal(signal.SIGTERM)
     time.sleep(1)  # (its stop handler signals the frozen child, which then takes it at once)
