@@ -60,6 +60,22 @@ def tiny_data(tmp_path_factory):
     return str(shared_dir(tmp_path_factory, "tiny_corpus", build) / "bin")
 
 
+@pytest.fixture(scope="session")
+def bpe_toy(tmp_path_factory):
+    """The IWSLT-style BPE toy (tests/test_deploy_text.py's ``_prepare``: Moses, lowercasing,
+    subword-nmt, separate dictionaries), built once per run: ``{"raw", "bpe", "codes", "data"}``
+    (the raw and BPE text folders, the BPE codes, the data-bin)."""
+    from test_deploy_text import _prepare
+
+    root = shared_dir(tmp_path_factory, "bpe_toy", _prepare)
+    return {
+        "raw": root / "raw",
+        "bpe": root / "bpe",
+        "codes": str(root / "code"),
+        "data": str(root / "bin"),
+    }
+
+
 BLEU_FLAGS = [
     "--eval-bleu",
     "--eval-bleu-args",

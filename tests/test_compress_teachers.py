@@ -162,15 +162,15 @@ def test_keep_depth_and_explicit_depths(teachers, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def bpe_teachers(tmp_path_factory):
-    """The IWSLT-style BPE toy (test_deploy_text's preparation: Moses, lowercasing, subword-nmt,
-    separate dictionaries) with two teachers: tied decoder output (post-LN) and pre-LN without
-    any sharing."""
+def bpe_teachers(tmp_path_factory, bpe_toy):
+    """The IWSLT-style BPE toy (conftest's ``bpe_toy``, test_deploy_text's preparation: Moses,
+    lowercasing, subword-nmt, separate dictionaries) with two teachers: tied decoder output
+    (post-LN) and pre-LN without any sharing."""
     from test_deploy import make_checkpoint
-    from test_deploy_text import IWSLT, _prepare
+    from test_deploy_text import IWSLT
 
     root = tmp_path_factory.mktemp("bpe_teachers")
-    out = _prepare(root)
+    out = dict(bpe_toy)
     out["iwslt"] = make_checkpoint(
         out["data"], str(root / "iwslt.pt"), "transformer", IWSLT, updates=150
     )
