@@ -30,6 +30,7 @@ def compose(config_dir: str, name: str, overrides: Sequence[str] = ()):
     from fairseq.dataclass.initialize import add_defaults, hydra_init
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+    from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
@@ -42,11 +43,20 @@ def compose(config_dir: str, name: str, overrides: Sequence[str] = ()):
         )
         raise ValueError(f"no config {name!r} in {config_dir} (rows there: {near})")
     GlobalHydra.instance().clear()
+    # hydra_init stores fairseq's schema under the config's name; that entry is removed again
+    # after composing (each composed name would otherwise stay in hydra's store, which every
+    # later compose copies whole: a process composing a hundred rows got slower with each)
+    store, key = ConfigStore.instance().repo, f"{name}.yaml"
+    stored = key in store
     hydra_init(name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with initialize_config_dir(config_dir=os.path.abspath(config_dir), version_base="1.1"):
-            cfg = hydra_compose(config_name=name, overrides=list(overrides))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with initialize_config_dir(config_dir=os.path.abspath(config_dir), version_base="1.1"):
+                cfg = hydra_compose(config_name=name, overrides=list(overrides))
+    finally:
+        if not stored:
+            store.pop(key, None)
     GlobalHydra.instance().clear()
     utils.import_user_module(cfg.common)
     add_defaults(cfg)

@@ -26,6 +26,8 @@ __all__ = [
     "run_cli",
     "tiny_arch_args",
     "train",
+    "train_args",
+    "train_many",
 ]
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -168,6 +170,42 @@ def train(
     check=True,
 ):
     """Train with fairseq-train on CPU; returns the CompletedProcess (log in stdout/stderr)."""
+    args = train_args(data_bin, save_dir, model_args, extra, max_epoch, max_update, user_dir)
+    return run_cli("fairseq-train", args, cwd=cwd, check=check)
+
+
+# fairseq-train's own entry point (the console script's cli_main) for several command lines,
+# one after the other in one interpreter, as fairseq's tests/test_binaries.py trains in-process.
+# fairseq keeps a run's best validation loss on two functions (the best checkpoint's and
+# --patience's); they are cleared before each run, as a new process starts without them.
+_TRAIN_MANY = r"""
+import json, sys
+from fairseq import checkpoint_utils
+from fairseq_cli import train
+for argv in json.loads(sys.argv[1]):
+    for f, name in ((checkpoint_utils.save_checkpoint, "best"),
+                    (train.should_stop_early, "best"), (train.should_stop_early, "num_runs")):
+        if hasattr(f, name):
+            delattr(f, name)
+    sys.argv = ["fairseq-train", *argv]
+    train.cli_main()
+"""
+
+
+def train_many(jobs, cwd=None):
+    """Several trainings (argument lists of :func:`train_args`) in one Python process, one after
+    the other: the same fairseq-train code without a new interpreter importing torch and fairseq
+    for each (about 4 s each). Returns the CompletedProcess (every run's log)."""
+    import json
+
+    jobs = json.dumps([[str(a) for a in job] for job in jobs])
+    return run_cli(sys.executable, ["-c", _TRAIN_MANY, jobs], cwd=cwd)
+
+
+def train_args(
+    data_bin, save_dir, model_args, extra=(), max_epoch=1, max_update=None, user_dir=USER_DIR
+):
+    """fairseq-train's arguments for :func:`train` (CPU, Adam, the tiny runs' schedule)."""
     args = [
         data_bin,
         "--user-dir",
@@ -213,7 +251,7 @@ def train(
     if max_update is not None:
         args += ["--max-update", max_update]
     args += list(extra)
-    return run_cli("fairseq-train", args, cwd=cwd, check=check)
+    return args
 
 
 _BLEU_RE = re.compile(r"BLEU4? = ([0-9.]+)")

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_compress import CMD, _compress, _env, _one_line_error, _teacher
+from test_compress import CMD, _compress, _compress_here, _env, _one_line_error, _teacher
 
 FAST = [
     "--max-update",
@@ -171,7 +171,7 @@ def test_kill_9_in_every_step_leaves_no_process_and_the_rerun_finishes(
     assert doc["protocol"]["references"] == str(raw / "test.en")
     assert doc["plan"]["report_options"]["ref"] == str(raw / "test.en")
     # ... and a rerun whose commands differ (--beam) is refused, the outputs kept
-    err = _one_line_error(_compress([*args[len(CMD) :], "--beam", "4"], check=False))
+    err = _one_line_error(_compress_here([*args[len(CMD) :], "--beam", "4"]))
     assert "holds a run with other settings" in err and (save / "report.md").exists()
     assert "now ... " in err and "--beam 4" in err and "--beam 5" in err, err  # (where)
 
@@ -352,11 +352,12 @@ def test_dawid_reaches_its_target_in_a_short_run(tiny_data, tiny_transformer, tm
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
     )
-    sized = re.compile(r"^\[compress 4/\d+ export ", re.MULTILINE)
+    header = re.compile(r"^\[compress \d+/\d+ (\S+) ")
     out = ""
     for line in proc.stdout:
         out += line
-        if sized.match(line):
+        step = header.match(line)
+        if step and step.group(1) not in ("fine-tune", "fuse", "size"):
             proc.send_signal(signal.SIGTERM)
             break
     rest, err = proc.communicate(timeout=120)
@@ -376,7 +377,7 @@ def test_dawid_reaches_its_target_in_a_short_run(tiny_data, tiny_transformer, tm
     # optimizer state (the check itself, with the student's flags)
     bad = tmp_path / "refused"
     err = _one_line_error(
-        _compress([*base, "-o", bad, "--max-update", "120", "--continue-from", last], check=False)
+        _compress_here([*base, "-o", bad, "--max-update", "120", "--continue-from", last])
     )
     assert err.endswith(
         "was trained with --dawid-distill-updates 7; this command gives 8 (its "

@@ -5,6 +5,7 @@ teacher; teachers the method cannot take are refused in one line before anything
 """
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -60,6 +61,21 @@ def _compress(args, check=True):
             f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
         )
     return proc
+
+
+def _compress_here(args):
+    """``_compress`` in this process (``main`` of ``python -m lightcompress.compress``), for runs
+    that end before any step runs (dry runs, refusals): the same code, stdout, stderr and exit
+    status without a new interpreter importing torch and fairseq (about 4 s each)."""
+    from lightcompress.compress.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse's refusals
+            rc = exc.code
+    return subprocess.CompletedProcess([*CMD, *args], rc, out.getvalue(), err.getvalue())
 
 
 def _skipped(out, n, name):
@@ -194,7 +210,7 @@ def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
         "8",
         "--no-kd",
         "--max-update",
-        "40",
+        "16",
         "--validate-every",
         "4",
         *FAST,
@@ -209,16 +225,16 @@ def test_a_run_stopped_during_fine_tuning_resumes_and_reports(
     last = save / "student" / "checkpoint_last.pt"
     deadline = time.monotonic() + 300
     while not last.exists() and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)  # (the tiny run has 36 updates left after this first checkpoint)
+        time.sleep(0.02)  # (the tiny run has 12 updates left after this first checkpoint)
     assert last.exists(), first.communicate()
     # its fairseq-train is frozen, so that the stop below always lands during fine-tuning
-    # (a tiny run can otherwise finish its 40 updates while the second run is refused)
+    # (a tiny run can otherwise finish its 16 updates while the second run is refused)
     trainers = _trainers(save)
     assert trainers, "no fairseq-train of the first run"
     for pid in trainers:
         os.kill(pid, signal.SIGSTOP)
     # a second run on the same directory is refused with the live one's pid
-    second = _compress(args, check=False)
+    second = _compress_here(args)  # (refused before its first step: run in this process)
     assert f"pid {first.pid}" in _one_line_error(second)
     first.send_signal(signal.SIGTERM)
     time.sleep(1)  # (its stop handler signals the frozen child, which then takes it at once)
@@ -395,7 +411,7 @@ def test_a_teacher_the_method_cannot_take_is_refused_before_any_work(
         method, want = "subformer", "train it from scratch"
     save = tmp_path / "out"
     err = _one_line_error(
-        _compress([teacher, "--data", tiny_data, "-o", save, "--method", method], check=False)
+        _compress_here([teacher, "--data", tiny_data, "-o", save, "--method", method])
     )
     assert want in err and ("--method" in err or "complete" in err or "input" in err), err
     assert not save.exists()
@@ -405,7 +421,9 @@ def test_kd_defaults_and_the_smartformer_rank_search(tiny_data, tiny_transformer
     base = [_teacher(tiny_transformer), "--data", tiny_data, "-o", tmp_path / "out", "--dry-run"]
 
     def steps(*args):
-        out = _compress([*base, *args]).stdout
+        proc = _compress_here([*base, *args])
+        assert proc.returncode == 0, proc.stderr
+        out = proc.stdout
         return [
             line.split(":")[0].split()[-1] for line in out.splitlines() if line.startswith("step ")
         ], out
@@ -434,4 +452,4 @@ def test_kd_defaults_and_the_smartformer_rank_search(tiny_data, tiny_transformer
         (["--method", "smartformer", "--search-ranks", "4", "--rank", "2"], "give no --ratio"),
         (["--method", "smartformer", "--search-ranks", "4,64"], "above the largest useful"),
     ):
-        assert why in _one_line_error(_compress([*base, *bad], check=False)), bad
+        assert why in _one_line_error(_compress_here([*base, *bad])), bad

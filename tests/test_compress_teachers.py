@@ -94,11 +94,12 @@ def teachers(tmp_path_factory):
         j: harness.preprocess(raw, str(root / ("joined" if j else "separate")), joined=j)
         for j in (True, False)
     }
-    out = {}
+    out, jobs = {}, []
     for name, (joined, flags) in TEACHERS.items():
         save = str(root / name)
-        harness.train(data[joined], save, [str(f) for f in flags], max_update=20)
+        jobs.append(harness.train_args(data[joined], save, flags, max_update=20))
         out[name] = (os.path.join(save, "checkpoint_best.pt"), data[joined])
+    harness.train_many(jobs)  # (fairseq-train's code, in one process: one import of fairseq)
     return out
 
 
@@ -161,15 +162,15 @@ def test_keep_depth_and_explicit_depths(teachers, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def bpe_teachers(tmp_path_factory):
-    """The IWSLT-style BPE toy (test_deploy_text's preparation: Moses, lowercasing, subword-nmt,
-    separate dictionaries) with two teachers: tied decoder output (post-LN) and pre-LN without
-    any sharing."""
+def bpe_teachers(tmp_path_factory, bpe_toy):
+    """The IWSLT-style BPE toy (conftest's ``bpe_toy``, test_deploy_text's preparation: Moses,
+    lowercasing, subword-nmt, separate dictionaries) with two teachers: tied decoder output
+    (post-LN) and pre-LN without any sharing."""
     from test_deploy import make_checkpoint
-    from test_deploy_text import IWSLT, _prepare
+    from test_deploy_text import IWSLT
 
     root = tmp_path_factory.mktemp("bpe_teachers")
-    out = _prepare(root)
+    out = dict(bpe_toy)
     out["iwslt"] = make_checkpoint(
         out["data"], str(root / "iwslt.pt"), "transformer", IWSLT, updates=150
     )

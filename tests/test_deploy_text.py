@@ -161,11 +161,12 @@ def _prepare(root) -> dict:
 
 
 @pytest.fixture(scope="module")
-def iwslt(tmp_path_factory):
-    """The BPE toy data-bin (separate dictionaries) and a tiny Transformer trained on it with a
-    tied decoder output (``transformer_iwslt_de_en``'s sharing)."""
+def iwslt(tmp_path_factory, bpe_toy):
+    """The BPE toy data-bin (separate dictionaries; conftest's ``bpe_toy``, made by ``_prepare``)
+    and a tiny Transformer trained on it with a tied decoder output
+    (``transformer_iwslt_de_en``'s sharing)."""
     root = tmp_path_factory.mktemp("iwslt_text")
-    out = _prepare(root)
+    out = dict(bpe_toy)
     out["teacher"] = make_checkpoint(
         out["data"], str(root / "teacher.pt"), "transformer", IWSLT, updates=250
     )

@@ -530,8 +530,6 @@ def _resolve_engine(args):
 def main(argv=None):
     import threading
 
-    import lightcompress.plugin  # noqa: F401  (plugin architectures; fairseq checkpoints load)
-
     if threading.current_thread() is not threading.main_thread():
         return _main(argv)
     old = {sig: signal.signal(sig, _terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
@@ -544,8 +542,10 @@ def main(argv=None):
 
 def _main(argv):
     args = build_parser().parse_args(argv)
-    _check_args(args)
+    _check_args(args)  # (before importing fairseq: a bad argument is refused at once)
     from fairseq.data import data_utils
+
+    import lightcompress.plugin  # noqa: F401  (plugin architectures; fairseq checkpoints load)
 
     if not args.source_lang or not args.target_lang:
         args.source_lang, args.target_lang = data_utils.infer_language_pair(args.data)

@@ -30,8 +30,32 @@ class EncodeError(Exception):
     """Bad input: the message is the one error line."""
 
 
+def _gpt2_bpe_utils():
+    """fairseq's ``fairseq/data/encoders/gpt2_bpe_utils.py`` (json and regex only), loaded from
+    its file: importing it as ``fairseq.data.encoders...`` imports the whole fairseq package
+    first (torch and every task: about 3 s for each file this script encodes)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("fairseq")  # (finds the package without importing it)
+    if spec is None or not spec.submodule_search_locations:
+        from fairseq.data.encoders import gpt2_bpe_utils  # (raises the ImportError)
+
+        return gpt2_bpe_utils
+    path = os.path.join(
+        next(iter(spec.submodule_search_locations)), "data", "encoders", "gpt2_bpe_utils.py"
+    )
+    if not os.path.isfile(path):
+        from fairseq.data.encoders import gpt2_bpe_utils
+
+        return gpt2_bpe_utils
+    module_spec = importlib.util.spec_from_file_location("_fairseq_gpt2_bpe_utils", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
 def _load_encoder(encoder_json: str, vocab_bpe: str):
-    from fairseq.data.encoders.gpt2_bpe_utils import get_encoder
+    get_encoder = _gpt2_bpe_utils().get_encoder
 
     for path in (encoder_json, vocab_bpe):
         if not os.path.isfile(path):

@@ -24,8 +24,6 @@ import os
 import re
 import sys
 
-import torch
-
 
 class AverageError(Exception):
     """A user error: one line on stderr, exit status 2."""
@@ -87,6 +85,8 @@ def _load(path):
         head = f.read(4)
     if not head.startswith((b"PK\x03\x04", b"\x80")):  # torch's zip format, legacy pickle
         raise AverageError(f"{path} is not a checkpoint (no zip or pickle header: a text file?)")
+    import torch  # (here: a bad argument is refused without importing torch)
+
     try:
         state = torch.load(path, map_location="cpu")
     except Exception as exc:  # noqa: BLE001  (truncated zip, text, foreign pickle)
@@ -102,6 +102,8 @@ def _load(path):
 
 def average(paths):
     """The newest checkpoint (``paths[0]``) with its ``model`` entry replaced by the average."""
+    import torch
+
     sums, newest, keys = {}, None, None
     for path in paths:
         state = _load(path)
@@ -199,6 +201,8 @@ def main(argv=None):
         paths = input_paths(args)
         allow_fairseq_checkpoints()
         state = average(paths)
+        import torch
+
         try:
             with plugin_io().atomic_write(args.output, "wb") as f:
                 torch.save(state, f)
