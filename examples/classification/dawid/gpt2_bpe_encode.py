@@ -37,14 +37,9 @@ def _gpt2_bpe_utils():
     import importlib.util
 
     spec = importlib.util.find_spec("fairseq")  # (finds the package without importing it)
-    if spec is None or not spec.submodule_search_locations:
-        from fairseq.data.encoders import gpt2_bpe_utils  # (raises the ImportError)
-
-        return gpt2_bpe_utils
-    path = os.path.join(
-        next(iter(spec.submodule_search_locations)), "data", "encoders", "gpt2_bpe_utils.py"
-    )
-    if not os.path.isfile(path):
+    where = spec.submodule_search_locations if spec is not None else None
+    path = os.path.join(next(iter(where)), "data", "encoders", "gpt2_bpe_utils.py") if where else ""
+    if not os.path.isfile(path):  # (an unusual install: the package's own import, or its error)
         from fairseq.data.encoders import gpt2_bpe_utils
 
         return gpt2_bpe_utils
