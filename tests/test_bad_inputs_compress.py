@@ -93,11 +93,11 @@ print(json.dumps({"killed": killed, "seen": seen, "left": left, "out": "".join(l
 """
 
 KD_STEPS = [
-    ("transfer", "lightcompress-convert"),
+    ("transfer", ""),
     ("kd-data", "lightcompress.kd.onnx_generate"),
     ("fine-tune", "fairseq-train"),
     ("shortlist", ""),
-    ("export", "lightcompress-export-onnx"),
+    ("export", ""),
     ("int8", ""),
     ("ct2", ""),
     ("test-teacher", "fairseq-generate"),
@@ -106,7 +106,8 @@ KD_STEPS = [
     ("speed-b32", ""),
     ("report", ""),
 ]
-# (int8 and speed run in compress's own process: measure_speed called as a function)
+# (transfer, shortlist, the exports and speed run in compress's own process: their commands'
+# main(argv) called as functions, no child to wait for)
 
 
 def _temp_files(save):

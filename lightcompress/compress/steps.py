@@ -37,8 +37,10 @@ class StepFailed(Exception):
     """A command of a step ended with a non-zero status (its log names why)."""
 
 
-class Interrupted(Exception):
-    """The command was stopped by a signal (its children were ended)."""
+class Interrupted(BaseException):
+    """The command was stopped by a signal (its children were ended). A BaseException, as
+    KeyboardInterrupt is: a step called in this process that catches ``Exception`` (a checkpoint
+    loader's) does not take it for its own error."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -71,9 +73,10 @@ class Step:
     ``outputs`` exists. ``stdout_to[i]``: command i's standard output goes to that file
     (written atomically); ``marker``: a file written after success (for outputs that cannot
     prove themselves complete, such as a training directory). ``call``: the package's own
-    ``main(argv) -> int`` of the step's one command (``python -m MODULE ARGS``), called in this
-    process with ``ARGS``, its output going to the step's log (the command is what the plan
-    shows, and what a user can run by hand)."""
+    ``main(argv) -> int`` of the step's one command (``python -m MODULE ARGS`` or a console
+    script ``lightcompress-... ARGS``), called in this process with ``ARGS``, its output going
+    to the step's log (the command is what the plan shows, and what a user can run by hand):
+    no new interpreter importing torch and fairseq (about 3 s a step)."""
 
     name: str
     what: str
@@ -149,10 +152,16 @@ STALE_DIRS = (
 )
 
 
+# the ONNX exporter's working folder (lightcompress.deploy.onnx_export: tempfile.mkdtemp), in
+# the export's parent folder
+ONNX_TEMP = ".onnx-export-"
+
+
 def remove_stale_temp(save: str) -> list[str]:
-    """Temporary files (``*.tmp``) a killed run left in the save directory's own folders (a
-    kill -9 runs no clean-up): removed, under the lock, before the steps run again. Only in a
-    directory that holds a compress run (``plan.json``). Returns the removed paths."""
+    """Temporary files (``*.tmp``, the ONNX exporter's ``.onnx-export-*`` folders) a killed run
+    left in the save directory's own folders (a kill -9 runs no clean-up): removed, under the
+    lock, before the steps run again. Only in a directory that holds a compress run
+    (``plan.json``). Returns the removed paths."""
     import shutil
 
     if not os.path.isfile(os.path.join(save, "plan.json")):
@@ -166,7 +175,8 @@ def remove_stale_temp(save: str) -> list[str]:
             continue
         for name in names:
             path = os.path.join(folder, name)
-            if not (name.endswith(".tmp") or ".tmp." in name) or os.path.islink(path):
+            temp = name.endswith(".tmp") or ".tmp." in name or name.startswith(ONNX_TEMP)
+            if not temp or os.path.islink(path):
                 continue
             if os.path.isdir(path):
                 shutil.rmtree(path, ignore_errors=True)
@@ -207,6 +217,33 @@ def train_progress(max_update: int | None):
     return parse
 
 
+def _program(argv: list[str]) -> tuple[str, list[str]]:
+    """A command's program and arguments: ``python -m MODULE ARGS`` -> ``(MODULE, ARGS)``, a
+    console script ``PATH ARGS`` -> ``(its name, ARGS)``."""
+    if len(argv) > 2 and argv[1] == "-m":
+        return argv[2], argv[3:]
+    return os.path.basename(argv[0]), argv[1:]
+
+
+def _torch_state():
+    """torch's process-wide settings a step may change (None: torch is not imported)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    return torch.get_num_threads(), torch.is_grad_enabled(), torch.get_default_dtype()
+
+
+def _torch_restore(state) -> None:
+    torch = sys.modules.get("torch")
+    if state is None or torch is None:
+        return
+    threads, grad, dtype = state
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    torch.set_grad_enabled(grad)
+    torch.set_default_dtype(dtype)
+
+
 class Runner:
     """Runs steps in order, printing ``[compress n/N name +h:mm:ss] message`` lines."""
 
@@ -217,6 +254,7 @@ class Runner:
         self.heartbeat = heartbeat
         self.start = time.monotonic()
         self.child: subprocess.Popen | None = None
+        self.stopped: int | None = None  # the signal that stopped the run
         self.parsers: dict[str, Callable[[str], str | None]] = {}
 
     def elapsed(self) -> str:
@@ -248,18 +286,23 @@ class Runner:
             self.say(n, step, f"done in {time.monotonic() - t0:.0f} s")
 
     def _call(self, n: int, step: Step, argv: list[str], log_path: str) -> None:
-        """``step.call`` with the arguments after ``python -m MODULE``, in this process, its
-        standard output and error in the log; a non-zero status is :class:`StepFailed`."""
+        """``step.call`` with the command's arguments (after ``python -m MODULE`` or the console
+        script's name), in this process, its standard output and error in the log; a non-zero
+        status is :class:`StepFailed`. What a call may change of the process and a new
+        interpreter would not have kept (the environment of ``step.env``, the logging handlers,
+        torch's threads, gradient mode and default dtype, the working directory) is put back."""
         import contextlib
         import logging
 
         self.say(n, step, f"  (in this process; log: {log_path})")
+        prog, args = _program(argv)
         saved = {k: os.environ.get(k) for k in step.env}
         os.environ.update(step.env)
         # the logging records too (fairseq's INFO lines): a handler made before the call holds
         # the real standard error, which redirect_stderr does not change
         root = logging.getLogger()
         handlers, level = root.handlers[:], root.level
+        cwd, torch_state = os.getcwd(), _torch_state()
         try:
             with open(log_path, "a", encoding="utf-8") as log:
                 log.write(f"$ {render(argv)}\n")
@@ -269,7 +312,7 @@ class Runner:
                 root.handlers = [to_log]
                 with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
                     try:
-                        rc = step.call(argv[3:])
+                        rc = step.call(args)
                     except SystemExit as exc:  # (argparse)
                         rc = exc.code if isinstance(exc.code, int) else 1
         finally:
@@ -279,11 +322,16 @@ class Runner:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+            if os.getcwd() != cwd:
+                os.chdir(cwd)
+            _torch_restore(torch_state)
+        if self.stopped is not None:  # (a signal the call took for an error of its own)
+            raise Interrupted(self.stopped)
         if rc:
             with open(log_path, encoding="utf-8", errors="replace") as f:
                 lines = [ln.rstrip() for ln in f if _informative(ln)]
             tail = lines[-1][-200:] if lines else "(no output)"
-            raise StepFailed(f"{step.name}: {argv[2]} failed (exit {rc}): {tail}; see {log_path}")
+            raise StepFailed(f"{step.name}: {prog} failed (exit {rc}): {tail}; see {log_path}")
 
     def _command(self, n: int, step: Step, i: int, cmd: list, stdout_path: str | None) -> None:
         argv = [a.value() if isinstance(a, FileArg) else str(a) for a in cmd]
@@ -365,6 +413,7 @@ class Runner:
 
     def stop(self, signum: int) -> None:
         """A signal handler's work: end the running child, then raise :class:`Interrupted`."""
+        self.stopped = signum
         child = self.child
         if child is not None and child.poll() is None:
             child.terminate()
