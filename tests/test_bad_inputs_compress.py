@@ -100,14 +100,14 @@ KD_STEPS = [
     ("export", ""),
     ("int8", ""),
     ("ct2", ""),
-    ("test-teacher", "fairseq-generate"),
-    ("test-student", "fairseq-generate"),
+    ("test-teacher", ""),
+    ("test-student", ""),
     ("speed", ""),
     ("speed-b32", ""),
     ("report", ""),
 ]
-# (transfer, shortlist, the exports and speed run in compress's own process: their commands'
-# main(argv) called as functions, no child to wait for)
+# (transfer, shortlist, the exports, the test translations and speed run in compress's own
+# process: their commands' main called as a function, no child to wait for)
 
 
 def _temp_files(save):

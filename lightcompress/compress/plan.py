@@ -452,7 +452,8 @@ def _plan_evaluate(ctx: _Context, student: str) -> None:
         if ctx.post:
             gen += ["--post-process", ctx.post]
         what = f"the {who} translates the test split"
-        ctx.steps.append(Step(f"test-{who}", what, [gen], outputs=[out], stdout_to=[out]))
+        step = Step(f"test-{who}", what, [gen], outputs=[out], stdout_to=[out], call=_generate)
+        ctx.steps.append(step)
 
 
 def _plan_speed(ctx: _Context, student: str, listed: list[str]) -> int:
@@ -579,6 +580,17 @@ def _ct2_main(argv: list[str]) -> int:
     from lightcompress.deploy.ct2 import main
 
     return main(argv)
+
+
+def _generate(argv: list[str]) -> int:
+    """fairseq-generate (its console script: ``fairseq_cli.generate.cli_main``, which reads
+    ``sys.argv``; the step runner puts it back), called as a function; its hypotheses go to the
+    step's output file, its log records to the step's log, as the command's do."""
+    from fairseq_cli.generate import cli_main
+
+    sys.argv = ["fairseq-generate", *argv]
+    cli_main()
+    return 0
 
 
 def _report(save, plan, protocol, ref):

@@ -225,23 +225,41 @@ def _program(argv: list[str]) -> tuple[str, list[str]]:
     return os.path.basename(argv[0]), argv[1:]
 
 
-def _torch_state():
-    """torch's process-wide settings a step may change (None: torch is not imported)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return None
-    return torch.get_num_threads(), torch.is_grad_enabled(), torch.get_default_dtype()
+def _process_state():
+    """The process-wide settings a called step may change: torch's (when it is imported)
+    threads, gradient mode, default dtype and random state, numpy's and Python's random
+    state."""
+    import random
+
+    torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
+    return {
+        "torch": (
+            torch.get_num_threads(),
+            torch.is_grad_enabled(),
+            torch.get_default_dtype(),
+            torch.get_rng_state(),
+        )
+        if torch is not None
+        else None,
+        "numpy": np.random.get_state() if np is not None else None,
+        "random": random.getstate(),
+    }
 
 
-def _torch_restore(state) -> None:
-    torch = sys.modules.get("torch")
-    if state is None or torch is None:
-        return
-    threads, grad, dtype = state
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
-    torch.set_grad_enabled(grad)
-    torch.set_default_dtype(dtype)
+def _process_restore(state) -> None:
+    import random
+
+    torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
+    if state["torch"] is not None and torch is not None:
+        threads, grad, dtype, rng = state["torch"]
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        torch.set_grad_enabled(grad)
+        torch.set_default_dtype(dtype)
+        torch.set_rng_state(rng)
+    if state["numpy"] is not None and np is not None:
+        np.random.set_state(state["numpy"])
+    random.setstate(state["random"])
 
 
 class Runner:
@@ -285,14 +303,20 @@ class Runner:
                     f.write(time.strftime("%Y-%m-%d %H:%M:%S\n"))
             self.say(n, step, f"done in {time.monotonic() - t0:.0f} s")
 
-    def _call(self, n: int, step: Step, argv: list[str], log_path: str) -> None:
+    def _call(
+        self, n: int, step: Step, argv: list[str], log_path: str, stdout_path: str | None = None
+    ) -> None:
         """``step.call`` with the command's arguments (after ``python -m MODULE`` or the console
-        script's name), in this process, its standard output and error in the log; a non-zero
-        status is :class:`StepFailed`. What a call may change of the process and a new
-        interpreter would not have kept (the environment of ``step.env``, the logging handlers,
-        torch's threads, gradient mode and default dtype, the working directory) is put back."""
+        script's name), in this process, its standard error and logging records in the log, its
+        standard output too, or in ``stdout_path`` (written atomically, as a command's). A
+        non-zero status, or an exception (its traceback in the log, as a command's), is
+        :class:`StepFailed`. What a call may change of the process and a new interpreter would
+        not have kept (the environment of ``step.env``, ``sys.argv``, the logging handlers,
+        torch's threads, gradient mode, default dtype and random state, numpy's and Python's
+        random state, the working directory) is put back."""
         import contextlib
         import logging
+        import traceback
 
         self.say(n, step, f"  (in this process; log: {log_path})")
         prog, args = _program(argv)
@@ -302,7 +326,9 @@ class Runner:
         # the real standard error, which redirect_stderr does not change
         root = logging.getLogger()
         handlers, level = root.handlers[:], root.level
-        cwd, torch_state = os.getcwd(), _torch_state()
+        cwd, sys_argv, state = os.getcwd(), sys.argv[:], _process_state()
+        tmp = stdout_path + ".tmp" if stdout_path else None
+        rc = 1
         try:
             with open(log_path, "a", encoding="utf-8") as log:
                 log.write(f"$ {render(argv)}\n")
@@ -310,12 +336,22 @@ class Runner:
                 to_log = logging.StreamHandler(log)
                 to_log.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
                 root.handlers = [to_log]
-                with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                with contextlib.ExitStack() as stack:
+                    out = stack.enter_context(open(tmp, "w", encoding="utf-8")) if tmp else log
+                    stack.enter_context(contextlib.redirect_stdout(out))
+                    stack.enter_context(contextlib.redirect_stderr(log))
                     try:
                         rc = step.call(args)
                     except SystemExit as exc:  # (argparse)
                         rc = exc.code if isinstance(exc.code, int) else 1
+                    except Exception:  # noqa: BLE001  (a bug: its traceback in the log)
+                        traceback.print_exc()
+                        rc = 1
+            if tmp and not rc and self.stopped is None:
+                os.replace(tmp, stdout_path)
         finally:
+            if tmp and os.path.exists(tmp):  # (failed or stopped: no half-written output)
+                os.remove(tmp)
             root.handlers, root.level = handlers, level
             for k, v in saved.items():
                 if v is None:
@@ -324,7 +360,8 @@ class Runner:
                     os.environ[k] = v
             if os.getcwd() != cwd:
                 os.chdir(cwd)
-            _torch_restore(torch_state)
+            sys.argv[:] = sys_argv
+            _process_restore(state)
         if self.stopped is not None:  # (a signal the call took for an error of its own)
             raise Interrupted(self.stopped)
         if rc:
@@ -339,7 +376,7 @@ class Runner:
             os.makedirs(self.log_dir, exist_ok=True)
             log_path = os.path.join(self.log_dir, f"{n:02d}-{step.name}.log")
             self.say(n, step, f"+ {render(cmd)}")
-            return self._call(n, step, argv, log_path)
+            return self._call(n, step, argv, log_path, stdout_path)
         run_argv, preexec = guarded(argv)
         os.makedirs(self.log_dir, exist_ok=True)
         log_path = os.path.join(self.log_dir, f"{n:02d}-{step.name}{f'-{i + 1}' if i else ''}.log")
