@@ -542,9 +542,11 @@ def _protocol(opts, post: str | None, src_len: int) -> dict:
 def _measure_main(argv: list[str]) -> int:
     """measure_speed (the papers' tokens/s protocol), called as a function."""
     from lightcompress.cli import quiet_logs
+    from lightcompress.measure.candidates import keep_exports
     from lightcompress.measure.speed import main
 
     quiet_logs()
+    keep_exports()  # (the batch-32 step times the batch-1 step's exports: linked, not redone)
     return main(argv)
 
 
