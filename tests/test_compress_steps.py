@@ -145,3 +145,24 @@ def test_a_rerun_removes_what_a_killed_in_process_step_left(tmp_path):
     (tmp_path / "student-onnx" / "MANIFEST.sha256").write_text("")
     assert sorted(remove_stale_temp(str(tmp_path))) == sorted(map(str, left))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json", "student-onnx"]
+
+
+def test_an_in_process_step_shows_its_last_line_every_heartbeat(tmp_path):
+    """As a command's step does: ``running: LINE`` with the step's last informative line."""
+    import time
+
+    def call(argv):
+        print("[distill] shard 0 (1/1): 500/1,000 sentences (50%)")
+        time.sleep(0.5)
+        return 0
+
+    out = io.StringIO()
+    step = Step("kd", "the KD data", commands=[["python", "-m", "lightcompress.x"]], call=call)
+    log = tmp_path / "02-kd.log"
+    log.write_text("$ python -m lightcompress.x\nan earlier run's last line\n")
+    runner = Runner([step], str(tmp_path / "logs"), out=out, heartbeat=0.1)
+    runner._call(2, step, step.commands[0], str(log))
+    beats = [ln for ln in out.getvalue().splitlines() if "] running: " in ln]
+    assert beats and all(
+        ln.endswith("running: [distill] shard 0 (1/1): 500/1,000 sentences (50%)") for ln in beats
+    ), out.getvalue()

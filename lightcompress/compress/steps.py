@@ -217,6 +217,22 @@ def train_progress(max_update: int | None):
     return parse
 
 
+def _last_informative(path: str) -> str:
+    """The last informative line of a log's last command (in its last 8 KB; a progress bar's
+    ``\\r`` parts as lines), or ''."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = re.split(r"[\r\n]", text)
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("$ ")]  # (a command's first line)
+    lines = [ln.rstrip() for ln in lines[starts[-1] + 1 if starts else 0 :] if _informative(ln)]
+    return lines[-1] if lines else ""
+
+
 def _program(argv: list[str]) -> tuple[str, list[str]]:
     """A command's program and arguments: ``python -m MODULE ARGS`` -> ``(MODULE, ARGS)``, a
     console script ``PATH ARGS`` -> ``(its name, ARGS)``."""
@@ -329,13 +345,25 @@ class Runner:
         cwd, sys_argv, state = os.getcwd(), sys.argv[:], _process_state()
         tmp = stdout_path + ".tmp" if stdout_path else None
         rc = 1
+        # the heartbeat of a command's step: its last informative line every `heartbeat` s
+        # (the log is line-buffered, so that its lines are on disk to read)
+        stopped = threading.Event()
+
+        def beat():
+            while not stopped.wait(self.heartbeat):
+                line = _last_informative(log_path)
+                if line:
+                    self.say(n, step, f"running: {line[-160:]}")
+
+        beating = threading.Thread(target=beat, daemon=True)
         try:
-            with open(log_path, "a", encoding="utf-8") as log:
+            with open(log_path, "a", encoding="utf-8", buffering=1) as log:
                 log.write(f"$ {render(argv)}\n")
                 log.flush()
                 to_log = logging.StreamHandler(log)
                 to_log.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
                 root.handlers = [to_log]
+                beating.start()
                 with contextlib.ExitStack() as stack:
                     out = stack.enter_context(open(tmp, "w", encoding="utf-8")) if tmp else log
                     stack.enter_context(contextlib.redirect_stdout(out))
@@ -350,6 +378,9 @@ class Runner:
             if tmp and not rc and self.stopped is None:
                 os.replace(tmp, stdout_path)
         finally:
+            stopped.set()
+            if beating.is_alive():
+                beating.join()
             if tmp and os.path.exists(tmp):  # (failed or stopped: no half-written output)
                 os.remove(tmp)
             root.handlers, root.level = handlers, level
