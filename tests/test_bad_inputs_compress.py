@@ -93,20 +93,21 @@ print(json.dumps({"killed": killed, "seen": seen, "left": left, "out": "".join(l
 """
 
 KD_STEPS = [
-    ("transfer", "lightcompress-convert"),
+    ("transfer", ""),
     ("kd-data", "lightcompress.kd.onnx_generate"),
     ("fine-tune", "fairseq-train"),
     ("shortlist", ""),
-    ("export", "lightcompress-export-onnx"),
+    ("export", ""),
     ("int8", ""),
     ("ct2", ""),
-    ("test-teacher", "fairseq-generate"),
-    ("test-student", "fairseq-generate"),
+    ("test-teacher", ""),
+    ("test-student", ""),
     ("speed", ""),
     ("speed-b32", ""),
     ("report", ""),
 ]
-# (int8 and speed run in compress's own process: measure_speed called as a function)
+# (transfer, shortlist, the exports, the test translations and speed run in compress's own
+# process: their commands' main called as a function, no child to wait for)
 
 
 def _temp_files(save):

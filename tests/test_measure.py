@@ -467,3 +467,57 @@ def test_natural_sentences_are_every_kth_of_the_split_at_their_own_lengths():
     assert [len(s) - 1 for s in natural] == [3, 6, 5]  # sentences 0, 3, 6
     closest = pick_sentences(Task(), "test", 3, 6)
     assert [len(s) - 1 for s in closest] == [6, 6, 5]  # sentences 2, 3, then 6 (|5 - 6| = 1)
+
+
+def test_kept_exports_are_linked_for_the_next_run_of_the_same_checkpoint(tmp_path, monkeypatch):
+    """keep_exports (compress's two speed steps): a second run exporting the same checkpoint
+    file, data, shortlist and precision links the first run's files instead of exporting; a
+    changed checkpoint file, or another shortlist, is exported again."""
+    from types import SimpleNamespace
+
+    from lightcompress.measure import candidates as cand
+
+    monkeypatch.setattr(cand, "_kept", {"": str(tmp_path / "kept")})
+    (tmp_path / "kept").mkdir()
+    ckpt = tmp_path / "student.pt"
+    ckpt.write_bytes(b"weights")
+    model = SimpleNamespace(
+        label="student",
+        source=str(ckpt),
+        task=SimpleNamespace(cfg=SimpleNamespace(data=str(tmp_path / "bin"))),
+        params=1,
+        random_weights=False,
+        args=[],
+        model_args=None,
+        engine="fairseq",
+        precision="float32",
+    )
+    made = []
+
+    def export(c, target, precision):
+        made.append(precision)
+        os.makedirs(target)
+        with open(os.path.join(target, "model.onnx"), "w") as f:
+            f.write(f"{precision} {len(made)}")
+
+    def run(workdir, shortlist=None):
+        new, _notes = cand._with_exports(
+            [model],
+            str(workdir),
+            "onnxruntime",
+            "ONNX",
+            ("float32", "int8"),
+            export,
+            lambda c, target, precision: None,
+            ValueError,
+            shortlist=shortlist,
+        )
+        return [open(os.path.join(c.source, "model.onnx")).read() for c in new]
+
+    assert run(tmp_path / "a") == ["float32 1", "int8 2"]
+    assert run(tmp_path / "b") == ["float32 1", "int8 2"] and made == ["float32", "int8"]
+    listed = tmp_path / "shortlist.txt"
+    listed.write_text("1 2\n")
+    assert run(tmp_path / "c", str(listed)) == ["float32 3", "int8 4"]
+    os.utime(ckpt, ns=(1, 1))  # (the checkpoint file changed)
+    assert run(tmp_path / "d") == ["float32 5", "int8 6"]

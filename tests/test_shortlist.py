@@ -549,24 +549,44 @@ def test_builder_bad_input_is_one_line_and_writes_nothing(words, tmp_path, capsy
     assert not out.exists()
 
 
+def _here(main, *args, stdin=""):
+    """``main(args)`` in this process, as :func:`_cli` runs its command (no interpreter to start
+    importing torch and fairseq: about 3 s): its status, standard output and error."""
+    import contextlib
+    import io
+
+    out, err, saved = io.StringIO(), io.StringIO(), sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8")), encoding="utf-8")
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                rc = main([str(a) for a in args])
+            except SystemExit as exc:  # (argparse)
+                rc = exc.code
+    finally:
+        sys.stdin = saved
+    return subprocess.CompletedProcess(args, rc, out.getvalue(), err.getvalue())
+
+
 def test_translate_commands_take_the_shortlist(words, tmp_path):
     """``lightcompress-translate --shortlist`` and the export's ``translate.py`` (which uses
     the export's shortlist by default, ``--no-shortlist`` every token): a list that covers the
     vocabulary gives the text without it; a real list runs; a bad file is one line."""
+    from lightcompress.deploy import onnx_export, shortlist_build, torch_translator
     from lightcompress.deploy.torch_translator import Translator
 
     sl = tmp_path / "sl.txt"
-    assert (
-        _cli(BUILD, "--data", words["data"], "--k", "2", "--frequent", "1", "-o", sl).returncode
-        == 0
-    )
+    args = ["--data", words["data"], "--k", "2", "--frequent", "1", "-o", sl]
+    assert _here(shortlist_build.main, *args).returncode == 0
     t = Translator(words["teacher"], words["data"], beam=5)
     full = _full_shortlist(tmp_path / "full.txt", t.task)
     with open(os.path.join(words["raw"], "test.de")) as f:
         text = f.read()
     base = ["--path", words["teacher"], "--data", words["data"]]
-    plain = _cli("lightcompress.deploy.torch_translator", *base, stdin=text)
-    covered = _cli("lightcompress.deploy.torch_translator", *base, "--shortlist", full, stdin=text)
+    # the commands with a shortlist (a real one, a bad one) as commands; the others in this
+    # process (the same main)
+    plain = _here(torch_translator.main, *base, stdin=text)
+    covered = _here(torch_translator.main, *base, "--shortlist", full, stdin=text)
     short = _cli("lightcompress.deploy.torch_translator", *base, "--shortlist", sl, stdin=text)
     assert plain.returncode == covered.returncode == short.returncode == 0, short.stderr
     assert covered.stdout == plain.stdout
@@ -577,7 +597,7 @@ def test_translate_commands_take_the_shortlist(words, tmp_path):
     assert "is not a lightcompress shortlist" in proc.stderr
     # the export: --shortlist ships the file; translate.py --shortlist uses it
     out = tmp_path / "onnx"
-    proc = _cli("lightcompress.deploy.onnx_export", *base, "--shortlist", sl, "-o", out)
+    proc = _here(onnx_export.main, *base, "--shortlist", sl, "-o", out)
     assert proc.returncode == 0, proc.stderr
     runtime = [sys.executable, str(out / "translate.py"), str(out), "--beam", "5", "--tokenized"]
     run = lambda *a: subprocess.run(
@@ -610,22 +630,25 @@ def test_ct2_export_ships_the_shortlist_as_its_vocabulary_map(words, tmp_path):
     dictionaries is one line and nothing is written."""
     import ctranslate2
 
+    from lightcompress.deploy import ct2, shortlist_build
     from lightcompress.deploy.shortlist import load_shortlist
     from lightcompress.deploy.torch_translator import Translator
 
     task = Translator(words["teacher"], words["data"], beam=5).task
     src_d, tgt_d = task.source_dictionary, task.target_dictionary
     sl = tmp_path / "sl.txt"
-    assert (
-        _cli(BUILD, "--data", words["data"], "--k", "2", "--frequent", "1", "-o", sl).returncode
-        == 0
-    )
+    args = ["--data", words["data"], "--k", "2", "--frequent", "1", "-o", sl]
+    assert _here(shortlist_build.main, *args).returncode == 0
     full = _full_shortlist(tmp_path / "full.txt", task)
     base = ["--path", words["teacher"], "--data", words["data"]]
     export = "lightcompress.deploy.ct2"
     for name, path in (("plain", None), ("full", full), ("small", sl)):
         extra = ["--shortlist", path] if path else []
-        proc = _cli(export, *base, "-o", tmp_path / name, *extra)
+        # (the one with the small list as a command, the others in this process: the same main)
+        if name == "small":
+            proc = _cli(export, *base, "-o", tmp_path / name, *extra)
+        else:
+            proc = _here(ct2.main, *base, "-o", tmp_path / name, *extra)
         assert proc.returncode == 0, proc.stderr
         assert ("vmap.txt" in os.listdir(tmp_path / name)) == (path is not None)
     # the map holds the list: the tokens always included, then each source token's targets
@@ -662,7 +685,7 @@ def test_ct2_export_ships_the_shortlist_as_its_vocabulary_map(words, tmp_path):
     assert outside > 0  # (without the map, other tokens: the map restricted something)
     # a list of other dictionaries: one line, nothing written
     other = _write(tmp_path / "other.txt", ["\t" + "nonsense-token"])
-    proc = _cli(export, *base, "-o", tmp_path / "bad", "--shortlist", other)
+    proc = _here(ct2.main, *base, "-o", tmp_path / "bad", "--shortlist", other)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith("lightcompress-export-ct2: error: --shortlist")
     proc = _cli(export, *base, "-o", tmp_path / "bad", "--shortlist", tmp_path / "missing.txt")

@@ -242,7 +242,8 @@ def _plan_energy_student(ctx: _Context) -> _Student:
     convert += ["-a", "lightformer", *shape, *flags, *ctx.shape_of.convert_flags]
     convert += ["--energy", str(energy), "--embed-energy", str(energy)]
     what = "SVD weight transfer at the chosen energy"
-    ctx.steps.append(Step("transfer", what, [convert], outputs=[init, init + ".spec"]))
+    step = Step("transfer", what, [convert], outputs=[init, init + ".spec"], call=_convert_main)
+    ctx.steps.append(step)
     student_flags = ["--arch", "lightformer", *shape, *flags, "--lc-spec", FileArg(init + ".spec")]
     return _Student(choice, student_flags, f"lightformer, per-matrix ranks at energy {energy:g}")
 
@@ -283,7 +284,7 @@ def _plan_rank_student(ctx: _Context) -> _Student:
     convert = tool("lightcompress-convert") + ["-i", ctx.T, "-o", ctx.init, "--force"]
     convert += ["-a", method.arch, *shape, *flags, *ctx.shape_of.convert_flags]
     what = f"{what} weight transfer into the {method.name} student"
-    ctx.steps.append(Step("transfer", what, [convert], outputs=[ctx.init]))
+    ctx.steps.append(Step("transfer", what, [convert], outputs=[ctx.init], call=_convert_main))
     student_flags = ["--arch", method.arch, *shape, *flags]
     return _Student(choice, student_flags, f"{method.arch}, " + " ".join(flags))
 
@@ -369,7 +370,7 @@ def _plan_train(ctx: _Context, task: list[str], student: _Student, resume) -> st
     fused = os.path.join(ctx.save, "student.pt")
     fuse = tool("lightcompress-convert") + ["dawid-fuse", "-i", best, "-o", fused, "--force"]
     what = "DA-WID fusion into an ordinary smaller model"
-    ctx.steps.append(Step("fuse", what, [fuse], outputs=[fused]))
+    ctx.steps.append(Step("fuse", what, [fuse], outputs=[fused], call=_convert_main))
     counts = student.counts
     want = int(counts["embedding"] + (1 - student.sparsity) * counts["non_embedding"])
     total, target = counts["total"], ctx.target.describe()
@@ -400,12 +401,13 @@ def _plan_export(ctx: _Context, student: str) -> tuple[list[str], str | None]:
         listed = ["--shortlist", shortlist]
         build = tool("lightcompress-shortlist") + ["--data", B, *ctx.langs, "-o", shortlist]
         what = "the vocabulary shortlist of the training split"
-        ctx.steps.append(Step("shortlist", what, [build], outputs=[shortlist]))
+        step = Step("shortlist", what, [build], outputs=[shortlist], call=_shortlist_main)
+        ctx.steps.append(step)
     export = tool("lightcompress-export-onnx") + ["--path", student, "--data", B, *ctx.langs]
     export += ["-o", onnx_dir, *spm, *listed]
     manifest = os.path.join(onnx_dir, "MANIFEST.sha256")
     what = "ONNX Runtime export of the student"
-    ctx.steps.append(Step("export", what, [export], outputs=[manifest]))
+    ctx.steps.append(Step("export", what, [export], outputs=[manifest], call=_export_onnx_main))
     if opts.int8 != "none":
         _plan_int8(ctx, student, spm, listed)
     ct2_dir = None
@@ -418,7 +420,8 @@ def _plan_export(ctx: _Context, student: str) -> tuple[list[str], str | None]:
         ct2 += ["--quantization", "int8", *listed]
         what = "CTranslate2 int8 export of the student, its factors multiplied out (its shape on "
         what += "CTranslate2)"
-        ctx.steps.append(Step("ct2", what, [ct2], outputs=[os.path.join(ct2_dir, "model.bin")]))
+        model_bin = os.path.join(ct2_dir, "model.bin")
+        ctx.steps.append(Step("ct2", what, [ct2], outputs=[model_bin], call=_ct2_main))
     return listed, ct2_dir
 
 
@@ -449,7 +452,8 @@ def _plan_evaluate(ctx: _Context, student: str) -> None:
         if ctx.post:
             gen += ["--post-process", ctx.post]
         what = f"the {who} translates the test split"
-        ctx.steps.append(Step(f"test-{who}", what, [gen], outputs=[out], stdout_to=[out]))
+        step = Step(f"test-{who}", what, [gen], outputs=[out], stdout_to=[out], call=_generate)
+        ctx.steps.append(step)
 
 
 def _plan_speed(ctx: _Context, student: str, listed: list[str]) -> int:
@@ -538,9 +542,11 @@ def _protocol(opts, post: str | None, src_len: int) -> dict:
 def _measure_main(argv: list[str]) -> int:
     """measure_speed (the papers' tokens/s protocol), called as a function."""
     from lightcompress.cli import quiet_logs
+    from lightcompress.measure.candidates import keep_exports
     from lightcompress.measure.speed import main
 
     quiet_logs()
+    keep_exports()  # (the batch-32 step times the batch-1 step's exports: linked, not redone)
     return main(argv)
 
 
@@ -548,6 +554,45 @@ def _int8_main(argv: list[str]) -> int:
     from lightcompress.compress.int8 import main
 
     return main(argv)
+
+
+# the console scripts of the transfer, fusion, shortlist and export steps, called as functions
+# (each is its ``main(argv) -> int``; no new interpreter importing torch and fairseq)
+
+
+def _convert_main(argv: list[str]) -> int:
+    from lightcompress.convert.cli import main  # (and ``dawid-fuse ...``)
+
+    return main(argv)
+
+
+def _shortlist_main(argv: list[str]) -> int:
+    from lightcompress.deploy.shortlist_build import main
+
+    return main(argv)
+
+
+def _export_onnx_main(argv: list[str]) -> int:
+    from lightcompress.deploy.onnx_export import main
+
+    return main(argv)
+
+
+def _ct2_main(argv: list[str]) -> int:
+    from lightcompress.deploy.ct2 import main
+
+    return main(argv)
+
+
+def _generate(argv: list[str]) -> int:
+    """fairseq-generate (its console script: ``fairseq_cli.generate.cli_main``, which reads
+    ``sys.argv``; the step runner puts it back), called as a function; its hypotheses go to the
+    step's output file, its log records to the step's log, as the command's do."""
+    from fairseq_cli.generate import cli_main
+
+    sys.argv = ["fairseq-generate", *argv]
+    cli_main()
+    return 0
 
 
 def _report(save, plan, protocol, ref):

@@ -37,8 +37,10 @@ class StepFailed(Exception):
     """A command of a step ended with a non-zero status (its log names why)."""
 
 
-class Interrupted(Exception):
-    """The command was stopped by a signal (its children were ended)."""
+class Interrupted(BaseException):
+    """The command was stopped by a signal (its children were ended). A BaseException, as
+    KeyboardInterrupt is: a step called in this process that catches ``Exception`` (a checkpoint
+    loader's) does not take it for its own error."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
@@ -71,9 +73,10 @@ class Step:
     ``outputs`` exists. ``stdout_to[i]``: command i's standard output goes to that file
     (written atomically); ``marker``: a file written after success (for outputs that cannot
     prove themselves complete, such as a training directory). ``call``: the package's own
-    ``main(argv) -> int`` of the step's one command (``python -m MODULE ARGS``), called in this
-    process with ``ARGS``, its output going to the step's log (the command is what the plan
-    shows, and what a user can run by hand)."""
+    ``main(argv) -> int`` of the step's one command (``python -m MODULE ARGS`` or a console
+    script ``lightcompress-... ARGS``), called in this process with ``ARGS``, its output going
+    to the step's log (the command is what the plan shows, and what a user can run by hand):
+    no new interpreter importing torch and fairseq (about 3 s a step)."""
 
     name: str
     what: str
@@ -149,10 +152,16 @@ STALE_DIRS = (
 )
 
 
+# the ONNX exporter's working folder (lightcompress.deploy.onnx_export: tempfile.mkdtemp), in
+# the export's parent folder
+ONNX_TEMP = ".onnx-export-"
+
+
 def remove_stale_temp(save: str) -> list[str]:
-    """Temporary files (``*.tmp``) a killed run left in the save directory's own folders (a
-    kill -9 runs no clean-up): removed, under the lock, before the steps run again. Only in a
-    directory that holds a compress run (``plan.json``). Returns the removed paths."""
+    """Temporary files (``*.tmp``, the ONNX exporter's ``.onnx-export-*`` folders) a killed run
+    left in the save directory's own folders (a kill -9 runs no clean-up): removed, under the
+    lock, before the steps run again. Only in a directory that holds a compress run
+    (``plan.json``). Returns the removed paths."""
     import shutil
 
     if not os.path.isfile(os.path.join(save, "plan.json")):
@@ -166,7 +175,8 @@ def remove_stale_temp(save: str) -> list[str]:
             continue
         for name in names:
             path = os.path.join(folder, name)
-            if not (name.endswith(".tmp") or ".tmp." in name) or os.path.islink(path):
+            temp = name.endswith(".tmp") or ".tmp." in name or name.startswith(ONNX_TEMP)
+            if not temp or os.path.islink(path):
                 continue
             if os.path.isdir(path):
                 shutil.rmtree(path, ignore_errors=True)
@@ -207,6 +217,67 @@ def train_progress(max_update: int | None):
     return parse
 
 
+def _last_informative(path: str) -> str:
+    """The last informative line of a log's last command (in its last 8 KB; a progress bar's
+    ``\\r`` parts as lines), or ''."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    lines = re.split(r"[\r\n]", text)
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("$ ")]  # (a command's first line)
+    lines = [ln.rstrip() for ln in lines[starts[-1] + 1 if starts else 0 :] if _informative(ln)]
+    return lines[-1] if lines else ""
+
+
+def _program(argv: list[str]) -> tuple[str, list[str]]:
+    """A command's program and arguments: ``python -m MODULE ARGS`` -> ``(MODULE, ARGS)``, a
+    console script ``PATH ARGS`` -> ``(its name, ARGS)``."""
+    if len(argv) > 2 and argv[1] == "-m":
+        return argv[2], argv[3:]
+    return os.path.basename(argv[0]), argv[1:]
+
+
+def _process_state():
+    """The process-wide settings a called step may change: torch's (when it is imported)
+    threads, gradient mode, default dtype and random state, numpy's and Python's random
+    state."""
+    import random
+
+    torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
+    return {
+        "torch": (
+            torch.get_num_threads(),
+            torch.is_grad_enabled(),
+            torch.get_default_dtype(),
+            torch.get_rng_state(),
+        )
+        if torch is not None
+        else None,
+        "numpy": np.random.get_state() if np is not None else None,
+        "random": random.getstate(),
+    }
+
+
+def _process_restore(state) -> None:
+    import random
+
+    torch, np = sys.modules.get("torch"), sys.modules.get("numpy")
+    if state["torch"] is not None and torch is not None:
+        threads, grad, dtype, rng = state["torch"]
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        torch.set_grad_enabled(grad)
+        torch.set_default_dtype(dtype)
+        torch.set_rng_state(rng)
+    if state["numpy"] is not None and np is not None:
+        np.random.set_state(state["numpy"])
+    random.setstate(state["random"])
+
+
 class Runner:
     """Runs steps in order, printing ``[compress n/N name +h:mm:ss] message`` lines."""
 
@@ -217,6 +288,7 @@ class Runner:
         self.heartbeat = heartbeat
         self.start = time.monotonic()
         self.child: subprocess.Popen | None = None
+        self.stopped: int | None = None  # the signal that stopped the run
         self.parsers: dict[str, Callable[[str], str | None]] = {}
 
     def elapsed(self) -> str:
@@ -247,43 +319,87 @@ class Runner:
                     f.write(time.strftime("%Y-%m-%d %H:%M:%S\n"))
             self.say(n, step, f"done in {time.monotonic() - t0:.0f} s")
 
-    def _call(self, n: int, step: Step, argv: list[str], log_path: str) -> None:
-        """``step.call`` with the arguments after ``python -m MODULE``, in this process, its
-        standard output and error in the log; a non-zero status is :class:`StepFailed`."""
+    def _call(
+        self, n: int, step: Step, argv: list[str], log_path: str, stdout_path: str | None = None
+    ) -> None:
+        """``step.call`` with the command's arguments (after ``python -m MODULE`` or the console
+        script's name), in this process, its standard error and logging records in the log, its
+        standard output too, or in ``stdout_path`` (written atomically, as a command's). A
+        non-zero status, or an exception (its traceback in the log, as a command's), is
+        :class:`StepFailed`. What a call may change of the process and a new interpreter would
+        not have kept (the environment of ``step.env``, ``sys.argv``, the logging handlers,
+        torch's threads, gradient mode, default dtype and random state, numpy's and Python's
+        random state, the working directory) is put back."""
         import contextlib
         import logging
+        import traceback
 
         self.say(n, step, f"  (in this process; log: {log_path})")
+        prog, args = _program(argv)
         saved = {k: os.environ.get(k) for k in step.env}
         os.environ.update(step.env)
         # the logging records too (fairseq's INFO lines): a handler made before the call holds
         # the real standard error, which redirect_stderr does not change
         root = logging.getLogger()
         handlers, level = root.handlers[:], root.level
+        cwd, sys_argv, state = os.getcwd(), sys.argv[:], _process_state()
+        tmp = stdout_path + ".tmp" if stdout_path else None
+        rc = 1
+        # the heartbeat of a command's step: its last informative line every `heartbeat` s
+        # (the log is line-buffered, so that its lines are on disk to read)
+        stopped = threading.Event()
+
+        def beat():
+            while not stopped.wait(self.heartbeat):
+                line = _last_informative(log_path)
+                if line:
+                    self.say(n, step, f"running: {line[-160:]}")
+
+        beating = threading.Thread(target=beat, daemon=True)
         try:
-            with open(log_path, "a", encoding="utf-8") as log:
+            with open(log_path, "a", encoding="utf-8", buffering=1) as log:
                 log.write(f"$ {render(argv)}\n")
                 log.flush()
                 to_log = logging.StreamHandler(log)
                 to_log.setFormatter(logging.Formatter("%(levelname)s:%(name)s:%(message)s"))
                 root.handlers = [to_log]
-                with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+                beating.start()
+                with contextlib.ExitStack() as stack:
+                    out = stack.enter_context(open(tmp, "w", encoding="utf-8")) if tmp else log
+                    stack.enter_context(contextlib.redirect_stdout(out))
+                    stack.enter_context(contextlib.redirect_stderr(log))
                     try:
-                        rc = step.call(argv[3:])
+                        rc = step.call(args)
                     except SystemExit as exc:  # (argparse)
                         rc = exc.code if isinstance(exc.code, int) else 1
+                    except Exception:  # noqa: BLE001  (a bug: its traceback in the log)
+                        traceback.print_exc()
+                        rc = 1
+            if tmp and not rc and self.stopped is None:
+                os.replace(tmp, stdout_path)
         finally:
+            stopped.set()
+            if beating.is_alive():
+                beating.join()
+            if tmp and os.path.exists(tmp):  # (failed or stopped: no half-written output)
+                os.remove(tmp)
             root.handlers, root.level = handlers, level
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+            if os.getcwd() != cwd:
+                os.chdir(cwd)
+            sys.argv[:] = sys_argv
+            _process_restore(state)
+        if self.stopped is not None:  # (a signal the call took for an error of its own)
+            raise Interrupted(self.stopped)
         if rc:
             with open(log_path, encoding="utf-8", errors="replace") as f:
                 lines = [ln.rstrip() for ln in f if _informative(ln)]
             tail = lines[-1][-200:] if lines else "(no output)"
-            raise StepFailed(f"{step.name}: {argv[2]} failed (exit {rc}): {tail}; see {log_path}")
+            raise StepFailed(f"{step.name}: {prog} failed (exit {rc}): {tail}; see {log_path}")
 
     def _command(self, n: int, step: Step, i: int, cmd: list, stdout_path: str | None) -> None:
         argv = [a.value() if isinstance(a, FileArg) else str(a) for a in cmd]
@@ -291,7 +407,7 @@ class Runner:
             os.makedirs(self.log_dir, exist_ok=True)
             log_path = os.path.join(self.log_dir, f"{n:02d}-{step.name}.log")
             self.say(n, step, f"+ {render(cmd)}")
-            return self._call(n, step, argv, log_path)
+            return self._call(n, step, argv, log_path, stdout_path)
         run_argv, preexec = guarded(argv)
         os.makedirs(self.log_dir, exist_ok=True)
         log_path = os.path.join(self.log_dir, f"{n:02d}-{step.name}{f'-{i + 1}' if i else ''}.log")
@@ -365,6 +481,7 @@ class Runner:
 
     def stop(self, signum: int) -> None:
         """A signal handler's work: end the running child, then raise :class:`Interrupted`."""
+        self.stopped = signum
         child = self.child
         if child is not None and child.poll() is None:
             child.terminate()

@@ -19,6 +19,7 @@ __all__ = [
     "Candidate",
     "SpeedError",
     "directory_bytes",
+    "keep_exports",
     "load_candidates",
     "split_label",
     "state_dict_bytes",
@@ -180,11 +181,88 @@ def with_int8(
     return out
 
 
+# the exports kept for the next run in this process (keep_exports): key -> folder of hard links
+_kept: dict | None = None
+
+
+def keep_exports() -> None:
+    """Keep this process's ONNX Runtime and CTranslate2 exports of checkpoint files for its
+    next runs: a later run that exports the same checkpoint file (same size and modification
+    time), data, shortlist and precision links the kept files instead of exporting again (the
+    exports are deterministic). For ``lightcompress-compress``, whose two speed steps (batch 1
+    and batch 32, called in its process) export the same models. The files are hard links in a
+    folder of their own (no second copy on disk), removed when the process exits."""
+    global _kept
+    if _kept is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="measure_speed.kept.")
+        atexit.register(shutil.rmtree, folder, True)
+        _kept = {"": folder}
+
+
+def _identity(path: str | None):
+    if path is None:
+        return None
+    st = os.stat(path)
+    return os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _export_key(c, engine: str, prefix: str, precision: str, shortlist: str | None):
+    """What an export depends on (None: not kept: a model with random weights)."""
+    if _kept is None or c.random_weights or not os.path.isfile(str(c.source)):
+        return None
+    cfg = getattr(c.task, "cfg", None) or getattr(c.task, "args", None)
+    data = getattr(cfg, "data", None)
+    return (engine, prefix, precision, _identity(c.source), data, _identity(shortlist))
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    import shutil
+
+    try:
+        os.link(src, dst)
+    except OSError:  # (another file system)
+        shutil.copy2(src, dst)
+
+
+def _link_tree(src: str, dst: str) -> None:
+    import shutil
+
+    shutil.copytree(src, dst, copy_function=_link_or_copy)
+
+
+def _keep(key, target: str) -> None:
+    """Keep the export in ``target`` under ``key`` (best effort: not kept where it cannot be)."""
+    import shutil
+
+    kept = os.path.join(_kept[""], str(len(_kept)))
+    try:
+        _link_tree(target, kept)
+    except OSError:
+        shutil.rmtree(kept, ignore_errors=True)
+        return
+    _kept[key] = kept
+
+
 def _with_exports(
-    candidates, workdir, engine, name, precisions, export, make_runner, errors, log=None, prefix=""
+    candidates,
+    workdir,
+    engine,
+    name,
+    precisions,
+    export,
+    make_runner,
+    errors,
+    log=None,
+    prefix="",
+    shortlist=None,
 ):
     """For every float32 fairseq candidate, one candidate per precision of ``engine``:
-    ``export(candidate, target, precision)`` writes it into ``workdir``, ``make_runner(
+    ``export(candidate, target, precision)`` writes it into ``workdir`` (or, after
+    :func:`keep_exports`, the kept export of an earlier run is linked there), ``make_runner(
     candidate, target, precision)`` times it. An export refused with one of ``errors`` gives
     a note (and, refused in the first precision, no candidates of that model; in another, none
     of that precision). Returns the new candidates and the notes."""
@@ -195,8 +273,14 @@ def _with_exports(
             continue
         for precision in precisions:
             target = os.path.join(workdir, f"{i}-{prefix}{precision}")
+            key = _export_key(c, engine, prefix, precision, shortlist)
             try:
-                export(c, target, precision)
+                if key is not None and key in _kept:
+                    _link_tree(_kept[key], target)
+                else:
+                    export(c, target, precision)
+                    if key is not None:
+                        _keep(key, target)
             except errors as exc:
                 notes.append(f"{c.label}: no {name} export ({exc})")
                 if precision == precisions[0]:  # (a model it cannot export at all)
@@ -271,6 +355,7 @@ def with_ct2(
             ExportError,
             log,
             prefix="vmap-" if sl else "",
+            shortlist=sl,
         )
 
     return _with_and_without(shortlist, exports)
@@ -318,6 +403,7 @@ def with_onnx(
             ExportError,
             log,
             prefix="onnx-sl-" if sl else "onnx-",
+            shortlist=sl,
         )
 
     return _with_and_without(shortlist, exports)
