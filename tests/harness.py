@@ -2,14 +2,19 @@
 
 Everything happens in a temporary directory: a tiny synthetic parallel corpus, binarized with
 ``fairseq-preprocess``; a short ``fairseq-train`` run through ``--user-dir``; ``fairseq-generate``
-with BLEU. Each command is a real subprocess of fairseq's console scripts, so the tests exercise
-exactly what users run.
+with BLEU. Each command is a process of its own running fairseq's (or the plugin's) console
+script, so the tests exercise exactly what users run; :func:`run_cli` forks it from a server
+that has imported torch and fairseq once (``tests/forkserver.py``: about 3 s less a command),
+or starts a fresh interpreter where the command's environment differs in what a process reads
+at start-up (``LC_TEST_NO_FORK=1``: always).
 """
 
 import contextlib
+import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 
@@ -80,10 +85,38 @@ def make_parallel_corpus(
 
 
 def run_cli(name, args, cwd=None, env=None, check=True, timeout=900):
-    """Run a console script of the venv (``fairseq-train``...) and return the CompletedProcess."""
+    """Run a console script of the venv (``fairseq-train``...) and return the CompletedProcess.
+
+    The command runs as a process of its own either way: forked from the worker's fork server
+    (:mod:`forkserver`: torch and fairseq already imported, about 3 s less a command) when its
+    environment allows (:func:`_forkable`), else as a fresh interpreter."""
     exe = os.path.join(_BIN, name)
     if not os.path.exists(exe):
         exe = name
+    full_env = _cli_env()
+    if env:
+        full_env.update(env)
+    argv = [exe] + [str(a) for a in args]
+    proc = _FORKS.run(argv, name, cwd, full_env, timeout)
+    if proc is None:
+        proc = subprocess.run(  # noqa: PLW1510  (the return code is checked below)
+            argv,
+            cwd=cwd,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{name} failed with exit code {proc.returncode}\n"
+            f"args: {args}\n--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-6000:]}"
+        )
+    return proc
+
+
+def _cli_env():
+    """The environment of :func:`run_cli`'s commands (before a call's own ``env``)."""
     full_env = dict(os.environ)
     full_env.setdefault("OMP_NUM_THREADS", "1")
     full_env["PYTHONWARNINGS"] = "ignore"
@@ -91,22 +124,132 @@ def run_cli(name, args, cwd=None, env=None, check=True, timeout=900):
     full_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p
     )
-    if env:
-        full_env.update(env)
-    proc = subprocess.run(  # noqa: PLW1510  (the return code is checked below)
-        [exe] + [str(a) for a in args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(
-            f"{name} failed with exit code {proc.returncode}\n"
-            f"args: {args}\n--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-6000:]}"
+    return full_env
+
+
+# Environment variables a process reads while it starts or imports torch and fairseq (the fork
+# server's are fixed when it starts): a command whose value differs runs as a fresh interpreter.
+FORK_FIXED_ENV = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "LD_", "TORCH", "PYTORCH")
+FORK_FIXED_ENV_NAMES = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "CUDA_VISIBLE_DEVICES", "TMPDIR")
+
+
+def _fixed(key):
+    return key.startswith(FORK_FIXED_ENV) or key in FORK_FIXED_ENV_NAMES
+
+
+class _ForkServer:
+    """The worker's fork server (:mod:`forkserver`), started at its first command; commands one
+    at a time. ``LC_TEST_NO_FORK=1``: every command a fresh interpreter."""
+
+    def __init__(self):
+        import threading
+
+        self.proc = None
+        self.env = None
+        self.broken = os.environ.get("LC_TEST_NO_FORK") == "1"
+        self.lock = threading.Lock()
+
+    def _start(self):
+        self.env = _cli_env()
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(REPO_ROOT, "tests", "forkserver.py")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=self.env,
+            cwd=REPO_ROOT,
+            bufsize=0,
         )
-    return proc
+        self.pending = b""  # (what the server wrote after the last line read)
+
+    def _forkable(self, argv, name, env):
+        if self.broken:
+            return False
+        if name == sys.executable:  # (python -c CODE / -m MODULE only)
+            if len(argv) < 3 or argv[1] not in ("-c", "-m"):
+                return False
+        elif name not in _CONSOLE:
+            return False
+        base = self.env if self.proc is not None else _cli_env()
+        keys = set(base) | set(env)
+        return not any(_fixed(k) and base.get(k) != env.get(k) for k in keys)
+
+    def run(self, argv, name, cwd, env, timeout):
+        """The command's CompletedProcess, or None where it must run as a fresh interpreter."""
+        import tempfile
+
+        with self.lock:
+            if not self._forkable(argv, name, env):
+                return None
+            if self.proc is None or self.proc.poll() is not None:
+                self._start()
+            entry = "python" if name == sys.executable else f"console:{_CONSOLE[name]}"
+            with tempfile.TemporaryDirectory(prefix="lc-fork-") as tmp:
+                out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+                req = {"argv": argv, "entry": entry, "cwd": os.path.abspath(cwd or os.getcwd())}
+                req.update(env=env, stdin=os.devnull, stdout=out, stderr=err)
+                try:
+                    self.proc.stdin.write((json.dumps(req) + "\n").encode())
+                    pid = self._reply(None)["pid"]
+                except (OSError, ValueError, KeyError):
+                    self.broken = True  # (the server is gone: fresh interpreters from now on)
+                    return None
+                status = self._wait(pid, timeout)
+                with open(out, encoding=_ENCODING) as f_out, open(err, encoding=_ENCODING) as f_err:
+                    stdout, stderr = f_out.read(), f_err.read()
+            if status is None:
+                raise subprocess.TimeoutExpired(argv, timeout, output=stdout, stderr=stderr)
+            return subprocess.CompletedProcess(
+                argv, os.waitstatus_to_exitcode(status), stdout, stderr
+            )
+
+    def _wait(self, pid, timeout):
+        """The command's wait status; None (the command's process group killed) on a timeout."""
+        reply = self._reply(timeout)
+        if reply is None:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self._reply(None)
+            return None
+        return reply["status"]
+
+    def _reply(self, timeout):
+        """The server's next line as JSON (None after ``timeout`` seconds without one). The
+        pipe is read unbuffered, so that a line already received is never waited for."""
+        import select
+        import time
+
+        end = None if timeout is None else time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.pending:
+            left = None if end is None else max(0.0, end - time.monotonic())
+            if not select.select([fd], [], [], left)[0]:
+                return None
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise OSError("the fork server ended")
+            self.pending += chunk
+        line, self.pending = self.pending.split(b"\n", 1)
+        return json.loads(line)
+
+
+def _console_scripts():
+    """fairseq's and the plugin's console scripts (what :func:`run_cli` is given by name) ->
+    their entry point's name."""
+    from importlib.metadata import entry_points
+
+    return {
+        e.name: e.name
+        for e in entry_points(group="console_scripts")
+        if e.name.startswith(("fairseq-", "lightcompress-"))
+    }
+
+
+_CONSOLE = _console_scripts()
+_ENCODING = __import__("locale").getpreferredencoding(False)
+_FORKS = _ForkServer()
 
 
 def preprocess(raw_dir, dest_dir, src="de", tgt="en", joined=True):

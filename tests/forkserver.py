@@ -1,0 +1,98 @@
+"""A fork server for the tests' console-script runs (``harness.run_cli``): torch and fairseq
+imported once, each command a fork of that process.
+
+Every fairseq command of the suite is a fresh interpreter that spends about 3 s importing torch,
+fairseq and what fairseq imports (scikit-learn and scipy for one of its criteria) before it does
+a tiny model's work in a second. This server imports them once and forks per command, so each
+command is still a process of its own (its own pid, arguments, working directory, environment,
+standard streams, exit status and signals, its own imports of the plugin and of fairseq's
+command-line module), only without the import. The state it starts from is the state a fresh
+``fairseq-train`` has after ``import fairseq``: nothing else is imported or run before the fork.
+
+Protocol (one JSON line each way, one command at a time): the test sends ``{"argv": [...],
+"entry": "console:NAME" | "python", "cwd", "env", "stdin", "stdout", "stderr"}`` (the streams as
+file paths); the server forks, answers ``{"pid": PID}``, waits for the child and answers
+``{"status": STATUS}`` (``os.waitpid``'s). Run as ``python tests/forkserver.py`` with the
+environment every command shares; ``harness.run_cli`` sends only commands whose environment
+differs from it in keys read after start-up (see ``harness.FORK_FIXED_ENV``).
+"""
+
+import json
+import os
+import sys
+
+
+def _child(req: dict) -> None:
+    """In the forked process: become the command and run it to its exit (never returns)."""
+    os.setsid()  # (its own process group, as the test's timeout ends it whole)
+    for fd, path, mode in (
+        (0, req["stdin"], os.O_RDONLY),
+        (1, req["stdout"], os.O_WRONLY | os.O_TRUNC | os.O_CREAT),
+        (2, req["stderr"], os.O_WRONLY | os.O_TRUNC | os.O_CREAT),
+    ):
+        f = os.open(path, mode, 0o600)
+        os.dup2(f, fd)
+        os.close(f)
+    os.environ.clear()
+    os.environ.update(req["env"])
+    os.chdir(req["cwd"])
+    argv = req["argv"]
+    entry = req["entry"]
+    if entry == "python":  # python -c CODE ARGS / python -m MODULE ARGS / python FILE ARGS
+        import runpy
+
+        if argv[1] == "-c":
+            sys.argv = ["-c", *argv[3:]]
+            sys.path[0] = ""
+            main = _fresh_main(None)
+            exec(compile(argv[2], "<string>", "exec"), main.__dict__)  # noqa: S102  (python -c)
+        elif argv[1] == "-m":
+            sys.argv = [argv[2], *argv[3:]]
+            sys.path[0] = os.getcwd()
+            runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = argv[1:]
+            sys.path[0] = os.path.dirname(os.path.abspath(argv[1]))
+            runpy.run_path(argv[1], run_name="__main__")
+        sys.exit(0)
+    # a console script: what its wrapper in the venv's bin/ does
+    from importlib.metadata import entry_points
+
+    name = entry.split(":", 1)[1]
+    (ep,) = [e for e in entry_points(group="console_scripts") if e.name == name]
+    sys.argv = [argv[0], *argv[1:]]
+    sys.path[0] = os.path.dirname(argv[0])
+    _fresh_main(argv[0])
+    sys.exit(ep.load()())
+
+
+def _fresh_main(path):
+    """A new ``__main__`` module (the server's own is this file)."""
+    import types
+
+    main = types.ModuleType("__main__")
+    if path is not None:
+        main.__file__ = path
+    sys.modules["__main__"] = main
+    return main
+
+
+def main() -> None:
+    import fairseq.options  # noqa: F401  (what every command imports first)
+    import torch  # noqa: F401
+
+    requests, replies = sys.stdin, sys.stdout
+    for line in requests:
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:  # (the server's pipes are replaced by the command's files: fds 0-2)
+            _child(req)  # (its exit, or its exception's traceback and status 1, as a process's)
+        replies.write(json.dumps({"pid": pid}) + "\n")
+        replies.flush()
+        _, status = os.waitpid(pid, 0)
+        replies.write(json.dumps({"status": status}) + "\n")
+        replies.flush()
+
+
+if __name__ == "__main__":
+    main()
