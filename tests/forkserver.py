@@ -1,20 +1,22 @@
-"""A fork server for the tests' console-script runs (``harness.run_cli``): torch and fairseq
-imported once, each command a fork of that process.
+"""A fork server for the tests' console-script runs (``harness.run_cli``): torch and what
+fairseq imports loaded once, each command a fork of that process.
 
 Every fairseq command of the suite is a fresh interpreter that spends about 3 s importing torch,
 fairseq and what fairseq imports (scikit-learn and scipy for one of its criteria) before it does
-a tiny model's work in a second. This server imports them once and forks per command, so each
-command is still a process of its own (its own pid, arguments, working directory, environment,
-standard streams, exit status and signals, its own imports of the plugin and of fairseq's
-command-line module), only without the import. The state it starts from is the state a fresh
-``fairseq-train`` has after ``import fairseq``: nothing else is imported or run before the fork.
+a tiny model's work in a second. This server imports torch and those libraries once (about 2 s
+of the 3) and forks per command, so each command is still a process of its own (its own pid,
+arguments, working directory, environment, standard streams, exit status and signals, its own
+imports of fairseq, of fairseq's command-line module and of the plugin), only without those
+imports. Nothing that keeps state a command sets up itself (logging, fairseq's registries) is
+imported before the fork: fairseq-train configures logging before it imports fairseq, and
+fairseq configures it when it is imported first.
 
 Protocol (one JSON line each way, one command at a time): the test sends ``{"argv": [...],
 "entry": "console:NAME" | "python", "cwd", "env", "stdin", "stdout", "stderr"}`` (the streams as
 file paths); the server forks, answers ``{"pid": PID}``, waits for the child and answers
 ``{"status": STATUS}`` (``os.waitpid``'s). Run as ``python tests/forkserver.py`` with the
 environment every command shares; ``harness.run_cli`` sends only commands whose environment
-differs from it in keys read after start-up (see ``harness.FORK_FIXED_ENV``).
+differs from it only in keys a process does not read at start-up (see ``harness._fixed``).
 """
 
 import json
@@ -78,8 +80,16 @@ def _fresh_main(path):
 
 
 def main() -> None:
-    import fairseq.options  # noqa: F401  (what every command imports first)
-    import torch  # noqa: F401
+    # what every fairseq command imports, and nothing that sets up state a command sets up
+    # first: fairseq itself is imported by the command (fairseq-train configures logging before
+    # it imports fairseq, whose wav2vec2 module calls logging.basicConfig)
+    import hydra  # noqa: F401
+    import numpy  # noqa: F401
+    import omegaconf  # noqa: F401
+    import scipy.stats  # noqa: F401  (fairseq's sentence_prediction criterion)
+    import sklearn.metrics  # noqa: F401  (the same)
+    import torch
+    import torch.nn.functional  # noqa: F401
 
     requests, replies = sys.stdin, sys.stdout
     for line in requests:
