@@ -28,6 +28,7 @@ __all__ = [
     "interactive",
     "make_parallel_corpus",
     "preprocess",
+    "run",
     "run_cli",
     "tiny_arch_args",
     "train",
@@ -115,6 +116,38 @@ def run_cli(name, args, cwd=None, env=None, check=True, timeout=900):
     return proc
 
 
+def run(
+    argv, input=None, cwd=None, env=None, timeout=None, text=False, capture_output=True, check=False
+):
+    """``subprocess.run(argv, capture_output=True, check=False, ...)`` for a command of a
+    test: forked from the worker's fork server like :func:`run_cli`'s commands where it is
+    ``python -c CODE`` / ``python -m MODULE`` of this interpreter or a fairseq / plugin console
+    script of the venv and its environment (``env``, else the test's) allows, else a fresh
+    interpreter."""
+    assert capture_output and not check, "harness.run captures the output; check it yourself"
+    argv = [str(a) for a in argv]
+    name = None
+    if argv[0] == sys.executable:
+        name = sys.executable
+    elif os.path.dirname(argv[0]) == _BIN:
+        name = os.path.basename(argv[0])
+    full_env = dict(os.environ if env is None else env)
+    proc = None
+    if name is not None:
+        proc = _FORKS.run(argv, name, cwd, full_env, timeout, input=input, text=text)
+    if proc is None:
+        proc = subprocess.run(  # noqa: PLW1510  (the caller checks the return code)
+            argv,
+            input=input,
+            capture_output=True,
+            text=text,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+        )
+    return proc
+
+
 def _cli_env():
     """The environment of :func:`run_cli`'s commands (before a call's own ``env``)."""
     full_env = dict(os.environ)
@@ -174,8 +207,9 @@ class _ForkServer:
         keys = set(base) | set(env)
         return not any(_fixed(k) and base.get(k) != env.get(k) for k in keys)
 
-    def run(self, argv, name, cwd, env, timeout):
-        """The command's CompletedProcess, or None where it must run as a fresh interpreter."""
+    def run(self, argv, name, cwd, env, timeout, input=None, text=True):
+        """The command's CompletedProcess, or None where it must run as a fresh interpreter.
+        ``input``: its standard input (else /dev/null); ``text``: str in and out, else bytes."""
         import tempfile
 
         with self.lock:
@@ -186,8 +220,13 @@ class _ForkServer:
             entry = "python" if name == sys.executable else f"console:{_CONSOLE[name]}"
             with tempfile.TemporaryDirectory(prefix="lc-fork-") as tmp:
                 out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
+                stdin = os.devnull
+                if input is not None:
+                    stdin = os.path.join(tmp, "stdin")
+                    with open(stdin, "wb") as f:
+                        f.write(input.encode(_ENCODING) if isinstance(input, str) else input)
                 req = {"argv": argv, "entry": entry, "cwd": os.path.abspath(cwd or os.getcwd())}
-                req.update(env=env, stdin=os.devnull, stdout=out, stderr=err)
+                req.update(env=env, stdin=stdin, stdout=out, stderr=err)
                 try:
                     self.proc.stdin.write((json.dumps(req) + "\n").encode())
                     pid = self._reply(None)["pid"]
@@ -195,8 +234,7 @@ class _ForkServer:
                     self.broken = True  # (the server is gone: fresh interpreters from now on)
                     return None
                 status = self._wait(pid, timeout)
-                with open(out, encoding=_ENCODING) as f_out, open(err, encoding=_ENCODING) as f_err:
-                    stdout, stderr = f_out.read(), f_err.read()
+                stdout, stderr = _read(out, text), _read(err, text)
             if status is None:
                 raise subprocess.TimeoutExpired(argv, timeout, output=stdout, stderr=stderr)
             return subprocess.CompletedProcess(
@@ -233,6 +271,15 @@ class _ForkServer:
             self.pending += chunk
         line, self.pending = self.pending.split(b"\n", 1)
         return json.loads(line)
+
+
+def _read(path, text):
+    """A command's output file as subprocess.run gives it (text: universal newlines)."""
+    if not text:
+        with open(path, "rb") as f:
+            return f.read()
+    with open(path, encoding=_ENCODING) as f:
+        return f.read()
 
 
 def _console_scripts():

@@ -15,6 +15,7 @@ import pytest
 
 __all__: list[str] = []
 
+import harness
 from harness import SOURCES
 
 # (input text, the lines fairseq sees)
@@ -41,7 +42,7 @@ def test_both_readers_split_at_newline_only(text, lines):
 
 
 def _translate_cli(*args, stdin: bytes):
-    return subprocess.run(
+    return harness.run(
         [
             sys.executable,
             "-c",
@@ -120,7 +121,7 @@ def test_a_cp_rank_beyond_the_largest_possible_rank_is_refused_before_fitting(
     CPLinear(32, 32, 32, 2)  # the bound itself is allowed (32 x 2 x 16: 2 x 16)
     out = tmp_path / "sm.pt"
     flags = [str(a) for a in harness.tiny_arch_args("smartformer_iwslt_de_en")]
-    proc = subprocess.run(
+    proc = harness.run(
         [
             sys.executable,
             "-m",
@@ -214,7 +215,7 @@ def test_a_config_error_in_a_python_shell_or_program_keeps_the_interpreter_alive
     )
     assert proc.returncode == 1 and "atexit ran" in proc.stdout and "Traceback" in proc.stderr
     # a command keeps its one line and exit status 2
-    proc = subprocess.run(
+    proc = harness.run(
         [sys.executable, "-c", code + "CompressionSpec.parse('x = nokind()')"],
         capture_output=True,
         text=True,
@@ -227,7 +228,7 @@ def test_a_config_error_in_a_python_shell_or_program_keeps_the_interpreter_alive
 
 def test_every_plugin_architecture_is_listed_and_has_help():
     env = dict(os.environ, PYTHONPATH=SOURCES, PYTHONWARNINGS="ignore")
-    run = lambda *a: subprocess.run(
+    run = lambda *a: harness.run(
         [sys.executable, "-m", "lightcompress", *a],
         capture_output=True,
         text=True,
@@ -496,7 +497,7 @@ def test_a_teacher_with_nan_weights_is_one_line_in_the_converter(tiny_transforme
     torch.save(state, bad)
     out = tmp_path / "lf.pt"
     flags = [str(a) for a in harness.tiny_arch_args("lightformer_iwslt_de_en")]
-    proc = subprocess.run(
+    proc = harness.run(
         [
             sys.executable,
             "-m",

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from argparse import Namespace
 
+import harness
 import numpy as np
 import pytest
 import torch
@@ -184,7 +185,7 @@ def _test_sources(task):
 
 
 def _run_export(*args):
-    return subprocess.run(
+    return harness.run(
         [sys.executable, "-c", "from lightcompress.deploy.ct2 import cli_main; cli_main()", *args],
         capture_output=True,
         text=True,
@@ -819,7 +820,7 @@ def test_translator_translates_raw_text_as_fairseqs_hub_interface(toy):
 
 
 def _translate_cli(*args, stdin=""):
-    return subprocess.run(
+    return harness.run(
         [
             sys.executable,
             "-c",
@@ -1443,7 +1444,7 @@ def test_onnx_export_command_and_its_torch_free_translate_py_give_the_fast_paths
     from lightcompress.deploy import Translator
 
     out = tmp_path / "onnx"
-    proc = subprocess.run(
+    proc = harness.run(
         [
             sys.executable,
             "-c",

@@ -17,6 +17,7 @@ import re
 import subprocess
 import sys
 
+import harness
 import pytest
 from harness import SOURCES
 from test_deploy import _no_torch_env, make_checkpoint
@@ -175,7 +176,7 @@ def iwslt(tmp_path_factory, bpe_toy):
 
 
 def _export(*args):
-    return subprocess.run(
+    return harness.run(
         [
             sys.executable,
             "-c",
@@ -282,7 +283,7 @@ def test_bpe_export_takes_raw_text_and_returns_detokenized_text_without_torch(iw
     assert hits >= 0.6, (got, ref)
 
     # lightcompress-translate --bpe-codes (PyTorch) gives the same text
-    proc = subprocess.run(
+    proc = harness.run(
         [
             sys.executable,
             "-c",

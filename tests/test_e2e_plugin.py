@@ -48,7 +48,7 @@ def test_checkpoint_loads_with_weights_only_because_of_the_allow_list(tiny_trans
     ckpt = os.path.join(tiny_transformer, "checkpoint_best.pt")
     code = "import sys, torch\n{}torch.load(sys.argv[1])\nprint('LOADED')"
     env = {k: v for k, v in os.environ.items() if k not in CHECKPOINT_ENV_VARS}
-    bare = subprocess.run(
+    bare = harness.run(
         [sys.executable, "-c", code.format(""), ckpt],
         capture_output=True,
         text=True,
@@ -56,7 +56,7 @@ def test_checkpoint_loads_with_weights_only_because_of_the_allow_list(tiny_trans
         check=False,
     )
     assert bare.returncode != 0 and "Unsupported global" in bare.stderr
-    shimmed = subprocess.run(
+    shimmed = harness.run(
         [sys.executable, "-c", code.format("import lightcompress.plugin\n"), ckpt],
         capture_output=True,
         text=True,

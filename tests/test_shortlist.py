@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 
+import harness
 import numpy as np
 import pytest
 import torch
@@ -446,7 +447,7 @@ def words(tmp_path_factory):
 
 
 def _cli(module, *args, stdin=""):
-    return subprocess.run(
+    return harness.run(
         [sys.executable, "-c", f"from {module} import cli_main; cli_main()", *map(str, args)],
         capture_output=True,
         text=True,

@@ -452,7 +452,9 @@ def _plan_evaluate(ctx: _Context, student: str) -> None:
         if ctx.post:
             gen += ["--post-process", ctx.post]
         what = f"the {who} translates the test split"
-        step = Step(f"test-{who}", what, [gen], outputs=[out], stdout_to=[out], call=_generate)
+        step = Step(
+            f"test-{who}", what, [gen], outputs=[out], stdout_to=[out], call=_fairseq_generate
+        )
         ctx.steps.append(step)
 
 
@@ -584,7 +586,7 @@ def _ct2_main(argv: list[str]) -> int:
     return main(argv)
 
 
-def _generate(argv: list[str]) -> int:
+def _fairseq_generate(argv: list[str]) -> int:
     """fairseq-generate (its console script: ``fairseq_cli.generate.cli_main``, which reads
     ``sys.argv``; the step runner puts it back), called as a function; its hypotheses go to the
     step's output file, its log records to the step's log, as the command's do."""
