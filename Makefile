@@ -75,6 +75,8 @@ demo: install
 # pytest-xdist, one worker per core (at most 8; TEST_WORKERS=0 runs serially in one process):
 # tests/conftest.py's scheduler keeps a module with module fixtures (trained models) on one
 # worker and sends the slowest work first; the slowest tests and modules are printed at the end.
+# The tests' fairseq and plugin commands are forked from a server per worker that has imported
+# torch once (tests/forkserver.py; LC_TEST_NO_FORK=1: each a fresh interpreter).
 TEST_WORKERS ?= auto
 test: install web
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -ra --durations=15 \
