@@ -91,6 +91,12 @@ def main() -> None:
     import torch
     import torch.nn.functional  # noqa: F401
 
+    # a fork copies only the thread that forks: a library that started a thread when imported
+    # (onnxruntime does) may hold a lock the command then waits for forever (seen here: a
+    # command hung). One thread, or no server (the tests then start fresh interpreters).
+    if len(os.listdir("/proc/self/task")) != 1:
+        sys.exit("forkserver: more than one thread after the imports; not forking")
+
     requests, replies = sys.stdin, sys.stdout
     for line in requests:
         req = json.loads(line)
