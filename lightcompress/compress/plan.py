@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import os
 import sys
 from dataclasses import dataclass, field
@@ -552,38 +553,22 @@ def _measure_main(argv: list[str]) -> int:
     return main(argv)
 
 
-def _int8_main(argv: list[str]) -> int:
-    from lightcompress.compress.int8 import main
+def _main_of(module: str):
+    """A console script's ``main(argv) -> int`` (``module.main``), imported when its step is
+    called in compress's process (no new interpreter importing torch and fairseq)."""
 
-    return main(argv)
+    def call(argv: list[str]) -> int:
+        return importlib.import_module(module).main(argv)
 
-
-# the console scripts of the transfer, fusion, shortlist and export steps, called as functions
-# (each is its ``main(argv) -> int``; no new interpreter importing torch and fairseq)
-
-
-def _convert_main(argv: list[str]) -> int:
-    from lightcompress.convert.cli import main  # (and ``dawid-fuse ...``)
-
-    return main(argv)
+    return call
 
 
-def _shortlist_main(argv: list[str]) -> int:
-    from lightcompress.deploy.shortlist_build import main
-
-    return main(argv)
-
-
-def _export_onnx_main(argv: list[str]) -> int:
-    from lightcompress.deploy.onnx_export import main
-
-    return main(argv)
-
-
-def _ct2_main(argv: list[str]) -> int:
-    from lightcompress.deploy.ct2 import main
-
-    return main(argv)
+# the int8, transfer (and ``dawid-fuse ...``), shortlist and export steps' commands
+_int8_main = _main_of("lightcompress.compress.int8")
+_convert_main = _main_of("lightcompress.convert.cli")
+_shortlist_main = _main_of("lightcompress.deploy.shortlist_build")
+_export_onnx_main = _main_of("lightcompress.deploy.onnx_export")
+_ct2_main = _main_of("lightcompress.deploy.ct2")
 
 
 def _fairseq_generate(argv: list[str]) -> int:
