@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import harness
 import pytest
 from test_compress import CMD, _compress, _compress_here, _env, _one_line_error, _teacher
 
@@ -28,16 +29,40 @@ FAST = [
     "--cpu",
 ]
 
-# A subreaper (Linux): runs compress, kills it with -9 once STEP's command runs (a process whose
-# command line holds WANT), then waits up to 20 s for every descendant to end. An orphan is
-# re-parented to this process, not to init, so it is found; it is listed and killed.
+# A subreaper (Linux) for every step in turn: runs compress (`python -m lightcompress.compress
+# ARGS`, forked from this process, which harness.run forks from the tests' fork server: torch
+# already imported), kills it with -9 once STEP's command runs (a process whose command line
+# holds WANT), then waits up to 20 s for every descendant to end. An orphan is re-parented to
+# this process, not to init, so it is found; it is listed and killed. One JSON line a step:
+# what was killed and seen, what was left, compress's output and the temporary files in SAVE.
 KILLER = r"""
-import ctypes, json, os, re, signal, subprocess, sys, threading, time
+import ctypes, json, os, re, runpy, signal, sys, time
+from pathlib import Path
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-step, want, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
-proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-lines = []
-threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+save, steps, logs, argv = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4:]
+os.makedirs(logs, exist_ok=True)
+
+def start(log):
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(fd, 1)  # (stdout and stderr into one file, as a pipe with stderr=STDOUT)
+    os.dup2(fd, 2)
+    os.close(fd)
+    fd = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(fd, 0)
+    os.close(fd)
+    sys.argv = ["-m", *argv]
+    runpy.run_module("lightcompress.compress", run_name="__main__", alter_sys=True)
+    sys.exit(0)  # (an exception ends the child with its traceback, as an interpreter's)
+
+def text(log):
+    try:
+        return Path(log).read_text(errors="replace")
+    except OSError:
+        return ""
 
 def table():
     out = {}
@@ -61,35 +86,43 @@ def below(root, procs):
                 todo.append(pid)
     return found
 
-header = re.compile(r"^\[compress \d+/\d+ " + re.escape(step) + r" \+")
-deadline, ready = time.monotonic() + 600, False
-while proc.poll() is None and time.monotonic() < deadline and not ready:
-    time.sleep(0.05)
-    if any(header.match(x) for x in list(lines)):
-        ready = not want or any(want in c and "guard.py" not in c
-                                for c in below(proc.pid, table()).values())
-killed = proc.poll() is None
-seen = below(proc.pid, table()) if killed else {}
-if killed:
-    os.kill(proc.pid, signal.SIGKILL)
-proc.wait()
-left, end = {}, time.monotonic() + 20  # (the guard: SIGTERM, 10 s, SIGKILL)
-while time.monotonic() < end:
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
-    except ChildProcessError:
-        pass
-    left = below(os.getpid(), table())
-    if not left:
-        break
-    time.sleep(0.2)
-for pid in left:
-    try:
+for step, want in steps:
+    log = os.path.join(logs, f"{step}.log")
+    header = re.compile(r"^\[compress \d+/\d+ " + re.escape(step) + r" \+", re.M)
+    pid = start(log)
+    deadline, ready, ended = time.monotonic() + 600, False, False
+    while not ended and time.monotonic() < deadline and not ready:
+        time.sleep(0.05)
+        if header.search(text(log)):
+            ready = not want or any(want in c and "guard.py" not in c
+                                    for c in below(pid, table()).values())
+        ended = os.waitpid(pid, os.WNOHANG)[0] == pid
+    killed = not ended
+    seen = below(pid, table()) if killed else {}
+    if killed:
         os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
-print(json.dumps({"killed": killed, "seen": seen, "left": left, "out": "".join(lines)}))
+        os.waitpid(pid, 0)
+    left, end = {}, time.monotonic() + 20  # (the guard: SIGTERM, 10 s, SIGKILL)
+    while time.monotonic() < end:
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
+        except ChildProcessError:
+            pass
+        left = below(os.getpid(), table())
+        if not left:
+            break
+        time.sleep(0.2)
+    for p in left:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    tmp = sorted(str(p.relative_to(save)) for p in Path(save).rglob("*") if p.name.endswith(".tmp"))
+    print(json.dumps({"step": step, "want": want, "killed": killed, "seen": seen, "left": left,
+                      "out": text(log), "tmp": tmp}), flush=True)
+    if not killed:
+        break
 """
 
 KD_STEPS = [
@@ -139,17 +172,25 @@ def test_kill_9_in_every_step_leaves_no_process_and_the_rerun_finishes(
         "0",
         *FAST,
     ]
+    run = harness.run(
+        [
+            sys.executable,
+            "-c",
+            KILLER,
+            save,
+            json.dumps(KD_STEPS),
+            tmp_path / "logs",
+            *args[len(CMD) :],
+        ],
+        env=_env(),
+        text=True,
+        timeout=1800,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     killed = []
-    for step, want in KD_STEPS:
-        run = subprocess.run(
-            [sys.executable, "-c", KILLER, step, want, *args],
-            env=_env(),
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=True,
-        )
-        res = json.loads(run.stdout.splitlines()[-1])
+    for line in run.stdout.splitlines():
+        res = json.loads(line)
+        step, want = res["step"], res["want"]
         assert res["left"] == {}, (step, res["left"], res["out"][-3000:])
         if not res["killed"]:  # (finished before it could be killed: nothing left to do)
             assert "done:" in res["out"], res["out"][-3000:]
@@ -158,8 +199,8 @@ def test_kill_9_in_every_step_leaves_no_process_and_the_rerun_finishes(
         if want:
             assert any(want in c for c in res["seen"].values()), (step, res["seen"])
         # only compress's own temporary files (a kill -9 runs no clean-up) may remain
-        own = [p for p in _temp_files(save) if p.startswith("eval/") or "/" not in p]
-        assert _temp_files(save) == own, (step, _temp_files(save))
+        own = [p for p in res["tmp"] if p.startswith("eval/") or "/" not in p]
+        assert res["tmp"] == own, (step, res["tmp"])
     assert {"kd-data", "fine-tune", "test-teacher"} <= set(killed), killed
     proc = _compress(args[len(CMD) :])
     assert "done:" in proc.stdout and (save / "report.md").exists()

@@ -48,14 +48,8 @@ CMD = [sys.executable, "-m", "lightcompress.compress"]
 
 
 def _compress(args, check=True):
-    proc = subprocess.run(
-        [*CMD, *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=900,
-        check=False,
-    )
+    # (forked from the worker's fork server: harness.run; a process of its own either way)
+    proc = harness.run([*CMD, *map(str, args)], text=True, env=_env(), timeout=900)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"

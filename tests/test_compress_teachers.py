@@ -186,7 +186,7 @@ def test_end_to_end_from_a_bpe_teacher_to_an_export_that_takes_raw_text(
     bpe_teachers, name, tmp_path
 ):
     save = tmp_path / "c"
-    proc = subprocess.run(
+    proc = harness.run(
         [
             *CMD,
             bpe_teachers[name],
@@ -203,11 +203,9 @@ def test_end_to_end_from_a_bpe_teacher_to_an_export_that_takes_raw_text(
             "--cpu",
             *FAST,
         ],
-        capture_output=True,
         text=True,
         env=_env(),
         timeout=900,
-        check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     doc = json.loads((save / "report.json").read_text())
