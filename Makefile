@@ -76,7 +76,8 @@ demo: install
 # tests/conftest.py's scheduler keeps a module with module fixtures (trained models) on one
 # worker and sends the slowest work first; the slowest tests and modules are printed at the end.
 # The tests' fairseq and plugin commands are forked from a server per worker that has imported
-# torch once (tests/forkserver.py; LC_TEST_NO_FORK=1: each a fresh interpreter).
+# torch once (tests/forkserver.py; LC_TEST_NO_FORK=1: each a fresh interpreter;
+# LC_TEST_FORK_LOG=FILE: which commands ran as fresh interpreters and why).
 TEST_WORKERS ?= auto
 test: install web
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -ra --durations=15 \

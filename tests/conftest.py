@@ -114,7 +114,7 @@ def tiny_transformer(tiny_data, tmp_path_factory):
 # own entry is added once to the module's unit (its module fixtures' set-up); tests not listed
 # count DEFAULT_SECONDS.
 SLOW = {
-    "tests/test_bad_inputs_compress.py::test_kill_9_in_every_step": 69,
+    "tests/test_bad_inputs_compress.py::test_kill_9_in_every_step": 50,
     "tests/test_bad_inputs_compress.py::test_dawid_reaches_its_target": 35,
     "tests/test_compress.py::test_a_run_stopped_during_fine_tuning": 33,
     "tests/test_compress.py::test_hypoformer_from_the_post_ln_teacher": 27,

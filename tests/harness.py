@@ -47,9 +47,9 @@ SOURCES = os.pathsep.join((REPO_ROOT, RUNTIME_ROOT))
 for _path in (RUNTIME_ROOT, REPO_ROOT):
     if _path not in sys.path:
         sys.path.insert(0, _path)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (RUNTIME_ROOT, os.environ.get("PYTHONPATH", "")) if p
-)
+_PATHS = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+if RUNTIME_ROOT not in _PATHS:  # (xdist's workers inherit it from the controller)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (RUNTIME_ROOT, *_PATHS) if p)
 
 _BIN = os.path.dirname(sys.executable)
 
@@ -154,9 +154,24 @@ def _cli_env():
 # server's are fixed when it starts): a command whose value differs runs as a fresh interpreter.
 FORK_FIXED_ENV = ("PYTHON", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "LD_", "TORCH", "PYTORCH")
 FORK_FIXED_ENV_NAMES = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "CUDA_VISIBLE_DEVICES", "TMPDIR")
+# ... except those set in a worker's environment while it runs, at a time that depends on which
+# test ran first, and not read at start-up: PYTHON (the interpreter the recipes' scripts run,
+# which lightcompress-compress's main sets when a test calls it in-process), scikit-learn's
+# (set on import with setdefault; the fork server imports it, so its forks have them as every
+# fairseq command does), torch's inductor's (read when it compiles, after a command has its
+# environment). Compared, a worker whose tests set them after its fork server started ran every
+# later command as a fresh interpreter.
+FORK_SET_WHILE_RUNNING = (
+    "PYTHON",
+    "KMP_DUPLICATE_LIB_OK",
+    "KMP_INIT_AT_FORK",
+    "TORCHINDUCTOR_CACHE_DIR",
+)
 
 
 def _fixed(key):
+    if key in FORK_SET_WHILE_RUNNING:
+        return False
     return key.startswith(FORK_FIXED_ENV) or key in FORK_FIXED_ENV_NAMES
 
 
@@ -195,7 +210,13 @@ class _ForkServer:
             return False
         base = self.env if self.proc is not None else _cli_env()
         keys = set(base) | set(env)
-        return not any(_fixed(k) and base.get(k) != env.get(k) for k in keys)
+        diff = [
+            (k, base.get(k), env.get(k)) for k in keys if _fixed(k) and base.get(k) != env.get(k)
+        ]
+        if diff and os.environ.get("LC_TEST_FORK_LOG"):  # (why a command ran fresh: a file)
+            with open(os.environ["LC_TEST_FORK_LOG"], "a", encoding="utf-8") as f:
+                f.write(f"{os.environ.get('PYTEST_CURRENT_TEST')}\t{argv[:3]}\t{diff}\n")
+        return not diff
 
     def run(self, argv, name, cwd, env, timeout, input=None, text=True):
         """The command's CompletedProcess, or None where it must run as a fresh interpreter.

@@ -477,7 +477,8 @@ def test_kept_exports_are_linked_for_the_next_run_of_the_same_checkpoint(tmp_pat
 
     from lightcompress.measure import candidates as cand
 
-    monkeypatch.setattr(cand, "_kept", {"": str(tmp_path / "kept")})
+    monkeypatch.setattr(cand, "_kept_folder", str(tmp_path / "kept"))
+    monkeypatch.setattr(cand, "_kept", {})
     (tmp_path / "kept").mkdir()
     ckpt = tmp_path / "student.pt"
     ckpt.write_bytes(b"weights")

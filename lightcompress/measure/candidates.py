@@ -181,8 +181,10 @@ def with_int8(
     return out
 
 
-# the exports kept for the next run in this process (keep_exports): key -> folder of hard links
-_kept: dict | None = None
+# the exports kept for the next run in this process (keep_exports): the folder that holds them
+# (None: nothing is kept) and key -> its folder of hard links there
+_kept_folder: str | None = None
+_kept: dict = {}
 
 
 def keep_exports() -> None:
@@ -192,15 +194,14 @@ def keep_exports() -> None:
     exports are deterministic). For ``lightcompress-compress``, whose two speed steps (batch 1
     and batch 32, called in its process) export the same models. The files are hard links in a
     folder of their own (no second copy on disk), removed when the process exits."""
-    global _kept
-    if _kept is None:
+    global _kept_folder
+    if _kept_folder is None:
         import atexit
         import shutil
         import tempfile
 
-        folder = tempfile.mkdtemp(prefix="measure_speed.kept.")
-        atexit.register(shutil.rmtree, folder, True)
-        _kept = {"": folder}
+        _kept_folder = tempfile.mkdtemp(prefix="measure_speed.kept.")
+        atexit.register(shutil.rmtree, _kept_folder, True)
 
 
 def _identity(path: str | None):
@@ -212,7 +213,7 @@ def _identity(path: str | None):
 
 def _export_key(c, engine: str, prefix: str, precision: str, shortlist: str | None):
     """What an export depends on (None: not kept: a model with random weights)."""
-    if _kept is None or c.random_weights or not os.path.isfile(str(c.source)):
+    if _kept_folder is None or c.random_weights or not os.path.isfile(str(c.source)):
         return None
     cfg = getattr(c.task, "cfg", None) or getattr(c.task, "args", None)
     data = getattr(cfg, "data", None)
@@ -238,7 +239,7 @@ def _keep(key, target: str) -> None:
     """Keep the export in ``target`` under ``key`` (best effort: not kept where it cannot be)."""
     import shutil
 
-    kept = os.path.join(_kept[""], str(len(_kept)))
+    kept = os.path.join(_kept_folder, str(len(_kept)))
     try:
         _link_tree(target, kept)
     except OSError:
