@@ -136,6 +136,35 @@ def test_an_empty_hypothesis_is_refused(tmp_path):
     assert check_shard(str(gen), offset=10, size=2, allow_empty=True)[1] == ["x y", ""]
 
 
+def test_the_binarization_in_this_process_leaves_its_logging_as_it_was(tiny_data, tmp_path):
+    """The merged pairs are binarized by fairseq-preprocess's main in distill's own process: a
+    failure is a DistillError naming it, and the root logger's handlers and levels are left
+    as they were (its log file handler removed)."""
+    import logging
+    from types import SimpleNamespace
+
+    from lightcompress.kd.distill import DistillError, _binarize
+
+    root = logging.getLogger()
+    before = [(h, h.level) for h in root.handlers] + [root.level]
+    args = SimpleNamespace(out_dir=str(tmp_path / "out"), workers=1, data=tiny_data)
+    with pytest.raises(DistillError, match=r"^fairseq-preprocess failed: FileNotFoundError: "):
+        _binarize(str(tmp_path / "no-such-text"), args, "de", "en")
+    assert [(h, h.level) for h in root.handlers] + [root.level] == before
+    # the pairs binarized: the same ids as fairseq-preprocess gives the original text
+    raw = os.path.join(os.path.dirname(tiny_data), "raw", "train")
+    _binarize(raw, args, "de", "en")
+    assert [(h, h.level) for h in root.handlers] + [root.level] == before
+    from fairseq.data import data_utils
+
+    for lang in ("de", "en"):
+        ours = data_utils.load_indexed_dataset(f"{args.out_dir}/train.de-en.{lang}", None)
+        theirs = data_utils.load_indexed_dataset(f"{tiny_data}/train.de-en.{lang}", None)
+        assert len(ours) == len(theirs) > 0
+        assert all(torch.equal(ours[i], theirs[i]) for i in range(len(ours)))
+    assert "sents" in (tmp_path / "out" / "preprocess.log").read_text()
+
+
 def test_rerun_resumes_keeping_finished_shards(distilled, tiny_data, tiny_transformer, tmp_path):
     from lightcompress.kd.distill import DistillError, main
 

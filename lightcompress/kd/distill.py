@@ -236,7 +236,7 @@ def _generate_command(args, shard_dir):
 
 
 def _child_setup(parent):  # pragma: no cover - runs in the forked child
-    """Linux: the child (fairseq-generate, -preprocess) gets SIGTERM when this process dies,
+    """Linux: the child (fairseq-generate or the ONNX engine) gets SIGTERM when this process dies,
     even by SIGKILL, so that a killed run leaves no translation running with parent 1."""
     import ctypes
 
@@ -623,34 +623,50 @@ def _main(argv):
         return 0
 
     _progress(f"binarizing {n:,} pairs into {args.out_dir}")
-    cmd = [
-        sys.executable,
-        "-m",
-        "fairseq_cli.preprocess",
-        "--source-lang",
-        src,
-        "--target-lang",
-        tgt,
-        "--trainpref",
-        text_prefix,
-        "--destdir",
-        args.out_dir,
-        "--workers",
-        str(args.workers),
-        "--srcdict",
-        os.path.join(args.data, f"dict.{src}.txt"),
-        "--tgtdict",
-        os.path.join(args.data, f"dict.{tgt}.txt"),
-    ]
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, **_popen_kwargs())
-    if proc.returncode != 0:
-        raise DistillError(f"fairseq-preprocess failed:\n{proc.stderr[-3000:]}")
+    _binarize(text_prefix, args, src, tgt)
     out_prefix = os.path.join(args.out_dir, f"train.{src}-{tgt}.")
     _verify_source(prefix, out_prefix, src)
     if len(_load(out_prefix, tgt)) != n:
         raise DistillError(f"binarized distilled target does not have {n} lines")
     print(f"[distill] wrote {args.out_dir}: {n} pairs (source verified against {args.data})")
     return 0
+
+
+def _binarize(text_prefix, args, src, tgt) -> None:
+    """fairseq-preprocess of the merged pairs with the teacher's dictionaries into ``OUT``, as
+    fairseq-preprocess's ``main`` in this process (fairseq is imported already: a command of its
+    own spent about 3 s starting). Its INFO lines go to its log file only (OUT/preprocess.log,
+    as fairseq-preprocess writes it); a failure is a :class:`DistillError` (a stop ends it as it ends the run: a
+    rerun binarizes again)."""
+    import logging
+
+    from fairseq import options
+
+    argv = ["--source-lang", src, "--target-lang", tgt, "--trainpref", text_prefix]
+    argv += ["--destdir", args.out_dir, "--workers", str(args.workers)]
+    argv += ["--srcdict", os.path.join(args.data, f"dict.{src}.txt")]
+    argv += ["--tgtdict", os.path.join(args.data, f"dict.{tgt}.txt")]
+    pre = options.get_preprocessing_parser().parse_args(argv)
+    root = logging.getLogger()
+    quiet = [(h, h.level) for h in root.handlers]  # (this run's own: its INFO lines stay out)
+    for h, level in quiet:
+        h.setLevel(max(level, logging.WARNING))
+    root_level = root.level
+    root.setLevel(logging.INFO)  # (for the log file, whoever configured logging or not)
+    try:
+        from fairseq_cli import preprocess  # (its import may call logging.basicConfig)
+
+        preprocess.main(pre)
+    except Exception as exc:  # (fairseq's own errors: a message, no traceback needed)
+        raise DistillError(f"fairseq-preprocess failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        for h in root.handlers[:]:  # (main adds a file handler: OUT/preprocess.log, as before)
+            if h not in dict(quiet):
+                root.removeHandler(h)
+                h.close()
+        for h, level in quiet:
+            h.setLevel(level)
+        root.setLevel(root_level)
 
 
 def cli_main(argv=None) -> int:
