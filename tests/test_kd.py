@@ -136,25 +136,34 @@ def test_an_empty_hypothesis_is_refused(tmp_path):
     assert check_shard(str(gen), offset=10, size=2, allow_empty=True)[1] == ["x y", ""]
 
 
-def test_the_binarization_in_this_process_leaves_its_logging_as_it_was(tiny_data, tmp_path):
+def test_the_binarization_in_this_process_leaves_its_logging_as_it_was(
+    tiny_data, tmp_path, monkeypatch
+):
     """The merged pairs are binarized by fairseq-preprocess's main in distill's own process: a
-    failure is a DistillError naming it, and the root logger's handlers and levels are left
-    as they were (its log file handler removed)."""
+    failure is a DistillError naming it; its log file gets its lines whatever the logging was
+    (here: as a worker that ran other tests may have it, all disabled, its logger too), and the
+    root logger's handlers, levels and switches are left as they were."""
     import logging
     from types import SimpleNamespace
 
     from lightcompress.kd.distill import DistillError, _binarize
 
-    root = logging.getLogger()
-    before = [(h, h.level) for h in root.handlers] + [root.level]
+    root, own = logging.getLogger(), logging.getLogger("fairseq_cli.preprocess")
+    monkeypatch.setattr(logging.root.manager, "disable", logging.CRITICAL)
+    monkeypatch.setattr(own, "disabled", True)
+
+    def state():
+        return [(h, h.level) for h in root.handlers], root.level, root.manager.disable, own.disabled
+
+    before = state()
     args = SimpleNamespace(out_dir=str(tmp_path / "out"), workers=1, data=tiny_data)
     with pytest.raises(DistillError, match=r"^fairseq-preprocess failed: FileNotFoundError: "):
         _binarize(str(tmp_path / "no-such-text"), args, "de", "en")
-    assert [(h, h.level) for h in root.handlers] + [root.level] == before
+    assert state() == before
     # the pairs binarized: the same ids as fairseq-preprocess gives the original text
     raw = os.path.join(os.path.dirname(tiny_data), "raw", "train")
     _binarize(raw, args, "de", "en")
-    assert [(h, h.level) for h in root.handlers] + [root.level] == before
+    assert state() == before
     from fairseq.data import data_utils
 
     for lang in ("de", "en"):

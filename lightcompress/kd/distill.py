@@ -651,8 +651,13 @@ def _binarize(text_prefix, args, src, tgt) -> None:
     quiet = [(h, h.level) for h in root.handlers]  # (this run's own: its INFO lines stay out)
     for h, level in quiet:
         h.setLevel(max(level, logging.WARNING))
-    root_level = root.level
-    root.setLevel(logging.INFO)  # (for the log file, whoever configured logging or not)
+    # for the log file, whoever configured logging before (a level, logging.disable, or a
+    # dictConfig that disabled the loggers that existed then): put back afterwards
+    own = logging.getLogger("fairseq_cli.preprocess")
+    kept = root.level, logging.root.manager.disable, own.disabled
+    root.setLevel(logging.INFO)
+    logging.disable(logging.NOTSET)
+    own.disabled = False
     try:
         from fairseq_cli import preprocess  # (its import may call logging.basicConfig)
 
@@ -666,7 +671,9 @@ def _binarize(text_prefix, args, src, tgt) -> None:
                 h.close()
         for h, level in quiet:
             h.setLevel(level)
-        root.setLevel(root_level)
+        root.setLevel(kept[0])
+        logging.disable(kept[1])
+        own.disabled = kept[2]
 
 
 def cli_main(argv=None) -> int:
