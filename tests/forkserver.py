@@ -13,7 +13,7 @@ fairseq configures it when it is imported first.
 
 Protocol (one JSON line each way, one command at a time): the test sends ``{"argv": [...],
 "entry": "console:NAME" | "python", "cwd", "env", "stdin", "stdout", "stderr"}`` (the streams as
-file paths); the server forks, answers ``{"pid": PID}``, waits for the child and answers
+file paths; stderr the stdout path: one file for both); the server forks, answers ``{"pid": PID}``, waits for the child and answers
 ``{"status": STATUS}`` (``os.waitpid``'s). Run as ``python tests/forkserver.py`` with the
 environment every command shares; ``harness.run_cli`` sends only commands whose environment
 differs from it only in keys a process does not read at start-up (see ``harness._fixed``).
@@ -32,6 +32,9 @@ def _child(req: dict) -> None:
         (1, req["stdout"], os.O_WRONLY | os.O_TRUNC | os.O_CREAT),
         (2, req["stderr"], os.O_WRONLY | os.O_TRUNC | os.O_CREAT),
     ):
+        if fd == 2 and path == req["stdout"]:  # (one file for both, as stderr=STDOUT)
+            os.dup2(1, 2)
+            continue
         f = os.open(path, mode, 0o600)
         os.dup2(f, fd)
         os.close(f)

@@ -228,7 +228,7 @@ class _ForkServer:
                 return None
             if self.proc is None or self.proc.poll() is not None:
                 self._start()
-            entry = "python" if name == sys.executable else f"console:{_CONSOLE[name]}"
+            entry = "python" if name == sys.executable else f"console:{name}"
             with tempfile.TemporaryDirectory(prefix="lc-fork-") as tmp:
                 out, err = os.path.join(tmp, "stdout"), os.path.join(tmp, "stderr")
                 stdin = os.devnull
@@ -294,15 +294,14 @@ def _read(path, text):
 
 
 def _console_scripts():
-    """fairseq's and the plugin's console scripts (what :func:`run_cli` is given by name) ->
-    their entry point's name."""
+    """fairseq's and the plugin's console scripts (what :func:`run_cli` is given by name)."""
     from importlib.metadata import entry_points
 
-    return {
-        e.name: e.name
+    return frozenset(
+        e.name
         for e in entry_points(group="console_scripts")
         if e.name.startswith(("fairseq-", "lightcompress-"))
-    }
+    )
 
 
 _CONSOLE = _console_scripts()

@@ -30,33 +30,28 @@ FAST = [
 ]
 
 # A subreaper (Linux) for every step in turn: runs compress (`python -m lightcompress.compress
-# ARGS`, forked from this process, which harness.run forks from the tests' fork server: torch
-# already imported), kills it with -9 once STEP's command runs (a process whose command line
+# ARGS`, forked from this process as the tests' fork server forks a command, forkserver._child;
+# this process is itself forked from that server by harness.run: torch already imported), kills it with -9 once STEP's command runs (a process whose command line
 # holds WANT), then waits up to 20 s for every descendant to end. An orphan is re-parented to
 # this process, not to init, so it is found; it is listed and killed. One JSON line a step:
 # what was killed and seen, what was left, compress's output and the temporary files in SAVE.
 KILLER = r"""
-import ctypes, json, os, re, runpy, signal, sys, time
+import ctypes, json, os, re, signal, sys, time
 from pathlib import Path
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-save, steps, logs, argv = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4:]
+save, steps, logs, tests, argv = sys.argv[1], json.loads(sys.argv[2]), *sys.argv[3:5], sys.argv[5:]
 os.makedirs(logs, exist_ok=True)
+sys.path.insert(0, tests)
+import forkserver
 
 def start(log):
     sys.stdout.flush()
     pid = os.fork()
-    if pid:
-        return pid
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(fd, 1)  # (stdout and stderr into one file, as a pipe with stderr=STDOUT)
-    os.dup2(fd, 2)
-    os.close(fd)
-    fd = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(fd, 0)
-    os.close(fd)
-    sys.argv = ["-m", *argv]
-    runpy.run_module("lightcompress.compress", run_name="__main__", alter_sys=True)
-    sys.exit(0)  # (an exception ends the child with its traceback, as an interpreter's)
+    if pid == 0:  # (becomes `python -m lightcompress.compress ARGV`, stdout and stderr in LOG)
+        forkserver._child({"argv": [sys.executable, "-m", "lightcompress.compress", *argv],
+                           "entry": "python", "cwd": os.getcwd(), "env": dict(os.environ),
+                           "stdin": os.devnull, "stdout": log, "stderr": log})
+    return pid
 
 def text(log):
     try:
@@ -180,6 +175,7 @@ def test_kill_9_in_every_step_leaves_no_process_and_the_rerun_finishes(
             save,
             json.dumps(KD_STEPS),
             tmp_path / "logs",
+            os.path.dirname(os.path.abspath(__file__)),
             *args[len(CMD) :],
         ],
         env=_env(),

@@ -38,8 +38,8 @@ STEPS = [
 
 
 def _env():
-    path = os.pathsep.join(p for p in (harness.REPO_ROOT, os.environ.get("PYTHONPATH")) if p)
-    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", PYTHONPATH=path)
+    # (the fairseq commands' environment, one thread: what the fork server runs with)
+    return dict(harness._cli_env(), OMP_NUM_THREADS="1")
 
 
 # the command as `python -m` (what setup.py's console script lightcompress-compress runs), so
