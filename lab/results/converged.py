@@ -1874,10 +1874,18 @@ def _budgets(recs: list[dict]) -> list[str]:
     return ["Budget of the rows: " + "; ".join(parts) + "."]
 
 
+def _no_early_stop(r: dict) -> bool:
+    """A DA-WID row trains to its cap by design: compress gives its fairseq-train no
+    ``--patience`` (its masks' schedule runs to ``--max-update``) and fuses the last checkpoint."""
+    return r.get("method") == "dawid"
+
+
 def _still_improving(r: dict) -> bool:
-    """Stopped by its update cap with its lowest validation loss at the last validation."""
+    """Stopped by its update cap with its lowest validation loss at the last validation (not
+    a row that trains to its cap by design)."""
     return bool(
-        r.get("stopped") == "max-update"
+        not _no_early_stop(r)
+        and r.get("stopped") == "max-update"
         and r.get("updates")
         and r.get("best_update") == r.get("updates")
     )
@@ -1918,6 +1926,13 @@ def _unequal(x: dict, y: dict) -> str:
             )
             parts.append(text + (f" (patience {b.get('patience')})" if patience else ""))
         notes.append("at unequal budgets: " + ", ".join(parts))
+    elif _no_early_stop(x) != _no_early_stop(y):  # (the same budget, one row without early stop)
+        r, o = (x, y) if _no_early_stop(x) else (y, x)
+        if (r.get("updates") or 0) > (o.get("updates") or 0):
+            notes.append(
+                f"{r['row']} has no early stop (its masks' schedule runs to its cap): "
+                f"{r['updates']:,} updates against {o['row']}'s {_fmt(o.get('updates'), ',')}"
+            )
     return "; ".join(notes)
 
 

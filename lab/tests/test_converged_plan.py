@@ -523,6 +523,20 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
         "(patience 4), default 100 updates of at most 900 "
         "(patience 8)"
     )
+    # a DA-WID row trains to its cap by design: at the same budget as an early-stopped row it is
+    # not "unfinished", and the line says it trained longer
+    cap = {"max_update": 700, "validate_every": 20, "patience": 4}
+    x = _row("dawid", 1.0, 1, method="dawid", stopped="max-update", updates=700, best_update=700)
+    y = _row("default", 1.0, 1, updates=460, **early)
+    x["budget"], y["budget"] = dict(cap), dict(cap)
+    assert not converged._still_improving(x)
+    assert converged._unequal(x, y) == converged._unequal(y, x) == (
+        "dawid has no early stop (its masks' schedule runs to its cap): 700 updates against "
+        "default's 460"
+    )
+    x["method"] = "lightformer"  # (any other row at its cap with its best at the last: unfinished)
+    assert converged._still_improving(x)
+    assert converged._unequal(x, y).startswith("compares unfinished rows: dawid was stopped")
     # keep_depth (41.01) is more than 1 BLEU above the teacher (40.0); default (39.5) is not
     above = next(ln for ln in text.splitlines() if ln.startswith("- Above the teacher"))
     assert above.startswith(
