@@ -977,6 +977,33 @@ class Plan:
                 return _json(out)
             return self._run_row(row, save, out)
 
+    def own_state(self, row: str, save: str, train: list[str]) -> None:
+        """Refuse a state directory that holds another training than ``row``'s fairseq-train
+        command ``train``: fairseq-train would go on from its checkpoint, another model's
+        weights under this row's name. The command (portable, its budget's flags aside: a row
+        may go on with more budget) is kept in SAVE/ROW/train.cmd when the training starts."""
+        path = os.path.join(save, "train.cmd")
+        want = shlex.join(_without_budget(self.portable(train)))
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                have = f.read().strip()
+            if have != want:
+                raise PlanError(
+                    f"{save} holds another training than {row}'s (its {os.path.basename(path)} "
+                    "is not the plan's command, budget aside): move it aside to train "
+                    f"{row} here"
+                )
+            return
+        student = os.path.join(save, "student")
+        if os.path.isdir(student) and any(f.endswith(".pt") for f in os.listdir(student)):
+            raise PlanError(
+                f"{student} holds checkpoints of a training whose command was not recorded "
+                f"({path} is missing): move {save} aside to train {row} here"
+            )
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write(want + "\n")
+        os.replace(path + ".tmp", path)
+
     def _run_row(self, row: str, save: str, out: str) -> dict:
         started = datetime.datetime.now(datetime.UTC)
         print(f"[converged] {row}: {WHAT[row]} ({save})", file=sys.stderr, flush=True)
@@ -986,6 +1013,7 @@ class Plan:
                 self.make_kd(kd)
             done = os.path.join(save, "student", "train.done")
             if not os.path.exists(done):
+                self.own_state(row, save, cmds[-2])
                 self.run_cmd(cmds[-2], os.path.join(save, "train.log"))
                 with open(done, "w", encoding="utf-8") as f:
                     f.write("fairseq-train ended\n")
@@ -1409,6 +1437,12 @@ def _count_checkpoint(path: str) -> int:
 
 
 # -- speed ------------------------------------------------------------------------------------
+def _state_owner(recorded: str) -> str | None:
+    """The plan's row whose state directory a recorded path (SAVE/ROW/...) lies in, or None."""
+    parts = recorded.split("/")
+    return parts[1] if len(parts) > 2 and parts[0] == "SAVE" and parts[1] in ROWS else None
+
+
 def speed(plan: Plan, dry: bool) -> None:
     """The teacher and every finished row, one interleaved measure_speed run per batch size
     (1 and 32): fairseq, ONNX Runtime, CTranslate2 on the dense teacher, each with and without
@@ -1419,9 +1453,22 @@ def speed(plan: Plan, dry: bool) -> None:
     rows = [r for r in ROWS if os.path.exists(os.path.join(o.rows_dir, f"{r}.json"))]
     if not rows and not dry:
         raise PlanError(f"{o.rows_dir}: no finished row to time (run `converged.py run` first)")
-    ckpt = {r: plan.local(_json(os.path.join(o.rows_dir, f"{r}.json"))["checkpoint"]) for r in rows}
+    recorded = {r: _json(os.path.join(o.rows_dir, f"{r}.json"))["checkpoint"] for r in rows}
+    ckpt = {r: plan.local(path) for r, path in recorded.items()}
     spath = os.path.join(o.rows_dir, "speed.json")
     earlier = _json(spath) if os.path.exists(spath) else None
+    # a row recorded in another row's state directory (subformer_bert_init ran as the old
+    # "subformer" row, in SAVE/subformer): what is there now is that other row's model
+    taken = {r: _state_owner(p) for r, p in recorded.items() if _state_owner(p) not in (None, r)}
+    if taken:
+        print(
+            "[converged] speed: "
+            + ", ".join(f"{r} (recorded in the {w} row's state directory)" for r, w in taken.items())
+            + ": not timed again",
+            file=sys.stderr,
+            flush=True,
+        )
+        rows = [r for r in rows if r not in taken]
     elsewhere = [] if dry else [r for r in rows if not os.path.exists(ckpt[r])]
     if elsewhere:
         # rows trained on another machine (their checkpoints are not here): time the rest
@@ -1525,7 +1572,7 @@ def speed(plan: Plan, dry: bool) -> None:
             sorted({n for b in (1, 32) for n in _json(outs[b]).get("notes", [])})
         ),
     }
-    if elsewhere:
+    if elsewhere or taken:
         doc = merge_speed_runs(earlier, doc)
     _write_json(spath, doc)
     print(f"[converged] speed -> {o.rows_dir}/speed.json", file=sys.stderr)
@@ -1878,6 +1925,29 @@ def _no_early_stop(r: dict) -> bool:
     """A DA-WID row trains to its cap by design: compress gives its fairseq-train no
     ``--patience`` (its masks' schedule runs to ``--max-update``) and fuses the last checkpoint."""
     return r.get("method") == "dawid"
+
+
+# fairseq-train's flags of a row's budget (each with its value): what a resumed row may change
+BUDGET_FLAGS = (
+    "--max-update",
+    "--patience",
+    "--validate-interval-updates",
+    "--save-interval-updates",
+    "--keep-interval-updates",
+)
+
+
+def _without_budget(cmd: list[str]) -> list[str]:
+    """``cmd`` without the budget's flags and their values (:data:`BUDGET_FLAGS`)."""
+    out, skip = [], False
+    for word in cmd:
+        if skip:
+            skip = False
+        elif word in BUDGET_FLAGS:
+            skip = True
+        else:
+            out.append(word)
+    return out
 
 
 def _still_improving(r: dict) -> bool:

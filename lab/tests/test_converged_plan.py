@@ -704,6 +704,27 @@ def test_a_speed_run_reuses_a_batch_size_only_when_it_timed_the_same_models(tmp_
     assert timed[2:] == [["teacher", "default", "dawid"]] * 2
     doc = json.loads((rows / "speed.json").read_text())
     assert set(doc["batch_1"]) == set(doc["batch_32"]) == {"teacher", "default", "dawid"}
+    # a row recorded in another row's state directory (subformer_bert_init ran as the old
+    # "subformer" row): the model there now is the other row's, so it is not timed again and
+    # keeps its earlier run
+    (runs / "subformer" / "student").mkdir(parents=True)
+    (runs / "subformer" / "student" / "checkpoint_best.pt").write_bytes(b"x")
+    (rows / "subformer_bert_init.json").write_text(
+        json.dumps({"checkpoint": "SAVE/subformer/student/checkpoint_best.pt"})
+    )
+    earlier = {**doc, "batch_1": {**doc["batch_1"], "subformer_bert_init": {"fairseq": 5.0}}}
+    (rows / "speed.json").write_text(json.dumps(earlier))
+    (rows / "default.json").write_text(json.dumps({"checkpoint": str(tmp_path / "default.pt")}))
+    converged.speed(plan, dry=False)
+    assert len(timed) == 4  # (the same models as the last run: its batch sizes kept)
+    runs_now = converged._speed_runs(json.loads((rows / "speed.json").read_text()))
+    assert [set(r["batch_1"]) for r in runs_now] == [
+        {"teacher", "subformer_bert_init"},
+        {"teacher", "default", "dawid"},
+    ]
+    assert converged._state_owner("SAVE/subformer/student/x.pt") == "subformer"
+    assert converged._state_owner("SAVE/elsewhere/x.pt") is None
+    assert converged._state_owner("/abs/SAVE/subformer/x.pt") is None
 
 
 def test_the_committed_rows_build_the_committed_table_and_the_readme(tmp_path):
@@ -1320,3 +1341,31 @@ def test_rows_not_started_here_train_side_by_side_on_the_device_and_come_back(co
         assert rec["updates"] == 2, proc.stderr
         log = (runs / row / "train.log").read_text(encoding="utf-8")
         assert log.startswith("[converged] updates 0 -> 2 ran on ") and "started there" in log
+
+
+def test_a_state_directory_of_another_training_is_refused_before_fairseq_resumes_it(tmp_path):
+    """fairseq-train goes on from SAVE/ROW/student's checkpoint whatever made it: a row whose
+    state directory holds another training (another command, or checkpoints of an unrecorded
+    one, e.g. the old "subformer" row now named subformer_bert_init) is refused; more budget
+    for the same training is not."""
+    opts = converged.get_parser().parse_args(
+        ["run", "--save-root", str(tmp_path / "runs"), "--rows-dir", str(tmp_path / "rows")]
+    )
+    plan = converged.Plan(opts)
+    save = tmp_path / "runs" / "subformer"
+    save.mkdir(parents=True)
+    train = ["fairseq-train", "DATA/bin", "--arch", "subformer", "--max-update", "30000"]
+    plan.own_state("subformer", str(save), train)
+    recorded = (save / "train.cmd").read_text(encoding="utf-8")
+    assert recorded == "fairseq-train DATA/bin --arch subformer\n"
+    (save / "student").mkdir()
+    (save / "student" / "checkpoint_last.pt").write_bytes(b"x")
+    more = [*train[:-1], "40000", "--patience", "12", "--validate-interval-updates", "9"]
+    plan.own_state("subformer", str(save), more)  # (the same training, more budget)
+    other = [*train, "--subformer-init", "bert"]
+    with pytest.raises(converged.PlanError, match="holds another training than subformer's"):
+        plan.own_state("subformer", str(save), other)
+    (save / "train.cmd").unlink()
+    with pytest.raises(converged.PlanError, match="command was not recorded"):
+        plan.own_state("subformer", str(save), train)
+    assert not (save / "train.cmd").exists()
