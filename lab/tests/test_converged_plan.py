@@ -1334,6 +1334,8 @@ def test_rows_not_started_here_train_side_by_side_on_the_device_and_come_back(co
         assert res["files"] == {"final": "checkpoint_best.pt"}
         _handoff("receive", row, back, *budget)
         assert (runs / row / "student" / "train.done").exists()
+        # the state directory is now this row's training (a later lane resumes it here)
+        assert (runs / row / "train.cmd").read_text(encoding="utf-8").startswith("fairseq-train ")
     proc = _plan("run", "subformer", "teacher_control", *budget)
     assert "Loaded checkpoint" not in (runs / "subformer" / "train.log").read_text()
     for row in ("subformer", "teacher_control"):

@@ -515,6 +515,11 @@ def receive(row: str, back: str, rest: list[str]) -> None:
             raise HandoffError(f"{row}: a lane is training it: stop it before receiving")
         cmd, log = train_args(converged, plan, row)
         ckpts = args_value(cmd, "--save-dir")
+        if row in converged.SCRATCH:  # (the state directory is this training's: train.cmd)
+            try:
+                plan.own_state(row, save, cmd)
+            except converged.PlanError as exc:
+                raise HandoffError(f"{exc}: nothing taken") from None
         os.makedirs(ckpts, exist_ok=True)
         mine = os.path.join(ckpts, "checkpoint_last.pt")
         here = _updates(mine) if os.path.exists(mine) else 0
