@@ -943,7 +943,8 @@ class Plan:
                 f"[converged] {row}: done before ({out})"
                 + (
                     f"; at another budget than the plan's ({off}): `run {row} --again` trains "
-                    "it at the plan's, its old state directory moved aside"
+                    f"it at the plan's, going on from {self.save(row)} where that holds a run "
+                    "at the plan's (one of another budget is refused: move it aside first)"
                     if off
                     else ""
                 ),
@@ -1463,7 +1464,9 @@ def speed(plan: Plan, dry: bool) -> None:
     if taken:
         print(
             "[converged] speed: "
-            + ", ".join(f"{r} (recorded in the {w} row's state directory)" for r, w in taken.items())
+            + ", ".join(
+                f"{r} (recorded in the {w} row's state directory)" for r, w in taken.items()
+            )
             + ": not timed again",
             file=sys.stderr,
             flush=True,
@@ -2296,8 +2299,10 @@ def get_parser() -> argparse.ArgumentParser:
         "--again",
         action="store_true",
         help="run: train the named rows again even where their JSON exists (e.g. a "
-        "row made at another budget than the plan's; move its state directory "
-        "aside first); the JSON is replaced when the row finishes",
+        "row made at another budget than the plan's): a row goes on from its state "
+        "directory where that holds a run of the same command (a stopped --again "
+        "run: --again again), and a state directory of another command is refused "
+        "(move it aside first); the JSON is replaced when the row finishes",
     )
     p.add_argument(
         "--schedule-updates",

@@ -530,9 +530,13 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
     y = _row("default", 1.0, 1, updates=460, **early)
     x["budget"], y["budget"] = dict(cap), dict(cap)
     assert not converged._still_improving(x)
-    assert converged._unequal(x, y) == converged._unequal(y, x) == (
-        "dawid has no early stop (its masks' schedule runs to its cap): 700 updates against "
-        "default's 460"
+    assert (
+        converged._unequal(x, y)
+        == converged._unequal(y, x)
+        == (
+            "dawid has no early stop (its masks' schedule runs to its cap): 700 updates against "
+            "default's 460"
+        )
     )
     x["method"] = "lightformer"  # (any other row at its cap with its best at the last: unfinished)
     assert converged._still_improving(x)
