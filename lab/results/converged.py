@@ -2092,10 +2092,17 @@ def claims(by: dict, teacher: dict, spd: dict | None = None) -> list[str]:
     if "default" in by:
         d = by["default"]
         gap = d["bleu"] - teacher["bleu"]
+        ctl = by.get(CONTROL)
         out.append(
             f"- Several times smaller at the same BLEU (within 1 BLEU): "
             f"{'holds' if gap >= -1 else 'does not hold'} for the default student "
-            f"({teacher['params'] / d['params']:.2f}x fewer parameters, {gap:+.2f} BLEU)."
+            f"({teacher['params'] / d['params']:.2f}x fewer parameters, {gap:+.2f} BLEU)"
+            + (
+                f"; against the control (the teacher given the same extra training, "
+                f"{ctl['bleu']:.2f}): {d['bleu'] - ctl['bleu']:+.2f} BLEU."
+                if ctl
+                else "."
+            )
         )
     out.append(
         cmp(
@@ -2501,6 +2508,9 @@ def compact(rows_dir: str, link: str = "results.md") -> str:
 _VERDICT = re.compile(r"^- (.+?): (holds|does not hold|not measured yet)\b")
 
 
+_AGAINST_CONTROL = re.compile(r"; against the control \([^)]*\): ([+-][0-9.]+) BLEU")
+
+
 def claim_verdicts(lines: list[str]) -> list[str]:
     """The README's short form of :func:`claims`' lines: each claim and its verdict, marked
     where its rows were stopped while improving or had unequal budgets (results.md says how)."""
@@ -2517,6 +2527,9 @@ def claim_verdicts(lines: list[str]) -> list[str]:
             )
             if key in line
         ]
+        ctl = _AGAINST_CONTROL.search(line)
+        if ctl:
+            marks.append(f"{ctl.group(1)} against the teacher given the same extra training")
         out.append(
             f"- {m.group(1)}: **{m.group(2)}**" + (f" ({'; '.join(marks)})" if marks else "")
         )
