@@ -1079,50 +1079,59 @@ class _RowLock:
 
 
 def status(plan: Plan) -> list[str]:
-    """One line per row: finished (its BLEU), training now (another process holds its lock),
-    stopped part-way, or not started; with the updates, the best validation loss so far and,
-    where training, the hours left to the budget at the log's median speed."""
+    """One line per row: finished (its BLEU; and a run training it again now, e.g. ``run
+    --again`` at the plan's budget), training now (another process holds its lock), stopped
+    part-way, or not started; with the updates, the best validation loss so far and, where
+    training, the hours left to the budget at the log's median speed."""
     lines = []
     for row in ROWS:
         out = os.path.join(plan.o.rows_dir, f"{row}.json")
         if os.path.exists(out):
             rec = _json(out)
             off = plan.off_budget(rec)
+            again = _progress(plan, row, busy_only=True)
             lines.append(
                 f"{row}: done, BLEU {rec.get('bleu')} ({rec.get('updates')} updates, "
                 f"{rec.get('stopped') or 'stopped'})"
                 + (f"; at another budget than the plan's: {off}" if off else "")
+                + (f"; trained again: {again}" if again else "")
             )
             continue
-        save = plan.save(row)
-        logs = [fine_tune_log(save), os.path.join(save, "train.log")]
-        log = next((p for p in logs if os.path.exists(p)), None)
-        busy = False
-        if os.path.exists(os.path.join(save, "row.lock")):
-            with _RowLock(save, row) as lock:
-                busy = not lock.held
-        state = "training now" if busy else "stopped part-way" if log else "not started"
-        if os.path.exists(os.path.join(save, "student", "train.done")):  # a scratch row
-            state = "trained, " + ("translating the test set now" if busy else "not scored yet")
-        if log is None:
-            need = NEEDS.get(row)
-            lines.append(f"{row}: {state}" + (f" (made from {need})" if need else ""))
-            continue
-        try:
-            t = _training(log)
-        except StepError:  # (no validation yet)
-            lines.append(f"{row}: {state}, no validation yet")
-            continue
-        cap = plan.budget(row)["max_update"]
-        text = (
-            f"{row}: {state}, {t['updates']} of at most {cap} updates, best "
-            f"validation loss {t['best_valid_loss']} at {t['best_update']}"
-        )
-        if t.get("ups_median") and t["updates"] is not None:
-            left = max(0, cap - t["updates"]) / t["ups_median"] / 3600
-            text += f"; at most {left:.1f} h left at {t['ups_median']:.2f} updates/s"
-        lines.append(text)
+        lines.append(f"{row}: {_progress(plan, row)}")
     return lines
+
+
+def _progress(plan: Plan, row: str, busy_only: bool = False) -> str | None:
+    """Where the training in the row's state directory is ("training now, N of at most CAP
+    updates, ..."); ``busy_only``: None unless another process is training it now."""
+    save = plan.save(row)
+    logs = [fine_tune_log(save), os.path.join(save, "train.log")]
+    log = next((p for p in logs if os.path.exists(p)), None)
+    busy = False
+    if os.path.exists(os.path.join(save, "row.lock")):
+        with _RowLock(save, row) as lock:
+            busy = not lock.held
+    if busy_only and not busy:
+        return None
+    state = "training now" if busy else "stopped part-way" if log else "not started"
+    if os.path.exists(os.path.join(save, "student", "train.done")):  # a scratch row
+        state = "trained, " + ("translating the test set now" if busy else "not scored yet")
+    if log is None:
+        need = NEEDS.get(row)
+        return state + (f" (made from {need})" if need else "")
+    try:
+        t = _training(log)
+    except StepError:  # (no validation yet)
+        return f"{state}, no validation yet"
+    cap = plan.budget(row)["max_update"]
+    text = (
+        f"{state}, {t['updates']} of at most {cap} updates, best "
+        f"validation loss {t['best_valid_loss']} at {t['best_update']}"
+    )
+    if t.get("ups_median") and t["updates"] is not None:
+        left = max(0, cap - t["updates"]) / t["ups_median"] / 3600
+        text += f"; at most {left:.1f} h left at {t['ups_median']:.2f} updates/s"
+    return text
 
 
 def machine() -> str:

@@ -327,15 +327,37 @@ def test_a_row_another_process_trains_is_skipped_and_options_go_before_rows(corp
     try:
         proc = _plan("run", *common, "subformer", "smartformer")
         where = _plan("status", *common).stdout.splitlines()
+        made = rows.exists() or (runs / "subformer" / "student").exists()
+        # a finished row that a run trains again now (run --again): both said
+        rows.mkdir()
+        (rows / "smartformer_search.json").write_text(
+            json.dumps(
+                {
+                    "row": "smartformer_search",
+                    "bleu": 30.1,
+                    "updates": 300,
+                    "stopped": "max-update",
+                    "budget": {"max_update": 300, "validate_every": 500, "patience": 4},
+                }
+            ),
+            encoding="utf-8",
+        )
+        again = _plan("status", *common).stdout.splitlines()
     finally:
         for f in held:
             f.close()
+    # (with no process training it, a finished row's state directory is not "trained again")
+    done = _plan("status", *common).stdout.splitlines()
+    assert [ln for ln in done if ln.startswith("smartformer_search: ")] == [
+        ln.split("; trained again")[0] for ln in again if ln.startswith("smartformer_search: ")
+    ]
+    shutil.rmtree(rows)
     assert "subformer: another process is training it" in proc.stderr
     assert (
         "smartformer: made from smartformer_search, which another process is training"
         in proc.stderr
     )
-    assert not rows.exists() and not (runs / "subformer" / "student").exists()
+    assert not made
     # status: one line per row, in the plan's order
     assert [ln.split(":")[0] for ln in where] == converged.ROWS
     assert "subformer: training now" in where and "default: not started" in where
@@ -344,6 +366,13 @@ def test_a_row_another_process_trains_is_skipped_and_options_go_before_rows(corp
         "5.654 at 500; at most 3.6 h left at 0.50 updates/s" in where
     )
     assert "smartformer: not started (made from smartformer_search)" in where
+    assert (
+        "smartformer_search: done, BLEU 30.1 (300 updates, max-update); at another budget than "
+        "the plan's: at most 300 updates, validation every 500, patience 4, the plan's at most "
+        "7,000 updates, validation every 500, patience 4; trained again: training now, 500 of "
+        "at most 7000 updates, best validation loss 5.654 at 500; at most 3.6 h left at 0.50 "
+        "updates/s" in again
+    ), again
     # with the locks released, the prerequisite's absence is the usual one-line error
     alone = _plan("run", *common, "smartformer", check=False)
     assert alone.returncode == 2 and "run that row first" in alone.stderr
