@@ -1469,7 +1469,7 @@ def speed(plan: Plan, dry: bool) -> None:
     earlier = _json(spath) if os.path.exists(spath) else None
     # a row recorded in another row's state directory (subformer_bert_init ran as the old
     # "subformer" row, in SAVE/subformer): what is there now is that other row's model
-    taken = {r: _state_owner(p) for r, p in recorded.items() if _state_owner(p) not in (None, r)}
+    taken = {r: w for r, p in recorded.items() if (w := _state_owner(p)) not in (None, r)}
     if taken:
         print(
             "[converged] speed: "
