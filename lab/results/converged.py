@@ -1395,16 +1395,17 @@ def scratch_record(save: str, row: str, ref: str) -> dict:
 
 def record_source_check(plan: Plan, row: str) -> dict:
     """Add source_check.py's figures (does the model read its source?) to a finished row's
-    JSON: the pooled-encoder cosine of the first test sources and, for a row translated by
+    JSON: the pooled-encoder cosine of the first test sources, the bits a target token of them
+    costs with its own source and with another sentence's and, for a row translated by
     fairseq-generate, its distinct test translations."""
-    from source_check import SOURCES, CheckError, distinct_translations, pooled_cosine
+    from source_check import CheckError, distinct_translations, measure
 
     out = os.path.join(plan.o.rows_dir, f"{row}.json")
     if row not in ROWS or not os.path.exists(out):
         raise PlanError(f"{row}: no finished row ({out})")
     rec = _json(out)
     try:
-        check = {"sources": SOURCES, "pooled_cosine": pooled_cosine(plan.checkpoint(row), plan.bin)}
+        check = measure(plan.checkpoint(row), plan.bin)
     except CheckError as exc:
         raise StepError(str(exc)) from None
     gen = os.path.join(plan.save(row), "generate-test.txt")
@@ -1413,6 +1414,22 @@ def record_source_check(plan: Plan, row: str) -> dict:
     rec["source_check"] = dict(check, code=code_commit())
     _write_json(out, rec)
     return rec
+
+
+def training_source_check(plan: Plan, row: str) -> tuple[str, dict]:
+    """source_check.py's figures of a row still training: its last checkpoint (path, figures);
+    nothing is recorded (a row's JSON is written when it finishes)."""
+    from source_check import CheckError, measure
+
+    if row not in ROWS:
+        raise PlanError(f"{row}: no such row")
+    last = os.path.join(plan.save(row), "student", "checkpoint_last.pt")
+    if not os.path.exists(last):
+        raise PlanError(f"{row}: no finished row and no checkpoint of a training ({last})")
+    try:
+        return last, measure(last, plan.bin)
+    except CheckError as exc:
+        raise StepError(str(exc)) from None
 
 
 def _source_checks(recs: list[dict]) -> list[str]:
@@ -1424,6 +1441,8 @@ def _source_checks(recs: list[dict]) -> list[str]:
     def one(r):
         c = r["source_check"]
         text = f"{r['row']} {c['pooled_cosine']:.3f}"
+        if "own_bits" in c:
+            text += f", {c['other_bits'] - c['own_bits']:+.2f} bits"
         if c.get("translations"):
             text += (
                 f" ({c['distinct_translations']:,} distinct of {c['translations']:,} translations)"
@@ -1431,10 +1450,20 @@ def _source_checks(recs: list[dict]) -> list[str]:
         return text
 
     counts = sorted({r["source_check"]["sources"] for r in done})
+    bits = any("own_bits" in r["source_check"] for r in done)
     return [
         "Does each model read its source (`converged.py source-check`: the mean cosine between the "
         f"mean-pooled encoder outputs of {' or '.join(map(str, counts))} test sources, 1.000 = the "
-        "same vector for every source): " + "; ".join(one(r) for r in done) + ".",
+        "same vector for every source"
+        + (
+            "; and how many bits a target token of them costs more, teacher-forced, with another "
+            "sentence's source than with its own, +0.00 = the source is not read"
+            if bits
+            else ""
+        )
+        + "): "
+        + "; ".join(one(r) for r in done)
+        + ".",
         "",
     ]
 
@@ -2277,7 +2306,8 @@ def get_parser() -> argparse.ArgumentParser:
         nargs="*",
         help="run: these rows only (default: all, in order); "
         "record: ROW and the save directory of its finished compress run; "
-        "source-check: finished rows whose JSON gets source_check.py's figures",
+        "source-check: rows to measure with source_check.py (a finished row's JSON gets "
+        "the figures; a row still training: its last checkpoint's, printed)",
     )
     p.add_argument(
         "--data-dir",
@@ -2414,8 +2444,12 @@ def main(argv=None) -> int:
             speed(plan, dry=False)
         elif opts.cmd == "source-check":
             for row in opts.rows:
-                rec = record_source_check(plan, row)["source_check"]
-                print(f"{row}: {json.dumps(rec)}")
+                if os.path.exists(os.path.join(opts.rows_dir, f"{row}.json")):
+                    rec = record_source_check(plan, row)["source_check"]
+                    print(f"{row}: {json.dumps(rec)}")
+                else:
+                    last, rec = training_source_check(plan, row)
+                    print(f"{row} (training; {last}, not recorded): {json.dumps(rec)}")
         else:
             text = table(opts.rows_dir)
             with open(os.path.join(opts.rows_dir, "results.md.tmp"), "w", encoding="utf-8") as f:

@@ -214,6 +214,12 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     save = runs / "subformer"
     assert (save / "student" / "checkpoint_last.pt").exists()
     (rows / "subformer.json").unlink()
+    # a row still training: source-check measures its last checkpoint and records nothing
+    out = _plan("source-check", "subformer", *common).stdout
+    assert out.startswith("subformer (training; ") and "not recorded" in out, out
+    live = json.loads(out.split("not recorded): ", 1)[1])
+    assert live["updates"] == 2 and live["own_bits"] > 0 and live["other_bits"] > 0, live
+    assert not (rows / "subformer.json").exists()
     # trained but not scored yet (its translation not written): status says so
     (save / "generate-test.txt").unlink()
     where = _plan("status", *common).stdout.splitlines()
@@ -295,6 +301,7 @@ def test_a_row_stopped_after_its_checkpoint_resumes_and_a_finished_row_is_kept(c
     rec = json.loads((rows / "subformer.json").read_text(encoding="utf-8"))
     check = rec["source_check"]
     assert out.startswith("subformer: {") and -1.0 <= check["pooled_cosine"] <= 1.0
+    assert check["updates"] == 5 and check["own_bits"] > 0 and check["other_bits"] > 0
     assert check["translations"] == 10 and 1 <= check["distinct_translations"] <= 10
     bad = _plan("source-check", "dawid", *common, check=False)
     assert bad.returncode == 2 and "dawid: no finished row" in bad.stderr
