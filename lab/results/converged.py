@@ -1128,6 +1128,13 @@ def _progress(plan: Plan, row: str, busy_only: bool = False) -> str | None:
         f"{state}, {t['updates']} of at most {cap} updates, best "
         f"validation loss {t['best_valid_loss']} at {t['best_update']}"
     )
+    last_update, last_loss = t["valid_curve"][-1]
+    if last_update != t["best_update"]:
+        text += f", last {last_loss} at {last_update}"
+    if row == "dawid":  # (_no_early_stop: the last checkpoint is fused, whatever the best)
+        text += (
+            " (no early stop: its masks' schedule runs to the cap, the last checkpoint is fused)"
+        )
     if t.get("ups_median") and t["updates"] is not None:
         left = max(0, cap - t["updates"]) / t["ups_median"] / 3600
         text += f"; at most {left:.1f} h left at {t['ups_median']:.2f} updates/s"

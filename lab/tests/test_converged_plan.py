@@ -330,6 +330,15 @@ def test_a_row_another_process_trains_is_skipped_and_options_go_before_rows(corp
         "2026-01-01 00:00:01 | INFO | train_inner | epoch 001:     10 / 270 loss=5.1, ups=0.5, "
         "num_updates=500\n2026-01-01 00:00:02 | INFO | valid | epoch 001 | valid on 'valid' "
         "subset | loss 5.654 | nll_loss 4.1 | num_updates 500\n"
+        "2026-01-01 00:00:03 | INFO | train_inner | epoch 002:     10 / 270 loss=5.0, ups=0.5, "
+        "num_updates=1000\n2026-01-01 00:00:04 | INFO | valid | epoch 002 | valid on 'valid' "
+        "subset | loss 5.9 | nll_loss 4.2 | num_updates 1000\n"
+    )
+    # DA-WID, stopped part-way: its status says it has no early stop (the last checkpoint ships)
+    (runs / "dawid" / "logs").mkdir(parents=True)
+    shutil.copy(
+        runs / "smartformer_search" / "logs" / "02-fine-tune.log",
+        runs / "dawid" / "logs" / "01-fine-tune.log",
     )
     try:
         proc = _plan("run", *common, "subformer", "smartformer")
@@ -369,16 +378,21 @@ def test_a_row_another_process_trains_is_skipped_and_options_go_before_rows(corp
     assert [ln.split(":")[0] for ln in where] == converged.ROWS
     assert "subformer: training now" in where and "default: not started" in where
     assert (
-        "smartformer_search: training now, 500 of at most 7000 updates, best validation loss "
-        "5.654 at 500; at most 3.6 h left at 0.50 updates/s" in where
+        "smartformer_search: training now, 1000 of at most 7000 updates, best validation loss "
+        "5.654 at 500, last 5.9 at 1000; at most 3.3 h left at 0.50 updates/s" in where
     )
     assert "smartformer: not started (made from smartformer_search)" in where
     assert (
+        "dawid: stopped part-way, 1000 of at most 7000 updates, best validation loss 5.654 at "
+        "500, last 5.9 at 1000 (no early stop: its masks' schedule runs to the cap, the last "
+        "checkpoint is fused); at most 3.3 h left at 0.50 updates/s" in where
+    ), where
+    assert (
         "smartformer_search: done, BLEU 30.1 (300 updates, max-update); at another budget than "
         "the plan's: at most 300 updates, validation every 500, patience 4, the plan's at most "
-        "7,000 updates, validation every 500, patience 4; trained again: training now, 500 of "
-        "at most 7000 updates, best validation loss 5.654 at 500; at most 3.6 h left at 0.50 "
-        "updates/s" in again
+        "7,000 updates, validation every 500, patience 4; trained again: training now, 1000 of "
+        "at most 7000 updates, best validation loss 5.654 at 500, last 5.9 at 1000; at most "
+        "3.3 h left at 0.50 updates/s" in again
     ), again
     # with the locks released, the prerequisite's absence is the usual one-line error
     alone = _plan("run", *common, "smartformer", check=False)
