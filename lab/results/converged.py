@@ -1131,7 +1131,7 @@ def _progress(plan: Plan, row: str, busy_only: bool = False) -> str | None:
     last_update, last_loss = t["valid_curve"][-1]
     if last_update != t["best_update"]:
         text += f", last {last_loss} at {last_update}"
-    if row == "dawid":  # (_no_early_stop: the last checkpoint is fused, whatever the best)
+    if _no_early_stop({"method": row.split("_")[0]}):  # (the row's method, as its JSON names it)
         text += (
             " (no early stop: its masks' schedule runs to the cap, the last checkpoint is fused)"
         )
