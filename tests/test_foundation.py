@@ -19,6 +19,8 @@ ERRORS = [
     ("lightcompress.measure.candidates", "SpeedError"),
     ("lightcompress.measure.specs", "ParamsError"),
     ("lightcompress.deploy.ct2", "ExportError"),
+    ("lightcompress.deploy.densify", "DensifyError"),
+    ("lightcompress.deploy.probes", "ProbeMismatch"),
     ("lightcompress.deploy.onnx_export", "ExportError"),
     ("lightcompress.deploy.torch_translator", "TranslateError"),
     ("lightcompress.kd.distill", "DistillError"),

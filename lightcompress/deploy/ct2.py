@@ -25,7 +25,7 @@ Transformer it is.
 Proven before anything is written, against the checkpoint's own model (the factorized student
 for a multiplied-out one): the export's log-probabilities of probe pairs (:func:`check_export`,
 teacher forcing) and its greedy probe translations (:func:`check_translations`: equal, or
-parting only at a near tie), to :data:`TOLERANCE` for float32 weights; for quantized weights the
+parting only at a near tie), to :data:`~lightcompress.deploy.probes.TOLERANCE` for float32 weights; for quantized weights the
 deviation and the translations that differ are recorded in ``check.json``.
 
 Refused with one clear error (:class:`ExportError`): Admin residual scaling (``--admin-init``:
@@ -59,6 +59,15 @@ import torch
 from torch import nn
 
 from lightcompress import cli
+from lightcompress.deploy.probes import (
+    TOLERANCE,
+    ProbeMismatch,
+    gold_logprobs,
+    greedy,
+    greedy_mismatch,
+    max_len_of,
+    probe_pairs,
+)
 from lightcompress.errors import LightcompressError
 
 __all__ = [
@@ -350,19 +359,12 @@ def export_model(
     return output_dir
 
 
-# largest |log p| difference per target token between fairseq and a float32 export on the
-# probes (they agree to rounding: ~1e-6); the same as densify's
-TOLERANCE = 1e-3
-
-
 @torch.no_grad()
 def check_export(model, task, ct2_dir: str, sentences: int = 4, seed: int = 0) -> float:
     """Largest absolute difference between fairseq's and the CTranslate2 export's
     log-probability of each target token (and EOS) of random probe pairs (teacher forcing);
     NaN-aware: a non-finite value on either side gives ``inf``."""
     import ctranslate2
-
-    from lightcompress.deploy.densify import gold_logprobs, probe_pairs
 
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     pairs = probe_pairs(task, sentences, seed)
@@ -388,20 +390,12 @@ def check_translations(
     model, task, ct2_dir: str, strict: bool = True, sentences: int = 4, seed: int = 0
 ) -> dict:
     """Greedy translations of random probe sentences by the CTranslate2 export against
-    ``model``'s (:func:`lightcompress.deploy.densify.greedy`: the argmax at every step, no
+    ``model``'s (:func:`lightcompress.deploy.probes.greedy`: the argmax at every step, no
     token masked, the same length limit): equal, or parting at a near tie (the two tokens'
-    log-probabilities under ``model`` within :data:`TOLERANCE`). Returns ``{"sentences",
+    log-probabilities under ``model`` within :data:`~lightcompress.deploy.probes.TOLERANCE`). Returns ``{"sentences",
     "equal", "near_ties", "differ"}``; with ``strict`` (float32 weights), a translation that
     parts elsewhere is an :class:`ExportError`, otherwise it is counted in ``differ`` (int8)."""
     import ctranslate2
-
-    from lightcompress.deploy.densify import (
-        DensifyError,
-        greedy,
-        greedy_mismatch,
-        max_len_of,
-        probe_pairs,
-    )
 
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     sources = [s for s, _ in probe_pairs(task, sentences, seed)]
@@ -421,7 +415,7 @@ def check_translations(
     for pair, hyp in zip(ours, theirs):
         try:
             one = greedy_mismatch([pair], [hyp], tgt_dict.eos(), "the CTranslate2 export")
-        except DensifyError as exc:
+        except ProbeMismatch as exc:
             if strict:
                 raise ExportError(f"{exc}; nothing written") from None
             counts["differ"] += 1
