@@ -384,6 +384,11 @@ def test_the_shipped_default_students_page_is_what_its_card_and_sums_say():
         f"BLEU **{scores['python_runtime']['bleu']:.2f}**" in card
         and "python -m http.server -d" in card
     )
+    # the Python runtime pointed at the page says what it is (not "lacks shortlist.npz")
+    from lightcompress_runtime import OnnxError, OnnxTranslator
+
+    with pytest.raises(OnnxError, match=r"is a web page \(lightcompress-export-web: web.json\)"):
+        OnnxTranslator(folder)
 
 
 def test_a_changed_model_file_is_refused_by_the_page(toy, tmp_path):

@@ -38,6 +38,11 @@ VERSION = 2
 VERSIONS = (1, 2)
 
 
+#: the file that marks a web page export (lightcompress-export-web): the page's model files
+#: (its shortlist, the browser's format) are not an ONNX export's
+WEB_PAGE = "web.json"
+
+
 class OnnxError(ValueError):
     """An input the runtime cannot use (one line for the user)."""
 
@@ -99,6 +104,12 @@ def load_config(model_dir: str) -> dict:
     path = os.path.join(model_dir, "config.json")
     if not os.path.isdir(model_dir):
         raise OnnxError(f"model directory not found: {model_dir}")
+    if os.path.isfile(os.path.join(model_dir, WEB_PAGE)):
+        raise OnnxError(
+            f"{model_dir} is a web page (lightcompress-export-web: {WEB_PAGE}), whose files are "
+            "for the browser: serve the folder and open its index.html, or translate here with "
+            "the ONNX export it was made from (lightcompress-export-onnx)"
+        )
     try:
         with open(path, encoding="utf-8") as f:
             config = json.load(f)
