@@ -1885,7 +1885,16 @@ def table(rows_dir: str) -> str:
     if spd:
         out += ["", *_speed_where(spd)]
         notes = sorted({n for run in _speed_runs(spd) for n in run.get("notes", [])})
-        out += ["", "What the speed runs left out (measure_speed's notes):", ""]
+        out += [
+            "",
+            (
+                "What the speed runs left out (measure_speed's notes, as the code of each run "
+                "wrote them; lightcompress-export-ct2 now exports a LightFormer, Smartformer or "
+                "Hypoformer student without Admin as the dense Transformer it computes: "
+                "docs/deployment.md):"
+            ),
+            "",
+        ]
         out += [f"- {n}" for n in notes] or ["- nothing"]
     return "\n".join(out) + "\n"
 
