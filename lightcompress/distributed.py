@@ -285,7 +285,8 @@ def run_worker(argv: list[str], env=None) -> None:
     """One rank: ``fairseq-train ARGV`` with :func:`cpu_rank_args`, in this process.
 
     Reads ``RANK`` / ``WORLD_SIZE`` (torchrun's), ends with torchrun, holds the save-directory
-    lock on global rank 0, adds ``--load-checkpoint-on-all-dp-ranks`` (see the docs' "Resuming").
+    lock on global rank 0, adds ``--load-checkpoint-on-all-dp-ranks`` (docs/distributed.md,
+    "Failures and resuming").
     Raises :class:`LaunchRefused` before fairseq starts when it cannot run.
     """
     env = os.environ if env is None else env

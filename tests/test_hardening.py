@@ -247,7 +247,7 @@ def test_arch_help_lists_the_plugin_flags_with_preset_values(capsys):
 def test_hub_interface_with_sentencepiece_as_the_readme_shows(
     tiny_data, tiny_transformer, tmp_path
 ):
-    """README 'Using a trained model from Python': from_pretrained with the plugin as user dir
+    """docs/installing.md's loading of checkpoints: from_pretrained with the plugin as user dir
     and a sentencepiece model encodes, translates and decodes raw text."""
     import os
 

@@ -60,8 +60,8 @@ and the step takes them after ``cands``, with ``bias`` the candidates' ``[V']``;
 output layer the step gathers them itself (:mod:`lightcompress.deploy.shortlist`); the list is
 shipped packed, as ``shortlist.npz`` (ids, each list sorted and stored as differences,
 compressed: about a sixth of the text; in the manifest, ``config.json``'s ``shortlist``;
-exports made before it ship ``shortlist.txt``, which the runtime still reads), and
-``translate.py --shortlist`` uses it; without that flag the runtime feeds every id (the
+exports made before it ship ``shortlist.txt``, which the runtime still reads), and the
+translators use it by default; with ``--no-shortlist`` the runtime feeds every id (the
 proof above runs so: the shortlist graph over the full vocabulary gives fairseq's
 translations). Without the option the export is what it was.
 """
