@@ -2568,6 +2568,8 @@ _VERDICT = re.compile(r"^- (.+?): (holds|does not hold|not measured yet)\b")
 
 
 _AGAINST_CONTROL = re.compile(r"; against the control \([^)]*\): ([+-][0-9.]+) BLEU")
+# a verdict on one row (the size claim): "holds for the default student (4.06x fewer ...)"
+_FOR_ROW = re.compile(r": (?:holds|does not hold) for (the [^(;]+?) \(([^)]*)\)")
 
 
 def claim_verdicts(lines: list[str]) -> list[str]:
@@ -2586,6 +2588,9 @@ def claim_verdicts(lines: list[str]) -> list[str]:
             )
             if key in line
         ]
+        row = _FOR_ROW.search(line)
+        if row:  # (its figures first: what the verdict is on)
+            marks.insert(0, f"{row.group(1)}: {row.group(2)}")
         ctl = _AGAINST_CONTROL.search(line)
         if ctl:
             marks.append(f"{ctl.group(1)} against the teacher given the same extra training")

@@ -636,10 +636,13 @@ def test_the_table_and_claims_come_from_the_json_alone(tmp_path):
         "the control (the teacher given the same extra training, 41.50): -2.00 BLEU."
     ) in converged.table(str(tmp_path)).splitlines()
     assert (
-        small + "**holds** (-2.00 against the teacher given the same extra training)"
+        small + "**holds** (the default student: 4.00x fewer parameters, -0.50 BLEU; -2.00 "
+        "against the teacher given the same extra training)"
     ) in block.splitlines()
     (tmp_path / "teacher_control.json").unlink()
-    assert small + "**holds**" in converged.compact(str(tmp_path)).splitlines()
+    assert (
+        small + "**holds** (the default student: 4.00x fewer parameters, -0.50 BLEU)"
+    ) in converged.compact(str(tmp_path)).splitlines()
     # the CPU route's cost: each timed row's training hours (rows without a time are left out)
     timing = next(ln for ln in text.splitlines() if ln.startswith("Training time of each row"))
     assert timing.endswith(": default 1.6 h (0.97 updates/s).")
