@@ -1855,8 +1855,9 @@ def table(rows_dir: str) -> str:
         + "). Test split, beam 5, "
         f"sacreBLEU `{sig}`, chrF `{recs[0].get('chrf_signature')}`. Size: the ONNX Runtime "
         "export (where a row has no export: its float32 weights, 4 bytes a parameter). Speed: ONNX Runtime float32 "
-        "of each student (an int8 line: its export with ONNX Runtime's dynamic int8 of the maps "
-        "of at least 2^17 weights, made and scored by compress's int8 step) against CTranslate2 "
+        "of each student (an int8 line: its export with ONNX Runtime's dynamic int8 of every "
+        "map or of the maps of at least 2^17 weights, as the line says, made and scored by "
+        "compress's int8 step) against CTranslate2 "
         "int8 on the teacher, one thread, beam 5, test "
         "sentences at their natural lengths, every engine in one interleaved run per batch "
         'size; "both shortlist": student and teacher each with the shared vocabulary shortlist.',
