@@ -1,7 +1,7 @@
 """Subformer's plain-PyTorch pieces: head rule, sandwich projections, SAFE output reduction.
 
 The SAFE block itself (a width-``r`` Transformer layer whose FFN ends at ``d_model``) is a
-subclass of fairseq's layer in :mod:`lightcompress.models.subformer`, because it must share
+subclass of fairseq's layer in :mod:`lightcompress.models.subformer_layers`, because it must share
 fairseq's attention and incremental-decoding state; everything around it lives here.
 
 Shapes follow fairseq: ``T x B x C`` inside the stacks, ``B x T x C`` at the output layer.
