@@ -116,11 +116,11 @@ def _model_namespace(model_args) -> argparse.Namespace:
 
 def dense_export_error(model: nn.Module, arch: str) -> str | None:
     """Why ``model`` cannot be converted as it is (``None`` when it can): it must be fairseq's
-    Transformer (:func:`~lightcompress.deploy.densify.structure_error`: no Admin, Subformer,
+    Transformer (:func:`~lightcompress.deploy.dense_structure.structure_error`: no Admin, Subformer,
     DA-WID layers or decoder projections), and every map CTranslate2 reads a plain
     ``nn.Linear`` / ``nn.Embedding``. A model refused only for its maps is exported through
     :func:`~lightcompress.deploy.densify.densify_model` (its factors multiplied out)."""
-    from lightcompress.deploy.densify import is_dense_slot, model_slots, structure_error
+    from lightcompress.deploy.dense_structure import is_dense_slot, model_slots, structure_error
 
     message = structure_error(model, arch)
     if message:
