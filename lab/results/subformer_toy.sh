@@ -78,7 +78,7 @@ import sys
 
 import torch.nn.functional as F
 
-import lightcompress.models.subformer as sf
+import lightcompress.models.subformer_layers as sfl
 
 
 def padded_residual(self, x, residual):
@@ -87,7 +87,7 @@ def padded_residual(self, x, residual):
     return residual + x
 
 
-sf._SafeMixin.residual_connection = padded_residual
+sfl._SafeMixin.residual_connection = padded_residual
 from fairseq_cli.train import cli_main  # noqa: E402
 
 sys.argv = ["fairseq-train", *sys.argv[1:]]

@@ -87,7 +87,6 @@ from lightcompress.models.subformer_layers import (
     SafeEncoderBlock,
     SubformerDecoderLayer,
     SubformerEncoderLayer,
-    _SafeMixin,  # noqa: F401  (lab/results/subformer_toy.sh patches sf._SafeMixin)
 )
 from lightcompress.modules.safe import (
     OutputReduction,
